@@ -1,0 +1,57 @@
+"""nnc: NNC's concrete computation graph and static scheduler, for Python, with a Cython core.
+
+See docs/design.md for the layers and README.md for a tour.
+"""
+
+from nnc._core import (
+    MAX_DIM,
+    CommandError,
+    GraphError,
+    NNCError,
+    ScheduleError,
+    StreamError,
+    TensorError,
+    get_include,
+)
+from nnc.cmd import (
+    Backend,
+    Cmd,
+    backends,
+    cmd_autotune,
+    cmd_exec,
+    command_info,
+    commands,
+    register_backend,
+    register_command,
+)
+from nnc.graph.graph import Graph, GraphExec
+from nnc.ops import register_builtins as _register_builtins
+from nnc.tensor import Tensor
+
+__version__ = "0.1.0"
+
+_register_builtins()
+
+__all__ = [
+    "MAX_DIM",
+    "Backend",
+    "Cmd",
+    "CommandError",
+    "Graph",
+    "GraphError",
+    "GraphExec",
+    "NNCError",
+    "ScheduleError",
+    "StreamError",
+    "Tensor",
+    "TensorError",
+    "__version__",
+    "backends",
+    "cmd_autotune",
+    "cmd_exec",
+    "command_info",
+    "commands",
+    "get_include",
+    "register_backend",
+    "register_command",
+]

@@ -1,0 +1,57 @@
+"""Errors, datatype codes and limits shared by every nnc module.
+
+NNC: ccv_nnc_tfb.h (datatype and memory codes), ccv_nnc.h (CCV_NNC_EXEC_* return codes).
+Every exception nnc raises derives from :class:`NNCError`; the subclasses also derive from the
+built-in exception a NumPy user would expect (``ValueError``, ``TypeError``, ``RuntimeError``),
+so existing ``except ValueError`` code keeps working.
+"""
+
+import os
+
+MAX_DIM = NNC_MAX_DIM
+
+DATATYPES = {
+    "uint8": NNC_8U,
+    "int32": NNC_32S,
+    "float32": NNC_32F,
+    "int64": NNC_64S,
+    "float64": NNC_64F,
+    "float16": NNC_16F,
+}
+DATATYPE_NAMES = {code: name for name, code in DATATYPES.items()}
+
+STATUS_NAMES = {
+    NNC_SUCCESS: "SUCCESS",
+    NNC_INVALID: "INVALID",
+    NNC_NO_KERNEL: "NO_KERNEL",
+    NNC_OOM: "OOM",
+}
+
+
+class NNCError(Exception):
+    """Base class of every error nnc raises."""
+
+
+class TensorError(NNCError, ValueError):
+    """A tensor cannot be made or used: unsupported dtype, layout, shape or device."""
+
+
+class CommandError(NNCError, ValueError):
+    """Unknown command or backend, no backend for these tensors, or a shape / dtype mismatch."""
+
+
+class GraphError(NNCError, ValueError):
+    """A graph is malformed: a cycle, a node of another graph, bad sources or destinations."""
+
+
+class StreamError(NNCError, RuntimeError):
+    """A command failed asynchronously; raised by ``Stream.wait()`` with the cause chained."""
+
+
+class ScheduleError(NNCError, RuntimeError):
+    """A schedule does not enforce a dependency of its graph."""
+
+
+def get_include():
+    """Return the folder holding nnc's ``.pxd`` files and generated C-API headers."""
+    return os.path.dirname(os.path.abspath(__file__))

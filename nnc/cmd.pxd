@@ -1,0 +1,71 @@
+from nnc.tensor cimport nnc_tensor_t
+
+cdef enum:
+    # C backends marked release_gil run without the GIL once their outputs hold this many
+    # elements; below it, dropping and retaking the GIL costs more than the command.
+    NNC_GIL_RELEASE_ELEMENTS = 16384
+
+# Parameters C backends can read. Python backends read cmd.params instead; both are filled from
+# the same normalised dict when the Cmd is made, so they never disagree.
+ctypedef struct nnc_cmd_param_t:
+    double a                            # SCALAR_MUL's factor, SET's value
+    int transpose_a                     # GEMM: use a's last two axes swapped
+    int transpose_b                     # GEMM: use w's last two axes swapped (NNC's a.w^T + bias)
+    int groups                          # CONVOLUTION groups (>= 1)
+    int size[2]                         # pooling window (h, w)
+    int stride[2]                       # (h, w), >= 1
+    int pad[4]                          # (top, left, bottom, right), >= 0
+
+# A C command backend. Absent (None) tensors are NULL. Returns NNC_SUCCESS (0) or a negative
+# nnc_status_e. Must not touch Python: graph runners may call it without the GIL.
+ctypedef int (*nnc_cmd_exec_f)(
+    const nnc_cmd_param_t* param,
+    nnc_tensor_t** inputs, int input_size,
+    nnc_tensor_t** outputs, int output_size,
+    void* context,
+) noexcept nogil
+
+
+cdef class Backend:
+    cdef readonly str name              # "CPU_REF", "CPU_OPT", or a user's name
+    cdef readonly str command           # the command it implements
+    cdef readonly int priority          # higher is preferred by default selection
+    cdef readonly int seq               # registration sequence number: ties go to the earlier
+    cdef nnc_cmd_exec_f c_exec          # C implementation, or NULL
+    cdef readonly object py_exec        # py_exec(cmd, inputs, outputs) on ndarrays, or None
+    cdef readonly int datatypes         # mask of accepted NNC_* datatype bits
+    cdef readonly bint contiguous_only  # rejects strided views
+    cdef readonly object accept         # accept(cmd, inputs, outputs) -> bool, or None
+    cdef readonly bint release_gil      # C backend worth running without the GIL on big tensors
+
+    cdef bint accepts(self, object cmd, list inputs, list outputs) except -1
+
+
+cdef class CommandInfo:
+    cdef readonly str name
+    cdef readonly int id                # index in the registry; stable for the process
+    cdef readonly str inplace           # "none" | "allow" | "enforce" | "any"
+    cdef readonly object check          # check(cmd, inputs, outputs), raises CommandError
+    cdef readonly object normalize      # normalize(params: dict) -> dict, raises CommandError
+    cdef readonly list backends         # Backend objects, sorted by (-priority, seq)
+
+
+cdef class Cmd:
+    cdef readonly CommandInfo info
+    cdef nnc_cmd_param_t param
+    cdef readonly dict params           # normalised parameters (a private copy)
+    cdef readonly object fn             # CUSTOM's callable, else None
+    cdef Backend _backend               # chosen or pinned backend; None until chosen
+    cdef readonly bint pinned           # the user named the backend: selection must keep it
+
+    cdef Cmd copy_with(self, Backend backend)
+
+
+cdef Backend cmd_select(Cmd cmd, list inputs, list outputs)
+cdef int cmd_validate(Cmd cmd, list inputs, list outputs) except -1
+cdef list tensor_list(object items, str what)
+cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1
+cdef Backend register_c_backend(
+    str command, str name, nnc_cmd_exec_f fn, int datatypes, bint contiguous_only,
+    object accept, object priority, bint release_gil,
+)

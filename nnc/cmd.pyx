@@ -1,0 +1,507 @@
+"""Commands, their backends, the registry, backend selection and one-command execution.
+
+NNC: ccv_nnc_cmd.c, cmd/ccv_nnc_cmd.inc. A :class:`Cmd` is a command id plus normalised
+parameters; each command has one or more :class:`Backend` objects. ``CPU_REF`` defines the
+semantics and accepts every case; ``CPU_OPT`` and user backends may accept a subset.
+
+Default backend choice (documented in docs/commands.md): among the command's backends whose
+datatype mask covers every tensor, whose layout rule holds (contiguous-only backends reject
+strided views) and whose ``accept`` predicate (if any) says yes, take the one with the highest
+priority; equal priorities go to the earlier registered. Built-in priorities: CPU_OPT 20,
+CPU_REF 10, any other name 15 unless given. Unlike NNC, whose hash order puts CPU_REF first, the
+fast backend is the default; ``autotune`` may still pick another by measured time.
+
+A Python backend is ``fn(cmd, inputs, outputs)`` on lists of ndarrays (``None`` where a tensor is
+absent). A C backend is an ``nnc_cmd_exec_f`` (nnc/cmd.pxd) that never touches Python.
+"""
+
+from libc.stdlib cimport free, malloc
+
+import time
+
+import numpy as np
+
+from nnc._core import DATATYPE_NAMES, DATATYPES, STATUS_NAMES, CommandError
+from nnc.tensor cimport Tensor, tensor_overlap, tensor_same, tensor_wrap
+
+cdef int ALL_DATATYPES = 0
+for _code in DATATYPES.values():
+    ALL_DATATYPES |= _code
+
+cdef list _commands = []                # CommandInfo by id
+cdef dict _by_name = {}                 # name -> CommandInfo
+cdef int _seq = 0                       # registration counter for tie-breaks
+
+_DEFAULT_PRIORITY = {"CPU_OPT": 20, "CPU_REF": 10}
+_INPLACE_MODES = ("none", "allow", "enforce", "any")
+GIL_RELEASE_ELEMENTS = NNC_GIL_RELEASE_ELEMENTS
+
+
+cdef class Backend:
+    """One implementation of a command (NNC: ccv_nnc_cmd_backend_registry_t)."""
+
+    def __init__(self):
+        raise TypeError("backends are made by nnc.register_backend")
+
+    cdef bint accepts(self, object cmd, list inputs, list outputs) except -1:
+        cdef Tensor t
+        for group in (inputs, outputs):
+            for x in group:
+                if x is None:
+                    continue
+                t = <Tensor>x
+                if t.t.device >= 0 or not (t.t.datatype & self.datatypes):
+                    return False
+                if self.contiguous_only and not t.t.contiguous:
+                    return False
+        if self.accept is not None:
+            return bool(self.accept(cmd, inputs, outputs))
+        return True
+
+    @property
+    def is_c(self):
+        """True for a C backend (callable without the GIL)."""
+        return self.c_exec != NULL
+
+    @property
+    def datatype_names(self):
+        return [n for n, code in DATATYPES.items() if code & self.datatypes]
+
+    def exec(self, Cmd cmd, inputs, outputs):
+        """Run this backend directly, without shape checks (tests and benchmarks use it)."""
+        backend_run(self, cmd, tensor_list(inputs, "inputs"), tensor_list(outputs, "outputs"))
+
+    def __repr__(self):
+        kind = "C" if self.c_exec != NULL else "Python"
+        return f"<Backend {self.command}/{self.name} ({kind}, priority {self.priority})>"
+
+
+cdef class CommandInfo:
+    """A registered command: its attributes and backends (NNC: ccv_nnc_cmd_registry_t)."""
+
+    def __init__(self):
+        raise TypeError("commands are made by nnc.register_command")
+
+    def __repr__(self):
+        names = [b.name for b in self.backends]
+        return f"<Command {self.name} inplace={self.inplace!r} backends={names}>"
+
+
+def _lookup(name):
+    info = _by_name.get(name)
+    if info is None:
+        known = ", ".join(sorted(_by_name))
+        raise CommandError(f"unknown command {name!r}; known commands: {known}")
+    return info
+
+
+def register_command(name, *, inplace="none", check=None, normalize=None):
+    """Register a new command (or return the existing one if the attributes agree).
+
+    ``inplace``: ``"none"`` (no output may overlap an input), ``"allow"`` (an output may be
+    exactly an input; any other overlap is refused), ``"enforce"`` (output k must be input k),
+    or ``"any"`` (no check, for commands such as CUSTOM that own their semantics).
+    ``check(cmd, inputs, outputs)`` validates arity, shapes and dtypes and raises CommandError.
+    ``normalize(params) -> params`` validates and fills in parameters.
+    NNC: REGISTER_COMMAND, ccv_nnc_cmd_allow_inplace / ccv_nnc_cmd_enforce_inplace.
+    """
+    global _seq
+    if not isinstance(name, str) or not name:
+        raise CommandError(f"command name must be a non-empty string, not {name!r}")
+    if inplace not in _INPLACE_MODES:
+        raise CommandError(f"inplace must be one of {_INPLACE_MODES}, not {inplace!r}")
+    if check is not None and not callable(check):
+        raise CommandError("check must be callable")
+    if normalize is not None and not callable(normalize):
+        raise CommandError("normalize must be callable")
+    cdef CommandInfo info = _by_name.get(name)
+    if info is not None:
+        if info.inplace != inplace:
+            raise CommandError(
+                f"command {name!r} is already registered with inplace={info.inplace!r}"
+            )
+        if check is not None:
+            info.check = check
+        if normalize is not None:
+            info.normalize = normalize
+        return info
+    info = CommandInfo.__new__(CommandInfo)
+    info.name = name
+    info.id = len(_commands)
+    info.inplace = inplace
+    info.check = check
+    info.normalize = normalize
+    info.backends = []
+    _commands.append(info)
+    _by_name[name] = info
+    return info
+
+
+cdef int _datatype_mask(object datatypes) except -1:
+    if datatypes is None:
+        return ALL_DATATYPES
+    cdef int mask = 0
+    for d in datatypes:
+        code = DATATYPES.get(np.dtype(d).name)
+        if code is None:
+            raise CommandError(f"unsupported datatype {d!r} in a backend's datatypes")
+        mask |= code
+    return mask
+
+
+cdef Backend _add_backend(str command, str name, object priority, Backend b):
+    global _seq
+    cdef CommandInfo info = _lookup(command)
+    if not isinstance(name, str) or not name:
+        raise CommandError(f"backend name must be a non-empty string, not {name!r}")
+    b.name = name
+    b.command = command
+    b.priority = int(_DEFAULT_PRIORITY.get(name, 15) if priority is None else priority)
+    _seq += 1
+    b.seq = _seq
+    # Re-registering a name replaces that backend (users may override a built-in).
+    info.backends = [x for x in info.backends if x.name != name]
+    info.backends.append(b)
+    info.backends.sort(key=lambda x: (-x.priority, x.seq))
+    return b
+
+
+def register_backend(command, backend, fn, *, datatypes=None, contiguous=False, accept=None,
+                     priority=None):
+    """Register ``fn(cmd, inputs, outputs)`` (on ndarrays) as backend ``backend`` of ``command``.
+
+    ``datatypes``: dtypes it accepts (default: all). ``contiguous``: it rejects strided views.
+    ``accept(cmd, inputs, outputs) -> bool``: any further restriction (on Tensors).
+    ``priority``: default selection prefers higher (CPU_OPT 20, CPU_REF 10, others 15).
+    NNC: REGISTER_COMMAND_BACKEND.
+    """
+    if not callable(fn):
+        raise CommandError(f"backend {backend!r} of {command!r} must be callable")
+    if accept is not None and not callable(accept):
+        raise CommandError("accept must be callable")
+    cdef Backend b = Backend.__new__(Backend)
+    b.c_exec = NULL
+    b.py_exec = fn
+    b.datatypes = _datatype_mask(datatypes)
+    b.contiguous_only = bool(contiguous)
+    b.accept = accept
+    b.release_gil = False
+    return _add_backend(command, backend, priority, b)
+
+
+cdef Backend register_c_backend(
+    str command, str name, nnc_cmd_exec_f fn, int datatypes, bint contiguous_only,
+    object accept, object priority, bint release_gil,
+):
+    cdef Backend b = Backend.__new__(Backend)
+    b.c_exec = fn
+    b.py_exec = None
+    b.datatypes = datatypes
+    b.contiguous_only = contiguous_only
+    b.accept = accept
+    b.release_gil = release_gil
+    return _add_backend(command, name, priority, b)
+
+
+def commands():
+    """Names of all registered commands, in registration order."""
+    return [info.name for info in _commands]
+
+
+def backends(command):
+    """Names of ``command``'s backends, in default-selection order."""
+    return [b.name for b in (<CommandInfo>_lookup(command)).backends]
+
+
+def command_info(command):
+    """The registry entry of ``command`` (attributes and Backend objects)."""
+    return _lookup(command)
+
+
+cdef class Cmd:
+    """A command with parameters: ``Cmd("SCALAR_MUL", a=0.5)``, ``Cmd("GEMM", transpose_b=True)``.
+
+    ``backend=`` pins a backend by name; otherwise it is chosen from the tensors when the command
+    is executed or put into a graph. NNC: ccv_nnc_cmd_t, ccv_nnc_cmd().
+    """
+
+    def __init__(self, name, backend=None, **params):
+        cdef CommandInfo info = _lookup(name)
+        self.info = info
+        if info.normalize is not None:
+            params = info.normalize(dict(params))
+        elif params:
+            raise CommandError(f"{name} takes no parameters, got {sorted(params)}")
+        self.params = dict(params)
+        self.fn = self.params.pop("fn", None)
+        self._fill_param()
+        self._backend = None
+        self.pinned = False
+        if backend is not None:
+            for b in info.backends:
+                if b.name == backend:
+                    self._backend = b
+                    self.pinned = True
+                    break
+            else:
+                raise CommandError(
+                    f"{name} has no backend {backend!r}; it has {[b.name for b in info.backends]}"
+                )
+
+    def _fill_param(self):
+        p = self.params
+        self.param.a = float(p.get("a", p.get("value", 0.0)))
+        self.param.transpose_a = bool(p.get("transpose_a", False))
+        self.param.transpose_b = bool(p.get("transpose_b", False))
+        self.param.groups = int(p.get("groups", 1))
+        size = p.get("size", (1, 1))
+        stride = p.get("stride", (1, 1))
+        pad = p.get("padding", (0, 0, 0, 0))
+        self.param.size[0], self.param.size[1] = size
+        self.param.stride[0], self.param.stride[1] = stride
+        self.param.pad[0], self.param.pad[1], self.param.pad[2], self.param.pad[3] = pad
+
+    @staticmethod
+    def custom(fn, name="CUSTOM"):
+        """A command running ``fn(inputs, outputs)`` on lists of ndarrays (None if absent)."""
+        if not callable(fn):
+            raise CommandError(f"CUSTOM needs a callable, not {type(fn).__name__}")
+        return Cmd(name, fn=fn)
+
+    cdef Cmd copy_with(self, Backend backend):
+        cdef Cmd c = Cmd.__new__(Cmd)
+        c.info = self.info
+        c.param = self.param
+        c.params = self.params
+        c.fn = self.fn
+        c._backend = backend
+        c.pinned = self.pinned
+        return c
+
+    @property
+    def name(self):
+        return self.info.name
+
+    @property
+    def backend(self):
+        """The chosen backend's name, or None until one is chosen."""
+        return None if self._backend is None else self._backend.name
+
+    @property
+    def backend_object(self):
+        return self._backend
+
+    def __getattr__(self, key):
+        try:
+            return self.params[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __repr__(self):
+        args = [repr(self.info.name)]
+        args += [f"{k}={v!r}" for k, v in self.params.items()]
+        if self.fn is not None:
+            args.append(f"fn={getattr(self.fn, '__name__', self.fn)!r}")
+        if self._backend is not None:
+            args.append(f"backend={self._backend.name!r}")
+        return f"Cmd({', '.join(args)})"
+
+
+cdef list tensor_list(object items, str what):
+    """Normalise a tensor argument: a Tensor, an ndarray (wrapped zero-copy), None, or a list."""
+    if items is None:
+        return []
+    if isinstance(items, (Tensor, np.ndarray)):
+        items = (items,)
+    cdef list out = []
+    for x in items:
+        if x is None or isinstance(x, Tensor):
+            out.append(x)
+        elif isinstance(x, np.ndarray):
+            out.append(tensor_wrap(x))
+        else:
+            raise CommandError(
+                f"{what} must be nnc.Tensor, numpy.ndarray or None, not {type(x).__name__}"
+            )
+    return out
+
+
+cdef int cmd_validate(Cmd cmd, list inputs, list outputs) except -1:
+    """Run the command's own check, then the generic read-only and aliasing rules."""
+    cdef CommandInfo info = cmd.info
+    cdef Tensor a, b
+    cdef int i, j
+    if info.check is not None:
+        info.check(cmd, inputs, outputs)
+    for j, x in enumerate(outputs):
+        if x is not None and (<Tensor>x).readonly:
+            raise CommandError(f"output {j} of {info.name} wraps a read-only array")
+    if info.inplace == "any":
+        return 0
+    if info.inplace == "enforce":
+        for j in range(min(len(inputs), len(outputs))):
+            a, b = inputs[j], outputs[j]
+            if a is None or b is None or not tensor_same(&a.t, &b.t):
+                raise CommandError(
+                    f"{info.name} runs in place: output {j} must be the same tensor as input {j}"
+                )
+    for j in range(len(outputs)):
+        if outputs[j] is None:
+            continue
+        b = outputs[j]
+        for i in range(len(inputs)):
+            if inputs[i] is None:
+                continue
+            a = inputs[i]
+            if not tensor_overlap(&a.t, &b.t):
+                continue
+            if info.inplace in ("allow", "enforce") and tensor_same(&a.t, &b.t):
+                continue
+            if info.inplace == "none":
+                why = f"{info.name} cannot run in place"
+            else:
+                why = "only an exact alias (same memory, same layout) is allowed"
+            raise CommandError(f"output {j} of {info.name} overlaps input {i}: {why}")
+        for i in range(j):
+            if outputs[i] is not None and tensor_overlap(&(<Tensor>outputs[i]).t, &b.t):
+                raise CommandError(f"outputs {i} and {j} of {info.name} overlap")
+    return 0
+
+
+cdef str _describe(list inputs, list outputs):
+    kinds = set()
+    for x in inputs + outputs:
+        if x is not None:
+            t = <Tensor>x
+            kinds.add(f"{DATATYPE_NAMES[t.t.datatype]}{'' if t.t.contiguous else ' strided'}")
+    return ", ".join(sorted(kinds)) or "no"
+
+
+cdef Backend cmd_select(Cmd cmd, list inputs, list outputs):
+    """The backend a run uses: the pinned one (which must accept), else the default choice."""
+    cdef Backend b
+    if cmd.pinned:
+        b = cmd._backend
+        if not b.accepts(cmd, inputs, outputs):
+            raise CommandError(
+                f"backend {b.name} of {cmd.info.name} does not accept "
+                f"{_describe(inputs, outputs)} tensors (it takes {b.datatype_names})"
+            )
+        return b
+    for b in cmd.info.backends:
+        if b.accepts(cmd, inputs, outputs):
+            return b
+    offered = "; ".join(f"{b.name}: {', '.join(b.datatype_names)}" for b in cmd.info.backends)
+    raise CommandError(
+        f"no backend of {cmd.info.name} accepts {_describe(inputs, outputs)} tensors "
+        f"({offered or 'no backends registered'})"
+    )
+
+
+cdef inline Py_ssize_t _elements(list outputs):
+    cdef Py_ssize_t n = 0
+    for x in outputs:
+        if x is not None:
+            n += (<Tensor>x).t.count
+    return n
+
+
+cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
+    cdef int n_in = len(inputs), n_out = len(outputs), i, rc
+    cdef nnc_tensor_t** io
+    if b.c_exec != NULL:
+        io = <nnc_tensor_t**>malloc(sizeof(nnc_tensor_t*) * (n_in + n_out + 1))
+        if io == NULL:
+            raise MemoryError()
+        for i in range(n_in):
+            io[i] = NULL if inputs[i] is None else &(<Tensor>inputs[i]).t
+        for i in range(n_out):
+            io[n_in + i] = NULL if outputs[i] is None else &(<Tensor>outputs[i]).t
+        if b.release_gil and _elements(outputs) >= NNC_GIL_RELEASE_ELEMENTS:
+            with nogil:
+                rc = b.c_exec(&cmd.param, io, n_in, io + n_in, n_out, NULL)
+        else:
+            rc = b.c_exec(&cmd.param, io, n_in, io + n_in, n_out, NULL)
+        free(io)
+        if rc != 0:
+            raise CommandError(
+                f"backend {b.name} of {cmd.info.name} failed: {STATUS_NAMES.get(rc, rc)}"
+            )
+        return 0
+    ins = [None if x is None else (<Tensor>x).numpy() for x in inputs]
+    outs = [None if x is None else (<Tensor>x).numpy() for x in outputs]
+    b.py_exec(cmd, ins, outs)
+    return 0
+
+
+def cmd_exec(Cmd cmd, inputs=(), outputs=(), stream=None):
+    """Run one command now, on the calling thread (NNC: ccv_nnc_cmd_exec).
+
+    Inputs and outputs are Tensors, ndarrays (wrapped zero-copy) or None. Shapes, dtypes and
+    aliasing are checked first; the backend is the pinned one or the default choice.
+    """
+    if stream is not None:
+        raise CommandError("cmd_exec on a stream needs nnc streams, which this build lacks")
+    ins = tensor_list(inputs, "inputs")
+    outs = tensor_list(outputs, "outputs")
+    cmd_validate(cmd, ins, outs)
+    backend_run(cmd_select(cmd, ins, outs), cmd, ins, outs)
+
+
+def cmd_backends_for(Cmd cmd, inputs, outputs):
+    """Backends of ``cmd`` that accept these tensors, in default-selection order."""
+    ins = tensor_list(inputs, "inputs")
+    outs = tensor_list(outputs, "outputs")
+    return [b for b in cmd.info.backends if (<Backend>b).accepts(cmd, ins, outs)]
+
+
+def _scratch(list inputs, list outputs):
+    """Copies of the tensors for timing, keeping exact in-place aliases aliased (as NNC does)."""
+    made = []
+
+    def copy_of(x):
+        cdef Tensor t, u
+        if x is None:
+            return None
+        t = <Tensor>x
+        for orig, dup in made:
+            u = <Tensor>orig
+            if tensor_same(&t.t, &u.t):
+                return dup
+        dup = Tensor(np.array(t.numpy(), copy=True, order="C"))
+        made.append((t, dup))
+        return dup
+
+    return [copy_of(x) for x in inputs], [copy_of(x) for x in outputs]
+
+
+def cmd_autotune(Cmd cmd, inputs, outputs, trials=3):
+    """Time every backend that accepts these tensors on scratch copies; return the fastest.
+
+    NNC: ccv_nnc_cmd_autotune (best of 3 trials; in-place aliasing kept on the scratch copies).
+    A backend that raises is dropped. Returns the Backend, or None if none accepts.
+    """
+    ins = tensor_list(inputs, "inputs")
+    outs = tensor_list(outputs, "outputs")
+    candidates = [b for b in cmd.info.backends if (<Backend>b).accepts(cmd, ins, outs)]
+    if cmd.pinned:
+        return cmd._backend
+    if len(candidates) <= 1:
+        return candidates[0] if candidates else None
+    s_in, s_out = _scratch(ins, outs)
+    best = {}
+    for _ in range(int(trials)):
+        for b in list(candidates):
+            t0 = time.perf_counter()
+            try:
+                backend_run(b, cmd, s_in, s_out)
+            except Exception:
+                candidates.remove(b)
+                best.pop(b, None)
+                continue
+            dt = time.perf_counter() - t0
+            if dt < best.get(b, float("inf")):
+                best[b] = dt
+    if not best:
+        return None
+    return min(best, key=lambda b: (best[b], -b.priority, b.seq))

@@ -1,0 +1,60 @@
+from cpython.object cimport PyObject
+
+from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
+from nnc.tensor cimport nnc_tensor_t
+
+cdef enum:
+    EXEC_NOOP = 0x1                     # nothing to run (NOOP)
+    EXEC_C = 0x2                        # call c_exec
+    EXEC_PY = 0x4                       # call py_fn(*py_args)
+    EXEC_NOGIL = 0x8                    # with EXEC_C: release the GIL around the call
+
+# One node ("exec") in C. Everything the run loop touches per node lives here, so the loop does
+# no Python work except for Python-implemented commands.
+ctypedef struct exec_info_t:
+    int flags                           # EXEC_* bits; exactly one of NOOP, C, PY
+    nnc_cmd_exec_f c_exec               # with EXEC_C: the backend function
+    const nnc_cmd_param_t* param        # the node's Cmd.param; that Cmd is owned by Graph._cmds
+    PyObject* py_fn                     # with EXEC_PY: borrowed, owned by Graph._py_calls
+    PyObject* py_args                   # with EXEC_PY: borrowed tuple, owned likewise
+    int input_size
+    int output_size
+    int io_offset                       # first slot in Graph._io: inputs, then outputs
+    int* outgoings                      # malloc'd successor indices, no duplicates
+    int outgoing_size
+    int outgoing_cap
+
+
+cdef class Graph:
+    cdef exec_info_t* _nodes            # _size live entries, _cap allocated
+    cdef int _size
+    cdef int _cap
+    cdef nnc_tensor_t** _io             # tensor slots of all nodes; NULL for an absent tensor
+    cdef int _io_size
+    cdef int _io_cap
+    cdef list _cmds                     # Cmd per node (owns exec_info_t.param)
+    cdef list _inputs                   # tuple of Tensor|None per node (owns the _io pointers)
+    cdef list _outputs
+    cdef list _names                    # str or None per node
+    cdef list _py_calls                 # (fn, args) per node, or None (owns py_fn, py_args)
+    cdef list _sources                  # list of node indices, or None for the default
+    cdef list _destinations
+    cdef int* _order                    # run order: nodes on a source-to-destination path
+    cdef int _order_size
+    cdef bint _dirty                    # _order is stale: edges, nodes or ends changed
+
+    cdef int _check_exec(self, object e) except -1
+    cdef int _set_node(self, int idx, object cmd, list inputs, list outputs) except -1
+    cdef int _compile(self) except -1
+    cdef int _run_node(self, int idx) except -1
+    cdef int _run_order(self) except -1
+    cdef int _fail_c(self, int idx, int rc) except -1
+    cdef str _cycle(self, const int* indegree)
+
+
+cdef class GraphExec:
+    cdef readonly Graph graph
+    cdef readonly int index             # position in graph; stable for the graph's life
+
+    @staticmethod
+    cdef GraphExec _new(Graph graph, int index)

@@ -1,0 +1,532 @@
+"""Concrete graphs: nodes holding a command and its tensors, explicit edges, sequential runs.
+
+NNC: ccv_nnc_graph.c (building, topological order), ccv_nnc_graph_run.c (the node loop).
+
+State (see graph.pxd for the field invariants): nodes are C structs in one growable array and
+keep their index for the graph's life (NNC's topsort renumbers nodes; we keep a separate run
+order instead, so ``GraphExec`` handles never go stale). Edges are per-node successor arrays.
+The run order is recomputed only after a change (``_dirty``): a global Kahn pass rejects cycles,
+then the nodes on a path from a source to a destination are ordered topologically. A run walks
+that C array and, per node, calls a C backend or, for Python-implemented commands, one cached
+Python callable with cached argument lists: repeated runs allocate nothing.
+"""
+
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memset
+
+import time
+
+from nnc._core import CommandError, GraphError, NNCError
+from nnc.cmd import cmd_autotune
+
+from nnc.cmd cimport (
+    NNC_GIL_RELEASE_ELEMENTS, Backend, Cmd, cmd_select, cmd_validate, tensor_list,
+)
+from nnc.tensor cimport Tensor
+
+
+cdef extern from "Python.h":
+    object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
+
+
+cdef class GraphExec:
+    """A handle to one node of a graph (NNC: ccv_nnc_graph_exec_t)."""
+
+    def __init__(self):
+        raise TypeError("graph nodes are made by Graph.exec")
+
+    @staticmethod
+    cdef GraphExec _new(Graph graph, int index):
+        cdef GraphExec e = GraphExec.__new__(GraphExec)
+        e.graph = graph
+        e.index = index
+        return e
+
+    @property
+    def cmd(self):
+        return self.graph._cmds[self.index]
+
+    @property
+    def name(self):
+        return self.graph._names[self.index]
+
+    @property
+    def inputs(self):
+        return list(self.graph._inputs[self.index])
+
+    @property
+    def outputs(self):
+        return list(self.graph._outputs[self.index])
+
+    @property
+    def backend(self):
+        return (<Cmd>self.graph._cmds[self.index]).backend
+
+    @backend.setter
+    def backend(self, name):
+        """Pin this node to backend ``name``; it must accept the node's tensors."""
+        cdef Graph g = self.graph
+        cdef Cmd old = g._cmds[self.index], cmd
+        for b in old.info.backends:
+            if b.name == name:
+                break
+        else:
+            raise CommandError(f"{old.name} has no backend {name!r}")
+        cmd = old.copy_with(b)
+        cmd.pinned = True
+        g._set_node(self.index, cmd, list(g._inputs[self.index]), list(g._outputs[self.index]))
+
+    @property
+    def outgoings(self):
+        cdef exec_info_t* node = &self.graph._nodes[self.index]
+        return [GraphExec._new(self.graph, node.outgoings[i]) for i in range(node.outgoing_size)]
+
+    def __eq__(self, other):
+        if not isinstance(other, GraphExec):
+            return NotImplemented
+        return self.graph is (<GraphExec>other).graph and self.index == (<GraphExec>other).index
+
+    def __hash__(self):
+        return hash((id(self.graph), self.index))
+
+    def __repr__(self):
+        return f"<GraphExec {self.graph._label(self.index)}>"
+
+
+cdef class Graph:
+    """A concrete graph (NNC: ccv_nnc_graph_t). Build with exec/concat, then run()."""
+
+    def __cinit__(self):
+        self._nodes = NULL
+        self._size = self._cap = 0
+        self._io = NULL
+        self._io_size = self._io_cap = 0
+        self._cmds = []
+        self._inputs = []
+        self._outputs = []
+        self._names = []
+        self._py_calls = []
+        self._sources = None
+        self._destinations = None
+        self._order = NULL
+        self._order_size = 0
+        self._dirty = True
+
+    def __dealloc__(self):
+        cdef int i
+        if self._nodes != NULL:
+            for i in range(self._size):
+                free(self._nodes[i].outgoings)
+            free(self._nodes)
+        free(self._io)
+        free(self._order)
+
+    def _label(self, int idx):
+        name = self._names[idx]
+        cmd = (<Cmd>self._cmds[idx]).name
+        return f"#{idx} {cmd}" if name is None else f"#{idx} {name} ({cmd})"
+
+    cdef int _check_exec(self, object e) except -1:
+        if not isinstance(e, GraphExec):
+            raise GraphError(f"expected a GraphExec of this graph, not {type(e).__name__}")
+        if (<GraphExec>e).graph is not self:
+            raise GraphError(f"{e!r} belongs to another graph")
+        return (<GraphExec>e).index
+
+    cdef int _set_node(self, int idx, object cmd_obj, list inputs, list outputs) except -1:
+        """Validate, choose the backend and fill node idx's C struct and cached Python call."""
+        cdef Cmd cmd = cmd_obj
+        cdef Backend b
+        cdef exec_info_t* node = &self._nodes[idx]
+        cdef int n = len(inputs) + len(outputs), i
+        cdef Py_ssize_t elements = 0
+        cmd_validate(cmd, inputs, outputs)
+        b = cmd_select(cmd, inputs, outputs)
+        cmd = cmd.copy_with(b)
+        # Reuse the node's tensor slots when the count matches, else append new ones.
+        if idx < len(self._inputs) and node.input_size + node.output_size == n:
+            pass
+        else:
+            if self._io_size + n > self._io_cap:
+                cap = max(16, self._io_cap * 2, self._io_size + n)
+                io = <nnc_tensor_t**>realloc(self._io, sizeof(nnc_tensor_t*) * cap)
+                if io == NULL:
+                    raise MemoryError()
+                self._io = io
+                self._io_cap = cap
+            node.io_offset = self._io_size
+            self._io_size += n
+        node.input_size = len(inputs)
+        node.output_size = len(outputs)
+        for i, t in enumerate(inputs + outputs):
+            self._io[node.io_offset + i] = NULL if t is None else &(<Tensor>t).t
+            if t is not None and i >= node.input_size:
+                elements += (<Tensor>t).t.count
+        node.param = &cmd.param
+        node.c_exec = NULL
+        node.py_fn = NULL
+        node.py_args = NULL
+        call = None
+        if cmd.info.name == "NOOP":
+            node.flags = EXEC_NOOP
+        elif cmd.fn is not None or b.c_exec == NULL:
+            ins = [None if t is None else (<Tensor>t).numpy() for t in inputs]
+            outs = [None if t is None else (<Tensor>t).numpy() for t in outputs]
+            if cmd.fn is not None:
+                call = (cmd.fn, (ins, outs))
+            else:
+                call = (b.py_exec, (cmd, ins, outs))
+            node.flags = EXEC_PY
+            node.py_fn = <PyObject*>call[0]
+            node.py_args = <PyObject*>call[1]
+        else:
+            node.flags = EXEC_C
+            node.c_exec = b.c_exec
+            if b.release_gil and elements >= NNC_GIL_RELEASE_ELEMENTS:
+                node.flags |= EXEC_NOGIL
+        if idx < len(self._cmds):
+            self._cmds[idx] = cmd
+            self._inputs[idx] = tuple(inputs)
+            self._outputs[idx] = tuple(outputs)
+            self._py_calls[idx] = call
+        else:
+            self._cmds.append(cmd)
+            self._inputs.append(tuple(inputs))
+            self._outputs.append(tuple(outputs))
+            self._py_calls.append(call)
+        return 0
+
+    def exec(self, cmd, inputs=(), outputs=(), name=None):
+        """Add a node running ``cmd`` on ``inputs`` -> ``outputs``; returns its GraphExec.
+
+        Shapes, dtypes and aliasing are checked now and the backend is chosen now (the pinned
+        one, or the default for these tensors), so a run never fails on a malformed node.
+        NNC: ccv_nnc_graph_exec_new.
+        """
+        if not isinstance(cmd, Cmd):
+            raise CommandError(f"Graph.exec needs an nnc.Cmd, not {type(cmd).__name__}")
+        ins = tensor_list(inputs, "inputs")
+        outs = tensor_list(outputs, "outputs")
+        cdef int idx = self._size
+        cdef exec_info_t* nodes
+        if self._size == self._cap:
+            cap = max(16, self._cap * 2)
+            nodes = <exec_info_t*>realloc(self._nodes, sizeof(exec_info_t) * cap)
+            if nodes == NULL:
+                raise MemoryError()
+            self._nodes = nodes
+            self._cap = cap
+        memset(&self._nodes[idx], 0, sizeof(exec_info_t))
+        self._set_node(idx, cmd, ins, outs)
+        self._names.append(None if name is None else str(name))
+        self._size += 1
+        self._dirty = True
+        return GraphExec._new(self, idx)
+
+    def concat(self, a, b):
+        """Make ``a`` run before ``b``. Returns False if the edge already existed.
+
+        NNC: ccv_nnc_graph_exec_concat.
+        """
+        cdef int i = self._check_exec(a), j = self._check_exec(b), k
+        cdef exec_info_t* node = &self._nodes[i]
+        cdef int* grown
+        if i == j:
+            raise GraphError(f"cannot make {a!r} depend on itself")
+        for k in range(node.outgoing_size):
+            if node.outgoings[k] == j:
+                return False
+        if node.outgoing_size == node.outgoing_cap:
+            cap = max(4, node.outgoing_cap * 2)
+            grown = <int*>realloc(node.outgoings, sizeof(int) * cap)
+            if grown == NULL:
+                raise MemoryError()
+            node.outgoings = grown
+            node.outgoing_cap = cap
+        node.outgoings[node.outgoing_size] = j
+        node.outgoing_size += 1
+        self._dirty = True
+        return True
+
+    def disjoin(self, a, b):
+        """Remove the edge ``a -> b``; GraphError if there is none. NNC: ..._exec_disjoin."""
+        cdef int i = self._check_exec(a), j = self._check_exec(b), k
+        cdef exec_info_t* node = &self._nodes[i]
+        for k in range(node.outgoing_size):
+            if node.outgoings[k] == j:
+                node.outgoings[k] = node.outgoings[node.outgoing_size - 1]
+                node.outgoing_size -= 1
+                self._dirty = True
+                return
+        raise GraphError(f"there is no edge {a!r} -> {b!r} to disjoin")
+
+    def _ends(self, value, what):
+        if value is None:
+            return None
+        if isinstance(value, GraphExec):
+            value = [value]
+        idx = []
+        for e in value:
+            i = self._check_exec(e)
+            if i not in idx:
+                idx.append(i)
+        if not idx:
+            raise GraphError(f"{what} must name at least one node (or be None for the default)")
+        return idx
+
+    def _default_ends(self, bint sources):
+        cdef int i, k
+        cdef list ends = []
+        cdef char* has = <char*>malloc(self._size + 1)
+        if has == NULL:
+            raise MemoryError()
+        memset(has, 0, self._size + 1)
+        for i in range(self._size):
+            if sources:
+                for k in range(self._nodes[i].outgoing_size):
+                    has[self._nodes[i].outgoings[k]] = 1
+            elif self._nodes[i].outgoing_size:
+                has[i] = 1
+        ends = [i for i in range(self._size) if not has[i]]
+        free(has)
+        return ends
+
+    @property
+    def sources(self):
+        """Nodes a run starts from: set explicitly, or those without incoming edges."""
+        idx = self._sources if self._sources is not None else self._default_ends(True)
+        return [GraphExec._new(self, i) for i in idx]
+
+    @sources.setter
+    def sources(self, value):
+        self._sources = self._ends(value, "sources")
+        self._dirty = True
+
+    @property
+    def destinations(self):
+        """Nodes a run ends at: set explicitly, or those without outgoing edges."""
+        idx = self._destinations if self._destinations is not None else self._default_ends(False)
+        return [GraphExec._new(self, i) for i in idx]
+
+    @destinations.setter
+    def destinations(self, value):
+        self._destinations = self._ends(value, "destinations")
+        self._dirty = True
+
+    cdef str _cycle(self, const int* indegree):
+        """Name one cycle among the nodes a Kahn pass could not order (indegree > 0)."""
+        cdef int i, start = -1
+        for i in range(self._size):
+            if indegree[i] > 0:
+                start = i
+                break
+        seen = {}
+        path = []
+        i = start
+        while i not in seen:
+            seen[i] = len(path)
+            path.append(i)
+            for k in range(self._nodes[i].outgoing_size):
+                j = self._nodes[i].outgoings[k]
+                if indegree[j] > 0:
+                    i = j
+                    break
+        cycle = path[seen[i]:] + [i]
+        return " -> ".join(self._label(n) for n in cycle)
+
+    cdef int _compile(self) except -1:
+        """Recompute the run order; raise GraphError for cycles or unreachable destinations."""
+        cdef int n = self._size, i, k, j, head = 0, tail = 0
+        cdef int* indegree = <int*>malloc(sizeof(int) * (n + 1))
+        cdef int* queue = <int*>malloc(sizeof(int) * (n + 1))
+        cdef char* mark = <char*>malloc(n + 1)
+        cdef int* order
+        try:
+            if indegree == NULL or queue == NULL or mark == NULL:
+                raise MemoryError()
+            # 1. Kahn over the whole graph: any node left unordered lies on or behind a cycle.
+            memset(indegree, 0, sizeof(int) * (n + 1))
+            for i in range(n):
+                for k in range(self._nodes[i].outgoing_size):
+                    indegree[self._nodes[i].outgoings[k]] += 1
+            for i in range(n):
+                if indegree[i] == 0:
+                    queue[tail] = i
+                    tail += 1
+            while head < tail:
+                i = queue[head]
+                head += 1
+                for k in range(self._nodes[i].outgoing_size):
+                    j = self._nodes[i].outgoings[k]
+                    indegree[j] -= 1
+                    if indegree[j] == 0:
+                        queue[tail] = j
+                        tail += 1
+            if tail < n:
+                raise GraphError(f"graph has a cycle: {self._cycle(indegree)}")
+            # queue[0:n] is now a topological order of all nodes.
+            srcs = self._sources if self._sources is not None else self._default_ends(True)
+            dsts = (self._destinations if self._destinations is not None
+                    else self._default_ends(False))
+            # 2. Forward reachability from the sources, in topological order (bit 1).
+            memset(mark, 0, n + 1)
+            for i in srcs:
+                mark[i] = 1
+            for head in range(n):
+                i = queue[head]
+                if mark[i] & 1:
+                    for k in range(self._nodes[i].outgoing_size):
+                        mark[self._nodes[i].outgoings[k]] |= 1
+            missing = [i for i in dsts if not mark[i] & 1]
+            if missing:
+                names = ", ".join(self._label(i) for i in missing)
+                raise GraphError(f"destinations not reachable from the sources: {names}")
+            # 3. Backward reachability from the destinations, in reverse order (bit 2).
+            for i in dsts:
+                mark[i] |= 2
+            for head in range(n - 1, -1, -1):
+                i = queue[head]
+                for k in range(self._nodes[i].outgoing_size):
+                    if mark[self._nodes[i].outgoings[k]] & 2:
+                        mark[i] |= 2
+                        break
+            # 4. The run order: the topological order restricted to nodes on a path.
+            order = <int*>realloc(self._order, sizeof(int) * (n + 1))
+            if order == NULL:
+                raise MemoryError()
+            self._order = order
+            self._order_size = 0
+            for head in range(n):
+                i = queue[head]
+                if mark[i] == 3:
+                    order[self._order_size] = i
+                    self._order_size += 1
+            self._dirty = False
+        finally:
+            free(indegree)
+            free(queue)
+            free(mark)
+        return 0
+
+    def topsort(self):
+        """The nodes a run visits, in the order it visits them (NNC: ccv_nnc_graph_topsort)."""
+        if self._dirty:
+            self._compile()
+        return [GraphExec._new(self, self._order[i]) for i in range(self._order_size)]
+
+    cdef int _fail_c(self, int idx, int rc) except -1:
+        from nnc._core import STATUS_NAMES
+        cmd = <Cmd>self._cmds[idx]
+        raise CommandError(
+            f"node {self._label(idx)}: backend {cmd.backend} failed: {STATUS_NAMES.get(rc, rc)}"
+        )
+
+    cdef int _run_node(self, int idx) except -1:
+        cdef exec_info_t* node = &self._nodes[idx]
+        cdef nnc_tensor_t** io = self._io + node.io_offset
+        cdef int rc
+        if node.flags & EXEC_C:
+            if node.flags & EXEC_NOGIL:
+                with nogil:
+                    rc = node.c_exec(node.param, io, node.input_size, io + node.input_size,
+                                     node.output_size, NULL)
+            else:
+                rc = node.c_exec(node.param, io, node.input_size, io + node.input_size,
+                                 node.output_size, NULL)
+            if rc != 0:
+                self._fail_c(idx, rc)
+        elif node.flags & EXEC_PY:
+            try:
+                PyObject_Call(node.py_fn, node.py_args, NULL)
+            except NNCError:
+                raise
+            except Exception as e:
+                raise CommandError(f"node {self._label(idx)} failed: {e!r}") from e
+        return 0
+
+    cdef int _run_order(self) except -1:
+        cdef int k
+        for k in range(self._order_size):
+            self._run_node(self._order[k])
+        return 0
+
+    def run(self):
+        """Run every node on a source-to-destination path once, in topological order, on the
+        calling thread. NNC: ccv_nnc_graph_run with no stream."""
+        if self._dirty:
+            self._compile()
+        self._run_order()
+
+    def profile(self, repeat=1):
+        """Run like ``run()`` ``repeat`` times, timing each node; returns [(GraphExec, best s)]."""
+        if self._dirty:
+            self._compile()
+        best = {}
+        for _ in range(int(repeat)):
+            for k in range(self._order_size):
+                idx = self._order[k]
+                t0 = time.perf_counter()
+                self._run_node(idx)
+                dt = time.perf_counter() - t0
+                if dt < best.get(idx, float("inf")):
+                    best[idx] = dt
+        return [(GraphExec._new(self, self._order[k]), best[self._order[k]])
+                for k in range(self._order_size)]
+
+    def autotune(self, trials=3):
+        """Time each node's compatible backends on scratch copies (best of ``trials``) and keep
+        the fastest. Nodes with a pinned backend keep it. NNC: ccv_nnc_graph_autotune."""
+        if self._dirty:
+            self._compile()
+        changed = 0
+        for k in range(self._order_size):
+            idx = self._order[k]
+            cmd = <Cmd>self._cmds[idx]
+            if cmd.pinned or self._nodes[idx].flags & EXEC_NOOP or cmd.fn is not None:
+                continue
+            best = cmd_autotune(cmd, list(self._inputs[idx]), list(self._outputs[idx]), trials)
+            if best is not None and best.name != cmd.backend:
+                self._set_node(idx, cmd.copy_with(best), list(self._inputs[idx]),
+                               list(self._outputs[idx]))
+                changed += 1
+        return changed
+
+    @property
+    def execs(self):
+        """All nodes, in creation order."""
+        return [GraphExec._new(self, i) for i in range(self._size)]
+
+    def __len__(self):
+        return self._size
+
+    def dot(self, *args, **kwargs):
+        """dot(long=False): Graphviz text of the graph (NNC: ccv_nnc_graph_dot).
+
+        ``long=True`` adds each node's tensor shapes. (``long`` is a C type name in Cython, so
+        the signature is spelled out by hand.)
+        """
+        cdef int i, k
+        if len(args) + len(kwargs) > 1 or (kwargs and "long" not in kwargs):
+            raise TypeError("dot() takes one optional argument, long")
+        long_form = bool(args[0] if args else kwargs.get("long", False))
+        lines = ["digraph nnc_graph {", "  node [shape=box];"]
+        for i in range(self._size):
+            cmd = <Cmd>self._cmds[i]
+            label = self._label(i)
+            if cmd.backend is not None:
+                label += f"\\n{cmd.backend}"
+            if long_form:
+                for kind, ts in (("in", self._inputs[i]), ("out", self._outputs[i])):
+                    shapes = ", ".join("-" if t is None else "x".join(map(str, t.shape)) or "()"
+                                       for t in ts)
+                    label += f"\\n{kind}: {shapes}"
+            label = label.replace('"', '\\"')
+            lines.append(f'  n{i} [label="{label}"];')
+        for i in range(self._size):
+            for k in range(self._nodes[i].outgoing_size):
+                lines.append(f"  n{i} -> n{self._nodes[i].outgoings[k]};")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def __repr__(self):
+        return f"<Graph {self._size} nodes>"

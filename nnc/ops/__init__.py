@@ -1,0 +1,19 @@
+"""Built-in commands. Each module registers its commands and CPU_REF backends; the C backends of
+nnc/ops/cpu_opt.pyx are registered after them. Registration is explicit and happens once,
+when nnc is imported."""
+
+from nnc.ops import basic, ew
+
+_done = False
+
+
+def register_builtins():
+    global _done
+    if _done:
+        return
+    _done = True
+    for module in (basic, ew):
+        module.register()
+    from nnc.ops import cpu_opt
+
+    cpu_opt.register()

@@ -1,0 +1,94 @@
+"""Shared shape, arity and dtype checks for built-in commands. Each raises CommandError naming
+the command and the offending tensor, so a malformed node fails when it is built, not when run."""
+
+from nnc._core import CommandError
+
+FLOATS = ("float16", "float32", "float64")
+
+
+def arity(cmd, inputs, outputs, n_in, n_out):
+    """Check the number of inputs and outputs. ``n_in``/``n_out``: an int or (lo, hi), hi may be
+    None for "no upper bound"."""
+    for what, items, n in (("inputs", inputs, n_in), ("outputs", outputs, n_out)):
+        lo, hi = (n, n) if isinstance(n, int) else n
+        if len(items) < lo or (hi is not None and len(items) > hi):
+            want = str(lo) if lo == hi else f"{lo}..{'' if hi is None else hi}"
+            raise CommandError(f"{cmd.name} takes {want} {what}, got {len(items)}")
+
+
+def present(cmd, items, what, *idx):
+    """Require the tensors at ``idx`` to be given (not None)."""
+    for i in idx:
+        if items[i] is None:
+            raise CommandError(f"{cmd.name}: {what} {i} is required, got None")
+
+
+def same_shape(cmd, tensors, names=None):
+    """All non-None tensors have one shape."""
+    ref = None
+    for k, t in enumerate(tensors):
+        if t is None:
+            continue
+        if ref is None:
+            ref = (k, t.shape)
+        elif t.shape != ref[1]:
+            a = names[ref[0]] if names else f"tensor {ref[0]}"
+            b = names[k] if names else f"tensor {k}"
+            raise CommandError(f"{cmd.name}: {b} has shape {t.shape} but {a} has {ref[1]}")
+
+
+def same_dtype(cmd, tensors):
+    """All non-None tensors have one dtype."""
+    dtypes = {str(t.dtype) for t in tensors if t is not None}
+    if len(dtypes) > 1:
+        raise CommandError(f"{cmd.name}: mixed dtypes {sorted(dtypes)}; convert first")
+
+
+def floating(cmd, tensors):
+    """All non-None tensors are floating point."""
+    for t in tensors:
+        if t is not None and str(t.dtype) not in FLOATS:
+            raise CommandError(f"{cmd.name} needs floating-point tensors, got {t.dtype}")
+
+
+def expect_shape(cmd, t, shape, what):
+    if tuple(t.shape) != tuple(shape):
+        raise CommandError(f"{cmd.name}: {what} should have shape {tuple(shape)}, got {t.shape}")
+
+
+def pair(cmd, value, name, minimum):
+    """Normalise an int or a pair of ints to a tuple of two, each >= minimum."""
+    if isinstance(value, int):
+        value = (value, value)
+    try:
+        a, b = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise CommandError(f"{cmd}: {name} must be an int or a pair of ints, not {value!r}") from None
+    if a < minimum or b < minimum:
+        raise CommandError(f"{cmd}: {name} must be >= {minimum}, got {(a, b)}")
+    return a, b
+
+
+def padding(cmd, value):
+    """Normalise padding to (top, left, bottom, right): an int, (ph, pw), or a 4-tuple."""
+    if isinstance(value, int):
+        value = (value, value)
+    try:
+        vals = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise CommandError(f"{cmd}: padding must be ints, not {value!r}") from None
+    if len(vals) == 2:
+        vals = (vals[0], vals[1], vals[0], vals[1])
+    if len(vals) != 4 or min(vals) < 0:
+        raise CommandError(
+            f"{cmd}: padding must be p, (ph, pw) or (top, left, bottom, right) with p >= 0, "
+            f"got {value!r}"
+        )
+    return vals
+
+
+def only(cmd, params, allowed):
+    """Reject unknown parameter names."""
+    extra = sorted(set(params) - set(allowed))
+    if extra:
+        raise CommandError(f"{cmd} got unknown parameters {extra}; it takes {sorted(allowed)}")

@@ -1,0 +1,70 @@
+"""NOOP, CUSTOM, SET and DATA_TRANSFER: commands that move or fill data (NNC: cmd/util, blas)."""
+
+import numpy as np
+
+from nnc.cmd import register_backend, register_command
+from nnc.ops import _check
+
+
+def _noop(cmd, inputs, outputs):
+    pass
+
+
+def _custom_exec(cmd, inputs, outputs):
+    cmd.fn(inputs, outputs)
+
+
+def _custom_normalize(params):
+    _check.only("CUSTOM", params, ("fn",))
+    if not callable(params.get("fn")):
+        from nnc._core import CommandError
+
+        raise CommandError("CUSTOM needs fn=callable(inputs, outputs); use nnc.Cmd.custom(fn)")
+    return params
+
+
+def _set_normalize(params):
+    _check.only("SET", params, ("value",))
+    return {"value": float(params.get("value", 0.0))}
+
+
+def _set_check(cmd, inputs, outputs):
+    _check.arity(cmd, inputs, outputs, (0, None), (1, None))
+    _check.present(cmd, outputs, "output", *range(len(outputs)))
+
+
+def _set_ref(cmd, inputs, outputs):
+    for y in outputs:
+        y[...] = cmd.params["value"]
+
+
+def _transfer_check(cmd, inputs, outputs):
+    _check.arity(cmd, inputs, outputs, (1, None), (1, None))
+    if len(inputs) != len(outputs):
+        from nnc._core import CommandError
+
+        raise CommandError(
+            f"DATA_TRANSFER copies input k to output k: got {len(inputs)} inputs and "
+            f"{len(outputs)} outputs"
+        )
+    for k, (x, y) in enumerate(zip(inputs, outputs)):
+        _check.present(cmd, inputs, "input", k)
+        _check.present(cmd, outputs, "output", k)
+        _check.same_shape(cmd, (x, y), (f"input {k}", f"output {k}"))
+        _check.same_dtype(cmd, (x, y))
+
+
+def _transfer_ref(cmd, inputs, outputs):
+    for x, y in zip(inputs, outputs):
+        np.copyto(y, x)
+
+
+def register():
+    register_command("NOOP", inplace="any")
+    register_backend("NOOP", "CPU_REF", _noop)
+    register_command("CUSTOM", inplace="any", normalize=_custom_normalize)
+    register_backend("CUSTOM", "CPU_REF", _custom_exec)
+    register_command("SET", inplace="allow", check=_set_check, normalize=_set_normalize)
+    register_backend("SET", "CPU_REF", _set_ref)
+    register_command("DATA_TRANSFER", inplace="allow", check=_transfer_check)
+    register_backend("DATA_TRANSFER", "CPU_REF", _transfer_ref)

@@ -1,0 +1,88 @@
+"""Element-wise commands: EWSUM, EWPROD, EWDIV, EWEXP, EWLOG, SCALAR_MUL, RELU (NNC: cmd/ew,
+cmd/scalar_mul, cmd/relu). All inputs and outputs share one shape and one dtype (no broadcast,
+as in NNC). CPU_REF here is the plain NumPy definition; the C loops are in ops/cpu_opt.pyx.
+"""
+
+import numpy as np
+
+from nnc._core import CommandError
+from nnc.cmd import register_backend, register_command
+from nnc.ops import _check
+
+
+def _ew_check(n_in, *, floats=False, optional_first=False):
+    def check(cmd, inputs, outputs):
+        _check.arity(cmd, inputs, outputs, n_in, 1)
+        first = 1 if optional_first else 0
+        _check.present(cmd, inputs, "input", *range(first, len(inputs)))
+        _check.present(cmd, outputs, "output", 0)
+        names = [f"input {k}" for k in range(len(inputs))] + ["output 0"]
+        _check.same_shape(cmd, inputs + outputs, names)
+        _check.same_dtype(cmd, inputs + outputs)
+        if floats:
+            _check.floating(cmd, inputs + outputs)
+
+    return check
+
+
+def _ewsum_ref(cmd, inputs, outputs):
+    acc = inputs[0].copy()
+    for x in inputs[1:]:
+        acc += x
+    outputs[0][...] = acc
+
+
+def _ewprod_ref(cmd, inputs, outputs):
+    acc = inputs[0].copy()
+    for x in inputs[1:]:
+        acc *= x
+    outputs[0][...] = acc
+
+
+def _ewdiv_ref(cmd, inputs, outputs):
+    a, b = inputs
+    # NNC: a missing numerator means 1 / b.
+    outputs[0][...] = (1 / b if a is None else a / b).astype(outputs[0].dtype, copy=False)
+
+
+def _ewexp_ref(cmd, inputs, outputs):
+    outputs[0][...] = np.exp(inputs[0])
+
+
+def _ewlog_ref(cmd, inputs, outputs):
+    outputs[0][...] = np.log(inputs[0])
+
+
+def _scalar_mul_ref(cmd, inputs, outputs):
+    x = inputs[0]
+    outputs[0][...] = (x * x.dtype.type(cmd.params["a"])).astype(x.dtype, copy=False)
+
+
+def _relu_ref(cmd, inputs, outputs):
+    outputs[0][...] = np.maximum(inputs[0], 0)
+
+
+def _scalar_mul_normalize(params):
+    _check.only("SCALAR_MUL", params, ("a",))
+    try:
+        return {"a": float(params.get("a", 1.0))}
+    except (TypeError, ValueError):
+        raise CommandError(f"SCALAR_MUL: a must be a number, not {params['a']!r}") from None
+
+
+def register():
+    for name, n_in, fn, floats in (
+        ("EWSUM", (1, None), _ewsum_ref, False),
+        ("EWPROD", (1, None), _ewprod_ref, False),
+        ("EWEXP", 1, _ewexp_ref, True),
+        ("EWLOG", 1, _ewlog_ref, True),
+        ("RELU", 1, _relu_ref, False),
+    ):
+        register_command(name, inplace="allow", check=_ew_check(n_in, floats=floats))
+        register_backend(name, "CPU_REF", fn)
+    register_command("EWDIV", inplace="allow",
+                     check=_ew_check(2, floats=True, optional_first=True))
+    register_backend("EWDIV", "CPU_REF", _ewdiv_ref)
+    register_command("SCALAR_MUL", inplace="allow", check=_ew_check(1, floats=True),
+                     normalize=_scalar_mul_normalize)
+    register_backend("SCALAR_MUL", "CPU_REF", _scalar_mul_ref)

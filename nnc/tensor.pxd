@@ -1,0 +1,32 @@
+from nnc._core cimport NNC_MAX_DIM
+
+# The C view of a tensor. Backends written in C see only this struct (never the Python object),
+# so they can run without the GIL on any thread.
+ctypedef struct nnc_tensor_t:
+    void* data                          # first element; never NULL for a live tensor
+    int datatype                        # exactly one NNC_* datatype bit (nnc/_core.pxd)
+    int device                          # -1: CPU memory; >= 0: GPU ordinal
+    int ndim                            # 0 <= ndim <= NNC_MAX_DIM
+    int itemsize                        # bytes per element
+    int contiguous                      # 1 iff stride[] is the C-order stride of dim[]
+    Py_ssize_t count                    # product of dim[0:ndim] (1 for ndim == 0)
+    Py_ssize_t dim[NNC_MAX_DIM]
+    Py_ssize_t stride[NNC_MAX_DIM]      # in elements, not bytes
+
+
+cdef class Tensor:
+    cdef nnc_tensor_t t
+    # Owner of the memory: the root ndarray (views share their parent's). Kept alive as long as
+    # any tensor or array aliases it. Invariant: t.data lies in [_lo, _hi).
+    cdef object _owner
+    cdef char* _lo                      # first byte of the owner's memory
+    cdef char* _hi                      # one past its last byte
+    cdef object _array                  # cached ndarray aliasing t.data; None until asked
+    cdef readonly bint readonly         # wraps a read-only array: may be an input, never an output
+
+    cdef object _make_array(self)
+
+
+cdef Tensor tensor_wrap(object array)
+cdef bint tensor_overlap(const nnc_tensor_t* a, const nnc_tensor_t* b) noexcept nogil
+cdef bint tensor_same(const nnc_tensor_t* a, const nnc_tensor_t* b) noexcept nogil

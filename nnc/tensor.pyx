@@ -1,0 +1,317 @@
+"""Tensors: NumPy memory seen zero-copy from C ("toll-free bridging"), and views into it.
+
+NNC: ccv_nnc_tensor_new / ccv_nnc_tensor_view_new (ccv_nnc_tensor.c). A :class:`Tensor` wraps a
+C-contiguous ndarray without copying: writes through either side are seen by the other, and
+``t.numpy()`` returns that very array. ``Tensor.empty`` and ``Tensor.zeros`` allocate 64-byte
+aligned memory, as NNC does. ``t.view(shape, offset, strides)`` aliases part of a tensor with
+element offsets and strides, like NNC's tensor views; the view's extent is checked against the
+owner's memory, so a view can never reach outside it.
+
+Only CPU memory exists in this layer; a GPU device string raises a clear :class:`TensorError`.
+"""
+
+from libc.stdint cimport uintptr_t
+
+import numpy as np
+
+from nnc._core import DATATYPE_NAMES, DATATYPES, TensorError
+
+_ALIGN = 64
+_NP_DTYPE = {code: np.dtype(name) for name, code in DATATYPES.items()}
+_CODE_OF = {np.dtype(name): code for name, code in DATATYPES.items()}
+_SUPPORTED = ", ".join(DATATYPES)
+
+
+cdef int datatype_of(object dtype) except 0:
+    try:
+        key = np.dtype(dtype)
+    except TypeError:
+        raise TensorError(f"unsupported dtype {dtype!r}; nnc supports {_SUPPORTED}") from None
+    code = _CODE_OF.get(key)
+    if code is None:
+        raise TensorError(f"unsupported dtype {key} ({key.str}); nnc supports {_SUPPORTED}")
+    return code
+
+
+def parse_device(device):
+    """Return the device ordinal for a device string: -1 for ``"cpu"``."""
+    if device is None or device == "cpu":
+        return -1
+    if isinstance(device, str) and (device == "gpu" or device.startswith("gpu:")):
+        raise TensorError(
+            f"device {device!r} needs GPU support, which this build of nnc does not have yet; "
+            "use device='cpu'"
+        )
+    raise TensorError(f"unknown device {device!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+
+
+cdef int _check_shape(tuple shape) except -1:
+    if len(shape) > NNC_MAX_DIM:
+        raise TensorError(
+            f"{len(shape)} dimensions is more than nnc's limit of {NNC_MAX_DIM} (shape {shape})"
+        )
+    for d in shape:
+        if d < 0:
+            raise TensorError(f"negative dimension in shape {shape}")
+    return 0
+
+
+cdef tuple _as_shape(object shape):
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    try:
+        return tuple(int(d) for d in shape)
+    except TypeError:
+        raise TensorError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
+
+
+cdef void _fill_contiguous(nnc_tensor_t* t) noexcept:
+    cdef Py_ssize_t s = 1
+    cdef int i
+    for i in range(t.ndim - 1, -1, -1):
+        t.stride[i] = s
+        s *= t.dim[i]
+    t.count = s
+    t.contiguous = 1
+
+
+cdef Tensor tensor_wrap(object array):
+    """Wrap an ndarray zero-copy; raise TensorError when that is impossible."""
+    cdef Tensor self = Tensor.__new__(Tensor)
+    cdef int i
+    if not isinstance(array, np.ndarray):
+        raise TensorError(
+            f"Tensor wraps a NumPy ndarray, not {type(array).__name__}; "
+            "use np.asarray(x) first (that may copy)"
+        )
+    code = datatype_of(array.dtype)
+    shape = array.shape
+    _check_shape(shape)
+    if not array.flags.c_contiguous:
+        raise TensorError(
+            f"array of shape {shape} with strides {array.strides} is not C-contiguous; "
+            "nnc wraps memory without copying, so pass np.ascontiguousarray(x) (a copy)"
+        )
+    if not array.flags.aligned:
+        raise TensorError("array is not aligned to its itemsize; pass a copy (np.array(x))")
+    self.t.datatype = code
+    self.t.device = -1
+    self.t.ndim = len(shape)
+    self.t.itemsize = array.itemsize
+    for i in range(self.t.ndim):
+        self.t.dim[i] = shape[i]
+    _fill_contiguous(&self.t)
+    cdef uintptr_t p = array.__array_interface__["data"][0]
+    cdef Py_ssize_t nbytes = array.nbytes
+    self.t.data = <void*>p
+    self._owner = array
+    self._lo = <char*>p
+    self._hi = <char*>p + nbytes
+    self._array = array
+    self.readonly = not array.flags.writeable
+    return self
+
+
+cdef bint tensor_overlap(const nnc_tensor_t* a, const nnc_tensor_t* b) noexcept nogil:
+    """True if the byte extents of a and b intersect (a conservative aliasing test)."""
+    cdef char* alo = <char*>a.data
+    cdef char* blo = <char*>b.data
+    cdef char* ahi = alo
+    cdef char* bhi = blo
+    cdef int i
+    if a.count == 0 or b.count == 0:
+        return False
+    for i in range(a.ndim):
+        ahi += (a.dim[i] - 1) * a.stride[i] * a.itemsize
+    for i in range(b.ndim):
+        bhi += (b.dim[i] - 1) * b.stride[i] * b.itemsize
+    ahi += a.itemsize
+    bhi += b.itemsize
+    return alo < bhi and blo < ahi
+
+
+cdef bint tensor_same(const nnc_tensor_t* a, const nnc_tensor_t* b) noexcept nogil:
+    """True if a and b are the same elements in the same layout (exact in-place aliasing)."""
+    cdef int i
+    if a.data != b.data or a.ndim != b.ndim or a.datatype != b.datatype:
+        return False
+    for i in range(a.ndim):
+        if a.dim[i] != b.dim[i] or (a.dim[i] > 1 and a.stride[i] != b.stride[i]):
+            return False
+    return True
+
+
+class _ArrayInterface:
+    """Hands NumPy a raw pointer; the ndarray built from it keeps ``owner`` alive through us."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, interface, owner):
+        self.__array_interface__ = interface
+        self.owner = owner
+
+
+cdef class Tensor:
+    """An N-d array (up to 12 dimensions) whose memory C backends can use directly.
+
+    ``Tensor(array)`` wraps a C-contiguous ndarray zero-copy; ``np.asarray(t)`` and ``t.numpy()``
+    alias it. NNC: ccv_nnc_tensor_new(ptr, params, 0).
+    """
+
+    def __init__(self, array):
+        cdef Tensor w = tensor_wrap(array)
+        self.t = w.t
+        self._owner = w._owner
+        self._lo = w._lo
+        self._hi = w._hi
+        self._array = w._array
+        self.readonly = w.readonly
+
+    @staticmethod
+    def empty(shape, dtype="float32", device="cpu"):
+        """A new tensor of uninitialised, 64-byte aligned memory."""
+        shape = _as_shape(shape)
+        _check_shape(shape)
+        parse_device(device)
+        dt = _NP_DTYPE[datatype_of(dtype)]
+        count = 1
+        for d in shape:
+            count *= d
+        nbytes = count * dt.itemsize
+        raw = np.empty(nbytes + _ALIGN, np.uint8)
+        start = (-raw.__array_interface__["data"][0]) % _ALIGN
+        array = raw[start:start + nbytes].view(dt).reshape(shape)
+        return tensor_wrap(array)
+
+    @staticmethod
+    def zeros(shape, dtype="float32", device="cpu"):
+        """A new tensor filled with zeros."""
+        t = Tensor.empty(shape, dtype, device)
+        t.numpy().fill(0)
+        return t
+
+    @property
+    def shape(self):
+        return tuple([self.t.dim[i] for i in range(self.t.ndim)])
+
+    @property
+    def strides(self):
+        """Strides in elements (NumPy's ``strides`` are in bytes)."""
+        return tuple([self.t.stride[i] for i in range(self.t.ndim)])
+
+    @property
+    def dtype(self):
+        return _NP_DTYPE[self.t.datatype]
+
+    @property
+    def device(self):
+        return "cpu" if self.t.device < 0 else f"gpu:{self.t.device}"
+
+    @property
+    def ndim(self):
+        return self.t.ndim
+
+    @property
+    def size(self):
+        return self.t.count
+
+    @property
+    def nbytes(self):
+        return self.t.count * self.t.itemsize
+
+    @property
+    def is_contiguous(self):
+        return bool(self.t.contiguous)
+
+    @property
+    def data_ptr(self):
+        """Address of the first element, for checking aliasing and for C callers."""
+        return <uintptr_t>self.t.data
+
+    cdef object _make_array(self):
+        cdef int i
+        interface = {
+            "version": 3,
+            "shape": self.shape,
+            "typestr": _NP_DTYPE[self.t.datatype].str,
+            "data": (<uintptr_t>self.t.data, bool(self.readonly)),
+            "strides": None if self.t.contiguous else tuple(
+                [self.t.stride[i] * self.t.itemsize for i in range(self.t.ndim)]
+            ),
+        }
+        return np.asarray(_ArrayInterface(interface, self._owner))
+
+    def numpy(self):
+        """The ndarray aliasing this tensor's memory (no copy; the same object every call)."""
+        if self._array is None:
+            self._array = self._make_array()
+        return self._array
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        if copy:
+            a = a.copy()
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            if copy is False:
+                raise ValueError("converting the dtype of a Tensor needs a copy")
+            a = a.astype(dtype)
+        return a
+
+    def view(self, shape, offset=0, strides=None):
+        """A tensor aliasing part of this one.
+
+        ``offset`` and ``strides`` count elements from this tensor's first element; without
+        ``strides`` the view is C-contiguous. NNC: ccv_nnc_tensor_view_new.
+        """
+        cdef Tensor v = Tensor.__new__(Tensor)
+        cdef int i
+        cdef Py_ssize_t lo = 0, hi = 0
+        shape = _as_shape(shape)
+        _check_shape(shape)
+        v.t = self.t
+        v.t.ndim = len(shape)
+        for i in range(v.t.ndim):
+            v.t.dim[i] = shape[i]
+        _fill_contiguous(&v.t)
+        if strides is not None:
+            strides = _as_shape(strides) if not isinstance(strides, tuple) else strides
+            if len(strides) != len(shape):
+                raise TensorError(f"view strides {strides} do not match shape {shape}")
+            for i in range(v.t.ndim):
+                v.t.stride[i] = int(strides[i])
+                if v.t.dim[i] > 1:
+                    if v.t.stride[i] < 0:
+                        lo += (v.t.dim[i] - 1) * v.t.stride[i]
+                    else:
+                        hi += (v.t.dim[i] - 1) * v.t.stride[i]
+            v.t.contiguous = 1
+            expected = 1
+            for i in range(v.t.ndim - 1, -1, -1):
+                if v.t.dim[i] > 1 and v.t.stride[i] != expected:
+                    v.t.contiguous = 0
+                expected *= v.t.dim[i]
+        else:
+            hi = v.t.count - 1 if v.t.count > 0 else 0
+        start = <char*>self.t.data + <Py_ssize_t>int(offset) * self.t.itemsize
+        if v.t.count > 0 and (
+            start + lo * self.t.itemsize < self._lo
+            or start + (hi + 1) * self.t.itemsize > self._hi
+        ):
+            raise TensorError(
+                f"view of shape {shape} at offset {offset} with strides "
+                f"{self.strides if strides is None else strides} reaches outside the "
+                f"{(self._hi - self._lo) // self.t.itemsize}-element memory it aliases"
+            )
+        v.t.data = start
+        v._owner = self._owner
+        v._lo = self._lo
+        v._hi = self._hi
+        v._array = None
+        v.readonly = self.readonly
+        return v
+
+    def __repr__(self):
+        return (
+            f"Tensor(shape={self.shape}, dtype={DATATYPE_NAMES[self.t.datatype]}, "
+            f"device={self.device!r}{'' if self.t.contiguous else ', strided'})"
+        )

@@ -1,0 +1,41 @@
+"""Build the Cython core of nnc: one extension module per concept (see docs/dev.md)."""
+
+import os
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+# Module table: (dotted name, source). Each .pyx has a .pxd beside it that states its C contract.
+MODULES = [
+    ("nnc._core", "nnc/_core.pyx"),
+    ("nnc.tensor", "nnc/tensor.pyx"),
+    ("nnc.cmd", "nnc/cmd.pyx"),
+    ("nnc.ops.cpu_opt", "nnc/ops/cpu_opt.pyx"),
+    ("nnc.graph.graph", "nnc/graph/graph.pyx"),
+]
+
+DIRECTIVES = {
+    "language_level": 3,
+    "embedsignature": True,
+    "boundscheck": False,
+    "wraparound": False,
+    "initializedcheck": False,
+    "cdivision": True,
+}
+
+# NNC_ANNOTATE=1 writes cython -a HTML next to each .pyx (read it for hot loops).
+annotate = os.environ.get("NNC_ANNOTATE", "0") == "1"
+
+extensions = [
+    Extension(
+        name,
+        [src],
+        include_dirs=[np.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=["-O3"],
+    )
+    for name, src in MODULES
+]
+
+setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, annotate=annotate))
