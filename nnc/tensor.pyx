@@ -112,21 +112,29 @@ cdef Tensor tensor_wrap(object array):
     return self
 
 
+cdef inline void _extent(const nnc_tensor_t* t, char** lo, char** hi) noexcept nogil:
+    """The byte range [lo, hi) that t's elements occupy (strides may be negative)."""
+    cdef int i
+    lo[0] = <char*>t.data
+    hi[0] = <char*>t.data
+    for i in range(t.ndim):
+        if t.stride[i] < 0:
+            lo[0] += (t.dim[i] - 1) * t.stride[i] * t.itemsize
+        else:
+            hi[0] += (t.dim[i] - 1) * t.stride[i] * t.itemsize
+    hi[0] += t.itemsize
+
+
 cdef bint tensor_overlap(const nnc_tensor_t* a, const nnc_tensor_t* b) noexcept nogil:
     """True if the byte extents of a and b intersect (a conservative aliasing test)."""
-    cdef char* alo = <char*>a.data
-    cdef char* blo = <char*>b.data
-    cdef char* ahi = alo
-    cdef char* bhi = blo
-    cdef int i
+    cdef char* alo
+    cdef char* ahi
+    cdef char* blo
+    cdef char* bhi
     if a.count == 0 or b.count == 0:
         return False
-    for i in range(a.ndim):
-        ahi += (a.dim[i] - 1) * a.stride[i] * a.itemsize
-    for i in range(b.ndim):
-        bhi += (b.dim[i] - 1) * b.stride[i] * b.itemsize
-    ahi += a.itemsize
-    bhi += b.itemsize
+    _extent(a, &alo, &ahi)
+    _extent(b, &blo, &bhi)
     return alo < bhi and blo < ahi
 
 

@@ -141,7 +141,11 @@ cdef class Graph:
         cdef int n = len(inputs) + len(outputs), i
         cdef Py_ssize_t elements = 0
         cmd_validate(cmd, inputs, outputs)
-        b = cmd_select(cmd, inputs, outputs)
+        b = cmd._backend
+        # A backend already chosen for this command (by autotune, or a node's own Cmd reused)
+        # stays if it accepts these tensors; pinned ones are verified by cmd_select.
+        if b is None or cmd.pinned or not b.accepts(cmd, inputs, outputs):
+            b = cmd_select(cmd, inputs, outputs)
         cmd = cmd.copy_with(b)
         # Reuse the node's tensor slots when the count matches, else append new ones.
         if idx < len(self._inputs) and node.input_size + node.output_size == n:
@@ -479,6 +483,8 @@ cdef class Graph:
         if self._dirty:
             self._compile()
         changed = 0
+        # Timing runs on copies of whatever the tensors hold now; run the graph once first if
+        # they are uninitialised, so that NaNs or denormals do not skew the comparison.
         for k in range(self._order_size):
             idx = self._order[k]
             cmd = <Cmd>self._cmds[idx]

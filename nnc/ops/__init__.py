@@ -1,8 +1,8 @@
-"""Built-in commands. Each module registers its commands and CPU_REF backends; the C backends of
-nnc/ops/cpu_opt.pyx are registered after them. Registration is explicit and happens once,
-when nnc is imported."""
+"""Built-in commands. Each module registers its commands, their CPU_REF backends and any Python
+CPU_OPT backends; the C backends of nnc/ops/cpu_opt.pyx are registered after them. Registration
+is explicit and happens once, when nnc is imported."""
 
-from nnc.ops import basic, ew
+from nnc.ops import basic, conv, ew, gemm, pool, softmax
 
 _done = False
 
@@ -12,7 +12,7 @@ def register_builtins():
     if _done:
         return
     _done = True
-    for module in (basic, ew):
+    for module in (basic, ew, softmax, gemm, conv, pool):
         module.register()
     from nnc.ops import cpu_opt
 

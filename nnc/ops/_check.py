@@ -1,6 +1,8 @@
 """Shared shape, arity and dtype checks for built-in commands. Each raises CommandError naming
 the command and the offending tensor, so a malformed node fails when it is built, not when run."""
 
+from numbers import Integral
+
 from nnc._core import CommandError
 
 FLOATS = ("float16", "float32", "float64")
@@ -58,12 +60,14 @@ def expect_shape(cmd, t, shape, what):
 
 def pair(cmd, value, name, minimum):
     """Normalise an int or a pair of ints to a tuple of two, each >= minimum."""
-    if isinstance(value, int):
+    if isinstance(value, Integral):
         value = (value, value)
     try:
         a, b = (int(v) for v in value)
     except (TypeError, ValueError):
-        raise CommandError(f"{cmd}: {name} must be an int or a pair of ints, not {value!r}") from None
+        raise CommandError(
+            f"{cmd}: {name} must be an int or a pair of ints, not {value!r}"
+        ) from None
     if a < minimum or b < minimum:
         raise CommandError(f"{cmd}: {name} must be >= {minimum}, got {(a, b)}")
     return a, b
@@ -71,7 +75,7 @@ def pair(cmd, value, name, minimum):
 
 def padding(cmd, value):
     """Normalise padding to (top, left, bottom, right): an int, (ph, pw), or a 4-tuple."""
-    if isinstance(value, int):
+    if isinstance(value, Integral):
         value = (value, value)
     try:
         vals = tuple(int(v) for v in value)
@@ -92,3 +96,27 @@ def only(cmd, params, allowed):
     extra = sorted(set(params) - set(allowed))
     if extra:
         raise CommandError(f"{cmd} got unknown parameters {extra}; it takes {sorted(allowed)}")
+
+
+def nhwc(cmd, t, what):
+    """Require an NHWC image batch [N, H, W, C] or a single image [H, W, C]."""
+    if t.ndim not in (3, 4):
+        raise CommandError(
+            f"{cmd.name}: {what} must be NHWC [N, H, W, C] or [H, W, C], got shape {t.shape}"
+        )
+
+
+def window_output(cmd, hw, size, stride, pad):
+    """(Ho, Wo) of a ``size`` window moved by ``stride`` over ``hw`` padded by (t, l, b, r).
+
+    Ho = (H + top + bottom - kh) // sh + 1; raises when the window does not fit even once.
+    """
+    out = []
+    for n, k, s, lo, hi, axis in zip(hw, size, stride, pad[:2], pad[2:], ("height", "width")):
+        if n + lo + hi < k:
+            raise CommandError(
+                f"{cmd.name}: the window ({k}) is larger than the padded {axis} "
+                f"({n} + {lo} + {hi} = {n + lo + hi})"
+            )
+        out.append((n + lo + hi - k) // s + 1)
+    return tuple(out)

@@ -1,15 +1,27 @@
-"""CPU_OPT: C loops for element-wise commands, run without touching Python (NNC: cmd/*_cpu_opt).
+"""CPU_OPT: C loops for data movement, element-wise commands and SOFTMAX (NNC: cmd/*_cpu_opt).
 
 Each backend is an ``nnc_cmd_exec_f``: it re-checks what it relies on (non-NULL, contiguous,
 equal element counts, one datatype) and returns NNC_INVALID instead of trusting its caller, so
-calling it directly (tests, the C API) can never read or write out of bounds. Loops are written
-once over a fused float type; gcc -O3 vectorises them.
+calling it directly (tests, the C API) can never read or write out of bounds. All checks come
+before the first write, so a refused call leaves its outputs untouched. Every loop reads element
+i of each input before writing element i of the output, so an output that is exactly an input
+(in place) is safe. Loops are written once over a fused float type; gcc -O3 vectorises the
+arithmetic ones, while exp and log call libm's scalar expf/exp and logf/log per element.
 """
 
 from libc.math cimport exp, expf, log, logf
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memmove
 
-from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc._core cimport (
+    NNC_8U,
+    NNC_16F,
+    NNC_32F,
+    NNC_32S,
+    NNC_64F,
+    NNC_64S,
+    NNC_INVALID,
+    NNC_SUCCESS,
+)
 from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
 from nnc.tensor cimport nnc_tensor_t
 
@@ -18,6 +30,12 @@ ctypedef fused real:
     double
 
 cdef int FLOAT_MASK = NNC_32F | NNC_64F
+cdef int ANY_MASK = NNC_8U | NNC_32S | NNC_32F | NNC_64S | NNC_64F | NNC_16F
+
+
+cdef inline bint _plain(nnc_tensor_t* t) noexcept nogil:
+    """t is present, in CPU memory and C-contiguous."""
+    return t != NULL and t.contiguous and t.device < 0
 
 
 cdef inline bint _ok(nnc_tensor_t* t, nnc_tensor_t* like) noexcept nogil:
@@ -127,8 +145,191 @@ cdef int ewprod_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     return _fold_exec(inputs, n_in, outputs, n_out, True)
 
 
+# ---- SET: every output = value (each output may have its own float dtype)
+
+cdef void _fill(real* y, real v, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        y[i] = v
+
+
+cdef int set_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                 nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef int k
+    if n_out < 1:
+        return NNC_INVALID
+    for k in range(n_out):
+        if not _plain(outputs[k]) or not (outputs[k].datatype & FLOAT_MASK):
+            return NNC_INVALID
+    for k in range(n_out):
+        if outputs[k].datatype == NNC_32F:
+            _fill(<float*>outputs[k].data, <float>p.a, outputs[k].count)
+        else:
+            _fill(<double*>outputs[k].data, p.a, outputs[k].count)
+    return NNC_SUCCESS
+
+
+# ---- DATA_TRANSFER: output k = input k, byte for byte (any datatype)
+
+cdef int data_transfer_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                           nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef int k
+    if n_in < 1 or n_in != n_out:
+        return NNC_INVALID
+    for k in range(n_in):
+        if not _plain(inputs[k]) or not _plain(outputs[k]):
+            return NNC_INVALID
+        if inputs[k].count * inputs[k].itemsize != outputs[k].count * outputs[k].itemsize:
+            return NNC_INVALID
+    for k in range(n_in):
+        if inputs[k].data != outputs[k].data:
+            # memmove: a direct call skips the overlap check, and overlap must not be UB.
+            memmove(outputs[k].data, inputs[k].data, inputs[k].count * inputs[k].itemsize)
+    return NNC_SUCCESS
+
+
+# ---- EWDIV: y = a / b, or 1 / b when a is absent (NULL)
+
+cdef void _div(real* y, const nnc_tensor_t* a, const real* b, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef const real* num
+    if a == NULL:
+        for i in range(n):
+            y[i] = 1 / b[i]
+    else:
+        num = <const real*>a.data
+        for i in range(n):
+            y[i] = num[i] / b[i]
+
+
+cdef int ewdiv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef nnc_tensor_t* y
+    if n_in != 2 or n_out != 1 or not _all_ok(inputs + 1, 1, outputs, 1):
+        return NNC_INVALID
+    y = outputs[0]
+    if inputs[0] != NULL and not _ok(inputs[0], y):
+        return NNC_INVALID
+    if y.datatype == NNC_32F:
+        _div(<float*>y.data, inputs[0], <const float*>inputs[1].data, y.count)
+    else:
+        _div(<double*>y.data, inputs[0], <const double*>inputs[1].data, y.count)
+    return NNC_SUCCESS
+
+
+# ---- EWEXP, EWLOG, RELU: y = f(x)
+
+cdef enum:
+    UNARY_EXP
+    UNARY_LOG
+    UNARY_RELU
+
+
+cdef void _unary(real* y, const real* x, Py_ssize_t n, int op) noexcept nogil:
+    cdef Py_ssize_t i
+    if op == UNARY_EXP:
+        for i in range(n):
+            if real is float:
+                y[i] = expf(x[i])
+            else:
+                y[i] = exp(x[i])
+    elif op == UNARY_LOG:
+        for i in range(n):
+            if real is float:
+                y[i] = logf(x[i])
+            else:
+                y[i] = log(x[i])
+    else:
+        # "x < 0 ? 0 : x" keeps NaN as NaN, as np.maximum(x, 0) does.
+        for i in range(n):
+            y[i] = 0 if x[i] < 0 else x[i]
+
+
+cdef int _unary_exec(nnc_tensor_t** inputs, int n_in, nnc_tensor_t** outputs, int n_out,
+                     int op) noexcept nogil:
+    if n_in != 1 or n_out != 1 or not _all_ok(inputs, n_in, outputs, n_out):
+        return NNC_INVALID
+    if outputs[0].datatype == NNC_32F:
+        _unary(<float*>outputs[0].data, <const float*>inputs[0].data, outputs[0].count, op)
+    else:
+        _unary(<double*>outputs[0].data, <const double*>inputs[0].data, outputs[0].count, op)
+    return NNC_SUCCESS
+
+
+cdef int ewexp_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _unary_exec(inputs, n_in, outputs, n_out, UNARY_EXP)
+
+
+cdef int ewlog_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _unary_exec(inputs, n_in, outputs, n_out, UNARY_LOG)
+
+
+cdef int relu_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                  nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _unary_exec(inputs, n_in, outputs, n_out, UNARY_RELU)
+
+
+# ---- SOFTMAX over the last axis: y = exp(x - max) / sum(exp(x - max)), row by row
+
+cdef void _softmax(real* y, const real* x, Py_ssize_t rows, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t r, i
+    cdef const real* xr
+    cdef real* yr
+    cdef real m, e, inv
+    cdef double total
+    for r in range(rows):
+        xr = x + r * n
+        yr = y + r * n
+        m = xr[0]
+        for i in range(1, n):
+            if xr[i] > m:
+                m = xr[i]
+        # Summed in double so long float32 rows lose nothing to rounding.
+        total = 0
+        for i in range(n):
+            if real is float:
+                e = expf(xr[i] - m)
+            else:
+                e = exp(xr[i] - m)
+            yr[i] = e
+            total += e
+        inv = <real>(1 / total)
+        for i in range(n):
+            yr[i] = yr[i] * inv
+
+
+cdef int softmax_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                     nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef nnc_tensor_t* x
+    cdef nnc_tensor_t* y
+    cdef Py_ssize_t n
+    if n_in != 1 or n_out != 1 or not _all_ok(inputs, n_in, outputs, n_out):
+        return NNC_INVALID
+    x, y = inputs[0], outputs[0]
+    if x.ndim < 1 or y.ndim < 1 or x.dim[x.ndim - 1] != y.dim[y.ndim - 1]:
+        return NNC_INVALID
+    n = y.dim[y.ndim - 1]
+    if n == 0 or y.count == 0:
+        return NNC_SUCCESS
+    if y.datatype == NNC_32F:
+        _softmax(<float*>y.data, <const float*>x.data, y.count // n, n)
+    else:
+        _softmax(<double*>y.data, <const double*>x.data, y.count // n, n)
+    return NNC_SUCCESS
+
+
 def register():
     """Register every CPU_OPT C backend (called once by nnc.ops.register_builtins)."""
     register_c_backend("SCALAR_MUL", "CPU_OPT", scalar_mul_opt, FLOAT_MASK, True, None, None, True)
     register_c_backend("EWSUM", "CPU_OPT", ewsum_opt, FLOAT_MASK, True, None, None, True)
     register_c_backend("EWPROD", "CPU_OPT", ewprod_opt, FLOAT_MASK, True, None, None, True)
+    register_c_backend("SET", "CPU_OPT", set_opt, FLOAT_MASK, True, None, None, True)
+    register_c_backend("DATA_TRANSFER", "CPU_OPT", data_transfer_opt, ANY_MASK, True, None, None,
+                       True)
+    register_c_backend("EWDIV", "CPU_OPT", ewdiv_opt, FLOAT_MASK, True, None, None, True)
+    register_c_backend("EWEXP", "CPU_OPT", ewexp_opt, FLOAT_MASK, True, None, None, True)
+    register_c_backend("EWLOG", "CPU_OPT", ewlog_opt, FLOAT_MASK, True, None, None, True)
+    register_c_backend("RELU", "CPU_OPT", relu_opt, FLOAT_MASK, True, None, None, True)
+    register_c_backend("SOFTMAX", "CPU_OPT", softmax_opt, FLOAT_MASK, True, None, None, True)

@@ -59,7 +59,7 @@ def _scalar_mul_ref(cmd, inputs, outputs):
 
 
 def _relu_ref(cmd, inputs, outputs):
-    outputs[0][...] = np.maximum(inputs[0], 0)
+    np.maximum(inputs[0], 0, out=outputs[0])
 
 
 def _scalar_mul_normalize(params):

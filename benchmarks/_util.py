@@ -1,0 +1,197 @@
+"""Helpers shared by the benchmarks: timing, machine description, tables and JSON output.
+
+Conventions (see docs/benchmarks.md):
+
+- ``measure`` runs a callable once untimed (warm-up), then ``repeat`` times, each timed as a whole
+  with ``time.perf_counter``; the garbage collector is off while timing (as ``timeit`` does), so a
+  collection triggered by one executor's garbage is not charged to another.
+  ``measure_interleaved`` does the same for several callables in rounds (see its docstring).
+- A result is the median of the repeats; the minimum and every sample are kept in the JSON.
+- ``machine_info`` describes where the numbers came from; it goes in every JSON report.
+- With ``--json`` a benchmark prints exactly one JSON object, on the last line of stdout.
+"""
+
+import argparse
+import datetime
+import gc
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def measure(fn, repeat, warmup=1):
+    """Call ``fn()`` ``warmup`` times untimed, then ``repeat`` times; return the seconds of each."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+    finally:
+        if enabled:
+            gc.enable()
+    return samples
+
+
+def measure_interleaved(fns, repeats, warmup=1, rewarm_below=0.05):
+    """Time several callables in rounds, so that drift on a shared machine hits them alike.
+
+    ``fns`` maps a name to a callable, ``repeats`` maps a name to its number of timed runs (an
+    int applies to all). Each callable is first called ``warmup`` times untimed; then round k
+    times one call of every callable that still wants more than k runs. Within a round, a
+    callable whose warm-up took less than ``rewarm_below`` seconds is called once more, untimed,
+    right before its timed call: otherwise it would run with caches full of the previous
+    callable's data (10,000 nodes of Python objects do not fit in L2), which is not how a
+    repeated ``run()`` behaves. The garbage collector is off while timing and runs, untimed,
+    at the start of each round. Returns name -> [seconds].
+    """
+    if isinstance(repeats, int):
+        repeats = dict.fromkeys(fns, repeats)
+    rewarm = {}
+    for name, fn in fns.items():
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            fn()
+        rewarm[name] = (time.perf_counter() - t0) / max(warmup, 1) < rewarm_below
+    samples = {name: [] for name in fns}
+    enabled = gc.isenabled()
+    try:
+        for k in range(max(repeats.values(), default=0)):
+            gc.enable()
+            gc.collect()
+            gc.disable()
+            for name, fn in fns.items():
+                if k < repeats[name]:
+                    if rewarm[name]:
+                        fn()
+                    t0 = time.perf_counter()
+                    fn()
+                    samples[name].append(time.perf_counter() - t0)
+    finally:
+        if enabled:
+            gc.enable()
+        else:
+            gc.disable()
+    return samples
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo (or what platform knows elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit():
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def machine_info(packages=("numpy",)):
+    """Platform, CPU, core counts, interpreter and package versions, BLAS threads, git commit."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    import nnc
+
+    info = {
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": usable,
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "nnc": nnc.__version__,
+        "git": _git_commit(),
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+    }
+    for name in packages:
+        info[name] = _version(name)
+    return info
+
+
+def now():
+    """The current UTC time, ISO 8601, to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def command_line():
+    """How this benchmark was started, as a shell command."""
+    mod = sys.modules["__main__"].__spec__
+    head = ["python", "-m", mod.name] if mod is not None else ["python", sys.argv[0]]
+    return shlex.join(head + sys.argv[1:])
+
+
+def parser(description, repeat=7):
+    """An argument parser with the options every benchmark takes: --json and --repeat."""
+    spec = sys.modules["__main__"].__spec__
+    prog = f"python -m {spec.name}" if spec is not None else None
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on the last line of stdout")
+    p.add_argument("--repeat", type=int, default=repeat,
+                   help=f"timed runs per measurement after one warm-up (default {repeat})")
+    return p
+
+
+def fmt(value, digits=3):
+    """A number with ``digits`` significant digits, or an em dash for None."""
+    if value is None:
+        return "—"
+    if value == 0 or 1e-3 <= abs(value) < 1e6:
+        return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
+    return f"{value:.{digits - 1}e}"
+
+
+def table(headers, rows):
+    """A plain-text table: the first column left-aligned, the others right-aligned."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(row, widths)))
+
+    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def emit_json(obj):
+    """Print ``obj`` as one line of JSON (the last line a benchmark writes with --json)."""
+    sys.stdout.flush()
+    print(json.dumps(obj, sort_keys=False, ensure_ascii=False))

@@ -1,0 +1,82 @@
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from nnc.tensor import Tensor
+
+TensorLike = Tensor | np.ndarray | None
+GIL_RELEASE_ELEMENTS: int
+
+class Backend:
+    name: str
+    command: str
+    priority: int
+    seq: int
+    py_exec: Callable[..., Any] | None
+    datatypes: int
+    contiguous_only: bool
+    accept: Callable[..., bool] | None
+    release_gil: bool
+    @property
+    def is_c(self) -> bool: ...
+    @property
+    def datatype_names(self) -> list[str]: ...
+    def exec(
+        self, cmd: Cmd, inputs: Sequence[TensorLike], outputs: Sequence[TensorLike]
+    ) -> None: ...
+
+class CommandInfo:
+    name: str
+    id: int
+    inplace: str
+    check: Callable[..., None] | None
+    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None
+    backends: list[Backend]
+
+class Cmd:
+    info: CommandInfo
+    params: dict[str, Any]
+    fn: Callable[[list[np.ndarray | None], list[np.ndarray | None]], None] | None
+    pinned: bool
+    def __init__(self, name: str, backend: str | None = ..., **params: Any) -> None: ...
+    @staticmethod
+    def custom(fn: Callable[..., None], name: str = ...) -> Cmd: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def backend(self) -> str | None: ...
+    @property
+    def backend_object(self) -> Backend | None: ...
+    def __getattr__(self, key: str) -> Any: ...
+
+def register_command(
+    name: str,
+    *,
+    inplace: str = ...,
+    check: Callable[..., None] | None = ...,
+    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None = ...,
+) -> CommandInfo: ...
+def register_backend(
+    command: str,
+    backend: str,
+    fn: Callable[..., None],
+    *,
+    datatypes: Iterable[Any] | None = ...,
+    contiguous: bool = ...,
+    accept: Callable[..., bool] | None = ...,
+    priority: int | None = ...,
+) -> Backend: ...
+def commands() -> list[str]: ...
+def backends(command: str) -> list[str]: ...
+def command_info(command: str) -> CommandInfo: ...
+def cmd_exec(
+    cmd: Cmd, inputs: Sequence[TensorLike] | TensorLike = ...,
+    outputs: Sequence[TensorLike] | TensorLike = ..., stream: None = ...,
+) -> None: ...
+def cmd_backends_for(
+    cmd: Cmd, inputs: Sequence[TensorLike], outputs: Sequence[TensorLike]
+) -> list[Backend]: ...
+def cmd_autotune(
+    cmd: Cmd, inputs: Sequence[TensorLike], outputs: Sequence[TensorLike], trials: int = ...
+) -> Backend | None: ...

@@ -1,0 +1,179 @@
+"""CONVOLUTION, NHWC (NNC: cmd/convolution/ccv_nnc_conv_cpu_ref.c, cpu_opt/_ccv_nnc_conv_cpu_opt.c).
+
+Inputs ``(x, w)`` or ``(x, w, bias)`` (bias may be None), one output:
+
+- x: [N, H, W, C] or [H, W, C],
+- w: [O, kh, kw, C // groups] (NNC's NHWC weight layout),
+- bias: [O],
+- out: [N, Ho, Wo, O] (or [Ho, Wo, O]), Ho = (H + top + bottom - kh) // sh + 1, likewise Wo.
+
+Parameters ``stride`` (int or (sh, sw)), ``padding`` (int, (ph, pw) or (top, left, bottom,
+right); zeros) and ``groups`` (C and O are split into that many independent convolutions).
+Floats only, one dtype, and the output may not overlap an input.
+"""
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from nnc._core import CommandError
+from nnc.cmd import register_backend, register_command
+from nnc.ops import _check
+
+# The im2col patch buffer is built for this many bytes of images at a time, so a large batch
+# does not need one huge temporary (one 147x147x32 3x3 image is 25 MB in float32).
+_PATCH_BYTES = 1 << 25
+
+
+def _conv_normalize(params):
+    _check.only("CONVOLUTION", params, ("stride", "padding", "groups"))
+    groups = params.get("groups", 1)
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise CommandError(f"CONVOLUTION: groups must be an int >= 1, not {groups!r}")
+    return {
+        "stride": _check.pair("CONVOLUTION", params.get("stride", 1), "stride", 1),
+        "padding": _check.padding("CONVOLUTION", params.get("padding", 0)),
+        "groups": int(groups),
+    }
+
+
+def conv_shape(cmd, x_shape, w_shape):
+    """The output shape for these x and w shapes, or CommandError saying why there is none."""
+    groups = cmd.params["groups"]
+    c = x_shape[-1]
+    if len(w_shape) != 4:
+        raise CommandError(f"CONVOLUTION: w must be [O, kh, kw, C/groups], got shape {w_shape}")
+    o, kh, kw, cg = w_shape
+    if c % groups or o % groups:
+        raise CommandError(
+            f"CONVOLUTION: groups={groups} must divide both input channels C={c} and "
+            f"output channels O={o}"
+        )
+    if cg != c // groups:
+        raise CommandError(
+            f"CONVOLUTION: w {w_shape} has {cg} input channels per group but x has "
+            f"C={c} / groups={groups} = {c // groups}"
+        )
+    ho, wo = _check.window_output(
+        cmd, x_shape[-3:-1], (kh, kw), cmd.params["stride"], cmd.params["padding"]
+    )
+    return tuple(x_shape[:-3]) + (ho, wo, o)
+
+
+def _conv_check(cmd, inputs, outputs):
+    _check.arity(cmd, inputs, outputs, (2, 3), 1)
+    _check.present(cmd, inputs, "input", 0, 1)
+    _check.present(cmd, outputs, "output", 0)
+    _check.same_dtype(cmd, inputs + outputs)
+    _check.floating(cmd, inputs + outputs)
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    _check.nhwc(cmd, x, "x (input 0)")
+    shape = conv_shape(cmd, tuple(x.shape), tuple(w.shape))
+    if bias is not None:
+        _check.expect_shape(cmd, bias, shape[-1:], "bias")
+    _check.expect_shape(cmd, outputs[0], shape, "output 0")
+
+
+def _geometry(cmd, out):
+    """(sh, sw, top, left, bottom, right, Ho, Wo)."""
+    (sh, sw), (pt, pl, pb, pr) = cmd.params["stride"], cmd.params["padding"]
+    return sh, sw, pt, pl, pb, pr, out.shape[-3], out.shape[-2]
+
+
+def _conv_ref(cmd, inputs, outputs):
+    """The definition: for every kernel offset (i, j) and group, add patch . w[:, i, j, :]^T."""
+    x = inputs[0].astype(np.float64)
+    w = inputs[1].astype(np.float64)
+    bias = inputs[2] if len(inputs) > 2 else None
+    out = outputs[0]
+    sh, sw, pt, pl, pb, pr, ho, wo = _geometry(cmd, out)
+    groups = cmd.params["groups"]
+    o, kh, kw, cg = w.shape
+    og = o // groups
+    h, wd = x.shape[-3], x.shape[-2]
+    xp = np.zeros(x.shape[:-3] + (h + pt + pb, wd + pl + pr, x.shape[-1]))
+    xp[..., pt:pt + h, pl:pl + wd, :] = x
+    acc = np.zeros(out.shape)
+    for g in range(groups):
+        ci, co = slice(g * cg, (g + 1) * cg), slice(g * og, (g + 1) * og)
+        for i in range(kh):
+            for j in range(kw):
+                # Input pixels under kernel tap (i, j) for every output position.
+                patch = xp[..., i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw, ci]
+                acc[..., co] += patch @ w[co, i, j, :].T
+    if bias is not None:
+        acc += bias.astype(np.float64)
+    out[...] = acc
+
+
+def _as_rows(a):
+    """``a`` seen as a 2-D [rows, last axis] view without copying, or None if that needs a copy."""
+    lead = [(n, s) for n, s in zip(a.shape[:-1], a.strides[:-1]) if n != 1]
+    for (_, s0), (n1, s1) in zip(lead, lead[1:]):
+        if s0 != s1 * n1:
+            return None
+    rows = 1
+    for n in a.shape[:-1]:
+        rows *= n
+    step = lead[-1][1] if lead else a.itemsize * max(a.shape[-1], 1)
+    return as_strided(a, (rows, a.shape[-1]), (step, a.strides[-1]))
+
+
+def _conv_opt(cmd, inputs, outputs):
+    """im2col: one strided copy makes the patch matrix, one BLAS matmul per group does the rest.
+
+    Results are written straight into the output when it can be seen as a [pixels, O] matrix with
+    unit channel stride (a channel slice of a concat buffer can); otherwise via one temporary.
+    """
+    x, w, out = inputs[0], inputs[1], outputs[0]
+    bias = inputs[2] if len(inputs) > 2 else None
+    if x.ndim == 3:
+        x, out = x[None], out[None]
+    sh, sw, pt, pl, pb, pr, ho, wo = _geometry(cmd, out)
+    groups = cmd.params["groups"]
+    n, h, wd, c = x.shape
+    o, kh, kw, cg = w.shape
+    og, k = o // groups, kh * kw * cg
+    # [groups, K, og] with K ordered (i, j, c), the order of the patch matrix's columns.
+    wmat = np.ascontiguousarray(w).reshape(groups, og, k).transpose(0, 2, 1)
+    target = _as_rows(out)
+    direct = target is not None and (o <= 1 or target.strides[1] == out.itemsize)
+    if not direct:
+        target = np.empty((n * ho * wo, o), out.dtype)
+    if (kh, kw, sh, sw, pt, pl, pb, pr) == (1, 1, 1, 1, 0, 0, 0, 0):
+        # Pointwise: the image itself is the patch matrix.
+        xm = _as_rows(x)
+        if xm is None:
+            xm = x.reshape(-1, c)
+        for g in range(groups):
+            np.matmul(xm[:, g * cg:(g + 1) * cg], wmat[g], out=target[:, g * og:(g + 1) * og])
+    else:
+        if pt or pl or pb or pr:
+            xp = np.zeros((n, h + pt + pb, wd + pl + pr, c), x.dtype)
+            xp[:, pt:pt + h, pl:pl + wd] = x
+        else:
+            xp = x
+        s_n, s_h, s_w, s_c = xp.strides
+        per_image = ho * wo * k * x.itemsize
+        batch = max(1, min(n, _PATCH_BYTES // max(per_image, 1)))
+        buf = np.empty(batch * ho * wo * k, x.dtype)
+        for n0 in range(0, n, batch):
+            n1 = min(n, n0 + batch)
+            rows = slice(n0 * ho * wo, n1 * ho * wo)
+            patches = buf[:(n1 - n0) * ho * wo * k].reshape(n1 - n0, ho, wo, kh, kw, cg)
+            for g in range(groups):
+                src = xp[n0:n1, :, :, g * cg:(g + 1) * cg]
+                win = as_strided(src, patches.shape, (s_n, s_h * sh, s_w * sw, s_h, s_w, s_c),
+                                 writeable=False)
+                np.copyto(patches, win)
+                np.matmul(patches.reshape(-1, k), wmat[g], out=target[rows, g * og:(g + 1) * og])
+    if bias is not None:
+        target += bias
+    if not direct:
+        out[...] = target.reshape(out.shape)
+
+
+def register():
+    register_command("CONVOLUTION", inplace="none", check=_conv_check, normalize=_conv_normalize)
+    register_backend("CONVOLUTION", "CPU_REF", _conv_ref)
+    register_backend("CONVOLUTION", "CPU_OPT", _conv_opt, datatypes=("float32", "float64"))

@@ -1,0 +1,39 @@
+"""SOFTMAX over the last axis (NNC: cmd/softmax/ccv_nnc_softmax_cpu_ref.c).
+
+y[..., i] = exp(x[..., i] - max(x[..., :])) / sum(exp(x[..., :] - max(x[..., :]))). Subtracting the
+row maximum keeps exp from overflowing and does not change the result. One input, one output of
+the same shape and dtype; the output may be the input (in place). The C loop for contiguous
+float32/float64 tensors is in ops/cpu_opt.pyx.
+"""
+
+import numpy as np
+
+from nnc._core import CommandError
+from nnc.cmd import register_backend, register_command
+from nnc.ops import _check
+
+
+def _softmax_check(cmd, inputs, outputs):
+    _check.arity(cmd, inputs, outputs, 1, 1)
+    _check.present(cmd, inputs, "input", 0)
+    _check.present(cmd, outputs, "output", 0)
+    _check.same_shape(cmd, inputs + outputs, ("input 0", "output 0"))
+    _check.same_dtype(cmd, inputs + outputs)
+    _check.floating(cmd, inputs + outputs)
+    if inputs[0].ndim < 1:
+        raise CommandError("SOFTMAX runs over the last axis, so it needs at least 1 dimension")
+
+
+def _softmax_ref(cmd, inputs, outputs):
+    """The definition, in float64 whatever the dtype (float16 included)."""
+    x = inputs[0].astype(np.float64)
+    if x.size == 0:
+        return
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    # Computed fully before writing, so in-place use (output is the input) is safe.
+    outputs[0][...] = e / e.sum(axis=-1, keepdims=True)
+
+
+def register():
+    register_command("SOFTMAX", inplace="allow", check=_softmax_check)
+    register_backend("SOFTMAX", "CPU_REF", _softmax_ref)
