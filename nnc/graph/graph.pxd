@@ -42,6 +42,9 @@ cdef class Graph:
     cdef int* _order                    # run order: nodes on a source-to-destination path
     cdef int _order_size
     cdef bint _dirty                    # _order is stale: edges, nodes or ends changed
+    cdef readonly long version          # bumped by every change to nodes, edges or ends
+    cdef object _schedule               # the default Schedule (nnc.graph.schedule), or None
+    cdef dict _schedule_args            # static_schedule's keyword arguments, to rebuild it
 
     cdef int _check_exec(self, object e) except -1
     cdef int _set_node(self, int idx, object cmd, list inputs, list outputs) except -1

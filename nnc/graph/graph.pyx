@@ -111,6 +111,9 @@ cdef class Graph:
         self._order = NULL
         self._order_size = 0
         self._dirty = True
+        self.version = 0
+        self._schedule = None
+        self._schedule_args = None
 
     def __dealloc__(self):
         cdef int i
@@ -225,6 +228,7 @@ cdef class Graph:
         self._names.append(None if name is None else str(name))
         self._size += 1
         self._dirty = True
+        self.version += 1
         return GraphExec._new(self, idx)
 
     def concat(self, a, b):
@@ -250,6 +254,7 @@ cdef class Graph:
         node.outgoings[node.outgoing_size] = j
         node.outgoing_size += 1
         self._dirty = True
+        self.version += 1
         return True
 
     def disjoin(self, a, b):
@@ -261,6 +266,7 @@ cdef class Graph:
                 node.outgoings[k] = node.outgoings[node.outgoing_size - 1]
                 node.outgoing_size -= 1
                 self._dirty = True
+                self.version += 1
                 return
         raise GraphError(f"there is no edge {a!r} -> {b!r} to disjoin")
 
@@ -305,6 +311,7 @@ cdef class Graph:
     def sources(self, value):
         self._sources = self._ends(value, "sources")
         self._dirty = True
+        self.version += 1
 
     @property
     def destinations(self):
@@ -316,6 +323,7 @@ cdef class Graph:
     def destinations(self, value):
         self._destinations = self._ends(value, "destinations")
         self._dirty = True
+        self.version += 1
 
     cdef str _cycle(self, const int* indegree):
         """Name one cycle among the nodes a Kahn pass could not order (indegree > 0)."""
