@@ -25,8 +25,11 @@ from nnc.cmd import (
     register_command,
 )
 from nnc.graph.graph import Graph, GraphExec
+from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
 from nnc.ops import register_builtins as _register_builtins
+from nnc.stream import Signal, Stream
 from nnc.tensor import Tensor
+from nnc.trace import trace
 
 __version__ = "0.1.0"
 
@@ -37,11 +40,15 @@ __all__ = [
     "Backend",
     "Cmd",
     "CommandError",
+    "ExecSchedule",
     "Graph",
     "GraphError",
     "GraphExec",
     "NNCError",
+    "Schedule",
     "ScheduleError",
+    "Signal",
+    "Stream",
     "StreamError",
     "Tensor",
     "TensorError",
@@ -54,4 +61,6 @@ __all__ = [
     "get_include",
     "register_backend",
     "register_command",
+    "static_schedule",
+    "trace",
 ]

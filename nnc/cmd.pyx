@@ -67,7 +67,7 @@ cdef class Backend:
     def datatype_names(self):
         return [n for n, code in DATATYPES.items() if code & self.datatypes]
 
-    def exec(self, Cmd cmd, inputs, outputs):
+    def exec(self, Cmd cmd not None, inputs, outputs):
         """Run this backend directly, without shape checks (tests and benchmarks use it)."""
         backend_run(self, cmd, tensor_list(inputs, "inputs"), tensor_list(outputs, "outputs"))
 
@@ -451,21 +451,28 @@ cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
     return 0
 
 
-def cmd_exec(Cmd cmd, inputs=(), outputs=(), stream=None):
-    """Run one command now, on the calling thread (NNC: ccv_nnc_cmd_exec).
+def cmd_exec(Cmd cmd not None, inputs=(), outputs=(), stream=None):
+    """Run one command (NNC: ccv_nnc_cmd_exec).
 
     Inputs and outputs are Tensors, ndarrays (wrapped zero-copy) or None. Shapes, dtypes and
-    aliasing are checked first; the backend is the pinned one or the default choice.
+    aliasing are checked first; the backend is the pinned one or the default choice. Without a
+    stream it runs now on the calling thread; with ``stream=s`` it is enqueued on s and this
+    returns at once (failures surface from ``s.wait()`` as StreamError).
     """
-    if stream is not None:
-        raise CommandError("cmd_exec on a stream needs nnc streams, which this build lacks")
     ins = tensor_list(inputs, "inputs")
     outs = tensor_list(outputs, "outputs")
+    if stream is not None and not hasattr(stream, "_enqueue_cmd"):
+        raise CommandError(f"stream must be an nnc.Stream, not {type(stream).__name__}")
     cmd_validate(cmd, ins, outs)
-    backend_run(cmd_select(cmd, ins, outs), cmd, ins, outs)
+    b = cmd_select(cmd, ins, outs)
+    if stream is None:
+        backend_run(b, cmd, ins, outs)
+    else:
+        # The stream layer sits above this one: it is reached through the object given.
+        stream._enqueue_cmd(cmd, b, ins, outs)
 
 
-def cmd_backends_for(Cmd cmd, inputs, outputs):
+def cmd_backends_for(Cmd cmd not None, inputs, outputs):
     """Backends of ``cmd`` that accept these tensors, in default-selection order."""
     ins = tensor_list(inputs, "inputs")
     outs = tensor_list(outputs, "outputs")
@@ -492,7 +499,7 @@ def _scratch(list inputs, list outputs):
     return [copy_of(x) for x in inputs], [copy_of(x) for x in outputs]
 
 
-def cmd_autotune(Cmd cmd, inputs, outputs, trials=3):
+def cmd_autotune(Cmd cmd not None, inputs, outputs, trials=3):
     """Time every backend that accepts these tensors on scratch copies; return the fastest.
 
     NNC: ccv_nnc_cmd_autotune (best of 3 trials; in-place aliasing kept on the scratch copies).

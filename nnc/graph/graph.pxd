@@ -45,6 +45,11 @@ cdef class Graph:
     cdef readonly long version          # bumped by every change to nodes, edges or ends
     cdef object _schedule               # the default Schedule (nnc.graph.schedule), or None
     cdef dict _schedule_args            # static_schedule's keyword arguments, to rebuild it
+    cdef object _runtime                # streams and signals the default schedule runs on
+    cdef int _inflight                  # runs enqueued on streams and not finished (GIL-guarded)
+    cdef object _inflight_stream        # the caller stream of those runs, or None
+
+    cdef int _check_idle(self, str what) except -1
 
     cdef int _check_exec(self, object e) except -1
     cdef int _set_node(self, int idx, object cmd, list inputs, list outputs) except -1

@@ -29,6 +29,10 @@ cdef extern from "Python.h":
     object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
 
 
+def _on_path(sched, int i):
+    return sched.stream_of(i) >= 0
+
+
 cdef class GraphExec:
     """A handle to one node of a graph (NNC: ccv_nnc_graph_exec_t)."""
 
@@ -67,6 +71,7 @@ cdef class GraphExec:
         """Pin this node to backend ``name``; it must accept the node's tensors."""
         cdef Graph g = self.graph
         cdef Cmd old = g._cmds[self.index], cmd
+        g._check_idle("change a backend")
         for b in old.info.backends:
             if b.name == name:
                 break
@@ -114,6 +119,9 @@ cdef class Graph:
         self.version = 0
         self._schedule = None
         self._schedule_args = None
+        self._runtime = None
+        self._inflight = 0
+        self._inflight_stream = None
 
     def __dealloc__(self):
         cdef int i
@@ -128,6 +136,20 @@ cdef class Graph:
         name = self._names[idx]
         cmd = (<Cmd>self._cmds[idx]).name
         return f"#{idx} {cmd}" if name is None else f"#{idx} {name} ({cmd})"
+
+    cdef int _check_idle(self, str what) except -1:
+        if self._inflight:
+            raise GraphError(
+                f"cannot {what} while the graph runs on {self._inflight_stream!r}; "
+                "wait for that stream first"
+            )
+        return 0
+
+    def _run_finished(self):
+        """Called on the stream once an asynchronous run has completed."""
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._inflight_stream = None
 
     cdef int _check_exec(self, object e) except -1:
         if not isinstance(e, GraphExec):
@@ -210,6 +232,7 @@ cdef class Graph:
         one, or the default for these tensors), so a run never fails on a malformed node.
         NNC: ccv_nnc_graph_exec_new.
         """
+        self._check_idle("add a node")
         if not isinstance(cmd, Cmd):
             raise CommandError(f"Graph.exec needs an nnc.Cmd, not {type(cmd).__name__}")
         ins = tensor_list(inputs, "inputs")
@@ -239,6 +262,7 @@ cdef class Graph:
         cdef int i = self._check_exec(a), j = self._check_exec(b), k
         cdef exec_info_t* node = &self._nodes[i]
         cdef int* grown
+        self._check_idle("add an edge")
         if i == j:
             raise GraphError(f"cannot make {a!r} depend on itself")
         for k in range(node.outgoing_size):
@@ -261,6 +285,7 @@ cdef class Graph:
         """Remove the edge ``a -> b``; GraphError if there is none. NNC: ..._exec_disjoin."""
         cdef int i = self._check_exec(a), j = self._check_exec(b), k
         cdef exec_info_t* node = &self._nodes[i]
+        self._check_idle("remove an edge")
         for k in range(node.outgoing_size):
             if node.outgoings[k] == j:
                 node.outgoings[k] = node.outgoings[node.outgoing_size - 1]
@@ -309,6 +334,7 @@ cdef class Graph:
 
     @sources.setter
     def sources(self, value):
+        self._check_idle("change the sources")
         self._sources = self._ends(value, "sources")
         self._dirty = True
         self.version += 1
@@ -321,6 +347,7 @@ cdef class Graph:
 
     @destinations.setter
     def destinations(self, value):
+        self._check_idle("change the destinations")
         self._destinations = self._ends(value, "destinations")
         self._dirty = True
         self.version += 1
@@ -462,15 +489,27 @@ cdef class Graph:
             self._run_node(self._order[k])
         return 0
 
-    def run(self):
-        """Run every node on a source-to-destination path once, in topological order, on the
-        calling thread. NNC: ccv_nnc_graph_run with no stream."""
+    def run(self, stream=None):
+        """Run every node on a source-to-destination path once, in topological order.
+
+        Without a stream: now, on the calling thread. With ``stream=s``: enqueue the run and
+        return at once; ``s.wait()`` joins it. With a default schedule (``static_schedule``)
+        the nodes go to the schedule's streams, joined to ``s`` by signals at begin and end;
+        without one, every node runs on ``s``. NNC: ccv_nnc_graph_run.
+        """
+        if stream is not None:
+            from nnc.graph.run import graph_run_on_stream
+
+            graph_run_on_stream(self, stream)
+            return
+        self._check_idle("run it synchronously")
         if self._dirty:
             self._compile()
         self._run_order()
 
     def profile(self, repeat=1):
         """Run like ``run()`` ``repeat`` times, timing each node; returns [(GraphExec, best s)]."""
+        self._check_idle("profile it")
         if self._dirty:
             self._compile()
         best = {}
@@ -488,6 +527,7 @@ cdef class Graph:
     def autotune(self, trials=3):
         """Time each node's compatible backends on scratch copies (best of ``trials``) and keep
         the fastest. Nodes with a pinned backend keep it. NNC: ccv_nnc_graph_autotune."""
+        self._check_idle("autotune")
         if self._dirty:
             self._compile()
         changed = 0
@@ -506,6 +546,16 @@ cdef class Graph:
         return changed
 
     @property
+    def schedule(self):
+        """The default schedule (set by nnc.static_schedule), rebuilt with the same arguments
+        if the graph changed since; None if the graph has none."""
+        if self._schedule is None:
+            return None
+        from nnc.graph.schedule import graph_schedule
+
+        return graph_schedule(self)
+
+    @property
     def execs(self):
         """All nodes, in creation order."""
         return [GraphExec._new(self, i) for i in range(self._size)]
@@ -516,19 +566,28 @@ cdef class Graph:
     def dot(self, *args, **kwargs):
         """dot(long=False): Graphviz text of the graph (NNC: ccv_nnc_graph_dot).
 
-        ``long=True`` adds each node's tensor shapes. (``long`` is a C type name in Cython, so
+        ``long=True`` adds each node's tensor shapes and, under a default schedule, its stream,
+        its signal and the signals it waits on. (``long`` is a C type name in Cython, so
         the signature is spelled out by hand.)
         """
         cdef int i, k
         if len(args) + len(kwargs) > 1 or (kwargs and "long" not in kwargs):
             raise TypeError("dot() takes one optional argument, long")
         long_form = bool(args[0] if args else kwargs.get("long", False))
+        sched = self.schedule if long_form else None
         lines = ["digraph nnc_graph {", "  node [shape=box];"]
         for i in range(self._size):
             cmd = <Cmd>self._cmds[i]
             label = self._label(i)
             if cmd.backend is not None:
                 label += f"\\n{cmd.backend}"
+            if long_form and sched is not None and self._order_size and _on_path(sched, i):
+                es = sched[GraphExec._new(self, i)]
+                label += f"\\nstream {','.join(map(str, es.streams))}"
+                if es.signals:
+                    label += f" signal {','.join(map(str, es.signals))}"
+                if es.waits:
+                    label += f" waits {','.join(map(str, es.waits))}"
             if long_form:
                 for kind, ts in (("in", self._inputs[i]), ("out", self._outputs[i])):
                     shapes = ", ".join("-" if t is None else "x".join(map(str, t.shape)) or "()"

@@ -1,0 +1,176 @@
+"""Asynchronous graph runs: enqueue a graph's nodes onto streams (NNC: ccv_nnc_graph_run.c,
+the coroutine path of ``ccv_nnc_graph_run`` with a stream, minus control flow).
+
+Without a default schedule every node is enqueued on the caller's stream, in run order. With
+one, nodes go to the schedule's streams, which the graph owns (created once, reused by every
+run): the caller's stream emits a *begin* signal that stream 0 and the entry streams wait on;
+each node waits on its ``waits``, runs, and emits its signal; stream 0 waits on the exit
+signals and emits *end*, which the caller's stream waits on. Runs submitted to one stream
+therefore complete in submission order. Enqueueing is all C work per node: a task struct that
+borrows the node's backend pointer and tensor slots from the graph, which the run keeps alive
+until its last task.
+"""
+
+from cpython.object cimport PyObject
+from libc.string cimport memset
+
+from nnc._core import GraphError
+
+from nnc.graph.graph cimport EXEC_C, EXEC_PY, Graph, exec_info_t
+from nnc.graph.schedule cimport Schedule
+from nnc.stream cimport (
+    TASK_C, TASK_PY, Signal, Stream, stream_emit, stream_task_t, stream_wait_signal,
+)
+
+from nnc.graph.schedule import graph_schedule
+from nnc.stream import Signal as PySignal
+from nnc.stream import Stream as PyStream
+
+
+cdef class _Runtime:
+    """The streams and signals a schedule runs on; owned by the graph, reused across runs."""
+    cdef Schedule sched
+    cdef list streams                   # Stream per schedule stream index
+    cdef list signals                   # Signal per schedule signal index
+    cdef Signal begin
+    cdef Signal end
+
+
+cdef _Runtime _runtime_for(Graph g, Schedule sched):
+    cdef _Runtime rt = g._runtime
+    if rt is not None and rt.sched is sched:
+        return rt
+    rt = _Runtime.__new__(_Runtime)
+    rt.sched = sched
+    kind = sched.stream_type
+    # Reuse the graph's existing streams where the new schedule needs as many or fewer.
+    old = (<_Runtime>g._runtime).streams if g._runtime is not None else []
+    rt.streams = old[:sched.stream_count] + [
+        PyStream(kind) for _ in range(max(0, sched.stream_count - len(old)))
+    ]
+    rt.signals = [PySignal(kind) for _ in range(sched.signal_count)]
+    rt.begin = PySignal(kind)
+    rt.end = PySignal(kind)
+    g._runtime = rt
+    return rt
+
+
+cdef inline bint _node_task(Graph g, int idx, stream_task_t* t) noexcept:
+    """Fill t for node idx; False for a node with nothing to run (NOOP)."""
+    cdef exec_info_t* node = &g._nodes[idx]
+    memset(t, 0, sizeof(stream_task_t))
+    t.node = idx
+    t.label = -1
+    t.ctx = <PyObject*>g
+    if node.flags & EXEC_C:
+        t.kind = TASK_C
+        t.c_exec = node.c_exec
+        t.param = node.param
+        t.io = g._io + node.io_offset
+        t.input_size = node.input_size
+        t.output_size = node.output_size
+        return True
+    if node.flags & EXEC_PY:
+        t.kind = TASK_PY
+        t.fn = node.py_fn
+        t.args = node.py_args
+        return True
+    return False
+
+
+cdef int _label_tasks(Graph g, stream_task_t* t) except -1:
+    from nnc import stream as stream_module
+    tracer = stream_module._tracer
+    if tracer is not None:
+        t.label = tracer.label(g._label(t.node))
+    return 0
+
+
+cdef int _run_unscheduled(Graph g, Stream s, bint* finished) except -1:
+    cdef stream_task_t t
+    cdef int k
+    cdef bint tracing = _tracing()
+    for k in range(g._order_size):
+        if _node_task(g, g._order[k], &t):
+            if tracing:
+                _label_tasks(g, &t)
+            s.push(&t)
+    s._push_call(g._run_finished, (), g)
+    finished[0] = True
+    return 0
+
+
+cdef bint _tracing():
+    from nnc import stream as stream_module
+    return stream_module._tracer is not None
+
+
+cdef int _run_scheduled(Graph g, Stream s, Schedule sched, bint* finished) except -1:
+    cdef _Runtime rt = _runtime_for(g, sched)
+    cdef list streams = rt.streams, signals = rt.signals
+    cdef Stream st, s0 = streams[0]
+    cdef stream_task_t t
+    cdef int k, idx, w
+    cdef bint tracing = _tracing()
+    stream_emit(s, rt.begin)
+    stream_wait_signal(s0, rt.begin)
+    for k in range(sched.entry_size):
+        stream_wait_signal(<Stream>streams[sched.entry_streams[k]], rt.begin)
+    for k in range(sched.order_size):
+        idx = sched.order[k]
+        st = <Stream>streams[sched.stream[idx]]
+        for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
+            stream_wait_signal(st, <Signal>signals[sched.waits[w]])
+        if _node_task(g, idx, &t):
+            if tracing:
+                _label_tasks(g, &t)
+            st.push(&t)
+        if sched.signal[idx] >= 0:
+            stream_emit(st, <Signal>signals[sched.signal[idx]])
+    for k in range(sched.exit_size):
+        stream_wait_signal(s0, <Signal>signals[sched.exit_waits[k]])
+    # Before end: once the caller's stream passes end, the graph is idle again and the
+    # failures of this run have moved to the caller's stream, whose wait() reports them.
+    s0._push_call(_finish_scheduled, (g, rt, s), g)
+    finished[0] = True
+    stream_emit(s0, rt.end)
+    stream_wait_signal(s, rt.end)
+    return 0
+
+
+def _finish_scheduled(Graph g, _Runtime rt, Stream caller):
+    """Runs on stream 0 after every stream of the run is done (it waited on the exits)."""
+    cdef Stream st
+    cdef list errors = <list>caller.s.errors
+    for st in rt.streams:
+        if st is not caller and (<list>st.s.errors):
+            errors.extend(<list>st.s.errors)
+            del (<list>st.s.errors)[:]
+    g._run_finished()
+
+
+def graph_run_on_stream(Graph g not None, stream):
+    """Enqueue one run of g on ``stream`` and return (see the module docstring)."""
+    if not isinstance(stream, Stream):
+        raise GraphError(f"run(stream=...) needs an nnc.Stream, not {type(stream).__name__}")
+    if g._inflight and g._inflight_stream is not stream:
+        raise GraphError(
+            f"the graph is already running on {g._inflight_stream!r}; runs of one graph must be "
+            "submitted to one stream (or wait for it first)"
+        )
+    if g._dirty:
+        g._compile()
+    sched = graph_schedule(g) if g._schedule is not None else None
+    cdef bint finished = False
+    g._inflight += 1
+    g._inflight_stream = stream
+    try:
+        if sched is None:
+            _run_unscheduled(g, <Stream>stream, &finished)
+        else:
+            _run_scheduled(g, <Stream>stream, <Schedule>sched, &finished)
+    except BaseException:
+        # What was enqueued still runs; make sure the graph becomes idle after it.
+        if not finished:
+            stream.add_callback(g._run_finished)
+        raise

@@ -1,0 +1,34 @@
+# A static schedule of one graph (NNC: ccv_nnc_graph_static_schedule_t and the per-node
+# ccv_nnc_graph_exec_schedule_t, flattened into C arrays). Built by static_schedule(); the
+# runner (nnc/graph/run.pyx) walks `order` and, per node, waits on its `waits` on its stream,
+# runs it there, then emits its `signal`. The arrays are immutable once built.
+# Per-node arrays are indexed by node index (GraphExec.index) and have `node_count` entries:
+# nodes added to the graph after the build are not covered (the schedule is then stale).
+
+cdef class Schedule:
+    cdef readonly object graph          # the Graph this schedule was built for
+    cdef readonly long version          # graph.version at build time; differs => stale
+    cdef readonly str stream_type       # "cpu", "gpu" or "gpu:N": the kind of every stream
+    cdef readonly int max_streams       # the cap it was built with (0: none)
+    cdef readonly str policy            # "rank" (the only policy)
+    cdef object _mem                    # owns every array below (freed with the Schedule)
+    cdef int node_count                 # graph node count at build time (per-node array size)
+    cdef int order_size                 # nodes that run (the graph's run order at build time)
+    cdef int* order                     # [order_size] node indices in enqueue order (topological)
+    cdef int* stream                    # [node_count] stream, in [0, stream_count); -1: not run
+    cdef int* signal                    # [node_count] signal it emits after running; -1: none
+    cdef int* wait_start                # [node_count + 1] CSR row starts into waits
+    cdef int* waits                     # node i waits on waits[wait_start[i]:wait_start[i + 1]]
+    cdef int* rank_                     # [node_count] longest chain after the node; -1: not run
+    cdef readonly int stream_count      # streams used (>= 1; the runner always uses stream 0)
+    cdef readonly int signal_count      # signals used, numbered 0 .. signal_count - 1
+    cdef int* entry_streams             # [entry_size] streams != 0 whose first node has no pred.
+    cdef int entry_size                 # they wait on the run's begin signal before anything
+    cdef int* exit_waits                # [exit_size] signals stream 0 waits on after its last node
+    cdef int exit_size                  # after them, every stream has finished
+
+    cdef int _alloc(self, int node_count, int order_size, int wait_size, list entry,
+                    list exits) except -1
+    cdef int _index(self, e) except -1
+    cdef list _entries(self)
+    cdef list _exits(self)

@@ -1,0 +1,94 @@
+from cpython.object cimport PyObject
+
+from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
+from nnc.tensor cimport nnc_tensor_t
+
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    ctypedef struct pthread_cond_t:
+        pass
+    ctypedef unsigned long pthread_t
+
+
+# One recorded emit of a signal (a CUDA event record). A wait captures the signal's latest record
+# when it is enqueued and blocks until that record is done; a signal never emitted has no record,
+# so waiting on it is a no-op. Fields are guarded by the module's signal lock.
+ctypedef struct signal_record_t:
+    int done                            # 1 once the emitting stream reached the emit
+    int refs                            # Signal.latest + queued tasks holding it; freed at 0
+    long long id                        # unique, for trace flow arrows
+    void* waiters                       # waiter_t list of blocked workers (stream.pyx)
+
+
+cdef enum:
+    TASK_C = 1                          # rc = c_exec(param, io, n_in, io + n_in, n_out)
+    TASK_PY = 2                         # fn(*args) under the GIL
+    TASK_EMIT = 3                       # record.done = 1, wake waiters
+    TASK_WAIT = 4                       # block until record.done
+
+cdef enum:
+    TASK_NOGIL = 0x1                    # TASK_C: call without the GIL (it is never held here)
+    TASK_OWNS_PY = 0x2                  # fn, args and keep are owned references: drop after run
+    TASK_OWNS_IO = 0x4                  # io was malloc'd for this task: free after run
+
+
+# A queued unit of work. Tasks of graph runs borrow everything from the graph, which the run
+# keeps alive; tasks from cmd_exec/add_callback own their references (TASK_OWNS_PY).
+ctypedef struct stream_task_t:
+    int kind
+    int flags
+    nnc_cmd_exec_f c_exec
+    const nnc_cmd_param_t* param
+    nnc_tensor_t** io
+    int input_size
+    int output_size
+    PyObject* fn                        # TASK_PY: the callable
+    PyObject* args                      # TASK_PY: its argument tuple
+    PyObject* keep                      # keeps tensors alive (TASK_C from cmd_exec), or NULL
+    PyObject* ctx                       # names the work in errors: Graph (with node) or Cmd
+    int node                            # graph node index, or -1
+    int label                           # index into the active trace's labels, or -1
+    signal_record_t* record             # TASK_EMIT / TASK_WAIT
+
+
+# The C state of a CPU stream, shared by its Python object and its worker thread (refs counts
+# both); freed by whichever lets go last. Everything below lock is guarded by it.
+ctypedef struct stream_t:
+    pthread_mutex_t lock
+    pthread_cond_t work                 # signalled when a task arrives or closing is set
+    pthread_cond_t idle                 # broadcast when completed catches up with submitted
+    int refs                            # 2 while the worker runs, 1 otherwise
+    stream_task_t* ring                 # circular queue of cap entries
+    Py_ssize_t cap
+    Py_ssize_t head                     # index of the oldest queued task
+    Py_ssize_t count                    # queued tasks, not counting the one running
+    long long submitted                 # tasks ever enqueued
+    long long completed                 # tasks ever finished; completed <= submitted
+    int worker                          # 1 while a worker thread exists
+    int closing                         # the Python object is gone: exit once drained
+    int host_waiting                    # someone sleeps on idle
+    PyObject* errors                    # list of exceptions not yet raised by wait(); owned
+    int trace                           # record timings into trace_buf
+    void* trace_buf                     # trace_event_t[trace_cap], malloc'd
+    Py_ssize_t trace_size
+    Py_ssize_t trace_cap
+
+
+cdef class Stream:
+    cdef stream_t* s
+    cdef readonly str kind              # "cpu"
+    cdef readonly int index             # creation number, names the worker thread and track
+    cdef object __weakref__             # nnc.stream._live holds streams weakly
+
+    cdef int push(self, stream_task_t* task) except -1
+
+
+cdef class Signal:
+    cdef signal_record_t* latest        # the last emit enqueued, or NULL if never emitted
+    cdef readonly str kind
+
+
+cdef int stream_emit(Stream s, Signal sig) except -1
+cdef int stream_wait_signal(Stream s, Signal sig) except -1

@@ -1,0 +1,639 @@
+"""CPU streams and signals: asynchronous in-order workers with CUDA-event-like synchronisation.
+
+NNC: ccv_nnc_stream.c, _ccv_nnc_stream.h. A :class:`Stream` is a queue of tasks in C
+(``stream_t``, see stream.pxd) served by one worker thread, started on first use. Enqueueing
+returns at once. The worker runs C backends without the GIL, so two streams running C or BLAS
+work use two cores; it takes the GIL only for Python-implemented commands and callbacks.
+
+A :class:`Signal` follows CUDA events: ``s.emit(sig)`` records "s has reached this point";
+``t.wait_signal(sig)`` makes t wait for the *latest record enqueued so far*; a signal never
+emitted makes the wait a no-op, and emitting again re-arms it. Records are refcounted C
+structs guarded by one module-wide lock; completing one wakes only the workers waiting on it.
+
+Errors: a failing task (a C backend's status, a Python exception) is recorded and the stream
+keeps working: later tasks still run, so signals are still emitted and no other stream hangs.
+``wait()`` raises the first recorded error as :class:`StreamError` with the original as
+``__cause__`` and forgets them all, leaving the stream ready for more work.
+
+Threading model (docs/threading.md): the host thread enqueues; each stream's worker pops tasks in
+order; nobody takes the GIL while holding a stream lock or the signal lock, so lock order can
+never invert.
+"""
+
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
+
+import atexit
+import weakref
+
+from nnc._core import NNCError, StreamError
+
+from nnc.cmd cimport Backend, Cmd
+from nnc.tensor cimport Tensor
+
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_attr_t:
+        pass
+    int pthread_mutex_init(pthread_mutex_t*, const void*)
+    int pthread_mutex_destroy(pthread_mutex_t*)
+    int pthread_mutex_lock(pthread_mutex_t*)
+    int pthread_mutex_unlock(pthread_mutex_t*)
+    int pthread_cond_init(pthread_cond_t*, const void*)
+    int pthread_cond_destroy(pthread_cond_t*)
+    int pthread_cond_wait(pthread_cond_t*, pthread_mutex_t*)
+    int pthread_cond_signal(pthread_cond_t*)
+    int pthread_cond_broadcast(pthread_cond_t*)
+    int pthread_attr_init(pthread_attr_t*)
+    int pthread_attr_setdetachstate(pthread_attr_t*, int)
+    int pthread_attr_destroy(pthread_attr_t*)
+    int pthread_create(pthread_t*, const pthread_attr_t*, void* (*)(void*) noexcept nogil, void*)
+    int PTHREAD_CREATE_DETACHED
+
+cdef extern from "<time.h>" nogil:
+    cdef struct timespec:
+        long tv_sec
+        long tv_nsec
+    int clock_gettime(int, timespec*)
+    int CLOCK_MONOTONIC
+    int CLOCK_REALTIME
+
+cdef extern from "<pthread.h>" nogil:
+    int pthread_cond_timedwait(pthread_cond_t*, pthread_mutex_t*, const timespec*)
+
+cdef extern from "Python.h":
+    object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
+    int PyErr_CheckSignals() except -1
+
+
+# A worker blocked on a signal record: it sleeps on its own condition variable (under the signal
+# lock), so an emit wakes only the workers waiting for that record, not every waiting worker.
+# Lives on the waiting worker's stack; the record's list is walked once, by the emit, under the
+# lock, and never after done is set.
+ctypedef struct waiter_t:
+    pthread_cond_t cond
+    waiter_t* next
+
+
+# One timed task, for nnc.trace. Times are CLOCK_MONOTONIC seconds (time.perf_counter's clock).
+ctypedef struct trace_event_t:
+    double t0
+    double t1
+    int kind
+    int node
+    int label
+    long long record
+
+
+cdef pthread_mutex_t _sig_lock
+pthread_mutex_init(&_sig_lock, NULL)
+cdef long long _record_seq = 0
+cdef int _stream_seq = 0
+
+_live = weakref.WeakSet()               # every Stream, for atexit draining and tracing
+_tracer = None                          # the active nnc.trace recorder, or None
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef signal_record_t* _record_new() noexcept nogil:
+    global _record_seq
+    cdef signal_record_t* r = <signal_record_t*>malloc(sizeof(signal_record_t))
+    if r == NULL:
+        return NULL
+    r.done = 0
+    r.refs = 1
+    r.waiters = NULL
+    pthread_mutex_lock(&_sig_lock)
+    _record_seq += 1
+    r.id = _record_seq
+    pthread_mutex_unlock(&_sig_lock)
+    return r
+
+
+cdef void _record_release(signal_record_t* r) noexcept nogil:
+    if r == NULL:
+        return
+    pthread_mutex_lock(&_sig_lock)
+    r.refs -= 1
+    if r.refs == 0:
+        free(r)
+    pthread_mutex_unlock(&_sig_lock)
+
+
+cdef void _stream_free(stream_t* s) noexcept:
+    """Free the C state; called with the GIL by whoever drops the last reference."""
+    Py_XDECREF(s.errors)
+    pthread_mutex_destroy(&s.lock)
+    pthread_cond_destroy(&s.work)
+    pthread_cond_destroy(&s.idle)
+    free(s.ring)
+    free(s.trace_buf)
+    free(s)
+
+
+cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexcept nogil:
+    cdef trace_event_t* ev
+    cdef Py_ssize_t cap
+    pthread_mutex_lock(&s.lock)
+    if s.trace_size == s.trace_cap:
+        cap = max(1024, s.trace_cap * 2)
+        ev = <trace_event_t*>realloc(s.trace_buf, sizeof(trace_event_t) * cap)
+        if ev == NULL:
+            pthread_mutex_unlock(&s.lock)
+            return
+        s.trace_buf = ev
+        s.trace_cap = cap
+    ev = <trace_event_t*>s.trace_buf + s.trace_size
+    s.trace_size += 1
+    ev.t0 = t0
+    ev.t1 = t1
+    ev.kind = t.kind
+    ev.node = t.node
+    ev.label = t.label
+    ev.record = t.record.id if t.record != NULL else 0
+    pthread_mutex_unlock(&s.lock)
+
+
+cdef void _add_error(stream_t* s, stream_task_t* t, object exc) noexcept:
+    """Record a failure (with the GIL held). Never raises."""
+    try:
+        where = "a task"
+        ctx = <object>t.ctx if t.ctx != NULL else None
+        if ctx is not None and t.node >= 0 and hasattr(ctx, "_label"):
+            where = f"node {ctx._label(t.node)}"
+        elif ctx is not None:
+            where = repr(ctx)
+        (<list>s.errors).append((where, exc))
+    except BaseException:
+        pass
+
+
+cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
+    cdef int rc
+    cdef double t0 = 0
+    cdef waiter_t me
+    cdef waiter_t* w
+    if s.trace:
+        t0 = _now()
+    if t.kind == TASK_C:
+        rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size, NULL)
+        if rc != 0:
+            with gil:
+                from nnc._core import STATUS_NAMES
+                _add_error(s, t, NNCError(f"backend returned {STATUS_NAMES.get(rc, rc)}"))
+    elif t.kind == TASK_PY:
+        with gil:
+            try:
+                PyObject_Call(t.fn, t.args, NULL)
+            except BaseException as e:
+                _add_error(s, t, e)
+    elif t.kind == TASK_EMIT:
+        pthread_mutex_lock(&_sig_lock)
+        t.record.done = 1
+        w = <waiter_t*>t.record.waiters
+        while w != NULL:
+            pthread_cond_signal(&w.cond)
+            w = w.next
+        t.record.waiters = NULL
+        pthread_mutex_unlock(&_sig_lock)
+    elif t.kind == TASK_WAIT:
+        pthread_mutex_lock(&_sig_lock)
+        if not t.record.done:
+            pthread_cond_init(&me.cond, NULL)
+            me.next = <waiter_t*>t.record.waiters
+            t.record.waiters = &me
+            while not t.record.done:
+                pthread_cond_wait(&me.cond, &_sig_lock)
+            pthread_cond_destroy(&me.cond)
+        pthread_mutex_unlock(&_sig_lock)
+    if s.trace:
+        _trace_add(s, t, t0, _now())
+    _record_release(t.record)
+    if t.flags & TASK_OWNS_IO:
+        free(t.io)
+    if t.flags & TASK_OWNS_PY:
+        with gil:
+            Py_XDECREF(t.fn)
+            Py_XDECREF(t.args)
+            Py_XDECREF(t.keep)
+            Py_XDECREF(t.ctx)
+
+
+cdef void* _worker_main(void* arg) noexcept nogil:
+    cdef stream_t* s = <stream_t*>arg
+    cdef stream_task_t task
+    cdef bint last
+    pthread_mutex_lock(&s.lock)
+    while True:
+        while s.count == 0 and not s.closing:
+            pthread_cond_wait(&s.work, &s.lock)
+        if s.count == 0:
+            break
+        task = s.ring[s.head]
+        s.head = (s.head + 1) % s.cap
+        s.count -= 1
+        pthread_mutex_unlock(&s.lock)
+        _run_task(s, &task)
+        pthread_mutex_lock(&s.lock)
+        s.completed += 1
+        if s.host_waiting and s.completed == s.submitted:
+            pthread_cond_broadcast(&s.idle)
+    s.worker = 0
+    s.refs -= 1
+    last = s.refs == 0
+    pthread_mutex_unlock(&s.lock)
+    if last:
+        with gil:
+            _stream_free(s)
+    return NULL
+
+
+def _parse_kind(kind):
+    if kind == "cpu":
+        return "cpu"
+    if isinstance(kind, str) and (kind == "gpu" or kind.startswith("gpu:")):
+        raise NNCError(f"{kind!r} streams need CUDA support, which this build of nnc lacks")
+    raise NNCError(f"unknown stream kind {kind!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+
+
+cdef class Stream:
+    """An asynchronous in-order CPU worker (NNC: ccv_nnc_stream_context_t, CPU type).
+
+    Work enqueued returns at once and runs on the stream's own thread in order. ``wait()``
+    blocks until everything enqueued so far is done and raises the first failure, if any.
+    """
+
+    def __cinit__(self, kind="cpu"):
+        global _stream_seq
+        self.kind = _parse_kind(kind)
+        cdef stream_t* s = <stream_t*>malloc(sizeof(stream_t))
+        if s == NULL:
+            raise MemoryError()
+        memset(s, 0, sizeof(stream_t))
+        s.cap = 64
+        s.ring = <stream_task_t*>malloc(sizeof(stream_task_t) * s.cap)
+        if s.ring == NULL:
+            free(s)
+            raise MemoryError()
+        pthread_mutex_init(&s.lock, NULL)
+        pthread_cond_init(&s.work, NULL)
+        pthread_cond_init(&s.idle, NULL)
+        errors = []
+        Py_INCREF(errors)
+        s.errors = <PyObject*>errors
+        s.refs = 1
+        s.trace = _tracer is not None
+        self.s = s
+        _stream_seq += 1
+        self.index = _stream_seq
+        _live.add(self)
+
+    def __dealloc__(self):
+        cdef stream_t* s = self.s
+        cdef bint last
+        if s == NULL:
+            return
+        # The worker finishes what is queued, then exits and frees s if it is the last owner.
+        pthread_mutex_lock(&s.lock)
+        s.closing = 1
+        pthread_cond_signal(&s.work)
+        s.refs -= 1
+        last = s.refs == 0
+        pthread_mutex_unlock(&s.lock)
+        if last:
+            _stream_free(s)
+
+    cdef int push(self, stream_task_t* task) except -1:
+        """Append a task (copied). Starts the worker on first use."""
+        cdef stream_t* s = self.s
+        cdef stream_task_t* ring
+        cdef Py_ssize_t cap, first
+        cdef bint start = False, pushed = False
+        cdef pthread_t tid
+        cdef pthread_attr_t attr
+        cdef int rc
+        with nogil:
+            pthread_mutex_lock(&s.lock)
+            if s.count == s.cap:
+                # Grow and unwrap the ring so that the queue is contiguous from 0 again.
+                cap = s.cap * 2
+                ring = <stream_task_t*>malloc(sizeof(stream_task_t) * cap)
+                if ring != NULL:
+                    first = s.cap - s.head
+                    memcpy(ring, s.ring + s.head, sizeof(stream_task_t) * first)
+                    memcpy(ring + first, s.ring, sizeof(stream_task_t) * (s.count - first))
+                    free(s.ring)
+                    s.ring = ring
+                    s.cap = cap
+                    s.head = 0
+            if s.count < s.cap:
+                s.ring[(s.head + s.count) % s.cap] = task[0]
+                s.count += 1
+                s.submitted += 1
+                pushed = True
+                if not s.worker:
+                    s.worker = 1
+                    s.refs += 1
+                    start = True
+                else:
+                    pthread_cond_signal(&s.work)
+            pthread_mutex_unlock(&s.lock)
+        if not pushed:
+            raise MemoryError()
+        if start:
+            pthread_attr_init(&attr)
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED)
+            rc = pthread_create(&tid, &attr, _worker_main, <void*>s)
+            pthread_attr_destroy(&attr)
+            if rc != 0:
+                # Leave the task queued: the next push tries to start a worker again.
+                with nogil:
+                    pthread_mutex_lock(&s.lock)
+                    s.worker = 0
+                    s.refs -= 1
+                    pthread_mutex_unlock(&s.lock)
+                raise StreamError(f"could not start the worker thread of {self!r} (errno {rc})")
+        return 0
+
+    def emit(self, Signal sig not None):
+        """Record ``sig`` here: waiters on it wait until this stream reaches this point."""
+        stream_emit(self, sig)
+
+    def wait_signal(self, Signal sig not None):
+        """Make this stream wait for the latest emit of ``sig`` (a no-op if never emitted)."""
+        stream_wait_signal(self, sig)
+
+    def add_callback(self, fn):
+        """Call ``fn()`` on the stream's thread once the work enqueued before it is done."""
+        if not callable(fn):
+            raise NNCError(f"add_callback needs a callable, not {type(fn).__name__}")
+        self._push_call(fn, (), fn)
+
+    def _push_call(self, fn, tuple args, ctx, keep=None):
+        cdef stream_task_t t
+        memset(&t, 0, sizeof(t))
+        t.kind = TASK_PY
+        t.flags = TASK_OWNS_PY
+        t.node = -1
+        t.label = -1
+        Py_INCREF(fn)
+        Py_INCREF(args)
+        t.fn = <PyObject*>fn
+        t.args = <PyObject*>args
+        if keep is not None:
+            Py_INCREF(keep)
+            t.keep = <PyObject*>keep
+        if ctx is not None:
+            Py_INCREF(ctx)
+            t.ctx = <PyObject*>ctx
+        try:
+            self.push(&t)
+        except BaseException:
+            Py_XDECREF(t.fn)
+            Py_XDECREF(t.args)
+            Py_XDECREF(t.keep)
+            Py_XDECREF(t.ctx)
+            raise
+
+    def query(self):
+        """True if everything enqueued so far has finished (never blocks, never raises)."""
+        cdef bint done
+        with nogil:
+            pthread_mutex_lock(&self.s.lock)
+            done = self.s.completed == self.s.submitted
+            pthread_mutex_unlock(&self.s.lock)
+        return done
+
+    def wait(self):
+        """Block until all work enqueued so far is done; raise StreamError for any failure.
+
+        NNC: ccv_nnc_stream_context_wait. Ctrl-C interrupts the wait (not the work).
+        """
+        self._drain()
+        self._raise_errors()
+
+    def _drain(self):
+        """Block until everything enqueued so far is done, without raising its errors."""
+        cdef stream_t* s = self.s
+        cdef long long target
+        cdef timespec ts
+        cdef bint done = False
+        while not done:
+            with nogil:
+                pthread_mutex_lock(&s.lock)
+                target = s.submitted
+                s.host_waiting += 1
+                clock_gettime(CLOCK_REALTIME, &ts)
+                ts.tv_nsec += 100000000
+                if ts.tv_nsec >= 1000000000:
+                    ts.tv_sec += 1
+                    ts.tv_nsec -= 1000000000
+                while s.completed < target:
+                    if pthread_cond_timedwait(&s.idle, &s.lock, &ts) != 0:
+                        break
+                done = s.completed >= target
+                s.host_waiting -= 1
+                pthread_mutex_unlock(&s.lock)
+            if not done:
+                PyErr_CheckSignals()
+
+    def _raise_errors(self):
+        errors = <list>self.s.errors
+        if not errors:
+            return
+        found = list(errors)
+        del errors[:]
+        where, first = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise StreamError(f"{where} failed on {self!r}: {first!r}{more}") from first
+
+    def _enqueue_cmd(self, Cmd cmd not None, Backend backend not None, list inputs,
+                     list outputs):
+        """cmd_exec(..., stream=self): run the validated command here, asynchronously."""
+        cdef stream_task_t t
+        cdef int n_in = len(inputs), n_out = len(outputs), i
+        if backend.c_exec == NULL or cmd.fn is not None:
+            ins = [None if x is None else (<Tensor>x).numpy() for x in inputs]
+            outs = [None if x is None else (<Tensor>x).numpy() for x in outputs]
+            if cmd.fn is not None:
+                self._push_call(cmd.fn, (ins, outs), cmd)
+            else:
+                self._push_call(backend.py_exec, (cmd, ins, outs), cmd)
+            return
+        memset(&t, 0, sizeof(t))
+        t.kind = TASK_C
+        t.flags = TASK_OWNS_IO | TASK_OWNS_PY
+        t.c_exec = backend.c_exec
+        t.param = &cmd.param
+        t.input_size = n_in
+        t.output_size = n_out
+        t.node = -1
+        t.label = -1
+        t.io = <nnc_tensor_t**>malloc(sizeof(nnc_tensor_t*) * (n_in + n_out + 1))
+        if t.io == NULL:
+            raise MemoryError()
+        for i, x in enumerate(inputs + outputs):
+            t.io[i] = NULL if x is None else &(<Tensor>x).t
+        # The task owns the Cmd (its param struct) and the tensors until it has run.
+        keep = (cmd, tuple(inputs + outputs))
+        Py_INCREF(keep)
+        Py_INCREF(cmd)
+        t.keep = <PyObject*>keep
+        t.ctx = <PyObject*>cmd
+        try:
+            self.push(&t)
+        except BaseException:
+            free(t.io)
+            Py_DECREF(keep)
+            Py_DECREF(cmd)
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.wait()
+
+    def __repr__(self):
+        return f"<nnc.Stream {self.kind} #{self.index}>"
+
+
+cdef class Signal:
+    """A CUDA-event-like signal (NNC: ccv_nnc_stream_signal_t)."""
+
+    def __cinit__(self, kind="cpu"):
+        self.kind = _parse_kind(kind)
+        self.latest = NULL
+
+    def __dealloc__(self):
+        _record_release(self.latest)
+
+    @property
+    def emitted(self):
+        """True once an emit of this signal has been enqueued."""
+        return self.latest != NULL
+
+    def query(self):
+        """True if the latest emit has happened (or the signal was never emitted)."""
+        cdef bint done = True
+        with nogil:
+            pthread_mutex_lock(&_sig_lock)
+            if self.latest != NULL:
+                done = self.latest.done
+            pthread_mutex_unlock(&_sig_lock)
+        return done
+
+    def __repr__(self):
+        return f"<nnc.Signal {self.kind}{'' if self.latest != NULL else ' (never emitted)'}>"
+
+
+cdef int stream_emit(Stream s, Signal sig) except -1:
+    cdef stream_task_t t
+    cdef signal_record_t* old
+    cdef signal_record_t* r = _record_new()
+    if r == NULL:
+        raise MemoryError()
+    memset(&t, 0, sizeof(t))
+    t.kind = TASK_EMIT
+    t.node = -1
+    t.label = -1
+    t.record = r
+    with nogil:
+        pthread_mutex_lock(&_sig_lock)
+        old = sig.latest
+        sig.latest = r
+        r.refs += 1
+        pthread_mutex_unlock(&_sig_lock)
+    _record_release(old)
+    try:
+        s.push(&t)
+    except BaseException:
+        _record_release(r)
+        raise
+    return 0
+
+
+cdef int stream_wait_signal(Stream s, Signal sig) except -1:
+    cdef stream_task_t t
+    cdef signal_record_t* r
+    with nogil:
+        pthread_mutex_lock(&_sig_lock)
+        r = sig.latest
+        if r != NULL and r.done:
+            r = NULL  # already reached: nothing to wait for
+        if r != NULL:
+            r.refs += 1
+        pthread_mutex_unlock(&_sig_lock)
+    if r == NULL:
+        return 0
+    memset(&t, 0, sizeof(t))
+    t.kind = TASK_WAIT
+    t.node = -1
+    t.label = -1
+    t.record = r
+    try:
+        s.push(&t)
+    except BaseException:
+        _record_release(r)
+        raise
+    return 0
+
+
+def _trace_start(tracer):
+    """Start recording task timings on every stream (nnc.trace)."""
+    global _tracer
+    cdef Stream st
+    if _tracer is not None:
+        raise NNCError("a trace is already being recorded; nnc.trace does not nest")
+    _tracer = tracer
+    for st in list(_live):
+        with nogil:
+            pthread_mutex_lock(&st.s.lock)
+            st.s.trace = 1
+            st.s.trace_size = 0
+            pthread_mutex_unlock(&st.s.lock)
+
+
+def _trace_stop():
+    """Stop recording; drain every stream; return [(stream index, [event tuples])]."""
+    global _tracer
+    cdef Stream st
+    cdef trace_event_t* ev
+    cdef Py_ssize_t i
+    out = []
+    try:
+        for st in list(_live):
+            st._drain()
+            events = []
+            with nogil:
+                pthread_mutex_lock(&st.s.lock)
+                st.s.trace = 0
+            try:
+                for i in range(st.s.trace_size):
+                    ev = <trace_event_t*>st.s.trace_buf + i
+                    events.append((ev.t0, ev.t1, ev.kind, ev.node, ev.label, ev.record))
+                st.s.trace_size = 0
+            finally:
+                pthread_mutex_unlock(&st.s.lock)
+            if events:
+                out.append((st.index, events))
+    finally:
+        _tracer = None
+    return out
+
+
+@atexit.register
+def _drain_streams():
+    """Let work enqueued before exit finish, so no worker runs into interpreter shutdown."""
+    for s in list(_live):
+        try:
+            s.wait()
+        except BaseException:
+            pass
