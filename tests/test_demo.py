@@ -194,3 +194,18 @@ def test_cli_usage_and_unknown_command():
     assert r.returncode == 0 and "demo" in r.stdout
     r = _cli("frobnicate")
     assert r.returncode == 2 and "frobnicate" in r.stderr
+
+
+def test_demo_streams_writes_a_timeline(tmp_path):
+    import io
+    import json
+
+    from nnc.demo import run_demo
+
+    path = tmp_path / "run.json"
+    report = run_demo(size=75, repeat=1, streams=True, max_streams=2, trace=str(path),
+                      out=io.StringIO())
+    assert report["streams"]["identical"] and report["streams"]["stream_count"] == 2
+    events = json.loads(path.read_text())["traceEvents"]
+    nodes = [e for e in events if e.get("cat") == "cmd" and e["name"].startswith("#")]
+    assert len(nodes) == report["nodes"]

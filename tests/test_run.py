@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nnc.stream import Stream
 from test_graph import parallel_graph, scalar
 
 import nnc
+from nnc.stream import Stream
 
 TIMEOUT = 10
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from nnc.graph.schedule import _set_clock_slots, graph_schedule
 from test_graph import parallel_graph
 
 import nnc
+from nnc.graph.schedule import _set_clock_slots, graph_schedule
 
 ONE = nnc.Tensor(np.ones((1, 2), np.float32))
 OUT = nnc.Tensor(np.zeros((1, 1), np.float32))
@@ -266,6 +266,7 @@ def test_bad_input():
     with pytest.raises(nnc.ScheduleError, match="nnc.Graph"):
         nnc.static_schedule("graph")
     assert nnc.static_schedule(g, stream_type="gpu:1").stream_type == "gpu:1"
+    assert nnc.static_schedule(g, max_streams=np.int64(1)).stream_count == 1
     cyclic, nodes = make(["A->B", "B->C", "C->A", "X->A"])
     with pytest.raises(nnc.GraphError, match="cycle"):
         nnc.static_schedule(cyclic)
@@ -410,7 +411,7 @@ def build(n, edges, cmds):
     return g
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dags())
 def test_random_dags_match_the_reference_and_every_wait_is_needed(case):
     n, edges, cmds, max_streams = case

@@ -9,9 +9,9 @@ import threading
 
 import numpy as np
 import pytest
-from nnc.stream import Signal, Stream
 
 import nnc
+from nnc.stream import Signal, Stream
 
 TIMEOUT = 10
 

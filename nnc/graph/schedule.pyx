@@ -19,6 +19,7 @@ but a wait may be redundant), which happens only with more than CLOCK_SLOTS live
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
+import operator
 from collections import namedtuple
 
 from nnc._core import GraphError, ScheduleError
@@ -574,11 +575,13 @@ def _check_args(graph, stream_type, max_streams, policy):
     if not ok:
         raise ScheduleError(f"unknown stream type {stream_type!r}; expected 'cpu', 'gpu' or "
                             "'gpu:N'")
-    if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 0:
+    try:
+        cap = -1 if isinstance(max_streams, bool) else operator.index(max_streams)
+    except TypeError:
+        cap = -1
+    if cap < 0:
         raise ScheduleError(f"max_streams must be an int >= 0 (0: no limit), not {max_streams!r}")
-    if max_streams > 2**31 - 1:
-        max_streams = 0
-    return max_streams
+    return 0 if cap > 2**31 - 1 else cap
 
 
 def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank"):
@@ -718,10 +721,18 @@ cdef class Schedule:
 
     def tables(self):
         """This schedule as plain tables, which :meth:`from_tables` turns back into one."""
-        nodes = [GraphExec._new(self.graph, self.order[k]) for k in range(self.order_size)]
-        return dict(streams={e: self[e].streams[0] for e in nodes},
-                    signals={e: self[e].signals[0] for e in nodes if self[e].signals},
-                    waits={e: list(self[e].waits) for e in nodes if self[e].waits},
+        cdef int k, i, w
+        streams, signals, waits = {}, {}, {}
+        for k in range(self.order_size):
+            i = self.order[k]
+            e = GraphExec._new(self.graph, i)
+            streams[e] = self.stream[i]
+            if self.signal[i] >= 0:
+                signals[e] = self.signal[i]
+            if self.wait_start[i + 1] > self.wait_start[i]:
+                waits[e] = [self.waits[w]
+                            for w in range(self.wait_start[i], self.wait_start[i + 1])]
+        return dict(streams=streams, signals=signals, waits=waits,
                     entry_streams=self._entries(), exit_waits=self._exits())
 
     @staticmethod
