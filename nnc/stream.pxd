@@ -69,6 +69,7 @@ ctypedef struct stream_t:
     int worker                          # 1 while a worker thread exists
     int closing                         # the Python object is gone: exit once drained
     int host_waiting                    # someone sleeps on idle
+    int sleeping                        # the worker sleeps on work (set and cleared by it)
     PyObject* errors                    # list of exceptions not yet raised by wait(); owned
     int trace                           # record timings into trace_buf
     void* trace_buf                     # trace_event_t[trace_cap], malloc'd
@@ -76,13 +77,22 @@ ctypedef struct stream_t:
     Py_ssize_t trace_cap
 
 
+cdef enum:
+    STAGE_SIZE = 64                     # tasks staged by the host per hand-over (Stream.push)
+
+
 cdef class Stream:
     cdef stream_t* s
+    # Tasks pushed but not yet handed to the worker: host side only, guarded by the GIL.
+    # Invariant: empty whenever the host is not inside a run's enqueue loop (kick() empties it).
+    cdef stream_task_t stage[STAGE_SIZE]
+    cdef Py_ssize_t stage_size
     cdef readonly str kind              # "cpu"
     cdef readonly int index             # creation number, names the worker thread and track
     cdef object __weakref__             # nnc.stream._live holds streams weakly
 
-    cdef int push(self, stream_task_t* task) except -1
+    cdef int push(self, stream_task_t* task, bint wake=*) except -1
+    cdef int kick(self) except -1
 
 
 cdef class Signal:
@@ -90,5 +100,5 @@ cdef class Signal:
     cdef readonly str kind
 
 
-cdef int stream_emit(Stream s, Signal sig) except -1
-cdef int stream_wait_signal(Stream s, Signal sig) except -1
+cdef int stream_emit(Stream s, Signal sig, bint wake=*) except -1
+cdef int stream_wait_signal(Stream s, Signal sig, bint wake=*) except -1

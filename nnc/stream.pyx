@@ -87,6 +87,9 @@ ctypedef struct trace_event_t:
     long long record
 
 
+cdef enum:
+    POP_BATCH = 32                      # tasks a worker takes from its queue per lock
+
 cdef pthread_mutex_t _sig_lock
 pthread_mutex_init(&_sig_lock, NULL)
 cdef long long _record_seq = 0
@@ -175,7 +178,29 @@ cdef void _add_error(stream_t* s, stream_task_t* t, object exc) noexcept:
         pass
 
 
+cdef void _report_rc(stream_t* s, stream_task_t* t, int rc) noexcept with gil:
+    from nnc._core import STATUS_NAMES
+    _add_error(s, t, NNCError(f"backend returned {STATUS_NAMES.get(rc, rc)}"))
+
+
+cdef void _run_py(stream_t* s, stream_task_t* t) noexcept with gil:
+    try:
+        PyObject_Call(t.fn, t.args, NULL)
+    except BaseException as e:
+        _add_error(s, t, e)
+
+
+cdef void _drop_refs(stream_task_t* t) noexcept with gil:
+    Py_XDECREF(t.fn)
+    Py_XDECREF(t.args)
+    Py_XDECREF(t.keep)
+    Py_XDECREF(t.ctx)
+
+
 cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
+    # No Python object may live in this function, not even in a branch: Cython would then take
+    # the GIL on every exit to release it, once per task. Python work goes through the
+    # ``with gil`` helpers above, which take the GIL only when called.
     cdef int rc
     cdef double t0 = 0
     cdef waiter_t me
@@ -185,15 +210,9 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     if t.kind == TASK_C:
         rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size, NULL)
         if rc != 0:
-            with gil:
-                from nnc._core import STATUS_NAMES
-                _add_error(s, t, NNCError(f"backend returned {STATUS_NAMES.get(rc, rc)}"))
+            _report_rc(s, t, rc)
     elif t.kind == TASK_PY:
-        with gil:
-            try:
-                PyObject_Call(t.fn, t.args, NULL)
-            except BaseException as e:
-                _add_error(s, t, e)
+        _run_py(s, t)
     elif t.kind == TASK_EMIT:
         pthread_mutex_lock(&_sig_lock)
         t.record.done = 1
@@ -219,30 +238,34 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     if t.flags & TASK_OWNS_IO:
         free(t.io)
     if t.flags & TASK_OWNS_PY:
-        with gil:
-            Py_XDECREF(t.fn)
-            Py_XDECREF(t.args)
-            Py_XDECREF(t.keep)
-            Py_XDECREF(t.ctx)
+        _drop_refs(t)
 
 
 cdef void* _worker_main(void* arg) noexcept nogil:
     cdef stream_t* s = <stream_t*>arg
-    cdef stream_task_t task
+    # Tasks are taken POP_BATCH at a time, so the lock is taken twice per batch, not per task;
+    # completed counts them once the whole batch has run (wait() waits for all of it anyway).
+    cdef stream_task_t batch[POP_BATCH]
+    cdef Py_ssize_t n, i
     cdef bint last
     pthread_mutex_lock(&s.lock)
     while True:
         while s.count == 0 and not s.closing:
+            s.sleeping = 1
             pthread_cond_wait(&s.work, &s.lock)
+            s.sleeping = 0
         if s.count == 0:
             break
-        task = s.ring[s.head]
-        s.head = (s.head + 1) % s.cap
-        s.count -= 1
+        n = min(s.count, POP_BATCH)
+        for i in range(n):
+            batch[i] = s.ring[(s.head + i) % s.cap]
+        s.head = (s.head + n) % s.cap
+        s.count -= n
         pthread_mutex_unlock(&s.lock)
-        _run_task(s, &task)
+        for i in range(n):
+            _run_task(s, &batch[i])
         pthread_mutex_lock(&s.lock)
-        s.completed += 1
+        s.completed += n
         if s.host_waiting and s.completed == s.submitted:
             pthread_cond_broadcast(&s.idle)
     s.worker = 0
@@ -253,6 +276,43 @@ cdef void* _worker_main(void* arg) noexcept nogil:
         with gil:
             _stream_free(s)
     return NULL
+
+
+cdef int _enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n, bint wake) noexcept nogil:
+    """Append copies of n tasks under s.lock, waking a sleeping worker if ``wake``: -1 out of
+    memory (nothing queued), 1 queued, 2 queued and the caller must start the worker thread."""
+    cdef stream_task_t* ring
+    cdef Py_ssize_t cap, first, i
+    cdef int rc = 1
+    pthread_mutex_lock(&s.lock)
+    if s.count + n > s.cap:
+        # Grow and unwrap the ring so that the queue is contiguous from 0 again.
+        cap = s.cap * 2
+        while cap < s.count + n:
+            cap *= 2
+        ring = <stream_task_t*>malloc(sizeof(stream_task_t) * cap)
+        if ring == NULL:
+            pthread_mutex_unlock(&s.lock)
+            return -1
+        first = min(s.count, s.cap - s.head)
+        memcpy(ring, s.ring + s.head, sizeof(stream_task_t) * first)
+        memcpy(ring + first, s.ring, sizeof(stream_task_t) * (s.count - first))
+        free(s.ring)
+        s.ring = ring
+        s.cap = cap
+        s.head = 0
+    for i in range(n):
+        s.ring[(s.head + s.count + i) % s.cap] = tasks[i]
+    s.count += n
+    s.submitted += n
+    if not s.worker and s.count > 0:
+        s.worker = 1
+        s.refs += 1
+        rc = 2
+    elif wake and s.sleeping and s.count > 0:
+        pthread_cond_signal(&s.work)
+    pthread_mutex_unlock(&s.lock)
+    return rc
 
 
 def _parse_kind(kind):
@@ -310,55 +370,45 @@ cdef class Stream:
         if last:
             _stream_free(s)
 
-    cdef int push(self, stream_task_t* task) except -1:
-        """Append a task (copied). Starts the worker on first use."""
+    cdef int push(self, stream_task_t* task, bint wake=True) except -1:
+        """Append a task (copied). Starts the worker on first use.
+
+        Tasks are staged on the host side and handed to the worker STAGE_SIZE at a time, under
+        one lock. ``wake=True`` hands over at once; ``wake=False`` is for callers that enqueue
+        many tasks in a row (graph runs) and call :meth:`kick` when done. Handing over each
+        task alone made the worker run it, sleep, and pay a futex wake-up (about a microsecond)
+        per task, with the host and the worker fighting over the lock in between.
+        """
+        self.stage[self.stage_size] = task[0]
+        self.stage_size += 1
+        if wake or self.stage_size == STAGE_SIZE:
+            self.kick()
+        return 0
+
+    cdef int kick(self) except -1:
+        """Hand the staged tasks to the worker and wake it (start it on first use)."""
         cdef stream_t* s = self.s
-        cdef stream_task_t* ring
-        cdef Py_ssize_t cap, first
-        cdef bint start = False, pushed = False
         cdef pthread_t tid
         cdef pthread_attr_t attr
         cdef int rc
-        with nogil:
-            pthread_mutex_lock(&s.lock)
-            if s.count == s.cap:
-                # Grow and unwrap the ring so that the queue is contiguous from 0 again.
-                cap = s.cap * 2
-                ring = <stream_task_t*>malloc(sizeof(stream_task_t) * cap)
-                if ring != NULL:
-                    first = s.cap - s.head
-                    memcpy(ring, s.ring + s.head, sizeof(stream_task_t) * first)
-                    memcpy(ring + first, s.ring, sizeof(stream_task_t) * (s.count - first))
-                    free(s.ring)
-                    s.ring = ring
-                    s.cap = cap
-                    s.head = 0
-            if s.count < s.cap:
-                s.ring[(s.head + s.count) % s.cap] = task[0]
-                s.count += 1
-                s.submitted += 1
-                pushed = True
-                if not s.worker:
-                    s.worker = 1
-                    s.refs += 1
-                    start = True
-                else:
-                    pthread_cond_signal(&s.work)
-            pthread_mutex_unlock(&s.lock)
-        if not pushed:
-            raise MemoryError()
-        if start:
+        # The GIL stays held: the lock is held only briefly by anyone, and nobody holding it
+        # ever waits for the GIL (docs/threading.md), so this cannot deadlock, and it saves
+        # a GIL release and re-acquire per hand-over.
+        cdef int pushed = _enqueue(s, self.stage, self.stage_size, True)
+        if pushed < 0:
+            raise MemoryError()  # the tasks stay staged
+        self.stage_size = 0
+        if pushed == 2:
             pthread_attr_init(&attr)
             pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED)
             rc = pthread_create(&tid, &attr, _worker_main, <void*>s)
             pthread_attr_destroy(&attr)
             if rc != 0:
-                # Leave the task queued: the next push tries to start a worker again.
-                with nogil:
-                    pthread_mutex_lock(&s.lock)
-                    s.worker = 0
-                    s.refs -= 1
-                    pthread_mutex_unlock(&s.lock)
+                # Leave the tasks queued: the next hand-over tries to start a worker again.
+                pthread_mutex_lock(&s.lock)
+                s.worker = 0
+                s.refs -= 1
+                pthread_mutex_unlock(&s.lock)
                 raise StreamError(f"could not start the worker thread of {self!r} (errno {rc})")
         return 0
 
@@ -425,6 +475,7 @@ cdef class Stream:
         cdef long long target
         cdef timespec ts
         cdef bint done = False
+        self.kick()
         while not done:
             with nogil:
                 pthread_mutex_lock(&s.lock)
@@ -534,7 +585,7 @@ cdef class Signal:
         return f"<nnc.Signal {self.kind}{'' if self.latest != NULL else ' (never emitted)'}>"
 
 
-cdef int stream_emit(Stream s, Signal sig) except -1:
+cdef int stream_emit(Stream s, Signal sig, bint wake=True) except -1:
     cdef stream_task_t t
     cdef signal_record_t* old
     cdef signal_record_t* r = _record_new()
@@ -545,32 +596,30 @@ cdef int stream_emit(Stream s, Signal sig) except -1:
     t.node = -1
     t.label = -1
     t.record = r
-    with nogil:
-        pthread_mutex_lock(&_sig_lock)
-        old = sig.latest
-        sig.latest = r
-        r.refs += 1
-        pthread_mutex_unlock(&_sig_lock)
+    pthread_mutex_lock(&_sig_lock)
+    old = sig.latest
+    sig.latest = r
+    r.refs += 1
+    pthread_mutex_unlock(&_sig_lock)
     _record_release(old)
     try:
-        s.push(&t)
+        s.push(&t, wake)
     except BaseException:
         _record_release(r)
         raise
     return 0
 
 
-cdef int stream_wait_signal(Stream s, Signal sig) except -1:
+cdef int stream_wait_signal(Stream s, Signal sig, bint wake=True) except -1:
     cdef stream_task_t t
     cdef signal_record_t* r
-    with nogil:
-        pthread_mutex_lock(&_sig_lock)
-        r = sig.latest
-        if r != NULL and r.done:
-            r = NULL  # already reached: nothing to wait for
-        if r != NULL:
-            r.refs += 1
-        pthread_mutex_unlock(&_sig_lock)
+    pthread_mutex_lock(&_sig_lock)
+    r = sig.latest
+    if r != NULL and r.done:
+        r = NULL  # already reached: nothing to wait for
+    if r != NULL:
+        r.refs += 1
+    pthread_mutex_unlock(&_sig_lock)
     if r == NULL:
         return 0
     memset(&t, 0, sizeof(t))
@@ -579,7 +628,7 @@ cdef int stream_wait_signal(Stream s, Signal sig) except -1:
     t.label = -1
     t.record = r
     try:
-        s.push(&t)
+        s.push(&t, wake)
     except BaseException:
         _record_release(r)
         raise

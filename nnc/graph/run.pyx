@@ -94,7 +94,7 @@ cdef int _run_unscheduled(Graph g, Stream s, bint* finished) except -1:
         if _node_task(g, g._order[k], &t):
             if tracing:
                 _label_tasks(g, &t)
-            s.push(&t)
+            s.push(&t, False)
     s._push_call(g._run_finished, (), g)
     finished[0] = True
     return 0
@@ -113,22 +113,22 @@ cdef int _run_scheduled(Graph g, Stream s, Schedule sched, bint* finished) excep
     cdef int k, idx, w
     cdef bint tracing = _tracing()
     stream_emit(s, rt.begin)
-    stream_wait_signal(s0, rt.begin)
+    stream_wait_signal(s0, rt.begin, False)
     for k in range(sched.entry_size):
-        stream_wait_signal(<Stream>streams[sched.entry_streams[k]], rt.begin)
+        stream_wait_signal(<Stream>streams[sched.entry_streams[k]], rt.begin, False)
     for k in range(sched.order_size):
         idx = sched.order[k]
         st = <Stream>streams[sched.stream[idx]]
         for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
-            stream_wait_signal(st, <Signal>signals[sched.waits[w]])
+            stream_wait_signal(st, <Signal>signals[sched.waits[w]], False)
         if _node_task(g, idx, &t):
             if tracing:
                 _label_tasks(g, &t)
-            st.push(&t)
+            st.push(&t, False)
         if sched.signal[idx] >= 0:
-            stream_emit(st, <Signal>signals[sched.signal[idx]])
+            stream_emit(st, <Signal>signals[sched.signal[idx]], False)
     for k in range(sched.exit_size):
-        stream_wait_signal(s0, <Signal>signals[sched.exit_waits[k]])
+        stream_wait_signal(s0, <Signal>signals[sched.exit_waits[k]], False)
     # Before end: once the caller's stream passes end, the graph is idle again and the
     # failures of this run have moved to the caller's stream, whose wait() reports them.
     s0._push_call(_finish_scheduled, (g, rt, s), g)
@@ -164,6 +164,7 @@ def graph_run_on_stream(Graph g not None, stream):
     cdef bint finished = False
     g._inflight += 1
     g._inflight_stream = stream
+    cdef Stream st
     try:
         if sched is None:
             _run_unscheduled(g, <Stream>stream, &finished)
@@ -174,3 +175,9 @@ def graph_run_on_stream(Graph g not None, stream):
         if not finished:
             stream.add_callback(g._run_finished)
         raise
+    finally:
+        # Tasks were pushed without waking the workers (see Stream.push): wake them now.
+        if sched is not None and g._runtime is not None:
+            for st in (<_Runtime>g._runtime).streams:
+                st.kick()
+        (<Stream>stream).kick()
