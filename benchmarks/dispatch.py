@@ -18,6 +18,11 @@ Executors, all in this process, on the same tensors:
   precomputed ndarrays (for NOOP: NOOP's CPU_REF function).
 - ``dask``: ``dask.get`` (the synchronous scheduler ``dask.local.get_sync``) on the equivalent task
   graph, ``{key: (fn, *dependency_keys)}``, where ``fn`` calls the same Python backend function.
+- ``nnc stream``: ``g.run(stream=s); s.wait()`` without a schedule (every node on ``s``'s worker).
+- ``nnc sched``: ``g.run(stream=s); s.wait()`` on a copy of the graph statically scheduled with
+  ``max_streams=os.cpu_count()`` (one worker thread per core).
+- ``dask thr``: ``dask.threaded.get`` with ``num_workers=os.cpu_count()`` on the same task graph
+  as ``dask``.
 
 Each executor is checked once for the right result (SCALAR_MUL: every tensor must hold 1 after a
 run from zeroed outputs, so a node that ran early or not at all is caught), warmed up once, then
@@ -28,6 +33,7 @@ as the median over rounds; dask.get takes ~0.5 s a run, so it gets fewer rounds
 """
 
 import functools
+import os
 import sys
 
 # `python -m benchmarks.dispatch` imports the package `benchmarks` before this module, and its
@@ -39,8 +45,11 @@ from benchmarks import _util
 
 try:
     import dask
+    import dask.threaded
 except ImportError:  # dask is an optional benchmark dependency (pip install -e '.[bench]')
     dask = None
+
+CORES = os.cpu_count() or 2
 
 SHAPES = ("chain", "wide")
 OPS = ("NOOP", "SCALAR_MUL")
@@ -50,14 +59,20 @@ EXECUTORS = {
     "nnc_ref": "g.run(), SCALAR_MUL pinned to CPU_REF (Python)",
     "loop_py": "Python loop, raw py_exec of CPU_REF on ndarrays",
     "dask": "dask.get (get_sync), tasks calling py_exec of CPU_REF",
+    "nnc_stream": "g.run(stream=s); s.wait(), no schedule: every node on s",
+    "nnc_sched": f"g.run(stream=s); s.wait(), static_schedule(max_streams={CORES})",
+    "dask_thr": f"dask.threaded.get, num_workers={CORES}, same tasks as dask.get",
 }
 LABELS = {"nnc": "nnc", "loop_c": "loop C", "nnc_ref": "nnc ref", "loop_py": "loop py",
-          "dask": "dask.get"}
+          "dask": "dask.get", "nnc_stream": "nnc stream", "nnc_sched": "nnc sched",
+          "dask_thr": "dask thr"}
+SLOW = ("dask", "dask_thr")  # ~0.5 s a run or more: fewer rounds (--dask-repeat)
 # Reference: NNC's own C runner, topsorted sequential run of a 1000-node chain of 1-element
 # SCALAR_MUL on a 2-vCPU VM (research/nnc.md, section 2.6).
 NNC_C_US_PER_NODE = 0.037
 NOOP_TARGET_US = 0.1
 DASK_TARGET_RATIO = 30.0
+DASK_THREADED_TARGET_RATIO = 20.0
 
 
 class Workload:
@@ -82,6 +97,10 @@ class Workload:
             self.edges = [(0, i) for i in range(1, n - 1)] + [(i, n - 1) for i in range(1, n - 1)]
         self.graph = self._build(None)
         self.graph_ref = self._build("CPU_REF") if op != "NOOP" else None
+        # A schedule belongs to its graph, so the scheduled runs get a graph of their own.
+        self.graph_sched = self._build(None)
+        nnc.static_schedule(self.graph_sched, max_streams=CORES)
+        self.stream = nnc.Stream("cpu")
 
     def _build(self, backend):
         g = nnc.Graph()
@@ -107,11 +126,15 @@ class Workload:
             run["nnc_ref"] = self.graph_ref.run
             py_order = self.graph_ref.topsort()
             run["loop_py"] = _looper(_py_calls(py_order))
+        run["nnc_stream"] = functools.partial(_on_stream, self.graph, self.stream)
+        run["nnc_sched"] = functools.partial(_on_stream, self.graph_sched, self.stream)
         if dask is not None:
-            run["dask"] = self._dask(py_order)
+            run["dask"] = self._dask(py_order, dask.get)
+            run["dask_thr"] = self._dask(py_order, functools.partial(dask.threaded.get,
+                                                                     num_workers=CORES))
         return run
 
-    def _dask(self, order):
+    def _dask(self, order, get):
         preds = [[] for _ in range(self.n)]
         succs = [0] * self.n
         for i, j in self.edges:
@@ -123,7 +146,7 @@ class Workload:
             dsk[f"n{i}"] = (functools.partial(_task, fn, cmd, ins, outs),
                             *(f"n{p}" for p in preds[i]))
         sinks = [f"n{i}" for i in range(self.n) if not succs[i]]
-        return functools.partial(dask.get, dsk, sinks)
+        return functools.partial(get, dsk, sinks)
 
     def verify(self, name, fn):
         """Run ``fn`` once from zeroed outputs; every tensor must then hold 1 (inputs hold 1)."""
@@ -155,6 +178,11 @@ def _py_calls(order):
     return calls
 
 
+def _on_stream(g, s):
+    g.run(stream=s)
+    s.wait()
+
+
 def _looper(calls):
     def loop():
         for fn, cmd, ins, outs in calls:
@@ -178,7 +206,7 @@ def run(n, repeat, dask_repeat, log=print):
             fns = w.executors()
             for name, fn in fns.items():
                 w.verify(name, fn)
-            reps = {name: dask_repeat if name == "dask" else repeat for name in fns}
+            reps = {name: dask_repeat if name in SLOW else repeat for name in fns}
             samples = _util.measure_interleaved(fns, reps)
             for name, secs in samples.items():
                 us = [s / n * 1e6 for s in secs]
@@ -215,6 +243,8 @@ def ratios(results):
                 "nnc_ref_over_loop_py": _ratio(get("nnc_ref"), get("loop_py")),
                 "dask_over_nnc": _ratio(get("dask"), get("nnc")),
                 "dask_over_nnc_ref": _ratio(get("dask"), get("nnc_ref")),
+                "dask_thr_over_nnc_stream": _ratio(get("dask_thr"), get("nnc_stream")),
+                "dask_thr_over_nnc_sched": _ratio(get("dask_thr"), get("nnc_sched")),
             })
     return out
 
@@ -223,7 +253,9 @@ def targets(results):
     """The issue's targets, plus one informative check (``kind``: "target" or "info").
 
     Targets: NOOP <= 0.1 us/node; 1-element SCALAR_MUL with default backends no slower than the
-    plain Python loop calling the same (C) backend, and at least 30x faster than dask.get.
+    plain Python loop calling the same (C) backend, and at least 30x faster than dask.get;
+    ``run(stream=...)`` (unscheduled and scheduled) at least 20x faster than dask's threaded
+    scheduler per node.
     Info: ``g.run()`` with the Python backend against the loop calling that same function; both
     spend ~1.5-3 us per node inside NumPy, so the ratio is 1 within this machine's noise.
     """
@@ -247,6 +279,13 @@ def targets(results):
         out.append(row("target", f"SCALAR_MUL dask.get / nnc >= {DASK_TARGET_RATIO:g}", shape, v,
                        v is not None and v >= DASK_TARGET_RATIO))
     for shape in SHAPES:
+        for name in ("nnc_stream", "nnc_sched"):
+            v = _ratio(us.get((shape, "SCALAR_MUL", "dask_thr")),
+                       us.get((shape, "SCALAR_MUL", name)))
+            out.append(row("target", f"SCALAR_MUL dask thr / {LABELS[name]} >= "
+                           f"{DASK_THREADED_TARGET_RATIO:g}", shape, v,
+                           v is not None and v >= DASK_THREADED_TARGET_RATIO))
+    for shape in SHAPES:
         v = _ratio(us.get((shape, "SCALAR_MUL", "nnc_ref")),
                    us.get((shape, "SCALAR_MUL", "loop_py")))
         out.append(row("info", "SCALAR_MUL nnc ref / loop py <= 1", shape, v,
@@ -261,7 +300,7 @@ def render(report):
     names = list(EXECUTORS)
     lines = [
         f"Dispatch cost, µs per node: median of {p['repeat']} timed runs after a warm-up "
-        f"(dask.get: median of {p['dask_repeat']}, it is slow); {p['nodes']} nodes per graph; "
+        f"(dask: median of {p['dask_repeat']}, it is slow); {p['nodes']} nodes per graph; "
         "1-element float32 tensors",
         "",
         _util.table(["graph", "op"] + [LABELS[k] for k in names],
@@ -269,14 +308,16 @@ def render(report):
                      for s in SHAPES for o in OPS]),
         "",
     ]
-    lines += [f"  {LABELS[k]:8} {v}" for k, v in EXECUTORS.items()]
+    lines += [f"  {LABELS[k]:10} {v}" for k, v in EXECUTORS.items()]
     lines += ["  (NOOP: nnc skips NOOP nodes, so there is no 'nnc ref' or 'loop C' column; "
               "'loop py' calls NOOP's CPU_REF function)", ""]
     lines.append(_util.table(
-        ["graph", "op", "nnc/loop", "nnc ref/loop py", "dask/nnc", "dask/nnc ref"],
+        ["graph", "op", "nnc/loop", "nnc ref/loop py", "dask/nnc", "dask/nnc ref",
+         "dask thr/nnc stream", "dask thr/nnc sched"],
         [[r["graph"], r["op"]] + [_util.fmt(r[k]) for k in
                                   ("nnc_over_loop", "nnc_ref_over_loop_py", "dask_over_nnc",
-                                   "dask_over_nnc_ref")]
+                                   "dask_over_nnc_ref", "dask_thr_over_nnc_stream",
+                                   "dask_thr_over_nnc_sched")]
          for r in report["ratios"]]))
     lines += ["  nnc/loop: nnc against the Python loop calling the same backend "
               "(C for SCALAR_MUL, NOOP's CPU_REF for NOOP)", "", "Targets:"]
@@ -301,7 +342,7 @@ def main(argv=None):
     p = _util.parser(__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=10_000, help="nodes per graph (default 10000)")
     p.add_argument("--dask-repeat", type=int, default=None,
-                   help="timed dask.get runs (default min(5, --repeat); each takes ~0.5 s)")
+                   help="timed dask runs (default min(5, --repeat); each takes ~0.5 s or more)")
     args = p.parse_args(argv)
     if args.nodes < 3:
         p.error("--nodes must be at least 3 (the wide graph has a source, a sink and a middle)")
