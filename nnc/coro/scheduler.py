@@ -1,0 +1,256 @@
+"""Tasks and the scheduler: generators run inline until they block, then on one thread.
+
+NNC: ``co.c`` (``co_scheduler_t``, ``_co_try``, ``_co_main``). A :class:`Scheduler` keeps a queue
+of ready tasks and a count of tasks suspended on an outside event (:class:`~nnc.coro.WaitFor`).
+:meth:`Scheduler.spawn` runs ready tasks **inline in the caller's thread** until every task is
+either finished or blocked; if some are blocked, it starts **one** scheduler thread and returns.
+That thread sleeps on a condition variable (no CPU while blocked) until a wake-up from an event
+source makes a task ready, runs it, and exits as soon as nothing is ready or blocked. So the
+caller never waits for control flow, and a scheduler never has more than one thread.
+
+Two departures from NNC, both deliberate: a task spawned while the thread is active wakes it at
+once (NNC waits for the next stream callback), and every task suspended on a sub-task is resumed
+when that sub-task ends, however many passes it took (NNC's graph runner can lose track of them).
+
+Only the standard library is used here; the stream layer supplies the ``coro_arm`` glue.
+"""
+
+import threading
+from collections import deque
+
+from nnc.coro.traps import AwaitAny, AwaitTask, WaitFor
+
+__all__ = ["Scheduler", "Task", "current_scheduler"]
+
+_local = threading.local()              # .scheduler: the Scheduler running a task on this thread
+
+
+def current_scheduler():
+    """The scheduler whose task runs on this thread now, or None."""
+    return getattr(_local, "scheduler", None)
+
+
+class Task:
+    """One generator driven by a scheduler. ``done`` once it returned or raised."""
+
+    __slots__ = ("gen", "name", "done", "result", "exception", "_waiters", "_send", "_throw")
+
+    def __init__(self, gen, name=None):
+        self.gen = gen
+        self.name = name or getattr(gen, "__name__", "task")
+        self.done = False
+        self.result = None
+        self.exception = None
+        self._waiters = []              # tasks suspended in AwaitTask/AwaitAny on this one
+        self._send = gen.send
+        self._throw = gen.throw
+
+    def __repr__(self):
+        state = "done" if self.done else "pending"
+        return f"<nnc.coro.Task {self.name} {state}>"
+
+
+class Scheduler:
+    """Runs tasks inline until all block, then on one thread (see the module docstring)."""
+
+    def __init__(self, name="nnc-coro"):
+        self.name = name
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # All fields below are guarded by _lock.
+        self._ready = deque()           # (task, value, exc) to resume, oldest first
+        self._await_count = 0           # tasks suspended in WaitFor, not yet woken
+        self._running = False           # a thread (caller or scheduler thread) drives _ready
+        self._thread = None             # the scheduler thread while it exists
+        self.threads_started = 0        # statistics: scheduler threads ever started
+
+    # -- public ---------------------------------------------------------------------------
+
+    def spawn(self, gen, name=None):
+        """Schedule ``gen`` as a root task; run ready tasks inline if nobody else is; return it.
+
+        Returns once every task is finished or blocked (then the scheduler thread takes over).
+        """
+        task = Task(gen, name)
+        with self._lock:
+            self._ready.append((task, None, None))
+            if self._running:
+                self._cond.notify()
+                return task
+            self._running = True
+        self._drive(inline=True)
+        return task
+
+    def start(self, gen, name=None):
+        """Run ``gen`` now, from inside a task, until it first suspends or ends (co_resume).
+
+        The caller goes on at once; it can later ``yield AwaitTask(t)`` or ``AwaitAny``.
+        """
+        if current_scheduler() is not self:
+            raise RuntimeError("Scheduler.start must be called from a task of this scheduler")
+        task = Task(gen, name)
+        self._step(task, None, None)
+        return task
+
+    @property
+    def active(self):
+        """True while any task is ready, running or blocked."""
+        with self._lock:
+            return self._running or bool(self._ready) or self._await_count > 0
+
+    @property
+    def thread_alive(self):
+        """True while the scheduler thread exists."""
+        with self._lock:
+            return self._thread is not None
+
+    def join(self, timeout=None):
+        """Block until no task is ready, running or blocked. Returns False on timeout.
+
+        Must not be called from one of this scheduler's tasks (it would wait for itself).
+        """
+        if current_scheduler() is self:
+            raise RuntimeError(
+                "a task cannot join its own scheduler; yield WaitFor/AwaitTask instead"
+            )
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._running or self._ready or self._await_count:
+                # Wake up now and then so that Ctrl-C reaches the waiting thread.
+                step = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+                if step <= 0:
+                    return False
+                self._cond.wait(step)
+        return True
+
+    def __repr__(self):
+        return f"<nnc.coro.Scheduler {self.name}>"
+
+    # -- driving ----------------------------------------------------------------------------
+
+    def _drive(self, inline):
+        """Run ready tasks until none is ready. Inline: hand off to a thread if some block."""
+        prev = current_scheduler()
+        _local.scheduler = self
+        try:
+            while True:
+                with self._lock:
+                    if self._ready:
+                        task, value, exc = self._ready.popleft()
+                    elif self._await_count == 0:
+                        self._running = False
+                        if not inline:
+                            self._thread = None
+                        self._cond.notify_all()
+                        return
+                    elif inline:
+                        # Every task is blocked: one thread takes over, the caller returns.
+                        if self._thread is None:
+                            self._thread = threading.Thread(
+                                target=self._drive, args=(False,), name=self.name, daemon=True
+                            )
+                            self.threads_started += 1
+                            self._thread.start()
+                        return
+                    else:
+                        self._cond.wait()
+                        continue
+                self._step(task, value, exc)
+        finally:
+            _local.scheduler = prev
+
+    def _wake(self, task):
+        """A WaitFor source completed (called from any thread)."""
+        with self._lock:
+            self._await_count -= 1
+            self._ready.append((task, None, None))
+            self._cond.notify()
+
+    def _step(self, task, value, exc):
+        """Resume ``task`` and keep it going while its requests complete at once."""
+        while True:
+            try:
+                if exc is not None:
+                    req = task._throw(exc)
+                else:
+                    req = task._send(value)
+            except StopIteration as stop:
+                self._finish(task, stop.value, None)
+                return
+            except BaseException as e:
+                self._finish(task, None, e)
+                return
+            value = exc = None
+            cls = type(req)
+            if cls is WaitFor:
+                with self._lock:
+                    self._await_count += 1
+                try:
+                    armed = req.source.coro_arm(_Wake(self, task))
+                except BaseException as e:
+                    armed = False
+                    exc = e
+                if armed:
+                    return
+                with self._lock:
+                    self._await_count -= 1
+            elif cls is AwaitTask:
+                t = req.task
+                if t.done:
+                    if t.exception is not None:
+                        exc = t.exception
+                    else:
+                        value = t.result
+                    continue
+                t._waiters.append((task, req))
+                return
+            elif cls is AwaitAny:
+                first = next((t for t in req.tasks if t.done), None)
+                if first is not None:
+                    value = first
+                    continue
+                for t in req.tasks:
+                    t._waiters.append((task, req))
+                return
+            else:
+                exc = TypeError(
+                    f"a task yielded {req!r}; tasks may only yield the requests of "
+                    "nnc.coro.traps (WaitFor, AwaitTask, AwaitAny); use 'yield from' to call "
+                    "another generator"
+                )
+
+    def _finish(self, task, result, exc):
+        task.done = True
+        task.result = result
+        task.exception = exc
+        waiters, task._waiters = task._waiters, []
+        for waiter, req in waiters:
+            if type(req) is AwaitAny:
+                # The first task to finish hands the waiter back; forget it everywhere else.
+                for other in req.tasks:
+                    if other is not task:
+                        other._waiters = [w for w in other._waiters if w[0] is not waiter]
+                item = (waiter, task, None)
+            elif exc is not None:
+                item = (waiter, None, exc)
+            else:
+                item = (waiter, result, None)
+            with self._lock:
+                self._ready.append(item)
+
+
+class _Wake:
+    """The one-shot wake-up handed to a WaitFor source; a second call is ignored."""
+
+    __slots__ = ("sched", "task")
+
+    def __init__(self, sched, task):
+        self.sched = sched
+        self.task = task
+
+    def __call__(self):
+        task, self.task = self.task, None
+        if task is not None:
+            self.sched._wake(task)

@@ -1,0 +1,262 @@
+"""nnc.coro: generator tasks, inline execution until blocked, one scheduler thread.
+
+Event sources here are plain Python objects (the layer knows nothing of streams); the stream
+glue is tested in test_while.py and test_case_of.py.
+"""
+
+import resource
+import threading
+import time
+
+import pytest
+
+from nnc.coro import AwaitAny, AwaitTask, Scheduler, WaitFor, current_scheduler
+
+TIMEOUT = 10
+
+
+class Gate:
+    """An event source: complete once open() is called (from any thread)."""
+
+    def __init__(self, done=False):
+        self.done = done
+        self.wakes = []
+        self.lock = threading.Lock()
+
+    def coro_arm(self, wake):
+        with self.lock:
+            if self.done:
+                return False
+            self.wakes.append(wake)
+            return True
+
+    def open(self):
+        with self.lock:
+            self.done = True
+            wakes, self.wakes = self.wakes, []
+        for w in wakes:
+            w()
+
+
+def test_tasks_that_never_block_run_inline_without_a_thread():
+    sched = Scheduler()
+    seen = []
+
+    def task(n):
+        for i in range(n):
+            yield WaitFor(Gate(done=True))
+            seen.append((i, threading.current_thread() is threading.main_thread()))
+        return n
+
+    t = sched.spawn(task(3))
+    assert t.done and t.result == 3
+    assert seen == [(0, True), (1, True), (2, True)]
+    assert sched.threads_started == 0 and not sched.active
+
+
+def test_blocked_task_hands_off_to_one_thread_and_the_caller_returns():
+    sched = Scheduler()
+    gate = Gate()
+    where = []
+
+    def task():
+        where.append(threading.current_thread().name)
+        yield WaitFor(gate)
+        where.append(threading.current_thread().name)
+        return "ok"
+
+    t = sched.spawn(task(), name="t")
+    assert not t.done and sched.active and sched.thread_alive
+    assert where == ["MainThread"]
+    gate.open()
+    assert sched.join(TIMEOUT)
+    assert t.done and t.result == "ok"
+    assert where[1] == sched.name and sched.threads_started == 1
+    # The thread exits once nothing is pending.
+    deadline = time.monotonic() + TIMEOUT
+    while sched.thread_alive and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert not sched.thread_alive
+
+
+def test_many_blocked_tasks_share_one_thread():
+    sched = Scheduler()
+    gates = [Gate() for _ in range(50)]
+    counts = []
+
+    def task(g):
+        yield WaitFor(g)
+        counts.append(threading.active_count())
+
+    for g in gates:
+        sched.spawn(task(g))
+    assert sched.threads_started == 1
+    for g in reversed(gates):
+        g.open()
+    assert sched.join(TIMEOUT)
+    assert len(counts) == 50 and sched.threads_started == 1
+
+
+def test_blocked_scheduler_uses_no_cpu():
+    sched = Scheduler()
+    gate = Gate()
+
+    def task():
+        yield WaitFor(gate)
+
+    sched.spawn(task())
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    time.sleep(0.3)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    gate.open()
+    assert sched.join(TIMEOUT)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu < 0.1, f"blocked scheduler burned {cpu:.3f} s of CPU in 0.3 s"
+
+
+def test_unknown_yield_raises_type_error_in_the_task():
+    sched = Scheduler()
+    caught = []
+
+    def task():
+        try:
+            yield 42
+        except TypeError as e:
+            caught.append(str(e))
+        yield "again"
+
+    t = sched.spawn(task())
+    assert t.done and isinstance(t.exception, TypeError)
+    assert "42" in caught[0] and "WaitFor" in caught[0] and "yield from" in caught[0]
+
+
+def test_bad_requests_are_refused_where_they_are_made():
+    with pytest.raises(TypeError, match="coro_arm"):
+        WaitFor(object())
+    with pytest.raises(TypeError, match="Task"):
+        AwaitTask("not a task")
+    with pytest.raises(ValueError):
+        AwaitAny([])
+
+
+def test_sub_tasks_start_inline_and_are_awaited():
+    sched = Scheduler()
+    gates = [Gate(), Gate(), Gate()]
+    order = []
+
+    def child(k):
+        order.append(f"start {k}")
+        yield WaitFor(gates[k])
+        order.append(f"end {k}")
+        return k * 10
+
+    def parent():
+        kids = [sched.start(child(k)) for k in range(3)]
+        order.append("started")
+        got = []
+        pending = list(kids)
+        while pending:
+            first = yield AwaitAny(pending)
+            got.append(first.result)
+            pending.remove(first)
+        total = yield AwaitTask(kids[0])
+        return got, total
+
+    t = sched.spawn(parent())
+    assert order == ["start 0", "start 1", "start 2", "started"]
+    gates[2].open()
+    gates[0].open()
+    gates[1].open()
+    assert sched.join(TIMEOUT)
+    got, total = t.result
+    assert sorted(got) == [0, 10, 20] and got[0] == 20 and total == 0
+
+
+def test_await_task_reraises_the_sub_task_exception():
+    sched = Scheduler()
+    gate = Gate()
+
+    def child():
+        yield WaitFor(gate)
+        raise ValueError("inner")
+
+    def parent():
+        c = sched.start(child())
+        try:
+            yield AwaitTask(c)
+        except ValueError as e:
+            return f"caught {e}"
+
+    t = sched.spawn(parent())
+    gate.open()
+    assert sched.join(TIMEOUT)
+    assert t.result == "caught inner"
+
+
+def test_spawn_while_the_thread_runs_is_picked_up_at_once():
+    sched = Scheduler()
+    gate = Gate()
+    ran = threading.Event()
+
+    def blocker():
+        yield WaitFor(gate)
+
+    def quick():
+        ran.set()
+        return
+        yield
+
+    sched.spawn(blocker())
+    sched.spawn(quick())            # the thread is active: it runs this one, no stream wait
+    assert ran.wait(TIMEOUT)
+    gate.open()
+    assert sched.join(TIMEOUT)
+
+
+def test_join_from_a_task_is_refused_and_start_outside_a_task_too():
+    sched = Scheduler()
+
+    def task():
+        assert current_scheduler() is sched
+        with pytest.raises(RuntimeError, match="own scheduler"):
+            sched.join()
+        return 1
+        yield
+
+    assert sched.spawn(task()).result == 1
+    assert current_scheduler() is None
+
+    def gen():
+        yield
+
+    with pytest.raises(RuntimeError, match="from a task"):
+        sched.start(gen())
+
+
+def test_source_that_fails_to_arm_raises_in_the_task():
+    sched = Scheduler()
+
+    class Broken:
+        def coro_arm(self, wake):
+            raise OSError("cannot arm")
+
+    def task():
+        with pytest.raises(OSError):
+            yield WaitFor(Broken())
+        return "recovered"
+
+    assert sched.spawn(task()).result == "recovered"
+    assert not sched.active
+
+
+def test_join_times_out_while_blocked():
+    sched = Scheduler()
+    gate = Gate()
+
+    def task():
+        yield WaitFor(gate)
+
+    sched.spawn(task())
+    assert sched.join(0.05) is False
+    gate.open()
+    assert sched.join(TIMEOUT)
