@@ -12,10 +12,12 @@ MODULES = [
     ("nnc.tensor", "nnc/tensor.pyx"),
     ("nnc.cmd", "nnc/cmd.pyx"),
     ("nnc.ops.cpu_opt", "nnc/ops/cpu_opt.pyx"),
+    ("nnc.multiview", "nnc/multiview.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),
     ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),
     ("nnc.graph.run", "nnc/graph/run.pyx"),
+    ("nnc.graph.control", "nnc/graph/control.pyx"),
 ]
 
 DIRECTIVES = {

@@ -26,6 +26,7 @@ from nnc.cmd import (
 )
 from nnc.graph.graph import Graph, GraphExec
 from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
+from nnc.multiview import MultiView
 from nnc.ops import register_builtins as _register_builtins
 from nnc.stream import Signal, Stream
 from nnc.tensor import Tensor
@@ -44,6 +45,7 @@ __all__ = [
     "Graph",
     "GraphError",
     "GraphExec",
+    "MultiView",
     "NNCError",
     "Schedule",
     "ScheduleError",

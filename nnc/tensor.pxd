@@ -23,8 +23,18 @@ cdef class Tensor:
     cdef char* _hi                      # one past its last byte
     cdef object _array                  # cached ndarray aliasing t.data; None until asked
     cdef readonly bint readonly         # wraps a read-only array: may be an input, never an output
+    # Loops may re-point t.data (a MultiView, a view synchronised to one, a carry-over target);
+    # then _owner/_lo/_hi move with it, and _array is valid only while _array_data == t.data.
+    cdef readonly bint movable
+    cdef void* _array_data              # t.data when _array was made
 
     cdef object _make_array(self)
+    cdef int _point_to(self, Tensor src) except -1
+    cdef int _make_movable(self) except -1
+
+
+# Bumped whenever a tensor becomes movable, so graphs built before know to re-check their nodes.
+cdef long tensor_movable_epoch()
 
 
 cdef Tensor tensor_wrap(object array)

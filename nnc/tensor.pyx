@@ -108,6 +108,7 @@ cdef Tensor tensor_wrap(object array):
     self._lo = <char*>p
     self._hi = <char*>p + nbytes
     self._array = array
+    self._array_data = self.t.data
     self.readonly = not array.flags.writeable
     return self
 
@@ -149,6 +150,13 @@ cdef bint tensor_same(const nnc_tensor_t* a, const nnc_tensor_t* b) noexcept nog
     return True
 
 
+cdef long _movable_epoch = 0
+
+
+cdef long tensor_movable_epoch():
+    return _movable_epoch
+
+
 class _ArrayInterface:
     """Hands NumPy a raw pointer; the ndarray built from it keeps ``owner`` alive through us."""
 
@@ -173,6 +181,7 @@ cdef class Tensor:
         self._lo = w._lo
         self._hi = w._hi
         self._array = w._array
+        self._array_data = w._array_data
         self.readonly = w.readonly
 
     @staticmethod
@@ -250,10 +259,30 @@ cdef class Tensor:
         return np.asarray(_ArrayInterface(interface, self._owner))
 
     def numpy(self):
-        """The ndarray aliasing this tensor's memory (no copy; the same object every call)."""
-        if self._array is None:
+        """The ndarray aliasing this tensor's memory (no copy; the same object every call).
+
+        For a movable tensor (see :class:`nnc.MultiView`) it aliases the memory the tensor
+        points at *now*; an array taken before a loop re-pointed the tensor keeps the old memory.
+        """
+        if self._array is None or self._array_data != self.t.data:
             self._array = self._make_array()
+            self._array_data = self.t.data
         return self._array
+
+    cdef int _point_to(self, Tensor src) except -1:
+        """Alias src's current memory (same shape and dtype, checked by the callers)."""
+        self.t.data = src.t.data
+        self._owner = src._owner
+        self._lo = src._lo
+        self._hi = src._hi
+        return 0
+
+    cdef int _make_movable(self) except -1:
+        global _movable_epoch
+        if not self.movable:
+            self.movable = True
+            _movable_epoch += 1
+        return 0
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()

@@ -48,6 +48,11 @@ cdef class Graph:
     cdef object _runtime                # streams and signals the default schedule runs on
     cdef int _inflight                  # runs enqueued on streams and not finished (GIL-guarded)
     cdef object _inflight_stream        # the caller stream of those runs, or None
+    cdef long _epoch                    # tensor_movable_epoch() when Python calls were last built
+    cdef public object _loop            # WhileNode (nnc.graph.control) if this is a loop body
+    cdef public object _control_parent  # the graph whose while/case..of node runs this one
+
+    cdef int _prepare(self) except -1
 
     cdef int _check_idle(self, str what) except -1
 

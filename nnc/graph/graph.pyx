@@ -22,11 +22,21 @@ from nnc.cmd import cmd_autotune
 from nnc.cmd cimport (
     NNC_GIL_RELEASE_ELEMENTS, Backend, Cmd, cmd_select, cmd_validate, tensor_list,
 )
-from nnc.tensor cimport Tensor
+from nnc.tensor cimport Tensor, tensor_movable_epoch
 
 
 cdef extern from "Python.h":
     object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
+
+
+def _dyn_call(fn, cmd, tuple inputs, tuple outputs):
+    """A Python backend call on movable tensors: take their ndarrays at call time."""
+    ins = [None if t is None else t.numpy() for t in inputs]
+    outs = [None if t is None else t.numpy() for t in outputs]
+    if cmd is None:
+        fn(ins, outs)
+    else:
+        fn(cmd, ins, outs)
 
 
 def _on_path(sched, int i):
@@ -80,6 +90,21 @@ cdef class GraphExec:
         cmd = old.copy_with(b)
         cmd.pinned = True
         g._set_node(self.index, cmd, list(g._inputs[self.index]), list(g._outputs[self.index]))
+
+    def set_io(self, inputs=(), outputs=()):
+        """Replace this node's tensors; the backend is chosen again for them.
+
+        NNC: ccv_nnc_graph_exec_set_io.
+        """
+        cdef Graph g = self.graph
+        g._check_idle("change a node")
+        cmd = <Cmd>g._cmds[self.index]
+        if cmd.name in ("WHILE", "CASE_OF"):
+            raise GraphError(f"the tensors of {cmd.name} node {self!r} are fixed")
+        g._set_node(self.index, cmd, tensor_list(inputs, "inputs"),
+                    tensor_list(outputs, "outputs"))
+        g.version += 1
+        g._dirty = True
 
     @property
     def outgoings(self):
@@ -145,6 +170,22 @@ cdef class Graph:
             )
         return 0
 
+    cdef int _prepare(self) except -1:
+        """Compile if needed; rebuild Python calls of nodes whose tensors became movable."""
+        cdef int i
+        if self._dirty:
+            self._compile()
+        if self._epoch != tensor_movable_epoch():
+            for i in range(self._size):
+                if self._nodes[i].flags & EXEC_PY and any(
+                    t is not None and (<Tensor>t).movable
+                    for t in self._inputs[i] + self._outputs[i]
+                ):
+                    self._set_node(i, self._cmds[i], list(self._inputs[i]),
+                                   list(self._outputs[i]))
+            self._epoch = tensor_movable_epoch()
+        return 0
+
     def _run_finished(self):
         """Called on the stream once an asynchronous run has completed."""
         self._inflight -= 1
@@ -196,8 +237,18 @@ cdef class Graph:
         node.py_fn = NULL
         node.py_args = NULL
         call = None
+        movable = any(t is not None and (<Tensor>t).movable for t in inputs + outputs)
         if cmd.info.name == "NOOP":
             node.flags = EXEC_NOOP
+        elif movable and (cmd.fn is not None or b.c_exec == NULL):
+            # A loop may re-point these tensors: make the ndarrays at call time.
+            if cmd.fn is not None:
+                call = (_dyn_call, (cmd.fn, None, tuple(inputs), tuple(outputs)))
+            else:
+                call = (_dyn_call, (b.py_exec, cmd, tuple(inputs), tuple(outputs)))
+            node.flags = EXEC_PY
+            node.py_fn = <PyObject*>call[0]
+            node.py_args = <PyObject*>call[1]
         elif cmd.fn is not None or b.c_exec == NULL:
             ins = [None if t is None else (<Tensor>t).numpy() for t in inputs]
             outs = [None if t is None else (<Tensor>t).numpy() for t in outputs]
@@ -232,6 +283,12 @@ cdef class Graph:
         one, or the default for these tensors), so a run never fails on a malformed node.
         NNC: ccv_nnc_graph_exec_new.
         """
+        if isinstance(cmd, Cmd) and cmd.name in ("WHILE", "CASE_OF"):
+            raise GraphError(f"{cmd.name} nodes are made with Graph.while_ and Graph.case_of")
+        return self._exec_control(cmd, inputs, outputs, name)
+
+    def _exec_control(self, cmd, inputs=(), outputs=(), name=None):
+        """Graph.exec without the refusal of WHILE/CASE_OF (nnc.graph.control uses it)."""
         self._check_idle("add a node")
         if not isinstance(cmd, Cmd):
             raise CommandError(f"Graph.exec needs an nnc.Cmd, not {type(cmd).__name__}")
@@ -503,15 +560,13 @@ cdef class Graph:
             graph_run_on_stream(self, stream)
             return
         self._check_idle("run it synchronously")
-        if self._dirty:
-            self._compile()
+        self._prepare()
         self._run_order()
 
     def profile(self, repeat=1):
         """Run like ``run()`` ``repeat`` times, timing each node; returns [(GraphExec, best s)]."""
         self._check_idle("profile it")
-        if self._dirty:
-            self._compile()
+        self._prepare()
         best = {}
         for _ in range(int(repeat)):
             for k in range(self._order_size):
@@ -544,6 +599,65 @@ cdef class Graph:
                                list(self._outputs[idx]))
                 changed += 1
         return changed
+
+    # -- while and case..of (nnc/graph/control.pyx) ------------------------------------------
+
+    def while_(self, body, name=None):
+        """Add a node that runs ``body`` as a loop (NNC: ccv_nnc_graph_while)."""
+        self._check_idle("add a node")
+        from nnc.graph.control import graph_while
+
+        return graph_while(self, body, name)
+
+    def set_while_expr(self, expr, inputs=(), breakpoints=()):
+        """On a loop body: ``expr(count, *arrays)`` is evaluated after the breakpoints ran;
+        falsy ends the loop. NNC: ccv_nnc_graph_set_while_expr."""
+        from nnc.graph.control import body_set_while_expr
+
+        body_set_while_expr(self, expr, inputs, breakpoints)
+
+    def add_carry_over(self, src, dst):
+        """On a loop body: from the second iteration on, ``dst`` aliases the memory ``src``
+        held at the end of the previous one. NNC: ccv_nnc_graph_add_carry_over."""
+        from nnc.graph.control import body_add_carry_over
+
+        body_add_carry_over(self, src, dst)
+
+    @property
+    def while_count(self):
+        """On a loop body: the count at which the last run of the loop ended."""
+        from nnc.graph.control import body_while_count
+
+        return body_while_count(self)
+
+    @property
+    def count_tensor(self):
+        """On a loop body: an int64 [1] tensor holding the loop count (for expressions of
+        nested loops). NNC: ccv_nnc_tensor_for_while_count."""
+        from nnc.graph.control import body_count_tensor
+
+        return body_count_tensor(self)
+
+    def case_of(self, inputs=(), outputs=(), name=None):
+        """Add a node that runs one of several branch graphs, chosen by an expression on
+        ``inputs`` (NNC: ccv_nnc_graph_case_of_new)."""
+        self._check_idle("add a node")
+        from nnc.graph.control import graph_case_of
+
+        return graph_case_of(self, inputs, outputs, name)
+
+    def set_case_of_expr(self, e, expr, offset=0):
+        """``index = offset + expr(*arrays)`` picks the branch; < 0 runs none."""
+        from nnc.graph.control import graph_set_case_of_expr
+
+        graph_set_case_of_expr(self, e, expr, offset)
+
+    def set_case_of(self, e, branch, index):
+        """Make ``branch`` (a Graph) the branch ``index`` of case..of node ``e``."""
+        self._check_idle("change a branch")
+        from nnc.graph.control import graph_set_case_of
+
+        graph_set_case_of(self, e, branch, index)
 
     @property
     def schedule(self):

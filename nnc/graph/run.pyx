@@ -158,8 +158,7 @@ def graph_run_on_stream(Graph g not None, stream):
             f"the graph is already running on {g._inflight_stream!r}; runs of one graph must be "
             "submitted to one stream (or wait for it first)"
         )
-    if g._dirty:
-        g._compile()
+    g._prepare()
     sched = graph_schedule(g) if g._schedule is not None else None
     cdef bint finished = False
     g._inflight += 1

@@ -23,6 +23,15 @@ def _custom_normalize(params):
     return params
 
 
+def _control_normalize(params):
+    # WHILE and CASE_OF nodes are made by Graph.while_ / Graph.case_of, which pass their runner.
+    if set(params) != {"fn"} or not callable(params["fn"]):
+        from nnc._core import CommandError
+
+        raise CommandError("WHILE and CASE_OF nodes are made with Graph.while_ and Graph.case_of")
+    return params
+
+
 def _set_normalize(params):
     _check.only("SET", params, ("value",))
     return {"value": float(params.get("value", 0.0))}
@@ -64,6 +73,9 @@ def register():
     register_backend("NOOP", "CPU_REF", _noop)
     register_command("CUSTOM", inplace="any", normalize=_custom_normalize)
     register_backend("CUSTOM", "CPU_REF", _custom_exec)
+    for name in ("WHILE", "CASE_OF"):
+        register_command(name, inplace="any", normalize=_control_normalize)
+        register_backend(name, "CPU_REF", _custom_exec)
     register_command("SET", inplace="allow", check=_set_check, normalize=_set_normalize)
     register_backend("SET", "CPU_REF", _set_ref)
     register_command("DATA_TRANSFER", inplace="allow", check=_transfer_check)

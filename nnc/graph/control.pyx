@@ -1,0 +1,441 @@
+"""while and case..of sub-graphs (NNC: ccv_nnc_graph_while.c, ccv_nnc_graph_case_of.c).
+
+A while or case..of node is a node of its parent graph whose command (``WHILE``, ``CASE_OF``)
+carries a runner object from this module; the node loop calls it like any Python command, so
+the parent's C loop needs nothing special.
+
+**while** (:class:`WhileNode`): for count = 0, 1, ...: set the count; select every multiview
+anchored to the body; if count > 0, apply the carry-overs; run the body's nodes up to and
+including the breakpoints (the breakpoints and all their ancestors in the run order); call
+``expr(count, *arrays)``: falsy ends the loop, else run the remaining nodes and save the
+carry-overs. ``while_count`` is the count at which the loop ended, so a leading NOOP breakpoint
+and ``count < 5`` run the body 5 times and leave 5.
+
+**Carry-over** ``body.add_carry_over(src, dst)``: from the second iteration on, ``dst`` aliases
+the memory ``src`` held at the end of the previous iteration (data pointers move, nothing is
+copied). When the loop ends, every ``dst`` aliases its own memory again; NNC leaves it moved,
+which only its symbolic layer, with private loop tensors, hides.
+
+**case..of** (:class:`CaseOfNode`): ``index = offset + expr(*arrays)``; index >= 0 runs that
+branch graph fully (an index with no branch raises GraphError; NNC has undefined behaviour),
+index < 0 runs nothing. Then every PHI multiview among the node's outputs selects its branch
+version (1) or its fallback input (0).
+"""
+
+cimport cython
+
+from libc.stdlib cimport free, malloc
+
+import numpy as np
+
+from nnc._core import GraphError
+
+from nnc.graph.graph cimport Graph, GraphExec
+from nnc.multiview cimport MV_PHI, MultiView
+from nnc.tensor cimport Tensor
+
+
+cdef int _check_sub(Graph parent, object sub, str what) except -1:
+    if not isinstance(sub, Graph):
+        raise GraphError(f"{what} must be an nnc.Graph, not {type(sub).__name__}")
+    if sub is parent:
+        raise GraphError(f"a graph cannot be its own {what}")
+    p = parent
+    while p is not None:
+        if p is sub:
+            raise GraphError(f"{what} {sub!r} encloses this graph: nesting would loop forever")
+        p = (<Graph>p)._control_parent
+    owner = (<Graph>sub)._control_parent
+    if owner is not None and owner is not parent:
+        raise GraphError(f"{sub!r} already belongs to a node of another graph; a sub-graph "
+                         "has one parent node")
+    return 0
+
+
+def _as_tensors(items, what):
+    out = []
+    for x in items:
+        if isinstance(x, Tensor):
+            out.append(x)
+        elif isinstance(x, np.ndarray):
+            out.append(Tensor(x))
+        else:
+            raise GraphError(f"{what} must be nnc.Tensor or ndarray, not {type(x).__name__}")
+    return out
+
+
+cdef void _collect_multiviews(Graph g, object anchor, list out, set seen) except *:
+    """Every MultiView anchored to ``anchor`` used by g's nodes or expressions, recursively."""
+    cdef int i
+    for i in range(g._size):
+        for t in g._inputs[i] + g._outputs[i]:
+            if isinstance(t, MultiView) and (<MultiView>t).anchor is anchor and id(t) not in seen:
+                seen.add(id(t))
+                out.append(t)
+        fn = g._cmds[i].fn
+        if isinstance(fn, (WhileNode, CaseOfNode)):
+            for t in fn._tensors():
+                if (isinstance(t, MultiView) and (<MultiView>t).anchor is anchor
+                        and id(t) not in seen):
+                    seen.add(id(t))
+                    out.append(t)
+            for sub in fn._subgraphs():
+                _collect_multiviews(<Graph>sub, anchor, out, seen)
+
+
+@cython.final
+cdef class WhileNode:
+    """The runner of a while node; also the loop state of its body (``body._loop``)."""
+    cdef readonly Graph parent
+    cdef readonly Graph body
+    cdef object expr
+    cdef list inputs                    # Tensors whose arrays expr receives after the count
+    cdef list breakpoints               # node indices of the body
+    cdef readonly Tensor count_tensor   # int64 [1]; its memory holds the count
+    cdef long long* count_ptr
+    cdef list carry                     # (src, dst, saved): saved holds src's last memory
+    # Cached for the body's version and the movable epoch: run order split at the breakpoints.
+    cdef int* order
+    cdef int order_size
+    cdef int split                      # order[:split] runs before the expression
+    cdef long version
+    cdef list mvs                       # MultiViews anchored to the body
+
+    def __cinit__(self):
+        self.order = NULL
+        self.version = -1
+
+    def __dealloc__(self):
+        free(self.order)
+
+    def _init(self, Graph body):
+        self.parent = None              # set by graph_while
+        self.body = body
+        self.expr = None
+        self.inputs = []
+        self.breakpoints = []
+        self.carry = []
+        self.count_tensor = Tensor(np.zeros(1, np.int64))
+        self.count_ptr = <long long*>self.count_tensor.t.data
+
+    def __call__(self, inputs, outputs):
+        self.run()
+
+    def _tensors(self):
+        return self.inputs + [t for c in self.carry for t in c[:2]]
+
+    def _subgraphs(self):
+        return [self.body]
+
+    @property
+    def while_count(self):
+        return int(self.count_ptr[0])
+
+    def set_expr(self, expr, inputs, breakpoints):
+        if not callable(expr):
+            raise GraphError(f"the while expression must be callable, not {type(expr).__name__}")
+        ins = _as_tensors(inputs, "while expression inputs")
+        bps = []
+        for b in breakpoints:
+            if not isinstance(b, GraphExec) or (<GraphExec>b).graph is not self.body:
+                raise GraphError(f"breakpoint {b!r} is not a node of the loop body")
+            bps.append((<GraphExec>b).index)
+        if not bps:
+            raise GraphError("a while loop needs at least one breakpoint (NNC: the node after "
+                             "which the expression is evaluated)")
+        self.expr = expr
+        self.inputs = ins
+        self.breakpoints = bps
+        self.version = -1
+
+    def add_carry_over(self, src, dst):
+        for t, what in ((src, "source"), (dst, "destination")):
+            if not isinstance(t, Tensor):
+                raise GraphError(f"carry-over {what} must be an nnc.Tensor, not "
+                                 f"{type(t).__name__}")
+        if src is dst:
+            raise GraphError("a carry-over from a tensor to itself does nothing")
+        if (src.shape, src.dtype, src.strides) != (dst.shape, dst.dtype, dst.strides):
+            raise GraphError(f"carry-over from {src.shape} {src.dtype} to {dst.shape} "
+                             f"{dst.dtype}: both must have one shape, dtype and layout")
+        for v in ([dst] if not isinstance(dst, MultiView) else list(dst.versions)):
+            (<Tensor>v)._make_movable()
+        self.carry.append((src, dst, Tensor.__new__(Tensor)))
+        self.version = -1
+
+    cdef int _prepare(self) except -1:
+        cdef Graph body = self.body
+        cdef int i, k, n
+        cdef char* before
+        if self.expr is None:
+            raise GraphError(f"the while loop over {body!r} has no expression; call "
+                             "body.set_while_expr(expr, inputs, breakpoints)")
+        if self.parent is None:
+            raise GraphError(f"{body!r} is not the body of a while node; add it with "
+                             "parent.while_(body)")
+        body._prepare()
+        if self.version == body.version:
+            return 0
+        n = body._order_size
+        order = [body._order[k] for k in range(n)]
+        pos = {idx: k for k, idx in enumerate(order)}
+        for b in self.breakpoints:
+            if b not in pos:
+                raise GraphError(f"breakpoint {body._label(b)} is not on a source-to-"
+                                 "destination path of the body, so it would never run")
+        # The breakpoints and their ancestors run before the expression, in run order.
+        before = <char*>malloc(body._size + 1)
+        if before == NULL:
+            raise MemoryError()
+        try:
+            for i in range(body._size):
+                before[i] = 0
+            for b in self.breakpoints:
+                before[<int>b] = 1
+            for k in range(n - 1, -1, -1):
+                i = order[k]
+                if before[i]:
+                    continue
+                for j in GraphExec._new(body, i).outgoings:
+                    if before[(<GraphExec>j).index]:
+                        before[i] = 1
+                        break
+            first = [i for i in order if before[i]]
+            rest = [i for i in order if not before[i]]
+        finally:
+            free(before)
+        free(self.order)
+        self.order = <int*>malloc(sizeof(int) * (n + 1))
+        if self.order == NULL:
+            raise MemoryError()
+        for k, i in enumerate(first + rest):
+            self.order[k] = i
+        self.order_size = n
+        self.split = len(first)
+        mvs = []
+        _collect_multiviews(body, body, mvs, set())
+        for t in self._tensors():
+            if isinstance(t, MultiView) and (<MultiView>t).anchor is body and t not in mvs:
+                mvs.append(t)
+        self.mvs = mvs
+        self.version = body.version
+        return 0
+
+    cdef bint _eval(self, long long count) except -1:
+        if self.inputs:
+            return bool(self.expr(count, *[(<Tensor>t).numpy() for t in self.inputs]))
+        return bool(self.expr(count))
+
+    cdef int _set_count(self, long long count) except -1:
+        cdef MultiView mv
+        self.count_ptr[0] = count
+        for mv in self.mvs:
+            mv.select_count(count)
+        return 0
+
+    cdef int _carry_in(self) except -1:
+        """Point each destination at the memory its source held at the previous iteration."""
+        for _src, dst, saved in self.carry:
+            if isinstance(dst, MultiView):
+                (<Tensor>(<MultiView>dst).versions[(<MultiView>dst).current])._point_to(saved)
+                (<MultiView>dst).refresh()
+            else:
+                (<Tensor>dst)._point_to(saved)
+        return 0
+
+    cdef int _carry_save(self) except -1:
+        for src, _dst, saved in self.carry:
+            (<Tensor>saved)._point_to(src)
+        return 0
+
+    def run(self):
+        """Run the loop to its end on the calling thread (NNC: the sequential while path)."""
+        cdef Graph body = self.body
+        cdef long long count = 0
+        cdef int k
+        self._prepare()
+        originals = self._save_originals()
+        try:
+            while True:
+                self._set_count(count)
+                if count > 0 and self.carry:
+                    self._carry_in()
+                for k in range(self.split):
+                    body._run_node(self.order[k])
+                if not self._eval(count):
+                    break
+                for k in range(self.split, self.order_size):
+                    body._run_node(self.order[k])
+                if self.carry:
+                    self._carry_save()
+                count += 1
+        finally:
+            self._restore_originals(originals)
+
+    cdef list _save_originals(self):
+        cdef list out = []
+        if not self.carry:
+            return out
+        for _src, dst, _saved in self.carry:
+            leaves = (<MultiView>dst).versions if isinstance(dst, MultiView) else (dst,)
+            for v in leaves:
+                snap = Tensor.__new__(Tensor)
+                (<Tensor>snap)._point_to(v)
+                out.append((v, snap))
+        return out
+
+    cdef int _restore_originals(self, list originals) except -1:
+        cdef MultiView mv
+        for v, snap in originals:
+            (<Tensor>v)._point_to(snap)
+        for _src, dst, _saved in self.carry:
+            if isinstance(dst, MultiView):
+                mv = dst
+                mv.refresh()
+        return 0
+
+
+@cython.final
+cdef class CaseOfNode:
+    """The runner of a case..of node."""
+    cdef readonly Graph parent
+    cdef readonly int index             # the node's index in parent
+    cdef object expr
+    cdef long offset
+    cdef dict branches                  # index -> Graph
+    cdef list inputs
+    cdef list phis                      # PHI MultiViews among the outputs
+    cdef readonly long last_index       # the index chosen by the last run
+
+    def _init(self, Graph parent, list inputs, list outputs):
+        self.parent = parent
+        self.expr = None
+        self.offset = 0
+        self.branches = {}
+        self.inputs = inputs
+        self.phis = [t for t in outputs
+                     if isinstance(t, MultiView) and (<MultiView>t).kind == MV_PHI]
+        self.last_index = -1
+
+    def __call__(self, inputs, outputs):
+        self.run()
+
+    def _tensors(self):
+        return self.inputs
+
+    def _subgraphs(self):
+        return list(self.branches.values())
+
+    def set_expr(self, expr, offset):
+        if not callable(expr):
+            raise GraphError(f"the case..of expression must be callable, not "
+                             f"{type(expr).__name__}")
+        self.expr = expr
+        self.offset = int(offset)
+
+    def set_branch(self, branch, index):
+        i = int(index)
+        if i < 0:
+            raise GraphError(f"case..of branch index must be >= 0, not {index}")
+        _check_sub(self.parent, branch, "case..of branch")
+        old = self.branches.get(i)
+        if old is not None and old is not branch:
+            (<Graph>old)._control_parent = None
+        (<Graph>branch)._control_parent = self.parent
+        self.branches[i] = branch
+
+    def run(self):
+        cdef MultiView mv
+        if self.expr is None:
+            raise GraphError(f"case..of node {self.parent._label(self.index)} has no "
+                             "expression; call set_case_of_expr(node, expr, offset)")
+        got = self.expr(*[(<Tensor>t).numpy() for t in self.inputs])
+        try:
+            i = self.offset + int(got)
+        except (TypeError, ValueError, OverflowError):
+            raise GraphError(f"the case..of expression returned {got!r}, not an int") from None
+        self.last_index = i
+        if i >= 0:
+            branch = self.branches.get(i)
+            if branch is None:
+                raise GraphError(
+                    f"case..of node {self.parent._label(self.index)} chose branch {i}, which "
+                    f"was never set (branches: {sorted(self.branches)})"
+                )
+            (<Graph>branch).run()
+        for mv in self.phis:
+            mv.select(1 if i >= 0 else 0)
+
+
+def graph_while(Graph parent, body, name=None):
+    """Graph.while_: add a node running ``body`` as a loop."""
+    from nnc.cmd import Cmd
+
+    _check_sub(parent, body, "while body")
+    w = (<Graph>body)._loop
+    if w is not None and (<WhileNode>w).parent is not None:
+        raise GraphError(f"{body!r} is already the body of a while node")
+    if w is None:
+        w = WhileNode()
+        w._init(body)
+    (<WhileNode>w).parent = parent
+    e = parent._exec_control(Cmd("WHILE", fn=w), [], [], name)
+    (<Graph>body)._loop = w
+    (<Graph>body)._control_parent = parent
+    return e
+
+
+def graph_case_of(Graph parent, inputs, outputs, name=None):
+    """Graph.case_of: add a node choosing a branch graph by an expression."""
+    from nnc.cmd import Cmd
+
+    ins = _as_tensors(inputs, "case..of inputs")
+    outs = _as_tensors(outputs, "case..of outputs")
+    c = CaseOfNode()
+    c._init(parent, ins, outs)
+    e = parent._exec_control(Cmd("CASE_OF", fn=c), ins, outs, name)
+    c.index = (<GraphExec>e).index
+    return e
+
+
+cdef WhileNode loop_of(Graph body):
+    """The loop state of body, made on first use (set_while_expr may precede while_)."""
+    cdef WhileNode w
+    if body._loop is None:
+        w = WhileNode()
+        w._init(body)
+        body._loop = w
+    return <WhileNode>body._loop
+
+
+def body_set_while_expr(Graph body, expr, inputs, breakpoints):
+    loop_of(body).set_expr(expr, inputs, breakpoints)
+
+
+def body_add_carry_over(Graph body, src, dst):
+    loop_of(body).add_carry_over(src, dst)
+
+
+def body_while_count(Graph body):
+    return loop_of(body).while_count
+
+
+def body_count_tensor(Graph body):
+    return loop_of(body).count_tensor
+
+
+cdef CaseOfNode case_of_node(Graph g, e):
+    if not isinstance(e, GraphExec) or (<GraphExec>e).graph is not g:
+        raise GraphError(f"expected a case..of node of this graph, not {e!r}")
+    fn = g._cmds[(<GraphExec>e).index].fn
+    if not isinstance(fn, CaseOfNode):
+        raise GraphError(f"{e!r} is not a case..of node")
+    return <CaseOfNode>fn
+
+
+def graph_set_case_of_expr(Graph g, e, expr, offset=0):
+    case_of_node(g, e).set_expr(expr, offset)
+
+
+def graph_set_case_of(Graph g, e, branch, index):
+    case_of_node(g, e).set_branch(branch, index)
