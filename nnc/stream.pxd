@@ -87,6 +87,7 @@ cdef class Stream:
     # Invariant: empty whenever the host is not inside a run's enqueue loop (kick() empties it).
     cdef stream_task_t stage[STAGE_SIZE]
     cdef Py_ssize_t stage_size
+    cdef object _scheduler              # nnc.coro.Scheduler, made on first use, or None
     cdef readonly str kind              # "cpu"
     cdef readonly int index             # creation number, names the worker thread and track
     cdef object __weakref__             # nnc.stream._live holds streams weakly

@@ -452,6 +452,30 @@ cdef class Stream:
             Py_XDECREF(t.ctx)
             raise
 
+    def coro_arm(self, wake):
+        """The nnc.coro glue: False if everything enqueued so far is done, else True after
+        arranging for ``wake()`` to be called on this stream's thread once it is.
+
+        ``yield nnc.coro.WaitFor(stream)`` in a task uses it; an idle stream costs no hand-off.
+        """
+        self.kick()
+        if self.query():
+            return False
+        self._push_call(wake, (), None)
+        return True
+
+    @property
+    def scheduler(self):
+        """This stream's coroutine scheduler (nnc.coro.Scheduler), made on first use.
+
+        ``wait()`` first joins it, so control flow still pending on it is waited for too.
+        """
+        if self._scheduler is None:
+            from nnc.coro import Scheduler
+
+            self._scheduler = Scheduler(f"nnc-coro-{self.index}")
+        return self._scheduler
+
     def query(self):
         """True if everything enqueued so far has finished (never blocks, never raises)."""
         cdef bint done
@@ -464,8 +488,16 @@ cdef class Stream:
     def wait(self):
         """Block until all work enqueued so far is done; raise StreamError for any failure.
 
-        NNC: ccv_nnc_stream_context_wait. Ctrl-C interrupts the wait (not the work).
+        Tasks of this stream's coroutine scheduler are joined first, unless the caller is one
+        of them (NNC: the same rule). NNC: ccv_nnc_stream_context_wait. Ctrl-C interrupts the
+        wait (not the work).
         """
+        if self._scheduler is not None:
+            from nnc.coro import current_scheduler
+
+            if current_scheduler() is not self._scheduler:
+                while not self._scheduler.join(0.1):
+                    PyErr_CheckSignals()
         self._drain()
         self._raise_errors()
 

@@ -260,3 +260,34 @@ def test_join_times_out_while_blocked():
     assert sched.join(0.05) is False
     gate.open()
     assert sched.join(TIMEOUT)
+
+
+def test_a_task_waits_on_a_real_stream():
+    """The stream glue: WaitFor(stream) suspends until the stream's work is done; an idle
+    stream does not suspend; Stream.wait() joins the stream's scheduler first."""
+    import numpy as np
+
+    import nnc
+
+    s = nnc.Stream("cpu")
+    x = nnc.Tensor(np.zeros(1, np.float32))
+    seen = []
+
+    def slow(inputs, outputs):
+        time.sleep(0.05)
+        outputs[0][0] = 7
+
+    def task():
+        nnc.cmd_exec(nnc.Cmd.custom(slow), [], [x], stream=s)
+        yield WaitFor(s)
+        seen.append((float(x.numpy()[0]), threading.current_thread().name))
+        yield WaitFor(s)   # idle now: no hand-off
+        seen.append("again")
+
+    sched = s.scheduler
+    assert sched is s.scheduler
+    t0 = time.perf_counter()
+    sched.spawn(task())
+    assert time.perf_counter() - t0 < 0.04 and not seen
+    s.wait()
+    assert seen == [(7.0, sched.name), "again"] and sched.threads_started == 1

@@ -56,7 +56,10 @@ class Scheduler:
     def __init__(self, name="nnc-coro"):
         self.name = name
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        # Two conditions on one lock: the thread sleeps on _work, joiners on _idle, so a wake-up
+        # meant for the thread can never be taken by a joiner (notify wakes only one waiter).
+        self._work = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
         # All fields below are guarded by _lock.
         self._ready = deque()           # (task, value, exc) to resume, oldest first
         self._await_count = 0           # tasks suspended in WaitFor, not yet woken
@@ -75,7 +78,7 @@ class Scheduler:
         with self._lock:
             self._ready.append((task, None, None))
             if self._running:
-                self._cond.notify()
+                self._work.notify()
                 return task
             self._running = True
         self._drive(inline=True)
@@ -122,7 +125,7 @@ class Scheduler:
                 step = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
                 if step <= 0:
                     return False
-                self._cond.wait(step)
+                self._idle.wait(step)
         return True
 
     def __repr__(self):
@@ -143,7 +146,7 @@ class Scheduler:
                         self._running = False
                         if not inline:
                             self._thread = None
-                        self._cond.notify_all()
+                        self._idle.notify_all()
                         return
                     elif inline:
                         # Every task is blocked: one thread takes over, the caller returns.
@@ -155,7 +158,7 @@ class Scheduler:
                             self._thread.start()
                         return
                     else:
-                        self._cond.wait()
+                        self._work.wait()
                         continue
                 self._step(task, value, exc)
         finally:
@@ -166,7 +169,7 @@ class Scheduler:
         with self._lock:
             self._await_count -= 1
             self._ready.append((task, None, None))
-            self._cond.notify()
+            self._work.notify()
 
     def _step(self, task, value, exc):
         """Resume ``task`` and keep it going while its requests complete at once."""
