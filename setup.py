@@ -16,6 +16,7 @@ MODULES = [
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),
     ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),
+    ("nnc.graph.verify", "nnc/graph/verify.pyx"),
     ("nnc.graph.run", "nnc/graph/run.pyx"),
     ("nnc.graph.control", "nnc/graph/control.pyx"),
 ]

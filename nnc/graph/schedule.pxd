@@ -5,6 +5,16 @@
 # Per-node arrays are indexed by node index (GraphExec.index) and have `node_count` entries:
 # nodes added to the graph after the build are not covered (the schedule is then stale).
 
+# Owner of the malloc'd blocks of one build or verification (freed when collected).
+cdef class _Scratch:
+    cdef list owned
+    cdef void* raw(self, size_t size) except NULL
+    cdef int* ints(self, Py_ssize_t count, int fill) except NULL
+
+
+cdef int* _ints(Py_ssize_t count, int fill) except NULL
+
+
 cdef class Schedule:
     cdef readonly object graph          # the Graph this schedule was built for
     cdef readonly long version          # graph.version at build time; differs => stale
