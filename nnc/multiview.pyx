@@ -99,7 +99,6 @@ cdef class MultiView(Tensor):
         """Alias the current version again (after a carry-over re-pointed it)."""
         cdef Tensor v = <Tensor>self.versions[self.current]
         cdef Tensor s
-        self.t.data = v.t.data
         self._point_to(v)
         for s in self._synced:
             s._point_to(v)

@@ -151,6 +151,10 @@ def test_bad_case_of():
         nnc.Graph().set_case_of_expr(c, piecewise_expr, 0)
     with pytest.raises(nnc.GraphError, match="fixed"):
         c.set_io([x], [x])
+    with pytest.raises(nnc.GraphError, match="cannot be None"):
+        nnc.Graph().case_of([None], [])
+    with pytest.raises(nnc.CommandError, match="must be nnc.Tensor"):
+        nnc.Graph().case_of(["x"], [])
     none = nnc.Graph()
     e = none.case_of([np.zeros(1, np.float32)], [])
     with pytest.raises(nnc.GraphError, match="no expression"):

@@ -30,6 +30,7 @@ import numpy as np
 
 from nnc._core import GraphError
 
+from nnc.cmd cimport tensor_list
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.multiview cimport MV_PHI, MultiView
 from nnc.tensor cimport Tensor
@@ -52,15 +53,11 @@ cdef int _check_sub(Graph parent, object sub, str what) except -1:
     return 0
 
 
-def _as_tensors(items, what):
-    out = []
-    for x in items:
-        if isinstance(x, Tensor):
-            out.append(x)
-        elif isinstance(x, np.ndarray):
-            out.append(Tensor(x))
-        else:
-            raise GraphError(f"{what} must be nnc.Tensor or ndarray, not {type(x).__name__}")
+cdef list _as_tensors(object items, str what):
+    """tensor_list (a Tensor, an ndarray or a list of them), with no absent (None) entries."""
+    cdef list out = tensor_list(items, what)
+    if any(t is None for t in out):
+        raise GraphError(f"{what} cannot be None")
     return out
 
 
