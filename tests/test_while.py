@@ -305,3 +305,24 @@ def test_bad_multiviews_and_carry_overs():
         body.add_carry_over(a, nnc.Tensor(np.zeros(2, np.float32)))
     with pytest.raises(nnc.GraphError, match="itself"):
         body.add_carry_over(a, a)
+
+
+def test_multiviews_added_to_a_nested_body_later_are_found():
+    """An outer-anchored multiview first used by an inner body after a run still follows the
+    outer count (the outer body's own version does not change)."""
+    a, b = scalar(10), scalar(20)
+    g, outer, inner = nnc.Graph(), nnc.Graph(), nnc.Graph()
+    ob = outer.exec(nnc.Cmd("NOOP"))
+    loop = outer.while_(inner)
+    outer.concat(ob, loop)
+    outer.set_while_expr(lambda c: c < 2, [], [ob])
+    ib = inner.exec(nnc.Cmd("NOOP"))
+    inner.set_while_expr(lambda c: c < 1, [], [ib])
+    g.while_(outer)
+    g.run()
+    mv = nnc.MultiView([a, b], anchor=outer)
+    seen = []
+    add = inner.exec(nnc.Cmd.custom(lambda ins, outs: seen.append(float(ins[0][0]))), [mv], [])
+    inner.concat(ib, add)
+    g.run()
+    assert seen == [10, 20]

@@ -91,12 +91,12 @@ cdef class WhileNode:
     cdef readonly Tensor count_tensor   # int64 [1]; its memory holds the count
     cdef long long* count_ptr
     cdef list carry                     # (src, dst, saved): saved holds src's last memory
-    # Cached for the body's version and the movable epoch: run order split at the breakpoints.
+    # Cached for the body's version: its run order, split at the breakpoints.
     cdef int* order
     cdef int order_size
     cdef int split                      # order[:split] runs before the expression
     cdef long version
-    cdef list mvs                       # MultiViews anchored to the body
+    cdef list mvs                       # MultiViews anchored to the body (found per run)
 
     def __cinit__(self):
         self.order = NULL
@@ -209,13 +209,20 @@ cdef class WhileNode:
             self.order[k] = i
         self.order_size = n
         self.split = len(first)
-        mvs = []
-        _collect_multiviews(body, body, mvs, set())
-        for t in self._tensors():
-            if isinstance(t, MultiView) and (<MultiView>t).anchor is body and t not in mvs:
-                mvs.append(t)
-        self.mvs = mvs
         self.version = body.version
+        return 0
+
+    cdef int _find_multiviews(self) except -1:
+        """Once per run, not cached: nested sub-graphs can gain multiviews anchored here
+        without this body's version changing."""
+        cdef list mvs = []
+        cdef set seen = set()
+        for t in self._tensors():
+            if isinstance(t, MultiView) and (<MultiView>t).anchor is self.body:
+                seen.add(id(t))
+                mvs.append(t)
+        _collect_multiviews(self.body, self.body, mvs, seen)
+        self.mvs = mvs
         return 0
 
     cdef bint _eval(self, long long count) except -1:
@@ -251,6 +258,7 @@ cdef class WhileNode:
         cdef long long count = 0
         cdef int k
         self._prepare()
+        self._find_multiviews()
         originals = self._save_originals()
         try:
             while True:
