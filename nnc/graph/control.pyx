@@ -61,23 +61,26 @@ cdef list _as_tensors(object items, str what):
     return out
 
 
-cdef void _collect_multiviews(Graph g, object anchor, list out, set seen) except *:
+cdef int _add_anchored(object t, object anchor, list out, set seen) except -1:
+    if isinstance(t, MultiView) and (<MultiView>t).anchor is anchor and id(t) not in seen:
+        seen.add(id(t))
+        out.append(t)
+    return 0
+
+
+cdef int _collect_multiviews(Graph g, object anchor, list out, set seen) except -1:
     """Every MultiView anchored to ``anchor`` used by g's nodes or expressions, recursively."""
     cdef int i
     for i in range(g._size):
         for t in g._inputs[i] + g._outputs[i]:
-            if isinstance(t, MultiView) and (<MultiView>t).anchor is anchor and id(t) not in seen:
-                seen.add(id(t))
-                out.append(t)
+            _add_anchored(t, anchor, out, seen)
         fn = g._cmds[i].fn
         if isinstance(fn, (WhileNode, CaseOfNode)):
             for t in fn._tensors():
-                if (isinstance(t, MultiView) and (<MultiView>t).anchor is anchor
-                        and id(t) not in seen):
-                    seen.add(id(t))
-                    out.append(t)
+                _add_anchored(t, anchor, out, seen)
             for sub in fn._subgraphs():
                 _collect_multiviews(<Graph>sub, anchor, out, seen)
+    return 0
 
 
 @cython.final
@@ -218,9 +221,7 @@ cdef class WhileNode:
         cdef list mvs = []
         cdef set seen = set()
         for t in self._tensors():
-            if isinstance(t, MultiView) and (<MultiView>t).anchor is self.body:
-                seen.add(id(t))
-                mvs.append(t)
+            _add_anchored(t, self.body, mvs, seen)
         _collect_multiviews(self.body, self.body, mvs, seen)
         self.mvs = mvs
         return 0

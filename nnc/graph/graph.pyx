@@ -29,6 +29,14 @@ cdef extern from "Python.h":
     object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
 
 
+cdef bint _any_movable(list tensors):
+    cdef object t
+    for t in tensors:
+        if t is not None and (<Tensor>t).movable:
+            return True
+    return False
+
+
 def _dyn_call(fn, cmd, tuple inputs, tuple outputs):
     """A Python backend call on movable tensors: take their ndarrays at call time."""
     ins = [None if t is None else t.numpy() for t in inputs]
@@ -177,9 +185,8 @@ cdef class Graph:
             self._compile()
         if self._epoch != tensor_movable_epoch():
             for i in range(self._size):
-                if self._nodes[i].flags & EXEC_PY and any(
-                    t is not None and (<Tensor>t).movable
-                    for t in self._inputs[i] + self._outputs[i]
+                if self._nodes[i].flags & EXEC_PY and _any_movable(
+                    list(self._inputs[i] + self._outputs[i])
                 ):
                     self._set_node(i, self._cmds[i], list(self._inputs[i]),
                                    list(self._outputs[i]))
@@ -237,25 +244,21 @@ cdef class Graph:
         node.py_fn = NULL
         node.py_args = NULL
         call = None
-        movable = any(t is not None and (<Tensor>t).movable for t in inputs + outputs)
         if cmd.info.name == "NOOP":
             node.flags = EXEC_NOOP
-        elif movable and (cmd.fn is not None or b.c_exec == NULL):
-            # A loop may re-point these tensors: make the ndarrays at call time.
-            if cmd.fn is not None:
-                call = (_dyn_call, (cmd.fn, None, tuple(inputs), tuple(outputs)))
-            else:
-                call = (_dyn_call, (b.py_exec, cmd, tuple(inputs), tuple(outputs)))
-            node.flags = EXEC_PY
-            node.py_fn = <PyObject*>call[0]
-            node.py_args = <PyObject*>call[1]
         elif cmd.fn is not None or b.c_exec == NULL:
-            ins = [None if t is None else (<Tensor>t).numpy() for t in inputs]
-            outs = [None if t is None else (<Tensor>t).numpy() for t in outputs]
-            if cmd.fn is not None:
-                call = (cmd.fn, (ins, outs))
+            if _any_movable(inputs + outputs):
+                # A loop may re-point these tensors: make the ndarrays at call time.
+                call = (_dyn_call, (cmd.fn, None, tuple(inputs), tuple(outputs))
+                        if cmd.fn is not None
+                        else (b.py_exec, cmd, tuple(inputs), tuple(outputs)))
             else:
-                call = (b.py_exec, (cmd, ins, outs))
+                ins = [None if t is None else (<Tensor>t).numpy() for t in inputs]
+                outs = [None if t is None else (<Tensor>t).numpy() for t in outputs]
+                if cmd.fn is not None:
+                    call = (cmd.fn, (ins, outs))
+                else:
+                    call = (b.py_exec, (cmd, ins, outs))
             node.flags = EXEC_PY
             node.py_fn = <PyObject*>call[0]
             node.py_args = <PyObject*>call[1]
