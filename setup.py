@@ -16,9 +16,11 @@ MODULES = [
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),
     ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),
+    ("nnc.graph.rank", "nnc/graph/rank.pyx"),
     ("nnc.graph.verify", "nnc/graph/verify.pyx"),
     ("nnc.graph.run", "nnc/graph/run.pyx"),
     ("nnc.graph.control", "nnc/graph/control.pyx"),
+    ("nnc.graph.flow", "nnc/graph/flow.pyx"),
 ]
 
 DIRECTIVES = {

@@ -17,6 +17,7 @@ cdef extern from "<pthread.h>" nogil:
 # so waiting on it is a no-op. Fields are guarded by the module's signal lock.
 ctypedef struct signal_record_t:
     int done                            # 1 once the emitting stream reached the emit
+    int reserved                        # made by Signal._reserve, its emit not enqueued yet
     int refs                            # Signal.latest + queued tasks holding it; freed at 0
     long long id                        # unique, for trace flow arrows
     void* waiters                       # waiter_t list of blocked workers (stream.pyx)
@@ -103,3 +104,5 @@ cdef class Signal:
 
 cdef int stream_emit(Stream s, Signal sig, bint wake=*) except -1
 cdef int stream_wait_signal(Stream s, Signal sig, bint wake=*) except -1
+cdef int signal_reserve(Signal sig) except -1
+cdef int signal_set(Signal sig) noexcept

@@ -111,6 +111,7 @@ cdef signal_record_t* _record_new() noexcept nogil:
     if r == NULL:
         return NULL
     r.done = 0
+    r.reserved = 0
     r.refs = 1
     r.waiters = NULL
     pthread_mutex_lock(&_sig_lock)
@@ -394,6 +395,8 @@ cdef class Stream:
         # The GIL stays held: the lock is held only briefly by anyone, and nobody holding it
         # ever waits for the GIL (docs/threading.md), so this cannot deadlock, and it saves
         # a GIL release and re-acquire per hand-over.
+        if self.stage_size == 0:
+            return 0
         cdef int pushed = _enqueue(s, self.stage, self.stage_size, True)
         if pushed < 0:
             raise MemoryError()  # the tasks stay staged
@@ -426,7 +429,7 @@ cdef class Stream:
             raise NNCError(f"add_callback needs a callable, not {type(fn).__name__}")
         self._push_call(fn, (), fn)
 
-    def _push_call(self, fn, tuple args, ctx, keep=None):
+    def _push_call(self, fn, tuple args, ctx, keep=None, bint wake=True):
         cdef stream_task_t t
         memset(&t, 0, sizeof(t))
         t.kind = TASK_PY
@@ -444,7 +447,7 @@ cdef class Stream:
             Py_INCREF(ctx)
             t.ctx = <PyObject*>ctx
         try:
-            self.push(&t)
+            self.push(&t, wake)
         except BaseException:
             Py_XDECREF(t.fn)
             Py_XDECREF(t.args)
@@ -458,10 +461,16 @@ cdef class Stream:
 
         ``yield nnc.coro.WaitFor(stream)`` in a task uses it; an idle stream costs no hand-off.
         """
-        self.kick()
-        if self.query():
-            return False
-        self._push_call(wake, (), None)
+        cdef bint idle
+        if self.stage_size == 0:
+            # Checked without dropping the GIL: dropping it here would let the worker take it
+            # for a Python task and cost one more GIL hand-off before this task suspends.
+            pthread_mutex_lock(&self.s.lock)
+            idle = self.s.completed == self.s.submitted
+            pthread_mutex_unlock(&self.s.lock)
+            if idle:
+                return False
+        self._push_call(wake, (), None)     # hands the staged tasks over with it, one wake-up
         return True
 
     @property
@@ -613,32 +622,88 @@ cdef class Signal:
             pthread_mutex_unlock(&_sig_lock)
         return done
 
+    def _reserve(self):
+        """Waits enqueued from now on wait for the next emit (see signal_reserve)."""
+        signal_reserve(self)
+
+    def _set(self):
+        """Mark the latest emit done now, from the host (see signal_set)."""
+        signal_set(self)
+
     def __repr__(self):
         return f"<nnc.Signal {self.kind}{'' if self.latest != NULL else ' (never emitted)'}>"
 
 
 cdef int stream_emit(Stream s, Signal sig, bint wake=True) except -1:
     cdef stream_task_t t
-    cdef signal_record_t* old
-    cdef signal_record_t* r = _record_new()
-    if r == NULL:
-        raise MemoryError()
+    cdef signal_record_t* old = NULL
+    cdef signal_record_t* r
+    pthread_mutex_lock(&_sig_lock)
+    r = sig.latest
+    if r != NULL and r.reserved:
+        # The emit Signal._reserve promised: waits enqueued since then wait for this one.
+        r.reserved = 0
+        r.refs += 1
+        pthread_mutex_unlock(&_sig_lock)
+    else:
+        pthread_mutex_unlock(&_sig_lock)
+        r = _record_new()
+        if r == NULL:
+            raise MemoryError()
+        pthread_mutex_lock(&_sig_lock)
+        old = sig.latest
+        sig.latest = r
+        r.refs += 1
+        pthread_mutex_unlock(&_sig_lock)
+        _record_release(old)
     memset(&t, 0, sizeof(t))
     t.kind = TASK_EMIT
     t.node = -1
     t.label = -1
     t.record = r
-    pthread_mutex_lock(&_sig_lock)
-    old = sig.latest
-    sig.latest = r
-    r.refs += 1
-    pthread_mutex_unlock(&_sig_lock)
-    _record_release(old)
     try:
         s.push(&t, wake)
     except BaseException:
+        signal_set(sig)
         _record_release(r)
         raise
+    return 0
+
+
+cdef int signal_reserve(Signal sig) except -1:
+    """Make the next emit of sig its latest record now, before that emit is enqueued.
+
+    Waits enqueued from now on wait for that future emit (a CUDA event cannot do this; the
+    coroutine runner needs it to make the caller's stream wait for work it has not enqueued
+    yet). The holder must later emit sig on a stream or call signal_set, or waiters hang.
+    """
+    cdef signal_record_t* old
+    cdef signal_record_t* r = _record_new()
+    if r == NULL:
+        raise MemoryError()
+    r.reserved = 1
+    pthread_mutex_lock(&_sig_lock)
+    old = sig.latest
+    sig.latest = r
+    pthread_mutex_unlock(&_sig_lock)
+    _record_release(old)
+    return 0
+
+
+cdef int signal_set(Signal sig) noexcept:
+    """Mark sig's latest record done from the host and wake its waiters (the fallback that
+    keeps a reserved emit from hanging its waiters when it can no longer be enqueued)."""
+    cdef waiter_t* w
+    pthread_mutex_lock(&_sig_lock)
+    if sig.latest != NULL and not sig.latest.done:
+        sig.latest.done = 1
+        sig.latest.reserved = 0
+        w = <waiter_t*>sig.latest.waiters
+        while w != NULL:
+            pthread_cond_signal(&w.cond)
+            w = w.next
+        sig.latest.waiters = NULL
+    pthread_mutex_unlock(&_sig_lock)
     return 0
 
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from test_graph import parallel_graph
 
 import nnc
-from nnc.graph.schedule import _set_clock_slots, graph_schedule
+from nnc.graph.rank import _set_clock_slots
+from nnc.graph.schedule import graph_schedule
 
 ONE = nnc.Tensor(np.ones((1, 2), np.float32))
 OUT = nnc.Tensor(np.zeros((1, 1), np.float32))

@@ -99,6 +99,7 @@ cdef class WhileNode:
     cdef int order_size
     cdef int split                      # order[:split] runs before the expression
     cdef long version
+    cdef readonly long key              # bumped when the breakpoints change (schedules key on it)
     cdef list mvs                       # MultiViews anchored to the body (found per run)
 
     def __cinit__(self):
@@ -147,6 +148,7 @@ cdef class WhileNode:
         self.inputs = ins
         self.breakpoints = bps
         self.version = -1
+        self.key += 1
 
     def add_carry_over(self, src, dst):
         for t, what in ((src, "source"), (dst, "destination")):
@@ -164,16 +166,38 @@ cdef class WhileNode:
         self.version = -1
 
     cdef int _prepare(self) except -1:
+        if self.expr is None:
+            raise GraphError(f"the while loop over {self.body!r} has no expression; call "
+                             "body.set_while_expr(expr, inputs, breakpoints)")
+        if self.parent is None:
+            raise GraphError(f"{self.body!r} is not the body of a while node; add it with "
+                             "parent.while_(body)")
+        self.body._prepare()
+        return self._layout()
+
+    def _check(self):
+        """Raise GraphError if the loop cannot run (no expression, not a node's body)."""
+        self._prepare()
+
+    def _ready(self):
+        """True once the expression (and so the breakpoints) is set."""
+        return self.expr is not None
+
+    def _schedule_key(self):
+        """What a schedule of the body depends on besides its version (-1: no breakpoints)."""
+        return self.key if self.expr is not None else -1
+
+    def _split_order(self):
+        """(body run order with the head first, head length, key) for static_schedule."""
+        self.body._prepare()
+        self._layout()
+        return [self.order[k] for k in range(self.order_size)], self.split, self.key
+
+    cdef int _layout(self) except -1:
+        """Split the body's run order: breakpoints and their ancestors first (cached)."""
         cdef Graph body = self.body
         cdef int i, k, n
         cdef char* before
-        if self.expr is None:
-            raise GraphError(f"the while loop over {body!r} has no expression; call "
-                             "body.set_while_expr(expr, inputs, breakpoints)")
-        if self.parent is None:
-            raise GraphError(f"{body!r} is not the body of a while node; add it with "
-                             "parent.while_(body)")
-        body._prepare()
         if self.version == body.version:
             return 0
         n = body._order_size
@@ -278,6 +302,36 @@ cdef class WhileNode:
         finally:
             self._restore_originals(originals)
 
+    # -- the steps of a loop driven by nnc.graph.flow: queued on the node's stream ------------
+
+    def _start(self):
+        """Before the first iteration (host side): prepare; the carry-over tensors' memory."""
+        self._prepare()
+        self._find_multiviews()
+        return self._save_originals()
+
+    def _iter_begin(self, long long count):
+        """On the stream, before iteration ``count``'s nodes: count, versions, carry-in."""
+        self._set_count(count)
+        if count > 0 and self.carry:
+            self._carry_in()
+
+    def _iter_end(self):
+        """On the stream, after an iteration's nodes: remember the carry-over sources."""
+        self._carry_save()
+
+    def _test(self, long long count):
+        """The expression, on the host once the stream has run the head of iteration count."""
+        return self._eval(count)
+
+    def _finish(self, list originals):
+        """On the stream, after the last iteration: carry-over tensors get their memory back."""
+        self._restore_originals(originals)
+
+    @property
+    def has_carry(self):
+        return bool(self.carry)
+
     cdef list _save_originals(self):
         cdef list out = []
         if not self.carry:
@@ -350,11 +404,20 @@ cdef class CaseOfNode:
         (<Graph>branch)._control_parent = self.parent
         self.branches[i] = branch
 
-    def run(self):
-        cdef MultiView mv
+    def _check(self):
         if self.expr is None:
             raise GraphError(f"case..of node {self.parent._label(self.index)} has no "
                              "expression; call set_case_of_expr(node, expr, offset)")
+
+    def run(self):
+        branch = self._choose()
+        if branch is not None:
+            (<Graph>branch).run()
+        self._select_phis(self.last_index)
+
+    def _choose(self):
+        """Evaluate the expression: the branch graph to run, or None (index < 0)."""
+        self._check()
         got = self.expr(*[(<Tensor>t).numpy() for t in self.inputs])
         try:
             i = self.offset + int(got)
@@ -368,9 +431,18 @@ cdef class CaseOfNode:
                     f"case..of node {self.parent._label(self.index)} chose branch {i}, which "
                     f"was never set (branches: {sorted(self.branches)})"
                 )
-            (<Graph>branch).run()
+            return branch
+        return None
+
+    def _select_phis(self, long index):
+        """PHI outputs: the branch's version (1) after a branch ran, else the fallback (0)."""
+        cdef MultiView mv
         for mv in self.phis:
-            mv.select(1 if i >= 0 else 0)
+            mv.select(1 if index >= 0 else 0)
+
+    @property
+    def has_phis(self):
+        return bool(self.phis)
 
 
 def graph_while(Graph parent, body, name=None):

@@ -8,6 +8,7 @@ cdef enum:
     EXEC_C = 0x2                        # call c_exec
     EXEC_PY = 0x4                       # call py_fn(*py_args)
     EXEC_NOGIL = 0x8                    # with EXEC_C: release the GIL around the call
+    EXEC_CONTROL = 0x10                 # with EXEC_PY: a while or case..of node
 
 # One node ("exec") in C. Everything the run loop touches per node lives here, so the loop does
 # no Python work except for Python-implemented commands.
@@ -45,6 +46,8 @@ cdef class Graph:
     cdef readonly long version          # bumped by every change to nodes, edges or ends
     cdef object _schedule               # the default Schedule (nnc.graph.schedule), or None
     cdef dict _schedule_args            # static_schedule's keyword arguments, to rebuild it
+    cdef object _flow_schedule          # one-stream schedule for control-flow runs without one
+    cdef object _flow_task              # nnc.coro.Task of the last run with control flow
     cdef object _runtime                # streams and signals the default schedule runs on
     cdef int _inflight                  # runs enqueued on streams and not finished (GIL-guarded)
     cdef object _inflight_stream        # the caller stream of those runs, or None

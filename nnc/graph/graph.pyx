@@ -260,6 +260,8 @@ cdef class Graph:
                 else:
                     call = (b.py_exec, (cmd, ins, outs))
             node.flags = EXEC_PY
+            if cmd.info.name in ("WHILE", "CASE_OF"):
+                node.flags |= EXEC_CONTROL
             node.py_fn = <PyObject*>call[0]
             node.py_args = <PyObject*>call[1]
         else:

@@ -1,5 +1,6 @@
 """Asynchronous graph runs: enqueue a graph's nodes onto streams (NNC: ccv_nnc_graph_run.c,
-the coroutine path of ``ccv_nnc_graph_run`` with a stream, minus control flow).
+the coroutine path of ``ccv_nnc_graph_run`` with a stream). Graphs with while or case..of
+nodes go to nnc.graph.flow, which drives them with coroutine tasks.
 
 Without a default schedule every node is enqueued on the caller's stream, in run order. With
 one, nodes go to the schedule's streams, which the graph owns (created once, reused by every
@@ -16,7 +17,7 @@ from libc.string cimport memset
 
 from nnc._core import GraphError
 
-from nnc.graph.graph cimport EXEC_C, EXEC_PY, Graph, exec_info_t
+from nnc.graph.graph cimport EXEC_C, EXEC_CONTROL, EXEC_PY, Graph, exec_info_t
 from nnc.graph.schedule cimport Schedule
 from nnc.stream cimport (
     TASK_C, TASK_PY, Signal, Stream, stream_emit, stream_task_t, stream_wait_signal,
@@ -27,27 +28,23 @@ from nnc.stream import Signal as PySignal
 from nnc.stream import Stream as PyStream
 
 
-cdef class _Runtime:
-    """The streams and signals a schedule runs on; owned by the graph, reused across runs."""
-    cdef Schedule sched
-    cdef list streams                   # Stream per schedule stream index
-    cdef list signals                   # Signal per schedule signal index
-    cdef Signal begin
-    cdef Signal end
-
-
-cdef _Runtime _runtime_for(Graph g, Schedule sched):
+cdef _Runtime _runtime_for(Graph g, Schedule sched, Stream first=None):
+    """g's runtime for sched; with ``first``, stream 0 is that (the parent node's) stream."""
     cdef _Runtime rt = g._runtime
-    if rt is not None and rt.sched is sched:
+    if rt is not None and rt.sched is sched and rt.first is first:
         return rt
     rt = _Runtime.__new__(_Runtime)
     rt.sched = sched
+    rt.first = first
     kind = sched.stream_type
-    # Reuse the graph's existing streams where the new schedule needs as many or fewer.
-    old = (<_Runtime>g._runtime).streams if g._runtime is not None else []
-    rt.streams = old[:sched.stream_count] + [
-        PyStream(kind) for _ in range(max(0, sched.stream_count - len(old)))
-    ]
+    # Reuse the streams the graph owns (not a borrowed stream 0) where they suffice.
+    own = []
+    if g._runtime is not None:
+        old = (<_Runtime>g._runtime).streams
+        own = old[1:] if (<_Runtime>g._runtime).first is not None else old
+    streams = ([] if first is None else [first]) + own
+    streams = streams[:sched.stream_count]
+    rt.streams = streams + [PyStream(kind) for _ in range(sched.stream_count - len(streams))]
     rt.signals = [PySignal(kind) for _ in range(sched.signal_count)]
     rt.begin = PySignal(kind)
     rt.end = PySignal(kind)
@@ -55,7 +52,7 @@ cdef _Runtime _runtime_for(Graph g, Schedule sched):
     return rt
 
 
-cdef inline bint _node_task(Graph g, int idx, stream_task_t* t) noexcept:
+cdef bint _node_task(Graph g, int idx, stream_task_t* t) noexcept:
     """Fill t for node idx; False for a node with nothing to run (NOOP)."""
     cdef exec_info_t* node = &g._nodes[idx]
     memset(t, 0, sizeof(stream_task_t))
@@ -105,28 +102,34 @@ cdef bint _tracing():
     return stream_module._tracer is not None
 
 
+cdef int _push_node(Graph g, Schedule sched, _Runtime rt, int idx, bint tracing) except -1:
+    """Enqueue node idx on its stream: its waits, the node, its signal."""
+    cdef Stream st = <Stream>rt.streams[sched.stream[idx]]
+    cdef stream_task_t t
+    cdef int w
+    for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
+        stream_wait_signal(st, <Signal>rt.signals[sched.waits[w]], False)
+    if _node_task(g, idx, &t):
+        if tracing:
+            _label_tasks(g, &t)
+        st.push(&t, False)
+    if sched.signal[idx] >= 0:
+        stream_emit(st, <Signal>rt.signals[sched.signal[idx]], False)
+    return 0
+
+
 cdef int _run_scheduled(Graph g, Stream s, Schedule sched, bint* finished) except -1:
     cdef _Runtime rt = _runtime_for(g, sched)
     cdef list streams = rt.streams, signals = rt.signals
-    cdef Stream st, s0 = streams[0]
-    cdef stream_task_t t
-    cdef int k, idx, w
+    cdef Stream s0 = streams[0]
+    cdef int k
     cdef bint tracing = _tracing()
     stream_emit(s, rt.begin)
     stream_wait_signal(s0, rt.begin, False)
     for k in range(sched.entry_size):
         stream_wait_signal(<Stream>streams[sched.entry_streams[k]], rt.begin, False)
     for k in range(sched.order_size):
-        idx = sched.order[k]
-        st = <Stream>streams[sched.stream[idx]]
-        for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
-            stream_wait_signal(st, <Signal>signals[sched.waits[w]], False)
-        if _node_task(g, idx, &t):
-            if tracing:
-                _label_tasks(g, &t)
-            st.push(&t, False)
-        if sched.signal[idx] >= 0:
-            stream_emit(st, <Signal>signals[sched.signal[idx]], False)
+        _push_node(g, sched, rt, sched.order[k], tracing)
     for k in range(sched.exit_size):
         stream_wait_signal(s0, <Signal>signals[sched.exit_waits[k]], False)
     # Before end: once the caller's stream passes end, the graph is idle again and the
@@ -159,6 +162,13 @@ def graph_run_on_stream(Graph g not None, stream):
             "submitted to one stream (or wait for it first)"
         )
     g._prepare()
+    cdef int k
+    for k in range(g._order_size):
+        if g._nodes[g._order[k]].flags & EXEC_CONTROL:
+            from nnc.graph.flow import flow_run
+
+            flow_run(g, stream)
+            return
     sched = graph_schedule(g) if g._schedule is not None else None
     cdef bint finished = False
     g._inflight += 1

@@ -36,9 +36,16 @@ cdef class Schedule:
     cdef int entry_size                 # they wait on the run's begin signal before anything
     cdef int* exit_waits                # [exit_size] signals stream 0 waits on after its last node
     cdef int exit_size                  # after them, every stream has finished
+    # Loop bodies (graph._loop set) run in two parts per iteration: order[:split] (up to the
+    # breakpoints), then, after the host has evaluated the expression, order[split:].
+    cdef readonly int split             # order_size for other graphs
+    cdef int* entry_first               # [entry_size] order position of each entry stream's first
+    cdef int* head_exit_waits           # [head_exit_size] stream 0 waits on these after the head
+    cdef int head_exit_size
+    cdef long loop_key                  # WhileNode.key at build time (loop bodies); else -1
 
     cdef int _alloc(self, int node_count, int order_size, int wait_size, list entry,
-                    list exits) except -1
+                    list exits, list entry_first=*, list head_exits=*) except -1
     cdef int _index(self, e) except -1
     cdef list _entries(self)
     cdef list _exits(self)

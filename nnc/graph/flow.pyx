@@ -1,0 +1,300 @@
+"""Runs with control flow on streams: generator tasks on the caller stream's coroutine scheduler.
+
+NNC: the coroutine half of ccv_nnc_graph_run.c (``_ccv_nnc_graph_topsorted_run_coro``,
+``_ccv_nnc_graph_exec_cases_of_coro``, ``_ccv_nnc_graph_while_coro``). ``g.run(stream=s)`` on a
+graph with while or case..of nodes spawns one *root* task on ``s.scheduler``. It runs inline in
+the caller's thread and enqueues the graph's schedule (the default one, or a private one-stream
+schedule) like nnc.graph.run does, until it meets a control node. That node's stream waits on
+the node's signals; then a *sub-task* starts: a loop enqueues its body's head (the breakpoints
+and their ancestors) with the body's own schedule, whose stream 0 is the node's stream, waits
+for that stream (``yield WaitFor``), evaluates the expression on the host and enqueues the tail;
+a case..of waits for the node's stream, evaluates its index and enqueues the chosen branch.
+Per-iteration bookkeeping (count, multiview versions, carry-overs) is queued on the node's stream,
+so it happens in stream order without the host waiting for the tail.
+
+While a sub-task is suspended, nodes behind it (on its stream, or waiting on a signal of a node
+behind it) are *deferred*; every other node keeps being enqueued. The task then awaits its
+pending sub-tasks one at a time and enqueues what they released; nothing is lost (NNC can lose
+suspended sub-tasks). When every task is blocked the caller returns and the scheduler's one
+thread finishes the work; ``s.wait()`` joins it.
+
+The caller's stream waits on an *end* signal reserved at call time (``signal_reserve``) and
+emitted by the root task after the last node, so work submitted to ``s`` later runs after this
+run, and ``s.wait()`` reports the failures of every stream the run used. A failed command stops
+loops and branches at their next host check (their data may be garbage); a failed expression
+or a missing branch is reported by ``s.wait()`` as a StreamError.
+"""
+
+from nnc.graph.graph cimport EXEC_CONTROL, Graph
+from nnc.graph.run cimport _push_node, _Runtime, _runtime_for, _tracing
+from nnc.graph.schedule cimport Schedule
+from nnc.stream cimport Signal, Stream, signal_reserve, signal_set, stream_emit, stream_wait_signal
+
+from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
+from nnc.graph.control import WhileNode
+from nnc.graph.schedule import flow_schedule
+from nnc.stream import Signal as PySignal
+
+
+class _Stopped(Exception):
+    """A loop or branch stopped because a command before it failed (that failure is reported)."""
+
+
+cdef class _Run:
+    """One run with control flow: what its tasks share."""
+    cdef Graph g
+    cdef Stream caller
+    cdef dict args                      # schedule arguments for sub-graphs; None: one stream
+    cdef list runtimes                  # every runtime the run has used, root first
+    cdef list streams                   # their streams, each once (to kick, to collect errors)
+
+    cdef int add(self, _Runtime rt) except -1:
+        cdef Stream st
+        if rt in self.runtimes:
+            return 0
+        self.runtimes.append(rt)
+        for st in rt.streams:
+            if st not in self.streams:
+                self.streams.append(st)
+        return 0
+
+    cdef int kick(self, Stream spare=None) except -1:
+        """Hand staged tasks to the workers: before every suspension and at the end. ``spare``
+        is left staged: WaitFor hands its tasks over together with the wake-up."""
+        cdef Stream st
+        for st in self.streams:
+            if st is not spare:
+                st.kick()
+        return 0
+
+    cdef bint failed(self):
+        """Has a command of this run failed (so loop and branch data may be garbage)?"""
+        cdef Stream st
+        for st in self.streams:
+            if <list>st.s.errors:
+                return True
+        return False
+
+
+def flow_run(Graph g not None, Stream caller not None):
+    """Graph.run(stream=caller) for a graph with while or case..of nodes."""
+    cdef _Run run = _Run.__new__(_Run)
+    run.g = g
+    run.caller = caller
+    run.runtimes = []
+    run.streams = []
+    run.args = g._schedule_args if g._schedule is not None else None
+    cdef Schedule sched = flow_schedule(g, run.args)
+    _check_tree(g, run.args)
+    cdef _Runtime rt = _runtime_for(g, sched)
+    run.add(rt)
+    begin = PySignal(sched.stream_type)
+    end = PySignal(sched.stream_type)
+    prev = g._flow_task
+    if prev is not None and prev.done:
+        prev = None
+    g._inflight += 1
+    g._inflight_stream = caller
+    try:
+        stream_emit(caller, begin, False)
+        signal_reserve(end)
+        stream_wait_signal(caller, end, False)
+        caller.kick()
+    except BaseException:
+        signal_set(end)
+        g._run_finished()
+        raise
+    g._flow_task = caller.scheduler.spawn(_root(run, sched, rt, begin, end, prev),
+                                          name=f"run of {g!r}")
+
+
+cdef int _check_tree(Graph g, dict args) except -1:
+    """Raise now, not on a stream, for a loop or branch that cannot run; build sub-schedules."""
+    cdef int k, idx
+    for k in range(g._order_size):
+        idx = g._order[k]
+        if g._nodes[idx].flags & EXEC_CONTROL:
+            fn = g._cmds[idx].fn
+            fn._check()
+            for sub in fn._subgraphs():
+                (<Graph>sub)._prepare()
+                flow_schedule(sub, args)
+                _check_tree(sub, args)
+    return 0
+
+
+def _root(_Run run, Schedule sched, _Runtime rt, Signal begin, Signal end, prev):
+    """The root task: the whole graph, then the end of the run (always, even on failure)."""
+    cdef Stream s0 = rt.streams[0]
+    try:
+        if prev is not None:
+            # Runs of one graph share its streams: start after the previous run has enqueued
+            # everything (its failures are reported by that run).
+            try:
+                yield AwaitTask(prev)
+            except BaseException:
+                pass
+        stream_wait_signal(s0, begin, False)
+        yield from _part(run, run.g, sched, rt, 0, sched.order_size, begin)
+    except _Stopped:
+        pass
+    except BaseException as e:
+        (<list>run.caller.s.errors).append((f"control flow of {run.g!r}", e))
+    finally:
+        try:
+            s0._push_call(_finish, (run,), run.g, None, False)
+            stream_emit(s0, end, False)
+        except BaseException:
+            signal_set(end)
+            run.g._run_finished()
+        run.kick()
+
+
+def _finish(_Run run):
+    """On stream 0 after every stream of the run is done: failures go to the caller's stream."""
+    cdef Stream st
+    cdef list errors = <list>run.caller.s.errors
+    for st in run.streams:
+        if st is not run.caller and (<list>st.s.errors):
+            errors.extend(<list>st.s.errors)
+            del (<list>st.s.errors)[:]
+    run.g._run_finished()
+
+
+def _part(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, Signal begin):
+    """Enqueue sched.order[lo:hi] of g, fenced by stream 0: entry streams wait on ``begin``
+    (emitted here when None), and stream 0 ends waiting on the part's exit signals."""
+    cdef Stream p = rt.streams[0]
+    cdef int k
+    cdef bint control = False
+    for k in range(sched.entry_size):
+        if lo <= sched.entry_first[k] < hi:
+            if begin is None:
+                begin = rt.begin
+                stream_emit(p, begin, False)
+            stream_wait_signal(<Stream>rt.streams[sched.entry_streams[k]], begin, False)
+    for k in range(lo, hi):
+        if g._nodes[sched.order[k]].flags & EXEC_CONTROL:
+            control = True
+            break
+    if control:
+        yield from _nodes(run, g, sched, rt, lo, hi)
+    else:
+        tracing = _tracing()
+        for k in range(lo, hi):
+            _push_node(g, sched, rt, sched.order[k], tracing)
+    if hi == sched.order_size:
+        for k in range(sched.exit_size):
+            stream_wait_signal(p, <Signal>rt.signals[sched.exit_waits[k]], False)
+    elif hi == sched.split:
+        for k in range(sched.head_exit_size):
+            stream_wait_signal(p, <Signal>rt.signals[sched.head_exit_waits[k]], False)
+
+
+def _nodes(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi):
+    """Enqueue order[lo:hi], deferring what is behind a suspended control node."""
+    cdef int k, idx, s, w, sig
+    cdef bint tracing = _tracing()
+    scheduler = current_scheduler()
+    pending = {}                        # suspended sub-task -> its node
+    todo = list(range(lo, hi))
+    failure = None
+    while True:
+        blocked = {sched.stream[idx] for idx in pending.values()}
+        held = {sched.signal[idx] for idx in pending.values()}
+        rest = []
+        for k in todo:
+            idx = sched.order[k]
+            s = sched.stream[idx]
+            sig = sched.signal[idx]
+            behind = s in blocked
+            for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
+                behind = behind or sched.waits[w] in held
+            if behind:
+                # Keep stream order, and keep waiters after the emit they wait for.
+                rest.append(k)
+                blocked.add(s)
+                held.add(sig)
+                continue
+            if not g._nodes[idx].flags & EXEC_CONTROL:
+                _push_node(g, sched, rt, idx, tracing)
+                continue
+            for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
+                stream_wait_signal(<Stream>rt.streams[s], <Signal>rt.signals[sched.waits[w]],
+                                   False)
+            run.kick()
+            task = scheduler.start(_control(run, g, sched, rt, idx), name=g._label(idx))
+            if not task.done:
+                pending[task] = idx
+                blocked.add(s)
+                held.add(sig)
+            elif task.exception is not None:
+                failure = task.exception
+                break
+        todo = rest if failure is None else []
+        if not pending:
+            break
+        run.kick()
+        done = yield AwaitAny(list(pending))
+        del pending[done]
+        if done.exception is not None and failure is None:
+            failure = done.exception
+    if failure is not None:
+        raise failure
+
+
+def _control(_Run run, Graph g, Schedule sched, _Runtime rt, int idx):
+    """The sub-task of one while or case..of node of g; emits the node's signal at its end."""
+    cdef Stream p = rt.streams[sched.stream[idx]]
+    fn = g._cmds[idx].fn
+    if isinstance(fn, WhileNode):
+        yield from _while(run, fn, p)
+    else:
+        yield from _case_of(run, fn, p)
+    if sched.signal[idx] >= 0:
+        stream_emit(p, <Signal>rt.signals[sched.signal[idx]], False)
+
+
+def _while(_Run run, w, Stream p):
+    """Iterations of a loop whose node runs on p (stream 0 of the body's schedule)."""
+    cdef Graph body = w.body
+    cdef Schedule bs = flow_schedule(body, run.args)
+    cdef _Runtime brt = _runtime_for(body, bs, p)
+    cdef long long count = 0
+    run.add(brt)
+    originals = w._start()
+    try:
+        while True:
+            p._push_call(w._iter_begin, (count,), body, None, False)
+            yield from _part(run, body, bs, brt, 0, bs.split, None)
+            run.kick(p)
+            yield WaitFor(p)
+            if run.failed():
+                raise _Stopped()
+            if not w._test(count):
+                break
+            yield from _part(run, body, bs, brt, bs.split, bs.order_size, None)
+            if w.has_carry:
+                p._push_call(w._iter_end, (), body, None, False)
+            count += 1
+    finally:
+        p._push_call(w._finish, (originals,), body, None, False)
+
+
+def _case_of(_Run run, c, Stream p):
+    """A case..of node on p: wait for its inputs, choose, enqueue the branch, select PHIs."""
+    cdef Graph branch
+    cdef Schedule bs
+    run.kick(p)
+    yield WaitFor(p)
+    if run.failed():
+        raise _Stopped()
+    chosen = c._choose()
+    if chosen is not None:
+        branch = chosen
+        bs = flow_schedule(branch, run.args)
+        brt = _runtime_for(branch, bs, p)
+        run.add(brt)
+        yield from _part(run, branch, bs, brt, 0, bs.order_size, None)
+    if c.has_phis:
+        p._push_call(c._select_phis, (c.last_index,), c.parent, None, False)

@@ -1,0 +1,21 @@
+from nnc.graph.graph cimport Graph
+from nnc.graph.schedule cimport Schedule
+from nnc.stream cimport Signal, Stream, stream_task_t
+
+
+# The streams and signals a schedule runs on; owned by the graph, reused across runs.
+# A sub-graph's runtime borrows its stream 0 from the parent node's stream (its ``first``).
+cdef class _Runtime:
+    cdef Schedule sched
+    cdef list streams                   # Stream per schedule stream index
+    cdef list signals                   # Signal per schedule signal index
+    cdef Signal begin
+    cdef Signal end
+    cdef Stream first                   # the borrowed stream 0, or None (the graph owns it)
+
+
+cdef _Runtime _runtime_for(Graph g, Schedule sched, Stream first=*)
+cdef bint _node_task(Graph g, int idx, stream_task_t* t) noexcept
+cdef bint _tracing()
+cdef int _label_tasks(Graph g, stream_task_t* t) except -1
+cdef int _push_node(Graph g, Schedule sched, _Runtime rt, int idx, bint tracing) except -1

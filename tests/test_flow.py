@@ -1,0 +1,282 @@
+"""Control flow on streams, driven by coroutines (NNC: schedule.tests.c, the while and case..of
+cases; research/nnc.md §6 item 12). Sub-graph schedules, deferral of nodes behind a suspended
+loop, one scheduler thread, failures and reserved signals."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_graph import scalar
+
+import nnc
+
+
+def row(*v):
+    return nnc.Tensor(np.array([v], np.float32))
+
+
+def gemm(g, a, w, bias, out, name):
+    return g.exec(nnc.Cmd("GEMM", transpose_b=True), [a, w, bias], [out], name=name)
+
+
+def schedule_while_graph():
+    """schedule.tests.c "with while loop": a is carried through 5 rounds of a . w1^T; mul2
+    reads the original a, mul3 the final b1; c = b2 . b3^T + 0.5."""
+    a, b1 = row(1.4, 0.2), row(0, 0)
+    w1 = nnc.Tensor(np.array([[1.1, 2.2], [1, 2]], np.float32))
+    bias1 = nnc.Tensor(np.zeros(2, np.float32))
+    g, body = nnc.Graph(), nnc.Graph()
+    noop = g.exec(nnc.Cmd("NOOP"), name="noop")
+    mul1 = gemm(body, a, w1, bias1, b1, "mul1")
+    # The expression follows mul1, so "count < 4" runs it 5 times, like NNC's leading NOOP
+    # with "count < 5" (there the head is empty and the tail reads the carried a).
+    body.set_while_expr(lambda count: count < 4, [], [mul1])
+    body.add_carry_over(b1, a)
+    loop = g.while_(body, name="while")
+    b2, b3, c = row(0), row(0), row(0)
+    mul2 = gemm(g, a, row(0.6, 3), nnc.Tensor(np.array([0.4], np.float32)), b2, "mul2")
+    mul3 = gemm(g, b1, row(0.2, 0.3), nnc.Tensor(np.array([1.0], np.float32)), b3, "mul3")
+    mulc = gemm(g, b2, b3, nnc.Tensor(np.array([0.5], np.float32)), c, "mulc")
+    g.concat(noop, loop)
+    g.concat(noop, mul2)
+    g.concat(loop, mul3)
+    g.concat(mul2, mulc)
+    g.concat(mul3, mulc)
+    return g, body, dict(b1=b1, b2=b2, c=c, loop=loop, mul2=mul2, mul3=mul3)
+
+
+@pytest.mark.parametrize("max_streams", [0, 1, 2])
+def test_schedule_while_loop(max_streams):
+    g, body, t = schedule_while_graph()
+    sched = nnc.static_schedule(g, max_streams=max_streams)
+    sched.verify()
+    assert len(sched[t["loop"]].streams) == 1
+    assert body.schedule is not None and body.schedule.stream_count == 1
+    body.schedule.verify()
+    s = nnc.Stream("cpu")
+    for _ in range(2):
+        g.run(stream=s)
+        s.wait()
+        np.testing.assert_allclose(t["b1"].numpy()[0], [182.857, 166.234], rtol=1e-4)
+        assert t["b2"].numpy()[0, 0] == pytest.approx(1.84, abs=1e-5)
+        assert t["c"].numpy()[0, 0] == pytest.approx(161.39248, abs=1e-2)
+        assert body.while_count == 4
+    if max_streams != 1:
+        assert sched.stream_count == 2 and sched[t["mul2"]].streams != sched[t["loop"]].streams
+
+
+def test_case_of_always_branch_zero_on_streams():
+    """schedule.tests.c "with case..of": branch 0 computes b = a . w^T + bias -> [5.0, 1.8]."""
+    a, b = row(1.4, 0.2), row(0, 0)
+    w = nnc.Tensor(np.array([[2, 11], [1, 2]], np.float32))
+    bias = nnc.Tensor(np.zeros(2, np.float32))
+    g, branch = nnc.Graph(), nnc.Graph()
+    gemm(branch, a, w, bias, b, "mul")
+    c = g.case_of([a], [b])
+    g.set_case_of_expr(c, lambda x: 0)
+    g.set_case_of(c, branch, 0)
+    nnc.static_schedule(g).verify()
+    assert branch.schedule is not None
+    s = nnc.Stream("cpu")
+    g.run(stream=s)
+    s.wait()
+    np.testing.assert_allclose(b.numpy()[0], [5.0, 1.8], rtol=1e-6)
+
+
+def parallel_body_loop(n_iter):
+    """A body with two independent chains (so its schedule has 2 streams) joined at the end."""
+    x, y, z = scalar(1), scalar(1), scalar(0)
+    g, body = nnc.Graph(), nnc.Graph()
+    head = body.exec(nnc.Cmd("NOOP"), name="head")
+    ax = body.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [x], name="ax")
+    ay = body.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [y], [y], name="ay")
+    join = body.exec(nnc.Cmd("EWSUM"), [x, y], [z], name="join")
+    body.concat(head, ax)
+    body.concat(head, ay)
+    body.concat(ax, join)
+    body.concat(ay, join)
+    body.set_while_expr(lambda count: count < n_iter, [], [head])
+    g.while_(body)
+    return g, body, (x, y, z)
+
+
+def test_loop_body_runs_on_its_own_streams():
+    g, body, (x, y, z) = parallel_body_loop(6)
+    nnc.static_schedule(g)
+    bs = body.schedule
+    assert bs.stream_count == 2 and bs.split == 1
+    bs.verify()
+    s = nnc.Stream("cpu")
+    g.run(stream=s)
+    s.wait()
+    assert (x.numpy()[0], y.numpy()[0], z.numpy()[0]) == (64, 729, 793)
+
+
+def test_unblocked_nodes_are_enqueued_while_a_loop_waits():
+    """A loop waits on a slow, GIL-releasing node; a chain on another stream that does not
+    depend on it finishes before the loop does, and run() returned long before both."""
+    stamps = {}
+
+    def slow(inputs, outputs):
+        time.sleep(0.2)
+        stamps.setdefault("slow", time.perf_counter())
+
+    def mark(name):
+        def fn(inputs, outputs):
+            stamps[name] = time.perf_counter()
+        return fn
+
+    g, body = nnc.Graph(), nnc.Graph()
+    first = g.exec(nnc.Cmd.custom(slow), name="slow")
+    head = body.exec(nnc.Cmd("NOOP"))
+    body.exec(nnc.Cmd.custom(mark("body")))
+    body.concat(head, body.execs[1])
+    body.set_while_expr(lambda count: count < 3, [], [head])
+    loop = g.while_(body)
+    g.concat(first, loop)
+    other = g.exec(nnc.Cmd.custom(mark("other")), name="other")
+    after = g.exec(nnc.Cmd.custom(mark("after")), name="after")
+    g.concat(other, after)
+    g.concat(loop, after)
+    nnc.static_schedule(g, max_streams=2).verify()
+    s = nnc.Stream("cpu")
+    t0 = time.perf_counter()
+    g.run(stream=s)
+    returned = time.perf_counter() - t0
+    s.wait()
+    assert returned < 0.05, returned
+    assert stamps["other"] < stamps["slow"] < stamps["body"] < stamps["after"]
+    assert body.while_count == 3
+
+
+def test_one_scheduler_thread_for_many_loops():
+    """Four independent slow loops on four streams: the scheduler never has two threads."""
+    def nap(inputs, outputs):
+        time.sleep(0.01)
+
+    g = nnc.Graph()
+    bodies = []
+    for _ in range(4):
+        body = nnc.Graph()
+        head = body.exec(nnc.Cmd("NOOP"))
+        body.concat(head, body.exec(nnc.Cmd.custom(nap)))
+        body.set_while_expr(lambda count: count < 5, [], [head])
+        g.while_(body)
+        bodies.append(body)
+    sched = nnc.static_schedule(g)
+    assert sched.stream_count == 4
+    s = nnc.Stream("cpu")
+    seen = []
+    g.run(stream=s)
+    while s.scheduler.active:
+        seen.append(sum(t.name.startswith("nnc-coro") for t in threading.enumerate()))
+        time.sleep(0.002)
+    s.wait()
+    assert max(seen, default=0) <= 1
+    assert [b.while_count for b in bodies] == [5] * 4
+
+
+def test_runs_submitted_back_to_back_complete_in_order():
+    g, body, (x, y, z) = parallel_body_loop(2)
+    nnc.static_schedule(g)
+    s = nnc.Stream("cpu")
+    seen = []
+    for _ in range(3):
+        g.run(stream=s)
+        s.add_callback(lambda: seen.append(float(z.numpy()[0])))
+    s.wait()
+    # The tail runs at counts 0 and 1: x doubles and y triples twice per run.
+    assert seen == [4 + 9, 16 + 81, 64 + 729]
+
+
+def test_failures_on_streams_stop_the_loop_and_leave_the_stream_usable():
+    def boom(inputs, outputs):
+        raise ValueError("bad body")
+
+    g, body = nnc.Graph(), nnc.Graph()
+    head = body.exec(nnc.Cmd("NOOP"))
+    body.concat(head, body.exec(nnc.Cmd.custom(boom)))
+    body.set_while_expr(lambda count: True, [], [head])     # would never end on its own
+    g.while_(body)
+    s = nnc.Stream("cpu")
+    g.run(stream=s)
+    with pytest.raises(nnc.StreamError, match="bad body"):
+        s.wait()
+    assert body.while_count <= 2
+    g2 = nnc.Graph()
+    b2 = nnc.Graph()
+    b2.set_while_expr(lambda count: count < 3, [], [b2.exec(nnc.Cmd("NOOP"))])
+    g2.while_(b2)
+    g2.run(stream=s)
+    s.wait()
+    assert b2.while_count == 3
+
+
+def test_a_missing_branch_on_a_stream_is_a_stream_error():
+    a = scalar(1)
+    g = nnc.Graph()
+    c = g.case_of([a], [a])
+    g.set_case_of_expr(c, lambda x: 3)
+    g.set_case_of(c, nnc.Graph(), 0)
+    nnc.static_schedule(g)
+    s = nnc.Stream("cpu")
+    g.run(stream=s)
+    with pytest.raises(nnc.StreamError) as info:
+        s.wait()
+    assert isinstance(info.value.__cause__, nnc.GraphError)
+    assert "never set" in str(info.value.__cause__)
+    g.set_case_of_expr(c, lambda x: -1)
+    g.run(stream=s)
+    s.wait()
+
+
+def test_errors_found_before_enqueueing_raise_at_run():
+    g, body = nnc.Graph(), nnc.Graph()
+    body.exec(nnc.Cmd("NOOP"))
+    g.while_(body)
+    with pytest.raises(nnc.GraphError, match="no expression"):
+        g.run(stream=nnc.Stream("cpu"))
+    g2 = nnc.Graph()
+    c = g2.case_of([scalar(1)], [scalar(1)])
+    with pytest.raises(nnc.GraphError, match="no expression"):
+        g2.run(stream=nnc.Stream("cpu"))
+    assert c is not None
+
+
+def test_static_schedule_recurses_into_nested_sub_graphs():
+    g, outer, inner = nnc.Graph(), nnc.Graph(), nnc.Graph()
+    x = scalar(1)
+    ih = inner.exec(nnc.Cmd("NOOP"))
+    inner.concat(ih, inner.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [x]))
+    inner.set_while_expr(lambda count: count < 3, [], [ih])
+    oh = outer.exec(nnc.Cmd("NOOP"))
+    outer.concat(oh, outer.while_(inner))
+    outer.set_while_expr(lambda count: count < 2, [], [oh])
+    g.while_(outer)
+    nnc.static_schedule(g, max_streams=3)
+    assert outer.schedule is not None and inner.schedule is not None
+    assert inner.schedule.max_streams == 3
+    s = nnc.Stream("cpu")
+    g.run(stream=s)
+    s.wait()
+    assert x.numpy()[0] == 2 ** 6
+
+
+def test_reserved_signal_holds_waiters_until_emitted():
+    sig = nnc.Signal("cpu")
+    sig._reserve()
+    a, b = nnc.Stream("cpu"), nnc.Stream("cpu")
+    order = []
+    b.wait_signal(sig)
+    b.add_callback(lambda: order.append("b"))
+    time.sleep(0.02)
+    assert order == [] and not sig.query()
+    a.add_callback(lambda: order.append("a"))
+    a.emit(sig)
+    b.wait()
+    assert order == ["a", "b"] and sig.query()
+    sig._reserve()
+    b.wait_signal(sig)
+    sig._set()          # the fallback: release the waiters without an emit
+    b.wait()
