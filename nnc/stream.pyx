@@ -131,6 +131,17 @@ cdef void _record_release(signal_record_t* r) noexcept nogil:
     pthread_mutex_unlock(&_sig_lock)
 
 
+cdef void _record_done(signal_record_t* r) noexcept nogil:
+    """Mark r done and wake the workers blocked on it; the caller holds _sig_lock."""
+    cdef waiter_t* w = <waiter_t*>r.waiters
+    r.done = 1
+    r.reserved = 0
+    while w != NULL:
+        pthread_cond_signal(&w.cond)
+        w = w.next
+    r.waiters = NULL
+
+
 cdef void _stream_free(stream_t* s) noexcept:
     """Free the C state; called with the GIL by whoever drops the last reference."""
     Py_XDECREF(s.errors)
@@ -205,7 +216,6 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     cdef int rc
     cdef double t0 = 0
     cdef waiter_t me
-    cdef waiter_t* w
     if s.trace:
         t0 = _now()
     if t.kind == TASK_C:
@@ -216,12 +226,7 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
         _run_py(s, t)
     elif t.kind == TASK_EMIT:
         pthread_mutex_lock(&_sig_lock)
-        t.record.done = 1
-        w = <waiter_t*>t.record.waiters
-        while w != NULL:
-            pthread_cond_signal(&w.cond)
-            w = w.next
-        t.record.waiters = NULL
+        _record_done(t.record)
         pthread_mutex_unlock(&_sig_lock)
     elif t.kind == TASK_WAIT:
         pthread_mutex_lock(&_sig_lock)
@@ -461,15 +466,8 @@ cdef class Stream:
 
         ``yield nnc.coro.WaitFor(stream)`` in a task uses it; an idle stream costs no hand-off.
         """
-        cdef bint idle
-        if self.stage_size == 0:
-            # Checked without dropping the GIL: dropping it here would let the worker take it
-            # for a Python task and cost one more GIL hand-off before this task suspends.
-            pthread_mutex_lock(&self.s.lock)
-            idle = self.s.completed == self.s.submitted
-            pthread_mutex_unlock(&self.s.lock)
-            if idle:
-                return False
+        if self.stage_size == 0 and self.query():
+            return False
         self._push_call(wake, (), None)     # hands the staged tasks over with it, one wake-up
         return True
 
@@ -486,12 +484,15 @@ cdef class Stream:
         return self._scheduler
 
     def query(self):
-        """True if everything enqueued so far has finished (never blocks, never raises)."""
+        """True if everything enqueued so far has finished (never blocks, never raises).
+
+        The GIL stays held, as in kick(): dropping it would let a worker take it for a Python
+        task, and a coroutine checking a stream in WaitFor would pay one more GIL hand-off.
+        """
         cdef bint done
-        with nogil:
-            pthread_mutex_lock(&self.s.lock)
-            done = self.s.completed == self.s.submitted
-            pthread_mutex_unlock(&self.s.lock)
+        pthread_mutex_lock(&self.s.lock)
+        done = self.s.completed == self.s.submitted
+        pthread_mutex_unlock(&self.s.lock)
         return done
 
     def wait(self):
@@ -636,26 +637,16 @@ cdef class Signal:
 
 cdef int stream_emit(Stream s, Signal sig, bint wake=True) except -1:
     cdef stream_task_t t
-    cdef signal_record_t* old = NULL
     cdef signal_record_t* r
+    # An emit claims the pending reservation (Signal._reserve: waits enqueued since then wait
+    # for this emit), reserving a fresh record first when none is pending.
+    if sig.latest == NULL or not sig.latest.reserved:
+        signal_reserve(sig)
     pthread_mutex_lock(&_sig_lock)
     r = sig.latest
-    if r != NULL and r.reserved:
-        # The emit Signal._reserve promised: waits enqueued since then wait for this one.
-        r.reserved = 0
-        r.refs += 1
-        pthread_mutex_unlock(&_sig_lock)
-    else:
-        pthread_mutex_unlock(&_sig_lock)
-        r = _record_new()
-        if r == NULL:
-            raise MemoryError()
-        pthread_mutex_lock(&_sig_lock)
-        old = sig.latest
-        sig.latest = r
-        r.refs += 1
-        pthread_mutex_unlock(&_sig_lock)
-        _record_release(old)
+    r.reserved = 0
+    r.refs += 1
+    pthread_mutex_unlock(&_sig_lock)
     memset(&t, 0, sizeof(t))
     t.kind = TASK_EMIT
     t.node = -1
@@ -693,16 +684,9 @@ cdef int signal_reserve(Signal sig) except -1:
 cdef int signal_set(Signal sig) noexcept:
     """Mark sig's latest record done from the host and wake its waiters (the fallback that
     keeps a reserved emit from hanging its waiters when it can no longer be enqueued)."""
-    cdef waiter_t* w
     pthread_mutex_lock(&_sig_lock)
     if sig.latest != NULL and not sig.latest.done:
-        sig.latest.done = 1
-        sig.latest.reserved = 0
-        w = <waiter_t*>sig.latest.waiters
-        while w != NULL:
-            pthread_cond_signal(&w.cond)
-            w = w.next
-        sig.latest.waiters = NULL
+        _record_done(sig.latest)
     pthread_mutex_unlock(&_sig_lock)
     return 0
 

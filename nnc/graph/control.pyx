@@ -179,10 +179,6 @@ cdef class WhileNode:
         """Raise GraphError if the loop cannot run (no expression, not a node's body)."""
         self._prepare()
 
-    def _ready(self):
-        """True once the expression (and so the breakpoints) is set."""
-        return self.expr is not None
-
     def _schedule_key(self):
         """What a schedule of the body depends on besides its version (-1: no breakpoints)."""
         return self.key if self.expr is not None else -1

@@ -26,7 +26,9 @@ or a missing branch is reported by ``s.wait()`` as a StreamError.
 """
 
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
-from nnc.graph.run cimport _push_node, _Runtime, _runtime_for, _tracing
+from nnc.graph.run cimport (
+    _move_errors, _push_node, _push_waits, _Runtime, _runtime_for, _tracing,
+)
 from nnc.graph.schedule cimport Schedule
 from nnc.stream cimport Signal, Stream, signal_reserve, signal_set, stream_emit, stream_wait_signal
 
@@ -152,12 +154,7 @@ def _root(_Run run, Schedule sched, _Runtime rt, Signal begin, Signal end, prev)
 
 def _finish(_Run run):
     """On stream 0 after every stream of the run is done: failures go to the caller's stream."""
-    cdef Stream st
-    cdef list errors = <list>run.caller.s.errors
-    for st in run.streams:
-        if st is not run.caller and (<list>st.s.errors):
-            errors.extend(<list>st.s.errors)
-            del (<list>st.s.errors)[:]
+    _move_errors(run.streams, run.caller)
     run.g._run_finished()
 
 
@@ -219,9 +216,7 @@ def _nodes(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi):
             if not g._nodes[idx].flags & EXEC_CONTROL:
                 _push_node(g, sched, rt, idx, tracing)
                 continue
-            for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
-                stream_wait_signal(<Stream>rt.streams[s], <Signal>rt.signals[sched.waits[w]],
-                                   False)
+            _push_waits(sched, rt, idx)
             run.kick()
             task = scheduler.start(_control(run, g, sched, rt, idx), name=g._label(idx))
             if not task.done:

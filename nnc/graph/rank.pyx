@@ -544,7 +544,7 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy):
     m = g._order_size
     order = g._order
     split = m
-    if g._loop is not None and g._loop._ready():
+    if g._loop is not None and g._loop._schedule_key() >= 0:
         # A loop body: head (breakpoints and their ancestors) first, then the rest.
         loop_order, split, loop_key = g._loop._split_order()
         order = b.ints(m, -1)

@@ -18,4 +18,6 @@ cdef _Runtime _runtime_for(Graph g, Schedule sched, Stream first=*)
 cdef bint _node_task(Graph g, int idx, stream_task_t* t) noexcept
 cdef bint _tracing()
 cdef int _label_tasks(Graph g, stream_task_t* t) except -1
+cdef int _push_waits(Schedule sched, _Runtime rt, int idx) except -1
+cdef int _move_errors(list streams, Stream caller) except -1
 cdef int _push_node(Graph g, Schedule sched, _Runtime rt, int idx, bint tracing) except -1

@@ -102,13 +102,20 @@ cdef bint _tracing():
     return stream_module._tracer is not None
 
 
+cdef int _push_waits(Schedule sched, _Runtime rt, int idx) except -1:
+    """Make node idx's stream wait on the node's waits."""
+    cdef Stream st = <Stream>rt.streams[sched.stream[idx]]
+    cdef int w
+    for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
+        stream_wait_signal(st, <Signal>rt.signals[sched.waits[w]], False)
+    return 0
+
+
 cdef int _push_node(Graph g, Schedule sched, _Runtime rt, int idx, bint tracing) except -1:
     """Enqueue node idx on its stream: its waits, the node, its signal."""
     cdef Stream st = <Stream>rt.streams[sched.stream[idx]]
     cdef stream_task_t t
-    cdef int w
-    for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
-        stream_wait_signal(st, <Signal>rt.signals[sched.waits[w]], False)
+    _push_waits(sched, rt, idx)
     if _node_task(g, idx, &t):
         if tracing:
             _label_tasks(g, &t)
@@ -143,13 +150,19 @@ cdef int _run_scheduled(Graph g, Stream s, Schedule sched, bint* finished) excep
 
 def _finish_scheduled(Graph g, _Runtime rt, Stream caller):
     """Runs on stream 0 after every stream of the run is done (it waited on the exits)."""
+    _move_errors(rt.streams, caller)
+    g._run_finished()
+
+
+cdef int _move_errors(list streams, Stream caller) except -1:
+    """Hand the failures recorded on ``streams`` to the caller's stream, whose wait() raises."""
     cdef Stream st
     cdef list errors = <list>caller.s.errors
-    for st in rt.streams:
+    for st in streams:
         if st is not caller and (<list>st.s.errors):
             errors.extend(<list>st.s.errors)
             del (<list>st.s.errors)[:]
-    g._run_finished()
+    return 0
 
 
 def graph_run_on_stream(Graph g not None, stream):
