@@ -13,6 +13,7 @@ MODULES = [
     ("nnc.cmd", "nnc/cmd.pyx"),
     ("nnc.ops.cpu_opt", "nnc/ops/cpu_opt.pyx"),
     ("nnc.multiview", "nnc/multiview.pyx"),
+    ("nnc.inbox", "nnc/inbox.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),
     ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),

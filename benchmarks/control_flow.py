@@ -8,8 +8,13 @@ Measured, in one process:
   breakpoint body (the expression is ``count < N``): time / N is the loop machinery alone
   (count, expression call, node loop over the body).
 - ``seq mul``: the same with a 1-element SCALAR_MUL after the breakpoint.
-- ``stream noop`` / ``stream mul``: ``g.run(stream=s); s.wait()`` of the same graphs. A while
-  node runs on its stream's worker thread, so this adds one hand-off per run, not per iteration.
+- ``stream noop`` / ``stream mul``: ``g.run(stream=s); s.wait()`` of the same graphs. Each
+  iteration enqueues the head (count store, body nodes, a wake-up) and the scheduler thread
+  sleeps until the worker posts the wake-up, then evaluates the expression: two thread
+  hand-offs per iteration, all in C (no GIL taken on the worker).
+- ``2 hand-offs (C)``: ``nnc.inbox.handoff_roundtrip``, a semaphore ping-pong between two plain
+  C threads: the floor for one iteration on a stream, timed in the same rounds, because this
+  VM's wake-up cost varies several-fold (4–60 µs) with load from other tenants.
 - ``return``: time from calling ``g.run(stream=s)`` until it returns, for a graph whose first
   node is a loop whose body sleeps 20 ms per iteration (5 iterations): the caller must not wait
   for the loop. ``s.wait()`` then checks the loop ran fully.
@@ -24,10 +29,12 @@ import numpy as np
 
 import nnc
 from benchmarks import _util
+from nnc.inbox import handoff_roundtrip
 
 SEQ_TARGET_US = 2.0
 STREAM_TARGET_US = 30.0
 RETURN_TARGET_MS = 1.0
+FLOOR = "2 hand-offs (C)"
 
 
 def loop_graph(n, mul):
@@ -67,6 +74,7 @@ def run(n, repeat):
 
     fns = {f"seq {k}": g.run for k, (g, _) in graphs.items()}
     fns.update({f"stream {k}": on_stream(g) for k, (g, _) in graphs.items()})
+    fns[FLOOR] = lambda: handoff_roundtrip(n)
     samples = _util.measure_interleaved(fns, repeat)
     for k, (_, body) in graphs.items():
         assert body.while_count == n, (k, body.while_count)
@@ -82,10 +90,16 @@ def run(n, repeat):
         totals.append((time.perf_counter() - t0) * 1e3)
         assert body.while_count == 5
     us = {k: _util.median(v) for k, v in per_iter.items()}
+    # Per round, an iteration on a stream over the floor measured right beside it.
+    over_floor = {
+        k: _util.median([a / b for a, b in zip(per_iter[k], per_iter[FLOOR])])
+        for k in ("stream noop", "stream mul")
+    }
     ret = _util.median(returns)
     return {
         "iterations": n,
         "us_per_iteration": us,
+        "stream_over_handoff_floor": over_floor,
         "samples_us_per_iteration": per_iter,
         "return_ms": ret,
         "return_samples_ms": returns,
@@ -106,6 +120,8 @@ def render(r):
     lines = [
         f"while loop, {r['iterations']} iterations per run: µs per iteration (median)",
         _util.table(["config", "µs / iteration"], rows),
+        "on a stream, per round, over the 2-hand-off floor: "
+        + ", ".join(f"{k} {v:.2f}x" for k, v in r["stream_over_handoff_floor"].items()),
         f"run(stream=s) with a blocked loop first: returns in {_util.fmt(r['return_ms'])} ms "
         f"(the whole run takes {_util.fmt(r['blocked_total_ms'])} ms)",
         "targets:",

@@ -1,7 +1,7 @@
 from cpython.object cimport PyObject
 
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
-from nnc.tensor cimport nnc_tensor_t
+from nnc.tensor cimport nnc_tensor_t, Tensor
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -28,6 +28,8 @@ cdef enum:
     TASK_PY = 2                         # fn(*args) under the GIL
     TASK_EMIT = 3                       # record.done = 1, wake waiters
     TASK_WAIT = 4                       # block until record.done
+    TASK_CALL = 5                       # call(arg), without the GIL
+    TASK_STORE = 6                      # (<long long*>arg)[0] = value: a loop count, in order
 
 cdef enum:
     TASK_NOGIL = 0x1                    # TASK_C: call without the GIL (it is never held here)
@@ -52,6 +54,9 @@ ctypedef struct stream_task_t:
     int node                            # graph node index, or -1
     int label                           # index into the active trace's labels, or -1
     signal_record_t* record             # TASK_EMIT / TASK_WAIT
+    void (*call)(void*) noexcept nogil  # TASK_CALL
+    void* arg                           # TASK_CALL / TASK_STORE
+    long long value                     # TASK_STORE
 
 
 # The C state of a CPU stream, shared by its Python object and its worker thread (refs counts
@@ -106,3 +111,4 @@ cdef int stream_emit(Stream s, Signal sig, bint wake=*) except -1
 cdef int stream_wait_signal(Stream s, Signal sig, bint wake=*) except -1
 cdef int signal_reserve(Signal sig) except -1
 cdef int signal_set(Signal sig) noexcept
+cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=*) except -1

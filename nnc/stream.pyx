@@ -31,7 +31,7 @@ import weakref
 from nnc._core import NNCError, StreamError
 
 from nnc.cmd cimport Backend, Cmd
-from nnc.tensor cimport Tensor
+from nnc.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -228,6 +228,10 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
         pthread_mutex_lock(&_sig_lock)
         _record_done(t.record)
         pthread_mutex_unlock(&_sig_lock)
+    elif t.kind == TASK_CALL:
+        t.call(t.arg)
+    elif t.kind == TASK_STORE:
+        (<long long*>t.arg)[0] = t.value
     elif t.kind == TASK_WAIT:
         pthread_mutex_lock(&_sig_lock)
         if not t.record.done:
@@ -290,6 +294,7 @@ cdef int _enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n, bint wake) no
     cdef stream_task_t* ring
     cdef Py_ssize_t cap, first, i
     cdef int rc = 1
+    cdef bint signal = False
     pthread_mutex_lock(&s.lock)
     if s.count + n > s.cap:
         # Grow and unwrap the ring so that the queue is contiguous from 0 again.
@@ -316,8 +321,12 @@ cdef int _enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n, bint wake) no
         s.refs += 1
         rc = 2
     elif wake and s.sleeping and s.count > 0:
-        pthread_cond_signal(&s.work)
+        signal = True
     pthread_mutex_unlock(&s.lock)
+    if signal:
+        # After unlocking: a worker woken while the lock is still held would block on it at
+        # once, costing two more futex calls and a context switch per hand-over.
+        pthread_cond_signal(&s.work)
     return rc
 
 
@@ -466,9 +475,28 @@ cdef class Stream:
 
         ``yield nnc.coro.WaitFor(stream)`` in a task uses it; an idle stream costs no hand-off.
         """
+        cdef stream_task_t t
+        cdef inbox_msg_t* msg
         if self.stage_size == 0 and self.query():
             return False
-        self._push_call(wake, (), None)     # hands the staged tasks over with it, one wake-up
+        box = getattr(wake, "inbox", None)
+        if type(box) is not Inbox:
+            self._push_call(wake, (), None)  # hands the staged tasks over with it, one wake-up
+            return True
+        # Our own schedulers' inbox: the worker posts the wake-up itself, without the GIL.
+        item, wake.item = wake.item, None
+        msg = inbox_message(<Inbox>box, item)
+        memset(&t, 0, sizeof(t))
+        t.kind = TASK_CALL
+        t.node = -1
+        t.label = -1
+        t.call = inbox_deliver
+        t.arg = msg
+        try:
+            self.push(&t, True)
+        except BaseException:
+            inbox_discard(msg)
+            raise
         return True
 
     @property
@@ -480,7 +508,7 @@ cdef class Stream:
         if self._scheduler is None:
             from nnc.coro import Scheduler
 
-            self._scheduler = Scheduler(f"nnc-coro-{self.index}")
+            self._scheduler = Scheduler(f"nnc-coro-{self.index}", Inbox())
         return self._scheduler
 
     def query(self):
@@ -767,3 +795,17 @@ def _drain_streams():
             s.wait()
         except BaseException:
             pass
+
+
+cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=True) except -1:
+    """Enqueue ``count[0] = value`` (an int64 tensor a graph run keeps alive): a loop's count,
+    set in stream order without the GIL."""
+    cdef stream_task_t t
+    memset(&t, 0, sizeof(t))
+    t.kind = TASK_STORE
+    t.node = -1
+    t.label = -1
+    t.arg = count.t.data
+    t.value = value
+    s.push(&t, wake)
+    return 0

@@ -16,7 +16,7 @@ import time
 
 from nnc import stream as _stream
 
-_KIND = {1: "cmd", 2: "cmd", 3: "emit", 4: "wait"}
+_KIND = {1: "cmd", 2: "cmd", 3: "emit", 4: "wait", 5: "wake", 6: "count"}
 
 
 class trace:
@@ -59,8 +59,10 @@ class trace:
                 what = _KIND.get(kind, "task")
                 if what == "cmd":
                     name = self.labels[label] if label >= 0 else "callback"
-                else:
+                elif what in ("emit", "wait"):
                     name = f"{what} signal@{rec}"
+                else:
+                    name = what             # a loop count stored, a coroutine woken
                 ts = (t0 - self._origin) * us
                 out.append({"ph": "X", "name": name, "cat": what, "pid": 1, "tid": index,
                             "ts": ts, "dur": max((t1 - t0) * us, 0.01),

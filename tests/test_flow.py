@@ -20,20 +20,29 @@ def gemm(g, a, w, bias, out, name):
     return g.exec(nnc.Cmd("GEMM", transpose_b=True), [a, w, bias], [out], name=name)
 
 
-def schedule_while_graph():
-    """schedule.tests.c "with while loop": a is carried through 5 rounds of a . w1^T; mul2
-    reads the original a, mul3 the final b1; c = b2 . b3^T + 0.5."""
-    a, b1 = row(1.4, 0.2), row(0, 0)
+def carried_loop(g, a, b1):
+    """schedule.tests.c's while body: a leading NOOP breakpoint, "count < 5", then mul1:
+    b1 = a . w1^T, where a is the outer a at count 0 and the carried b1 after (NNC's compiled
+    graph gives the loop a private a; a K1N multiview is the concrete equivalent, and unlike a
+    carry-over it never re-points the outer a, which other streams read meanwhile)."""
     w1 = nnc.Tensor(np.array([[1.1, 2.2], [1, 2]], np.float32))
     bias1 = nnc.Tensor(np.zeros(2, np.float32))
-    g, body = nnc.Graph(), nnc.Graph()
+    body = nnc.Graph()
+    xx = nnc.MultiView([a, b1], anchor=body, kind="K1N")
+    noop = body.exec(nnc.Cmd("NOOP"), name="noop")
+    mul1 = gemm(body, xx, w1, bias1, b1, "mul1")
+    body.concat(noop, mul1)
+    body.set_while_expr(lambda count: count < 5, [], [noop])
+    return g.while_(body, name="while"), body
+
+
+def schedule_while_graph():
+    """schedule.tests.c "with while loop": mul2 reads the original a, mul3 the final b1;
+    c = b2 . b3^T + 0.5."""
+    a, b1 = row(1.4, 0.2), row(0, 0)
+    g = nnc.Graph()
     noop = g.exec(nnc.Cmd("NOOP"), name="noop")
-    mul1 = gemm(body, a, w1, bias1, b1, "mul1")
-    # The expression follows mul1, so "count < 4" runs it 5 times, like NNC's leading NOOP
-    # with "count < 5" (there the head is empty and the tail reads the carried a).
-    body.set_while_expr(lambda count: count < 4, [], [mul1])
-    body.add_carry_over(b1, a)
-    loop = g.while_(body, name="while")
+    loop, body = carried_loop(g, a, b1)
     b2, b3, c = row(0), row(0), row(0)
     mul2 = gemm(g, a, row(0.6, 3), nnc.Tensor(np.array([0.4], np.float32)), b2, "mul2")
     mul3 = gemm(g, b1, row(0.2, 0.3), nnc.Tensor(np.array([1.0], np.float32)), b3, "mul3")
@@ -61,9 +70,61 @@ def test_schedule_while_loop(max_streams):
         np.testing.assert_allclose(t["b1"].numpy()[0], [182.857, 166.234], rtol=1e-4)
         assert t["b2"].numpy()[0, 0] == pytest.approx(1.84, abs=1e-5)
         assert t["c"].numpy()[0, 0] == pytest.approx(161.39248, abs=1e-2)
-        assert body.while_count == 4
+        assert body.while_count == 5
     if max_streams != 1:
         assert sched.stream_count == 2 and sched[t["mul2"]].streams != sched[t["loop"]].streams
+
+
+def schedule_while_case_of_graph():
+    """schedule.tests.c "with both while loop and case..of": the loop as above feeds mul4;
+    a case..of on a (always branch 0: b2 = a . w2^T + bias2) feeds mul3; c = b3 . b4^T + 0.5."""
+    a, b1 = row(1.4, 0.2), row(0, 0)
+    g, branch = nnc.Graph(), nnc.Graph()
+    noop = g.exec(nnc.Cmd("NOOP"), name="noop")
+    loop, body = carried_loop(g, a, b1)
+    b2, b3, b4, c = row(0, 0), row(0), row(0), row(0)
+    w2 = nnc.Tensor(np.array([[0.1, 0.2], [1.2, 1.1]], np.float32))
+    gemm(branch, a, w2, nnc.Tensor(np.array([1, 0], np.float32)), b2, "mul2")
+    case = g.case_of([a], [b2], name="case..of")
+    g.set_case_of_expr(case, lambda x: 0)
+    g.set_case_of(case, branch, 0)
+    mul3 = gemm(g, b2, row(0.6, 3), nnc.Tensor(np.array([0.4], np.float32)), b3, "mul3")
+    mul4 = gemm(g, b1, row(0.2, 0.3), nnc.Tensor(np.array([1.0], np.float32)), b4, "mul4")
+    mulc = gemm(g, b3, b4, nnc.Tensor(np.array([0.5], np.float32)), c, "mulc")
+    g.concat(noop, loop)
+    g.concat(noop, case)
+    g.concat(loop, mul4)
+    g.concat(case, mul3)
+    g.concat(mul3, mulc)
+    g.concat(mul4, mulc)
+    return g, body, branch, dict(b2=b2, b4=b4, c=c, loop=loop, case=case, mul3=mul3, mul4=mul4)
+
+
+@pytest.mark.parametrize("max_streams", [0, 1, 2])
+def test_schedule_while_and_case_of(max_streams):
+    g, body, branch, t = schedule_while_case_of_graph()
+    sched = nnc.static_schedule(g, max_streams=max_streams)
+    sched.verify()
+    for sub in (body, branch):
+        assert sub.schedule is not None and sub.schedule.stream_count == 1
+        sub.schedule.verify()
+    if max_streams != 1:
+        # NNC's table: the loop and mul4 on one stream, case..of and mul3 on another.
+        assert sched.stream_count == 2
+        assert sched[t["loop"]].streams == sched[t["mul4"]].streams
+        assert sched[t["case"]].streams == sched[t["mul3"]].streams
+        assert sched[t["case"]].streams != sched[t["loop"]].streams
+    s = nnc.Stream("cpu")
+    for _ in range(2):
+        g.run(stream=s)
+        s.wait()
+        np.testing.assert_allclose(t["b2"].numpy()[0], [1.18, 1.9], rtol=1e-5)
+        assert t["b4"].numpy()[0, 0] == pytest.approx(87.441574, rel=1e-4)
+        assert t["c"].numpy()[0, 0] == pytest.approx(595.80218, abs=1e-2)
+        assert body.while_count == 5
+    g2, _, _, t2 = schedule_while_case_of_graph()
+    g2.run()                            # sequentially, the same numbers
+    assert t2["c"].numpy()[0, 0] == pytest.approx(595.80218, abs=1e-2)
 
 
 def test_case_of_always_branch_zero_on_streams():

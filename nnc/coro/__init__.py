@@ -4,7 +4,7 @@ Depends only on the standard library, like NNC's ``co.c``; ``nnc.Stream`` provid
 that lets a task wait on a stream (``coro_arm``). See docs/threading.md for the model.
 """
 
-from nnc.coro.scheduler import Scheduler, Task, current_scheduler
+from nnc.coro.scheduler import Inbox, Scheduler, Task, current_scheduler
 from nnc.coro.traps import AwaitAny, AwaitTask, WaitFor
 
-__all__ = ["AwaitAny", "AwaitTask", "Scheduler", "Task", "WaitFor", "current_scheduler"]
+__all__ = ["AwaitAny", "AwaitTask", "Inbox", "Scheduler", "Task", "WaitFor", "current_scheduler"]

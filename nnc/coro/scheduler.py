@@ -8,6 +8,12 @@ That thread sleeps on a condition variable (no CPU while blocked) until a wake-u
 source makes a task ready, runs it, and exits as soon as nothing is ready or blocked. So the
 caller never waits for control flow, and a scheduler never has more than one thread.
 
+Wake-ups arrive through an *inbox* (:class:`Inbox`): an event source posts the woken task there
+from any thread, and only the thread that drives the scheduler turns posts into ready tasks. So
+a source never needs the scheduler's lock, nor the GIL if its inbox is implemented in C: the
+stream layer gives its schedulers one (``nnc.inbox``) that a stream worker posts to without the
+GIL, which makes a wait on a stream exactly two thread hand-offs.
+
 Two departures from NNC, both deliberate: a task spawned while the thread is active wakes it at
 once (NNC waits for the next stream callback), and every task suspended on a sub-task is resumed
 when that sub-task ends, however many passes it took (NNC's graph runner can lose track of them).
@@ -20,7 +26,7 @@ from collections import deque
 
 from nnc.coro.traps import AwaitAny, AwaitTask, WaitFor
 
-__all__ = ["Scheduler", "Task", "current_scheduler"]
+__all__ = ["Inbox", "Scheduler", "Task", "current_scheduler"]
 
 _local = threading.local()              # .scheduler: the Scheduler running a task on this thread
 
@@ -50,19 +56,51 @@ class Task:
         return f"<nnc.coro.Task {self.name} {state}>"
 
 
-class Scheduler:
-    """Runs tasks inline until all block, then on one thread (see the module docstring)."""
+class Inbox:
+    """Where wake-ups are posted (any thread) and taken (the scheduler's driving thread).
 
-    def __init__(self, name="nnc-coro"):
+    ``post(item)``: a woken Task, or None to make a sleeping taker look at the ready queue.
+    ``take(block)``: every item posted so far, oldest first; with ``block`` it sleeps until
+    there is at least one. A C implementation (``nnc.inbox.Inbox``) has the same two methods.
+    """
+
+    __slots__ = ("_cond", "_items")
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._items = []                # guarded by _cond
+
+    def post(self, item):
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify()
+
+    def take(self, block=True):
+        with self._cond:
+            while block and not self._items:
+                self._cond.wait()
+            items, self._items = self._items, []
+        return items
+
+
+class Scheduler:
+    """Runs tasks inline until all block, then on one thread (see the module docstring).
+
+    ``inbox``: where wake-ups are posted; an :class:`Inbox` unless the event source's layer
+    supplies a faster one (nnc.Stream does).
+    """
+
+    def __init__(self, name="nnc-coro", inbox=None):
         self.name = name
+        self._inbox = Inbox() if inbox is None else inbox
         self._lock = threading.Lock()
-        # Two conditions on one lock: the thread sleeps on _work, joiners on _idle, so a wake-up
-        # meant for the thread can never be taken by a joiner (notify wakes only one waiter).
-        self._work = threading.Condition(self._lock)
+        # Joiners sleep on _idle; the scheduler thread sleeps in _inbox.take(), never here.
         self._idle = threading.Condition(self._lock)
         # All fields below are guarded by _lock.
         self._ready = deque()           # (task, value, exc) to resume, oldest first
-        self._await_count = 0           # tasks suspended in WaitFor, not yet woken
+        # Tasks suspended in WaitFor whose wake-up has not been taken from the inbox yet: it
+        # counts a posted wake-up until then, so join() cannot miss a task in transit.
+        self._await_count = 0
         self._running = False           # a thread (caller or scheduler thread) drives _ready
         self._thread = None             # the scheduler thread while it exists
         self.threads_started = 0        # statistics: scheduler threads ever started
@@ -77,10 +115,11 @@ class Scheduler:
         task = Task(gen, name)
         with self._lock:
             self._ready.append((task, None, None))
-            if self._running:
-                self._work.notify()
-                return task
+            running = self._running
             self._running = True
+        if running:
+            self._inbox.post(None)      # the thread may be asleep in take()
+            return task
         self._drive(inline=True)
         return task
 
@@ -148,28 +187,35 @@ class Scheduler:
                             self._thread = None
                         self._idle.notify_all()
                         return
-                    elif inline:
-                        # Every task is blocked: one thread takes over, the caller returns.
-                        if self._thread is None:
-                            self._thread = threading.Thread(
-                                target=self._drive, args=(False,), name=self.name, daemon=True
-                            )
-                            self.threads_started += 1
-                            self._thread.start()
-                        return
                     else:
-                        self._work.wait()
-                        continue
-                self._step(task, value, exc)
+                        task = None
+                if task is not None:
+                    self._step(task, value, exc)
+                    continue
+                # Every task is blocked. The thread sleeps until a wake-up is posted; the
+                # caller only collects what has already arrived, then hands over and returns.
+                items = self._inbox.take(not inline)
+                if items:
+                    self._deliver(items)
+                    continue
+                with self._lock:
+                    if self._thread is None:
+                        self._thread = threading.Thread(
+                            target=self._drive, args=(False,), name=self.name, daemon=True
+                        )
+                        self.threads_started += 1
+                        self._thread.start()
+                return
         finally:
             _local.scheduler = prev
 
-    def _wake(self, task):
-        """A WaitFor source completed (called from any thread)."""
+    def _deliver(self, items):
+        """Make the tasks whose wake-ups were taken from the inbox ready (None: a nudge)."""
         with self._lock:
-            self._await_count -= 1
-            self._ready.append((task, None, None))
-            self._work.notify()
+            for task in items:
+                if task is not None:
+                    self._await_count -= 1
+                    self._ready.append((task, None, None))
 
     def _step(self, task, value, exc):
         """Resume ``task`` and keep it going while its requests complete at once."""
@@ -191,7 +237,7 @@ class Scheduler:
                 with self._lock:
                     self._await_count += 1
                 try:
-                    armed = req.source.coro_arm(_Wake(self, task))
+                    armed = req.source.coro_arm(_Wake(self._inbox, task))
                 except BaseException as e:
                     armed = False
                     exc = e
@@ -245,15 +291,19 @@ class Scheduler:
 
 
 class _Wake:
-    """The one-shot wake-up handed to a WaitFor source; a second call is ignored."""
+    """The one-shot wake-up handed to a WaitFor source; a second call is ignored.
 
-    __slots__ = ("sched", "task")
+    A source that recognises ``inbox``'s type may instead post ``item`` to it itself (from C,
+    say): it then sets ``item`` to None first, so the wake-up still happens exactly once.
+    """
 
-    def __init__(self, sched, task):
-        self.sched = sched
-        self.task = task
+    __slots__ = ("inbox", "item")
+
+    def __init__(self, inbox, item):
+        self.inbox = inbox
+        self.item = item
 
     def __call__(self):
-        task, self.task = self.task, None
-        if task is not None:
-            self.sched._wake(task)
+        item, self.item = self.item, None
+        if item is not None:
+            self.inbox.post(item)

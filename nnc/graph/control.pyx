@@ -306,6 +306,11 @@ cdef class WhileNode:
         self._find_multiviews()
         return self._save_originals()
 
+    def _iter_on_host(self):
+        """True if an iteration's bookkeeping needs Python (multiviews or carry-overs); else
+        it is only the count, which a stream stores in C (valid after _start)."""
+        return bool(self.mvs) or bool(self.carry)
+
     def _iter_begin(self, long long count):
         """On the stream, before iteration ``count``'s nodes: count, versions, carry-in."""
         self._set_count(count)

@@ -30,7 +30,9 @@ from nnc.graph.run cimport (
     _move_errors, _push_node, _push_waits, _Runtime, _runtime_for, _tracing,
 )
 from nnc.graph.schedule cimport Schedule
-from nnc.stream cimport Signal, Stream, signal_reserve, signal_set, stream_emit, stream_wait_signal
+from nnc.stream cimport (
+    Signal, Stream, signal_reserve, signal_set, stream_emit, stream_store_count, stream_wait_signal,
+)
 
 from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
 from nnc.graph.control import WhileNode
@@ -258,9 +260,13 @@ def _while(_Run run, w, Stream p):
     cdef long long count = 0
     run.add(brt)
     originals = w._start()
+    on_host = w._iter_on_host()
     try:
         while True:
-            p._push_call(w._iter_begin, (count,), body, None, False)
+            if on_host:
+                p._push_call(w._iter_begin, (count,), body, None, False)
+            else:
+                stream_store_count(p, w.count_tensor, count, False)
             yield from _part(run, body, bs, brt, 0, bs.split, None)
             run.kick(p)
             yield WaitFor(p)
