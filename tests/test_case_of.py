@@ -110,6 +110,32 @@ def test_case_of_inside_while(mode, x0, expect_x, expect_z):
     assert z.numpy()[0] == pytest.approx(expect_z, abs=1e-5)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n, expect_x, expect_z", [(3, 0.88, 0.264), (4, 0.704, 0.2112)])
+def test_case_of_inside_while_after_a_pre_scale(mode, n, expect_x, expect_z):
+    """case_of.tests.c, "takes input by multiplying to 0.8": x = 0.8 x, then case..of on x,
+    n times from x = 2.5 (2.0 -> 1.5, 1.2 -> 1.1, 0.88 skipped, 0.704 skipped); z = 0.3 x.
+    n = 3 is the upstream assertion (1.1 * 0.8 * 0.3); n = 4 gives research/nnc.md's 0.2112."""
+    x, z = scalar(2.5), scalar(0)
+    g, body = nnc.Graph(), nnc.Graph()
+    noop = body.exec(nnc.Cmd("NOOP"))
+    prod = body.exec(nnc.Cmd("SCALAR_MUL", a=0.8), [x], [x])
+    c = body.case_of([x], [x])
+    body.set_case_of_expr(c, piecewise_expr, 0)
+    for k, b in enumerate(piecewise_branches(x)):
+        body.set_case_of(c, b, k)
+    body.concat(noop, prod)
+    body.concat(prod, c)
+    body.set_while_expr(lambda count: count < n, [], [noop])
+    loop = g.while_(body)
+    scale = g.exec(nnc.Cmd("SCALAR_MUL", a=0.3), [x], [z])
+    g.concat(loop, scale)
+    run(g, mode)
+    assert body.while_count == n
+    assert x.numpy()[0] == pytest.approx(expect_x, abs=1e-5)
+    assert z.numpy()[0] == pytest.approx(expect_z, abs=1e-6)
+
+
 def test_offset_and_negative_index():
     x = scalar(5)
     g, c = piecewise_graph(x)
