@@ -19,6 +19,9 @@ class WaitFor:
     (the task then continues at once, with no thread hand-off), or True after arranging for
     ``wake()`` to be called exactly once, from any thread, when it completes. ``nnc.Stream``
     implements it (the stream layer owns that glue; this package knows nothing of streams).
+    ``wake.inbox`` and ``wake.item`` let a source that recognises the scheduler's inbox post
+    ``item`` there itself (a stream does so from C, without the GIL); it must then set
+    ``wake.item`` to None, so that the wake-up still happens exactly once.
     """
 
     __slots__ = ("source",)
