@@ -1,11 +1,6 @@
 from cpython.object cimport PyObject
 
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_mutex_t:
-        pass
-    ctypedef struct pthread_cond_t:
-        pass
+from nnc.sync cimport pthread_cond_t, pthread_mutex_t
 
 
 # One posted wake-up on its way to an inbox. Made with the GIL (inbox_message), delivered

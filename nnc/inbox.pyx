@@ -19,34 +19,12 @@ from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
-
-cdef extern from "<semaphore.h>" nogil:
-    ctypedef struct sem_t:
-        pass
-    int sem_init(sem_t*, int, unsigned int)
-    int sem_destroy(sem_t*)
-    int sem_wait(sem_t*)
-    int sem_post(sem_t*)
-
-cdef extern from "<time.h>" nogil:
-    cdef struct timespec:
-        long tv_sec
-        long tv_nsec
-    int clock_gettime(int, timespec*)
-    int CLOCK_MONOTONIC
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef unsigned long pthread_t
-    int pthread_create(pthread_t*, const void*, void* (*)(void*) noexcept nogil, void*)
-    int pthread_join(pthread_t, void**)
-    int pthread_mutex_init(pthread_mutex_t*, const void*)
-    int pthread_mutex_destroy(pthread_mutex_t*)
-    int pthread_mutex_lock(pthread_mutex_t*)
-    int pthread_mutex_unlock(pthread_mutex_t*)
-    int pthread_cond_init(pthread_cond_t*, const void*)
-    int pthread_cond_destroy(pthread_cond_t*)
-    int pthread_cond_wait(pthread_cond_t*, pthread_mutex_t*)
-    int pthread_cond_signal(pthread_cond_t*)
+from nnc.sync cimport (
+    CLOCK_MONOTONIC, clock_gettime, pthread_cond_destroy, pthread_cond_init, pthread_cond_signal,
+    pthread_cond_wait, pthread_create, pthread_join, pthread_mutex_destroy, pthread_mutex_init,
+    pthread_mutex_lock, pthread_mutex_unlock, pthread_t, sem_destroy, sem_init, sem_post, sem_t,
+    sem_wait, timespec,
+)
 
 
 cdef void _box_release(inbox_t* b) noexcept nogil:

@@ -1,15 +1,8 @@
 from cpython.object cimport PyObject
 
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
+from nnc.sync cimport pthread_cond_t, pthread_mutex_t
 from nnc.tensor cimport nnc_tensor_t, Tensor
-
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_mutex_t:
-        pass
-    ctypedef struct pthread_cond_t:
-        pass
-    ctypedef unsigned long pthread_t
 
 
 # One recorded emit of a signal (a CUDA event record). A wait captures the signal's latest record

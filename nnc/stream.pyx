@@ -32,36 +32,14 @@ from nnc._core import NNCError, StreamError
 
 from nnc.cmd cimport Backend, Cmd
 from nnc.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
+from nnc.sync cimport (
+    CLOCK_MONOTONIC, CLOCK_REALTIME, PTHREAD_CREATE_DETACHED, clock_gettime, pthread_attr_destroy,
+    pthread_attr_init, pthread_attr_setdetachstate, pthread_attr_t, pthread_cond_broadcast,
+    pthread_cond_destroy, pthread_cond_init, pthread_cond_signal, pthread_cond_timedwait,
+    pthread_cond_wait, pthread_create, pthread_mutex_destroy, pthread_mutex_init,
+    pthread_mutex_lock, pthread_mutex_unlock, pthread_t, timespec,
+)
 
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_attr_t:
-        pass
-    int pthread_mutex_init(pthread_mutex_t*, const void*)
-    int pthread_mutex_destroy(pthread_mutex_t*)
-    int pthread_mutex_lock(pthread_mutex_t*)
-    int pthread_mutex_unlock(pthread_mutex_t*)
-    int pthread_cond_init(pthread_cond_t*, const void*)
-    int pthread_cond_destroy(pthread_cond_t*)
-    int pthread_cond_wait(pthread_cond_t*, pthread_mutex_t*)
-    int pthread_cond_signal(pthread_cond_t*)
-    int pthread_cond_broadcast(pthread_cond_t*)
-    int pthread_attr_init(pthread_attr_t*)
-    int pthread_attr_setdetachstate(pthread_attr_t*, int)
-    int pthread_attr_destroy(pthread_attr_t*)
-    int pthread_create(pthread_t*, const pthread_attr_t*, void* (*)(void*) noexcept nogil, void*)
-    int PTHREAD_CREATE_DETACHED
-
-cdef extern from "<time.h>" nogil:
-    cdef struct timespec:
-        long tv_sec
-        long tv_nsec
-    int clock_gettime(int, timespec*)
-    int CLOCK_MONOTONIC
-    int CLOCK_REALTIME
-
-cdef extern from "<pthread.h>" nogil:
-    int pthread_cond_timedwait(pthread_cond_t*, pthread_mutex_t*, const timespec*)
 
 cdef extern from "Python.h":
     object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
@@ -103,6 +81,14 @@ cdef inline double _now() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef inline void _task_init(stream_task_t* t, int kind) noexcept nogil:
+    """A zeroed task of ``kind`` that belongs to no graph node and has no trace label yet."""
+    memset(t, 0, sizeof(stream_task_t))
+    t.kind = kind
+    t.node = -1
+    t.label = -1
 
 
 cdef signal_record_t* _record_new() noexcept nogil:
@@ -445,11 +431,8 @@ cdef class Stream:
 
     def _push_call(self, fn, tuple args, ctx, keep=None, bint wake=True):
         cdef stream_task_t t
-        memset(&t, 0, sizeof(t))
-        t.kind = TASK_PY
+        _task_init(&t, TASK_PY)
         t.flags = TASK_OWNS_PY
-        t.node = -1
-        t.label = -1
         Py_INCREF(fn)
         Py_INCREF(args)
         t.fn = <PyObject*>fn
@@ -486,10 +469,7 @@ cdef class Stream:
         # Our own schedulers' inbox: the worker posts the wake-up itself, without the GIL.
         item, wake.item = wake.item, None
         msg = inbox_message(<Inbox>box, item)
-        memset(&t, 0, sizeof(t))
-        t.kind = TASK_CALL
-        t.node = -1
-        t.label = -1
+        _task_init(&t, TASK_CALL)
         t.call = inbox_deliver
         t.arg = msg
         try:
@@ -588,15 +568,12 @@ cdef class Stream:
             else:
                 self._push_call(backend.py_exec, (cmd, ins, outs), cmd)
             return
-        memset(&t, 0, sizeof(t))
-        t.kind = TASK_C
+        _task_init(&t, TASK_C)
         t.flags = TASK_OWNS_IO | TASK_OWNS_PY
         t.c_exec = backend.c_exec
         t.param = &cmd.param
         t.input_size = n_in
         t.output_size = n_out
-        t.node = -1
-        t.label = -1
         t.io = <nnc_tensor_t**>malloc(sizeof(nnc_tensor_t*) * (n_in + n_out + 1))
         if t.io == NULL:
             raise MemoryError()
@@ -675,10 +652,7 @@ cdef int stream_emit(Stream s, Signal sig, bint wake=True) except -1:
     r.reserved = 0
     r.refs += 1
     pthread_mutex_unlock(&_sig_lock)
-    memset(&t, 0, sizeof(t))
-    t.kind = TASK_EMIT
-    t.node = -1
-    t.label = -1
+    _task_init(&t, TASK_EMIT)
     t.record = r
     try:
         s.push(&t, wake)
@@ -731,10 +705,7 @@ cdef int stream_wait_signal(Stream s, Signal sig, bint wake=True) except -1:
     pthread_mutex_unlock(&_sig_lock)
     if r == NULL:
         return 0
-    memset(&t, 0, sizeof(t))
-    t.kind = TASK_WAIT
-    t.node = -1
-    t.label = -1
+    _task_init(&t, TASK_WAIT)
     t.record = r
     try:
         s.push(&t, wake)
@@ -801,10 +772,7 @@ cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=T
     """Enqueue ``count[0] = value`` (an int64 tensor a graph run keeps alive): a loop's count,
     set in stream order without the GIL."""
     cdef stream_task_t t
-    memset(&t, 0, sizeof(t))
-    t.kind = TASK_STORE
-    t.node = -1
-    t.label = -1
+    _task_init(&t, TASK_STORE)
     t.arg = count.t.data
     t.value = value
     s.push(&t, wake)
