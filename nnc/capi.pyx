@@ -210,7 +210,8 @@ cdef int _fail(object e) noexcept:
             if isinstance(e, cls):
                 code = c
                 break
-        text = f"{type(e).__name__}: {e}"
+        name = type(e).__name__
+        text = str(e) if name.startswith("_") else f"{name}: {e}"
         if e.__cause__ is not None:
             text += f" (caused by {type(e.__cause__).__name__}: {e.__cause__})"
         _set_message(text)
@@ -253,15 +254,17 @@ cdef list _tensors(const nnc_tensor_h* items, int n, str what):
             for i in range(n)]
 
 
+cdef GraphExec _exec_of(Graph g, const void* h, str what):
+    """The node behind handle h, which must belong to g."""
+    cdef GraphExec e = _get(h, K_EXEC, what)
+    if e.graph is not g:
+        raise GraphError(f"{what} is a node of another graph")
+    return e
+
+
 cdef list _execs(Graph g, const nnc_graph_exec_h* items, int n, str what):
     _check_count(n, items, what)
-    out = []
-    for i in range(n):
-        e = _get(items[i], K_EXEC, f"{what}[{i}]")
-        if (<GraphExec>e).graph is not g:
-            raise GraphError(f"{what}[{i}] is a node of another graph")
-        out.append(e)
-    return out
+    return [_exec_of(g, items[i], f"{what}[{i}]") for i in range(n)]
 
 
 def _parse_params(str text):
@@ -454,12 +457,19 @@ cdef api int nnc_cmd_backend_register(const char* command, const char* backend, 
 
 # -- streams and signals ---------------------------------------------------------------------
 
+cdef str _kind(const char* kind):
+    """A stream or signal kind: NULL means "cpu"; an unknown kind is a bad argument."""
+    text = "cpu" if kind == NULL else _text(kind, "kind")
+    if text != "cpu" and text != "gpu" and not text.startswith("gpu:"):
+        raise ValueError(f"unknown stream kind {text!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+    return text
+
+
 cdef api int nnc_stream_new(const char* kind, nnc_stream_h* out) noexcept with gil:
     """A stream: "cpu" (NULL means "cpu"). NNC: ccv_nnc_stream_context_new."""
     try:
         _check_out(out)
-        out[0] = <nnc_stream_h>_handle_new(
-            Stream("cpu" if kind == NULL else _text(kind, "kind")), K_STREAM)
+        out[0] = <nnc_stream_h>_handle_new(Stream(_kind(kind)), K_STREAM)
         return 0
     except BaseException as e:
         return _fail(e)
@@ -497,8 +507,7 @@ cdef api int nnc_signal_new(const char* kind, nnc_signal_h* out) noexcept with g
     """A signal (NULL kind means "cpu"). NNC: ccv_nnc_stream_signal_new."""
     try:
         _check_out(out)
-        out[0] = <nnc_signal_h>_handle_new(
-            Signal("cpu" if kind == NULL else _text(kind, "kind")), K_SIGNAL)
+        out[0] = <nnc_signal_h>_handle_new(Signal(_kind(kind)), K_SIGNAL)
         return 0
     except BaseException as e:
         return _fail(e)
@@ -604,12 +613,9 @@ cdef api int nnc_graph_exec_get(nnc_graph_h graph, int index,
 cdef api int nnc_graph_exec_concat(nnc_graph_h graph, nnc_graph_exec_h source,
                                    nnc_graph_exec_h destination) noexcept with gil:
     """source runs before destination. NNC: ccv_nnc_graph_exec_concat."""
-    cdef nnc_graph_exec_h pair[2]
     try:
         g = _get(graph, K_GRAPH, "graph")
-        pair[0], pair[1] = source, destination
-        a, b = _execs(g, pair, 2, "source and destination")
-        g.concat(a, b)
+        g.concat(_exec_of(g, source, "source"), _exec_of(g, destination, "destination"))
         return 0
     except BaseException as e:
         return _fail(e)
@@ -618,12 +624,9 @@ cdef api int nnc_graph_exec_concat(nnc_graph_h graph, nnc_graph_exec_h source,
 cdef api int nnc_graph_exec_disjoin(nnc_graph_h graph, nnc_graph_exec_h source,
                                     nnc_graph_exec_h destination) noexcept with gil:
     """Remove the edge source -> destination. NNC: ccv_nnc_graph_exec_disjoin."""
-    cdef nnc_graph_exec_h pair[2]
     try:
         g = _get(graph, K_GRAPH, "graph")
-        pair[0], pair[1] = source, destination
-        a, b = _execs(g, pair, 2, "source and destination")
-        g.disjoin(a, b)
+        g.disjoin(_exec_of(g, source, "source"), _exec_of(g, destination, "destination"))
         return 0
     except BaseException as e:
         return _fail(e)
@@ -809,7 +812,7 @@ cdef api int nnc_graph_set_case_of_expr(nnc_graph_h graph, nnc_graph_exec_h exec
     NNC: ccv_nnc_graph_set_case_of_expr."""
     try:
         g = _get(graph, K_GRAPH, "graph")
-        e = _execs(g, &exec, 1, "exec")[0]
+        e = _exec_of(g, exec, "exec")
         if expr == NULL:
             raise _NullError("expr is NULL")
         f = _CExpr()
@@ -826,7 +829,7 @@ cdef api int nnc_graph_set_case_of(nnc_graph_h graph, nnc_graph_exec_h exec, nnc
     """Make branch the branch index (>= 0) of case..of node exec. NNC: ccv_nnc_graph_set_case_of."""
     try:
         g = _get(graph, K_GRAPH, "graph")
-        e = _execs(g, &exec, 1, "exec")[0]
+        e = _exec_of(g, exec, "exec")
         if index < 0:
             raise _RangeError(f"branch index {index} must be >= 0")
         g.set_case_of(e, _get(branch, K_GRAPH, "branch"), index)
