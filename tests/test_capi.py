@@ -111,12 +111,12 @@ def test_handles_and_parameters_from_python():
     """The parameter parser accepts literals only; the handle table starts empty here."""
     import nnc.capi as capi
 
-    assert capi._parse_params("a=0.5, size=(2, 2)") == {"a": 0.5, "size": (2, 2)}
-    assert capi._parse_params("  ") == {}
+    assert capi.parse_params("a=0.5, size=(2, 2)") == {"a": 0.5, "size": (2, 2)}
+    assert capi.parse_params("  ") == {}
     for bad in ("a=len('x')", "0.5", "**{'a': 1}", "a=1), (b"):
         with pytest.raises(ValueError):
-            capi._parse_params(bad)
-    assert capi._live_handles() == 0
+            capi.parse_params(bad)
+    assert capi.live_handles() == 0
 
 
 def test_embed_flags():
