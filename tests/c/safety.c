@@ -97,6 +97,7 @@ int main(void) {
 
     /* Bad values. */
     EXPECT(nnc_tensor_new(&t, v, 12345, 1, &dim), NNC_ERROR_ARGUMENT);
+    EXPECT(nnc_tensor_new(&t, (char*)v + 1, NNC_32F, 1, &dim), NNC_ERROR_TENSOR);  /* misaligned */
     EXPECT(nnc_tensor_new(&t, v, NNC_32F, 13, dims13), NNC_ERROR_INDEX);
     EXPECT(nnc_tensor_new(&t, v, NNC_32F, -1, &dim), NNC_ERROR_INDEX);
     EXPECT(nnc_cmd_new(&cmd, "NO_SUCH_COMMAND", NULL), NNC_ERROR_COMMAND);
