@@ -20,9 +20,9 @@ from nnc.capi_handle cimport (
     K_CMD, K_EXEC, K_GRAPH, K_SIGNAL, K_STREAM, K_TENSOR, NNC_ABI_VERSION,
     NNC_BACKEND_CONTIGUOUS, NNC_ERROR_ABI, NNC_MAX_DIM_C, NNC_PRIORITY_DEFAULT, arg_count,
     arg_exec, arg_execs, arg_out, arg_tensors, arg_text, c_case_of_f, c_exec_f, c_param_t,
-    c_tensor_t, c_while_f, capi_fail, capi_message, capi_set_message, handle_clear, handle_free,
-    handle_get, handle_new, nnc_cmd_h, nnc_graph_exec_h, nnc_graph_h, nnc_signal_h, nnc_stream_h,
-    nnc_tensor_h,
+    c_tensor_t, c_while_f, capi_fail, capi_message, capi_set_message, handle_clear,
+    handle_get, handle_new, handle_release, nnc_cmd_h, nnc_graph_exec_h, nnc_graph_h,
+    nnc_signal_h, nnc_stream_h, nnc_tensor_h,
 )
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
 from nnc.graph.graph cimport Graph
@@ -120,10 +120,7 @@ cdef api int nnc_tensor_new(nnc_tensor_h* out, void* data, int datatype, int ndi
 
 cdef api int nnc_tensor_free(nnc_tensor_h tensor) noexcept with gil:
     """Release the handle; graphs and commands using the tensor keep it alive."""
-    try:
-        return handle_free(tensor, K_TENSOR, "tensor")
-    except BaseException as e:
-        return capi_fail(e)
+    return handle_release(tensor, K_TENSOR, "tensor")
 
 
 cdef api int nnc_tensor_get(nnc_tensor_h tensor, c_tensor_t* out) noexcept with gil:
@@ -151,10 +148,7 @@ cdef api int nnc_cmd_new(nnc_cmd_h* out, const char* name, const char* params) n
 
 
 cdef api int nnc_cmd_free(nnc_cmd_h cmd) noexcept with gil:
-    try:
-        return handle_free(cmd, K_CMD, "cmd")
-    except BaseException as e:
-        return capi_fail(e)
+    return handle_release(cmd, K_CMD, "cmd")
 
 
 cdef api int nnc_cmd_exec(nnc_cmd_h cmd, const nnc_tensor_h* inputs, int input_size,
@@ -231,10 +225,7 @@ cdef api int nnc_stream_new(const char* kind, nnc_stream_h* out) noexcept with g
 
 cdef api int nnc_stream_free(nnc_stream_h stream) noexcept with gil:
     """Release the handle; work already enqueued still runs. NNC: ccv_nnc_stream_context_free."""
-    try:
-        return handle_free(stream, K_STREAM, "stream")
-    except BaseException as e:
-        return capi_fail(e)
+    return handle_release(stream, K_STREAM, "stream")
 
 
 cdef api int nnc_stream_wait(nnc_stream_h stream) noexcept with gil:
@@ -268,10 +259,7 @@ cdef api int nnc_signal_new(const char* kind, nnc_signal_h* out) noexcept with g
 
 
 cdef api int nnc_signal_free(nnc_signal_h signal) noexcept with gil:
-    try:
-        return handle_free(signal, K_SIGNAL, "signal")
-    except BaseException as e:
-        return capi_fail(e)
+    return handle_release(signal, K_SIGNAL, "signal")
 
 
 cdef api int nnc_stream_emit_signal(nnc_stream_h stream, nnc_signal_h signal) noexcept with gil:
@@ -310,10 +298,7 @@ cdef api int nnc_graph_new(nnc_graph_h* out) noexcept with gil:
 cdef api int nnc_graph_free(nnc_graph_h graph) noexcept with gil:
     """Release the handle; a run in progress, a parent loop or node handles keep the graph
     alive. NNC: ccv_nnc_graph_free."""
-    try:
-        return handle_free(graph, K_GRAPH, "graph")
-    except BaseException as e:
-        return capi_fail(e)
+    return handle_release(graph, K_GRAPH, "graph")
 
 
 cdef api int nnc_graph_exec_new(nnc_graph_h graph, nnc_cmd_h cmd, const nnc_tensor_h* inputs,
@@ -334,10 +319,7 @@ cdef api int nnc_graph_exec_new(nnc_graph_h graph, nnc_cmd_h cmd, const nnc_tens
 
 cdef api int nnc_graph_exec_free(nnc_graph_exec_h exec) noexcept with gil:
     """Release a node handle (the node stays in its graph)."""
-    try:
-        return handle_free(exec, K_EXEC, "exec")
-    except BaseException as e:
-        return capi_fail(e)
+    return handle_release(exec, K_EXEC, "exec")
 
 
 cdef api int nnc_graph_exec_count(nnc_graph_h graph, int* count) noexcept with gil:

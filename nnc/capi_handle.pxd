@@ -54,6 +54,7 @@ cdef int capi_set_message(str text) noexcept
 cdef size_t handle_new(object obj, int kind) except 0
 cdef object handle_get(const void* h, int kind, str what)
 cdef int handle_free(const void* h, int kind, str what) except -1
+cdef int handle_release(const void* h, int kind, str what) noexcept
 cdef int handle_clear() except -1
 cdef str arg_text(const char* s, str what)
 cdef int arg_out(const void* out, str what=*) except -1

@@ -109,6 +109,14 @@ cdef int handle_free(const void* h, int kind, str what) except -1:
     return _retire(_slot(h, kind, what))
 
 
+cdef int handle_release(const void* h, int kind, str what) noexcept:
+    """handle_free for the nnc_*_free functions: 0, or the error code with its message."""
+    try:
+        return handle_free(h, kind, what)
+    except BaseException as e:
+        return capi_fail(e)
+
+
 cdef int handle_clear() except -1:
     """Free every live handle (nnc_shutdown)."""
     for slot in range(len(_objects)):
