@@ -25,7 +25,7 @@ from nnc.capi_handle cimport (
     nnc_signal_h, nnc_stream_h, nnc_tensor_h,
 )
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
-from nnc.graph.graph cimport Graph
+from nnc.graph.graph cimport Graph, GraphExec
 from nnc.stream cimport Signal, Stream
 from nnc.tensor cimport Tensor, nnc_tensor_t
 
@@ -326,7 +326,7 @@ cdef api int nnc_graph_exec_count(nnc_graph_h graph, int* count) noexcept with g
     """*count = the number of nodes of graph."""
     try:
         arg_out(count, "count")
-        count[0] = len((<Graph>handle_get(graph, K_GRAPH, "graph")).execs)
+        count[0] = len(<Graph>handle_get(graph, K_GRAPH, "graph"))
         return 0
     except BaseException as e:
         return capi_fail(e)
@@ -337,10 +337,10 @@ cdef api int nnc_graph_exec_get(nnc_graph_h graph, int index,
     """A new handle to node index (creation order, 0-based) of graph."""
     try:
         arg_out(out)
-        execs = (<Graph>handle_get(graph, K_GRAPH, "graph")).execs
-        if index < 0 or index >= len(execs):
-            raise RangeError(f"node index {index} is out of range [0, {len(execs)})")
-        out[0] = <nnc_graph_exec_h>handle_new(execs[index], K_EXEC)
+        g = <Graph>handle_get(graph, K_GRAPH, "graph")
+        if index < 0 or index >= len(g):
+            raise RangeError(f"node index {index} is out of range [0, {len(g)})")
+        out[0] = <nnc_graph_exec_h>handle_new(GraphExec._new(g, index), K_EXEC)
         return 0
     except BaseException as e:
         return capi_fail(e)

@@ -43,9 +43,11 @@ cdef int SLOT_BITS = 32 if sizeof(void*) >= 8 else 20
 cdef uintptr_t SLOT_MASK = (<uintptr_t>1 << SLOT_BITS) - 1
 cdef uintptr_t GEN_LIMIT = (<uintptr_t>1 << 31) if sizeof(void*) >= 8 else (<uintptr_t>1 << 11)
 
-cdef list _objects = []                 # slot -> the object the handle owns a reference to
-cdef list _kinds = []                   # slot -> K_*; K_FREE when the slot is free
-cdef list _gens = []                    # slot -> current generation
+# One entry per slot, [object, kind, generation]: the object is the one reference the handle
+# owns, kind is K_FREE for a free slot. Entries are appended whole and edited in place, and an
+# object is released only after its entry is consistent: releasing may run Python code (a
+# finalizer) and so let another thread in, which must never see a half-updated slot.
+cdef list _table = []
 cdef list _free_slots = []              # free slots, reused last-freed first
 
 
@@ -63,50 +65,54 @@ class RangeError(NNCError, IndexError):
 
 cdef size_t handle_new(object obj, int kind) except 0:
     cdef Py_ssize_t slot
+    cdef list entry
     if _free_slots:
         slot = _free_slots.pop()
-        _objects[slot] = obj
-        _kinds[slot] = kind
+        entry = _table[slot]
+        entry[0] = obj                  # was None: nothing is released here
+        entry[1] = kind
     else:
-        slot = len(_objects)
-        if <uintptr_t>slot >= SLOT_MASK:
+        if <uintptr_t>len(_table) >= SLOT_MASK:
             raise MemoryError("the nnc handle table is full")
-        _objects.append(obj)
-        _kinds.append(kind)
-        _gens.append(1)
-    return (<uintptr_t>_gens[slot] << SLOT_BITS) | <uintptr_t>(slot + 1)
+        entry = [obj, kind, 1]
+        _table.append(entry)            # nothing between these two lines can run Python code
+        slot = len(_table) - 1
+    return (<uintptr_t>entry[2] << SLOT_BITS) | <uintptr_t>(slot + 1)
 
 
-cdef Py_ssize_t _slot(const void* h, int kind, str what) except -1:
-    """The slot of a live handle of this kind; raises for NULL, stale, foreign or mistyped."""
+cdef list _entry(const void* h, int kind, str what):
+    """The entry of a live handle of this kind; raises for NULL, stale, foreign or mistyped."""
     if h == NULL:
         raise NullError(f"{what} is NULL")
     cdef uintptr_t v = <uintptr_t>h
     cdef Py_ssize_t slot = <Py_ssize_t>(v & SLOT_MASK) - 1
-    cdef uintptr_t gen = v >> SLOT_BITS
-    if slot < 0 or slot >= len(_objects) or <uintptr_t>_gens[slot] != gen:
+    if slot < 0 or slot >= len(_table) or <uintptr_t>_table[slot][2] != v >> SLOT_BITS:
         raise HandleError(f"{what} is not a live nnc handle (freed, or not made by nnc)")
-    if _kinds[slot] != kind:
-        raise HandleError(f"{what} is a freed handle" if _kinds[slot] == K_FREE else
-                          f"{what} is an {_KIND_NAMES[_kinds[slot]]}, "
-                          f"not an {_KIND_NAMES[kind]}")
-    return slot
+    cdef list entry = _table[slot]
+    if entry[1] != kind:
+        raise HandleError(f"{what} is a freed handle" if entry[1] == K_FREE else
+                          f"{what} is an {_KIND_NAMES[entry[1]]}, not an {_KIND_NAMES[kind]}")
+    return entry
 
 
 cdef object handle_get(const void* h, int kind, str what):
-    return _objects[_slot(h, kind, what)]
+    return _entry(h, kind, what)[0]
 
 
 cdef int _retire(Py_ssize_t slot) except -1:
-    _objects[slot] = None
-    _kinds[slot] = K_FREE
-    _gens[slot] = 1 if _gens[slot] + 1 >= <long long>GEN_LIMIT else _gens[slot] + 1
+    cdef list entry = _table[slot]
+    obj = entry[0]                      # released last, by the del below
+    entry[0] = None
+    entry[1] = K_FREE
+    entry[2] = 1 if entry[2] + 1 >= <long long>GEN_LIMIT else entry[2] + 1
     _free_slots.append(slot)
+    del obj
     return 0
 
 
 cdef int handle_free(const void* h, int kind, str what) except -1:
-    return _retire(_slot(h, kind, what))
+    _entry(h, kind, what)
+    return _retire(<Py_ssize_t>(<uintptr_t>h & SLOT_MASK) - 1)
 
 
 cdef int handle_release(const void* h, int kind, str what) noexcept:
@@ -119,20 +125,20 @@ cdef int handle_release(const void* h, int kind, str what) noexcept:
 
 cdef int handle_clear() except -1:
     """Free every live handle (nnc_shutdown)."""
-    for slot in range(len(_objects)):
-        if _kinds[slot] != K_FREE:
+    for slot in range(len(_table)):
+        if _table[slot][1] != K_FREE:
             _retire(slot)
     return 0
 
 
 def live_objects(int kind):
     """The objects of live handles of one kind (K_*), for nnc_shutdown."""
-    return [o for o, k in zip(_objects, _kinds) if k == kind]
+    return [e[0] for e in _table if e[1] == kind]
 
 
 def live_handles():
     """Number of live handles (tests check that every handle a C program made was freed)."""
-    return sum(1 for k in _kinds if k != K_FREE)
+    return sum(1 for e in _table if e[1] != K_FREE)
 
 
 # -- errors ---------------------------------------------------------------------------------
