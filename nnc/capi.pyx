@@ -51,17 +51,34 @@ cdef api const char* nnc_error_message() noexcept nogil:
 
 # -- initialisation --------------------------------------------------------------------------
 
+cdef inline Py_ssize_t _at(const void* field, const void* base) noexcept:
+    return <const char*>field - <const char*>base
+
+
 cdef int _layout_ok():
-    """The header's structs have the Cython structs' layout (checked at import)."""
+    """The header's structs have the Cython structs' layout, field by field (checked at import:
+    C backends and expressions compiled against nnc_types.h read these structs directly)."""
     cdef c_tensor_t a
     cdef nnc_tensor_t b
     cdef c_param_t p
     cdef nnc_cmd_param_t q
     return (sizeof(a) == sizeof(b) and sizeof(p) == sizeof(q) and NNC_MAX_DIM_C == 12
-            and <char*>&a.count - <char*>&a == <char*>&b.count - <char*>&b
-            and <char*>&a.stride - <char*>&a == <char*>&b.stride - <char*>&b
-            and <char*>&a.ndim - <char*>&a == <char*>&b.ndim - <char*>&b
-            and <char*>&p.pad - <char*>&p == <char*>&q.pad - <char*>&q)
+            and _at(&a.data, &a) == _at(&b.data, &b)
+            and _at(&a.datatype, &a) == _at(&b.datatype, &b)
+            and _at(&a.device, &a) == _at(&b.device, &b)
+            and _at(&a.ndim, &a) == _at(&b.ndim, &b)
+            and _at(&a.itemsize, &a) == _at(&b.itemsize, &b)
+            and _at(&a.contiguous, &a) == _at(&b.contiguous, &b)
+            and _at(&a.count, &a) == _at(&b.count, &b)
+            and _at(&a.dim, &a) == _at(&b.dim, &b)
+            and _at(&a.stride, &a) == _at(&b.stride, &b)
+            and _at(&p.a, &p) == _at(&q.a, &q)
+            and _at(&p.transpose_a, &p) == _at(&q.transpose_a, &q)
+            and _at(&p.transpose_b, &p) == _at(&q.transpose_b, &q)
+            and _at(&p.groups, &p) == _at(&q.groups, &q)
+            and _at(&p.size, &p) == _at(&q.size, &q)
+            and _at(&p.stride, &p) == _at(&q.stride, &q)
+            and _at(&p.pad, &p) == _at(&q.pad, &q))
 
 
 if not _layout_ok():

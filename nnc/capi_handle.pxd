@@ -18,12 +18,20 @@ cdef extern from "nnc_types.h":
     ctypedef struct c_tensor_t "nnc_tensor_t":
         void* data
         int datatype
+        int device
         int ndim
+        int itemsize
+        int contiguous
         Py_ssize_t count
         Py_ssize_t dim[12]
         Py_ssize_t stride[12]
     ctypedef struct c_param_t "nnc_cmd_param_t":
         double a
+        int transpose_a
+        int transpose_b
+        int groups
+        int size[2]
+        int stride[2]
         int pad[4]
     ctypedef int (*c_exec_f "nnc_cmd_exec_f")(
         const c_param_t*, c_tensor_t**, int, c_tensor_t**, int, void*) noexcept nogil
