@@ -135,6 +135,25 @@ cdef api int nnc_tensor_new(nnc_tensor_h* out, void* data, int datatype, int ndi
         return capi_fail(e)
 
 
+cdef api int nnc_tensor_view_new(nnc_tensor_h* out, nnc_tensor_h tensor, int ndim,
+                                 const int64_t* dims, int64_t offset,
+                                 const int64_t* strides) noexcept with gil:
+    """A view aliasing part of tensor: offset and strides count elements (strides NULL: C order);
+    its extent must lie inside tensor's memory. NNC: ccv_nnc_tensor_view_new."""
+    try:
+        arg_out(out)
+        t = <Tensor>handle_get(tensor, K_TENSOR, "tensor")
+        if ndim < 0 or ndim > NNC_MAX_DIM_C:
+            raise RangeError(f"ndim is {ndim}, must be in [0, {NNC_MAX_DIM_C}]")
+        arg_count(ndim, dims, "dims")
+        shape = tuple(dims[i] for i in range(ndim))
+        steps = None if strides == NULL else tuple(strides[i] for i in range(ndim))
+        out[0] = <nnc_tensor_h>handle_new(t.view(shape, offset, steps), K_TENSOR)
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
 cdef api int nnc_tensor_free(nnc_tensor_h tensor) noexcept with gil:
     """Release the handle; graphs and commands using the tensor keep it alive."""
     return handle_release(tensor, K_TENSOR, "tensor")

@@ -39,6 +39,10 @@ extern "C" {
     X(nnc_tensor_new, (nnc_tensor_h* out, void* data, int datatype, int ndim, \
                        const int64_t* dims), (out, data, datatype, ndim, dims), \
       "int (nnc_tensor_h *, void *, int, int, int64_t const *)") \
+    X(nnc_tensor_view_new, (nnc_tensor_h* out, nnc_tensor_h tensor, int ndim, \
+                            const int64_t* dims, int64_t offset, const int64_t* strides), \
+      (out, tensor, ndim, dims, offset, strides), \
+      "int (nnc_tensor_h *, nnc_tensor_h, int, int64_t const *, int64_t, int64_t const *)") \
     X(nnc_tensor_free, (nnc_tensor_h tensor), (tensor), "int (nnc_tensor_h)") \
     X(nnc_tensor_get, (nnc_tensor_h tensor, nnc_tensor_t* out), (tensor, out), \
       "int (nnc_tensor_h, nnc_tensor_t *)") \
@@ -138,10 +142,11 @@ static int nnc__started = 0;            /* this file's nnc_init started Python *
 static int nnc__finalized = 0;          /* nnc_finalize ran: Python cannot start again */
 static PyThreadState* nnc__main = NULL; /* the starting thread's state while the GIL is free */
 
-/* The wrappers C programs call: refuse until loaded, then forward. */
+/* The wrappers C programs call: refuse until loaded, and once Python has stopped (another C
+ * file's nnc_finalize leaves this file's pointers set), then forward. */
 #define NNC__WRAPPER(name, params, args, sig) \
     static inline int name params { \
-        if (!name##__p) return NNC_ERROR_NOT_INITIALIZED; \
+        if (!name##__p || !Py_IsInitialized()) return NNC_ERROR_NOT_INITIALIZED; \
         return name##__p args; \
     }
 NNC__FUNCTIONS(NNC__WRAPPER)
@@ -149,7 +154,7 @@ NNC__FUNCTIONS(NNC__WRAPPER)
 
 /* The message of this thread's last failed call; never NULL. */
 static inline const char* nnc_error_message(void) {
-    return nnc_error_message__p ? nnc_error_message__p() : nnc__message;
+    return nnc_error_message__p && Py_IsInitialized() ? nnc_error_message__p() : nnc__message;
 }
 
 /* Record the pending Python exception (if any) as the loader's message and clear it. */
@@ -221,8 +226,8 @@ done:
 static inline int nnc_init_python(const char* python) {
     PyGILState_STATE gil;
     int rc;
-    if (nnc_graph_new__p) return NNC_SUCCESS;
-    if (nnc__finalized) {
+    if (nnc_graph_new__p && Py_IsInitialized()) return NNC_SUCCESS;
+    if (nnc__finalized || nnc_graph_new__p) {
         snprintf(nnc__message, sizeof(nnc__message),
                  "nnc_finalize() was called: Python cannot be started twice in one process");
         return NNC_ERROR_NOT_INITIALIZED;
@@ -277,7 +282,7 @@ static inline int nnc_init(void) {
  * Afterwards every function returns NNC_ERROR_NOT_INITIALIZED. */
 static inline int nnc_finalize(void) {
     int rc = NNC_SUCCESS;
-    if (!nnc_graph_new__p) return NNC_ERROR_NOT_INITIALIZED;
+    if (!nnc_graph_new__p || !Py_IsInitialized()) return NNC_ERROR_NOT_INITIALIZED;
     rc = nnc_shutdown();
 #define NNC__CLEAR(name, params, args, sig) name##__p = NULL;
     NNC__FUNCTIONS(NNC__CLEAR)

@@ -109,6 +109,36 @@ int main(void) {
     EXPECT(nnc_cmd_backend_register("NO_SUCH_COMMAND", "X", fail_backend, 0, 0, -1),
            NNC_ERROR_COMMAND);
 
+    /* Every datatype wraps without a copy; views alias with element offsets and strides. */
+    {
+        static const int types[6] = {NNC_8U, NNC_32S, NNC_32F, NNC_64S, NNC_64F, NNC_16F};
+        static const int sizes[6] = {1, 4, 4, 8, 8, 2};
+        static double memory[6];  /* 48 bytes, aligned for every type */
+        const int64_t dims23[2] = {2, 3}, dims2[1] = {2}, step[1] = {3};
+        nnc_tensor_t view;
+        nnc_tensor_h base, column;
+        for (int k = 0; k < 6; k++) {
+            EXPECT(nnc_tensor_new(&base, memory, types[k], 2, dims23), NNC_SUCCESS);
+            EXPECT(nnc_tensor_get(base, &view), NNC_SUCCESS);
+            EXPECT(view.data == (void*)memory && view.datatype == types[k] &&
+                   view.itemsize == sizes[k] && view.ndim == 2 && view.dim[1] == 3 &&
+                   view.stride[0] == 3 && view.count == 6 && view.contiguous && view.device == -1
+                   ? NNC_SUCCESS : NNC_ERROR_UNKNOWN, NNC_SUCCESS);
+            EXPECT(nnc_tensor_view_new(&column, base, 1, dims2, 1, step), NNC_SUCCESS);
+            EXPECT(nnc_tensor_get(column, &view), NNC_SUCCESS);
+            EXPECT(view.data == (char*)memory + sizes[k] && view.stride[0] == 3 &&
+                   !view.contiguous ? NNC_SUCCESS : NNC_ERROR_UNKNOWN, NNC_SUCCESS);
+            EXPECT(nnc_tensor_free(column), NNC_SUCCESS);
+            EXPECT(nnc_tensor_view_new(&column, base, 1, dims2, 5, step), NNC_ERROR_TENSOR);
+            EXPECT(nnc_tensor_free(base), NNC_SUCCESS);
+        }
+        EXPECT(nnc_tensor_new(&base, memory, NNC_32F, 0, NULL), NNC_SUCCESS);  /* a scalar */
+        EXPECT(nnc_tensor_get(base, &view), NNC_SUCCESS);
+        EXPECT(view.ndim == 0 && view.count == 1 ? NNC_SUCCESS : NNC_ERROR_UNKNOWN, NNC_SUCCESS);
+        EXPECT(nnc_tensor_view_new(&column, base, 1, NULL, 0, NULL), NNC_ERROR_NULL);
+        EXPECT(nnc_tensor_free(base), NNC_SUCCESS);
+    }
+
     /* Handles: freed, foreign, of another type. */
     EXPECT(nnc_tensor_new(&t, v, NNC_32F, 1, &dim), NNC_SUCCESS);
     EXPECT(nnc_tensor_new(&u, w, NNC_32F, 1, &dim), NNC_SUCCESS);
