@@ -36,7 +36,8 @@ static int bad_expr(int64_t count, nnc_tensor_t* const* inputs, int n, const voi
     return -7;
 }
 
-/* Each thread builds and runs its own graph: out = 2 * x, on its own stream. */
+/* Each thread builds and runs its own graph (out = 2 * x, on its own stream) and checks that
+ * its error messages are its own. */
 static void* worker(void* arg) {
     float x = (float)(long)arg, y = 0;
     int64_t dim = 1;
@@ -52,10 +53,17 @@ static void* worker(void* arg) {
     rc |= nnc_graph_exec_new(g, cmd, &tx, 1, &ty, 1, &e);
     rc |= nnc_stream_new("cpu", &s);
     for (int i = 0; i < 20 && rc == 0; i++) {
+        char name[32];
+        nnc_cmd_h none;
         y = 0;
         rc |= nnc_graph_run(g, s);
         rc |= nnc_stream_wait(s);
         if (y != 2 * x) rc = -1;
+        /* Messages are per thread: this thread's failure, not another's, is what it reads. */
+        snprintf(name, sizeof(name), "NO_SUCH_%ld_%d", (long)arg, i);
+        if (nnc_cmd_new(&none, name, NULL) != NNC_ERROR_COMMAND ||
+            !strstr(nnc_error_message(), name))
+            rc = -1;
     }
     rc |= nnc_graph_exec_free(e) | nnc_graph_free(g) | nnc_cmd_free(cmd) | nnc_stream_free(s);
     rc |= nnc_tensor_free(tx) | nnc_tensor_free(ty);
