@@ -172,6 +172,14 @@ static inline void nnc__take_python_error(const char* what) {
     PyErr_Clear();
 }
 
+/* Forget every pointer: calls return NNC_ERROR_NOT_INITIALIZED again. */
+static inline void nnc__unload(void) {
+#define NNC__CLEAR(name, params, args, sig) name##__p = NULL;
+    NNC__FUNCTIONS(NNC__CLEAR)
+#undef NNC__CLEAR
+    nnc_error_message__p = NULL;
+}
+
 /* Import nnc.capi and fill every pointer, checking each capsule's signature. GIL held. */
 static inline int nnc__load(void) {
     struct { const char* name; const char* sig; void** slot; } table[] = {
@@ -211,9 +219,7 @@ static inline int nnc__load(void) {
     }
     rc = NNC_SUCCESS;
 done:
-    if (rc != NNC_SUCCESS) {
-        for (i = 0; i < n; i++) *table[i].slot = NULL;
-    }
+    if (rc != NNC_SUCCESS) nnc__unload();
     Py_XDECREF(capi);
     Py_DECREF(module);
     return rc;
@@ -264,10 +270,7 @@ static inline int nnc_init_python(const char* python) {
     rc = nnc_abi_check(NNC_ABI_VERSION, sizeof(nnc_tensor_t), sizeof(nnc_cmd_param_t));
     if (rc != NNC_SUCCESS) {
         snprintf(nnc__message, sizeof(nnc__message), "%s", nnc_error_message());
-#define NNC__CLEAR(name, params, args, sig) name##__p = NULL;
-        NNC__FUNCTIONS(NNC__CLEAR)
-#undef NNC__CLEAR
-        nnc_error_message__p = NULL;
+        nnc__unload();
     }
     return rc;
 }
@@ -284,10 +287,7 @@ static inline int nnc_finalize(void) {
     int rc = NNC_SUCCESS;
     if (!nnc_graph_new__p || !Py_IsInitialized()) return NNC_ERROR_NOT_INITIALIZED;
     rc = nnc_shutdown();
-#define NNC__CLEAR(name, params, args, sig) name##__p = NULL;
-    NNC__FUNCTIONS(NNC__CLEAR)
-#undef NNC__CLEAR
-    nnc_error_message__p = NULL;
+    nnc__unload();
     snprintf(nnc__message, sizeof(nnc__message), "nnc_finalize() was called");
     if (nnc__started) {
         PyEval_RestoreThread(nnc__main);
