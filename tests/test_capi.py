@@ -14,6 +14,7 @@ only when no C compiler exists.
 
 import pathlib
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -124,3 +125,15 @@ def test_embed_flags():
     assert (pathlib.Path(nnc.get_include()) / "nnc.h").exists()
     assert (pathlib.Path(nnc.get_include()) / "nnc_types.h").exists()
     assert any(f.startswith("-lpython") for f in embed.ldflags())
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler (c++) found")
+def test_header_compiles_as_cxx(tmp_path):
+    """nnc.h is usable from C++ too (extern "C", no C-only constructs)."""
+    src = tmp_path / "use.cc"
+    src.write_text('#include "nnc.h"\n'
+                   "int f() { nnc_graph_h g; int rc = nnc_graph_new(&g);\n"
+                   "  return rc ? rc : nnc_graph_free(g); }\n")
+    done = subprocess.run(["c++", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", str(src),
+                           *embed.cflags()], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
