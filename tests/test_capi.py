@@ -65,6 +65,7 @@ def test_c_backend_runs_on_two_streams_at_once(build):
     assert "two streams, nnc_cmd_exec: 2 calls, threads different" in out, out
     assert "scheduled graph: 2 calls, threads different" in out, out
     assert "EWSUM through C_SUM: 6 8 10 12, 1 call(s)" in out, out
+    assert "signal: s[1] computed 3 6 9 12" in out, out
 
 
 @needs_cc

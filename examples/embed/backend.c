@@ -5,6 +5,7 @@
  *
  * BUSY spins until both calls have started (at most 2 s) and at least 50 ms: if anything
  * serialised the calls (a held GIL), the first would time out alone and the check would fail.
+ * Last, a signal makes one stream wait for BUSY's output on the other.
  * Exit status 0 when every check holds. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -143,6 +144,28 @@ int main(void) {
     printf("EWSUM through C_SUM: %g %g %g %g, %d call(s)\n", out[0][0], out[0][1], out[0][2],
            out[0][3], ewsum_calls);
     failures += ewsum_calls != 1 || out[0][0] != 6 || out[0][3] != 12;
+
+    /* 4. A signal orders two streams: s[1] reads what BUSY writes on s[0] 50 ms later. */
+    {
+        float sum_out[4] = {0};
+        nnc_tensor_h z;
+        nnc_signal_h done;
+        CHECK(nnc_tensor_new(&z, sum_out, NNC_32F, 1, &dim));
+        CHECK(nnc_signal_new("cpu", &done));
+        started = 1;  /* one call this round: spin the 50 ms only */
+        out[0][0] = 0;
+        CHECK(nnc_cmd_exec(cmd, &x[0], 1, &y[0], 1, s[0]));  /* y0 = 2 * x0 */
+        CHECK(nnc_stream_emit_signal(s[0], done));
+        CHECK(nnc_stream_wait_signal(s[1], done));
+        CHECK(nnc_cmd_exec(sum, (nnc_tensor_h[]){y[0], x[0]}, 2, &z, 1, s[1]));  /* 3 * x0 */
+        CHECK(nnc_stream_wait(s[1]));
+        printf("signal: s[1] computed %g %g %g %g\n", sum_out[0], sum_out[1], sum_out[2],
+               sum_out[3]);
+        failures += sum_out[0] != 3 || sum_out[3] != 12;
+        CHECK(nnc_stream_wait(s[0]));
+        CHECK(nnc_signal_free(done));
+        CHECK(nnc_tensor_free(z));
+    }
 
     for (i = 0; i < 2; i++) {
         CHECK(nnc_graph_exec_free(n[i]));
