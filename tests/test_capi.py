@@ -1,8 +1,9 @@
 """The C API (nnc/capi.pyx through nnc/nnc.h), exercised from C programs compiled here.
 
 - examples/embed/graph.c: NNC's parallel graph (parallel.tests.c, d2 = -1.473017), the
-  count-based while (while.tests.c, 0.5729198) and the piece-wise case..of (case_of.tests.c),
-  each scheduled and run on a CPU stream.
+  count-based while (while.tests.c, 0.5729198), a while with a carry-over whose C expression
+  reads a tensor (2.1090609) and the piece-wise case..of (case_of.tests.c), each scheduled and
+  run on a CPU stream.
 - examples/embed/backend.c: C backends for a new and an existing command; two streams run the
   new one on two threads at overlapping times (from timestamps the backend records).
 - tests/c/safety.c: bad calls return error codes and messages; several C threads at once.
@@ -49,12 +50,13 @@ def run(exe):
 
 
 @needs_cc
-def test_embed_example_parallel_while_case_of(build):
+def test_embed_example_parallel_while_carry_over_case_of(build):
     rc, out = run(build("examples/embed/graph.c"))
     assert rc == 0, out
     assert re.search(r"parallel d2 \(scheduled\)\s+= -1\.47301", out), out
     assert "parallel schedule: 2 streams" in out
     assert out.count("while z (scheduled)          = 0.5729198") == 2, out
+    assert out.count("carry-over z2") == 2 and out.count("= 2.10906") == 2, out
     assert out.rstrip().endswith("OK")
 
 

@@ -5,6 +5,7 @@
  *     d1 = exp d, d2 = d0 + d1 = -1.473017 for x=2, y=0.21, a=2.2, b=3.2
  *   while (NNC while.tests.c, count based): while (count < 5) z = y*z; then z = x*z
  *     = 0.34 * 1.11^5 = 0.5729198
+ *   while with a carry-over and a condition on data (while.tests.c): 0.92^5 * 3.2 = 2.1090609
  *   case..of (NNC case_of.tests.c): x<0: x=0; x<1: skip; x<2: x=x*0.5+0.5; else x=1.5
  *
  * Exit status 0 when every number matches; prints what it computed. */
@@ -136,6 +137,61 @@ static int while_loop(nnc_stream_h stream) {
     return 0;
 }
 
+/* A data-dependent loop condition: go on while the input (z1) is above *(float*)data. */
+static int above(int64_t count, nnc_tensor_t* const* inputs, int input_size, const void* data) {
+    (void)count;
+    if (input_size != 1 || inputs[0]->datatype != NNC_32F) return -1;  /* fails the run */
+    return *(const float*)inputs[0]->data > *(const float*)data;
+}
+
+/* NNC while.tests.c with a carry-over: z1 = z0 * x; from the second iteration on z0 is the
+ * memory z1 held (the two swap), so z1 = 0.92^(k+1); the loop goes on while z1 > 0.68, that is
+ * 5 products; then z2 = z1 * y = 0.92^5 * 3.2 = 2.1090609. z0 keeps its memory and value. */
+static int carry_over(nnc_stream_h stream) {
+    float x = 0.92f, y = 3.2f, z0 = 1, z1 = 0, z2 = 0, threshold = 0.68f;
+    nnc_tensor_h tx, ty, t0, t1, t2;
+    nnc_graph_h g, body;
+    nnc_graph_exec_h prod, loop, prod2;
+    int64_t count;
+    int run;
+    CHECK(scalar(&x, &tx));
+    CHECK(scalar(&y, &ty));
+    CHECK(scalar(&z0, &t0));
+    CHECK(scalar(&z1, &t1));
+    CHECK(scalar(&z2, &t2));
+    CHECK(nnc_graph_new(&g));
+    CHECK(nnc_graph_new(&body));
+    CHECK(node(body, "EWPROD", NULL, (nnc_tensor_h[]){t0, tx}, 2, &t1, 1, &prod));
+    CHECK(nnc_graph_set_while_expr(body, above, &threshold, &t1, 1, &prod, 1));
+    CHECK(nnc_graph_add_carry_over(body, t1, t0));
+    CHECK(nnc_graph_while_new(g, body, &loop));
+    CHECK(node(g, "EWPROD", NULL, (nnc_tensor_h[]){t1, ty}, 2, &t2, 1, &prod2));
+    CHECK(nnc_graph_exec_concat(g, loop, prod2));
+    for (run = 0; run < 2; run++) {  /* sequential, then scheduled on the stream */
+        z2 = 0;
+        if (run == 0) {
+            CHECK(nnc_graph_run(g, NULL));
+        } else {
+            CHECK(nnc_graph_static_schedule(g, "cpu", 0));
+            CHECK(nnc_graph_run(g, stream));
+            CHECK(nnc_stream_wait(stream));
+        }
+        CHECK(nnc_graph_while_count(body, &count));
+        EXPECT(run ? "carry-over z2 (scheduled)" : "carry-over z2 (sequential)", z2, 2.1090609,
+               1e-6);
+        EXPECT("carry-over count", count, 4, 0);
+        EXPECT("carry-over z0 unchanged", z0, 1, 0);
+    }
+    CHECK(nnc_graph_exec_free(prod));
+    CHECK(nnc_graph_exec_free(loop));
+    CHECK(nnc_graph_exec_free(prod2));
+    CHECK(nnc_graph_free(body));
+    CHECK(nnc_graph_free(g));
+    nnc_tensor_h tensors[5] = {tx, ty, t0, t1, t2};
+    for (run = 0; run < 5; run++) CHECK(nnc_tensor_free(tensors[run]));
+    return 0;
+}
+
 /* The branch for x: NNC's piece-wise function; -1 (after offset 0) runs no branch. */
 static int piecewise(nnc_tensor_t* const* inputs, int input_size, const void* data) {
     float x = *(const float*)inputs[0]->data;
@@ -195,7 +251,8 @@ int main(void) {
         return 1;
     }
     CHECK(nnc_stream_new("cpu", &stream));
-    if (parallel_graph(stream) || while_loop(stream) || case_of(stream)) return 1;
+    if (parallel_graph(stream) || while_loop(stream) || carry_over(stream) || case_of(stream))
+        return 1;
     CHECK(nnc_stream_free(stream));
     CHECK(nnc_finalize());
     printf("%s\n", failures ? "FAILED" : "OK");
