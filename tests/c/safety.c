@@ -174,6 +174,10 @@ int main(void) {
     EXPECT(nnc_graph_exec_new(g, cmd, (nnc_tensor_h[]){u, t}, 2, &u, 1, &b), NNC_SUCCESS);
     EXPECT(nnc_graph_exec_count(g, &n), NNC_SUCCESS);
     EXPECT(n == 2 ? NNC_SUCCESS : NNC_ERROR_UNKNOWN, NNC_SUCCESS);
+    EXPECT(nnc_graph_exec_get(g, 1, &c), NNC_SUCCESS);
+    EXPECT(nnc_graph_exec_concat(g, c, b), NNC_ERROR_GRAPH);  /* b -> b: a self-loop */
+    EXPECT(nnc_graph_exec_free(c), NNC_SUCCESS);
+    EXPECT(nnc_graph_exec_free(c), NNC_ERROR_HANDLE);
     EXPECT(nnc_graph_exec_get(g, 2, &c), NNC_ERROR_INDEX);
     EXPECT(nnc_graph_exec_get(g, -1, &c), NNC_ERROR_INDEX);
     EXPECT(nnc_graph_new(&other), NNC_SUCCESS);
@@ -210,6 +214,7 @@ int main(void) {
     EXPECT(nnc_stream_emit_signal(s, sig), NNC_SUCCESS);
     EXPECT(nnc_stream_wait_signal((nnc_stream_h)(void*)sig, sig), NNC_ERROR_HANDLE);
     EXPECT(nnc_stream_query(s, NULL), NNC_ERROR_NULL);
+    EXPECT(nnc_stream_query(s, &n), NNC_SUCCESS);
     EXPECT(nnc_graph_run(g, s), NNC_SUCCESS);
     EXPECT(nnc_stream_wait(s), NNC_SUCCESS);
 
