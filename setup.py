@@ -22,6 +22,8 @@ MODULES = [
     ("nnc.graph.run", "nnc/graph/run.pyx"),
     ("nnc.graph.control", "nnc/graph/control.pyx"),
     ("nnc.graph.flow", "nnc/graph/flow.pyx"),
+    ("nnc.capi_handle", "nnc/capi_handle.pyx"),
+    ("nnc.capi", "nnc/capi.pyx"),
 ]
 
 DIRECTIVES = {

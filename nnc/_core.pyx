@@ -53,5 +53,6 @@ class ScheduleError(NNCError, RuntimeError):
 
 
 def get_include():
-    """Return the folder holding nnc's ``.pxd`` files and generated C-API headers."""
+    """Return the folder holding nnc's ``.pxd`` files and the C API headers (``nnc.h``,
+    ``nnc_types.h``; docs/capi.md)."""
     return os.path.dirname(os.path.abspath(__file__))

@@ -1,0 +1,116 @@
+/* nnc C API: types, codes and structs shared by C programs and nnc's own capi module.
+ *
+ * Include "nnc.h" (which includes this file) from C programs. nnc/capi.pyx includes this file
+ * alone, so the exported functions and the C callers agree on every type. See docs/capi.md.
+ */
+#ifndef NNC_TYPES_H
+#define NNC_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever a struct below or a function's signature changes: nnc_init() refuses a
+ * module built against another version. */
+#define NNC_ABI_VERSION 1
+
+#define NNC_MAX_DIM 12                  /* NNC's CCV_NNC_MAX_DIM_ALLOC */
+
+/* Datatype codes: NNC's bit values (ccv_nnc_tfb.h); a backend's mask is an OR of them. */
+#define NNC_8U 0x1000
+#define NNC_32S 0x2000
+#define NNC_32F 0x4000
+#define NNC_64S 0x8000
+#define NNC_64F 0x10000
+#define NNC_16F 0x20000
+
+/* Return codes of C command backends (NNC's CCV_NNC_EXEC_*). */
+#define NNC_SUCCESS 0
+#define NNC_INVALID (-1)
+#define NNC_NO_KERNEL (-2)
+#define NNC_OOM (-3)
+
+/* Return codes of the API functions: 0 (NNC_SUCCESS) or one of these; nnc_error_message()
+ * then says what went wrong, on the calling thread. */
+#define NNC_ERROR_UNKNOWN (-100)        /* any other failure (an internal error) */
+#define NNC_ERROR_NOT_INITIALIZED (-101)/* nnc_init() was not called, or failed */
+#define NNC_ERROR_NULL (-102)           /* a required pointer or handle is NULL */
+#define NNC_ERROR_HANDLE (-103)         /* a freed or foreign handle, or one of another type */
+#define NNC_ERROR_INDEX (-104)          /* an index or count out of range */
+#define NNC_ERROR_ARGUMENT (-105)       /* a bad value: a datatype, a shape, a parameter string */
+#define NNC_ERROR_COMMAND (-106)        /* unknown command or backend, no backend, shape/dtype */
+#define NNC_ERROR_TENSOR (-107)         /* a tensor cannot be made or used */
+#define NNC_ERROR_GRAPH (-108)          /* a cycle, a node of another graph, a run failed */
+#define NNC_ERROR_SCHEDULE (-109)       /* bad schedule arguments */
+#define NNC_ERROR_STREAM (-110)         /* work on a stream failed (reported by nnc_stream_wait) */
+#define NNC_ERROR_MEMORY (-111)         /* out of memory */
+#define NNC_ERROR_ABI (-112)            /* nnc.h and the installed nnc disagree */
+
+/* Backend registration: priority that means "the registry's default" (15 for a new name). */
+#define NNC_PRIORITY_DEFAULT (-1)
+/* Backend flags. */
+#define NNC_BACKEND_CONTIGUOUS 0x1      /* the backend refuses strided views */
+
+/* Opaque handles. Each is a number naming a slot in nnc's handle table, never a pointer to
+ * dereference: a freed handle, a handle of another type or any other value is detected and
+ * refused with NNC_ERROR_HANDLE. Distinct struct types let the compiler catch mix-ups too. */
+typedef struct nnc_tensor_handle_s* nnc_tensor_h;
+typedef struct nnc_cmd_handle_s* nnc_cmd_h;
+typedef struct nnc_graph_handle_s* nnc_graph_h;
+typedef struct nnc_graph_exec_handle_s* nnc_graph_exec_h;
+typedef struct nnc_stream_handle_s* nnc_stream_h;
+typedef struct nnc_signal_handle_s* nnc_signal_h;
+
+/* The C view of a tensor, as C backends and expressions see it (nnc/tensor.pxd, field by field;
+ * nnc_init() checks the layout). Strides count elements, not bytes. */
+typedef struct {
+    void* data;                         /* first element */
+    int datatype;                       /* exactly one NNC_* datatype bit */
+    int device;                         /* -1: CPU memory; >= 0: GPU ordinal */
+    int ndim;                           /* 0 <= ndim <= NNC_MAX_DIM */
+    int itemsize;                       /* bytes per element */
+    int contiguous;                     /* 1 iff stride[] is the C-order stride of dim[] */
+    ssize_t count;                      /* product of dim[0:ndim] (1 when ndim == 0) */
+    ssize_t dim[NNC_MAX_DIM];
+    ssize_t stride[NNC_MAX_DIM];
+} nnc_tensor_t;
+
+/* Parameters a C backend reads (nnc/cmd.pxd). nnc_cmd_new() fills them from its parameter
+ * string; a command's own normalisation decides which names it takes. */
+typedef struct {
+    double a;                           /* SCALAR_MUL's factor, SET's value */
+    int transpose_a;
+    int transpose_b;
+    int groups;
+    int size[2];
+    int stride[2];
+    int pad[4];
+} nnc_cmd_param_t;
+
+/* A C command backend. Absent tensors are NULL. Returns NNC_SUCCESS or a negative NNC_* status.
+ * It runs on stream worker threads without the GIL and must not call Python; context is NULL. */
+typedef int (*nnc_cmd_exec_f)(const nnc_cmd_param_t* param,
+                              nnc_tensor_t** inputs, int input_size,
+                              nnc_tensor_t** outputs, int output_size,
+                              void* context);
+
+/* A while expression (NNC: ccv_nnc_graph_while_f, with the count passed explicitly): called
+ * after the breakpoints of iteration `count` (0-based) ran. Returns 1 to run the rest of the
+ * body and continue, 0 to end the loop, a negative value to fail the run. */
+typedef int (*nnc_graph_while_f)(int64_t count, nnc_tensor_t* const* inputs, int input_size,
+                                 const void* data);
+
+/* A case..of expression (NNC: ccv_nnc_graph_case_of_f): returns the branch index before the
+ * offset is added; an index < 0 after the offset runs no branch. */
+typedef int (*nnc_graph_case_of_f)(nnc_tensor_t* const* inputs, int input_size,
+                                   const void* data);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NNC_TYPES_H */
