@@ -25,7 +25,6 @@ cdef enum:
     TASK_STORE = 6                      # (<long long*>arg)[0] = value: a loop count, in order
 
 cdef enum:
-    TASK_NOGIL = 0x1                    # TASK_C: call without the GIL (it is never held here)
     TASK_OWNS_PY = 0x2                  # fn, args and keep are owned references: drop after run
     TASK_OWNS_IO = 0x4                  # io was malloc'd for this task: free after run
 
