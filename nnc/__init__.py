@@ -6,6 +6,7 @@ See docs/design.md for the layers and README.md for a tour.
 from nnc._core import (
     MAX_DIM,
     CommandError,
+    CUDAError,
     GraphError,
     NNCError,
     ScheduleError,
@@ -24,6 +25,8 @@ from nnc.cmd import (
     register_backend,
     register_command,
 )
+from nnc.cuda import available as cuda_available
+from nnc.cuda import unavailable_reason as cuda_unavailable_reason
 from nnc.graph.graph import Graph, GraphExec
 from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
 from nnc.multiview import MultiView
@@ -39,6 +42,7 @@ _register_builtins()
 __all__ = [
     "MAX_DIM",
     "Backend",
+    "CUDAError",
     "Cmd",
     "CommandError",
     "ExecSchedule",
@@ -60,6 +64,8 @@ __all__ = [
     "cmd_exec",
     "command_info",
     "commands",
+    "cuda_available",
+    "cuda_unavailable_reason",
     "get_include",
     "register_backend",
     "register_command",

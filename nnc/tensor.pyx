@@ -34,15 +34,20 @@ cdef int datatype_of(object dtype) except 0:
 
 
 def parse_device(device):
-    """Return the device ordinal for a device string: -1 for ``"cpu"``."""
+    """Return the device ordinal for a device string: -1 for ``"cpu"``.
+
+    A GPU string raises :class:`nnc.CUDAError` naming why when that GPU cannot be used
+    (nnc.cuda probes lazily, on the first such request).
+    """
     if device is None or device == "cpu":
         return -1
-    if isinstance(device, str) and (device == "gpu" or device.startswith("gpu:")):
-        raise TensorError(
-            f"device {device!r} needs GPU support, which this build of nnc does not have yet; "
-            "use device='cpu'"
-        )
-    raise TensorError(f"unknown device {device!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+    from nnc import cuda
+
+    ordinal = cuda.parse_gpu(device)
+    if ordinal is None:
+        raise TensorError(f"unknown device {device!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+    cuda.require(ordinal, f"device {device!r}")
+    return ordinal
 
 
 cdef int _check_shape(tuple shape) except -1:
