@@ -27,6 +27,7 @@ from nnc.cmd import (
 )
 from nnc.cuda import available as cuda_available
 from nnc.cuda import unavailable_reason as cuda_unavailable_reason
+from nnc.cuda.backends import register as _register_gpu_backends
 from nnc.graph.graph import Graph, GraphExec
 from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
 from nnc.multiview import MultiView
@@ -38,6 +39,8 @@ from nnc.trace import trace
 __version__ = "0.1.0"
 
 _register_builtins()
+# GPU_REF backends: registering them imports no cuda-python; only GPU tensors select them.
+_register_gpu_backends()
 
 __all__ = [
     "MAX_DIM",

@@ -247,7 +247,10 @@ cdef class Graph:
         if cmd.info.name == "NOOP":
             node.flags = EXEC_NOOP
         elif cmd.fn is not None or b.c_exec == NULL:
-            if _any_movable(inputs + outputs):
+            if b.device != "cpu" and cmd.fn is None:
+                # A GPU backend takes the Tensors (device memory has no ndarray).
+                call = (b.py_exec, (cmd, list(inputs), list(outputs)))
+            elif _any_movable(inputs + outputs):
                 # A loop may re-point these tensors: make the ndarrays at call time.
                 call = (_dyn_call, (cmd.fn, None, tuple(inputs), tuple(outputs))
                         if cmd.fn is not None

@@ -1,0 +1,328 @@
+"""GPU_REF: the GPU backends of the built-in commands, launching nnc's NVRTC-compiled kernels.
+
+NNC: cmd/*/gpu/ccv_nnc_*_gpu_ref.cu (reference CUDA kernels). Each backend is registered for
+float32 and float64 with ``device="gpu"`` (DATA_TRANSFER: ``"any"``, one side may be host
+memory), so the default choice follows the tensors' device: host tensors get CPU_OPT/CPU_REF,
+GPU tensors get GPU_REF. Registering them needs no CUDA (nothing here imports cuda-python until
+a kernel is launched); on a machine without a GPU no tensor can select them.
+
+A backend is ``fn(cmd, inputs, outputs, stream=None)`` on Tensors: with a
+:class:`~nnc.cuda.driver.CudaStream` it enqueues and returns; without one it runs on the
+device's per-thread synchronous stream and waits (``nnc.cmd_exec`` without a stream, and
+``Graph.run()``). Kernels: nnc/cuda/kernels/*.cu; launch geometry below.
+Results match CPU_REF within docs/commands.md's tolerances for float32/float64 (GEMM and
+CONVOLUTION accumulate in the tensor dtype, like BLAS) - checked on a GPU by
+tests/test_cuda_gpu.py, which is skipped where there is none.
+"""
+
+import numpy as np
+
+from nnc._core import CommandError
+from nnc.cuda import nvrtc
+from nnc.cuda.driver import device, launch
+
+__all__ = ["BACKEND", "register"]
+
+BACKEND = "GPU_REF"
+FLOAT_TYPES = ("float32", "float64")
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+_FILE_OF = {k: f for f, names in nvrtc.KERNELS.items() for k in names}
+_THREADS = 256
+_MAX_EW_INPUTS = 8                  # NNC_EW_MAX_INPUTS in ew.cu
+_SOFTMAX_THREADS = 256              # NNC_SOFTMAX_THREADS in softmax.cu
+_GEMM_TILE, _GEMM_ROWS = 32, 8      # NNC_TILE, NNC_ROWS in gemm.cu
+_MAX_GRID_Z = 65535
+
+# nnc_window_t in conv.cu, field by field (align=True gives the C layout: 80 bytes).
+WINDOW_T = np.dtype([("n", "<i8"), ("h", "<i4"), ("w", "<i4"), ("c", "<i4"), ("ho", "<i4"),
+                     ("wo", "<i4"), ("o", "<i4"), ("kh", "<i4"), ("kw", "<i4"), ("sh", "<i4"),
+                     ("sw", "<i4"), ("pt", "<i4"), ("pl", "<i4"), ("groups", "<i4"),
+                     ("count_include_pad", "<i4"), ("x_ps", "<i8"), ("o_ps", "<i8")],
+                    align=True)
+# nnc_gemm_t in gemm.cu: m, n, k, a_bs, a_ms, a_ks, w_bs, w_ks, w_ns, o_bs, o_ms (all int64).
+GEMM_FIELDS = ("m", "n", "k", "a_bs", "a_ms", "a_ks", "w_bs", "w_ks", "w_ns", "o_bs", "o_ms")
+
+
+def _ptr(t):
+    return np.uint64(0 if t is None else t.data_ptr)
+
+
+def _grid_1d(dev, n, threads=_THREADS):
+    # Grid-stride kernels: enough blocks to fill every SM a few times, no more.
+    return (max(1, min((n + threads - 1) // threads, dev.sm_count * 32)),)
+
+
+def _tensors(inputs, outputs):
+    return [t for t in list(inputs) + list(outputs) if t is not None]
+
+
+def _same_gpu(ts):
+    devices = {t.device for t in ts}
+    return len(devices) == 1 and next(iter(devices)) != "cpu"
+
+
+def _pixel_stride(t):
+    """For an NHWC tensor whose channels have unit stride and whose pixels are evenly spaced
+    (a contiguous tensor, or a channel slice such as buf[..., c0:c1]): that pixel stride in
+    elements. None for any other layout."""
+    if t.ndim not in (3, 4) or (t.strides[-1] != 1 and t.shape[-1] > 1):
+        return None
+    dims = list(zip(t.shape[-2::-1], t.strides[-2::-1]))      # (W, sW), (H, sH), (N, sN)
+    p = next((s // span for span, (d, s) in zip(_spans(dims), dims) if d > 1), t.shape[-1])
+    if p < t.shape[-1]:
+        return None                 # pixels would overlap
+    want = p
+    for d, s in dims:
+        if d > 1 and s != want:
+            return None
+        want *= d
+    return p
+
+
+def _spans(dims):
+    """Pixels spanned by one step of each of W, H, N in an evenly spaced layout."""
+    span, out = 1, []
+    for d, _ in dims:
+        out.append(span)
+        span *= d
+    return out
+
+
+def _runner(body):
+    """Wrap ``body(dev, stream, cmd, inputs, outputs)`` as a GPU backend."""
+
+    def backend(cmd, inputs, outputs, stream=None):
+        ts = _tensors(inputs, outputs)
+        if not all(hasattr(t, "data_ptr") and hasattr(t, "device") for t in ts):
+            raise CommandError(f"{cmd.name}/{BACKEND} runs on GPU tensors through nnc.cmd_exec, "
+                               "a CUDA stream or Graph.run(), not on ndarrays of a CPU stream")
+        gpus = [t.device for t in ts if t.device != "cpu"]
+        if not gpus:
+            raise CommandError(f"{cmd.name}/{BACKEND} needs at least one GPU tensor")
+        dev = device(gpus[0])
+        s = stream if stream is not None else dev.sync_stream()
+        dev.make_current()
+        body(dev, s, cmd, inputs, outputs)
+        if stream is None:
+            s.wait()
+
+    return backend
+
+
+def _fn(dev, kernel, t):
+    return dev.function(_FILE_OF[kernel], f"nnc_{kernel}_{_SUFFIX[t.dtype]}")
+
+
+def _scalar(t, value):
+    return np.asarray(value, t.dtype)
+
+
+def _ew_reduce(kernel):
+    def body(dev, s, cmd, inputs, outputs):
+        y = outputs[0]
+        n = y.size
+        if n == 0:
+            return
+        f = _fn(dev, kernel, y)
+        pending = list(inputs)
+        first = True
+        while first or pending:
+            # Later chunks fold into y: y = y (+|*) x_k ... (each element read, then written).
+            take = pending[:_MAX_EW_INPUTS if first else _MAX_EW_INPUTS - 1]
+            del pending[:len(take)]
+            ptrs = ([] if first else [y]) + take
+            arr = np.zeros(_MAX_EW_INPUTS, np.uint64)
+            arr[:len(ptrs)] = [t.data_ptr for t in ptrs]
+            launch(f, _grid_1d(dev, n), (_THREADS,),
+                   [arr, np.int32(len(ptrs)), _ptr(y), np.int64(n)], s)
+            first = False
+
+    return body
+
+
+def _ewdiv(dev, s, cmd, inputs, outputs):
+    y = outputs[0]
+    if y.size:
+        launch(_fn(dev, "ewdiv", y), _grid_1d(dev, y.size), (_THREADS,),
+               [_ptr(inputs[0]), _ptr(inputs[1]), _ptr(y), np.int64(y.size)], s)
+
+
+def _unary(kernel):
+    def body(dev, s, cmd, inputs, outputs):
+        y = outputs[0]
+        if y.size:
+            launch(_fn(dev, kernel, y), _grid_1d(dev, y.size), (_THREADS,),
+                   [_ptr(inputs[0]), _ptr(y), np.int64(y.size)], s)
+
+    return body
+
+
+def _scalar_mul(dev, s, cmd, inputs, outputs):
+    y = outputs[0]
+    if y.size:
+        launch(_fn(dev, "scalar_mul", y), _grid_1d(dev, y.size), (_THREADS,),
+               [_scalar(y, cmd.params["a"]), _ptr(inputs[0]), _ptr(y), np.int64(y.size)], s)
+
+
+def _set(dev, s, cmd, inputs, outputs):
+    for y in outputs:
+        if y.size:
+            launch(_fn(dev, "set", y), _grid_1d(dev, y.size), (_THREADS,),
+                   [_scalar(y, cmd.params["value"]), _ptr(y), np.int64(y.size)], s)
+
+
+def _softmax(dev, s, cmd, inputs, outputs):
+    y = outputs[0]
+    if y.size == 0:
+        return
+    cols = y.shape[-1]
+    rows = y.size // cols
+    grid = (max(1, min(rows, dev.sm_count * 16)),)
+    launch(_fn(dev, "softmax", y), grid, (_SOFTMAX_THREADS,),
+           [_ptr(inputs[0]), _ptr(y), np.int64(rows), np.int64(cols)], s)
+
+
+def gemm_geometry(cmd, a, w, out):
+    """(grid, nnc_gemm_t as int64[11]) for GEMM on these tensors (element strides)."""
+    ta, tb = cmd.params["transpose_a"], cmd.params["transpose_b"]
+    if a.ndim == 1:
+        m, k, a_ms, a_ks, a_bs = 1, a.shape[0], 0, a.strides[0], 0
+    else:
+        if ta:
+            k, m = a.shape[-2:]
+            a_ks, a_ms = a.strides[-2:]
+        else:
+            m, k = a.shape[-2:]
+            a_ms, a_ks = a.strides[-2:]
+        a_bs = a.strides[0] if a.ndim == 3 else 0
+    if tb:
+        n = w.shape[-2]
+        w_ns, w_ks = w.strides[-2:]
+    else:
+        n = w.shape[-1]
+        w_ks, w_ns = w.strides[-2:]
+    w_bs = w.strides[0] if w.ndim == 3 else 0
+    batch = a.shape[0] if a.ndim == 3 else (w.shape[0] if w.ndim == 3 else 1)
+    # out is [B?, M?, N]: the M axis exists when a is a matrix, the batch axis when B does.
+    has_m = a.ndim >= 2
+    o_ms = out.strides[-2] if has_m else 0
+    o_bs = out.strides[0] if out.ndim == (2 if not has_m else 3) else 0
+    g = np.array([m, n, k, a_bs, a_ms, a_ks, w_bs, w_ks, w_ns, o_bs, o_ms], np.int64)
+    grid = ((n + _GEMM_TILE - 1) // _GEMM_TILE, (m + _GEMM_TILE - 1) // _GEMM_TILE, batch)
+    return grid, g
+
+
+def _gemm(dev, s, cmd, inputs, outputs):
+    a, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    out = outputs[0]
+    if out.size == 0:
+        return
+    grid, g = gemm_geometry(cmd, a, w, out)
+    launch(_fn(dev, "gemm", out), grid, (_GEMM_TILE, _GEMM_ROWS),
+           [g, _ptr(a), _ptr(w), _ptr(bias), _ptr(out)], s)
+
+
+def _gemm_accept(cmd, inputs, outputs):
+    out = outputs[0]
+    if not _same_gpu(_tensors(inputs, outputs)) or out.strides[-1] != 1 and out.shape[-1] > 1:
+        return False
+    bias = inputs[2] if len(inputs) > 2 else None
+    if bias is not None and not bias.is_contiguous:
+        return False
+    batch = max(t.shape[0] if t.ndim == 3 else 1 for t in inputs[:2])
+    return batch <= _MAX_GRID_Z
+
+
+def window_geometry(cmd, x, out, groups=1):
+    """nnc_window_t (a WINDOW_T record) for CONVOLUTION / pooling on x -> out."""
+    sh, sw = cmd.params["stride"]
+    pt, pl = cmd.params["padding"][:2]
+    kh, kw = cmd.params["size"] if "size" in cmd.params else (None, None)
+    g = np.zeros((), WINDOW_T)
+    n = x.shape[0] if x.ndim == 4 else 1
+    g["n"], (g["h"], g["w"], g["c"]) = n, x.shape[-3:]
+    g["ho"], g["wo"], g["o"] = out.shape[-3:]
+    if kh is not None:
+        g["kh"], g["kw"] = kh, kw
+    g["sh"], g["sw"], g["pt"], g["pl"] = sh, sw, pt, pl
+    g["groups"] = groups
+    g["count_include_pad"] = int(bool(cmd.params.get("count_include_pad", False)))
+    g["x_ps"], g["o_ps"] = _pixel_stride(x), _pixel_stride(out)
+    return g
+
+
+def _conv(dev, s, cmd, inputs, outputs):
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    out = outputs[0]
+    if out.size == 0:
+        return
+    g = window_geometry(cmd, x, out, cmd.params["groups"])
+    g["kh"], g["kw"] = w.shape[1], w.shape[2]
+    launch(_fn(dev, "conv", out), _grid_1d(dev, out.size), (_THREADS,),
+           [g, _ptr(x), _ptr(w), _ptr(bias), _ptr(out)], s)
+
+
+def _pool(kernel):
+    def body(dev, s, cmd, inputs, outputs):
+        out = outputs[0]
+        if out.size:
+            launch(_fn(dev, kernel, out), _grid_1d(dev, out.size), (_THREADS,),
+                   [window_geometry(cmd, inputs[0], out), _ptr(inputs[0]), _ptr(out)], s)
+
+    return body
+
+
+def _window_accept(cmd, inputs, outputs):
+    ts = _tensors(inputs, outputs)
+    if not _same_gpu(ts):
+        return False
+    x, out = inputs[0], outputs[0]
+    if _pixel_stride(x) is None or _pixel_stride(out) is None:
+        return False
+    return all(t.is_contiguous for t in inputs[1:] if t is not None)
+
+
+def _contiguous_same_gpu(cmd, inputs, outputs):
+    ts = _tensors(inputs, outputs)
+    return _same_gpu(ts) and all(t.is_contiguous for t in ts)
+
+
+def _transfer(dev, s, cmd, inputs, outputs):
+    from nnc.cuda import memory
+
+    for x, y in zip(inputs, outputs):
+        memory.copy(y, x, s)
+
+
+def _transfer_accept(cmd, inputs, outputs):
+    # Every pair is contiguous and has a GPU side (host <-> GPU, or GPU <-> GPU, peers too).
+    for x, y in zip(inputs, outputs):
+        if not (x.is_contiguous and y.is_contiguous) or x.device == y.device == "cpu":
+            return False
+    return True
+
+
+def register():
+    """Register GPU_REF for every built-in command it implements (once, at import nnc)."""
+    from nnc.cmd import register_backend
+
+    def add(command, body, accept=_contiguous_same_gpu, device="gpu", datatypes=FLOAT_TYPES):
+        register_backend(command, BACKEND, _runner(body), datatypes=datatypes, accept=accept,
+                         device=device)
+
+    add("EWSUM", _ew_reduce("ewsum"))
+    add("EWPROD", _ew_reduce("ewprod"))
+    add("EWDIV", _ewdiv)
+    add("EWEXP", _unary("ewexp"))
+    add("EWLOG", _unary("ewlog"))
+    add("RELU", _unary("relu"))
+    add("SCALAR_MUL", _scalar_mul)
+    add("SET", _set)
+    add("SOFTMAX", _softmax)
+    add("GEMM", _gemm, accept=_gemm_accept)
+    add("CONVOLUTION", _conv, accept=_window_accept)
+    add("MAX_POOL", _pool("max_pool"), accept=_window_accept)
+    add("AVG_POOL", _pool("avg_pool"), accept=_window_accept)
+    add("DATA_TRANSFER", _transfer, accept=_transfer_accept, device="any", datatypes=None)
