@@ -1,0 +1,103 @@
+"""Running a statically scheduled graph on CUDA streams, and capturing it into a CUDA graph.
+
+NNC: ccv_nnc_graph_run_with_schedule's GPU path (streams are CUDA streams, signals CUDA events)
+and, beyond NNC, Nimble-style capture and replay (research/peers.md §3). A :class:`GpuRun` is
+built once from ``static_schedule(g, stream_type="gpu")``: the backend of every node is chosen
+up front, each schedule stream becomes a :class:`~nnc.cuda.driver.CudaStream` and each signal
+a :class:`~nnc.cuda.driver.CudaEvent`. ``enqueue(stream)`` forks from the caller's stream
+(one event), launches every node on its stream after its waits, and joins every stream back
+(one event each): the fork/join shape that stream capture requires. :func:`capture` records
+that into a :class:`~nnc.cuda.driver.CudaGraph`, so a replay costs one cuGraphLaunch however
+many nodes the graph has.
+
+Graphs with while or case..of nodes are refused here (their control flow needs the host); on a
+GPU they would keep the coroutine path, which is not wired to CUDA streams yet (docs/gpu.md).
+"""
+
+from nnc._core import GraphError, ScheduleError
+from nnc.cuda.driver import CudaEvent, CudaGraph, CudaStream, device
+
+__all__ = ["GpuRun", "capture", "run"]
+
+_CONTROL = ("WHILE", "CASE_OF")
+
+
+class GpuRun:
+    """A graph's static GPU schedule turned into CUDA streams, events and chosen backends."""
+
+    def __init__(self, graph, schedule=None):
+        from nnc.cmd import cmd_backends_for
+
+        sched = graph.schedule if schedule is None else schedule
+        if sched is None or sched.stream_type == "cpu":
+            raise ScheduleError("run the graph through static_schedule(g, stream_type='gpu') "
+                                "first")
+        if sched.stale:
+            raise ScheduleError("the graph changed after it was scheduled; schedule it again")
+        self.device = device(sched.stream_type)
+        self.graph, self.schedule = graph, sched
+        self.nodes = []
+        for e in sched.order:
+            cmd = e.cmd
+            if cmd.name in _CONTROL:
+                raise GraphError(f"{e!r} is a {cmd.name} node: graphs with control flow cannot "
+                                 "run as a CUDA stream schedule or be captured")
+            es = sched[e]
+            if len(es.streams) != 1:
+                raise ScheduleError(f"{e!r} has {len(es.streams)} streams; a node on several "
+                                    "devices is not supported on GPUs yet")
+            if cmd.name == "NOOP":
+                backend = None
+            else:
+                ins, outs = list(e.inputs), list(e.outputs)
+                cands = [cmd.backend_object] if cmd.pinned else cmd_backends_for(cmd, ins, outs)
+                if not cands or cands[0] is None or cands[0].device == "cpu":
+                    raise GraphError(f"{e!r}: no GPU backend accepts its tensors (GPU runs need "
+                                     "every tensor of a node on the GPU, or DATA_TRANSFER)")
+                backend = cands[0].py_exec
+            self.nodes.append((backend, cmd, list(e.inputs), list(e.outputs), es.streams[0],
+                               es.signals, es.waits))
+        self.streams = [CudaStream(self.device) for _ in range(sched.stream_count)]
+        self.events = [CudaEvent(self.device) for _ in range(sched.signal_count)]
+        self.begin = CudaEvent(self.device)
+        self.joins = [CudaEvent(self.device) for _ in self.streams]
+
+    def enqueue(self, stream):
+        """Enqueue one run after the work already on ``stream``; returns at once."""
+        stream.emit(self.begin)
+        for s in self.streams:
+            s.wait_signal(self.begin)
+        streams, events = self.streams, self.events
+        for backend, cmd, ins, outs, k, signals, waits in self.nodes:
+            s = streams[k]
+            for w in waits:
+                s.wait_signal(events[w])
+            if backend is not None:
+                backend(cmd, ins, outs, stream=s)
+            for sig in signals:
+                s.emit(events[sig])
+        for s, join in zip(self.streams, self.joins):
+            s.emit(join)
+            stream.wait_signal(join)
+
+
+def run(graph, stream=None):
+    """Run a GPU-scheduled graph once: enqueue on ``stream`` and return, or without a stream
+    run on the device's synchronous stream and wait. Builds a :class:`GpuRun` each call (new
+    streams and events): to run a graph repeatedly, keep a GpuRun and call its enqueue."""
+    r = GpuRun(graph)
+    s = stream if stream is not None else r.device.sync_stream()
+    r.enqueue(s)
+    if stream is None:
+        s.wait()
+    return r
+
+
+def capture(graph, stream=None):
+    """Capture one run of a GPU-scheduled graph into a CudaGraph; ``cg.replay(stream)`` reruns
+    it on the same tensors. Nothing runs during capture."""
+    r = GpuRun(graph)
+    s = stream if stream is not None else CudaStream(r.device)
+    cg = CudaGraph.capture(s, lambda: r.enqueue(s))
+    cg.runner = r                   # keeps the streams, events and tensors alive
+    return cg
