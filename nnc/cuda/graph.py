@@ -93,11 +93,17 @@ def run(graph, stream=None):
     return r
 
 
-def capture(graph, stream=None):
+def capture(graph, stream=None, warmup=True):
     """Capture one run of a GPU-scheduled graph into a CudaGraph; ``cg.replay(stream)`` reruns
-    it on the same tensors. Nothing runs during capture."""
+    it on the same tensors. Nothing runs during capture itself. With ``warmup`` (the default,
+    as Nimble does) the graph first runs once, eagerly, so every kernel is compiled and loaded
+    and every staging buffer exists before capture: module loading and allocation are not
+    stream work, and in a capturing thread they may be refused."""
     r = GpuRun(graph)
     s = stream if stream is not None else CudaStream(r.device)
+    if warmup:
+        r.enqueue(s)
+        s.wait()
     cg = CudaGraph.capture(s, lambda: r.enqueue(s))
     cg.runner = r                   # keeps the streams, events and tensors alive
     return cg
