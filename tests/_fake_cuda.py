@@ -286,20 +286,23 @@ def _ewdiv(a, dt, grid):
 
 def _unary(fn):
     def run(a, dt, grid):
-        x, y, n = _ptr(a[0]), _ptr(a[1]), _i64(a[2])
-        _contig(y, dt, n)[:] = fn(_contig(x, dt, n))
+        x, xs, y, ys, n, cols = _ptr(a[0]), _i64(a[1]), _ptr(a[2]), _i64(a[3]), _i64(a[4]), \
+            _i64(a[5])
+        _arr(y, dt, (n // cols, cols), (ys, 1))[...] = fn(_arr(x, dt, (n // cols, cols), (xs, 1)))
 
     return run
 
 
 def _scalar_mul(a, dt, grid):
-    s, x, y, n = _scalar(a[0], _ctype(dt)), _ptr(a[1]), _ptr(a[2]), _i64(a[3])
-    _contig(y, dt, n)[:] = dt(s) * _contig(x, dt, n)
+    s, x, xs, y, ys, n, cols = _scalar(a[0], _ctype(dt)), _ptr(a[1]), _i64(a[2]), _ptr(a[3]), \
+        _i64(a[4]), _i64(a[5]), _i64(a[6])
+    _arr(y, dt, (n // cols, cols), (ys, 1))[...] = dt(s) * _arr(x, dt, (n // cols, cols), (xs, 1))
 
 
 def _set(a, dt, grid):
-    v, y, n = _scalar(a[0], _ctype(dt)), _ptr(a[1]), _i64(a[2])
-    _contig(y, dt, n)[:] = v
+    v, y, ys, n, cols = _scalar(a[0], _ctype(dt)), _ptr(a[1]), _i64(a[2]), _i64(a[3]), \
+        _i64(a[4])
+    _arr(y, dt, (n // cols, cols), (ys, 1))[...] = v
 
 
 def _softmax(a, dt, grid):
@@ -388,8 +391,9 @@ def _pool(is_max):
 _P = 8
 SIGNATURES = {
     "ewsum": (64, 4, _P, 8), "ewprod": (64, 4, _P, 8), "ewdiv": (_P, _P, _P, 8),
-    "ewexp": (_P, _P, 8), "ewlog": (_P, _P, 8), "relu": (_P, _P, 8),
-    "scalar_mul": ("T", _P, _P, 8), "set": ("T", _P, 8), "softmax": (_P, _P, 8, 8),
+    "ewexp": (_P, 8, _P, 8, 8, 8), "ewlog": (_P, 8, _P, 8, 8, 8), "relu": (_P, 8, _P, 8, 8, 8),
+    "scalar_mul": ("T", _P, 8, _P, 8, 8, 8), "set": ("T", _P, 8, 8, 8),
+    "softmax": (_P, _P, 8, 8),
     "gemm": (88, _P, _P, _P, _P), "conv": (80, _P, _P, _P, _P), "max_pool": (80, _P, _P),
     "avg_pool": (80, _P, _P),
 }

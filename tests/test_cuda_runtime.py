@@ -443,3 +443,47 @@ def test_gpu_graph_errors(fake):
     nnc.static_schedule(w, stream_type="gpu")
     with pytest.raises(nnc.GraphError, match="control flow"):
         cgraph.capture(w)
+
+
+def test_to_gpu_keeps_views_and_edges(env):
+    g, x, y = _diamond("gpu")
+    cpu = nnc.Graph()
+    buf = nnc.Tensor(np.zeros((2, 3), np.float32))
+    src = nnc.Tensor(np.arange(3, dtype=np.float32))
+    a = cpu.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [src], [buf.view((3,), offset=0)], name="a")
+    b = cpu.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [src], [buf.view((3,), offset=3)], name="b")
+    c = cpu.exec(nnc.Cmd("EWSUM"), [buf.view((3,), 0), buf.view((3,), 3)],
+                 [nnc.Tensor(np.zeros(3, np.float32))], name="c")
+    cpu.concat(a, c)
+    cpu.concat(b, c)
+    new, mapping = cgraph.to_gpu(cpu)
+    assert [e.name for e in new.execs] == ["a", "b", "c"]
+    assert [o.name for o in new.execs[0].outgoings] == ["c"]
+    assert all(t.device == "gpu:0" for e in new.execs for t in e.inputs + e.outputs)
+    new.run()
+    gbuf = mapping[id(buf._owner_object)]
+    np.testing.assert_array_equal(gbuf.numpy(), [[0, 2, 4], [0, 3, 6]])
+    np.testing.assert_array_equal(new.execs[2].outputs[0].numpy(), [0, 5, 10])
+    assert (buf.numpy() == 0).all()                 # the CPU graph's memory is untouched
+
+
+def test_inception_on_gpu_matches_cpu(env):
+    from nnc.models.inception import build_inception_v3_model
+
+    m = build_inception_v3_model(size=75)
+    m.graph.run()
+    want = m.output.numpy().copy()
+    new, mapping = cgraph.to_gpu(m.graph)
+    out = mapping[id(m.output._owner_object)]
+    sched = nnc.static_schedule(new, stream_type="gpu")
+    assert sched.stream_count > 1
+    s = drv.CudaStream()
+    cgraph.run(new, s)
+    s.wait()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-6)
+    memory.fill_zero(out)
+    cg = cgraph.capture(new, s)
+    memory.fill_zero(out)
+    cg.replay(s)
+    s.wait()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-6)

@@ -65,18 +65,7 @@ def _pixel_stride(t):
     """For an NHWC tensor whose channels have unit stride and whose pixels are evenly spaced
     (a contiguous tensor, or a channel slice such as buf[..., c0:c1]): that pixel stride in
     elements. None for any other layout."""
-    if t.ndim not in (3, 4) or (t.strides[-1] != 1 and t.shape[-1] > 1):
-        return None
-    dims = list(zip(t.shape[-2::-1], t.strides[-2::-1]))      # (W, sW), (H, sH), (N, sN)
-    p = next((s // span for span, (d, s) in zip(_spans(dims), dims) if d > 1), t.shape[-1])
-    if p < t.shape[-1]:
-        return None                 # pixels would overlap
-    want = p
-    for d, s in dims:
-        if d > 1 and s != want:
-            return None
-        want *= d
-    return p
+    return _row_stride(t) if t.ndim in (3, 4) else None
 
 
 def _spans(dims):
@@ -147,28 +136,65 @@ def _ewdiv(dev, s, cmd, inputs, outputs):
                [_ptr(inputs[0]), _ptr(inputs[1]), _ptr(y), np.int64(y.size)], s)
 
 
+def _row_layout(*ts):
+    """(n, cols, [row stride of each t]) for same-shape tensors seen as rows x cols (ew.cu):
+    one row when all are contiguous, else rows of the last axis, evenly spaced."""
+    n = ts[0].size
+    if all(t.is_contiguous for t in ts):
+        return n, max(n, 1), [max(n, 1)] * len(ts)
+    cols = ts[0].shape[-1]
+    return n, cols, [cols if t.is_contiguous else _row_stride(t) for t in ts]
+
+
+def _row_stride(t):
+    """The spacing of t's rows (its last axis has unit stride), or None if uneven."""
+    if t.ndim < 2 or (t.strides[-1] != 1 and t.shape[-1] > 1):
+        return None
+    dims = list(zip(t.shape[-2::-1], t.strides[-2::-1]))
+    p = next((s // span for span, (d, s) in zip(_spans(dims), dims) if d > 1), t.shape[-1])
+    if p < t.shape[-1]:
+        return None
+    want = p
+    for d, s in dims:
+        if d > 1 and s != want:
+            return None
+        want *= d
+    return p
+
+
 def _unary(kernel):
     def body(dev, s, cmd, inputs, outputs):
-        y = outputs[0]
-        if y.size:
-            launch(_fn(dev, kernel, y), _grid_1d(dev, y.size), (_THREADS,),
-                   [_ptr(inputs[0]), _ptr(y), np.int64(y.size)], s)
+        x, y = inputs[0], outputs[0]
+        n, cols, (xs, ys) = _row_layout(x, y)
+        if n:
+            launch(_fn(dev, kernel, y), _grid_1d(dev, n), (_THREADS,),
+                   [_ptr(x), np.int64(xs), _ptr(y), np.int64(ys), np.int64(n),
+                    np.int64(cols)], s)
 
     return body
 
 
 def _scalar_mul(dev, s, cmd, inputs, outputs):
-    y = outputs[0]
-    if y.size:
-        launch(_fn(dev, "scalar_mul", y), _grid_1d(dev, y.size), (_THREADS,),
-               [_scalar(y, cmd.params["a"]), _ptr(inputs[0]), _ptr(y), np.int64(y.size)], s)
+    x, y = inputs[0], outputs[0]
+    n, cols, (xs, ys) = _row_layout(x, y)
+    if n:
+        launch(_fn(dev, "scalar_mul", y), _grid_1d(dev, n), (_THREADS,),
+               [_scalar(y, cmd.params["a"]), _ptr(x), np.int64(xs), _ptr(y), np.int64(ys),
+                np.int64(n), np.int64(cols)], s)
 
 
 def _set(dev, s, cmd, inputs, outputs):
     for y in outputs:
-        if y.size:
-            launch(_fn(dev, "set", y), _grid_1d(dev, y.size), (_THREADS,),
-                   [_scalar(y, cmd.params["value"]), _ptr(y), np.int64(y.size)], s)
+        n, cols, (ys,) = _row_layout(y)
+        if n:
+            launch(_fn(dev, "set", y), _grid_1d(dev, n), (_THREADS,),
+                   [_scalar(y, cmd.params["value"]), _ptr(y), np.int64(ys), np.int64(n),
+                    np.int64(cols)], s)
+
+
+def _rows_same_gpu(cmd, inputs, outputs):
+    ts = _tensors(inputs, outputs)
+    return _same_gpu(ts) and all(t.is_contiguous or _row_stride(t) is not None for t in ts)
 
 
 def _softmax(dev, s, cmd, inputs, outputs):
@@ -315,11 +341,11 @@ def register():
     add("EWSUM", _ew_reduce("ewsum"))
     add("EWPROD", _ew_reduce("ewprod"))
     add("EWDIV", _ewdiv)
-    add("EWEXP", _unary("ewexp"))
-    add("EWLOG", _unary("ewlog"))
-    add("RELU", _unary("relu"))
-    add("SCALAR_MUL", _scalar_mul)
-    add("SET", _set)
+    add("EWEXP", _unary("ewexp"), accept=_rows_same_gpu)
+    add("EWLOG", _unary("ewlog"), accept=_rows_same_gpu)
+    add("RELU", _unary("relu"), accept=_rows_same_gpu)
+    add("SCALAR_MUL", _scalar_mul, accept=_rows_same_gpu)
+    add("SET", _set, accept=_rows_same_gpu)
     add("SOFTMAX", _softmax)
     add("GEMM", _gemm, accept=_gemm_accept)
     add("CONVOLUTION", _conv, accept=_window_accept)

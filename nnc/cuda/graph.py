@@ -14,10 +14,12 @@ Graphs with while or case..of nodes are refused here (their control flow needs t
 GPU they would keep the coroutine path, which is not wired to CUDA streams yet (docs/gpu.md).
 """
 
+import numpy as np
+
 from nnc._core import GraphError, ScheduleError
 from nnc.cuda.driver import CudaEvent, CudaGraph, CudaStream, device
 
-__all__ = ["GpuRun", "capture", "run"]
+__all__ = ["GpuRun", "capture", "run", "to_gpu"]
 
 _CONTROL = ("WHILE", "CASE_OF")
 
@@ -107,3 +109,51 @@ def capture(graph, stream=None, warmup=True):
     cg = CudaGraph.capture(s, lambda: r.enqueue(s))
     cg.runner = r                   # keeps the streams, events and tensors alive
     return cg
+
+
+def to_gpu(graph, device="gpu"):
+    """A copy of a CPU graph whose every tensor lives on ``device``: returns ``(new_graph,
+    mapping)`` where mapping takes each CPU tensor's memory owner to its GPU copy.
+
+    Each distinct memory owner (an ndarray, with every view of it) is copied once, and views
+    stay views at the same offsets and strides, so zero-copy concat slices (Inception's) keep
+    aliasing their buffers. Commands are rebuilt from name and parameters (backends are chosen
+    again, for the GPU); edges, sources and destinations follow the original. Graphs with
+    while or case..of nodes are refused.
+    """
+    from nnc.cmd import Cmd
+    from nnc.cuda import memory
+    from nnc.graph.graph import Graph
+
+    owners = {}                     # id(owner ndarray) -> (owner, GPU tensor of it)
+
+    def convert(t):
+        if t is None:
+            return None
+        owner = t._owner_object
+        if not isinstance(owner, np.ndarray):
+            raise GraphError(f"{t!r} is not host memory nnc can copy to a GPU")
+        entry = owners.get(id(owner))
+        if entry is None:
+            entry = owners[id(owner)] = (owner, memory.from_numpy(owner, device))
+        base = owner.__array_interface__["data"][0]
+        offset, rem = divmod(t.data_ptr - base, t.dtype.itemsize)
+        if rem or entry[1].dtype != t.dtype:
+            raise GraphError(f"{t!r} is a view with another dtype or alignment than its memory")
+        return entry[1].view(t.shape, offset=offset, strides=t.strides)
+
+    new = Graph()
+    nodes = {}
+    for e in graph.execs:
+        if e.cmd.name in _CONTROL:
+            raise GraphError(f"{e!r} is a {e.cmd.name} node; to_gpu copies graphs without "
+                             "control flow")
+        cmd = Cmd(e.cmd.name, **e.cmd.params)
+        nodes[e.index] = new.exec(cmd, [convert(t) for t in e.inputs],
+                                  [convert(t) for t in e.outputs], name=e.name)
+    for e in graph.execs:
+        for o in e.outgoings:
+            new.concat(nodes[e.index], nodes[o.index])
+    new.sources = [nodes[e.index] for e in graph.sources]
+    new.destinations = [nodes[e.index] for e in graph.destinations]
+    return new, {id(o): t for o, t in owners.values()}
