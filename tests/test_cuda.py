@@ -184,3 +184,18 @@ def test_malformed_device_strings(spec):
 def test_parse_gpu():
     assert [cuda.parse_gpu(s) for s in ("gpu", "gpu:0", "gpu:3", "gpu:12")] == [0, 0, 3, 12]
     assert cuda.parse_gpu("cpu") is None
+
+
+def test_gpu_benchmark_without_gpu_says_why_and_exits_0():
+    import json
+    import os
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = dict(os.environ, NNC_DISABLE_CUDA="1")
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu", "--json"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("no GPU: CUDA disabled by NNC_DISABLE_CUDA=1")
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["gpu"] is None and "NNC_DISABLE_CUDA" in report["reason"]

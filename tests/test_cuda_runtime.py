@@ -487,3 +487,12 @@ def test_inception_on_gpu_matches_cpu(env):
     cg.replay(s)
     s.wait()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-6)
+
+
+def test_gpu_benchmark_runs_on_the_fake(fake):
+    from benchmarks import gpu as bench
+
+    r = bench.run(size=75, repeat=1, kernels=4, log=lambda *a: None)
+    assert r["max_abs_error_vs_cpu"] < 1e-4 and r["stream_count"] > 1
+    assert set(r["dispatch_us_per_node"]) == {"eager", "replay"}
+    assert "host dispatch" in bench.render(r)
