@@ -21,6 +21,8 @@ MODULES = [
     ("nnc.graph.run", "nnc/graph/run.pyx"),
     ("nnc.graph.control", "nnc/graph/control.pyx"),
     ("nnc.graph.flow", "nnc/graph/flow.pyx"),
+    # Needs no CUDA header (only pthread and semaphore.h), so it is always built.
+    ("nnc.cuda._hostfn", "nnc/cuda/_hostfn.pyx"),
 ]
 
 DIRECTIVES = {

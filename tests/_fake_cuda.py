@@ -11,6 +11,8 @@ trick). This proves argument forms and host logic only; GPU results need a GPU.
 """
 
 import ctypes
+import threading
+import time
 
 import numpy as np
 
@@ -64,6 +66,8 @@ class FakeDriver:
         self.launches = []              # kernel names launched (executed)
         self.live_streams = set()
         self.live_events = set()
+        self.busy = False               # cuStreamQuery says NOT_READY while set
+        self.host_delay = 0.02          # seconds before a host function runs
         self._next = 1
 
     # -- helpers
@@ -164,6 +168,21 @@ class FakeDriver:
         return self.ok()
 
     def cuStreamQuery(self, s):
+        if self.busy:
+            return (real.CUresult.CUDA_ERROR_NOT_READY,)
+        return self.ok()
+
+    def cuLaunchHostFunc(self, s, fn, data):
+        # The driver calls fn(data) on its own thread once the stream gets there: here, from
+        # a plain thread a little later, through ctypes (which does not take the GIL for it).
+        cfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(int(fn))
+
+        def later():
+            time.sleep(self.host_delay)
+            self.busy = False
+            cfn(data)
+
+        self._run(lambda: threading.Thread(target=later).start())
         return self.ok()
 
     def cuEventCreate(self, flags):

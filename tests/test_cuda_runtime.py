@@ -496,3 +496,24 @@ def test_gpu_benchmark_runs_on_the_fake(fake):
     assert r["max_abs_error_vs_cpu"] < 1e-4 and r["stream_count"] > 1
     assert set(r["dispatch_us_per_node"]) == {"eager", "replay"}
     assert "host dispatch" in bench.render(r)
+
+
+def test_coroutine_waits_on_a_cuda_stream_through_the_c_host_function(fake):
+    from nnc.coro import Scheduler, WaitFor
+
+    s = drv.CudaStream()
+    assert s.coro_arm(lambda: None) is False        # idle: no host function, no hand-off
+    seen = []
+
+    def task():
+        seen.append("before")
+        yield WaitFor(s)
+        seen.append(threading.current_thread().name)
+
+    fake.busy = True
+    sched = Scheduler("test-cuda")
+    sched.spawn(task())
+    assert seen == ["before"]                       # suspended; the caller went on
+    assert sched.join(timeout=5)
+    assert seen[1] == "test-cuda"                    # resumed on the scheduler's one thread
+    assert "cuLaunchHostFunc" in fake.calls

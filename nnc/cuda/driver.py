@@ -232,6 +232,25 @@ class CudaStream:
         except CUDAError as e:
             raise StreamError(f"{self!r} failed: {e}") from e
 
+    def coro_arm(self, wake):
+        """The nnc.coro glue (``yield WaitFor(cuda_stream)``): False if the stream is idle,
+        else True after enqueueing a host function that makes ``wake()`` run once the work
+        enqueued so far is done. The host function is C (nnc/cuda/_hostfn.pyx) and never
+        takes the GIL; ``wake()`` runs on nnc's one watcher thread."""
+        if self.query():
+            return False
+        from nnc.cuda import _hostfn
+
+        cu = driver()
+        data = _hostfn.arm(wake)
+        try:
+            check(cu.cuLaunchHostFunc(self.handle, cu.CUhostFn(_hostfn.fn_address()), data),
+                  "cuLaunchHostFunc")
+        except BaseException:
+            _hostfn.disarm(data)
+            raise
+        return True
+
     def _enqueue_cmd(self, cmd, backend, inputs, outputs):
         """nnc.cmd_exec's hook: launch a GPU backend on this stream, asynchronously."""
         if backend.device == "cpu":
