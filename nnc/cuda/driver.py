@@ -155,6 +155,7 @@ class CudaEvent:
 
     def query(self):
         """True if the latest record has completed (or there was none). Never blocks."""
+        self.device.make_current()
         cu = driver()
         (err,) = cu.cuEventQuery(self.handle)
         if int(err) == int(cu.CUresult.CUDA_ERROR_NOT_READY):
@@ -206,16 +207,19 @@ class CudaStream:
     def emit(self, event):
         if not isinstance(event, CudaEvent):
             raise CUDAError(f"a CUDA stream emits an nnc.cuda.CudaEvent, not {event!r}")
+        self.device.make_current()      # the current context is per thread (no-op if set)
         check(driver().cuEventRecord(event.handle, self.handle), "cuEventRecord")
         event.emitted = True
 
     def wait_signal(self, event):
         if not isinstance(event, CudaEvent):
             raise CUDAError(f"a CUDA stream waits on an nnc.cuda.CudaEvent, not {event!r}")
+        self.device.make_current()
         # Across devices too: a stream may wait on another device's event (CUDA allows it).
         check(driver().cuStreamWaitEvent(self.handle, event.handle, 0), "cuStreamWaitEvent")
 
     def query(self):
+        self.device.make_current()
         cu = driver()
         (err,) = cu.cuStreamQuery(self.handle)
         if int(err) == int(cu.CUresult.CUDA_ERROR_NOT_READY):
@@ -317,6 +321,7 @@ class CudaGraph:
         """Enqueue the captured work on ``stream`` (returns at once)."""
         if self.exec_handle is None:
             raise CUDAError("this CudaGraph was closed")
+        self.device.make_current()
         check(driver().cuGraphLaunch(self.exec_handle, stream.handle), "cuGraphLaunch")
 
     def close(self):
