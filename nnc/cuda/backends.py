@@ -238,10 +238,13 @@ def gemm_geometry(cmd, a, w, out):
     return grid, g
 
 
+def _operands(inputs, outputs):
+    """(x or a, w, bias or None, out) of GEMM and CONVOLUTION."""
+    return inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, outputs[0]
+
+
 def _gemm(dev, s, cmd, inputs, outputs):
-    a, w = inputs[0], inputs[1]
-    bias = inputs[2] if len(inputs) > 2 else None
-    out = outputs[0]
+    a, w, bias, out = _operands(inputs, outputs)
     if out.size == 0:
         return
     grid, g = gemm_geometry(cmd, a, w, out)
@@ -253,7 +256,7 @@ def _gemm_accept(cmd, inputs, outputs):
     out = outputs[0]
     if not _same_gpu(_tensors(inputs, outputs)) or out.strides[-1] != 1 and out.shape[-1] > 1:
         return False
-    bias = inputs[2] if len(inputs) > 2 else None
+    bias = _operands(inputs, outputs)[2]
     if bias is not None and not bias.is_contiguous:
         return False
     batch = max(t.shape[0] if t.ndim == 3 else 1 for t in inputs[:2])
@@ -279,9 +282,7 @@ def window_geometry(cmd, x, out, groups=1):
 
 
 def _conv(dev, s, cmd, inputs, outputs):
-    x, w = inputs[0], inputs[1]
-    bias = inputs[2] if len(inputs) > 2 else None
-    out = outputs[0]
+    x, w, bias, out = _operands(inputs, outputs)
     if out.size == 0:
         return
     g = window_geometry(cmd, x, out, cmd.params["groups"])

@@ -29,7 +29,8 @@ import numpy as np
 from nnc import cuda as _detect
 from nnc._core import CUDAError, StreamError
 
-__all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "check", "device", "driver"]
+__all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "device",
+           "driver"]
 
 _driver = None                      # the cuda.bindings.driver module (or a test's fake)
 _lock = threading.Lock()
@@ -61,6 +62,35 @@ def check(result, what):
     if len(result) == 1:
         return None
     return result[1] if len(result) == 2 else tuple(result[1:])
+
+
+class Resource:
+    """Something the driver frees (a stream, an event, memory): ``close()`` frees it once;
+    garbage collection closes it too. Subclasses set ``handle`` and define ``_destroy``."""
+
+    handle = None
+
+    def _destroy(self, handle):
+        raise NotImplementedError
+
+    def close(self):
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            self._destroy(handle)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # at interpreter exit the driver may be gone
+            pass
+
+
+def _ready(result, what):
+    """A query's result: True done, False CUDA_ERROR_NOT_READY, CUDAError otherwise."""
+    if int(result[0]) == int(driver().CUresult.CUDA_ERROR_NOT_READY):
+        return False
+    check(result, what)
+    return True
 
 
 class Device:
@@ -142,7 +172,7 @@ def device(spec=0):
     return d
 
 
-class CudaEvent:
+class CudaEvent(Resource):
     """A CUDA event without timing: nnc's signal between GPU streams (NNC: signal, GPU)."""
 
     def __init__(self, dev=0):
@@ -156,36 +186,21 @@ class CudaEvent:
     def query(self):
         """True if the latest record has completed (or there was none). Never blocks."""
         self.device.make_current()
-        cu = driver()
-        (err,) = cu.cuEventQuery(self.handle)
-        if int(err) == int(cu.CUresult.CUDA_ERROR_NOT_READY):
-            return False
-        check((err,), "cuEventQuery")
-        return True
+        return _ready(driver().cuEventQuery(self.handle), "cuEventQuery")
 
     def wait(self):
         """Block (without the GIL) until the latest record has completed."""
         self.device.make_current()
         check(driver().cuEventSynchronize(self.handle), "cuEventSynchronize")
 
-    def close(self):
-        if self.handle is not None:
-            try:
-                check(driver().cuEventDestroy(self.handle), "cuEventDestroy")
-            finally:
-                self.handle = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # at interpreter exit the driver may be gone
-            pass
+    def _destroy(self, handle):
+        check(driver().cuEventDestroy(handle), "cuEventDestroy")
 
     def __repr__(self):
         return f"<nnc.cuda.CudaEvent gpu:{self.device.ordinal}>"
 
 
-class CudaStream:
+class CudaStream(Resource):
     """A non-blocking CUDA stream with nnc.Stream's interface (NNC: GPU stream context).
 
     ``emit(event)`` records, ``wait_signal(event)`` makes later work wait for the latest
@@ -220,12 +235,7 @@ class CudaStream:
 
     def query(self):
         self.device.make_current()
-        cu = driver()
-        (err,) = cu.cuStreamQuery(self.handle)
-        if int(err) == int(cu.CUresult.CUDA_ERROR_NOT_READY):
-            return False
-        check((err,), "cuStreamQuery")
-        return True
+        return _ready(driver().cuStreamQuery(self.handle), "cuStreamQuery")
 
     def wait(self):
         """Block until everything enqueued has run; a failure raises StreamError (cause:
@@ -262,18 +272,8 @@ class CudaStream:
                             "runs GPU backends only")
         backend.py_exec(cmd, inputs, outputs, stream=self)
 
-    def close(self):
-        if self.handle is not None:
-            try:
-                check(driver().cuStreamDestroy(self.handle), "cuStreamDestroy")
-            finally:
-                self.handle = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # at interpreter exit the driver may be gone
-            pass
+    def _destroy(self, handle):
+        check(driver().cuStreamDestroy(handle), "cuStreamDestroy")
 
     def __repr__(self):
         return f"<nnc.cuda.CudaStream gpu:{self.device.ordinal}>"

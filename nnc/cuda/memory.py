@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from nnc._core import CUDAError, TensorError
-from nnc.cuda.driver import check, device, driver
+from nnc.cuda.driver import Resource, check, device, driver
 
 __all__ = ["DeviceBuffer", "PinnedBuffer", "copy", "empty", "fill_zero", "from_numpy",
            "pinned", "to_host"]
@@ -25,7 +25,7 @@ _staging_lock = threading.Lock()
 _staging = {}                       # ordinal -> PinnedBuffer, grown as needed, reused
 
 
-class DeviceBuffer:
+class DeviceBuffer(Resource):
     """``nbytes`` of device memory on one GPU, freed when the last tensor using it dies."""
 
     def __init__(self, dev, nbytes):
@@ -33,33 +33,34 @@ class DeviceBuffer:
         self.device.make_current()
         self.nbytes = int(nbytes)
         # cuMemAlloc(0) is an error; a 0-element tensor still gets a valid, unique pointer.
-        self.ptr = int(check(driver().cuMemAlloc(max(self.nbytes, 1)), "cuMemAlloc"))
+        self.handle = int(check(driver().cuMemAlloc(max(self.nbytes, 1)), "cuMemAlloc"))
 
-    def free(self):
-        if self.ptr:
-            ptr, self.ptr = self.ptr, 0
-            self.device.make_current()
-            # cuMemFree waits for work still using the memory (it synchronises the device).
-            check(driver().cuMemFree(ptr), "cuMemFree")
+    @property
+    def ptr(self):
+        return self.handle or 0
 
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:  # at interpreter exit the driver may be gone
-            pass
+    def _destroy(self, ptr):
+        self.device.make_current()
+        # cuMemFree waits for work still using the memory (it synchronises the device).
+        check(driver().cuMemFree(ptr), "cuMemFree")
 
     def __repr__(self):
         return f"<nnc.cuda.DeviceBuffer {self.nbytes} bytes on gpu:{self.device.ordinal}>"
 
 
-class PinnedBuffer:
+class PinnedBuffer(Resource):
     """Page-locked host memory (cuMemHostAlloc): the source or target of async copies."""
 
     def __init__(self, nbytes, dev=0):
         self.device = device(dev)
         self.device.make_current()
         self.nbytes = int(nbytes)
-        self.ptr = int(check(driver().cuMemHostAlloc(max(self.nbytes, 1), 0), "cuMemHostAlloc"))
+        self.handle = int(check(driver().cuMemHostAlloc(max(self.nbytes, 1), 0),
+                                "cuMemHostAlloc"))
+
+    @property
+    def ptr(self):
+        return self.handle or 0
 
     def array(self, shape=None, dtype=np.uint8):
         """An ndarray over this memory that keeps the buffer alive."""
@@ -69,16 +70,8 @@ class PinnedBuffer:
                      "data": (self.ptr, False), "strides": None}
         return np.asarray(_Interface(interface, self))
 
-    def free(self):
-        if self.ptr:
-            ptr, self.ptr = self.ptr, 0
-            check(driver().cuMemFreeHost(ptr), "cuMemFreeHost")
-
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:  # at interpreter exit the driver may be gone
-            pass
+    def _destroy(self, ptr):
+        check(driver().cuMemFreeHost(ptr), "cuMemFreeHost")
 
 
 class _Interface:
@@ -129,7 +122,7 @@ def _staging_buffer(dev, nbytes):
     buf = _staging.get(dev.ordinal)
     if buf is None or buf.nbytes < nbytes:
         if buf is not None:
-            buf.free()
+            buf.close()
         buf = _staging[dev.ordinal] = PinnedBuffer(max(nbytes, 1 << 20), dev)
     return buf
 

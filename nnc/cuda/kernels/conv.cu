@@ -13,15 +13,28 @@ struct nnc_window_t {
     long long x_ps, o_ps;        // elements between consecutive pixels of x / out
 };
 
+// Output element e of [n, ho, wo, channels] -> its channel, pixel index p over (n, i, j), row
+// i, column j and image n.
+struct nnc_at_t { int ch, i, j; long long p, n; };
+
+__device__ __forceinline__ nnc_at_t nnc_at(const nnc_window_t& g, long long e, int channels) {
+    nnc_at_t a;
+    a.ch = (int)(e % channels);
+    a.p = e / channels;
+    a.j = (int)(a.p % g.wo);
+    a.i = (int)((a.p / g.wo) % g.ho);
+    a.n = a.p / ((long long)g.wo * g.ho);
+    return a;
+}
+
 template <typename T>
 __device__ void conv_direct(nnc_window_t g, const T* x, const T* wt, const T* bias, T* out) {
     const long long total = g.n * g.ho * g.wo * g.o;
     const int cg = g.c / g.groups, og = g.o / g.groups;
     NNC_GRID_STRIDE(e, total) {
-        const int o = (int)(e % g.o);
-        long long p = e / g.o;                    // output pixel index over (n, i, j)
-        const int j = (int)(p % g.wo), i = (int)((p / g.wo) % g.ho);
-        const long long n = p / ((long long)g.wo * g.ho);
+        const nnc_at_t at = nnc_at(g, e, g.o);
+        const int o = at.ch, i = at.i, j = at.j;
+        const long long p = at.p, n = at.n;
         const int c0 = (o / og) * cg;
         const T* wo = wt + (long long)o * g.kh * g.kw * cg;  // w[o, :, :, :]
         T acc = bias ? bias[o] : (T)0;
@@ -44,10 +57,9 @@ template <typename T, bool MAX>
 __device__ void pool(nnc_window_t g, const T* x, T* out) {
     const long long total = g.n * g.ho * g.wo * g.c;
     NNC_GRID_STRIDE(e, total) {
-        const int c = (int)(e % g.c);
-        long long p = e / g.c;
-        const int j = (int)(p % g.wo), i = (int)((p / g.wo) % g.ho);
-        const long long n = p / ((long long)g.wo * g.ho);
+        const nnc_at_t at = nnc_at(g, e, g.c);
+        const int c = at.ch, i = at.i, j = at.j;
+        const long long p = at.p, n = at.n;
         T acc = MAX ? nnc_neg_inf<T>() : (T)0;
         int real = 0;
         for (int a = 0; a < g.kh; a++) {
