@@ -27,29 +27,36 @@ __device__ __forceinline__ nnc_at_t nnc_at(const nnc_window_t& g, long long e, i
     return a;
 }
 
+// Calls f(a, b, pixel) for every kernel tap (a, b) of output pixel `at` that lands on a real
+// input pixel (padding is skipped, never read); pixel indexes x's pixels over (n, y, x).
+template <typename F>
+__device__ __forceinline__ void nnc_for_taps(const nnc_window_t& g, const nnc_at_t& at, F f) {
+    for (int a = 0; a < g.kh; a++) {
+        int y = at.i * g.sh - g.pt + a;
+        if (y < 0 || y >= g.h) continue;
+        for (int b = 0; b < g.kw; b++) {
+            int xc = at.j * g.sw - g.pl + b;
+            if (xc < 0 || xc >= g.w) continue;
+            f(a, b, (at.n * g.h + y) * g.w + xc);
+        }
+    }
+}
+
 template <typename T>
 __device__ void conv_direct(nnc_window_t g, const T* x, const T* wt, const T* bias, T* out) {
     const long long total = g.n * g.ho * g.wo * g.o;
     const int cg = g.c / g.groups, og = g.o / g.groups;
     NNC_GRID_STRIDE(e, total) {
         const nnc_at_t at = nnc_at(g, e, g.o);
-        const int o = at.ch, i = at.i, j = at.j;
-        const long long p = at.p, n = at.n;
-        const int c0 = (o / og) * cg;
+        const int o = at.ch, c0 = (o / og) * cg;
         const T* wo = wt + (long long)o * g.kh * g.kw * cg;  // w[o, :, :, :]
         T acc = bias ? bias[o] : (T)0;
-        for (int a = 0; a < g.kh; a++) {
-            int y = i * g.sh - g.pt + a;
-            if (y < 0 || y >= g.h) continue;
-            for (int b = 0; b < g.kw; b++) {
-                int xcol = j * g.sw - g.pl + b;
-                if (xcol < 0 || xcol >= g.w) continue;
-                const T* xp = x + ((n * g.h + y) * g.w + xcol) * g.x_ps + c0;
-                const T* wp = wo + ((long long)a * g.kw + b) * cg;
-                for (int c = 0; c < cg; c++) acc += xp[c] * wp[c];
-            }
-        }
-        out[p * g.o_ps + o] = acc;
+        nnc_for_taps(g, at, [&](int a, int b, long long pixel) {
+            const T* xp = x + pixel * g.x_ps + c0;
+            const T* wp = wo + ((long long)a * g.kw + b) * cg;
+            for (int c = 0; c < cg; c++) acc += xp[c] * wp[c];
+        });
+        out[at.p * g.o_ps + o] = acc;
     }
 }
 
@@ -58,25 +65,18 @@ __device__ void pool(nnc_window_t g, const T* x, T* out) {
     const long long total = g.n * g.ho * g.wo * g.c;
     NNC_GRID_STRIDE(e, total) {
         const nnc_at_t at = nnc_at(g, e, g.c);
-        const int c = at.ch, i = at.i, j = at.j;
-        const long long p = at.p, n = at.n;
+        const int c = at.ch;
         T acc = MAX ? nnc_neg_inf<T>() : (T)0;
         int real = 0;
-        for (int a = 0; a < g.kh; a++) {
-            int y = i * g.sh - g.pt + a;
-            if (y < 0 || y >= g.h) continue;
-            for (int b = 0; b < g.kw; b++) {
-                int xcol = j * g.sw - g.pl + b;
-                if (xcol < 0 || xcol >= g.w) continue;
-                T v = x[((n * g.h + y) * g.w + xcol) * g.x_ps + c];
-                // v > acc is false for NaN: keep a NaN once seen, as np.maximum does.
-                if (MAX) acc = (v > acc || v != v) ? v : acc;
-                else acc += v;
-                real++;
-            }
-        }
+        nnc_for_taps(g, at, [&](int, int, long long pixel) {
+            T v = x[pixel * g.x_ps + c];
+            // v > acc is false for NaN: keep a NaN once seen, as np.maximum does.
+            if (MAX) acc = (v > acc || v != v) ? v : acc;
+            else acc += v;
+            real++;
+        });
         if (!MAX) acc /= (T)(g.count_include_pad ? g.kh * g.kw : real);
-        out[p * g.o_ps + c] = acc;
+        out[at.p * g.o_ps + c] = acc;
     }
 }
 
