@@ -66,6 +66,8 @@ class FakeDriver:
         self.launches = []              # kernel names launched (executed)
         self.live_streams = set()
         self.live_events = set()
+        self.ctx_of = {}                # stream / event / module / function id -> context
+        self._current = threading.local()   # .ctx: this thread's current context
         self.busy = False               # cuStreamQuery says NOT_READY while set
         self.host_delay = 0.02          # seconds before a host function runs
         self._next = 1
@@ -110,7 +112,20 @@ class FakeDriver:
         return self.ok(self._h("CUcontext", 0x1000 + int(dev)))
 
     def cuCtxSetCurrent(self, ctx):
+        self._current.ctx = int(ctx)
         return self.ok()
+
+    def _made(self, h):
+        """Remember the context current when handle h was made (None: none was)."""
+        self.ctx_of[h] = getattr(self._current, "ctx", None)
+        return h
+
+    def _same_ctx(self, a, b):
+        # As the driver: a stream records only its own context's events and runs its own
+        # context's kernels; nnc must never mix them.
+        if self.ctx_of[int(a)] != self.ctx_of[int(b)]:
+            return (real.CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        return None
 
     def cuDeviceGetAttribute(self, attr, dev):
         name = getattr(attr, "name", "")
@@ -156,7 +171,7 @@ class FakeDriver:
 
     # -- streams, events, capture
     def cuStreamCreate(self, flags):
-        h = self._id()
+        h = self._made(self._id())
         self.live_streams.add(h)
         return self.ok(self._h("CUstream", h))
 
@@ -186,7 +201,7 @@ class FakeDriver:
         return self.ok()
 
     def cuEventCreate(self, flags):
-        h = self._id()
+        h = self._made(self._id())
         self.live_events.add(h)
         return self.ok(self._h("CUevent", h))
 
@@ -195,7 +210,7 @@ class FakeDriver:
         return self.ok()
 
     def cuEventRecord(self, e, s):
-        return self.ok()
+        return self._same_ctx(e, s) or self.ok()
 
     def cuEventQuery(self, e):
         return self.ok()
@@ -232,7 +247,7 @@ class FakeDriver:
 
     # -- modules and kernels
     def cuModuleLoadData(self, image):
-        m = self._id()
+        m = self._made(self._id())
         self.modules[m] = bytes(image)
         return self.ok(self._h("CUmodule", m))
 
@@ -242,10 +257,14 @@ class FakeDriver:
             err = real.CUresult.CUDA_ERROR_NOT_FOUND if real is not None else _Handle(500)
             return (err, None)
         f = self._id()
+        self.ctx_of[f] = self.ctx_of[int(module)]
         self.functions[f] = name.decode()
         return self.ok(self._h("CUfunction", f))
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        bad = self._same_ctx(f, stream)
+        if bad:
+            return bad
         name = self.functions[int(f)]
         base, dtype = name.rsplit("_", 1)
         dtype = {"f32": np.float32, "f64": np.float64}[dtype]

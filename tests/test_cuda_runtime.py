@@ -517,3 +517,34 @@ def test_coroutine_waits_on_a_cuda_stream_through_the_c_host_function(fake):
     assert sched.join(timeout=5)
     assert seen[1] == "test-cuda"                    # resumed on the scheduler's one thread
     assert "cuLaunchHostFunc" in fake.calls
+
+
+def test_graph_across_two_gpus(fake):
+    """x on gpu:0 -> (2x on gpu:0, copy to gpu:1 then 3x there, copy back) -> sum on gpu:0:
+    streams on both GPUs, events recorded on their own GPU and waited on across GPUs (the
+    fake refuses a record or launch on another context's stream, as the driver does)."""
+    g = nnc.Graph()
+    x = gpu(np.arange(4, dtype=np.float32))
+    a0, b0, y = (nnc.Tensor.empty((4,), device="gpu:0") for _ in range(3))
+    x1, b1 = (nnc.Tensor.empty((4,), device="gpu:1") for _ in range(2))
+    n1 = g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [a0])
+    n2 = g.exec(nnc.Cmd("DATA_TRANSFER"), [x], [x1])
+    n3 = g.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [x1], [b1])
+    n4 = g.exec(nnc.Cmd("DATA_TRANSFER"), [b1], [b0])
+    n5 = g.exec(nnc.Cmd("EWSUM"), [a0, b0], [y])
+    for p, q in ((n1, n5), (n2, n3), (n3, n4), (n4, n5)):
+        g.concat(p, q)
+    nnc.static_schedule(g, stream_type="gpu")
+    s = drv.CudaStream("gpu:0")
+    r = cgraph.run(g, s)
+    s.wait()
+    np.testing.assert_array_equal(y.numpy(), 5 * np.arange(4))
+    assert {st.device.ordinal for st in r.streams} == {0, 1}
+    s1 = drv.CudaStream("gpu:1")
+    cg = cgraph.capture(g, s1)                  # the caller's stream may be on gpu:1
+    memory.fill_zero(y)
+    cg.replay(s1)
+    s1.wait()
+    np.testing.assert_array_equal(y.numpy(), 5 * np.arange(4))
+    with pytest.raises(nnc.CommandError, match="tensors are on gpu:1 but the stream is on gpu:0"):
+        nnc.cmd_exec(nnc.Cmd("SCALAR_MUL", a=1.0), [x1], [b1], stream=s)

@@ -88,7 +88,12 @@ def _runner(body):
         gpus = [t.device for t in ts if t.device != "cpu"]
         if not gpus:
             raise CommandError(f"{cmd.name}/{BACKEND} needs at least one GPU tensor")
-        dev = device(gpus[0])
+        # A kernel runs on a stream of its tensors' GPU (modules and streams belong to one
+        # context); copies may use any stream (peer copies name both contexts).
+        dev = stream.device if stream is not None else device(gpus[0])
+        if body is not _transfer and gpus[0] != f"gpu:{dev.ordinal}":
+            raise CommandError(f"{cmd.name}/{BACKEND}: the tensors are on {gpus[0]} but the "
+                               f"stream is on gpu:{dev.ordinal}")
         s = stream if stream is not None else dev.sync_stream()
         dev.make_current()
         body(dev, s, cmd, inputs, outputs)

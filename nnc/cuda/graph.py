@@ -24,8 +24,22 @@ __all__ = ["GpuRun", "capture", "run", "to_gpu"]
 _CONTROL = ("WHILE", "CASE_OF")
 
 
+def _node_device(e, default):
+    """The GPU a node runs on: its first GPU output's, else its first GPU input's."""
+    for t in list(e.outputs) + list(e.inputs):
+        if t is not None and t.device != "cpu":
+            return int(t.device[4:])
+    return default
+
+
 class GpuRun:
-    """A graph's static GPU schedule turned into CUDA streams, events and chosen backends."""
+    """A graph's static GPU schedule turned into CUDA streams, events and chosen backends.
+
+    Schedule stream k becomes one CudaStream per device that k's nodes run on (a node runs on
+    its outputs' GPU, so a graph spanning two GPUs gets streams on each); signal k becomes a
+    CudaEvent on the device of the node that emits it (an event is recorded on a stream of its
+    own device), and waits on it work across devices.
+    """
 
     def __init__(self, graph, schedule=None):
         from nnc.cmd import cmd_backends_for
@@ -39,6 +53,8 @@ class GpuRun:
         self.device = device(sched.stream_type)
         self.graph, self.schedule = graph, sched
         self.nodes = []
+        streams = {}                    # (schedule stream, ordinal) -> CudaStream
+        signal_dev = {}                 # signal -> ordinal of the node emitting it
         for e in sched.order:
             cmd = e.cmd
             if cmd.name in _CONTROL:
@@ -46,8 +62,8 @@ class GpuRun:
                                  "run as a CUDA stream schedule or be captured")
             es = sched[e]
             if len(es.streams) != 1:
-                raise ScheduleError(f"{e!r} has {len(es.streams)} streams; a node on several "
-                                    "devices is not supported on GPUs yet")
+                raise ScheduleError(f"{e!r} has {len(es.streams)} streams; nnc's schedules give "
+                                    "every node one")
             if cmd.name == "NOOP":
                 backend = None
             else:
@@ -57,21 +73,30 @@ class GpuRun:
                     raise GraphError(f"{e!r}: no GPU backend accepts its tensors (GPU runs need "
                                      "every tensor of a node on the GPU, or DATA_TRANSFER)")
                 backend = cands[0].py_exec
-            self.nodes.append((backend, cmd, list(e.inputs), list(e.outputs), es.streams[0],
+            ordinal = _node_device(e, self.device.ordinal)
+            key = (es.streams[0], ordinal)
+            if key not in streams:
+                streams[key] = CudaStream(ordinal)
+            for sig in es.signals:
+                signal_dev[sig] = ordinal
+            self.nodes.append((backend, cmd, list(e.inputs), list(e.outputs), streams[key],
                                es.signals, es.waits))
-        self.streams = [CudaStream(self.device) for _ in range(sched.stream_count)]
-        self.events = [CudaEvent(self.device) for _ in range(sched.signal_count)]
-        self.begin = CudaEvent(self.device)
-        self.joins = [CudaEvent(self.device) for _ in self.streams]
+        self.streams = list(streams.values())
+        self.events = [CudaEvent(signal_dev.get(k, self.device.ordinal))
+                       for k in range(sched.signal_count)]
+        self._begin = {}                # ordinal of the caller's stream -> fork event
+        self.joins = [CudaEvent(s.device) for s in self.streams]
 
     def enqueue(self, stream):
         """Enqueue one run after the work already on ``stream``; returns at once."""
-        stream.emit(self.begin)
+        begin = self._begin.get(stream.device.ordinal)
+        if begin is None:
+            begin = self._begin[stream.device.ordinal] = CudaEvent(stream.device)
+        stream.emit(begin)
         for s in self.streams:
-            s.wait_signal(self.begin)
-        streams, events = self.streams, self.events
-        for backend, cmd, ins, outs, k, signals, waits in self.nodes:
-            s = streams[k]
+            s.wait_signal(begin)
+        events = self.events
+        for backend, cmd, ins, outs, s, signals, waits in self.nodes:
             for w in waits:
                 s.wait_signal(events[w])
             if backend is not None:
