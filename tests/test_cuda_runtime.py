@@ -413,6 +413,12 @@ def test_scheduled_run_and_capture(env):
     s.wait()
     np.testing.assert_array_equal(y.numpy(), 4 * np.arange(6))
     assert len(r.streams) == 2 and len(r.events) == sched.signal_count
+    memory.fill_zero(y)
+    g.run(stream=s)                                      # the same through Graph.run
+    g.run(stream=s)
+    s.wait()
+    np.testing.assert_array_equal(y.numpy(), 4 * np.arange(6))
+    assert len(s._runs) == 1                             # one GpuRun, reused
     cg = cgraph.capture(g, s)              # after one warm-up run
     memory.fill_zero(y)
     assert (y.numpy() == 0).all()
@@ -427,6 +433,8 @@ def test_gpu_graph_errors(fake):
     g, x, y = _diamond()
     with pytest.raises(nnc.ScheduleError, match="static_schedule"):
         cgraph.GpuRun(g)
+    with pytest.raises(nnc.ScheduleError, match="static_schedule"):
+        g.run(stream=drv.CudaStream())
     nnc.static_schedule(g)
     with pytest.raises(nnc.ScheduleError, match="static_schedule"):
         cgraph.GpuRun(g)

@@ -214,6 +214,7 @@ class CudaStream(Resource):
         cu = driver()
         self.handle = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                             "cuStreamCreate")
+        self._runs = {}                 # id(graph) -> GpuRun, for graph.run(stream=self)
 
     @property
     def kind(self):
@@ -264,6 +265,18 @@ class CudaStream(Resource):
             _hostfn.disarm(data)
             raise
         return True
+
+    def _run_graph(self, graph):
+        """``graph.run(stream=self)``: enqueue its GPU schedule (nnc.cuda.graph.GpuRun, made
+        once per graph and schedule and kept by this stream) and return at once."""
+        from nnc.cuda.graph import GpuRun
+
+        sched = graph.schedule
+        r = self._runs.get(id(graph))
+        if r is None or r.schedule is not sched or (sched is not None and sched.stale):
+            # The GpuRun holds the graph, so id(graph) cannot be reused while it is cached.
+            r = self._runs[id(graph)] = GpuRun(graph)
+        r.enqueue(self)
 
     def _enqueue_cmd(self, cmd, backend, inputs, outputs):
         """nnc.cmd_exec's hook: launch a GPU backend on this stream, asynchronously."""

@@ -560,8 +560,14 @@ cdef class Graph:
         Without a stream: now, on the calling thread. With ``stream=s``: enqueue the run and
         return at once; ``s.wait()`` joins it. With a default schedule (``static_schedule``)
         the nodes go to the schedule's streams, joined to ``s`` by signals at begin and end;
-        without one, every node runs on ``s``. NNC: ccv_nnc_graph_run.
+        without one, every node runs on ``s``. A CUDA stream (nnc.cuda) runs the graph's GPU
+        schedule itself (docs/gpu.md). NNC: ccv_nnc_graph_run.
         """
+        run_graph = getattr(stream, "_run_graph", None)
+        if run_graph is not None:
+            # The CUDA layer sits above this one: it is reached through the object given.
+            run_graph(self)
+            return
         if stream is not None:
             from nnc.graph.run import graph_run_on_stream
 
