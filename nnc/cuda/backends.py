@@ -18,8 +18,8 @@ tests/test_cuda_gpu.py, which is skipped where there is none.
 import numpy as np
 
 from nnc._core import CommandError
-from nnc.cuda import nvrtc
-from nnc.cuda.driver import device, launch
+from nnc.cuda import memory, nvrtc
+from nnc.cuda.driver import check, device, driver, launch, pack_args
 
 __all__ = ["BACKEND", "register"]
 
@@ -77,10 +77,61 @@ def _spans(dims):
     return out
 
 
-def _runner(body):
-    """Wrap ``body(dev, stream, cmd, inputs, outputs)`` as a GPU backend."""
+class _Now:
+    """Where a backend body sends its work when it runs now: straight onto a stream."""
 
-    def backend(cmd, inputs, outputs, stream=None):
+    __slots__ = ("stream",)
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def kernel(self, f, grid, block, args):
+        launch(f, grid, block, args, self.stream)
+
+    def copy(self, dst, src):
+        memory.copy(dst, src, self.stream)
+
+
+class _Launch:
+    """A kernel launch with its parameters packed once; ``op(stream)`` enqueues it."""
+
+    __slots__ = ("f", "dims", "params", "keep", "ptr")
+
+    def __init__(self, f, grid, block, args):
+        self.f = f
+        self.dims = (tuple(grid) + (1, 1))[:3] + (tuple(block) + (1, 1))[:3]
+        self.params, self.keep = pack_args(args)
+        self.ptr = self.params.ctypes.data
+
+    def __call__(self, stream):
+        check(driver().cuLaunchKernel(self.f, *self.dims, 0, stream.handle, self.ptr, 0),
+              "cuLaunchKernel")
+
+
+class _Record:
+    """Where a body sends its work when prepared: a list of ops, each ``op(stream)``."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self):
+        self.ops = []
+
+    def kernel(self, f, grid, block, args):
+        self.ops.append(_Launch(f, grid, block, args))
+
+    def copy(self, dst, src):
+        self.ops.append(lambda stream: memory.copy(dst, src, stream))
+
+
+def _runner(body):
+    """Wrap ``body(dev, sink, cmd, inputs, outputs)`` as a GPU backend.
+
+    The backend runs it at once (onto a stream); its ``prepare(cmd, inputs, outputs)`` runs it
+    into a list of ops with every kernel's parameters packed, which a graph runner replays
+    for each run at the cost of one driver call per launch (nnc.cuda.graph.GpuRun).
+    """
+
+    def setup(cmd, inputs, outputs, stream):
         ts = _tensors(inputs, outputs)
         if not all(hasattr(t, "data_ptr") and hasattr(t, "device") for t in ts):
             raise CommandError(f"{cmd.name}/{BACKEND} runs on GPU tensors through nnc.cmd_exec, "
@@ -94,12 +145,24 @@ def _runner(body):
         if body is not _transfer and gpus[0] != f"gpu:{dev.ordinal}":
             raise CommandError(f"{cmd.name}/{BACKEND}: the tensors are on {gpus[0]} but the "
                                f"stream is on gpu:{dev.ordinal}")
-        s = stream if stream is not None else dev.sync_stream()
         dev.make_current()
-        body(dev, s, cmd, inputs, outputs)
+        return dev
+
+    def backend(cmd, inputs, outputs, stream=None):
+        dev = setup(cmd, inputs, outputs, stream)
+        s = stream if stream is not None else dev.sync_stream()
+        body(dev, _Now(s), cmd, inputs, outputs)
         if stream is None:
             s.wait()
 
+    def prepare(cmd, inputs, outputs, stream):
+        """The ops of one run on ``stream``'s GPU (the tensors must not move afterwards)."""
+        dev = setup(cmd, inputs, outputs, stream)
+        sink = _Record()
+        body(dev, sink, cmd, inputs, outputs)
+        return sink.ops
+
+    backend.prepare = prepare
     return backend
 
 
@@ -112,7 +175,7 @@ def _scalar(t, value):
 
 
 def _ew_reduce(kernel):
-    def body(dev, s, cmd, inputs, outputs):
+    def body(dev, sink, cmd, inputs, outputs):
         y = outputs[0]
         n = y.size
         if n == 0:
@@ -127,18 +190,18 @@ def _ew_reduce(kernel):
             ptrs = ([] if first else [y]) + take
             arr = np.zeros(_MAX_EW_INPUTS, np.uint64)
             arr[:len(ptrs)] = [t.data_ptr for t in ptrs]
-            launch(f, _grid_1d(dev, n), (_THREADS,),
-                   [arr, np.int32(len(ptrs)), _ptr(y), np.int64(n)], s)
+            sink.kernel(f, _grid_1d(dev, n), (_THREADS,),
+                   [arr, np.int32(len(ptrs)), _ptr(y), np.int64(n)])
             first = False
 
     return body
 
 
-def _ewdiv(dev, s, cmd, inputs, outputs):
+def _ewdiv(dev, sink, cmd, inputs, outputs):
     y = outputs[0]
     if y.size:
-        launch(_fn(dev, "ewdiv", y), _grid_1d(dev, y.size), (_THREADS,),
-               [_ptr(inputs[0]), _ptr(inputs[1]), _ptr(y), np.int64(y.size)], s)
+        sink.kernel(_fn(dev, "ewdiv", y), _grid_1d(dev, y.size), (_THREADS,),
+               [_ptr(inputs[0]), _ptr(inputs[1]), _ptr(y), np.int64(y.size)])
 
 
 def _row_layout(*ts):
@@ -168,33 +231,33 @@ def _row_stride(t):
 
 
 def _unary(kernel):
-    def body(dev, s, cmd, inputs, outputs):
+    def body(dev, sink, cmd, inputs, outputs):
         x, y = inputs[0], outputs[0]
         n, cols, (xs, ys) = _row_layout(x, y)
         if n:
-            launch(_fn(dev, kernel, y), _grid_1d(dev, n), (_THREADS,),
+            sink.kernel(_fn(dev, kernel, y), _grid_1d(dev, n), (_THREADS,),
                    [_ptr(x), np.int64(xs), _ptr(y), np.int64(ys), np.int64(n),
-                    np.int64(cols)], s)
+                    np.int64(cols)])
 
     return body
 
 
-def _scalar_mul(dev, s, cmd, inputs, outputs):
+def _scalar_mul(dev, sink, cmd, inputs, outputs):
     x, y = inputs[0], outputs[0]
     n, cols, (xs, ys) = _row_layout(x, y)
     if n:
-        launch(_fn(dev, "scalar_mul", y), _grid_1d(dev, n), (_THREADS,),
+        sink.kernel(_fn(dev, "scalar_mul", y), _grid_1d(dev, n), (_THREADS,),
                [_scalar(y, cmd.params["a"]), _ptr(x), np.int64(xs), _ptr(y), np.int64(ys),
-                np.int64(n), np.int64(cols)], s)
+                np.int64(n), np.int64(cols)])
 
 
-def _set(dev, s, cmd, inputs, outputs):
+def _set(dev, sink, cmd, inputs, outputs):
     for y in outputs:
         n, cols, (ys,) = _row_layout(y)
         if n:
-            launch(_fn(dev, "set", y), _grid_1d(dev, n), (_THREADS,),
+            sink.kernel(_fn(dev, "set", y), _grid_1d(dev, n), (_THREADS,),
                    [_scalar(y, cmd.params["value"]), _ptr(y), np.int64(ys), np.int64(n),
-                    np.int64(cols)], s)
+                    np.int64(cols)])
 
 
 def _rows_same_gpu(cmd, inputs, outputs):
@@ -202,15 +265,15 @@ def _rows_same_gpu(cmd, inputs, outputs):
     return _same_gpu(ts) and all(t.is_contiguous or _row_stride(t) is not None for t in ts)
 
 
-def _softmax(dev, s, cmd, inputs, outputs):
+def _softmax(dev, sink, cmd, inputs, outputs):
     y = outputs[0]
     if y.size == 0:
         return
     cols = y.shape[-1]
     rows = y.size // cols
     grid = (max(1, min(rows, dev.sm_count * 16)),)
-    launch(_fn(dev, "softmax", y), grid, (_SOFTMAX_THREADS,),
-           [_ptr(inputs[0]), _ptr(y), np.int64(rows), np.int64(cols)], s)
+    sink.kernel(_fn(dev, "softmax", y), grid, (_SOFTMAX_THREADS,),
+           [_ptr(inputs[0]), _ptr(y), np.int64(rows), np.int64(cols)])
 
 
 def gemm_geometry(cmd, a, w, out):
@@ -248,13 +311,13 @@ def _operands(inputs, outputs):
     return inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, outputs[0]
 
 
-def _gemm(dev, s, cmd, inputs, outputs):
+def _gemm(dev, sink, cmd, inputs, outputs):
     a, w, bias, out = _operands(inputs, outputs)
     if out.size == 0:
         return
     grid, g = gemm_geometry(cmd, a, w, out)
-    launch(_fn(dev, "gemm", out), grid, (_GEMM_TILE, _GEMM_ROWS),
-           [g, _ptr(a), _ptr(w), _ptr(bias), _ptr(out)], s)
+    sink.kernel(_fn(dev, "gemm", out), grid, (_GEMM_TILE, _GEMM_ROWS),
+           [g, _ptr(a), _ptr(w), _ptr(bias), _ptr(out)])
 
 
 def _gemm_accept(cmd, inputs, outputs):
@@ -286,22 +349,22 @@ def window_geometry(cmd, x, out, groups=1):
     return g
 
 
-def _conv(dev, s, cmd, inputs, outputs):
+def _conv(dev, sink, cmd, inputs, outputs):
     x, w, bias, out = _operands(inputs, outputs)
     if out.size == 0:
         return
     g = window_geometry(cmd, x, out, cmd.params["groups"])
     g["kh"], g["kw"] = w.shape[1], w.shape[2]
-    launch(_fn(dev, "conv", out), _grid_1d(dev, out.size), (_THREADS,),
-           [g, _ptr(x), _ptr(w), _ptr(bias), _ptr(out)], s)
+    sink.kernel(_fn(dev, "conv", out), _grid_1d(dev, out.size), (_THREADS,),
+           [g, _ptr(x), _ptr(w), _ptr(bias), _ptr(out)])
 
 
 def _pool(kernel):
-    def body(dev, s, cmd, inputs, outputs):
+    def body(dev, sink, cmd, inputs, outputs):
         out = outputs[0]
         if out.size:
-            launch(_fn(dev, kernel, out), _grid_1d(dev, out.size), (_THREADS,),
-                   [window_geometry(cmd, inputs[0], out), _ptr(inputs[0]), _ptr(out)], s)
+            sink.kernel(_fn(dev, kernel, out), _grid_1d(dev, out.size), (_THREADS,),
+                   [window_geometry(cmd, inputs[0], out), _ptr(inputs[0]), _ptr(out)])
 
     return body
 
@@ -321,11 +384,9 @@ def _contiguous_same_gpu(cmd, inputs, outputs):
     return _same_gpu(ts) and all(t.is_contiguous for t in ts)
 
 
-def _transfer(dev, s, cmd, inputs, outputs):
-    from nnc.cuda import memory
-
+def _transfer(dev, sink, cmd, inputs, outputs):
     for x, y in zip(inputs, outputs):
-        memory.copy(y, x, s)
+        sink.copy(y, x)
 
 
 def _transfer_accept(cmd, inputs, outputs):

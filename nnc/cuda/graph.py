@@ -17,7 +17,7 @@ GPU they would keep the coroutine path, which is not wired to CUDA streams yet (
 import numpy as np
 
 from nnc._core import GraphError, ScheduleError
-from nnc.cuda.driver import CudaEvent, CudaGraph, CudaStream, device
+from nnc.cuda.driver import CudaEvent, CudaGraph, CudaStream, check, device, driver
 
 __all__ = ["GpuRun", "capture", "run", "to_gpu"]
 
@@ -64,28 +64,34 @@ class GpuRun:
             if len(es.streams) != 1:
                 raise ScheduleError(f"{e!r} has {len(es.streams)} streams; nnc's schedules give "
                                     "every node one")
-            if cmd.name == "NOOP":
-                backend = None
-            else:
-                ins, outs = list(e.inputs), list(e.outputs)
-                cands = [cmd.backend_object] if cmd.pinned else cmd_backends_for(cmd, ins, outs)
-                if not cands or cands[0] is None or cands[0].device == "cpu":
-                    raise GraphError(f"{e!r}: no GPU backend accepts its tensors (GPU runs need "
-                                     "every tensor of a node on the GPU, or DATA_TRANSFER)")
-                backend = cands[0].py_exec
             ordinal = _node_device(e, self.device.ordinal)
             key = (es.streams[0], ordinal)
             if key not in streams:
                 streams[key] = CudaStream(ordinal)
             for sig in es.signals:
                 signal_dev[sig] = ordinal
-            self.nodes.append((backend, cmd, list(e.inputs), list(e.outputs), streams[key],
-                               es.signals, es.waits))
+            ops = [] if cmd.name == "NOOP" else self._ops(e, cmd, streams[key], cmd_backends_for)
+            self.nodes.append((ops, streams[key], es.signals, es.waits))
         self.streams = list(streams.values())
         self.events = [CudaEvent(signal_dev.get(k, self.device.ordinal))
                        for k in range(sched.signal_count)]
         self._begin = {}                # ordinal of the caller's stream -> fork event
         self.joins = [CudaEvent(s.device) for s in self.streams]
+
+    @staticmethod
+    def _ops(e, cmd, stream, cmd_backends_for):
+        """The node's work as ops ``op(stream)``: prepared launches (parameters packed once)
+        when the backend can prepare and no tensor can move, else one backend call."""
+        ins, outs = list(e.inputs), list(e.outputs)
+        cands = [cmd.backend_object] if cmd.pinned else cmd_backends_for(cmd, ins, outs)
+        if not cands or cands[0] is None or cands[0].device == "cpu":
+            raise GraphError(f"{e!r}: no GPU backend accepts its tensors (GPU runs need every "
+                             "tensor of a node on the GPU, or DATA_TRANSFER)")
+        fn = cands[0].py_exec
+        prepare = getattr(fn, "prepare", None)
+        if prepare is not None and not any(t is not None and t.movable for t in ins + outs):
+            return prepare(cmd, ins, outs, stream)
+        return [lambda s: fn(cmd, ins, outs, stream=s)]
 
     def enqueue(self, stream):
         """Enqueue one run after the work already on ``stream``; returns at once."""
@@ -94,15 +100,29 @@ class GpuRun:
             begin = self._begin[stream.device.ordinal] = CudaEvent(stream.device)
         stream.emit(begin)
         for s in self.streams:
-            s.wait_signal(begin)
-        events = self.events
-        for backend, cmd, ins, outs, s, signals, waits in self.nodes:
+            s.wait_signal(begin)            # also makes each stream's device current here
+        # The hot loop: raw driver calls on handles (CudaStream.emit/wait_signal check their
+        # arguments and the thread's context on every call; both were settled above and in
+        # __init__). A failed call raises CUDAError through check().
+        cu = driver()
+        record, wait = cu.cuEventRecord, cu.cuStreamWaitEvent
+        handles = [e.handle for e in self.events]
+        current = None
+        for ops, s, signals, waits in self.nodes:
+            if s.device is not current:     # graphs over several GPUs switch contexts
+                current = s.device
+                current.make_current()
+            h = s.handle
             for w in waits:
-                s.wait_signal(events[w])
-            if backend is not None:
-                backend(cmd, ins, outs, stream=s)
+                r = wait(h, handles[w], 0)
+                if r[0]:
+                    check(r, "cuStreamWaitEvent")
+            for op in ops:
+                op(s)
             for sig in signals:
-                s.emit(events[sig])
+                r = record(handles[sig], h)
+                if r[0]:
+                    check(r, "cuEventRecord")
         for s, join in zip(self.streams, self.joins):
             s.emit(join)
             stream.wait_signal(join)
