@@ -78,9 +78,13 @@ def fake_calls(f, name):
 
 
 def test_real_check_is_active_on_a_machine_without_driver():
-    # On CI (cuda-python installed, no driver) the argument check must really run.
-    if real is not None and not cuda.available():
-        assert REAL_CHECK or cuda.unavailable_reason().startswith("CUDA disabled")
+    # On CI (cuda-python installed, no driver library) the argument check must really run.
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        assert REAL_CHECK
+    else:
+        assert not REAL_CHECK       # with a driver, real calls would run on fake handles
 
 
 def test_gpu_tensors_and_host_copies(env):
@@ -190,10 +194,11 @@ def test_elementwise_and_softmax_match_cpu_ref(env, name, params, n_in, dtype):
     out = nnc.Tensor.empty((3, 7), dtype, device="gpu")
     cmd = nnc.Cmd(name, **params)
     nnc.cmd_exec(cmd, [gpu(x) for x in xs], [out])
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+    # docs/commands.md's element-wise tolerance (the GPU's expf/logf are within 2 ulp).
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6, atol=1e-6)
     if name == "EWDIV":
         nnc.cmd_exec(cmd, [None, gpu(xs[1])], [out])
-        np.testing.assert_allclose(out.numpy(), 1 / xs[1], rtol=1e-6)
+        np.testing.assert_allclose(out.numpy(), 1 / xs[1], rtol=1e-6, atol=1e-6)
 
 
 def test_set_several_outputs(env):
@@ -231,7 +236,11 @@ def test_gemm_geometry_matches_cpu_ref(env, kind, ta, tb, bias):
     nnc.cmd_exec(nnc.Cmd("GEMM", transpose_a=ta, transpose_b=tb, backend="CPU_REF"), ins, [want])
     out = nnc.Tensor.empty(shape, device="gpu")
     nnc.cmd_exec(cmd, [gpu(x) for x in ins], [out])
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+    eps = float(np.finfo(np.float32).eps)           # docs/commands.md's dot-product bound
+    k = w.shape[-1] if tb else w.shape[-2]
+    atol = k * eps * np.abs(a).max() * np.abs(w).max() + (eps * np.abs(ins[2]).max() if bias
+                                                          else 0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=4 * eps, atol=atol)
 
 
 CONV_CASES = [
@@ -263,7 +272,11 @@ def test_convolution_matches_cpu_ref(env, case, slice_out):
     else:
         out = nnc.Tensor.empty(shape, device="gpu")
     nnc.cmd_exec(nnc.Cmd("CONVOLUTION", **params), [gpu(x), gpu(w), gpu(bias)], [out])
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+    # docs/commands.md: atol = K eps max|x| max|w| + eps max|bias|, rtol = 4 eps (float32).
+    k = w.shape[1] * w.shape[2] * w.shape[3]
+    eps = float(np.finfo(np.float32).eps)
+    atol = k * eps * np.abs(x).max() * np.abs(w).max() + eps * np.abs(bias).max()
+    np.testing.assert_allclose(out.numpy(), want, rtol=4 * eps, atol=atol)
     if slice_out:
         full = buf.numpy()
         assert (full[..., 0] == 0).all() and (full[..., -2:] == 0).all()   # untouched
@@ -488,13 +501,15 @@ def test_inception_on_gpu_matches_cpu(env):
     s = drv.CudaStream()
     cgraph.run(new, s)
     s.wait()
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-6)
+    # Softmax of float32 logits after ~100 float32 layers; CPU BLAS and the GPU sum in other
+    # orders, so compare as probabilities.
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-3, atol=1e-6)
     memory.fill_zero(out)
     cg = cgraph.capture(new, s)
     memory.fill_zero(out)
     cg.replay(s)
     s.wait()
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-3, atol=1e-6)
 
 
 def test_gpu_benchmark_runs_on_the_fake(fake):
