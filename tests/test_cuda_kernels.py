@@ -5,6 +5,8 @@ NVRTC needs no GPU and no driver, so this runs in CI whenever the NVRTC wheel is
 kernels needs a GPU: tests/test_cuda_gpu.py.
 """
 
+import sys
+
 import pytest
 
 from nnc import CUDAError
@@ -71,3 +73,28 @@ def test_bad_arguments():
     for arch in ("sm_90", 9.0, True, 10):
         with pytest.raises(CUDAError, match="compute capability"):
             nvrtc.compile_cubin("", arch)
+
+
+def test_without_cuda_python(monkeypatch):
+    from nnc.cuda import driver
+
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+    monkeypatch.setattr(driver, "_driver", None)
+    with pytest.raises(CUDAError, match="needs cuda-python"):
+        nvrtc.nvrtc_version()
+    with pytest.raises(CUDAError, match="needs cuda-python"):
+        driver.driver()
+
+
+def test_without_the_nvrtc_library(monkeypatch):
+    try:
+        from cuda.bindings import nvrtc as bindings
+    except ImportError:
+        pytest.skip("cuda-python is not installed")
+
+    def missing():
+        raise RuntimeError('"nvrtc" not found (stands in for DynamicLibNotFoundError)')
+
+    monkeypatch.setattr(bindings, "nvrtcVersion", missing)
+    with pytest.raises(CUDAError, match="NVRTC is not available.*nvidia-cuda-nvrtc"):
+        nvrtc.compile_cubin("", 90)

@@ -328,7 +328,9 @@ def _gemm_accept(cmd, inputs, outputs):
     if bias is not None and not bias.is_contiguous:
         return False
     batch = max(t.shape[0] if t.ndim == 3 else 1 for t in inputs[:2])
-    return batch <= _MAX_GRID_Z
+    rows = out.shape[-2] if inputs[0].ndim >= 2 else 1
+    # gridDim.y and gridDim.z are limited to 65535 blocks.
+    return batch <= _MAX_GRID_Z and (rows + _GEMM_TILE - 1) // _GEMM_TILE <= _MAX_GRID_Z
 
 
 def window_geometry(cmd, x, out, groups=1):
