@@ -571,3 +571,29 @@ def test_graph_across_two_gpus(fake):
     np.testing.assert_array_equal(y.numpy(), 5 * np.arange(4))
     with pytest.raises(nnc.CommandError, match="tensors are on gpu:1 but the stream is on gpu:0"):
         nnc.cmd_exec(nnc.Cmd("SCALAR_MUL", a=1.0), [x1], [b1], stream=s)
+
+
+def test_transfer_to_two_gpus_gets_a_stream_on_each(fake):
+    g = nnc.Graph()
+    x = gpu(np.arange(4, dtype=np.float32))
+    a0, y0 = nnc.Tensor.empty((4,), device="gpu:0"), nnc.Tensor.empty((4,), device="gpu:0")
+    a1, y1 = nnc.Tensor.empty((4,), device="gpu:1"), nnc.Tensor.empty((4,), device="gpu:1")
+    t = g.exec(nnc.Cmd("DATA_TRANSFER"), [x, x], [a0, a1])
+    u0 = g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [a0], [y0])
+    u1 = g.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [a1], [y1])
+    g.concat(t, u0)
+    g.concat(t, u1)
+    nnc.static_schedule(g, stream_type="gpu")
+    r = cgraph.GpuRun(g)
+    parts = r.nodes[0][0]
+    assert [p[0].device.ordinal for p in parts] == [0, 1] and parts[1][2] is not None
+    s = drv.CudaStream()
+    r.enqueue(s)
+    s.wait()
+    np.testing.assert_array_equal(y0.numpy(), 2 * np.arange(4))
+    np.testing.assert_array_equal(y1.numpy(), 3 * np.arange(4))
+    cg = cgraph.capture(g, s)
+    memory.fill_zero(y1)
+    cg.replay(s)
+    s.wait()
+    np.testing.assert_array_equal(y1.numpy(), 3 * np.arange(4))

@@ -32,13 +32,37 @@ def _node_device(e, default):
     return default
 
 
+def _transfer_groups(e, first):
+    """A DATA_TRANSFER node's (input, output) pairs by the GPU each copy runs on (the output's
+    GPU, else the input's), ``first`` (the node's own GPU) first; None if a pair is host to
+    host (no GPU backend takes it; GpuRun reports that)."""
+    groups = {first: []}
+    for x, y in zip(e.inputs, e.outputs):
+        dev = y.device if y.device != "cpu" else x.device
+        if dev == "cpu":
+            return None
+        groups.setdefault(int(dev[4:]), []).append((x, y))
+    return {d: p for d, p in groups.items() if p}
+
+
+def _copies(pairs):
+    from nnc.cuda import memory
+
+    def op(stream):
+        for x, y in pairs:
+            memory.copy(y, x, stream)
+
+    return op
+
+
 class GpuRun:
     """A graph's static GPU schedule turned into CUDA streams, events and chosen backends.
 
     Schedule stream k becomes one CudaStream per device that k's nodes run on (a node runs on
-    its outputs' GPU, so a graph spanning two GPUs gets streams on each); signal k becomes a
-    CudaEvent on the device of the node that emits it (an event is recorded on a stream of its
-    own device), and waits on it work across devices.
+    its outputs' GPU, so a graph spanning two GPUs gets streams on each; a DATA_TRANSFER whose
+    outputs are on several GPUs gets a stream on each, joined back before its signals); signal
+    k becomes a CudaEvent on the device of the node that emits it (an event is recorded on a
+    stream of its own device), and waits on it work across devices.
     """
 
     def __init__(self, graph, schedule=None):
@@ -65,13 +89,26 @@ class GpuRun:
                 raise ScheduleError(f"{e!r} has {len(es.streams)} streams; nnc's schedules give "
                                     "every node one")
             ordinal = _node_device(e, self.device.ordinal)
-            key = (es.streams[0], ordinal)
-            if key not in streams:
-                streams[key] = CudaStream(ordinal)
+
+            def stream_on(dev, k=es.streams[0]):
+                if (k, dev) not in streams:
+                    streams[(k, dev)] = CudaStream(dev)
+                return streams[(k, dev)]
+
             for sig in es.signals:
                 signal_dev[sig] = ordinal
-            ops = [] if cmd.name == "NOOP" else self._ops(e, cmd, streams[key], cmd_backends_for)
-            self.nodes.append((ops, streams[key], es.signals, es.waits))
+            groups = _transfer_groups(e, ordinal) if cmd.name == "DATA_TRANSFER" else None
+            if groups is not None and len(groups) > 1:
+                self._ops(e, cmd, stream_on(ordinal), cmd_backends_for)   # a GPU backend takes it
+                # Copies to several GPUs: a stream on each (copies into GPU d run on d's),
+                # joined into the first before the node's signals are recorded.
+                parts = [(stream_on(dev), [_copies(pairs)], None if i == 0 else CudaEvent(dev))
+                         for i, (dev, pairs) in enumerate(groups.items())]
+            else:
+                s0 = stream_on(ordinal)
+                ops = [] if cmd.name == "NOOP" else self._ops(e, cmd, s0, cmd_backends_for)
+                parts = [(s0, ops, None)]
+            self.nodes.append((parts, es.signals, es.waits))
         self.streams = list(streams.values())
         self.events = [CudaEvent(signal_dev.get(k, self.device.ordinal))
                        for k in range(sched.signal_count)]
@@ -108,17 +145,27 @@ class GpuRun:
         record, wait = cu.cuEventRecord, cu.cuStreamWaitEvent
         handles = [e.handle for e in self.events]
         current = None
-        for ops, s, signals, waits in self.nodes:
-            if s.device is not current:     # graphs over several GPUs switch contexts
+        for parts, signals, waits in self.nodes:
+            for s, ops, join in parts:
+                if s.device is not current:     # graphs over several GPUs switch contexts
+                    current = s.device
+                    current.make_current()
+                h = s.handle
+                for w in waits:
+                    r = wait(h, handles[w], 0)
+                    if r[0]:
+                        check(r, "cuStreamWaitEvent")
+                for op in ops:
+                    op(s)
+                if join is not None:
+                    check(record(join.handle, h), "cuEventRecord")
+            s = parts[0][0]
+            if len(parts) > 1:
                 current = s.device
                 current.make_current()
+                for _, _, join in parts[1:]:
+                    check(wait(s.handle, join.handle, 0), "cuStreamWaitEvent")
             h = s.handle
-            for w in waits:
-                r = wait(h, handles[w], 0)
-                if r[0]:
-                    check(r, "cuStreamWaitEvent")
-            for op in ops:
-                op(s)
             for sig in signals:
                 r = record(handles[sig], h)
                 if r[0]:
