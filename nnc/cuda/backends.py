@@ -11,8 +11,9 @@ A backend is ``fn(cmd, inputs, outputs, stream=None)`` on Tensors: with a
 device's per-thread synchronous stream and waits (``nnc.cmd_exec`` without a stream, and
 ``Graph.run()``). Kernels: nnc/cuda/kernels/*.cu; launch geometry below.
 Results match CPU_REF within docs/commands.md's tolerances for float32/float64 (GEMM and
-CONVOLUTION accumulate in the tensor dtype, like BLAS) - checked on a GPU by
-tests/test_cuda_gpu.py, which is skipped where there is none.
+CONVOLUTION accumulate in the tensor dtype, like BLAS) - meant to be checked on a GPU by the
+"gpu" variants of tests/test_cuda_runtime.py, skipped where there is none; without a GPU the
+same tests check the argument packing and geometry against NumPy emulations of the kernels.
 """
 
 import numpy as np
@@ -191,7 +192,7 @@ def _ew_reduce(kernel):
             arr = np.zeros(_MAX_EW_INPUTS, np.uint64)
             arr[:len(ptrs)] = [t.data_ptr for t in ptrs]
             sink.kernel(f, _grid_1d(dev, n), (_THREADS,),
-                   [arr, np.int32(len(ptrs)), _ptr(y), np.int64(n)])
+                        [arr, np.int32(len(ptrs)), _ptr(y), np.int64(n)])
             first = False
 
     return body
@@ -201,7 +202,7 @@ def _ewdiv(dev, sink, cmd, inputs, outputs):
     y = outputs[0]
     if y.size:
         sink.kernel(_fn(dev, "ewdiv", y), _grid_1d(dev, y.size), (_THREADS,),
-               [_ptr(inputs[0]), _ptr(inputs[1]), _ptr(y), np.int64(y.size)])
+                    [_ptr(inputs[0]), _ptr(inputs[1]), _ptr(y), np.int64(y.size)])
 
 
 def _row_layout(*ts):
@@ -236,8 +237,8 @@ def _unary(kernel):
         n, cols, (xs, ys) = _row_layout(x, y)
         if n:
             sink.kernel(_fn(dev, kernel, y), _grid_1d(dev, n), (_THREADS,),
-                   [_ptr(x), np.int64(xs), _ptr(y), np.int64(ys), np.int64(n),
-                    np.int64(cols)])
+                        [_ptr(x), np.int64(xs), _ptr(y), np.int64(ys), np.int64(n),
+                         np.int64(cols)])
 
     return body
 
@@ -247,8 +248,8 @@ def _scalar_mul(dev, sink, cmd, inputs, outputs):
     n, cols, (xs, ys) = _row_layout(x, y)
     if n:
         sink.kernel(_fn(dev, "scalar_mul", y), _grid_1d(dev, n), (_THREADS,),
-               [_scalar(y, cmd.params["a"]), _ptr(x), np.int64(xs), _ptr(y), np.int64(ys),
-                np.int64(n), np.int64(cols)])
+                    [_scalar(y, cmd.params["a"]), _ptr(x), np.int64(xs), _ptr(y), np.int64(ys),
+                     np.int64(n), np.int64(cols)])
 
 
 def _set(dev, sink, cmd, inputs, outputs):
@@ -256,8 +257,8 @@ def _set(dev, sink, cmd, inputs, outputs):
         n, cols, (ys,) = _row_layout(y)
         if n:
             sink.kernel(_fn(dev, "set", y), _grid_1d(dev, n), (_THREADS,),
-                   [_scalar(y, cmd.params["value"]), _ptr(y), np.int64(ys), np.int64(n),
-                    np.int64(cols)])
+                        [_scalar(y, cmd.params["value"]), _ptr(y), np.int64(ys), np.int64(n),
+                         np.int64(cols)])
 
 
 def _rows_same_gpu(cmd, inputs, outputs):
@@ -273,7 +274,7 @@ def _softmax(dev, sink, cmd, inputs, outputs):
     rows = y.size // cols
     grid = (max(1, min(rows, dev.sm_count * 16)),)
     sink.kernel(_fn(dev, "softmax", y), grid, (_SOFTMAX_THREADS,),
-           [_ptr(inputs[0]), _ptr(y), np.int64(rows), np.int64(cols)])
+                [_ptr(inputs[0]), _ptr(y), np.int64(rows), np.int64(cols)])
 
 
 def gemm_geometry(cmd, a, w, out):
@@ -317,7 +318,7 @@ def _gemm(dev, sink, cmd, inputs, outputs):
         return
     grid, g = gemm_geometry(cmd, a, w, out)
     sink.kernel(_fn(dev, "gemm", out), grid, (_GEMM_TILE, _GEMM_ROWS),
-           [g, _ptr(a), _ptr(w), _ptr(bias), _ptr(out)])
+                [g, _ptr(a), _ptr(w), _ptr(bias), _ptr(out)])
 
 
 def _gemm_accept(cmd, inputs, outputs):
@@ -358,7 +359,7 @@ def _conv(dev, sink, cmd, inputs, outputs):
     g = window_geometry(cmd, x, out, cmd.params["groups"])
     g["kh"], g["kw"] = w.shape[1], w.shape[2]
     sink.kernel(_fn(dev, "conv", out), _grid_1d(dev, out.size), (_THREADS,),
-           [g, _ptr(x), _ptr(w), _ptr(bias), _ptr(out)])
+                [g, _ptr(x), _ptr(w), _ptr(bias), _ptr(out)])
 
 
 def _pool(kernel):
@@ -366,7 +367,7 @@ def _pool(kernel):
         out = outputs[0]
         if out.size:
             sink.kernel(_fn(dev, kernel, out), _grid_1d(dev, out.size), (_THREADS,),
-                   [window_geometry(cmd, inputs[0], out), _ptr(inputs[0]), _ptr(out)])
+                        [window_geometry(cmd, inputs[0], out), _ptr(inputs[0]), _ptr(out)])
 
     return body
 
