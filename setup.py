@@ -24,6 +24,8 @@ MODULES = [
     ("nnc.graph.flow", "nnc/graph/flow.pyx"),
     ("nnc.capi_handle", "nnc/capi_handle.pyx"),
     ("nnc.capi", "nnc/capi.pyx"),
+    # Needs no CUDA header (only pthread and semaphore.h), so it is always built.
+    ("nnc.cuda._hostfn", "nnc/cuda/_hostfn.pyx"),
 ]
 
 DIRECTIVES = {

@@ -6,6 +6,7 @@ See docs/design.md for the layers and README.md for a tour.
 from nnc._core import (
     MAX_DIM,
     CommandError,
+    CUDAError,
     GraphError,
     NNCError,
     ScheduleError,
@@ -24,6 +25,9 @@ from nnc.cmd import (
     register_backend,
     register_command,
 )
+from nnc.cuda import available as cuda_available
+from nnc.cuda import unavailable_reason as cuda_unavailable_reason
+from nnc.cuda.backends import register as _register_gpu_backends
 from nnc.graph.graph import Graph, GraphExec
 from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
 from nnc.multiview import MultiView
@@ -35,10 +39,13 @@ from nnc.trace import trace
 __version__ = "0.1.0"
 
 _register_builtins()
+# GPU_REF backends: registering them imports no cuda-python; only GPU tensors select them.
+_register_gpu_backends()
 
 __all__ = [
     "MAX_DIM",
     "Backend",
+    "CUDAError",
     "Cmd",
     "CommandError",
     "ExecSchedule",
@@ -60,6 +67,8 @@ __all__ = [
     "cmd_exec",
     "command_info",
     "commands",
+    "cuda_available",
+    "cuda_unavailable_reason",
     "get_include",
     "register_backend",
     "register_command",

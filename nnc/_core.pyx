@@ -52,6 +52,10 @@ class ScheduleError(NNCError, RuntimeError):
     """A schedule does not enforce a dependency of its graph."""
 
 
+class CUDAError(NNCError, RuntimeError):
+    """CUDA is unavailable (the message says why), a GPU does not exist, or a CUDA call failed."""
+
+
 def get_include():
     """Return the folder holding nnc's ``.pxd`` files and the C API headers (``nnc.h``,
     ``nnc_types.h``; docs/capi.md)."""

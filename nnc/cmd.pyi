@@ -18,6 +18,7 @@ class Backend:
     contiguous_only: bool
     accept: Callable[..., bool] | None
     release_gil: bool
+    device: str
     @property
     def is_c(self) -> bool: ...
     @property
@@ -66,9 +67,10 @@ def register_backend(
     contiguous: bool = ...,
     accept: Callable[..., bool] | None = ...,
     priority: int | None = ...,
+    device: str = ...,
 ) -> Backend: ...
 def commands() -> list[str]: ...
-def backends(command: str) -> list[str]: ...
+def backends(command: str, device: str | None = ...) -> list[str]: ...
 def command_info(command: str) -> CommandInfo: ...
 def cmd_exec(
     cmd: Cmd, inputs: Sequence[TensorLike] | TensorLike = ...,

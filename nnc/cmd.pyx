@@ -50,7 +50,10 @@ cdef class Backend:
                 if x is None:
                     continue
                 t = <Tensor>x
-                if t.t.device >= 0 or not (t.t.datatype & self.datatypes):
+                if not (t.t.datatype & self.datatypes):
+                    return False
+                if (self.device == "cpu" and t.t.device >= 0) or (
+                        self.device == "gpu" and t.t.device < 0):
                     return False
                 if self.contiguous_only and not t.t.contiguous:
                     return False
@@ -167,18 +170,22 @@ cdef Backend _add_backend(str command, str name, object priority, Backend b):
 
 
 def register_backend(command, backend, fn, *, datatypes=None, contiguous=False, accept=None,
-                     priority=None):
+                     priority=None, device="cpu"):
     """Register ``fn(cmd, inputs, outputs)`` (on ndarrays) as backend ``backend`` of ``command``.
 
     ``datatypes``: dtypes it accepts (default: all). ``contiguous``: it rejects strided views.
     ``accept(cmd, inputs, outputs) -> bool``: any further restriction (on Tensors).
     ``priority``: default selection prefers higher (CPU_OPT 20, CPU_REF 10, others 15).
-    NNC: REGISTER_COMMAND_BACKEND.
+    ``device``: "cpu" (host tensors only), "gpu" (GPU tensors only) or "any" (accept decides);
+    a "gpu" or "any" backend is called as ``fn(cmd, inputs, outputs, stream=None)`` on the
+    Tensors themselves (docs/gpu.md). NNC: REGISTER_COMMAND_BACKEND.
     """
     if not callable(fn):
         raise CommandError(f"backend {backend!r} of {command!r} must be callable")
     if accept is not None and not callable(accept):
         raise CommandError("accept must be callable")
+    if device not in ("cpu", "gpu", "any"):
+        raise CommandError(f"backend device must be 'cpu', 'gpu' or 'any', not {device!r}")
     cdef Backend b = Backend.__new__(Backend)
     b.c_exec = NULL
     b.py_exec = fn
@@ -186,6 +193,7 @@ def register_backend(command, backend, fn, *, datatypes=None, contiguous=False, 
     b.contiguous_only = bool(contiguous)
     b.accept = accept
     b.release_gil = False
+    b.device = device
     return _add_backend(command, backend, priority, b)
 
 
@@ -200,6 +208,7 @@ cdef Backend register_c_backend(
     b.contiguous_only = contiguous_only
     b.accept = accept
     b.release_gil = release_gil
+    b.device = "cpu"
     return _add_backend(command, name, priority, b)
 
 
@@ -208,9 +217,13 @@ def commands():
     return [info.name for info in _commands]
 
 
-def backends(command):
-    """Names of ``command``'s backends, in default-selection order."""
-    return [b.name for b in (<CommandInfo>_lookup(command)).backends]
+def backends(command, device=None):
+    """Names of ``command``'s backends, in default-selection order; with ``device="cpu"`` or
+    ``"gpu"`` only those that run tensors of that device ("any" backends count for both)."""
+    if device not in (None, "cpu", "gpu"):
+        raise CommandError(f"device must be None, 'cpu' or 'gpu', not {device!r}")
+    return [b.name for b in (<CommandInfo>_lookup(command)).backends
+            if device is None or (<Backend>b).device in (device, "any")]
 
 
 def command_info(command):
@@ -390,7 +403,8 @@ cdef str _describe(list inputs, list outputs):
     for x in inputs + outputs:
         if x is not None:
             t = <Tensor>x
-            kinds.add(f"{DATATYPE_NAMES[t.t.datatype]}{'' if t.t.contiguous else ' strided'}")
+            kinds.add(f"{'' if t.t.device < 0 else f'gpu:{t.t.device} '}"
+                      f"{DATATYPE_NAMES[t.t.datatype]}{'' if t.t.contiguous else ' strided'}")
     return ", ".join(sorted(kinds)) or "no"
 
 
@@ -400,9 +414,10 @@ cdef Backend cmd_select(Cmd cmd, list inputs, list outputs):
     if cmd.pinned:
         b = cmd._backend
         if not b.accepts(cmd, inputs, outputs):
+            where = "" if b.device == "any" else f"{b.device} "
             raise CommandError(
                 f"backend {b.name} of {cmd.info.name} does not accept "
-                f"{_describe(inputs, outputs)} tensors (it takes {b.datatype_names})"
+                f"{_describe(inputs, outputs)} tensors (it takes {where}{b.datatype_names})"
             )
         return b
     for b in cmd.info.backends:
@@ -444,6 +459,9 @@ cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
             raise CommandError(
                 f"backend {b.name} of {cmd.info.name} failed: {STATUS_NAMES.get(rc, rc)}"
             )
+        return 0
+    if b.device != "cpu":
+        b.py_exec(cmd, inputs, outputs)     # GPU backends take Tensors (device pointers)
         return 0
     ins = [None if x is None else (<Tensor>x).numpy() for x in inputs]
     outs = [None if x is None else (<Tensor>x).numpy() for x in outputs]

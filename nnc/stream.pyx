@@ -319,9 +319,16 @@ cdef int _enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n, bint wake) no
 def _parse_kind(kind):
     if kind == "cpu":
         return "cpu"
-    if isinstance(kind, str) and (kind == "gpu" or kind.startswith("gpu:")):
-        raise NNCError(f"{kind!r} streams need CUDA support, which this build of nnc lacks")
-    raise NNCError(f"unknown stream kind {kind!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+    from nnc import cuda
+
+    ordinal = cuda.parse_gpu(kind)
+    if ordinal is None:
+        raise NNCError(f"unknown stream kind {kind!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+    cuda.require(ordinal, f"a {kind!r} stream or signal")
+    # CUDA works here, but this class is the CPU worker: nnc.cuda.CudaStream / CudaEvent are
+    # the CUDA stream and event, not yet behind nnc.Stream (docs/gpu.md, "not done").
+    raise cuda.CUDAError(f"nnc.Stream({kind!r}) is not wired to CUDA yet; use "
+                         "nnc.cuda.driver.CudaStream / CudaEvent (docs/gpu.md)")
 
 
 cdef class Stream:

@@ -7,7 +7,9 @@ aligned memory, as NNC does. ``t.view(shape, offset, strides)`` aliases part of 
 element offsets and strides, like NNC's tensor views; the view's extent is checked against the
 owner's memory, so a view can never reach outside it.
 
-Only CPU memory exists in this layer; a GPU device string raises a clear :class:`TensorError`.
+GPU tensors (``device="gpu:N"``) hold device memory that nnc.cuda.memory allocates; this layer
+only keeps their pointer and owner, and ``numpy()`` returns a host copy (docs/gpu.md). A GPU
+device string raises :class:`nnc.CUDAError` naming why when CUDA is unavailable.
 """
 
 from libc.stdint cimport uintptr_t
@@ -34,15 +36,20 @@ cdef int datatype_of(object dtype) except 0:
 
 
 def parse_device(device):
-    """Return the device ordinal for a device string: -1 for ``"cpu"``."""
+    """Return the device ordinal for a device string: -1 for ``"cpu"``.
+
+    A GPU string raises :class:`nnc.CUDAError` naming why when that GPU cannot be used
+    (nnc.cuda probes lazily, on the first such request).
+    """
     if device is None or device == "cpu":
         return -1
-    if isinstance(device, str) and (device == "gpu" or device.startswith("gpu:")):
-        raise TensorError(
-            f"device {device!r} needs GPU support, which this build of nnc does not have yet; "
-            "use device='cpu'"
-        )
-    raise TensorError(f"unknown device {device!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+    from nnc import cuda
+
+    ordinal = cuda.parse_gpu(device)
+    if ordinal is None:
+        raise TensorError(f"unknown device {device!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+    cuda.require(ordinal, f"device {device!r}")
+    return ordinal
 
 
 cdef int _check_shape(tuple shape) except -1:
@@ -189,8 +196,12 @@ cdef class Tensor:
         """A new tensor of uninitialised, 64-byte aligned memory."""
         shape = _as_shape(shape)
         _check_shape(shape)
-        parse_device(device)
+        ordinal = parse_device(device)
         dt = _NP_DTYPE[datatype_of(dtype)]
+        if ordinal >= 0:
+            from nnc.cuda import memory
+
+            return memory.empty(shape, dt, ordinal)
         count = 1
         for d in shape:
             count *= d
@@ -203,9 +214,49 @@ cdef class Tensor:
     @staticmethod
     def zeros(shape, dtype="float32", device="cpu"):
         """A new tensor filled with zeros."""
-        t = Tensor.empty(shape, dtype, device)
-        t.numpy().fill(0)
+        cdef Tensor t = Tensor.empty(shape, dtype, device)
+        if t.t.device >= 0:
+            from nnc.cuda import memory
+
+            memory.fill_zero(t)
+        else:
+            t.numpy().fill(0)
         return t
+
+    @staticmethod
+    def _from_device(owner, uintptr_t ptr, Py_ssize_t nbytes, shape, dtype, int device):
+        """A contiguous tensor over GPU memory [ptr, ptr + nbytes) that ``owner`` keeps alive.
+
+        For nnc.cuda.memory only: nothing here can check that the pointer is device memory.
+        """
+        cdef Tensor self = Tensor.__new__(Tensor)
+        cdef int i
+        shape = _as_shape(shape)
+        _check_shape(shape)
+        if device < 0:
+            raise TensorError("_from_device needs a GPU ordinal >= 0")
+        dt = _NP_DTYPE[datatype_of(dtype)]
+        self.t.datatype = datatype_of(dtype)
+        self.t.device = device
+        self.t.ndim = len(shape)
+        self.t.itemsize = dt.itemsize
+        for i in range(self.t.ndim):
+            self.t.dim[i] = shape[i]
+        _fill_contiguous(&self.t)
+        if self.t.count * self.t.itemsize > nbytes:
+            raise TensorError(f"shape {shape} of {dt} needs more than the {nbytes} bytes given")
+        self.t.data = <void*>ptr
+        self._owner = owner
+        self._lo = <char*>ptr
+        self._hi = <char*>ptr + nbytes
+        self._array = None
+        self.readonly = False
+        return self
+
+    @property
+    def _owner_object(self):
+        """What keeps this tensor's memory alive (an ndarray, or nnc.cuda's device buffer)."""
+        return self._owner
 
     @property
     def shape(self):
@@ -261,9 +312,16 @@ cdef class Tensor:
     def numpy(self):
         """The ndarray aliasing this tensor's memory (no copy; the same object every call).
 
+        For a GPU tensor it is a new host copy, made after the device's earlier copies but
+        not after work on other streams: wait for the stream that wrote the tensor first.
+
         For a movable tensor (see :class:`nnc.MultiView`) it aliases the memory the tensor
         points at *now*; an array taken before a loop re-pointed the tensor keeps the old memory.
         """
+        if self.t.device >= 0:
+            from nnc.cuda import memory
+
+            return memory.to_host(self)
         if self._array is None or self._array_data != self.t.data:
             self._array = self._make_array()
             self._array_data = self.t.data
@@ -285,6 +343,8 @@ cdef class Tensor:
         return 0
 
     def __array__(self, dtype=None, copy=None):
+        if self.t.device >= 0 and copy is False:
+            raise ValueError("a GPU tensor has no host memory to alias; copy=False is impossible")
         a = self.numpy()
         if copy:
             a = a.copy()

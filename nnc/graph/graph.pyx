@@ -247,7 +247,10 @@ cdef class Graph:
         if cmd.info.name == "NOOP":
             node.flags = EXEC_NOOP
         elif cmd.fn is not None or b.c_exec == NULL:
-            if _any_movable(inputs + outputs):
+            if b.device != "cpu" and cmd.fn is None:
+                # A GPU backend takes the Tensors (device memory has no ndarray).
+                call = (b.py_exec, (cmd, list(inputs), list(outputs)))
+            elif _any_movable(inputs + outputs):
                 # A loop may re-point these tensors: make the ndarrays at call time.
                 call = (_dyn_call, (cmd.fn, None, tuple(inputs), tuple(outputs))
                         if cmd.fn is not None
@@ -557,8 +560,14 @@ cdef class Graph:
         Without a stream: now, on the calling thread. With ``stream=s``: enqueue the run and
         return at once; ``s.wait()`` joins it. With a default schedule (``static_schedule``)
         the nodes go to the schedule's streams, joined to ``s`` by signals at begin and end;
-        without one, every node runs on ``s``. NNC: ccv_nnc_graph_run.
+        without one, every node runs on ``s``. A CUDA stream (nnc.cuda) runs the graph's GPU
+        schedule itself (docs/gpu.md). NNC: ccv_nnc_graph_run.
         """
+        run_graph = getattr(stream, "_run_graph", None)
+        if run_graph is not None:
+            # The CUDA layer sits above this one: it is reached through the object given.
+            run_graph(self)
+            return
         if stream is not None:
             from nnc.graph.run import graph_run_on_stream
 

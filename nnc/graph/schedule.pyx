@@ -77,12 +77,14 @@ def _check_args(graph, stream_type, max_streams, policy):
         raise ScheduleError(f"static_schedule needs an nnc.Graph, not {type(graph).__name__}")
     if policy not in POLICIES:
         raise ScheduleError(f"unknown scheduling policy {policy!r}; expected one of {POLICIES}")
-    ok = stream_type in ("cpu", "gpu") or (
-        isinstance(stream_type, str) and stream_type.startswith("gpu:")
-        and stream_type[4:].isdigit())
-    if not ok:
-        raise ScheduleError(f"unknown stream type {stream_type!r}; expected 'cpu', 'gpu' or "
-                            "'gpu:N'")
+    if stream_type != "cpu":
+        from nnc import cuda
+
+        ordinal = cuda.parse_gpu(stream_type)
+        if ordinal is None:
+            raise ScheduleError(f"unknown stream type {stream_type!r}; expected 'cpu', 'gpu' "
+                                "or 'gpu:N'")
+        cuda.require(ordinal, f"stream_type={stream_type!r}")
     try:
         cap = -1 if isinstance(max_streams, bool) else operator.index(max_streams)
     except TypeError:

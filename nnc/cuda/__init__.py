@@ -1,0 +1,138 @@
+"""CUDA detection: is a usable NVIDIA GPU here, and if not, why not.
+
+NNC: ccv_nnc_device_count / the GPU half of ccv_nnc_init. Nothing here imports cuda-python at
+``import nnc``: the probe runs on the first call of :func:`available` (or of anything that needs
+a GPU), takes a lock, and caches its answer for the process. It never raises; every GPU request
+made while CUDA is unavailable raises :class:`nnc.CUDAError` carrying the cached reason, e.g.
+``no CUDA driver (libcuda.so.1 not found)``.
+
+The probe checks, cheapest first (docs/gpu.md):
+
+1. ``NNC_DISABLE_CUDA`` set to anything but ""/"0": disabled.
+2. cuda-python's ``cuda.bindings`` is importable (``pip install 'nnc[cuda]'``), found without
+   importing it (importing the driver module costs ~80 ms).
+3. ``libcuda.so.1`` loads with ctypes (no driver -> OSError, 0.2 ms), before cuda.bindings is
+   imported at all; cuda.bindings would otherwise raise its own DynamicLibNotFoundError on the
+   first driver call.
+4. ``cuInit(0)`` succeeds (a driver without a device returns CUDA_ERROR_NO_DEVICE; a too-old
+   driver CUDA_ERROR_INSUFFICIENT_DRIVER) and ``cuDeviceGetCount`` finds at least one device.
+
+``cuInit`` runs in the probing process only: call nothing here before ``fork`` (multiprocessing,
+pytest-xdist) if the children need CUDA.
+"""
+
+import ctypes
+import importlib.util
+import os
+import re
+import threading
+
+from nnc._core import CUDAError
+
+__all__ = ["CUDAError", "available", "device_count", "parse_gpu", "require", "unavailable_reason"]
+
+_DRIVER_LIBRARY = "libcuda.so.1"
+_GPU_RE = re.compile(r"gpu(?::([0-9]+))?")
+
+_lock = threading.Lock()
+_status = None                      # (device_count, reason): reason is None iff count > 0
+
+
+def _bindings_installed():
+    try:
+        return importlib.util.find_spec("cuda.bindings") is not None
+    except (ImportError, ValueError):
+        # A parent package that is not a package, or a module whose __spec__ is None.
+        return False
+
+
+def _error_name(err):
+    return getattr(err, "name", None) or f"error {int(err)}"
+
+
+def _probe():
+    """Return (device_count, reason); reason names why no GPU can be used, else None."""
+    flag = os.environ.get("NNC_DISABLE_CUDA", "")
+    if flag not in ("", "0"):
+        return 0, f"CUDA disabled by NNC_DISABLE_CUDA={flag}"
+    if not _bindings_installed():
+        return 0, "cuda-python is not installed (pip install 'nnc[cuda]')"
+    try:
+        ctypes.CDLL(_DRIVER_LIBRARY)
+    except OSError:
+        return 0, f"no CUDA driver ({_DRIVER_LIBRARY} not found)"
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError as e:
+        return 0, f"cuda.bindings failed to import: {e}"
+    try:
+        (err,) = cu.cuInit(0)
+        if int(err) != 0:
+            if int(err) == int(cu.CUresult.CUDA_ERROR_NO_DEVICE):
+                return 0, "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"
+            return 0, f"cuInit failed: {_error_name(err)}"
+        err, count = cu.cuDeviceGetCount()
+        if int(err) != 0:
+            return 0, f"cuDeviceGetCount failed: {_error_name(err)}"
+    except Exception as e:  # the probe must never raise, even on a broken install
+        # cuda.pathfinder raises DynamicLibNotFoundError (a RuntimeError) when the driver
+        # library is present for ctypes but not loadable for the bindings.
+        return 0, f"CUDA driver not usable: {type(e).__name__}: {e}"
+    if count <= 0:
+        return 0, "no CUDA device (cuDeviceGetCount returned 0)"
+    return int(count), None
+
+
+def _get_status():
+    global _status
+    status = _status
+    if status is None:
+        with _lock:
+            if _status is None:
+                _status = _probe()
+            status = _status
+    return status
+
+
+def _reset():
+    """Forget the cached probe (tests only: the real answer cannot change in a process)."""
+    global _status
+    with _lock:
+        _status = None
+
+
+def available():
+    """True if cuda-python, an NVIDIA driver and at least one GPU are present. Never raises."""
+    return _get_status()[0] > 0
+
+
+def unavailable_reason():
+    """Why CUDA cannot be used (a sentence), or None when it can."""
+    return _get_status()[1]
+
+
+def device_count():
+    """The number of usable GPUs (0 when CUDA is unavailable)."""
+    return _get_status()[0]
+
+
+def parse_gpu(spec):
+    """The ordinal of a GPU device string ("gpu" is "gpu:0"); None if spec is not one.
+
+    Only the syntax is checked; :func:`require` checks that the GPU exists.
+    """
+    if not isinstance(spec, str):
+        return None
+    m = _GPU_RE.fullmatch(spec)
+    if m is None:
+        return None
+    return int(m.group(1) or 0)
+
+
+def require(ordinal=0, what="this"):
+    """Raise CUDAError unless GPU ``ordinal`` can be used; ``what`` names the request."""
+    count, reason = _get_status()
+    if reason is not None:
+        raise CUDAError(f"{what} needs CUDA, which is unavailable: {reason}")
+    if not 0 <= ordinal < count:
+        raise CUDAError(f"{what}: there is no gpu:{ordinal} ({count} CUDA device(s) found)")

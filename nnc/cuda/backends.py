@@ -1,0 +1,424 @@
+"""GPU_REF: the GPU backends of the built-in commands, launching nnc's NVRTC-compiled kernels.
+
+NNC: cmd/*/gpu/ccv_nnc_*_gpu_ref.cu (reference CUDA kernels). Each backend is registered for
+float32 and float64 with ``device="gpu"`` (DATA_TRANSFER: ``"any"``, one side may be host
+memory), so the default choice follows the tensors' device: host tensors get CPU_OPT/CPU_REF,
+GPU tensors get GPU_REF. Registering them needs no CUDA (nothing here imports cuda-python until
+a kernel is launched); on a machine without a GPU no tensor can select them.
+
+A backend is ``fn(cmd, inputs, outputs, stream=None)`` on Tensors: with a
+:class:`~nnc.cuda.driver.CudaStream` it enqueues and returns; without one it runs on the
+device's per-thread synchronous stream and waits (``nnc.cmd_exec`` without a stream, and
+``Graph.run()``). Kernels: nnc/cuda/kernels/*.cu; launch geometry below.
+Results match CPU_REF within docs/commands.md's tolerances for float32/float64 (GEMM and
+CONVOLUTION accumulate in the tensor dtype, like BLAS) - meant to be checked on a GPU by the
+"gpu" variants of tests/test_cuda_runtime.py, skipped where there is none; without a GPU the
+same tests check the argument packing and geometry against NumPy emulations of the kernels.
+"""
+
+import numpy as np
+
+from nnc._core import CommandError
+from nnc.cuda import memory, nvrtc
+from nnc.cuda.driver import check, device, driver, launch, pack_args
+
+__all__ = ["BACKEND", "register"]
+
+BACKEND = "GPU_REF"
+FLOAT_TYPES = ("float32", "float64")
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+_FILE_OF = {k: f for f, names in nvrtc.KERNELS.items() for k in names}
+_THREADS = 256
+_MAX_EW_INPUTS = 8                  # NNC_EW_MAX_INPUTS in ew.cu
+_SOFTMAX_THREADS = 256              # NNC_SOFTMAX_THREADS in softmax.cu
+_GEMM_TILE, _GEMM_ROWS = 32, 8      # NNC_TILE, NNC_ROWS in gemm.cu
+_MAX_GRID_Z = 65535
+
+# nnc_window_t in conv.cu, field by field (align=True gives the C layout: 80 bytes).
+WINDOW_T = np.dtype([("n", "<i8"), ("h", "<i4"), ("w", "<i4"), ("c", "<i4"), ("ho", "<i4"),
+                     ("wo", "<i4"), ("o", "<i4"), ("kh", "<i4"), ("kw", "<i4"), ("sh", "<i4"),
+                     ("sw", "<i4"), ("pt", "<i4"), ("pl", "<i4"), ("groups", "<i4"),
+                     ("count_include_pad", "<i4"), ("x_ps", "<i8"), ("o_ps", "<i8")],
+                    align=True)
+# nnc_gemm_t in gemm.cu: m, n, k, a_bs, a_ms, a_ks, w_bs, w_ks, w_ns, o_bs, o_ms (all int64).
+GEMM_FIELDS = ("m", "n", "k", "a_bs", "a_ms", "a_ks", "w_bs", "w_ks", "w_ns", "o_bs", "o_ms")
+
+
+def _ptr(t):
+    return np.uint64(0 if t is None else t.data_ptr)
+
+
+def _grid_1d(dev, n, threads=_THREADS):
+    # Grid-stride kernels: enough blocks to fill every SM a few times, no more.
+    return (max(1, min((n + threads - 1) // threads, dev.sm_count * 32)),)
+
+
+def _tensors(inputs, outputs):
+    return [t for t in list(inputs) + list(outputs) if t is not None]
+
+
+def _same_gpu(ts):
+    devices = {t.device for t in ts}
+    return len(devices) == 1 and next(iter(devices)) != "cpu"
+
+
+def _pixel_stride(t):
+    """For an NHWC tensor whose channels have unit stride and whose pixels are evenly spaced
+    (a contiguous tensor, or a channel slice such as buf[..., c0:c1]): that pixel stride in
+    elements. None for any other layout."""
+    return _row_stride(t) if t.ndim in (3, 4) else None
+
+
+def _spans(dims):
+    """Pixels spanned by one step of each of W, H, N in an evenly spaced layout."""
+    span, out = 1, []
+    for d, _ in dims:
+        out.append(span)
+        span *= d
+    return out
+
+
+class _Now:
+    """Where a backend body sends its work when it runs now: straight onto a stream."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def kernel(self, f, grid, block, args):
+        launch(f, grid, block, args, self.stream)
+
+    def copy(self, dst, src):
+        memory.copy(dst, src, self.stream)
+
+
+class _Launch:
+    """A kernel launch with its parameters packed once; ``op(stream)`` enqueues it."""
+
+    __slots__ = ("f", "dims", "params", "keep", "ptr")
+
+    def __init__(self, f, grid, block, args):
+        self.f = f
+        self.dims = (tuple(grid) + (1, 1))[:3] + (tuple(block) + (1, 1))[:3]
+        self.params, self.keep = pack_args(args)
+        self.ptr = self.params.ctypes.data
+
+    def __call__(self, stream):
+        check(driver().cuLaunchKernel(self.f, *self.dims, 0, stream.handle, self.ptr, 0),
+              "cuLaunchKernel")
+
+
+class _Record:
+    """Where a body sends its work when prepared: a list of ops, each ``op(stream)``."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self):
+        self.ops = []
+
+    def kernel(self, f, grid, block, args):
+        self.ops.append(_Launch(f, grid, block, args))
+
+    def copy(self, dst, src):
+        self.ops.append(lambda stream: memory.copy(dst, src, stream))
+
+
+def _runner(body):
+    """Wrap ``body(dev, sink, cmd, inputs, outputs)`` as a GPU backend.
+
+    The backend runs it at once (onto a stream); its ``prepare(cmd, inputs, outputs)`` runs it
+    into a list of ops with every kernel's parameters packed, which a graph runner replays
+    for each run at the cost of one driver call per launch (nnc.cuda.graph.GpuRun).
+    """
+
+    def setup(cmd, inputs, outputs, stream):
+        ts = _tensors(inputs, outputs)
+        if not all(hasattr(t, "data_ptr") and hasattr(t, "device") for t in ts):
+            raise CommandError(f"{cmd.name}/{BACKEND} runs on GPU tensors through nnc.cmd_exec, "
+                               "a CUDA stream or Graph.run(), not on ndarrays of a CPU stream")
+        gpus = [t.device for t in ts if t.device != "cpu"]
+        if not gpus:
+            raise CommandError(f"{cmd.name}/{BACKEND} needs at least one GPU tensor")
+        # A kernel runs on a stream of its tensors' GPU (modules and streams belong to one
+        # context); copies may use any stream (peer copies name both contexts).
+        dev = stream.device if stream is not None else device(gpus[0])
+        if body is not _transfer and gpus[0] != f"gpu:{dev.ordinal}":
+            raise CommandError(f"{cmd.name}/{BACKEND}: the tensors are on {gpus[0]} but the "
+                               f"stream is on gpu:{dev.ordinal}")
+        dev.make_current()
+        return dev
+
+    def backend(cmd, inputs, outputs, stream=None):
+        dev = setup(cmd, inputs, outputs, stream)
+        s = stream if stream is not None else dev.sync_stream()
+        body(dev, _Now(s), cmd, inputs, outputs)
+        if stream is None:
+            s.wait()
+
+    def prepare(cmd, inputs, outputs, stream):
+        """The ops of one run on ``stream``'s GPU (the tensors must not move afterwards)."""
+        dev = setup(cmd, inputs, outputs, stream)
+        sink = _Record()
+        body(dev, sink, cmd, inputs, outputs)
+        return sink.ops
+
+    backend.prepare = prepare
+    return backend
+
+
+def _fn(dev, kernel, t):
+    return dev.function(_FILE_OF[kernel], f"nnc_{kernel}_{_SUFFIX[t.dtype]}")
+
+
+def _scalar(t, value):
+    return np.asarray(value, t.dtype)
+
+
+def _ew_reduce(kernel):
+    def body(dev, sink, cmd, inputs, outputs):
+        y = outputs[0]
+        n = y.size
+        if n == 0:
+            return
+        f = _fn(dev, kernel, y)
+        pending = list(inputs)
+        first = True
+        while first or pending:
+            # Later chunks fold into y: y = y (+|*) x_k ... (each element read, then written).
+            take = pending[:_MAX_EW_INPUTS if first else _MAX_EW_INPUTS - 1]
+            del pending[:len(take)]
+            ptrs = ([] if first else [y]) + take
+            arr = np.zeros(_MAX_EW_INPUTS, np.uint64)
+            arr[:len(ptrs)] = [t.data_ptr for t in ptrs]
+            sink.kernel(f, _grid_1d(dev, n), (_THREADS,),
+                        [arr, np.int32(len(ptrs)), _ptr(y), np.int64(n)])
+            first = False
+
+    return body
+
+
+def _ewdiv(dev, sink, cmd, inputs, outputs):
+    y = outputs[0]
+    if y.size:
+        sink.kernel(_fn(dev, "ewdiv", y), _grid_1d(dev, y.size), (_THREADS,),
+                    [_ptr(inputs[0]), _ptr(inputs[1]), _ptr(y), np.int64(y.size)])
+
+
+def _row_layout(*ts):
+    """(n, cols, [row stride of each t]) for same-shape tensors seen as rows x cols (ew.cu):
+    one row when all are contiguous, else rows of the last axis, evenly spaced."""
+    n = ts[0].size
+    if all(t.is_contiguous for t in ts):
+        return n, max(n, 1), [max(n, 1)] * len(ts)
+    cols = ts[0].shape[-1]
+    return n, cols, [cols if t.is_contiguous else _row_stride(t) for t in ts]
+
+
+def _row_stride(t):
+    """The spacing of t's rows (its last axis has unit stride), or None if uneven."""
+    if t.ndim < 2 or (t.strides[-1] != 1 and t.shape[-1] > 1):
+        return None
+    dims = list(zip(t.shape[-2::-1], t.strides[-2::-1]))
+    p = next((s // span for span, (d, s) in zip(_spans(dims), dims) if d > 1), t.shape[-1])
+    if p < t.shape[-1]:
+        return None
+    want = p
+    for d, s in dims:
+        if d > 1 and s != want:
+            return None
+        want *= d
+    return p
+
+
+def _unary(kernel):
+    def body(dev, sink, cmd, inputs, outputs):
+        x, y = inputs[0], outputs[0]
+        n, cols, (xs, ys) = _row_layout(x, y)
+        if n:
+            sink.kernel(_fn(dev, kernel, y), _grid_1d(dev, n), (_THREADS,),
+                        [_ptr(x), np.int64(xs), _ptr(y), np.int64(ys), np.int64(n),
+                         np.int64(cols)])
+
+    return body
+
+
+def _scalar_mul(dev, sink, cmd, inputs, outputs):
+    x, y = inputs[0], outputs[0]
+    n, cols, (xs, ys) = _row_layout(x, y)
+    if n:
+        sink.kernel(_fn(dev, "scalar_mul", y), _grid_1d(dev, n), (_THREADS,),
+                    [_scalar(y, cmd.params["a"]), _ptr(x), np.int64(xs), _ptr(y), np.int64(ys),
+                     np.int64(n), np.int64(cols)])
+
+
+def _set(dev, sink, cmd, inputs, outputs):
+    for y in outputs:
+        n, cols, (ys,) = _row_layout(y)
+        if n:
+            sink.kernel(_fn(dev, "set", y), _grid_1d(dev, n), (_THREADS,),
+                        [_scalar(y, cmd.params["value"]), _ptr(y), np.int64(ys), np.int64(n),
+                         np.int64(cols)])
+
+
+def _rows_same_gpu(cmd, inputs, outputs):
+    ts = _tensors(inputs, outputs)
+    return _same_gpu(ts) and all(t.is_contiguous or _row_stride(t) is not None for t in ts)
+
+
+def _softmax(dev, sink, cmd, inputs, outputs):
+    y = outputs[0]
+    if y.size == 0:
+        return
+    cols = y.shape[-1]
+    rows = y.size // cols
+    grid = (max(1, min(rows, dev.sm_count * 16)),)
+    sink.kernel(_fn(dev, "softmax", y), grid, (_SOFTMAX_THREADS,),
+                [_ptr(inputs[0]), _ptr(y), np.int64(rows), np.int64(cols)])
+
+
+def gemm_geometry(cmd, a, w, out):
+    """(grid, nnc_gemm_t as int64[11]) for GEMM on these tensors (element strides)."""
+    ta, tb = cmd.params["transpose_a"], cmd.params["transpose_b"]
+    if a.ndim == 1:
+        m, k, a_ms, a_ks, a_bs = 1, a.shape[0], 0, a.strides[0], 0
+    else:
+        if ta:
+            k, m = a.shape[-2:]
+            a_ks, a_ms = a.strides[-2:]
+        else:
+            m, k = a.shape[-2:]
+            a_ms, a_ks = a.strides[-2:]
+        a_bs = a.strides[0] if a.ndim == 3 else 0
+    if tb:
+        n = w.shape[-2]
+        w_ns, w_ks = w.strides[-2:]
+    else:
+        n = w.shape[-1]
+        w_ks, w_ns = w.strides[-2:]
+    w_bs = w.strides[0] if w.ndim == 3 else 0
+    batch = a.shape[0] if a.ndim == 3 else (w.shape[0] if w.ndim == 3 else 1)
+    # out is [B?, M?, N]: the M axis exists when a is a matrix, the batch axis when B does.
+    has_m = a.ndim >= 2
+    o_ms = out.strides[-2] if has_m else 0
+    o_bs = out.strides[0] if out.ndim == (2 if not has_m else 3) else 0
+    g = np.array([m, n, k, a_bs, a_ms, a_ks, w_bs, w_ks, w_ns, o_bs, o_ms], np.int64)
+    grid = ((n + _GEMM_TILE - 1) // _GEMM_TILE, (m + _GEMM_TILE - 1) // _GEMM_TILE, batch)
+    return grid, g
+
+
+def _operands(inputs, outputs):
+    """(x or a, w, bias or None, out) of GEMM and CONVOLUTION."""
+    return inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, outputs[0]
+
+
+def _gemm(dev, sink, cmd, inputs, outputs):
+    a, w, bias, out = _operands(inputs, outputs)
+    if out.size == 0:
+        return
+    grid, g = gemm_geometry(cmd, a, w, out)
+    sink.kernel(_fn(dev, "gemm", out), grid, (_GEMM_TILE, _GEMM_ROWS),
+                [g, _ptr(a), _ptr(w), _ptr(bias), _ptr(out)])
+
+
+def _gemm_accept(cmd, inputs, outputs):
+    out = outputs[0]
+    if not _same_gpu(_tensors(inputs, outputs)) or out.strides[-1] != 1 and out.shape[-1] > 1:
+        return False
+    bias = _operands(inputs, outputs)[2]
+    if bias is not None and not bias.is_contiguous:
+        return False
+    batch = max(t.shape[0] if t.ndim == 3 else 1 for t in inputs[:2])
+    rows = out.shape[-2] if inputs[0].ndim >= 2 else 1
+    # gridDim.y and gridDim.z are limited to 65535 blocks.
+    return batch <= _MAX_GRID_Z and (rows + _GEMM_TILE - 1) // _GEMM_TILE <= _MAX_GRID_Z
+
+
+def window_geometry(cmd, x, out, groups=1):
+    """nnc_window_t (a WINDOW_T record) for CONVOLUTION / pooling on x -> out."""
+    sh, sw = cmd.params["stride"]
+    pt, pl = cmd.params["padding"][:2]
+    kh, kw = cmd.params["size"] if "size" in cmd.params else (None, None)
+    g = np.zeros((), WINDOW_T)
+    n = x.shape[0] if x.ndim == 4 else 1
+    g["n"], (g["h"], g["w"], g["c"]) = n, x.shape[-3:]
+    g["ho"], g["wo"], g["o"] = out.shape[-3:]
+    if kh is not None:
+        g["kh"], g["kw"] = kh, kw
+    g["sh"], g["sw"], g["pt"], g["pl"] = sh, sw, pt, pl
+    g["groups"] = groups
+    g["count_include_pad"] = int(bool(cmd.params.get("count_include_pad", False)))
+    g["x_ps"], g["o_ps"] = _pixel_stride(x), _pixel_stride(out)
+    return g
+
+
+def _conv(dev, sink, cmd, inputs, outputs):
+    x, w, bias, out = _operands(inputs, outputs)
+    if out.size == 0:
+        return
+    g = window_geometry(cmd, x, out, cmd.params["groups"])
+    g["kh"], g["kw"] = w.shape[1], w.shape[2]
+    sink.kernel(_fn(dev, "conv", out), _grid_1d(dev, out.size), (_THREADS,),
+                [g, _ptr(x), _ptr(w), _ptr(bias), _ptr(out)])
+
+
+def _pool(kernel):
+    def body(dev, sink, cmd, inputs, outputs):
+        out = outputs[0]
+        if out.size:
+            sink.kernel(_fn(dev, kernel, out), _grid_1d(dev, out.size), (_THREADS,),
+                        [window_geometry(cmd, inputs[0], out), _ptr(inputs[0]), _ptr(out)])
+
+    return body
+
+
+def _window_accept(cmd, inputs, outputs):
+    ts = _tensors(inputs, outputs)
+    if not _same_gpu(ts):
+        return False
+    x, out = inputs[0], outputs[0]
+    if _pixel_stride(x) is None or _pixel_stride(out) is None:
+        return False
+    return all(t.is_contiguous for t in inputs[1:] if t is not None)
+
+
+def _contiguous_same_gpu(cmd, inputs, outputs):
+    ts = _tensors(inputs, outputs)
+    return _same_gpu(ts) and all(t.is_contiguous for t in ts)
+
+
+def _transfer(dev, sink, cmd, inputs, outputs):
+    for x, y in zip(inputs, outputs):
+        sink.copy(y, x)
+
+
+def _transfer_accept(cmd, inputs, outputs):
+    # Every pair is contiguous and has a GPU side (host <-> GPU, or GPU <-> GPU, peers too).
+    for x, y in zip(inputs, outputs):
+        if not (x.is_contiguous and y.is_contiguous) or x.device == y.device == "cpu":
+            return False
+    return True
+
+
+def register():
+    """Register GPU_REF for every built-in command it implements (once, at import nnc)."""
+    from nnc.cmd import register_backend
+
+    def add(command, body, accept=_contiguous_same_gpu, device="gpu", datatypes=FLOAT_TYPES):
+        register_backend(command, BACKEND, _runner(body), datatypes=datatypes, accept=accept,
+                         device=device)
+
+    add("EWSUM", _ew_reduce("ewsum"))
+    add("EWPROD", _ew_reduce("ewprod"))
+    add("EWDIV", _ewdiv)
+    add("EWEXP", _unary("ewexp"), accept=_rows_same_gpu)
+    add("EWLOG", _unary("ewlog"), accept=_rows_same_gpu)
+    add("RELU", _unary("relu"), accept=_rows_same_gpu)
+    add("SCALAR_MUL", _scalar_mul, accept=_rows_same_gpu)
+    add("SET", _set, accept=_rows_same_gpu)
+    add("SOFTMAX", _softmax)
+    add("GEMM", _gemm, accept=_gemm_accept)
+    add("CONVOLUTION", _conv, accept=_window_accept)
+    add("MAX_POOL", _pool("max_pool"), accept=_window_accept)
+    add("AVG_POOL", _pool("avg_pool"), accept=_window_accept)
+    add("DATA_TRANSFER", _transfer, accept=_transfer_accept, device="any", datatypes=None)

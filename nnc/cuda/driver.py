@@ -1,0 +1,377 @@
+"""The CUDA driver through cuda-python: devices and contexts, streams, events, kernel launches
+and stream capture into CUDA graphs.
+
+NNC: ccv_nnc_stream.c's GPU half and gpu/ccv_nnc_compat.cu (stream contexts, signals as CUDA
+events, kernel launches). Calls go through ``cuda.bindings.driver`` at the Python level, whose
+wrappers release the GIL around every driver call, so nnc's extension modules need no CUDA
+headers to build. Call sequences follow ``research/ecosystem.md`` §1 (checked against the real
+bindings); the "driver" attribute of this module may be replaced in tests by a fake that records
+the calls (tests/_fake_cuda.py).
+
+- :class:`Device`: one GPU: its primary context (made current per host thread, since the
+  current context is thread-local), compute capability and loaded kernel modules.
+- :class:`CudaStream`: a non-blocking CUDA stream (never synchronises with the legacy default
+  stream); ``emit``/``wait_signal``/``query``/``wait`` mirror :class:`nnc.Stream`, and
+  ``nnc.cmd_exec(..., stream=s)`` enqueues a GPU backend on it.
+- :class:`CudaEvent`: a CUDA event without timing: nnc's signal on a GPU. Like every nnc
+  signal, waiting on one never recorded is a no-op (that is CUDA's own rule).
+- :class:`CudaGraph`: work captured from a stream (cuStreamBeginCapture .. cuStreamEndCapture),
+  instantiated once and replayed with one cuGraphLaunch.
+
+Everything here is written against the documented call sequences but has only run against the
+fake driver on machines without a GPU; docs/gpu.md lists what a GPU run must still confirm.
+"""
+
+import threading
+
+import numpy as np
+
+from nnc import cuda as _detect
+from nnc._core import CUDAError, StreamError
+
+__all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "device",
+           "driver"]
+
+_driver = None                      # the cuda.bindings.driver module (or a test's fake)
+_lock = threading.Lock()
+_devices = {}                       # ordinal -> Device
+_tls = threading.local()            # .context: the context this thread made current
+
+
+def driver():
+    """cuda.bindings.driver, imported on first use (CUDAError if cuda-python is missing)."""
+    global _driver
+    if _driver is None:
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError as e:
+            raise CUDAError(f"CUDA needs cuda-python (pip install 'nnc[cuda]'): {e}") from None
+        _driver = cu
+    return _driver
+
+
+def _name(err):
+    return getattr(err, "name", None) or f"CUresult {int(err)}"
+
+
+def check(result, what):
+    """Unpack a cuda.bindings result tuple ``(err, *values)``; CUDAError unless err is 0."""
+    err = result[0]
+    if int(err) != 0:
+        raise CUDAError(f"{what} failed: {_name(err)}")
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else tuple(result[1:])
+
+
+class Resource:
+    """Something the driver frees (a stream, an event, memory): ``close()`` frees it once;
+    garbage collection closes it too. Subclasses set ``handle`` and define ``_destroy``."""
+
+    handle = None
+
+    def _destroy(self, handle):
+        raise NotImplementedError
+
+    def close(self):
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            self._destroy(handle)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # at interpreter exit the driver may be gone
+            pass
+
+
+def _ready(result, what):
+    """A query's result: True done, False CUDA_ERROR_NOT_READY, CUDAError otherwise."""
+    if int(result[0]) == int(driver().CUresult.CUDA_ERROR_NOT_READY):
+        return False
+    check(result, what)
+    return True
+
+
+class Device:
+    """One GPU and its primary context (NNC: the device half of a stream context)."""
+
+    def __init__(self, ordinal):
+        _detect.require(ordinal, f"gpu:{ordinal}")
+        cu = driver()
+        self.ordinal = ordinal
+        self.handle = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+        # The primary context is the one the runtime API and other libraries share.
+        self.context = check(cu.cuDevicePrimaryCtxRetain(self.handle),
+                             "cuDevicePrimaryCtxRetain")
+        attr = cu.CUdevice_attribute
+        major = check(cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.handle), "cuDeviceGetAttribute")
+        minor = check(cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.handle), "cuDeviceGetAttribute")
+        self.arch = int(major) * 10 + int(minor)
+        self.sm_count = int(check(cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle), "cuDeviceGetAttribute"))
+        self._lock = threading.Lock()
+        self._modules = {}          # kernel file -> CUmodule
+        self._functions = {}        # C kernel name -> CUfunction
+        self._sync = {}             # thread id -> CudaStream for synchronous work
+
+    def make_current(self):
+        """Make this device's context current on the calling thread (cheap when it is)."""
+        if getattr(_tls, "context", None) is not self.context:
+            check(driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+            _tls.context = self.context
+
+    def function(self, file, kernel):
+        """The CUfunction of C kernel ``kernel`` in kernel file ``file``, compiled for this
+        device's sm_XY by NVRTC on first use and loaded once."""
+        f = self._functions.get(kernel)
+        if f is not None:
+            return f
+        from nnc.cuda import nvrtc
+
+        with self._lock:
+            module = self._modules.get(file)
+            if module is None:
+                cubin = nvrtc.compile_cubin(nvrtc.kernel_source(file), self.arch, file)
+                self.make_current()
+                module = check(driver().cuModuleLoadData(cubin), "cuModuleLoadData")
+                self._modules[file] = module
+            f = check(driver().cuModuleGetFunction(module, kernel.encode()),
+                      f"cuModuleGetFunction({kernel})")
+            self._functions[kernel] = f
+        return f
+
+    def sync_stream(self):
+        """This thread's stream for synchronous work (cmd_exec without a stream, copies)."""
+        key = threading.get_ident()
+        s = self._sync.get(key)
+        if s is None:
+            s = self._sync[key] = CudaStream(self)
+        return s
+
+    def __repr__(self):
+        return f"<nnc.cuda.Device gpu:{self.ordinal} sm_{self.arch}>"
+
+
+def device(spec=0):
+    """The :class:`Device` for an ordinal, "gpu" or "gpu:N" (made once, then shared)."""
+    if isinstance(spec, Device):
+        return spec
+    ordinal = spec if isinstance(spec, int) and not isinstance(spec, bool) else \
+        _detect.parse_gpu(spec)
+    if ordinal is None or ordinal < 0:
+        raise CUDAError(f"unknown GPU {spec!r}; expected an ordinal, 'gpu' or 'gpu:N'")
+    d = _devices.get(ordinal)
+    if d is None:
+        with _lock:
+            d = _devices.get(ordinal)
+            if d is None:
+                d = _devices[ordinal] = Device(ordinal)
+    return d
+
+
+class CudaEvent(Resource):
+    """A CUDA event without timing: nnc's signal between GPU streams (NNC: signal, GPU)."""
+
+    def __init__(self, dev=0):
+        self.device = device(dev)
+        self.device.make_current()
+        cu = driver()
+        self.handle = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING),
+                            "cuEventCreate")
+        self.emitted = False
+
+    def query(self):
+        """True if the latest record has completed (or there was none). Never blocks."""
+        self.device.make_current()
+        return _ready(driver().cuEventQuery(self.handle), "cuEventQuery")
+
+    def wait(self):
+        """Block (without the GIL) until the latest record has completed."""
+        self.device.make_current()
+        check(driver().cuEventSynchronize(self.handle), "cuEventSynchronize")
+
+    def _destroy(self, handle):
+        check(driver().cuEventDestroy(handle), "cuEventDestroy")
+
+    def __repr__(self):
+        return f"<nnc.cuda.CudaEvent gpu:{self.device.ordinal}>"
+
+
+class CudaStream(Resource):
+    """A non-blocking CUDA stream with nnc.Stream's interface (NNC: GPU stream context).
+
+    ``emit(event)`` records, ``wait_signal(event)`` makes later work wait for the latest
+    record, ``query()`` never blocks, ``wait()`` blocks until all enqueued work is done.
+    ``nnc.cmd_exec(cmd, ins, outs, stream=s)`` enqueues a GPU backend and returns at once.
+    """
+
+    def __init__(self, dev=0):
+        self.device = device(dev)
+        self.device.make_current()
+        cu = driver()
+        self.handle = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                            "cuStreamCreate")
+        self._runs = {}                 # id(graph) -> GpuRun, for graph.run(stream=self)
+
+    @property
+    def kind(self):
+        return f"gpu:{self.device.ordinal}"
+
+    def emit(self, event):
+        if not isinstance(event, CudaEvent):
+            raise CUDAError(f"a CUDA stream emits an nnc.cuda.CudaEvent, not {event!r}")
+        self.device.make_current()      # the current context is per thread (no-op if set)
+        check(driver().cuEventRecord(event.handle, self.handle), "cuEventRecord")
+        event.emitted = True
+
+    def wait_signal(self, event):
+        if not isinstance(event, CudaEvent):
+            raise CUDAError(f"a CUDA stream waits on an nnc.cuda.CudaEvent, not {event!r}")
+        self.device.make_current()
+        # Across devices too: a stream may wait on another device's event (CUDA allows it).
+        check(driver().cuStreamWaitEvent(self.handle, event.handle, 0), "cuStreamWaitEvent")
+
+    def query(self):
+        self.device.make_current()
+        return _ready(driver().cuStreamQuery(self.handle), "cuStreamQuery")
+
+    def wait(self):
+        """Block until everything enqueued has run; a failure raises StreamError (cause:
+        the CUDAError), as nnc.Stream.wait does."""
+        self.device.make_current()
+        try:
+            check(driver().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+        except CUDAError as e:
+            raise StreamError(f"{self!r} failed: {e}") from e
+
+    def coro_arm(self, wake):
+        """The nnc.coro glue (``yield WaitFor(cuda_stream)``): False if the stream is idle,
+        else True after enqueueing a host function that makes ``wake()`` run once the work
+        enqueued so far is done. The host function is C (nnc/cuda/_hostfn.pyx) and never
+        takes the GIL; ``wake()`` runs on nnc's one watcher thread."""
+        if self.query():
+            return False
+        from nnc.cuda import _hostfn
+
+        cu = driver()
+        data = _hostfn.arm(wake)
+        try:
+            check(cu.cuLaunchHostFunc(self.handle, cu.CUhostFn(_hostfn.fn_address()), data),
+                  "cuLaunchHostFunc")
+        except BaseException:
+            _hostfn.disarm(data)
+            raise
+        return True
+
+    def _run_graph(self, graph):
+        """``graph.run(stream=self)``: enqueue its GPU schedule (nnc.cuda.graph.GpuRun, made
+        once per graph and schedule and kept by this stream) and return at once."""
+        from nnc.cuda.graph import GpuRun
+
+        sched = graph.schedule
+        r = self._runs.get(id(graph))
+        if r is None or r.schedule is not sched or (sched is not None and sched.stale):
+            # The GpuRun holds the graph, so id(graph) cannot be reused while it is cached.
+            r = self._runs[id(graph)] = GpuRun(graph)
+        r.enqueue(self)
+
+    def _enqueue_cmd(self, cmd, backend, inputs, outputs):
+        """nnc.cmd_exec's hook: launch a GPU backend on this stream, asynchronously."""
+        if backend.device == "cpu":
+            raise CUDAError(f"{backend.command}/{backend.name} is a CPU backend; a CUDA stream "
+                            "runs GPU backends only")
+        backend.py_exec(cmd, inputs, outputs, stream=self)
+
+    def _destroy(self, handle):
+        check(driver().cuStreamDestroy(handle), "cuStreamDestroy")
+
+    def __repr__(self):
+        return f"<nnc.cuda.CudaStream gpu:{self.device.ordinal}>"
+
+
+class CudaGraph:
+    """Work captured from a stream into a CUDA graph, instantiated once, replayed cheaply.
+
+    ``CudaGraph.capture(stream, fn)`` calls ``fn()`` while ``stream`` captures: every launch,
+    copy and event wait that fn enqueues on ``stream`` or on streams forked from it (by waiting
+    on an event recorded on it) becomes a graph node; every forked stream must be joined back
+    into ``stream`` before fn returns (CUDA's rule). ``replay(stream)`` enqueues the whole
+    graph with one cuGraphLaunch. The tensors captured are baked in: replay reads and writes
+    the same device memory. NNC has no counterpart; Nimble (research/peers.md §3) does this.
+    """
+
+    def __init__(self, graph, exec_handle, stream):
+        self.graph, self.exec_handle, self.device = graph, exec_handle, stream.device
+
+    @classmethod
+    def capture(cls, stream, fn):
+        cu = driver()
+        stream.device.make_current()
+        # THREAD_LOCAL: other threads' unrelated CUDA calls are not capture violations.
+        check(cu.cuStreamBeginCapture(
+            stream.handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            "cuStreamBeginCapture")
+        try:
+            fn()
+        except BaseException:
+            # End the capture so the stream is usable again, and drop the partial graph.
+            result = cu.cuStreamEndCapture(stream.handle)
+            if int(result[0]) == 0 and len(result) > 1 and result[1] is not None:
+                cu.cuGraphDestroy(result[1])
+            raise
+        graph = check(cu.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
+        try:
+            exec_handle = check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        except CUDAError:
+            cu.cuGraphDestroy(graph)
+            raise
+        return cls(graph, exec_handle, stream)
+
+    def replay(self, stream):
+        """Enqueue the captured work on ``stream`` (returns at once)."""
+        if self.exec_handle is None:
+            raise CUDAError("this CudaGraph was closed")
+        self.device.make_current()
+        check(driver().cuGraphLaunch(self.exec_handle, stream.handle), "cuGraphLaunch")
+
+    def close(self):
+        cu = driver()
+        if self.exec_handle is not None:
+            cu.cuGraphExecDestroy(self.exec_handle)
+            cu.cuGraphDestroy(self.graph)
+            self.exec_handle = self.graph = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # at interpreter exit the driver may be gone
+            pass
+
+
+def pack_args(args):
+    """The ``void**`` kernel-parameter array for cuLaunchKernel, and what keeps it valid.
+
+    ``args`` are NumPy scalars or arrays of the kernel's exact C types (structs as structured
+    arrays or uint8 buffers); a pointer is an np.uint64. Each becomes one contiguous array and
+    the result holds their addresses (ecosystem.md §1, "form A"). Keep the returned tuple alive
+    until cuLaunchKernel has returned (the driver copies the values during the call).
+    """
+    vals = [np.ascontiguousarray(np.asarray(a)) for a in args]
+    for v in vals:
+        if v.dtype.kind not in "iufV" and v.dtype != np.uint8:
+            raise CUDAError(f"kernel argument of dtype {v.dtype} is not a C scalar or struct")
+    params = np.array([v.ctypes.data for v in vals], np.uint64)
+    return params, vals
+
+
+def launch(function, grid, block, args, stream, shared=0):
+    """Enqueue ``function<<<grid, block, shared, stream>>>(*args)``; returns at once."""
+    params, keep = pack_args(args)
+    gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+    bx, by, bz = (tuple(block) + (1, 1))[:3]
+    check(driver().cuLaunchKernel(function, gx, gy, gz, bx, by, bz, shared, stream.handle,
+                                  params.ctypes.data, 0), "cuLaunchKernel")
+    del keep

@@ -1,0 +1,93 @@
+// CONVOLUTION (direct) and MAX_POOL / AVG_POOL, NHWC (nnc/ops/conv.py, pool.py).
+// One thread per output element (n, i, j, o), grid-stride. Channels have unit stride; pixels
+// of x and out may be further apart than C / O elements (x_ps, o_ps), so an Inception concat
+// slice (buf[..., c0:c1]) is written in place. Zero padding is skipped, not read.
+
+struct nnc_window_t {
+    long long n;                 // images
+    int h, w, c;                 // input height, width, channels
+    int ho, wo, o;               // output height, width, channels
+    int kh, kw, sh, sw, pt, pl;  // window, stride, top / left padding
+    int groups;                  // CONVOLUTION only: C and O split into groups
+    int count_include_pad;       // AVG_POOL only: divide by kh * kw
+    long long x_ps, o_ps;        // elements between consecutive pixels of x / out
+};
+
+// Output element e of [n, ho, wo, channels] -> its channel, pixel index p over (n, i, j), row
+// i, column j and image n.
+struct nnc_at_t { int ch, i, j; long long p, n; };
+
+__device__ __forceinline__ nnc_at_t nnc_at(const nnc_window_t& g, long long e, int channels) {
+    nnc_at_t a;
+    a.ch = (int)(e % channels);
+    a.p = e / channels;
+    a.j = (int)(a.p % g.wo);
+    a.i = (int)((a.p / g.wo) % g.ho);
+    a.n = a.p / ((long long)g.wo * g.ho);
+    return a;
+}
+
+// Calls f(a, b, pixel) for every kernel tap (a, b) of output pixel `at` that lands on a real
+// input pixel (padding is skipped, never read); pixel indexes x's pixels over (n, y, x).
+template <typename F>
+__device__ __forceinline__ void nnc_for_taps(const nnc_window_t& g, const nnc_at_t& at, F f) {
+    for (int a = 0; a < g.kh; a++) {
+        int y = at.i * g.sh - g.pt + a;
+        if (y < 0 || y >= g.h) continue;
+        for (int b = 0; b < g.kw; b++) {
+            int xc = at.j * g.sw - g.pl + b;
+            if (xc < 0 || xc >= g.w) continue;
+            f(a, b, (at.n * g.h + y) * g.w + xc);
+        }
+    }
+}
+
+template <typename T>
+__device__ void conv_direct(nnc_window_t g, const T* x, const T* wt, const T* bias, T* out) {
+    const long long total = g.n * g.ho * g.wo * g.o;
+    const int cg = g.c / g.groups, og = g.o / g.groups;
+    NNC_GRID_STRIDE(e, total) {
+        const nnc_at_t at = nnc_at(g, e, g.o);
+        const int o = at.ch, c0 = (o / og) * cg;
+        const T* wo = wt + (long long)o * g.kh * g.kw * cg;  // w[o, :, :, :]
+        T acc = bias ? bias[o] : (T)0;
+        nnc_for_taps(g, at, [&](int a, int b, long long pixel) {
+            const T* xp = x + pixel * g.x_ps + c0;
+            const T* wp = wo + ((long long)a * g.kw + b) * cg;
+            for (int c = 0; c < cg; c++) acc += xp[c] * wp[c];
+        });
+        out[at.p * g.o_ps + o] = acc;
+    }
+}
+
+template <typename T, bool MAX>
+__device__ void pool(nnc_window_t g, const T* x, T* out) {
+    const long long total = g.n * g.ho * g.wo * g.c;
+    NNC_GRID_STRIDE(e, total) {
+        const nnc_at_t at = nnc_at(g, e, g.c);
+        const int c = at.ch;
+        T acc = MAX ? nnc_neg_inf<T>() : (T)0;
+        int real = 0;
+        nnc_for_taps(g, at, [&](int, int, long long pixel) {
+            T v = x[pixel * g.x_ps + c];
+            // v > acc is false for NaN: keep a NaN once seen, as np.maximum does.
+            if (MAX) acc = (v > acc || v != v) ? v : acc;
+            else acc += v;
+            real++;
+        });
+        if (!MAX) acc /= (T)(g.count_include_pad ? g.kh * g.kw : real);
+        out[at.p * g.o_ps + c] = acc;
+    }
+}
+
+#define NNC_WINDOW(T, S)                                                                    \
+extern "C" __global__ void nnc_conv_##S(nnc_window_t g, const T* x, const T* w,            \
+                                        const T* bias, T* out) {                            \
+    conv_direct<T>(g, x, w, bias, out); }                                                   \
+extern "C" __global__ void nnc_max_pool_##S(nnc_window_t g, const T* x, T* out) {          \
+    pool<T, true>(g, x, out); }                                                             \
+extern "C" __global__ void nnc_avg_pool_##S(nnc_window_t g, const T* x, T* out) {          \
+    pool<T, false>(g, x, out); }
+
+NNC_WINDOW(float, f32)
+NNC_WINDOW(double, f64)

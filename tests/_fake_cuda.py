@@ -1,0 +1,471 @@
+"""A fake CUDA driver for machines without a GPU, so nnc.cuda's host-side logic can be tested.
+
+Device memory is host memory (so copies are memmoves), streams run everything at once, stream
+capture records the calls and cuGraphLaunch replays them, and the kernels nnc launches are
+emulated in NumPy from the raw ``void**`` parameter array - which checks that nnc packs each
+kernel's arguments as its C signature in nnc/cuda/kernels/*.cu expects. When the real
+cuda.bindings is installed, every call is first made on the real module too, which (with no
+driver) converts all arguments and then fails to load libcuda: a TypeError there means nnc
+passes an argument the real bindings would reject (research/ecosystem.md §1 used the same
+trick). This proves argument forms and host logic only; GPU results need a GPU.
+"""
+
+import ctypes
+import threading
+import time
+
+import numpy as np
+
+from nnc.cuda.backends import GEMM_FIELDS, WINDOW_T
+
+try:
+    from cuda.bindings import driver as real
+except ImportError:
+    real = None
+
+
+def _driver_library_present():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+# Only where no driver can load: with one, the real calls would run with fake handles.
+REAL_CHECK = real is not None and not _driver_library_present()
+
+NOT_READY = 600
+
+
+class _Handle(int):
+    """A handle for when the real bindings are missing (int-valued, like theirs)."""
+
+
+def _arr(ptr, dtype, shape, strides):
+    dt = np.dtype(dtype)
+    iface = {"version": 3, "shape": tuple(shape), "typestr": dt.str, "data": (int(ptr), False),
+             "strides": tuple(s * dt.itemsize for s in strides)}
+    holder = type("H", (), {"__array_interface__": iface})()
+    return np.asarray(holder)
+
+
+def _contig(ptr, dtype, n):
+    return _arr(ptr, dtype, (n,), (1,))
+
+
+class FakeDriver:
+    def __init__(self, count=1, arch=(9, 0)):
+        self.count, self.arch = count, arch
+        self.calls = []                 # names of driver calls made, in order
+        self.buffers = {}               # ptr -> backing ndarray (device and pinned memory)
+        self.modules = {}               # id -> cubin bytes
+        self.functions = {}             # id -> kernel name
+        self.capturing = None           # list of deferred calls while a stream captures
+        self.graphs = {}                # id -> list of deferred calls
+        self.launches = []              # kernel names launched (executed)
+        self.live_streams = set()
+        self.live_events = set()
+        self.ctx_of = {}                # stream / event / module / function id -> context
+        self._current = threading.local()   # .ctx: this thread's current context
+        self.busy = False               # cuStreamQuery says NOT_READY while set
+        self.host_delay = 0.02          # seconds before a host function runs
+        self._next = 1
+
+    # -- helpers
+    def _id(self):
+        self._next += 1
+        return self._next
+
+    def _h(self, kind, value):
+        return getattr(real, kind)(value) if real is not None else _Handle(value)
+
+    @staticmethod
+    def ok(*values):
+        err = real.CUresult.CUDA_SUCCESS if real is not None else _Handle(0)
+        return (err, *values)
+
+    def _alloc(self, n):
+        buf = np.zeros(n + 64, np.uint8)
+        ptr = buf.ctypes.data
+        self.buffers[ptr] = buf
+        return ptr
+
+    def _run(self, fn):
+        # Stream work runs at once, unless a stream is capturing: then it becomes a graph node.
+        if self.capturing is not None:
+            self.capturing.append(fn)
+        else:
+            fn()
+
+    # -- device and context
+    def cuInit(self, flags):
+        return self.ok()
+
+    def cuDeviceGetCount(self):
+        return self.ok(self.count)
+
+    def cuDeviceGet(self, ordinal):
+        return self.ok(self._h("CUdevice", ordinal))
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return self.ok(self._h("CUcontext", 0x1000 + int(dev)))
+
+    def cuCtxSetCurrent(self, ctx):
+        self._current.ctx = int(ctx)
+        return self.ok()
+
+    def _made(self, h):
+        """Remember the context current when handle h was made (None: none was)."""
+        self.ctx_of[h] = getattr(self._current, "ctx", None)
+        return h
+
+    def _same_ctx(self, a, b):
+        # As the driver: a stream records only its own context's events and runs its own
+        # context's kernels; nnc must never mix them.
+        if self.ctx_of[int(a)] != self.ctx_of[int(b)]:
+            return (real.CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        return None
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        name = getattr(attr, "name", "")
+        value = {"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": self.arch[0],
+                 "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": self.arch[1],
+                 "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 4}[name]
+        return self.ok(value)
+
+    # -- memory
+    def cuMemAlloc(self, n):
+        return self.ok(self._h("CUdeviceptr", self._alloc(n)))
+
+    def cuMemFree(self, ptr):
+        del self.buffers[int(ptr)]
+        return self.ok()
+
+    def cuMemHostAlloc(self, n, flags):
+        return self.ok(self._alloc(n))
+
+    def cuMemFreeHost(self, ptr):
+        del self.buffers[int(ptr)]
+        return self.ok()
+
+    def _copy(self, dst, src, n):
+        self._run(lambda: ctypes.memmove(int(dst), int(src), n))
+        return self.ok()
+
+    def cuMemcpyHtoDAsync(self, dst, src, n, stream):
+        return self._copy(dst, src, n)
+
+    def cuMemcpyDtoHAsync(self, dst, src, n, stream):
+        return self._copy(dst, src, n)
+
+    def cuMemcpyDtoDAsync(self, dst, src, n, stream):
+        return self._copy(dst, src, n)
+
+    def cuMemcpyPeerAsync(self, dst, dctx, src, sctx, n, stream):
+        return self._copy(dst, src, n)
+
+    def cuMemsetD8Async(self, ptr, value, n, stream):
+        self._run(lambda: ctypes.memset(int(ptr), value, n))
+        return self.ok()
+
+    # -- streams, events, capture
+    def cuStreamCreate(self, flags):
+        h = self._made(self._id())
+        self.live_streams.add(h)
+        return self.ok(self._h("CUstream", h))
+
+    def cuStreamDestroy(self, s):
+        self.live_streams.discard(int(s))
+        return self.ok()
+
+    def cuStreamSynchronize(self, s):
+        return self.ok()
+
+    def cuStreamQuery(self, s):
+        if self.busy:
+            return (real.CUresult.CUDA_ERROR_NOT_READY,)
+        return self.ok()
+
+    def cuLaunchHostFunc(self, s, fn, data):
+        # The driver calls fn(data) on its own thread once the stream gets there: here, from
+        # a plain thread a little later, through ctypes (which does not take the GIL for it).
+        cfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(int(fn))
+
+        def later():
+            time.sleep(self.host_delay)
+            self.busy = False
+            cfn(data)
+
+        self._run(lambda: threading.Thread(target=later).start())
+        return self.ok()
+
+    def cuEventCreate(self, flags):
+        h = self._made(self._id())
+        self.live_events.add(h)
+        return self.ok(self._h("CUevent", h))
+
+    def cuEventDestroy(self, e):
+        self.live_events.discard(int(e))
+        return self.ok()
+
+    def cuEventRecord(self, e, s):
+        return self._same_ctx(e, s) or self.ok()
+
+    def cuEventQuery(self, e):
+        return self.ok()
+
+    def cuEventSynchronize(self, e):
+        return self.ok()
+
+    def cuStreamWaitEvent(self, s, e, flags):
+        return self.ok()
+
+    def cuStreamBeginCapture(self, s, mode):
+        self.capturing = []
+        return self.ok()
+
+    def cuStreamEndCapture(self, s):
+        g = self._id()
+        self.graphs[g], self.capturing = self.capturing, None
+        return self.ok(self._h("CUgraph", g))
+
+    def cuGraphInstantiate(self, g, flags):
+        return self.ok(self._h("CUgraphExec", int(g)))
+
+    def cuGraphLaunch(self, gexec, s):
+        for fn in self.graphs[int(gexec)]:
+            fn()
+        return self.ok()
+
+    def cuGraphExecDestroy(self, gexec):
+        return self.ok()
+
+    def cuGraphDestroy(self, g):
+        self.graphs.pop(int(g), None)
+        return self.ok()
+
+    # -- modules and kernels
+    def cuModuleLoadData(self, image):
+        m = self._made(self._id())
+        self.modules[m] = bytes(image)
+        return self.ok(self._h("CUmodule", m))
+
+    def cuModuleGetFunction(self, module, name):
+        image = self.modules[int(module)]
+        if image != b"fake" and name + b"\0" not in image:
+            err = real.CUresult.CUDA_ERROR_NOT_FOUND if real is not None else _Handle(500)
+            return (err, None)
+        f = self._id()
+        self.ctx_of[f] = self.ctx_of[int(module)]
+        self.functions[f] = name.decode()
+        return self.ok(self._h("CUfunction", f))
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        bad = self._same_ctx(f, stream)
+        if bad:
+            return bad
+        name = self.functions[int(f)]
+        base, dtype = name.rsplit("_", 1)
+        dtype = {"f32": np.float32, "f64": np.float64}[dtype]
+        kernel = base[4:]
+        # Like the driver, copy the argument values now: the caller may free them on return
+        # (a captured launch runs later, at replay).
+        sizes = [np.dtype(dtype).itemsize if n == "T" else n for n in SIGNATURES[kernel]]
+        keep = [ctypes.create_string_buffer(
+            ctypes.string_at(ctypes.c_uint64.from_address(params + 8 * i).value, n), n)
+            for i, n in enumerate(sizes)]
+        addrs = [ctypes.addressof(b) for b in keep]
+        grid = (gx, gy, gz)
+
+        def run():
+            self.launches.append(name)
+            EMULATE[kernel](addrs, dtype, grid)
+            del keep[:0]    # keep the copies alive as long as this launch may run
+
+        self._run(run)
+        return self.ok()
+
+
+def _scalar(addr, ctype):
+    return ctype.from_address(addr).value
+
+
+def _ptr(addr):
+    return ctypes.c_uint64.from_address(addr).value
+
+
+def _i64(addr):
+    return ctypes.c_int64.from_address(addr).value
+
+
+def _ctype(dtype):
+    return ctypes.c_float if dtype == np.float32 else ctypes.c_double
+
+
+def _ew_reduce(prod):
+    def run(a, dt, grid):
+        ptrs = [ctypes.c_uint64.from_address(a[0] + 8 * i).value for i in range(8)]
+        count, y, n = _scalar(a[1], ctypes.c_int), _ptr(a[2]), _i64(a[3])
+        xs = [_contig(p, dt, n).copy() for p in ptrs[:count]]
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = acc * x if prod else acc + x
+        _contig(y, dt, n)[:] = acc
+
+    return run
+
+
+def _ewdiv(a, dt, grid):
+    pa, pb, y, n = _ptr(a[0]), _ptr(a[1]), _ptr(a[2]), _i64(a[3])
+    num = 1 if pa == 0 else _contig(pa, dt, n)
+    _contig(y, dt, n)[:] = num / _contig(pb, dt, n)
+
+
+def _unary(fn):
+    def run(a, dt, grid):
+        x, xs, y, ys, n, cols = _ptr(a[0]), _i64(a[1]), _ptr(a[2]), _i64(a[3]), _i64(a[4]), \
+            _i64(a[5])
+        _arr(y, dt, (n // cols, cols), (ys, 1))[...] = fn(_arr(x, dt, (n // cols, cols), (xs, 1)))
+
+    return run
+
+
+def _scalar_mul(a, dt, grid):
+    s, x, xs, y, ys, n, cols = _scalar(a[0], _ctype(dt)), _ptr(a[1]), _i64(a[2]), _ptr(a[3]), \
+        _i64(a[4]), _i64(a[5]), _i64(a[6])
+    _arr(y, dt, (n // cols, cols), (ys, 1))[...] = dt(s) * _arr(x, dt, (n // cols, cols), (xs, 1))
+
+
+def _set(a, dt, grid):
+    v, y, ys, n, cols = _scalar(a[0], _ctype(dt)), _ptr(a[1]), _i64(a[2]), _i64(a[3]), \
+        _i64(a[4])
+    _arr(y, dt, (n // cols, cols), (ys, 1))[...] = v
+
+
+def _softmax(a, dt, grid):
+    x, y, rows, cols = _ptr(a[0]), _ptr(a[1]), _i64(a[2]), _i64(a[3])
+    v = _arr(x, dt, (rows, cols), (cols, 1)).astype(np.float64)
+    e = np.exp(v - v.max(axis=1, keepdims=True))
+    _arr(y, dt, (rows, cols), (cols, 1))[:] = e / e.sum(axis=1, keepdims=True)
+
+
+def _gemm(a, dt, grid):
+    g = dict(zip(GEMM_FIELDS, np.frombuffer(ctypes.string_at(a[0], 88), np.int64).tolist()))
+    pa, pw, pb, po = _ptr(a[1]), _ptr(a[2]), _ptr(a[3]), _ptr(a[4])
+    batch = grid[2]
+    av = _arr(pa, dt, (batch, g["m"], g["k"]), (g["a_bs"], g["a_ms"], g["a_ks"]))
+    wv = _arr(pw, dt, (batch, g["k"], g["n"]), (g["w_bs"], g["w_ks"], g["w_ns"]))
+    acc = np.matmul(av.astype(np.float64), wv.astype(np.float64))
+    if pb:
+        acc += _contig(pb, dt, g["n"])
+    _arr(po, dt, (batch, g["m"], g["n"]), (g["o_bs"], g["o_ms"], 1))[...] = acc
+
+
+def _window(addr):
+    return np.frombuffer(ctypes.string_at(addr, WINDOW_T.itemsize), WINDOW_T)[0]
+
+
+def _window_views(g, px, po, dt, out_c):
+    n, h, w, c = int(g["n"]), int(g["h"]), int(g["w"]), int(g["c"])
+    ho, wo = int(g["ho"]), int(g["wo"])
+    xps, ops = int(g["x_ps"]), int(g["o_ps"])
+    x = _arr(px, dt, (n, h, w, c), (h * w * xps, w * xps, xps, 1)).astype(np.float64)
+    out = _arr(po, dt, (n, ho, wo, out_c), (ho * wo * ops, wo * ops, ops, 1))
+    return x, out
+
+
+def _taps(g, x):
+    """Yield (tap window of x for every output pixel, validity mask) per kernel offset."""
+    ho, wo = int(g["ho"]), int(g["wo"])
+    for i in range(int(g["kh"])):
+        for j in range(int(g["kw"])):
+            ys = np.arange(ho) * int(g["sh"]) - int(g["pt"]) + i
+            xs = np.arange(wo) * int(g["sw"]) - int(g["pl"]) + j
+            my = (ys >= 0) & (ys < x.shape[1])
+            mx = (xs >= 0) & (xs < x.shape[2])
+            patch = x[:, np.clip(ys, 0, x.shape[1] - 1)][:, :, np.clip(xs, 0, x.shape[2] - 1)]
+            yield i, j, patch, (my[:, None] & mx[None, :])[None, :, :, None]
+
+
+def _conv(a, dt, grid):
+    g = _window(a[0])
+    px, pw, pb, po = _ptr(a[1]), _ptr(a[2]), _ptr(a[3]), _ptr(a[4])
+    o, groups = int(g["o"]), int(g["groups"])
+    kh, kw, cg = int(g["kh"]), int(g["kw"]), int(g["c"]) // groups
+    x, out = _window_views(g, px, po, dt, o)
+    wt = _contig(pw, dt, o * kh * kw * cg).reshape(o, kh, kw, cg).astype(np.float64)
+    acc = np.zeros(out.shape)
+    og = o // groups
+    for i, j, patch, mask in _taps(g, x):
+        for k in range(groups):
+            ci, co = slice(k * cg, (k + 1) * cg), slice(k * og, (k + 1) * og)
+            acc[..., co] += np.where(mask, patch[..., ci], 0) @ wt[co, i, j, :].T
+    if pb:
+        acc += _contig(pb, dt, o)
+    out[...] = acc
+
+
+def _pool(is_max):
+    def run(a, dt, grid):
+        g = _window(a[0])
+        x, out = _window_views(g, _ptr(a[1]), _ptr(a[2]), dt, int(g["c"]))
+        acc = np.full(out.shape, -np.inf if is_max else 0.0)
+        count = np.zeros(out.shape[1:3])[None, :, :, None]
+        for _, _, patch, mask in _taps(g, x):
+            if is_max:
+                acc = np.where(mask, np.maximum(acc, patch), acc)
+            else:
+                acc += np.where(mask, patch, 0)
+            count = count + mask
+        if not is_max:
+            acc /= (int(g["kh"]) * int(g["kw"])) if g["count_include_pad"] else count
+        out[...] = acc
+
+    return run
+
+
+# Bytes of each kernel parameter ("T": the dtype's size), as declared in kernels/*.cu.
+_P = 8
+SIGNATURES = {
+    "ewsum": (64, 4, _P, 8), "ewprod": (64, 4, _P, 8), "ewdiv": (_P, _P, _P, 8),
+    "ewexp": (_P, 8, _P, 8, 8, 8), "ewlog": (_P, 8, _P, 8, 8, 8), "relu": (_P, 8, _P, 8, 8, 8),
+    "scalar_mul": ("T", _P, 8, _P, 8, 8, 8), "set": ("T", _P, 8, 8, 8),
+    "softmax": (_P, _P, 8, 8),
+    "gemm": (88, _P, _P, _P, _P), "conv": (80, _P, _P, _P, _P), "max_pool": (80, _P, _P),
+    "avg_pool": (80, _P, _P),
+}
+
+EMULATE = {
+    "ewsum": _ew_reduce(False), "ewprod": _ew_reduce(True), "ewdiv": _ewdiv,
+    "ewexp": _unary(np.exp), "ewlog": _unary(np.log), "relu": _unary(lambda v: np.maximum(v, 0)),
+    "scalar_mul": _scalar_mul, "set": _set, "softmax": _softmax, "gemm": _gemm, "conv": _conv,
+    "max_pool": _pool(True), "avg_pool": _pool(False),
+}
+
+
+class Checked:
+    """Forwards to the fake, after making the same call on the real bindings (see top)."""
+
+    def __init__(self, fake):
+        self.fake = fake
+
+    def __getattr__(self, name):
+        target = getattr(self.fake, name, None)
+        if target is None or not callable(target) or not name.startswith("cu"):
+            if real is None:
+                raise AttributeError(name)
+            return getattr(real, name)   # enums and handle types
+
+        def call(*args):
+            self.fake.calls.append(name)
+            if REAL_CHECK:
+                try:
+                    getattr(real, name)(*args)
+                except TypeError as e:
+                    raise AssertionError(f"real cuda.bindings rejects {name}{args}: {e}") from e
+                except RuntimeError:
+                    pass                 # got as far as loading libcuda: arguments accepted
+            return target(*args)
+
+        return call
