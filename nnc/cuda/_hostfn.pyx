@@ -21,20 +21,10 @@ from libc.stdlib cimport free, malloc
 import threading
 import traceback
 
-
-cdef extern from "<semaphore.h>" nogil:
-    ctypedef struct sem_t:
-        pass
-    int sem_init(sem_t*, int, unsigned int)
-    int sem_wait(sem_t*)
-    int sem_post(sem_t*)
-
-cdef extern from "<pthread.h>" nogil:
-    ctypedef struct pthread_mutex_t:
-        pass
-    int pthread_mutex_init(pthread_mutex_t*, const void*)
-    int pthread_mutex_lock(pthread_mutex_t*)
-    int pthread_mutex_unlock(pthread_mutex_t*)
+from nnc.sync cimport (
+    pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t, pthread_mutex_unlock, sem_init,
+    sem_post, sem_t, sem_wait,
+)
 
 
 cdef sem_t _sem
