@@ -195,3 +195,13 @@ def emit_json(obj):
     """Print ``obj`` as one line of JSON (the last line a benchmark writes with --json)."""
     sys.stdout.flush()
     print(json.dumps(obj, sort_keys=False, ensure_ascii=False))
+
+
+def publish(report, name, render, as_json, packages=("numpy",)):
+    """Stamp ``report`` (benchmark name, date, command, machine), print ``render(report)`` and,
+    with ``as_json``, the report as the last line of stdout."""
+    report.update(benchmark=name, date=now(), command=command_line(),
+                  machine=machine_info(packages))
+    print(render(report))
+    if as_json:
+        emit_json(report)

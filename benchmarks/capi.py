@@ -80,11 +80,7 @@ def main(argv=None):
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
     report = run(args.repeat)
-    report.update(benchmark="capi", date=_util.now(), command=_util.command_line(),
-                  machine=_util.machine_info(("numpy",)))
-    print(render(report))
-    if args.json:
-        _util.emit_json(report)
+    _util.publish(report, "capi", render, args.json)
 
 
 if __name__ == "__main__":

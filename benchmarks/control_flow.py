@@ -137,11 +137,7 @@ def main(argv=None):
     if args.iterations < 1 or args.repeat < 1:
         p.error("--iterations and --repeat must be at least 1")
     report = run(args.iterations, args.repeat)
-    report.update(benchmark="control_flow", date=_util.now(), command=_util.command_line(),
-                  machine=_util.machine_info(("numpy",)))
-    print(render(report))
-    if args.json:
-        _util.emit_json(report)
+    _util.publish(report, "control_flow", render, args.json)
 
 
 if __name__ == "__main__":
