@@ -12,6 +12,7 @@ only keeps their pointer and owner, and ``numpy()`` returns a host copy (docs/gp
 device string raises :class:`nnc.CUDAError` naming why when CUDA is unavailable.
 """
 
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdint cimport uintptr_t
 
 import numpy as np
@@ -60,6 +61,8 @@ cdef int _check_shape(tuple shape) except -1:
     for d in shape:
         if d < 0:
             raise TensorError(f"negative dimension in shape {shape}")
+        if d > PY_SSIZE_T_MAX:
+            raise TensorError(f"dimension {d} in shape {shape} does not fit in 64 bits")
     return 0
 
 
@@ -157,6 +160,50 @@ cdef bint tensor_same(const nnc_tensor_t* a, const nnc_tensor_t* b) noexcept nog
     return True
 
 
+cdef tuple _c_strides(tuple shape):
+    """C-order strides (in elements) of shape, as Python ints (they cannot overflow)."""
+    out = [1] * len(shape)
+    s = 1
+    for i in range(len(shape) - 1, -1, -1):
+        out[i] = s
+        s *= shape[i]
+    return tuple(out)
+
+
+cdef object _view_start(Tensor base, tuple shape, tuple steps, object offset):
+    """Byte offset from base's owner memory to a view's first element, after checking that
+    every element lies inside that memory. Python ints throughout: C arithmetic on huge
+    strides or offsets wraps around and would let a view pass the check and escape."""
+    cdef Py_ssize_t itemsize = base.t.itemsize
+    try:
+        off = int(offset)
+    except (TypeError, ValueError):
+        raise TensorError(f"view offset must be an int, not {offset!r}") from None
+    where = f"view of shape {shape} with strides {steps} at offset {offset}"
+    count, low, high = 1, 0, 0
+    for d, s in zip(shape, steps):
+        count *= d
+        if not -PY_SSIZE_T_MAX <= s <= PY_SSIZE_T_MAX:
+            raise TensorError(f"{where}: stride {s} does not fit in 64 bits")
+        if d > 1:
+            if s < 0:
+                low += (d - 1) * s
+            else:
+                high += (d - 1) * s
+    if count * itemsize > PY_SSIZE_T_MAX:
+        raise TensorError(f"{where}: {count} elements is more than memory can hold")
+    size = base._hi - base._lo
+    start = (<char*>base.t.data - base._lo) + off * itemsize
+    if count == 0:
+        inside = 0 <= start <= size         # nothing is read; the pointer still stays inside
+    else:
+        inside = start + low * itemsize >= 0 and start + (high + 1) * itemsize <= size
+    if not inside:
+        raise TensorError(f"{where} reaches outside the {size // itemsize}-element memory "
+                          "it aliases")
+    return start
+
+
 cdef long _movable_epoch = 0
 
 
@@ -206,6 +253,9 @@ cdef class Tensor:
         for d in shape:
             count *= d
         nbytes = count * dt.itemsize
+        if nbytes > PY_SSIZE_T_MAX:
+            raise TensorError(f"shape {shape} of {dt} needs {nbytes} bytes, more than memory "
+                              "can hold")
         raw = np.empty(nbytes + _ALIGN, np.uint8)
         start = (-raw.__array_interface__["data"][0]) % _ALIGN
         array = raw[start:start + nbytes].view(dt).reshape(shape)
@@ -236,6 +286,11 @@ cdef class Tensor:
         if device < 0:
             raise TensorError("_from_device needs a GPU ordinal >= 0")
         dt = _NP_DTYPE[datatype_of(dtype)]
+        count = 1
+        for d in shape:
+            count *= d
+        if count * dt.itemsize > nbytes:
+            raise TensorError(f"shape {shape} of {dt} needs more than the {nbytes} bytes given")
         self.t.datatype = datatype_of(dtype)
         self.t.device = device
         self.t.ndim = len(shape)
@@ -243,8 +298,6 @@ cdef class Tensor:
         for i in range(self.t.ndim):
             self.t.dim[i] = shape[i]
         _fill_contiguous(&self.t)
-        if self.t.count * self.t.itemsize > nbytes:
-            raise TensorError(f"shape {shape} of {dt} needs more than the {nbytes} bytes given")
         self.t.data = <void*>ptr
         self._owner = owner
         self._lo = <char*>ptr
@@ -362,44 +415,24 @@ cdef class Tensor:
         """
         cdef Tensor v = Tensor.__new__(Tensor)
         cdef int i
-        cdef Py_ssize_t lo = 0, hi = 0
         shape = _as_shape(shape)
         _check_shape(shape)
+        steps = _c_strides(shape) if strides is None else _as_shape(strides)
+        if len(steps) != len(shape):
+            raise TensorError(f"view strides {steps} do not match shape {shape}")
+        start = _view_start(self, shape, steps, offset)
         v.t = self.t
         v.t.ndim = len(shape)
-        for i in range(v.t.ndim):
+        v.t.contiguous = 1
+        expected = 1
+        for i in range(v.t.ndim - 1, -1, -1):
             v.t.dim[i] = shape[i]
-        _fill_contiguous(&v.t)
-        if strides is not None:
-            strides = _as_shape(strides) if not isinstance(strides, tuple) else strides
-            if len(strides) != len(shape):
-                raise TensorError(f"view strides {strides} do not match shape {shape}")
-            for i in range(v.t.ndim):
-                v.t.stride[i] = int(strides[i])
-                if v.t.dim[i] > 1:
-                    if v.t.stride[i] < 0:
-                        lo += (v.t.dim[i] - 1) * v.t.stride[i]
-                    else:
-                        hi += (v.t.dim[i] - 1) * v.t.stride[i]
-            v.t.contiguous = 1
-            expected = 1
-            for i in range(v.t.ndim - 1, -1, -1):
-                if v.t.dim[i] > 1 and v.t.stride[i] != expected:
-                    v.t.contiguous = 0
-                expected *= v.t.dim[i]
-        else:
-            hi = v.t.count - 1 if v.t.count > 0 else 0
-        start = <char*>self.t.data + <Py_ssize_t>int(offset) * self.t.itemsize
-        if v.t.count > 0 and (
-            start + lo * self.t.itemsize < self._lo
-            or start + (hi + 1) * self.t.itemsize > self._hi
-        ):
-            raise TensorError(
-                f"view of shape {shape} at offset {offset} with strides "
-                f"{self.strides if strides is None else strides} reaches outside the "
-                f"{(self._hi - self._lo) // self.t.itemsize}-element memory it aliases"
-            )
-        v.t.data = start
+            v.t.stride[i] = steps[i]
+            if shape[i] > 1 and steps[i] != expected:
+                v.t.contiguous = 0
+            expected *= shape[i]
+        v.t.count = expected
+        v.t.data = <char*>self._lo + <Py_ssize_t>start
         v._owner = self._owner
         v._lo = self._lo
         v._hi = self._hi

@@ -1,5 +1,9 @@
 """Tensors: zero-copy wrapping, allocation, views, bad input (NNC: tensor.tests.c)."""
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -59,6 +63,10 @@ def test_bad_arrays_are_refused():
     # GPU device strings: tests/test_cuda.py.
     with pytest.raises(nnc.TensorError, match="unknown device"):
         nnc.Tensor.empty((2,), device="tpu")
+    with pytest.raises(nnc.TensorError, match="more than memory can hold"):
+        nnc.Tensor.empty((2**40, 2**40))
+    with pytest.raises(nnc.TensorError, match="64 bits"):
+        nnc.Tensor.empty((0, 2**64))
     assert issubclass(nnc.TensorError, nnc.NNCError)
 
 
@@ -113,6 +121,52 @@ def test_views_cannot_escape_their_memory():
     v = t.view((2,), offset=8)
     with pytest.raises(nnc.TensorError, match="outside"):
         v.view((3,), offset=0)
+
+
+# Views whose extent overflows 64-bit arithmetic; each would pass a wrapping bounds check.
+HUGE_VIEWS = [
+    ((3,), (2**61,), 0),                # (3 - 1) * 2**61 * 4 bytes wraps to 0
+    ((5,), (2**62,), 0),                # (5 - 1) * 2**62 elements wraps to 0
+    ((3,), (-2**61,), 0),
+    ((2, 2), (2**62, 1), 0),
+    ((2,), (1,), 2**62),                # offset * itemsize wraps to 0
+    ((2,), (1,), -2**62),
+    ((3,), (2**62,), -2**62),           # the offset pulls a huge extent back to the start
+    ((2**32, 2**32), None, 0),          # 2**64 elements: the count itself wraps to 0
+    ((2**31, 2**31, 4), None, 0),
+    ((3,), (2**63,), 0),                # not a 64-bit stride at all
+    ((2,), None, 2**64),                # not a 64-bit offset at all
+]
+
+
+def test_huge_strides_and_offsets_cannot_escape_the_memory():
+    """Each case must raise TensorError; a view that slipped through is written, which
+    crashed the process before the bounds check used overflow-free arithmetic."""
+    code = textwrap.dedent(f"""
+        import nnc
+        t = nnc.Tensor.zeros(4)
+        for shape, strides, offset in {HUGE_VIEWS!r}:
+            try:
+                v = t.view(shape, offset=offset, strides=strides)
+            except nnc.TensorError as e:
+                assert str(shape) in str(e) and str(offset) in str(e), e
+                continue
+            nnc.cmd_exec(nnc.Cmd("SET", value=1.0), [], [v])
+            raise SystemExit(f"view {{shape}} {{strides}} at {{offset}} was accepted")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_edge_views_stay_allowed():
+    t = nnc.Tensor(np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(t.view((4,), offset=3, strides=(-1,)).numpy(), [3, 2, 1, 0])
+    np.testing.assert_array_equal(t.view((2, 3), strides=(0, 1)).numpy(), [[0, 1, 2]] * 2)
+    assert t.view((0,), offset=4).shape == (0,)           # empty, one past the end
+    assert t.view((1,), offset=3, strides=(2**62,)).numpy()[0] == 3   # size-1: stride unused
+    with pytest.raises(nnc.TensorError, match="outside"):
+        t.view((0,), offset=5)
 
 
 def test_tensor_keeps_memory_alive():

@@ -123,6 +123,9 @@ int main(void) {
         static const int sizes[6] = {1, 4, 4, 8, 8, 2};
         static double memory[6];  /* 48 bytes, aligned for every type */
         const int64_t dims23[2] = {2, 3}, dims2[1] = {2}, step[1] = {3};
+        /* (3 - 1) * 2**61 elements wraps to 0 bytes, as does a count of 2**32 * 2**32. */
+        const int64_t dims3[1] = {3}, huge[2] = {INT64_C(1) << 61, -(INT64_C(1) << 61)};
+        const int64_t dims_huge[2] = {INT64_C(1) << 32, INT64_C(1) << 32};
         nnc_tensor_t view;
         nnc_tensor_h base, column;
         for (int k = 0; k < 6; k++) {
@@ -138,6 +141,12 @@ int main(void) {
                    !view.contiguous ? NNC_SUCCESS : NNC_ERROR_UNKNOWN, NNC_SUCCESS);
             EXPECT(nnc_tensor_free(column), NNC_SUCCESS);
             EXPECT(nnc_tensor_view_new(&column, base, 1, dims2, 5, step), NNC_ERROR_TENSOR);
+            /* Extents that wrap 64-bit arithmetic: refused, never a view to write through. */
+            EXPECT(nnc_tensor_view_new(&column, base, 1, dims3, 0, huge), NNC_ERROR_TENSOR);
+            EXPECT(nnc_tensor_view_new(&column, base, 1, dims3, 0, huge + 1), NNC_ERROR_TENSOR);
+            EXPECT(nnc_tensor_view_new(&column, base, 1, dims2, INT64_C(1) << 62, NULL),
+                   NNC_ERROR_TENSOR);
+            EXPECT(nnc_tensor_view_new(&column, base, 2, dims_huge, 0, NULL), NNC_ERROR_TENSOR);
             EXPECT(nnc_tensor_free(base), NNC_SUCCESS);
         }
         EXPECT(nnc_tensor_new(&base, memory, NNC_32F, 0, NULL), NNC_SUCCESS);  /* a scalar */
