@@ -6,7 +6,8 @@ cdef enum:
     NNC_GIL_RELEASE_ELEMENTS = 16384
 
 # Parameters C backends can read. Python backends read cmd.params instead; both are filled from
-# the same normalised dict when the Cmd is made, so they never disagree.
+# the same normalised dict when the Cmd is made, and neither can change after, so they never
+# disagree.
 ctypedef struct nnc_cmd_param_t:
     double a                            # SCALAR_MUL's factor, SET's value
     int transpose_a                     # GEMM: use a's last two axes swapped
@@ -57,7 +58,9 @@ cdef class CommandInfo:
 cdef class Cmd:
     cdef readonly CommandInfo info
     cdef nnc_cmd_param_t param
-    cdef readonly dict params           # normalised parameters (a private copy)
+    # Normalised parameters: a CmdParams (read-only, containers frozen), made once with param;
+    # nodes share it with their Cmd copies, so param and params never disagree.
+    cdef readonly object params
     cdef readonly object fn             # CUSTOM's callable, else None
     cdef Backend _backend               # chosen or pinned backend; None until chosen
     cdef readonly bint pinned           # the user named the backend: selection must keep it

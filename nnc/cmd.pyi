@@ -1,4 +1,4 @@
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,9 +35,18 @@ class CommandInfo:
     normalize: Callable[[dict[str, Any]], dict[str, Any]] | None
     backends: list[Backend]
 
+class CmdParams(Mapping[str, Any]):
+    """Read-only; every mutator raises CommandError."""
+    def __init__(self, items: Mapping[str, Any]) -> None: ...
+    def __getitem__(self, key: str) -> Any: ...
+    def __iter__(self) -> Iterator[str]: ...
+    def __len__(self) -> int: ...
+    def __or__(self, other: Mapping[str, Any]) -> dict[str, Any]: ...
+
 class Cmd:
     info: CommandInfo
-    params: dict[str, Any]
+    @property
+    def params(self) -> CmdParams: ...
     fn: Callable[[list[np.ndarray | None], list[np.ndarray | None]], None] | None
     pinned: bool
     def __init__(self, name: str, backend: str | None = ..., **params: Any) -> None: ...

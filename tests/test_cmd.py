@@ -412,6 +412,56 @@ def test_register_user_command_and_backends():
         nnc.register_backend(_name("TEST_NONE"), "CPU_REF", make("x"))
 
 
+def test_params_are_frozen_so_backends_and_nodes_cannot_disagree():
+    """CPU_OPT reads the parameters copied into C when the Cmd was made, CPU_REF reads
+    cmd.params: mutating the mapping after a node was built made the two backends compute
+    different results from one command. cmd.params is now read-only."""
+    cmd = nnc.Cmd("SCALAR_MUL", a=2.0)
+    x = nnc.Tensor(np.ones(4, np.float32))
+    outs = {b: nnc.Tensor.zeros(4) for b in ("CPU_REF", "CPU_OPT")}
+    g = nnc.Graph()
+    nodes = [g.exec(cmd, [x], [outs[b]]) for b in outs]
+    for node, b in zip(nodes, outs):
+        node.backend = b
+    for mutate in (lambda p: p.__setitem__("a", 3.0), lambda p: p.__delitem__("a"),
+                   lambda p: p.update(a=3.0), lambda p: p.pop("a"), lambda p: p.clear(),
+                   lambda p: p.setdefault("b", 1), lambda p: p.popitem()):
+        with pytest.raises(nnc.CommandError, match="new Cmd"):
+            mutate(cmd.params)
+    with pytest.raises(nnc.CommandError, match="new Cmd"):
+        cmd.params |= {"a": 3.0}
+    with pytest.raises(AttributeError):
+        cmd.params = {"a": 3.0}
+    g.run()
+    for b in outs:
+        assert (outs[b].numpy() == 2).all(), b
+    # Nodes hold the command by value (NNC's ccv_nnc_graph_exec_new): same parameters.
+    assert all(n.cmd.params == {"a": 2.0} and n.cmd.a == 2.0 for n in nodes)
+    # Reading works as for a dict; a changed command is a new Cmd.
+    p = cmd.params
+    assert dict(p) == {"a": 2.0} and p["a"] == 2.0 and p.get("b") is None and list(p) == ["a"]
+    assert len(p) == 1 and "a" in p and p == {"a": 2.0} and repr(p) == "{'a': 2.0}"
+    assert nnc.Cmd("SCALAR_MUL", **{**cmd.params, "a": 3.0}).params["a"] == 3.0
+
+
+def test_user_params_are_frozen_deeply():
+    """Containers a normalize returns are frozen too (lists to tuples): mutating one in place
+    would change what Python backends see but not what C saw."""
+    name = _name("TEST_FROZEN")
+    seen = []
+    nnc.register_command(name, normalize=lambda p: {"size": list(p.get("size", [1, 1])),
+                                                    "opts": {"k": [1]}})
+    nnc.register_backend(name, "CPU_REF", lambda cmd, i, o: seen.append(cmd.params["size"]))
+    given = [3, 4]
+    cmd = nnc.Cmd(name, size=given)
+    given[0] = 99
+    assert cmd.params["size"] == (3, 4) and cmd.params["opts"]["k"] == (1,)
+    with pytest.raises(nnc.CommandError, match="new Cmd"):
+        cmd.params["opts"]["k"] = 2
+    nnc.cmd_exec(cmd, [], [])
+    assert seen == [(3, 4)]
+
+
 def test_no_backend_accepts():
     name = _name("TEST_F64")
     nnc.register_command(name)
