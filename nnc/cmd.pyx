@@ -23,7 +23,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from nnc._core import DATATYPE_NAMES, DATATYPES, STATUS_NAMES, CommandError
-from nnc.tensor cimport Tensor, tensor_overlap, tensor_same, tensor_wrap
+from nnc.tensor cimport (
+    Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
+)
 
 cdef int ALL_DATATYPES = 0
 for _code in DATATYPES.values():
@@ -427,8 +429,15 @@ cdef int cmd_validate(Cmd cmd, list inputs, list outputs) except -1:
     if info.check is not None:
         info.check(cmd, inputs, outputs)
     for j, x in enumerate(outputs):
-        if x is not None and (<Tensor>x).readonly:
+        if x is None or not tensor_may_be_readonly(<Tensor>x):
+            continue
+        if (<Tensor>x).readonly:
             raise CommandError(f"output {j} of {info.name} wraps a read-only array")
+        raise CommandError(
+            f"output {j} of {info.name} may be re-pointed at read-only memory by a loop (a "
+            "MultiView version, the multiview it is synchronised to, or a carry-over source "
+            "wraps a read-only array); write a writable copy instead"
+        )
     if info.inplace == "any":
         return 0
     if info.inplace == "enforce":

@@ -13,6 +13,9 @@ header, so nothing is copied. Kinds:
 ``repeat`` is the number of cycled versions: ``len(versions)`` for K0N, one less for K1N.
 Tensors registered with :meth:`MultiView.synchronize` follow the current version (NNC:
 ``ccv_nnc_tensor_synchronize_to_multiview``).
+
+Re-pointing carries the read-only flag with the memory (``readonly`` is the current version's),
+and a multiview, or a tensor following one, with any read-only version is never a valid output.
 """
 
 from nnc._core import TensorError
@@ -76,7 +79,8 @@ cdef class MultiView(Tensor):
         self._synced = []
         v = vs[0]
         self.t = v.t
-        self.readonly = any((<Tensor>x).readonly for x in vs)
+        for x in vs:
+            self._may_alias(<Tensor>x)
         self._make_movable()
         self.select(0)
 
@@ -108,14 +112,17 @@ cdef class MultiView(Tensor):
         """Make ``t`` alias whichever version this multiview aliases, from now on.
 
         NNC: ccv_nnc_tensor_synchronize_to_multiview. ``t`` must have the versions' layout.
+        ``t.readonly`` then follows the current version; ``t`` stops being a valid output
+        (CommandError at build or run time) if any version is read-only.
         """
         if isinstance(t, MultiView):
             raise TensorError("cannot synchronise a multiview to another multiview")
         if not _same_layout(t, self):
             raise TensorError(f"cannot synchronise a {t.shape} {t.dtype} tensor to a "
                               f"multiview of {self.shape} {self.dtype}")
-        if t.readonly and not self.readonly:
-            raise TensorError("a read-only tensor cannot follow a writable multiview")
+        # From now on t points at the versions' memory and takes its read-only flag; a node
+        # writing t is refused if any version is read-only (nnc.cmd's cmd_validate).
+        t._may_alias(self)
         t._make_movable()
         self._synced.append(t)
         t._point_to(<Tensor>self.versions[self.current])

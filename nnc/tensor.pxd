@@ -22,19 +22,31 @@ cdef class Tensor:
     cdef char* _lo                      # first byte of the owner's memory
     cdef char* _hi                      # one past its last byte
     cdef object _array                  # cached ndarray aliasing t.data; None until asked
-    cdef readonly bint readonly         # wraps a read-only array: may be an input, never an output
+    # The memory t.data points at now is read-only (a read-only ndarray or memmap): such a
+    # tensor may be an input, never an output. A property of the memory, so it moves with it.
+    cdef readonly bint readonly
     # Loops may re-point t.data (a MultiView, a view synchronised to one, a carry-over target);
-    # then _owner/_lo/_hi move with it, and _array is valid only while _array_data == t.data.
+    # then _owner/_lo/_hi/readonly move with it, and _array is valid only while
+    # _array_data == t.data (and is dropped when readonly changes).
     cdef readonly bint movable
     cdef void* _array_data              # t.data when _array was made
+    # Tensors whose memory a loop may point this one at: a MultiView's versions, the multiview
+    # a tensor is synchronised to, a carry-over's source. None: none. Only grows; read and
+    # written with the GIL held, like every Python field. tensor_may_be_readonly follows it.
+    cdef list _aliases
 
     cdef object _make_array(self)
     cdef int _point_to(self, Tensor src) except -1
     cdef int _make_movable(self) except -1
+    cdef int _may_alias(self, Tensor src) except -1
 
 
-# Bumped whenever a tensor becomes movable, so graphs built before know to re-check their nodes.
+# Bumped whenever a tensor becomes movable or may alias more memory, so graphs built before know
+# to re-check their nodes.
 cdef long tensor_movable_epoch()
+
+# True if t's memory, or any memory a loop may point t at, is read-only: t must not be an output.
+cdef bint tensor_may_be_readonly(Tensor t) except -1
 
 
 cdef Tensor tensor_wrap(object array)

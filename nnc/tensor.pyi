@@ -5,7 +5,7 @@ import numpy as np
 def parse_device(device: str | None) -> int: ...
 
 class Tensor:
-    readonly: bool
+    readonly: bool  # the memory it points at now is read-only (moves with re-pointing)
     movable: bool
     def __init__(self, array: np.ndarray) -> None: ...
     @staticmethod

@@ -211,6 +211,24 @@ cdef long tensor_movable_epoch():
     return _movable_epoch
 
 
+cdef bint tensor_may_be_readonly(Tensor t) except -1:
+    """t.readonly, or that of any tensor t may be re-pointed at, transitively (the alias graph
+    may have cycles: two carry-overs between the same tensors)."""
+    cdef Tensor x
+    if t._aliases is None:
+        return t.readonly
+    seen = set()
+    todo = [t]
+    while todo:
+        x = todo.pop()
+        if x.readonly:
+            return True
+        if x._aliases is not None and id(x) not in seen:
+            seen.add(id(x))
+            todo.extend(x._aliases)
+    return False
+
+
 class _ArrayInterface:
     """Hands NumPy a raw pointer; the ndarray built from it keeps ``owner`` alive through us."""
 
@@ -381,11 +399,27 @@ cdef class Tensor:
         return self._array
 
     cdef int _point_to(self, Tensor src) except -1:
-        """Alias src's current memory (same shape and dtype, checked by the callers)."""
+        """Alias src's current memory (same shape and dtype, checked by the callers).
+
+        The read-only flag comes along: it belongs to the memory, and a writable tensor left
+        pointing at a read-only array (or a PROT_READ memmap) would be written through."""
+        if self.readonly != src.readonly:
+            self._array = None          # an ndarray with the old writeable flag
         self.t.data = src.t.data
         self._owner = src._owner
         self._lo = src._lo
         self._hi = src._hi
+        self.readonly = src.readonly
+        return 0
+
+    cdef int _may_alias(self, Tensor src) except -1:
+        """Record that a loop may point this tensor at src's memory (see tensor_may_be_readonly);
+        graphs re-check their nodes' outputs before their next run."""
+        global _movable_epoch
+        if self._aliases is None:
+            self._aliases = []
+        self._aliases.append(src)
+        _movable_epoch += 1
         return 0
 
     cdef int _make_movable(self) except -1:

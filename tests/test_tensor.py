@@ -80,6 +80,14 @@ def test_read_only_array_is_an_input_only():
     assert (out.numpy() == 3).all()
     with pytest.raises(nnc.CommandError, match="read-only"):
         nnc.cmd_exec(nnc.Cmd("SCALAR_MUL", a=3.0), [out], [t])
+    # Graph nodes too, when built and when their tensors are replaced; views keep the flag.
+    g = nnc.Graph()
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        g.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [out], [t])
+    node = g.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [t], [out])
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        node.set_io([out.view((2,))], [t.view((2,))])
+    assert t.view((2,)).readonly and not t.view((2,)).numpy().flags.writeable
 
 
 def test_contiguous_view_aliases_part():

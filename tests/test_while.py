@@ -2,6 +2,9 @@
 5, 6, 10, 11). Every case runs sequentially, on a CPU stream, and statically scheduled on
 streams, each time from freshly built tensors."""
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -326,3 +329,122 @@ def test_multiviews_added_to_a_nested_body_later_are_found():
     inner.concat(ib, add)
     g.run()
     assert seen == [10, 20]
+
+
+# -- read-only memory: the flag travels with the memory a loop re-points a tensor at ------------
+
+def read_only(v):
+    a = np.full(1, v, np.float32)
+    a.flags.writeable = False
+    return a
+
+
+def refused(g, mode):
+    """The run raises (now, or from the stream's wait) naming read-only memory."""
+    with pytest.raises(nnc.NNCError) as info:
+        run(g, mode)
+    assert "read-only" in f"{info.value} {info.value.__cause__}", info.value
+
+
+def writer(body, out):
+    """A body node writing ``out`` (1 + 1), the loop's breakpoint; two iterations."""
+    one = scalar(1)
+    node = body.exec(nnc.Cmd("EWSUM"), [one, one], [out])
+    body.set_while_expr(lambda count: count < 2, [], [node])
+    return node
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_carry_over_from_read_only_memory_is_refused(mode):
+    """From the second iteration on z aliases the memory src held: a node writing z would
+    write the read-only array."""
+    ro = read_only(5)
+    z = scalar(0)
+    g, body = nnc.Graph(), nnc.Graph()
+    writer(body, z)
+    body.add_carry_over(nnc.Tensor(ro), z)
+    g.while_(body)
+    refused(g, mode)
+    assert ro[0] == 5 and z.numpy().flags.writeable
+
+
+def test_carry_over_never_writes_a_read_only_memmap(tmp_path):
+    """A read-only memmap is mapped PROT_READ: writing it was a segfault."""
+    path = tmp_path / "ro.f32"
+    np.full(1, 5, np.float32).tofile(path)
+    code = textwrap.dedent(f"""
+        import numpy as np
+        import nnc
+        ro = np.memmap({str(path)!r}, np.float32, mode="r", shape=(1,))
+        z, one = nnc.Tensor(np.zeros(1, np.float32)), nnc.Tensor(np.ones(1, np.float32))
+        g, body = nnc.Graph(), nnc.Graph()
+        node = body.exec(nnc.Cmd("EWSUM"), [one, one], [z])
+        body.set_while_expr(lambda count: count < 2, [], [node])
+        body.add_carry_over(nnc.Tensor(ro), z)
+        g.while_(body)
+        try:
+            g.run()
+        except nnc.NNCError as e:
+            print("refused:", e)
+        assert ro[0] == 5
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "refused:" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_synchronize_to_a_read_only_version_is_refused(mode):
+    """t follows mv, whose version 0 is read-only: a node writing t is refused whether it
+    was built before the synchronisation (at run time) or after (at build time)."""
+    ro = read_only(5)
+    t = scalar(0)
+    g, body = nnc.Graph(), nnc.Graph()
+    mv = nnc.MultiView([nnc.Tensor(ro), scalar(1)], anchor=body, kind="K0N")
+    writer(body, t)
+    mv.synchronize(t)
+    g.while_(body)
+    refused(g, mode)
+    assert ro[0] == 5
+    # t points at the read-only version now: its flag and its ndarray say so.
+    assert t.readonly and not t.numpy().flags.writeable
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        nnc.cmd_exec(nnc.Cmd("SET", value=1.0), [], [t])
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        body.exec(nnc.Cmd("SET", value=1.0), [], [t])
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        body.exec(nnc.Cmd("SET", value=1.0), [], [mv])
+    assert ro[0] == 5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_read_only_memory_reached_through_a_chain_is_refused(mode):
+    """z takes src's memory by a carry-over, and src (synchronised after the carry-over was
+    added) follows a multiview with a read-only version: z may be read-only memory too."""
+    ro = read_only(5)
+    z, src = scalar(0), scalar(0)
+    g, body = nnc.Graph(), nnc.Graph()
+    writer(body, z)
+    body.add_carry_over(src, z)
+    g.while_(body)
+    run(g, mode)                        # all memory writable so far
+    assert z.numpy()[0] == 2
+    mv = nnc.MultiView([nnc.Tensor(ro), scalar(1)], anchor=body, kind="K0N")
+    mv.synchronize(src)
+    refused(g, mode)
+    assert ro[0] == 5
+
+
+def test_a_read_only_tensor_may_follow_a_read_only_multiview():
+    ro = read_only(5)
+    t = nnc.Tensor(read_only(0))
+    g, body = nnc.Graph(), nnc.Graph()
+    mv = nnc.MultiView([nnc.Tensor(ro), scalar(7)], anchor=body, kind="K0N")
+    mv.synchronize(t)
+    seen = []
+    node = body.exec(nnc.Cmd.custom(lambda ins, outs: seen.append(float(ins[0][0]))), [t, mv],
+                     [])
+    body.set_while_expr(lambda count: count < 2, [], [node])
+    g.while_(body)
+    g.run()
+    assert seen == [5, 7, 5]

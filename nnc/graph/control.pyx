@@ -14,7 +14,8 @@ and ``count < 5`` run the body 5 times and leave 5.
 **Carry-over** ``body.add_carry_over(src, dst)``: from the second iteration on, ``dst`` aliases
 the memory ``src`` held at the end of the previous iteration (data pointers move, nothing is
 copied). When the loop ends, every ``dst`` aliases its own memory again; NNC leaves it moved,
-which only its symbolic layer, with private loop tensors, hides.
+which only its symbolic layer, with private loop tensors, hides. The read-only flag moves with
+the memory, and a node writing ``dst`` is refused (CommandError) if ``src`` may be read-only.
 
 **case..of** (:class:`CaseOfNode`): ``index = offset + expr(*arrays)``; index >= 0 runs that
 branch graph fully (an index with no branch raises GraphError; NNC has undefined behaviour),
@@ -162,6 +163,7 @@ cdef class WhileNode:
                              f"{dst.dtype}: both must have one shape, dtype and layout")
         for v in ([dst] if not isinstance(dst, MultiView) else list(dst.versions)):
             (<Tensor>v)._make_movable()
+            (<Tensor>v)._may_alias(<Tensor>src)   # so a node writing dst sees src read-only
         self.carry.append((src, dst, Tensor.__new__(Tensor)))
         self.version = -1
 

@@ -179,15 +179,14 @@ cdef class Graph:
         return 0
 
     cdef int _prepare(self) except -1:
-        """Compile if needed; rebuild Python calls of nodes whose tensors became movable."""
+        """Compile if needed; re-check nodes whose tensors became movable (rebuilding their
+        Python calls, and refusing outputs a loop may now point at read-only memory)."""
         cdef int i
         if self._dirty:
             self._compile()
         if self._epoch != tensor_movable_epoch():
             for i in range(self._size):
-                if self._nodes[i].flags & EXEC_PY and _any_movable(
-                    list(self._inputs[i] + self._outputs[i])
-                ):
+                if _any_movable(list(self._inputs[i] + self._outputs[i])):
                     self._set_node(i, self._cmds[i], list(self._inputs[i]),
                                    list(self._outputs[i]))
             self._epoch = tensor_movable_epoch()
