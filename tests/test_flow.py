@@ -341,3 +341,126 @@ def test_reserved_signal_holds_waiters_until_emitted():
     b.wait_signal(sig)
     sig._set()          # the fallback: release the waiters without an emit
     b.wait()
+
+
+def happens_before(sched, u, v):
+    """Does node u finish before node v starts, through stream order and signal waits?"""
+    emitter = {sig: e for e in sched.order for sig in sched[e].signals}
+    prev, last = {}, {}
+    for e in sched.order:
+        s = sched[e].streams[0]
+        prev[e], last[s] = last.get(s), e
+    seen, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        for p in ([prev[x]] if prev[x] is not None else []) + [emitter[w] for w in sched[x].waits]:
+            if p == u:
+                return True
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return False
+
+
+def run_bounded(g, s, timeout=30):
+    """g.run(stream=s) and s.wait() in a thread: a hang fails the test instead of hanging it."""
+    errors = []
+
+    def go():
+        try:
+            g.run(stream=s)
+            s.wait()
+        except BaseException as e:      # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), "the run did not finish"
+    if errors:
+        raise errors[0]
+
+
+def carry_race_graph(reader_input=None):
+    """start -> loop, start -> wait (10 ms) -> read: the loop carries b1 into a for 40
+    iterations of about 1 ms each; read reads a (or ``reader_input(a)``) on another stream."""
+    a, b1, one, zero, r = scalar(1), scalar(0), scalar(1), scalar(0), scalar(-1)
+    g, body = nnc.Graph(), nnc.Graph()
+    noop = body.exec(nnc.Cmd("NOOP"), name="noop")
+    add = body.exec(nnc.Cmd("EWSUM"), [a, one], [b1], name="add")
+    nap = body.exec(nnc.Cmd.custom(lambda i, o: time.sleep(0.001)), [b1], [], name="nap")
+    body.concat(noop, add)
+    body.concat(add, nap)
+    body.add_carry_over(b1, a)
+    body.set_while_expr(lambda count: count < 40, [], [noop])
+    start = g.exec(nnc.Cmd("NOOP"), name="start")
+    loop = g.while_(body, name="loop")
+    wait = g.exec(nnc.Cmd.custom(lambda i, o: time.sleep(0.01)), [], [], name="wait")
+    read = g.exec(nnc.Cmd("EWSUM"), [a if reader_input is None else reader_input(a), zero], [r],
+                  name="read")
+    g.concat(start, loop)
+    g.concat(start, wait)
+    g.concat(wait, read)
+    return g, dict(a=a, b1=b1, r=r, loop=loop, read=read)
+
+
+def test_a_carried_tensor_is_never_read_while_the_loop_moves_it():
+    """Issue 11, defect 19: a carry-over re-points a's header during the loop. A reader of a
+    on another stream, unordered with the loop, used to see b1's memory mid-loop (every time
+    here: it runs 10 ms in, the loop takes about 40 ms). The schedule now orders the reader
+    and the loop as the sequential run does, so it reads a's own value, 1."""
+    g, t = carry_race_graph()
+    sched = nnc.static_schedule(g)
+    sched.verify()
+    assert sched.stream_count == 2
+    s = nnc.Stream("cpu")
+    for _ in range(5):
+        t["r"].numpy()[0] = -1
+        run_bounded(g, s)
+        assert t["r"].numpy()[0] == 1
+        assert t["b1"].numpy()[0] == 41 and t["a"].numpy()[0] == 1
+    assert happens_before(sched, t["loop"], t["read"]) or happens_before(sched, t["read"],
+                                                                          t["loop"])
+    g2, t2 = carry_race_graph()
+    g2.run()                            # sequentially: the same numbers
+    assert t2["r"].numpy()[0] == 1 and t2["b1"].numpy()[0] == 41
+
+
+@pytest.mark.parametrize("how", ["view", "alias", "synchronised", "multiview", "branch"])
+def test_every_toucher_of_a_moved_header_is_ordered_with_the_loop(how):
+    """Readers of a carry-over destination's memory (a view, another tensor on its ndarray),
+    of a tensor synchronised to a multiview the loop selects, of that multiview itself, or of
+    the carried tensor inside a case..of branch are ordered with the loop; a reader of a
+    tensor the loop only reads (a K1N multiview's version 0) is not."""
+    g, body = nnc.Graph(), nnc.Graph()
+    a, b1, c, free, out = scalar(1), scalar(0), scalar(0), scalar(2), scalar(0)
+    mv = nnc.MultiView([b1, c], anchor=body, kind="K0N")
+    follower = scalar(0)
+    mv.synchronize(follower)
+    xx = nnc.MultiView([free, b1], anchor=body, kind="K1N")
+    noop = body.exec(nnc.Cmd("NOOP"))
+    body.concat(noop, body.exec(nnc.Cmd("EWSUM"), [a, xx], [mv]))
+    body.add_carry_over(b1, a)
+    body.set_while_expr(lambda count: count < 3, [], [noop])
+    start = g.exec(nnc.Cmd("NOOP"))
+    loop = g.while_(body)
+    read_a = {"view": lambda: a.view((1,)), "alias": lambda: nnc.Tensor(a.numpy()),
+              "synchronised": lambda: follower, "multiview": lambda: mv}.get(how)
+    if how == "branch":
+        branch = nnc.Graph()
+        branch.exec(nnc.Cmd("EWSUM"), [a, free], [out])
+        read = g.case_of([free], [])
+        g.set_case_of_expr(read, lambda f: 0)
+        g.set_case_of(read, branch, 0)
+    else:
+        read = g.exec(nnc.Cmd("EWSUM"), [read_a(), free], [out])
+    other = g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [free], [scalar(0)])
+    g.concat(start, loop)
+    g.concat(start, read)
+    g.concat(start, other)
+    sched = nnc.static_schedule(g)
+    sched.verify()
+    assert happens_before(sched, loop, read) or happens_before(sched, read, loop)
+    assert not happens_before(sched, loop, other) and not happens_before(sched, other, loop)
+    s = nnc.Stream("cpu")
+    run_bounded(g, s)

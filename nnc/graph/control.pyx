@@ -38,8 +38,8 @@ from nnc._core import GraphError
 
 from nnc.cmd cimport tensor_list
 from nnc.graph.graph cimport Graph, GraphExec
-from nnc.multiview cimport MV_PHI, MultiView
-from nnc.tensor cimport Tensor
+from nnc.multiview cimport MV_K1N, MV_PHI, MultiView
+from nnc.tensor cimport Tensor, tensor_overlap
 
 
 cdef int _check_sub(Graph parent, object sub, str what) except -1:
@@ -120,6 +120,26 @@ def select_now(list mvs):
     select_multiviews(mvs)
 
 
+cdef tuple _carried_leaves(Tensor dst):
+    """The tensors a carry-over into ``dst`` re-points: dst, or the versions of a multiview
+    that counts >= 1 select (a K1N's version 0 is only used at count 0, never carried into)."""
+    if not isinstance(dst, MultiView):
+        return (dst,)
+    vs = (<MultiView>dst).versions
+    return vs[1:] if (<MultiView>dst).kind == MV_K1N else vs
+
+
+cdef Tensor _header_copy(Tensor v):
+    """A tensor with v's header as it is now (memory, shape, strides): what v aliases even
+    while a loop has re-pointed v itself."""
+    cdef Tensor c = Tensor.__new__(Tensor)
+    c.t = v.t
+    c._owner = v._owner
+    c._lo = v._lo
+    c._hi = v._hi
+    return c
+
+
 @cython.final
 cdef class WhileNode:
     """The runner of a while node; also the loop state of its body (``body._loop``)."""
@@ -131,6 +151,7 @@ cdef class WhileNode:
     cdef readonly Tensor count_tensor   # int64 [1]; its memory holds the count
     cdef long long* count_ptr
     cdef list carry                     # (src, dst, saved): saved holds src's last memory
+    cdef list carry_home                # a copy of each destination leaf's header when added
     # Cached for the body's version: its run order, split at the breakpoints.
     cdef int* order
     cdef int order_size
@@ -155,6 +176,7 @@ cdef class WhileNode:
         self.inputs = []
         self.breakpoints = []
         self.carry = []
+        self.carry_home = []
         self.count_tensor = Tensor(np.zeros(1, np.int64))
         self.count_ptr = <long long*>self.count_tensor.t.data
 
@@ -201,6 +223,8 @@ cdef class WhileNode:
                              f"{dst.dtype}: both must have one shape, dtype and layout")
         for v in ([dst] if not isinstance(dst, MultiView) else list(dst.versions)):
             (<Tensor>v)._make_movable()
+        for v in _carried_leaves(dst):
+            self.carry_home.append(_header_copy(v))
         self.carry.append((src, dst, Tensor.__new__(Tensor)))
         self.version = -1
 
@@ -325,7 +349,6 @@ cdef class WhileNode:
 
     def run(self):
         """Run the loop to its end on the calling thread (NNC: the sequential while path)."""
-        cdef Graph body = self.body
         cdef long long count = 0
         cdef int k
         self._prepare()
@@ -588,3 +611,133 @@ def graph_set_case_of_expr(Graph g, e, expr, offset=0):
 
 def graph_set_case_of(Graph g, e, branch, index):
     case_of_node(g, e).set_branch(branch, index)
+
+
+# -- what a control node re-points, for static schedules (nnc/graph/rank.pyx) -------------------
+
+cdef list _node_tensors(Graph g, int idx):
+    """Every tensor node idx of g reads or writes, with those of its sub-graphs' nodes."""
+    cdef Graph sub
+    cdef int i
+    cdef list out = [t for t in g._inputs[idx] + g._outputs[idx] if t is not None]
+    fn = g._cmds[idx].fn
+    if isinstance(fn, (WhileNode, CaseOfNode)):
+        out.extend(fn._tensors())
+        for sub in fn._subgraphs():
+            for i in range(sub._size):
+                out.extend(_node_tensors(sub, i))
+    return out
+
+
+cdef int _add_moved(Tensor t, dict moved) except -1:
+    moved[id(t)] = t
+    if isinstance(t, MultiView):
+        for s in (<MultiView>t)._synced:
+            moved[id(s)] = s
+    return 0
+
+
+cdef int _moved_by(object fn, dict moved, list homes) except -1:
+    """The tensors whose headers a run of control node ``fn`` re-points (``moved``, by id):
+    carry-over destinations (a multiview's carried versions too), the multiviews anchored to a loop
+    body inside it and PHI outputs, with the tensors synchronised to them. ``homes``: copies
+    of the carry-over destinations' own headers (their memory)."""
+    cdef WhileNode w
+    cdef Graph sub
+    cdef int i
+    if isinstance(fn, WhileNode):
+        w = fn
+        for _src, dst, _saved in w.carry:
+            _add_moved(dst, moved)
+            for v in _carried_leaves(dst):
+                _add_moved(v, moved)
+        homes.extend(w.carry_home)
+        inside = list(w.inputs)
+        for i in range(w.body._size):
+            inside.extend(_node_tensors(w.body, i))
+        for t in inside:
+            if isinstance(t, MultiView) and (<MultiView>t).anchor is w.body:
+                _add_moved(t, moved)
+    else:
+        for mv in (<CaseOfNode>fn).phis:
+            _add_moved(mv, moved)
+    for sub in fn._subgraphs():
+        for i in range(sub._size):
+            inner = sub._cmds[i].fn
+            if isinstance(inner, (WhileNode, CaseOfNode)):
+                _moved_by(inner, moved, homes)
+    return 0
+
+
+cdef object _touches(list tensors, dict moved, list homes):
+    """The first of ``tensors`` that is in ``moved`` or shares memory with a home, or None."""
+    cdef Tensor h
+    for t in tensors:
+        if id(t) in moved:
+            return t
+        leaves = (<MultiView>t).versions if isinstance(t, MultiView) else (t,)
+        for v in leaves:
+            for h in homes:
+                if tensor_overlap(&(<Tensor>v).t, &h.t):
+                    return t
+    return None
+
+
+def moved_tensor_pairs(Graph g, list order):
+    """Pairs of g's nodes a static schedule must order although no path joins them.
+
+    A while or case..of node re-points tensor headers while it runs (carry-overs, multiview
+    selection, PHI outputs). A node on another stream that reads or writes such a tensor (or
+    the memory of a carry-over destination) at the same time would see whichever memory the
+    header holds at that instant. For each such unordered pair (control node, node) this
+    returns (earlier, later, tensor) by position in ``order``: ordering them the way the
+    sequential run (which also follows ``order``) does keeps every result the same.
+    """
+    cdef int n = g._size, m = len(order), k, i, j, x
+    pos = [-1] * n
+    for k in range(m):
+        pos[order[k]] = k
+    preds = [[] for _ in range(n)]
+    for i in order:
+        for j in range(g._nodes[<int>i].outgoing_size):
+            x = g._nodes[<int>i].outgoings[j]
+            if pos[x] >= 0:
+                preds[x].append(i)
+    pairs = []
+    touched = None
+    for ctl in order:
+        fn = g._cmds[<int>ctl].fn
+        if not isinstance(fn, (WhileNode, CaseOfNode)):
+            continue
+        moved, homes = {}, []
+        _moved_by(fn, moved, homes)
+        if not moved and not homes:
+            continue
+        if touched is None:
+            touched = {i: _node_tensors(g, <int>i) for i in order}
+        # Nodes joined to ctl by a path either way are ordered already.
+        joined = {ctl}
+        todo = [ctl]
+        while todo:
+            i = todo.pop()
+            for j in range(g._nodes[<int>i].outgoing_size):
+                x = g._nodes[<int>i].outgoings[j]
+                if pos[x] >= 0 and x not in joined:
+                    joined.add(x)
+                    todo.append(x)
+        back = {ctl}
+        todo = [ctl]
+        while todo:
+            i = todo.pop()
+            for x in preds[<int>i]:
+                if x not in back:
+                    back.add(x)
+                    todo.append(x)
+        for other in order:
+            if other in joined or other in back:
+                continue
+            t = _touches(touched[other], moved, homes)
+            if t is not None:
+                a, b = (ctl, other) if pos[ctl] < pos[other] else (other, ctl)
+                pairs.append((a, b, t))
+    return pairs
