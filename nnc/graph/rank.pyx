@@ -19,7 +19,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
 from nnc.cmd cimport Cmd
-from nnc.graph.graph cimport Graph
+from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.schedule cimport Schedule, _Scratch
 
 cdef int _clock_slots = 256             # CLOCK_SLOTS: most streams with exact clocks at once
@@ -613,6 +613,11 @@ cdef dict _moved_edges(Graph g, const int* order, int m, int split):
 
     cdef dict extra = {}
     cdef int k, u, v
+    for k in range(m):
+        if g._nodes[order[k]].flags & EXEC_CONTROL:
+            break
+    else:
+        return extra                    # no while or case..of node: nothing moves
     pos = {order[k]: k for k in range(m)}
     for a, c, _t in moved_tensor_pairs(g, [order[k] for k in range(m)]):
         u, v = pos[a], pos[c]
