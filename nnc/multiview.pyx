@@ -13,6 +13,10 @@ header, so nothing is copied. Kinds:
 ``repeat`` is the number of cycled versions: ``len(versions)`` for K0N, one less for K1N.
 Tensors registered with :meth:`MultiView.synchronize` follow the current version (NNC:
 ``ccv_nnc_tensor_synchronize_to_multiview``).
+
+Who selects: the loop runners (nnc.graph.control, nnc.graph.flow), just before a node that uses
+the multiview runs, with its anchor loop's current count (NNC: ``_ccv_nnc_graph_exec_unwrap_io``);
+never at the start of an iteration.
 """
 
 from nnc._core import TensorError
