@@ -14,6 +14,7 @@ cdef class MultiView(Tensor):
     cdef readonly int current           # index of the version this tensor aliases now
     cdef list _synced                   # Tensors that follow the current version
 
+    cdef int version_at(self, long long count) noexcept
     cdef int select_count(self, long long count) except -1
     cdef int select(self, int i) except -1
     cdef int refresh(self) except -1

@@ -16,6 +16,10 @@ Tensors registered with :meth:`MultiView.synchronize` follow the current version
 
 Re-pointing carries the read-only flag with the memory (``readonly`` is the current version's),
 and a multiview, or a tensor following one, with any read-only version is never a valid output.
+
+Who selects: the loop runners (nnc.graph.control, nnc.graph.flow), just before a node that uses
+the multiview runs, with its anchor loop's current count (NNC: ``_ccv_nnc_graph_exec_unwrap_io``);
+never at the start of an iteration.
 """
 
 from nnc._core import TensorError
@@ -88,12 +92,18 @@ cdef class MultiView(Tensor):
     def kind_name(self):
         return _NAMES[self.kind]
 
-    cdef int select_count(self, long long count) except -1:
+    cdef int version_at(self, long long count) noexcept:
+        """The version loop count ``count`` selects (K0N, K1N); PHI: the current one."""
         if self.kind == MV_K0N:
-            return self.select(count % self.repeat)
+            return count % self.repeat
         if self.kind == MV_K1N:
-            return self.select(0 if count == 0 else 1 + (count - 1) % self.repeat)
-        return 0
+            return 0 if count == 0 else 1 + (count - 1) % self.repeat
+        return self.current
+
+    cdef int select_count(self, long long count) except -1:
+        if self.kind == MV_PHI:
+            return 0
+        return self.select(self.version_at(count))
 
     cdef int select(self, int i) except -1:
         self.current = i

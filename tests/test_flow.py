@@ -20,29 +20,43 @@ def gemm(g, a, w, bias, out, name):
     return g.exec(nnc.Cmd("GEMM", transpose_b=True), [a, w, bias], [out], name=name)
 
 
-def carried_loop(g, a, b1):
-    """schedule.tests.c's while body: a leading NOOP breakpoint, "count < 5", then mul1:
-    b1 = a . w1^T, where a is the outer a at count 0 and the carried b1 after (NNC's compiled
-    graph gives the loop a private a; a K1N multiview is the concrete equivalent, and unlike a
-    carry-over it never re-points the outer a, which other streams read meanwhile)."""
+def nnc_loop(g, a):
+    """schedule.tests.c's while loop ("while 1..5": a leading NOOP breakpoint, count < 5,
+    mul1: b1 = a . w1^T, carry-over b1 -> a) as NNC's compiler builds it, probed at c6ce5b1:
+
+    - mul1 reads ``xin`` = K1N [a, K0N [mc, mb]] and writes ``xout`` = K0N [mb, mc], both
+      anchored to the body; mb is b1's memory, mc a scratch buffer; the parent's b1 is a
+      tensor synchronised to xout, and the body carries xout into xin;
+    - nnc has no multiview of multiviews, so xin is flattened to K1N [a, mb, mc] (count 1
+      picks the inner K0N's version 1, mb; count 2 its version 0, mc; and so on).
+
+    Each version is its own tensor header, as in NNC (two headers on mb, two on mc). mul1
+    writes mb at counts 0, 2, 4 and mc at 1, 3; b1 must end on mb, which only holds if xout
+    is selected when mul1 runs: the final check (count 5) runs only the NOOP."""
     w1 = nnc.Tensor(np.array([[1.1, 2.2], [1, 2]], np.float32))
     bias1 = nnc.Tensor(np.zeros(2, np.float32))
+    mb, mc = np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32)
     body = nnc.Graph()
-    xx = nnc.MultiView([a, b1], anchor=body, kind="K1N")
+    xin = nnc.MultiView([a, nnc.Tensor(mb), nnc.Tensor(mc)], anchor=body, kind="K1N")
+    xout = nnc.MultiView([nnc.Tensor(mb), nnc.Tensor(mc)], anchor=body, kind="K0N")
+    b1 = nnc.Tensor(mb)
+    xout.synchronize(b1)
     noop = body.exec(nnc.Cmd("NOOP"), name="noop")
-    mul1 = gemm(body, xx, w1, bias1, b1, "mul1")
+    mul1 = gemm(body, xin, w1, bias1, xout, "mul1")
     body.concat(noop, mul1)
     body.set_while_expr(lambda count: count < 5, [], [noop])
-    return g.while_(body, name="while"), body
+    body.add_carry_over(xout, xin)
+    body.sources, body.destinations = [noop], [mul1]
+    return g.while_(body, name="while"), body, b1
 
 
 def schedule_while_graph():
-    """schedule.tests.c "with while loop": mul2 reads the original a, mul3 the final b1;
-    c = b2 . b3^T + 0.5."""
-    a, b1 = row(1.4, 0.2), row(0, 0)
+    """schedule.tests.c "with while loop": mul2 reads a (beside the loop), mul3 the loop's
+    b1; c = b2 . b3^T + 0.5 = 161.39248."""
+    a = row(1.4, 0.2)
     g = nnc.Graph()
     noop = g.exec(nnc.Cmd("NOOP"), name="noop")
-    loop, body = carried_loop(g, a, b1)
+    loop, body, b1 = nnc_loop(g, a)
     b2, b3, c = row(0), row(0), row(0)
     mul2 = gemm(g, a, row(0.6, 3), nnc.Tensor(np.array([0.4], np.float32)), b2, "mul2")
     mul3 = gemm(g, b1, row(0.2, 0.3), nnc.Tensor(np.array([1.0], np.float32)), b3, "mul3")
@@ -52,7 +66,22 @@ def schedule_while_graph():
     g.concat(loop, mul3)
     g.concat(mul2, mulc)
     g.concat(mul3, mulc)
-    return g, body, dict(b1=b1, b2=b2, c=c, loop=loop, mul2=mul2, mul3=mul3)
+    return g, body, dict(a=a, b1=b1, b2=b2, c=c, loop=loop, mul2=mul2, mul3=mul3)
+
+
+def check_while_graph(t, body):
+    np.testing.assert_allclose(t["b1"].numpy()[0], [182.857, 166.234], rtol=1e-4)
+    np.testing.assert_allclose(t["a"].numpy()[0], [1.4, 0.2], rtol=1e-6)
+    assert t["b2"].numpy()[0, 0] == pytest.approx(1.84, abs=1e-5)
+    assert t["c"].numpy()[0, 0] == pytest.approx(161.39248, abs=1e-2)
+    assert body.while_count == 5
+
+
+def test_schedule_while_loop_sequentially():
+    g, body, t = schedule_while_graph()
+    for _ in range(2):
+        g.run()
+        check_while_graph(t, body)
 
 
 @pytest.mark.parametrize("max_streams", [0, 1, 2])
@@ -67,25 +96,28 @@ def test_schedule_while_loop(max_streams):
     for _ in range(2):
         g.run(stream=s)
         s.wait()
-        np.testing.assert_allclose(t["b1"].numpy()[0], [182.857, 166.234], rtol=1e-4)
-        assert t["b2"].numpy()[0, 0] == pytest.approx(1.84, abs=1e-5)
-        assert t["c"].numpy()[0, 0] == pytest.approx(161.39248, abs=1e-2)
-        assert body.while_count == 5
+        check_while_graph(t, body)
     if max_streams != 1:
+        # NNC's table: mul2 beside the loop (it reads a, which the loop never re-points).
         assert sched.stream_count == 2 and sched[t["mul2"]].streams != sched[t["loop"]].streams
 
 
 def schedule_while_case_of_graph():
-    """schedule.tests.c "with both while loop and case..of": the loop as above feeds mul4;
-    a case..of on a (always branch 0: b2 = a . w2^T + bias2) feeds mul3; c = b3 . b4^T + 0.5."""
-    a, b1 = row(1.4, 0.2), row(0, 0)
+    """schedule.tests.c "with both while loop and case..of", as NNC compiles it: the loop as
+    above feeds mul4; a case..of on a, with outputs (b2, b20) where b2 is a PHI [a, b20] (the
+    symbolic graph's a -> b2 pass-through) read through a tensor synchronised to it; branch 0
+    (always taken) is mul2: b20 = a . w2^T + bias2; mul3 reads b2; c = b3 . b4^T + 0.5."""
+    a = row(1.4, 0.2)
     g, branch = nnc.Graph(), nnc.Graph()
     noop = g.exec(nnc.Cmd("NOOP"), name="noop")
-    loop, body = carried_loop(g, a, b1)
-    b2, b3, b4, c = row(0, 0), row(0), row(0), row(0)
+    loop, body, b1 = nnc_loop(g, a)
+    b20, b3, b4, c = row(0, 0), row(0), row(0), row(0)
+    phi = nnc.MultiView([a, b20], kind="PHI")
+    b2 = row(0, 0)
+    phi.synchronize(b2)
     w2 = nnc.Tensor(np.array([[0.1, 0.2], [1.2, 1.1]], np.float32))
-    gemm(branch, a, w2, nnc.Tensor(np.array([1, 0], np.float32)), b2, "mul2")
-    case = g.case_of([a], [b2], name="case..of")
+    gemm(branch, a, w2, nnc.Tensor(np.array([1, 0], np.float32)), b20, "mul2")
+    case = g.case_of([a], [phi, b20], name="case..of")
     g.set_case_of_expr(case, lambda x: 0)
     g.set_case_of(case, branch, 0)
     mul3 = gemm(g, b2, row(0.6, 3), nnc.Tensor(np.array([0.4], np.float32)), b3, "mul3")
@@ -98,6 +130,13 @@ def schedule_while_case_of_graph():
     g.concat(mul3, mulc)
     g.concat(mul4, mulc)
     return g, body, branch, dict(b2=b2, b4=b4, c=c, loop=loop, case=case, mul3=mul3, mul4=mul4)
+
+
+def check_while_case_of_graph(t, body):
+    np.testing.assert_allclose(t["b2"].numpy()[0], [1.18, 1.9], rtol=1e-5)
+    assert t["b4"].numpy()[0, 0] == pytest.approx(87.441574, rel=1e-4)
+    assert t["c"].numpy()[0, 0] == pytest.approx(595.80218, abs=1e-2)
+    assert body.while_count == 5
 
 
 @pytest.mark.parametrize("max_streams", [0, 1, 2])
@@ -118,13 +157,11 @@ def test_schedule_while_and_case_of(max_streams):
     for _ in range(2):
         g.run(stream=s)
         s.wait()
-        np.testing.assert_allclose(t["b2"].numpy()[0], [1.18, 1.9], rtol=1e-5)
-        assert t["b4"].numpy()[0, 0] == pytest.approx(87.441574, rel=1e-4)
-        assert t["c"].numpy()[0, 0] == pytest.approx(595.80218, abs=1e-2)
-        assert body.while_count == 5
-    g2, _, _, t2 = schedule_while_case_of_graph()
-    g2.run()                            # sequentially, the same numbers
-    assert t2["c"].numpy()[0, 0] == pytest.approx(595.80218, abs=1e-2)
+        check_while_case_of_graph(t, body)
+    g2, body2, _, t2 = schedule_while_case_of_graph()
+    for _ in range(2):
+        g2.run()                        # sequentially, the same numbers
+        check_while_case_of_graph(t2, body2)
 
 
 def test_case_of_always_branch_zero_on_streams():
@@ -341,3 +378,126 @@ def test_reserved_signal_holds_waiters_until_emitted():
     b.wait_signal(sig)
     sig._set()          # the fallback: release the waiters without an emit
     b.wait()
+
+
+def happens_before(sched, u, v):
+    """Does node u finish before node v starts, through stream order and signal waits?"""
+    emitter = {sig: e for e in sched.order for sig in sched[e].signals}
+    prev, last = {}, {}
+    for e in sched.order:
+        s = sched[e].streams[0]
+        prev[e], last[s] = last.get(s), e
+    seen, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        for p in ([prev[x]] if prev[x] is not None else []) + [emitter[w] for w in sched[x].waits]:
+            if p == u:
+                return True
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return False
+
+
+def run_bounded(g, s, timeout=30):
+    """g.run(stream=s) and s.wait() in a thread: a hang fails the test instead of hanging it."""
+    errors = []
+
+    def go():
+        try:
+            g.run(stream=s)
+            s.wait()
+        except BaseException as e:      # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), "the run did not finish"
+    if errors:
+        raise errors[0]
+
+
+def carry_race_graph(reader_input=None):
+    """start -> loop, start -> wait (10 ms) -> read: the loop carries b1 into a for 40
+    iterations of about 1 ms each; read reads a (or ``reader_input(a)``) on another stream."""
+    a, b1, one, zero, r = scalar(1), scalar(0), scalar(1), scalar(0), scalar(-1)
+    g, body = nnc.Graph(), nnc.Graph()
+    noop = body.exec(nnc.Cmd("NOOP"), name="noop")
+    add = body.exec(nnc.Cmd("EWSUM"), [a, one], [b1], name="add")
+    nap = body.exec(nnc.Cmd.custom(lambda i, o: time.sleep(0.001)), [b1], [], name="nap")
+    body.concat(noop, add)
+    body.concat(add, nap)
+    body.add_carry_over(b1, a)
+    body.set_while_expr(lambda count: count < 40, [], [noop])
+    start = g.exec(nnc.Cmd("NOOP"), name="start")
+    loop = g.while_(body, name="loop")
+    wait = g.exec(nnc.Cmd.custom(lambda i, o: time.sleep(0.01)), [], [], name="wait")
+    read = g.exec(nnc.Cmd("EWSUM"), [a if reader_input is None else reader_input(a), zero], [r],
+                  name="read")
+    g.concat(start, loop)
+    g.concat(start, wait)
+    g.concat(wait, read)
+    return g, dict(a=a, b1=b1, r=r, loop=loop, read=read)
+
+
+def test_a_carried_tensor_is_never_read_while_the_loop_moves_it():
+    """Issue 11, defect 19: a carry-over re-points a's header during the loop. A reader of a
+    on another stream, unordered with the loop, used to see b1's memory mid-loop (every time
+    here: it runs 10 ms in, the loop takes about 40 ms). The schedule now orders the reader
+    and the loop as the sequential run does, so it reads a's own value, 1."""
+    g, t = carry_race_graph()
+    sched = nnc.static_schedule(g)
+    sched.verify()
+    assert sched.stream_count == 2
+    s = nnc.Stream("cpu")
+    for _ in range(5):
+        t["r"].numpy()[0] = -1
+        run_bounded(g, s)
+        assert t["r"].numpy()[0] == 1
+        assert t["b1"].numpy()[0] == 41 and t["a"].numpy()[0] == 1
+    assert happens_before(sched, t["loop"], t["read"]) or happens_before(sched, t["read"],
+                                                                          t["loop"])
+    g2, t2 = carry_race_graph()
+    g2.run()                            # sequentially: the same numbers
+    assert t2["r"].numpy()[0] == 1 and t2["b1"].numpy()[0] == 41
+
+
+@pytest.mark.parametrize("how", ["view", "alias", "synchronised", "multiview", "branch"])
+def test_every_toucher_of_a_moved_header_is_ordered_with_the_loop(how):
+    """Readers of a carry-over destination's memory (a view, another tensor on its ndarray),
+    of a tensor synchronised to a multiview the loop selects, of that multiview itself, or of
+    the carried tensor inside a case..of branch are ordered with the loop; a reader of a
+    tensor the loop only reads (a K1N multiview's version 0) is not."""
+    g, body = nnc.Graph(), nnc.Graph()
+    a, b1, c, free, out = scalar(1), scalar(0), scalar(0), scalar(2), scalar(0)
+    mv = nnc.MultiView([b1, c], anchor=body, kind="K0N")
+    follower = scalar(0)
+    mv.synchronize(follower)
+    xx = nnc.MultiView([free, b1], anchor=body, kind="K1N")
+    noop = body.exec(nnc.Cmd("NOOP"))
+    body.concat(noop, body.exec(nnc.Cmd("EWSUM"), [a, xx], [mv]))
+    body.add_carry_over(b1, a)
+    body.set_while_expr(lambda count: count < 3, [], [noop])
+    start = g.exec(nnc.Cmd("NOOP"))
+    loop = g.while_(body)
+    read_a = {"view": lambda: a.view((1,)), "alias": lambda: nnc.Tensor(a.numpy()),
+              "synchronised": lambda: follower, "multiview": lambda: mv}.get(how)
+    if how == "branch":
+        branch = nnc.Graph()
+        branch.exec(nnc.Cmd("EWSUM"), [a, free], [out])
+        read = g.case_of([free], [])
+        g.set_case_of_expr(read, lambda f: 0)
+        g.set_case_of(read, branch, 0)
+    else:
+        read = g.exec(nnc.Cmd("EWSUM"), [read_a(), free], [out])
+    other = g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [free], [scalar(0)])
+    g.concat(start, loop)
+    g.concat(start, read)
+    g.concat(start, other)
+    sched = nnc.static_schedule(g)
+    sched.verify()
+    assert happens_before(sched, loop, read) or happens_before(sched, read, loop)
+    assert not happens_before(sched, loop, other) and not happens_before(sched, other, loop)
+    s = nnc.Stream("cpu")
+    run_bounded(g, s)

@@ -71,6 +71,34 @@ def test_set_while_expr_may_come_first_and_count_tensor_aliases_the_count():
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_while_reusing_allocations_as_nnc_builds_it(mode):
+    """while.tests.c "reuse tensor allocations for 0.32 * 2.8 ^ 5", built exactly as upstream:
+    a leading NOOP breakpoint, count < 5, xx = mv[x, z] and zz = mv[z, x] (K0N), zbb synchronised
+    to zz. The product runs at counts 0..4 and last writes z (count 4 selects zz's version 0);
+    the final check (count 5) runs only the NOOP, which uses no multiview, so zz and zbb stay on
+    z (NNC re-points a multiview when a node that uses it runs, not when an iteration begins)."""
+    x, y, z = scalar(0.32), scalar(2.8), scalar(0)
+    zbb = scalar(0)
+    g, body = nnc.Graph(), nnc.Graph()
+    loop = g.while_(body)
+    noop = body.exec(nnc.Cmd("NOOP"))
+    xx = nnc.MultiView([x, z], anchor=body, kind="K0N")
+    zz = nnc.MultiView([z, x], anchor=body, kind="K0N")
+    zz.synchronize(zbb)
+    prod = body.exec(nnc.Cmd("EWPROD"), [xx, y], [zz])
+    body.sources = [noop]
+    body.destinations = [prod]
+    body.set_while_expr(lambda count: count < 5, [], [noop])
+    body.concat(noop, prod)
+    g.sources, g.destinations = [loop], [loop]
+    run(g, mode)
+    assert z.numpy()[0] == pytest.approx(55.073178, abs=1e-4)
+    assert zbb.data_ptr == z.data_ptr and zbb.numpy()[0] == z.numpy()[0]
+    assert zz.data_ptr == z.data_ptr and xx.data_ptr == x.data_ptr
+    assert body.while_count == 5
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_while_with_multiviews(mode):
     """0.32 * 2.8 ^ 5 = 55.073178: xx = mv[x, z], zz = mv[z, x] (K0N); the breakpoint is the
     product itself with count < 4, so it runs 5 times; zbb follows zz and ends on z."""
@@ -90,20 +118,28 @@ def test_while_with_multiviews(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_while_io_replaced_twice(mode):
+@pytest.mark.parametrize("as_nnc", [True, False])
+def test_while_io_replaced_twice(mode, as_nnc):
     """0.47 * 5.5 ^ 5 = 2365.4366: the product's IO is set to (x, y -> z), then to
-    (zz, y -> xx) with multiviews before the loop runs."""
+    (zz, y -> xx) with multiviews before the loop runs. as_nnc: upstream's structure (a leading
+    NOOP breakpoint, count < 5); else the product is the breakpoint with count < 4."""
     x, y, z = scalar(0.32), scalar(5.5), scalar(0.47)
     g, body = nnc.Graph(), nnc.Graph()
+    g.while_(body)
     xx = nnc.MultiView([x, z], anchor=body, kind="K0N")
     zz = nnc.MultiView([z, x], anchor=body, kind="K0N")
     prod = body.exec(nnc.Cmd("EWPROD"), [x, y], [z])
+    if as_nnc:
+        noop = body.exec(nnc.Cmd("NOOP"))
+        body.set_while_expr(lambda count: count < 5, [], [noop])
+        body.concat(noop, prod)
+    else:
+        body.set_while_expr(lambda count: count < 4, [], [prod])
     prod.set_io([x, y], [z])
     prod.set_io([zz, y], [xx])
-    body.set_while_expr(lambda count: count < 4, [], [prod])
-    g.while_(body)
     run(g, mode)
     assert x.numpy()[0] == pytest.approx(2365.4366, abs=1e-2)
+    assert xx.data_ptr == x.data_ptr and zz.data_ptr == z.data_ptr
 
 
 def nested(x, y, z):

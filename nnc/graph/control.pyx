@@ -4,12 +4,18 @@ A while or case..of node is a node of its parent graph whose command (``WHILE``,
 carries a runner object from this module; the node loop calls it like any Python command, so
 the parent's C loop needs nothing special.
 
-**while** (:class:`WhileNode`): for count = 0, 1, ...: set the count; select every multiview
-anchored to the body; if count > 0, apply the carry-overs; run the body's nodes up to and
-including the breakpoints (the breakpoints and all their ancestors in the run order); call
-``expr(count, *arrays)``: falsy ends the loop, else run the remaining nodes and save the
-carry-overs. ``while_count`` is the count at which the loop ended, so a leading NOOP breakpoint
-and ``count < 5`` run the body 5 times and leave 5.
+**while** (:class:`WhileNode`): for count = 0, 1, ...: set the count; if count > 0, apply
+the carry-overs; run the body's nodes up to and including the breakpoints (the breakpoints and
+all their ancestors in the run order); call ``expr(count, *arrays)``: falsy ends the loop, else
+run the remaining nodes and save the carry-overs. ``while_count`` is the count at which the loop
+ended, so a leading NOOP breakpoint and ``count < 5`` run the body 5 times and leave 5.
+
+**Multiviews are selected by the nodes that use them** (NNC: ``_ccv_nnc_graph_exec_unwrap_io``):
+just before a node of a loop body (or of a sub-graph inside one) runs, every multiview among
+its inputs and outputs that is anchored to an enclosing loop is pointed at the version of that
+loop's current count; the expression's inputs likewise just before it is called. So when the
+final check ends a loop, a multiview that only the tail uses still aliases the version the last
+iteration wrote, as in NNC; selecting every version when an iteration begins would move it on.
 
 **Carry-over** ``body.add_carry_over(src, dst)``: from the second iteration on, ``dst`` aliases
 the memory ``src`` held at the end of the previous iteration (data pointers move, nothing is
@@ -33,8 +39,8 @@ from nnc._core import GraphError
 
 from nnc.cmd cimport tensor_list
 from nnc.graph.graph cimport Graph, GraphExec
-from nnc.multiview cimport MV_PHI, MultiView
-from nnc.tensor cimport Tensor
+from nnc.multiview cimport MV_K1N, MV_PHI, MultiView
+from nnc.tensor cimport Tensor, tensor_overlap
 
 
 cdef int _check_sub(Graph parent, object sub, str what) except -1:
@@ -62,26 +68,77 @@ cdef list _as_tensors(object items, str what):
     return out
 
 
-cdef int _add_anchored(object t, object anchor, list out, set seen) except -1:
-    if isinstance(t, MultiView) and (<MultiView>t).anchor is anchor and id(t) not in seen:
-        seen.add(id(t))
-        out.append(t)
-    return 0
+cdef list _loop_anchors(Graph g):
+    """The loop bodies whose counts select multiviews used in g: g if it is one, and every
+    loop body enclosing it (a while body's or case..of branch's parent graph, and so on up)."""
+    cdef list out = []
+    cdef object h = g
+    while h is not None:
+        w = (<Graph>h)._loop
+        if w is not None and (<WhileNode>w).parent is not None:
+            out.append(h)
+        h = (<Graph>h)._control_parent
+    return out
 
 
-cdef int _collect_multiviews(Graph g, object anchor, list out, set seen) except -1:
-    """Every MultiView anchored to ``anchor`` used by g's nodes or expressions, recursively."""
+cdef list _anchored_in(object tensors, list anchors):
+    """The K0N/K1N multiviews among ``tensors`` anchored to one of ``anchors``; None if none."""
+    cdef list out = None
+    for t in tensors:
+        if (isinstance(t, MultiView) and (<MultiView>t).kind != MV_PHI
+                and any((<MultiView>t).anchor is a for a in anchors)):
+            if out is None:
+                out = []
+            if t not in out:
+                out.append(t)
+    return out
+
+
+cdef list node_multiviews(Graph g):
+    """Per node index of g: the multiviews that node selects before it runs, or None.
+
+    Computed per run of the loop or branch (cheap: one pass over the IO lists), because the
+    enclosing loops can change without g's version changing."""
+    cdef list anchors = _loop_anchors(g)
+    cdef list out = [None] * g._size
     cdef int i
-    for i in range(g._size):
-        for t in g._inputs[i] + g._outputs[i]:
-            _add_anchored(t, anchor, out, seen)
-        fn = g._cmds[i].fn
-        if isinstance(fn, (WhileNode, CaseOfNode)):
-            for t in fn._tensors():
-                _add_anchored(t, anchor, out, seen)
-            for sub in fn._subgraphs():
-                _collect_multiviews(<Graph>sub, anchor, out, seen)
+    if anchors:
+        for i in range(g._size):
+            out[i] = _anchored_in(g._inputs[i] + g._outputs[i], anchors)
+    return out
+
+
+cdef int select_multiviews(list mvs) except -1:
+    """Point each multiview at the version its anchor loop's current count selects."""
+    cdef MultiView mv
+    for mv in mvs:
+        mv.select_count((<WhileNode>(<Graph>mv.anchor)._loop).count_ptr[0])
     return 0
+
+
+def select_now(list mvs):
+    """select_multiviews for a stream task: queued just before the node that uses them."""
+    select_multiviews(mvs)
+
+
+cdef tuple _carried_leaves(Tensor dst):
+    """The tensors a carry-over into ``dst`` re-points: dst, or the versions of a multiview
+    that counts >= 1 select (a K1N's version 0 is only used at count 0, never carried into)."""
+    if not isinstance(dst, MultiView):
+        return (dst,)
+    vs = (<MultiView>dst).versions
+    return vs[1:] if (<MultiView>dst).kind == MV_K1N else vs
+
+
+cdef Tensor _header_copy(Tensor v):
+    """A tensor with v's header as it is now (memory, shape, strides): what v aliases even
+    while a loop has re-pointed v itself."""
+    cdef Tensor c = Tensor.__new__(Tensor)
+    c.t = v.t
+    c._owner = v._owner
+    c._lo = v._lo
+    c._hi = v._hi
+    return c
 
 
 @cython.final
@@ -95,13 +152,16 @@ cdef class WhileNode:
     cdef readonly Tensor count_tensor   # int64 [1]; its memory holds the count
     cdef long long* count_ptr
     cdef list carry                     # (src, dst, saved): saved holds src's last memory
+    cdef list carry_home                # a copy of each destination leaf's header when added
     # Cached for the body's version: its run order, split at the breakpoints.
     cdef int* order
     cdef int order_size
     cdef int split                      # order[:split] runs before the expression
     cdef long version
     cdef readonly long key              # bumped when the breakpoints change (schedules key on it)
-    cdef list mvs                       # MultiViews anchored to the body (found per run)
+    # Found per run (nested graphs can gain multiviews without this body's version changing):
+    cdef list node_mvs                  # per body node: multiviews it selects, or None
+    cdef list expr_mvs                  # multiviews among the expression inputs, or None
 
     def __cinit__(self):
         self.order = NULL
@@ -117,6 +177,7 @@ cdef class WhileNode:
         self.inputs = []
         self.breakpoints = []
         self.carry = []
+        self.carry_home = []
         self.count_tensor = Tensor(np.zeros(1, np.int64))
         self.count_ptr = <long long*>self.count_tensor.t.data
 
@@ -164,6 +225,8 @@ cdef class WhileNode:
         for v in ([dst] if not isinstance(dst, MultiView) else list(dst.versions)):
             (<Tensor>v)._make_movable()
             (<Tensor>v)._may_alias(<Tensor>src)   # so a node writing dst sees src read-only
+        for v in _carried_leaves(dst):
+            self.carry_home.append(_header_copy(v))
         self.carry.append((src, dst, Tensor.__new__(Tensor)))
         self.version = -1
 
@@ -240,44 +303,54 @@ cdef class WhileNode:
     cdef int _find_multiviews(self) except -1:
         """Once per run, not cached: nested sub-graphs can gain multiviews anchored here
         without this body's version changing."""
-        cdef list mvs = []
-        cdef set seen = set()
-        for t in self._tensors():
-            _add_anchored(t, self.body, mvs, seen)
-        _collect_multiviews(self.body, self.body, mvs, seen)
-        self.mvs = mvs
+        self.node_mvs = node_multiviews(self.body)
+        self.expr_mvs = _anchored_in(self.inputs, _loop_anchors(self.body))
         return 0
 
     cdef bint _eval(self, long long count) except -1:
+        if self.expr_mvs is not None:
+            select_multiviews(self.expr_mvs)
         if self.inputs:
             return bool(self.expr(count, *[(<Tensor>t).numpy() for t in self.inputs]))
         return bool(self.expr(count))
 
-    cdef int _set_count(self, long long count) except -1:
-        cdef MultiView mv
-        self.count_ptr[0] = count
-        for mv in self.mvs:
-            mv.select_count(count)
-        return 0
+    cdef int _run_body_node(self, int idx) except -1:
+        cdef list mvs = <list>self.node_mvs[idx]
+        if mvs is not None:
+            select_multiviews(mvs)
+        return self.body._run_node(idx)
 
-    cdef int _carry_in(self) except -1:
-        """Point each destination at the memory its source held at the previous iteration."""
+    cdef int _carry_in(self, long long count) except -1:
+        """Point each destination at the memory its source held at the previous iteration.
+        A multiview destination's version for this count moves (NNC: the "to" leaf), whether
+        or not a node has selected it yet."""
+        cdef MultiView mv
+        cdef int i
         for _src, dst, saved in self.carry:
             if isinstance(dst, MultiView):
-                (<Tensor>(<MultiView>dst).versions[(<MultiView>dst).current])._point_to(saved)
-                (<MultiView>dst).refresh()
+                mv = dst
+                i = mv.version_at(count)
+                (<Tensor>mv.versions[i])._point_to(saved)
+                if mv.current == i:
+                    mv.refresh()
             else:
                 (<Tensor>dst)._point_to(saved)
         return 0
 
-    cdef int _carry_save(self) except -1:
+    cdef int _carry_save(self, long long count) except -1:
+        """Remember each source's memory at the end of iteration ``count`` (for a multiview
+        source: its version for this count, NNC's "from" leaf)."""
+        cdef MultiView mv
         for src, _dst, saved in self.carry:
-            (<Tensor>saved)._point_to(src)
+            if isinstance(src, MultiView):
+                mv = src
+                (<Tensor>saved)._point_to(<Tensor>mv.versions[mv.version_at(count)])
+            else:
+                (<Tensor>saved)._point_to(src)
         return 0
 
     def run(self):
         """Run the loop to its end on the calling thread (NNC: the sequential while path)."""
-        cdef Graph body = self.body
         cdef long long count = 0
         cdef int k
         self._prepare()
@@ -285,17 +358,17 @@ cdef class WhileNode:
         originals = self._save_originals()
         try:
             while True:
-                self._set_count(count)
+                self.count_ptr[0] = count
                 if count > 0 and self.carry:
-                    self._carry_in()
+                    self._carry_in(count)
                 for k in range(self.split):
-                    body._run_node(self.order[k])
+                    self._run_body_node(self.order[k])
                 if not self._eval(count):
                     break
                 for k in range(self.split, self.order_size):
-                    body._run_node(self.order[k])
+                    self._run_body_node(self.order[k])
                 if self.carry:
-                    self._carry_save()
+                    self._carry_save(count)
                 count += 1
         finally:
             self._restore_originals(originals)
@@ -309,19 +382,25 @@ cdef class WhileNode:
         return self._save_originals()
 
     def _iter_on_host(self):
-        """True if an iteration's bookkeeping needs Python (multiviews or carry-overs); else
-        it is only the count, which a stream stores in C (valid after _start)."""
-        return bool(self.mvs) or bool(self.carry)
+        """True if an iteration's bookkeeping needs Python (carry-overs); else it is only the
+        count, which a stream stores in C. Multiviews are selected by their nodes' own tasks
+        (:meth:`_node_selects`)."""
+        return bool(self.carry)
+
+    def _node_selects(self):
+        """Per body node: the multiviews to select just before it runs, or None (valid after
+        _start)."""
+        return self.node_mvs
 
     def _iter_begin(self, long long count):
-        """On the stream, before iteration ``count``'s nodes: count, versions, carry-in."""
-        self._set_count(count)
+        """On the stream, before iteration ``count``'s nodes: count, carry-in."""
+        self.count_ptr[0] = count
         if count > 0 and self.carry:
-            self._carry_in()
+            self._carry_in(count)
 
-    def _iter_end(self):
-        """On the stream, after an iteration's nodes: remember the carry-over sources."""
-        self._carry_save()
+    def _iter_end(self, long long count):
+        """On the stream, after iteration ``count``'s nodes: remember the carry-over sources."""
+        self._carry_save(count)
 
     def _test(self, long long count):
         """The expression, on the host once the stream has run the head of iteration count."""
@@ -413,10 +492,24 @@ cdef class CaseOfNode:
                              "expression; call set_case_of_expr(node, expr, offset)")
 
     def run(self):
+        cdef Graph b
+        cdef int k, idx
         branch = self._choose()
         if branch is not None:
-            (<Graph>branch).run()
+            b = branch
+            b._check_idle("run it synchronously")
+            b._prepare()
+            sel = node_multiviews(b)
+            for k in range(b._order_size):
+                idx = b._order[k]
+                if sel[idx] is not None:
+                    select_multiviews(<list>sel[idx])
+                b._run_node(idx)
         self._select_phis(self.last_index)
+
+    def _node_selects(self, Graph branch):
+        """Per node of ``branch``: the multiviews to select just before it runs, or None."""
+        return node_multiviews(branch)
 
     def _choose(self):
         """Evaluate the expression: the branch graph to run, or None (index < 0)."""
@@ -520,3 +613,133 @@ def graph_set_case_of_expr(Graph g, e, expr, offset=0):
 
 def graph_set_case_of(Graph g, e, branch, index):
     case_of_node(g, e).set_branch(branch, index)
+
+
+# -- what a control node re-points, for static schedules (nnc/graph/rank.pyx) -------------------
+
+cdef list _node_tensors(Graph g, int idx):
+    """Every tensor node idx of g reads or writes, with those of its sub-graphs' nodes."""
+    cdef Graph sub
+    cdef int i
+    cdef list out = [t for t in g._inputs[idx] + g._outputs[idx] if t is not None]
+    fn = g._cmds[idx].fn
+    if isinstance(fn, (WhileNode, CaseOfNode)):
+        out.extend(fn._tensors())
+        for sub in fn._subgraphs():
+            for i in range(sub._size):
+                out.extend(_node_tensors(sub, i))
+    return out
+
+
+cdef int _add_moved(Tensor t, dict moved) except -1:
+    moved[id(t)] = t
+    if isinstance(t, MultiView):
+        for s in (<MultiView>t)._synced:
+            moved[id(s)] = s
+    return 0
+
+
+cdef int _moved_by(object fn, dict moved, list homes) except -1:
+    """The tensors whose headers a run of control node ``fn`` re-points (``moved``, by id):
+    carry-over destinations (a multiview's carried versions too), the multiviews anchored to a loop
+    body inside it and PHI outputs, with the tensors synchronised to them. ``homes``: copies
+    of the carry-over destinations' own headers (their memory)."""
+    cdef WhileNode w
+    cdef Graph sub
+    cdef int i
+    if isinstance(fn, WhileNode):
+        w = fn
+        for _src, dst, _saved in w.carry:
+            _add_moved(dst, moved)
+            for v in _carried_leaves(dst):
+                _add_moved(v, moved)
+        homes.extend(w.carry_home)
+        inside = list(w.inputs)
+        for i in range(w.body._size):
+            inside.extend(_node_tensors(w.body, i))
+        for t in inside:
+            if isinstance(t, MultiView) and (<MultiView>t).anchor is w.body:
+                _add_moved(t, moved)
+    else:
+        for mv in (<CaseOfNode>fn).phis:
+            _add_moved(mv, moved)
+    for sub in fn._subgraphs():
+        for i in range(sub._size):
+            inner = sub._cmds[i].fn
+            if isinstance(inner, (WhileNode, CaseOfNode)):
+                _moved_by(inner, moved, homes)
+    return 0
+
+
+cdef object _touches(list tensors, dict moved, list homes):
+    """The first of ``tensors`` that is in ``moved`` or shares memory with a home, or None."""
+    cdef Tensor h
+    for t in tensors:
+        if id(t) in moved:
+            return t
+        leaves = (<MultiView>t).versions if isinstance(t, MultiView) else (t,)
+        for v in leaves:
+            for h in homes:
+                if tensor_overlap(&(<Tensor>v).t, &h.t):
+                    return t
+    return None
+
+
+def moved_tensor_pairs(Graph g, list order):
+    """Pairs of g's nodes a static schedule must order although no path joins them.
+
+    A while or case..of node re-points tensor headers while it runs (carry-overs, multiview
+    selection, PHI outputs). A node on another stream that reads or writes such a tensor (or
+    the memory of a carry-over destination) at the same time would see whichever memory the
+    header holds at that instant. For each such unordered pair (control node, node) this
+    returns (earlier, later, tensor) by position in ``order``: ordering them the way the
+    sequential run (which also follows ``order``) does keeps every result the same.
+    """
+    cdef int n = g._size, m = len(order), k, i, j, x
+    pos = [-1] * n
+    for k in range(m):
+        pos[order[k]] = k
+    preds = [[] for _ in range(n)]
+    for i in order:
+        for j in range(g._nodes[<int>i].outgoing_size):
+            x = g._nodes[<int>i].outgoings[j]
+            if pos[x] >= 0:
+                preds[x].append(i)
+    pairs = []
+    touched = None
+    for ctl in order:
+        fn = g._cmds[<int>ctl].fn
+        if not isinstance(fn, (WhileNode, CaseOfNode)):
+            continue
+        moved, homes = {}, []
+        _moved_by(fn, moved, homes)
+        if not moved and not homes:
+            continue
+        if touched is None:
+            touched = {i: _node_tensors(g, <int>i) for i in order}
+        # Nodes joined to ctl by a path either way are ordered already.
+        joined = {ctl}
+        todo = [ctl]
+        while todo:
+            i = todo.pop()
+            for j in range(g._nodes[<int>i].outgoing_size):
+                x = g._nodes[<int>i].outgoings[j]
+                if pos[x] >= 0 and x not in joined:
+                    joined.add(x)
+                    todo.append(x)
+        back = {ctl}
+        todo = [ctl]
+        while todo:
+            i = todo.pop()
+            for x in preds[<int>i]:
+                if x not in back:
+                    back.add(x)
+                    todo.append(x)
+        for other in order:
+            if other in joined or other in back:
+                continue
+            t = _touches(touched[other], moved, homes)
+            if t is not None:
+                a, b = (ctl, other) if pos[ctl] < pos[other] else (other, ctl)
+                pairs.append((a, b, t))
+    return pairs

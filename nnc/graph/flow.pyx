@@ -9,8 +9,10 @@ the node's signals; then a *sub-task* starts: a loop enqueues its body's head (t
 and their ancestors) with the body's own schedule, whose stream 0 is the node's stream, waits
 for that stream (``yield WaitFor``), evaluates the expression on the host and enqueues the tail;
 a case..of waits for the node's stream, evaluates its index and enqueues the chosen branch.
-Per-iteration bookkeeping (count, multiview versions, carry-overs) is queued on the node's stream,
-so it happens in stream order without the host waiting for the tail.
+Per-iteration bookkeeping (count, carry-overs) is queued on the node's stream, so it happens in
+stream order without the host waiting for the tail. A body or branch node that uses multiviews
+gets a task just before it, on its stream and after its waits, that selects their versions (NNC
+re-points a multiview when a node using it runs, not when an iteration begins).
 
 While a sub-task is suspended, nodes behind it (on its stream, or waiting on a signal of a node
 behind it) are *deferred*; every other node keeps being enqueued. The task then awaits its
@@ -27,15 +29,17 @@ or a missing branch is reported by ``s.wait()`` as a StreamError.
 
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.run cimport (
-    _move_errors, _push_node, _push_waits, _Runtime, _runtime_for, _tracing,
+    _label_tasks, _move_errors, _node_task, _push_node, _push_waits, _Runtime, _runtime_for,
+    _tracing,
 )
 from nnc.graph.schedule cimport Schedule
 from nnc.stream cimport (
-    Signal, Stream, signal_reserve, signal_set, stream_emit, stream_store_count, stream_wait_signal,
+    Signal, Stream, signal_reserve, signal_set, stream_emit, stream_store_count, stream_task_t,
+    stream_wait_signal,
 )
 
 from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
-from nnc.graph.control import WhileNode
+from nnc.graph.control import WhileNode, select_now
 from nnc.graph.schedule import flow_schedule
 from nnc.stream import Signal as PySignal
 
@@ -139,7 +143,7 @@ def _root(_Run run, Schedule sched, _Runtime rt, Signal begin, Signal end, prev)
             except BaseException:
                 pass
         stream_wait_signal(s0, begin, False)
-        yield from _part(run, run.g, sched, rt, 0, sched.order_size, begin)
+        yield from _part(run, run.g, sched, rt, 0, sched.order_size, begin, None)
     except _Stopped:
         pass
     except BaseException as e:
@@ -160,9 +164,31 @@ def _finish(_Run run):
     run.g._run_finished()
 
 
-def _part(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, Signal begin):
+cdef int _push_selecting(Graph g, Schedule sched, _Runtime rt, int idx, list sel,
+                         bint tracing) except -1:
+    """_push_node, with node idx's multiview selection (``sel[idx]``, if any) queued on its
+    stream between its waits and the node itself."""
+    cdef Stream st
+    cdef stream_task_t t
+    if sel is None or sel[idx] is None:
+        return _push_node(g, sched, rt, idx, tracing)
+    st = <Stream>rt.streams[sched.stream[idx]]
+    _push_waits(sched, rt, idx)
+    st._push_call(select_now, (sel[idx],), g, None, False)
+    if _node_task(g, idx, &t):
+        if tracing:
+            _label_tasks(g, &t)
+        st.push(&t, False)
+    if sched.signal[idx] >= 0:
+        stream_emit(st, <Signal>rt.signals[sched.signal[idx]], False)
+    return 0
+
+
+def _part(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, Signal begin,
+          list sel):
     """Enqueue sched.order[lo:hi] of g, fenced by stream 0: entry streams wait on ``begin``
-    (emitted here when None), and stream 0 ends waiting on the part's exit signals."""
+    (emitted here when None), and stream 0 ends waiting on the part's exit signals. ``sel``:
+    per node, the multiviews it selects before running (None: no node selects any)."""
     cdef Stream p = rt.streams[0]
     cdef int k
     cdef bint control = False
@@ -177,11 +203,11 @@ def _part(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, Signal
             control = True
             break
     if control:
-        yield from _nodes(run, g, sched, rt, lo, hi)
+        yield from _nodes(run, g, sched, rt, lo, hi, sel)
     else:
         tracing = _tracing()
         for k in range(lo, hi):
-            _push_node(g, sched, rt, sched.order[k], tracing)
+            _push_selecting(g, sched, rt, sched.order[k], sel, tracing)
     if hi == sched.order_size:
         for k in range(sched.exit_size):
             stream_wait_signal(p, <Signal>rt.signals[sched.exit_waits[k]], False)
@@ -190,7 +216,7 @@ def _part(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, Signal
             stream_wait_signal(p, <Signal>rt.signals[sched.head_exit_waits[k]], False)
 
 
-def _nodes(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi):
+def _nodes(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, list sel):
     """Enqueue order[lo:hi], deferring what is behind a suspended control node."""
     cdef int k, idx, s, w, sig
     cdef bint tracing = _tracing()
@@ -216,9 +242,12 @@ def _nodes(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi):
                 held.add(sig)
                 continue
             if not g._nodes[idx].flags & EXEC_CONTROL:
-                _push_node(g, sched, rt, idx, tracing)
+                _push_selecting(g, sched, rt, idx, sel, tracing)
                 continue
             _push_waits(sched, rt, idx)
+            if sel is not None and sel[idx] is not None:
+                # A case..of node's own multiview inputs, before its expression reads them.
+                (<Stream>rt.streams[s])._push_call(select_now, (sel[idx],), g, None, False)
             run.kick()
             task = scheduler.start(_control(run, g, sched, rt, idx), name=g._label(idx))
             if not task.done:
@@ -261,22 +290,23 @@ def _while(_Run run, w, Stream p):
     run.add(brt)
     originals = w._start()
     on_host = w._iter_on_host()
+    sel = w._node_selects()
     try:
         while True:
             if on_host:
                 p._push_call(w._iter_begin, (count,), body, None, False)
             else:
                 stream_store_count(p, w.count_tensor, count, False)
-            yield from _part(run, body, bs, brt, 0, bs.split, None)
+            yield from _part(run, body, bs, brt, 0, bs.split, None, sel)
             run.kick(p)
             yield WaitFor(p)
             if run.failed():
                 raise _Stopped()
             if not w._test(count):
                 break
-            yield from _part(run, body, bs, brt, bs.split, bs.order_size, None)
+            yield from _part(run, body, bs, brt, bs.split, bs.order_size, None, sel)
             if w.has_carry:
-                p._push_call(w._iter_end, (), body, None, False)
+                p._push_call(w._iter_end, (count,), body, None, False)
             count += 1
     finally:
         p._push_call(w._finish, (originals,), body, None, False)
@@ -296,6 +326,7 @@ def _case_of(_Run run, c, Stream p):
         bs = flow_schedule(branch, run.args)
         brt = _runtime_for(branch, bs, p)
         run.add(brt)
-        yield from _part(run, branch, bs, brt, 0, bs.order_size, None)
+        yield from _part(run, branch, bs, brt, 0, bs.order_size, None,
+                         c._node_selects(branch))
     if c.has_phis:
         p._push_call(c._select_phis, (c.last_index,), c.parent, None, False)

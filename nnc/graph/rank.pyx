@@ -19,7 +19,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
 from nnc.cmd cimport Cmd
-from nnc.graph.graph cimport Graph
+from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.schedule cimport Schedule, _Scratch
 
 cdef int _clock_slots = 256             # CLOCK_SLOTS: most streams with exact clocks at once
@@ -127,11 +127,13 @@ cdef class _Builder(_Scratch):
         free(self.it_tail.v)
         free(self.it_next.v)
 
-    cdef int setup(self, Graph g, const int* order, int m, int split) except -1:
+    cdef int setup(self, Graph g, const int* order, int m, int split, dict extra) except -1:
         """Edges by position over ``order``. With split < m (a loop body), every head sink
         (a node before split with no successor before split) also gets an edge to every tail
         source (a node from split on with no predecessor from split on): the host evaluates
-        the loop expression between the two parts, so tail nodes follow all head nodes."""
+        the loop expression between the two parts, so tail nodes follow all head nodes.
+        ``extra`` (position -> later positions) adds edges that order a control node and the
+        nodes touching the tensors it re-points (control.moved_tensor_pairs)."""
         cdef int n = g._size, k, j, v, e = 0, r, x
         cdef char* sink
         cdef char* source
@@ -175,6 +177,9 @@ cdef class _Builder(_Scratch):
                         if not _is_succ(g, self.pos, x, tails.v[j]):
                             e += 1
                             self.pstart[tails.v[j] + 1] += 1
+                for v in extra.get(k, ()):
+                    e += 1
+                    self.pstart[v + 1] += 1
                 self.sstart[k + 1] = e
             for k in range(m):
                 self.pstart[k + 1] += self.pstart[k]
@@ -194,6 +199,9 @@ cdef class _Builder(_Scratch):
                         if not _is_succ(g, self.pos, x, tails.v[j]):
                             self.add_edge(k, tails.v[j], e)
                             e += 1
+                for v in extra.get(k, ()):
+                    self.add_edge(k, v, e)
+                    e += 1
         finally:
             free(tails.v)
         # 1. rank(k) = length of the longest chain after k: one reverse pass.
@@ -551,7 +559,7 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy):
         for k in range(m):
             order[k] = loop_order[k]
     b.max_streams = max_streams
-    b.setup(g, order, m, split)
+    b.setup(g, order, m, split, _moved_edges(g, order, m, split) if max_streams != 1 else {})
     b.run()
     # 5. Entry: streams != 0 whose first node has no predecessor wait on the begin signal.
     # Exit: stream 0 waits on the last node of each other stream it does not already know to
@@ -595,6 +603,28 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy):
                 w += 1
     sched.wait_start[g._size] = w
     return sched
+
+
+cdef dict _moved_edges(Graph g, const int* order, int m, int split):
+    """Edges (by position) that order a while or case..of node and the nodes on other streams
+    that touch tensors it re-points while it runs (control.moved_tensor_pairs), unless an
+    edge, or the head-to-tail edges of a loop body, already joins them."""
+    from nnc.graph.control import moved_tensor_pairs
+
+    cdef dict extra = {}
+    cdef int k, u, v
+    for k in range(m):
+        if g._nodes[order[k]].flags & EXEC_CONTROL:
+            break
+    else:
+        return extra                    # no while or case..of node: nothing moves
+    pos = {order[k]: k for k in range(m)}
+    for a, c, _t in moved_tensor_pairs(g, [order[k] for k in range(m)]):
+        u, v = pos[a], pos[c]
+        if u < split <= v or v in extra.get(u, ()):
+            continue                    # head to tail: the split orders them already
+        extra.setdefault(u, []).append(v)
+    return extra
 
 
 def build_rank(Graph g not None, str stream_type, int max_streams, str policy):
