@@ -14,7 +14,7 @@ import operator
 import weakref
 from collections import namedtuple
 
-from nnc._core import GraphError, ScheduleError
+from nnc._core import DEBUG, GraphError, ScheduleError
 
 from nnc.graph.graph cimport GraphExec
 
@@ -111,6 +111,8 @@ def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank"):
     g._check_idle("schedule it")
     args = dict(stream_type=stream_type, max_streams=max_streams, policy=policy)
     sched = _build(g, stream_type, max_streams, policy)
+    if DEBUG:                   # NNC_DEBUG=1: check the builder and the graph's edges
+        sched.verify(hazards=True)
     g._schedule = sched
     g._schedule_args = args
     for sub in _subgraphs(g):
@@ -357,7 +359,7 @@ cdef class Schedule:
 
     # -- verification --------------------------------------------------------------------------
 
-    def verify(self):
+    def verify(self, hazards=False):
         """Raise ScheduleError unless the schedule enforces every edge of the graph's run.
 
         Schedule-independent (RAF's verifier): an edge u -> v is enforced when u comes before
@@ -365,7 +367,18 @@ cdef class Schedule:
         a stream) and signals (emitter -> each later waiter). Also checked: every node has a
         stream, indices are in range, each signal has one emitter, every node is ordered after
         the run's begin (stream 0 or an entry stream), and stream 0 ends after every stream.
+
+        ``hazards=True`` also raises for data hazards of the graph (nnc.graph_hazards): nodes
+        with no path between them that touch overlapping memory, one writing. The schedule
+        orders only what the edges order, so such a pair races on streams.
         """
         from nnc.graph.verify import schedule_verify
 
         schedule_verify(self)
+        if hazards:
+            from nnc.graph.hazard import graph_hazards, hazards_message
+
+            g = self.graph_ref()
+            found = graph_hazards(g)
+            if found:
+                raise ScheduleError(hazards_message(g, found))
