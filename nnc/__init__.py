@@ -29,6 +29,7 @@ from nnc.cuda import available as cuda_available
 from nnc.cuda import unavailable_reason as cuda_unavailable_reason
 from nnc.cuda.backends import register as _register_gpu_backends
 from nnc.graph.graph import Graph, GraphExec
+from nnc.graph.hazard import Hazard, graph_hazards
 from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
 from nnc.multiview import MultiView
 from nnc.ops import register_builtins as _register_builtins
@@ -52,6 +53,7 @@ __all__ = [
     "Graph",
     "GraphError",
     "GraphExec",
+    "Hazard",
     "MultiView",
     "NNCError",
     "Schedule",
@@ -70,6 +72,7 @@ __all__ = [
     "cuda_available",
     "cuda_unavailable_reason",
     "get_include",
+    "graph_hazards",
     "register_backend",
     "register_command",
     "static_schedule",

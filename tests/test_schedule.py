@@ -6,6 +6,10 @@ A table below maps node name -> (stream, signal or None, waits). Where the docum
 differs from NNC's upstream code, the comment says what upstream printed.
 """
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +19,7 @@ from test_graph import parallel_graph
 import nnc
 from nnc.graph.rank import _set_clock_slots
 from nnc.graph.schedule import graph_schedule
+from nnc.graph.verify import _set_verify_slots
 
 ONE = nnc.Tensor(np.ones((1, 2), np.float32))
 OUT = nnc.Tensor(np.zeros((1, 1), np.float32))
@@ -80,8 +85,13 @@ def check(sched):
             pytest.fail(f"dropping {what} went unnoticed")
 
 
+# A schedule holds its graph weakly (the graph owns it): the helpers keep the graphs alive.
+_GRAPHS = []
+
+
 def schedule(edges, cmds=None, names=None, **kwargs):
     g, nodes = make(edges, cmds, names)
+    _GRAPHS.append(g)
     sched = nnc.static_schedule(g, **kwargs)
     check(sched)
     return sched, table(sched, nodes)
@@ -253,7 +263,8 @@ def test_nodes_off_the_run_are_not_scheduled():
 
 
 def test_empty_graph_has_one_stream():
-    sched = nnc.static_schedule(nnc.Graph())
+    g = nnc.Graph()
+    sched = nnc.static_schedule(g)
     assert (sched.stream_count, sched.signal_count, sched.order) == (1, 0, ())
     sched.verify()
 
@@ -452,3 +463,193 @@ def test_random_10k_graphs_verify(window):
     sched = nnc.static_schedule(g)
     sched.verify()
     assert sched.stream_count > 1 and sched.signal_count > 0
+
+
+# -- verify(): no NULL stream 0 (issue 11, defect 7), memory near-linear (defect 17) ---------------
+
+
+def _run_isolated(code, timeout=120):
+    """Run code in a fresh interpreter (a crash or a hang fails the test, not the run)."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_verify_without_a_node_on_stream_0():
+    # Used to dereference stream 0's NULL clock at the end (a segfault): run it isolated.
+    _run_isolated("""
+        import nnc
+        g = nnc.Graph()
+        a, b = g.exec(nnc.Cmd("NOOP")), g.exec(nnc.Cmd("NOOP"))
+        try:
+            nnc.Schedule.from_tables(g, {a: 1, b: 1}, entry_streams=[1]).verify()
+            raise SystemExit("an unjoined stream 1 passed")
+        except nnc.ScheduleError as e:
+            assert "stream 1 ends with #1 NOOP" in str(e), e
+        nnc.Schedule.from_tables(g, {a: 1, b: 1}, {b: 0}, entry_streams=[1],
+                                 exit_waits=[0]).verify()
+        try:
+            nnc.Schedule.from_tables(g, {a: 1, b: 2}, {b: 0}, entry_streams=[1, 2],
+                                     exit_waits=[0]).verify()
+            raise SystemExit("an unjoined stream 1 passed")
+        except nnc.ScheduleError as e:
+            assert "stream 1 ends with #0 NOOP" in str(e), e
+    """)
+
+
+def test_verify_memory_is_near_linear_on_wide_graphs():
+    # 100,000 independent nodes get 100,000 streams; dense clocks of S ints per pending emitter
+    # needed 40 GB (MemoryError). Bound the address space so a regression fails fast.
+    out = _run_isolated("""
+        import resource
+        import nnc
+        g = nnc.Graph()
+        for _ in range(100_000):
+            g.exec(nnc.Cmd("NOOP"))
+        sched = nnc.static_schedule(g)
+        assert sched.stream_count == 100_000
+        fan = nnc.Graph()
+        src, dst = fan.exec(nnc.Cmd("NOOP")), fan.exec(nnc.Cmd("NOOP"))
+        for _ in range(50_000):
+            mid = fan.exec(nnc.Cmd("NOOP"))
+            fan.concat(src, mid)
+            fan.concat(mid, dst)
+        fan_sched = nnc.static_schedule(fan)
+        vm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmSize")]
+        limit = vm[0] * 1024 + (1 << 30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        sched.verify()
+        fan_sched.verify()
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+    """)
+    assert int(out.split()[-1]) < 256     # MiB of peak growth; about 10 expected
+
+
+def reference_verify(g, sched):
+    """verify()'s verdict, spelled out on happens-before ancestor sets (slow, clear)."""
+    t = sched.tables()
+    order = sched.order
+    pos = {e: k for k, e in enumerate(order)}
+    st_ = [t["streams"][e] for e in order]
+    emitter = {t["signals"][e]: pos[e] for e in order if e in t["signals"]}
+    anc = []
+    for k, e in enumerate(order):
+        before = [x for x in range(k) if st_[x] == st_[k]][-1:]
+        before += [emitter[w] for w in t["waits"].get(e, ()) if emitter.get(w, k) < k]
+        anc.append(set(before).union(*(anc[x] for x in before)))
+    roots = {0, *t["entry_streams"]}
+    first = {x for x in range(len(order)) if st_[x] not in st_[:x]}
+    ok = all(any(x in first and st_[x] in roots for x in anc[k] | {k}) for k in range(len(order)))
+    ok = ok and all(pos[u] in anc[pos[v]] for v in order for u in order if v in u.outgoings)
+    last = {s: k for k, s in enumerate(st_)}
+    ends = {emitter[w] for w in t["exit_waits"] if w in emitter}
+    ends |= {last[0]} if 0 in last else set()
+    reach = set(ends).union(*(anc[x] for x in ends))
+    return ok and all(k in reach for s, k in last.items() if s)
+
+
+@st.composite
+def hand_schedules(draw):
+    n = draw(st.integers(1, 14))
+    edges = {(draw(st.integers(0, v - 1)), v) for v in range(1, n)
+             for _ in range(draw(st.integers(0, 2)))}
+    g = nnc.Graph()
+    ex = [g.exec(nnc.Cmd("NOOP"), name=f"n{i}") for i in range(n)]
+    for a, b in sorted(edges):
+        g.concat(ex[a], ex[b])
+    streams = {e: draw(st.integers(0, 3)) for e in ex}
+    emitters = draw(st.lists(st.sampled_from(ex), unique=True, max_size=n))
+    signals = {e: k for k, e in enumerate(emitters)}
+    waits = {e: draw(st.lists(st.integers(0, len(emitters) - 1), max_size=3)) if emitters
+             else [] for e in ex}
+    used = sorted(set(streams.values()) - {0})
+    entry = draw(st.lists(st.sampled_from(used), unique=True)) if used else []
+    exits = draw(st.lists(st.integers(0, len(emitters) - 1), unique=True)) if emitters else []
+    sched = nnc.Schedule.from_tables(g, streams, signals, waits, entry, exits)
+    return g, sched, draw(st.sampled_from([0, 1, 2, 64]))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hand_schedules())
+def test_verify_matches_the_reference_on_hand_made_schedules(case):
+    """Exact with any clock budget: with few slots questions go to the backward search."""
+    g, sched, slots = case
+    old = _set_verify_slots(slots)
+    try:
+        sched.verify()
+        verdict = True
+    except nnc.ScheduleError:
+        verdict = False
+    finally:
+        _set_verify_slots(old)
+    assert verdict == reference_verify(g, sched)
+
+
+@pytest.mark.parametrize("slots", [0, 2])
+def test_random_10k_graphs_verify_with_few_slots(slots):
+    g = random_graph(10000, window=0, seed=2)
+    sched = nnc.static_schedule(g)
+    old = _set_verify_slots(slots)
+    try:
+        sched.verify()
+        for _, (_, bad) in zip(range(3), mutants(sched)):
+            with pytest.raises(nnc.ScheduleError):
+                bad.verify()
+    finally:
+        _set_verify_slots(old)
+
+
+# -- ownership: a dropped scheduled graph frees its schedule and streams (issue 11, defect 16) ----
+
+
+def test_dropped_scheduled_graphs_free_their_streams_without_the_collector():
+    _run_isolated("""
+        import gc, os, threading, time, weakref
+        import numpy as np
+        import nnc
+        from nnc import stream as stream_module
+
+        def threads():
+            try:
+                return len(os.listdir("/proc/self/task"))
+            except OSError:
+                return threading.active_count()
+
+        gc.disable()                # the graph <-> schedule cycle needed the collector
+        x = nnc.Tensor(np.ones(4, np.float32))
+        s = nnc.Stream("cpu")
+        s.add_callback(lambda: None)
+        s.wait()
+        base, graphs = threads(), []
+        for _ in range(40):
+            g = nnc.Graph()
+            y = [nnc.Tensor(np.zeros(4, np.float32)) for _ in range(3)]
+            a = g.exec(nnc.Cmd("EWSUM"), [x, x], [y[0]])
+            b = g.exec(nnc.Cmd("EWSUM"), [x, x], [y[1]])
+            c = g.exec(nnc.Cmd("EWSUM"), [y[0], y[1]], [y[2]])
+            g.concat(a, c)
+            g.concat(b, c)
+            sched = nnc.static_schedule(g)
+            assert sched.stream_count == 2 and sched.graph is g
+            g.run(stream=s)
+            s.wait()
+            assert y[2].numpy().tolist() == [4.0] * 4
+            graphs.append(weakref.ref(g))
+            del g, a, b, c
+        assert all(r() is None for r in graphs)
+        assert sched.graph is None and sched.stale
+        try:
+            sched.order
+            raise SystemExit("a schedule of a freed graph gave its order")
+        except nnc.ScheduleError as e:
+            assert "freed" in str(e)
+        del sched
+        deadline = time.monotonic() + 30     # workers exit once their queues drain
+        while time.monotonic() < deadline and (len(stream_module._live) > 1
+                                               or threads() > base):
+            time.sleep(0.02)
+        assert len(stream_module._live) == 1, len(stream_module._live)
+        assert threads() <= base, (threads(), base)
+    """)

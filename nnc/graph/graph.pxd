@@ -54,6 +54,7 @@ cdef class Graph:
     cdef long _epoch                    # tensor_movable_epoch() when Python calls were last built
     cdef public object _loop            # WhileNode (nnc.graph.control) if this is a loop body
     cdef public object _control_parent  # the graph whose while/case..of node runs this one
+    cdef object __weakref__             # Schedules hold their graph weakly (no graph cycle)
 
     cdef int _prepare(self) except -1
 

@@ -578,7 +578,7 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy):
         if b.pstart[b.first[s]] == b.pstart[b.first[s] + 1]:
             entry.append(s)
     exits = _exits(b, prev, last, mark, stack) if m else []
-    sched.graph = g
+    sched._bind(g)
     sched.version = g.version
     sched.stream_type = stream_type
     sched.max_streams = max_streams

@@ -4,6 +4,11 @@
 # runs it there, then emits its `signal`. The arrays are immutable once built.
 # Per-node arrays are indexed by node index (GraphExec.index) and have `node_count` entries:
 # nodes added to the graph after the build are not covered (the schedule is then stale).
+# Ownership: the graph owns its default schedule (Graph._schedule) and the runtime of streams
+# that runs it (Graph._runtime, which holds the schedule); a schedule holds its graph only
+# weakly, so a dropped graph frees its schedule and streams at once, without the collector.
+
+from nnc.graph.graph cimport Graph
 
 # Owner of the malloc'd blocks of one build or verification (freed when collected).
 cdef class _Scratch:
@@ -16,7 +21,7 @@ cdef int* _ints(Py_ssize_t count, int fill) except NULL
 
 
 cdef class Schedule:
-    cdef readonly object graph          # the Graph this schedule was built for
+    cdef object _graph                  # weakref.ref to the Graph this schedule was built for
     cdef readonly long version          # graph.version at build time; differs => stale
     cdef readonly str stream_type       # "cpu", "gpu" or "gpu:N": the kind of every stream
     cdef readonly int max_streams       # the cap it was built with (0: none)
@@ -46,6 +51,8 @@ cdef class Schedule:
 
     cdef int _alloc(self, int node_count, int order_size, int wait_size, list entry,
                     list exits, list entry_first=*, list head_exits=*) except -1
+    cdef int _bind(self, Graph g) except -1
+    cdef Graph graph_ref(self)          # the graph; ScheduleError once it was freed
     cdef int _index(self, e) except -1
     cdef list _entries(self)
     cdef list _exits(self)

@@ -11,7 +11,6 @@ class ExecSchedule(NamedTuple):
     waits: tuple[int, ...]
 
 class Schedule:
-    graph: Graph
     version: int
     stream_type: str
     max_streams: int
@@ -19,6 +18,8 @@ class Schedule:
     stream_count: int
     signal_count: int
     split: int
+    @property
+    def graph(self) -> Graph | None: ...
     @property
     def order(self) -> tuple[GraphExec, ...]: ...
     @property
@@ -40,7 +41,7 @@ class Schedule:
         entry_streams: Sequence[int] = ..., exit_waits: Sequence[int] = ...,
         stream_type: str = ...,
     ) -> Schedule: ...
-    def verify(self) -> None: ...
+    def verify(self, hazards: bool = ...) -> None: ...
 
 def static_schedule(
     graph: Graph, stream_type: str = ..., max_streams: int = ...,

@@ -11,11 +11,12 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 import operator
+import weakref
 from collections import namedtuple
 
-from nnc._core import GraphError, ScheduleError
+from nnc._core import DEBUG, GraphError, ScheduleError
 
-from nnc.graph.graph cimport Graph, GraphExec
+from nnc.graph.graph cimport GraphExec
 
 ExecSchedule = namedtuple("ExecSchedule", ["streams", "signals", "waits"])
 ExecSchedule.__doc__ = """One node's part of a schedule: the streams it runs on (empty: it does
@@ -38,8 +39,8 @@ cdef int* _ints(Py_ssize_t count, int fill) except NULL:
 cdef class _Scratch:
     """Owns the malloc'd blocks of one build or verification; frees them when collected.
 
-    no_gc_clear: a schedule and its graph form a cycle, and the collector must not clear
-    ``owned`` (plain ints, never part of a cycle) before __dealloc__ frees what it lists.
+    no_gc_clear: should a cycle ever hold it, the collector must not clear ``owned`` (plain
+    ints, never part of a cycle) before __dealloc__ frees what it lists.
     """
 
     def __cinit__(self):
@@ -110,6 +111,8 @@ def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank"):
     g._check_idle("schedule it")
     args = dict(stream_type=stream_type, max_streams=max_streams, policy=policy)
     sched = _build(g, stream_type, max_streams, policy)
+    if DEBUG:                   # NNC_DEBUG=1: check the builder and the graph's edges
+        sched.verify(hazards=True)
     g._schedule = sched
     g._schedule_args = args
     for sub in _subgraphs(g):
@@ -213,17 +216,38 @@ cdef class Schedule:
         self.loop_key = -1
         return 0
 
+    cdef int _bind(self, Graph g) except -1:
+        # Weakly: the graph holds this schedule (and its runtime of streams); a strong
+        # reference back made a cycle that kept dropped graphs' worker threads alive until
+        # the garbage collector ran (issue 11, defect 16).
+        self._graph = weakref.ref(g)
+        return 0
+
+    cdef Graph graph_ref(self):
+        cdef object g = None if self._graph is None else self._graph()
+        if g is None:
+            raise ScheduleError("the graph of this schedule was freed (a schedule holds its "
+                                "graph weakly: keep a reference to the graph)")
+        return <Graph>g
+
     cdef int _index(self, e) except -1:
-        if not isinstance(e, GraphExec) or (<GraphExec>e).graph is not self.graph:
+        if not isinstance(e, GraphExec) or (<GraphExec>e).graph is not self.graph_ref():
             raise GraphError(f"expected a GraphExec of the scheduled graph, not {e!r}")
         return (<GraphExec>e).index
 
     # -- introspection -------------------------------------------------------------------------
 
     @property
+    def graph(self):
+        """The Graph this schedule was built for, or None once it was freed: the graph owns
+        its schedule, and the schedule refers back to it only weakly."""
+        return None if self._graph is None else self._graph()
+
+    @property
     def order(self):
         """The nodes that run, in the order they are enqueued (a topological order)."""
-        return tuple(GraphExec._new(self.graph, self.order[k]) for k in range(self.order_size))
+        cdef Graph g = self.graph_ref()
+        return tuple(GraphExec._new(g, self.order[k]) for k in range(self.order_size))
 
     cdef list _entries(self):
         return [self.entry_streams[k] for k in range(self.entry_size)]
@@ -245,8 +269,9 @@ cdef class Schedule:
 
     @property
     def stale(self):
-        """True once the graph has changed since this schedule was built."""
-        return (<Graph>self.graph).version != self.version
+        """True once the graph has changed since this schedule was built (or was freed)."""
+        g = self.graph
+        return g is None or (<Graph>g).version != self.version
 
     def stream_of(self, int index):
         """The stream of the node with this index (-1: it does not run)."""
@@ -269,7 +294,8 @@ cdef class Schedule:
 
     def nodes_on(self, int stream):
         """The nodes of one stream, in the order that stream runs them."""
-        return tuple(GraphExec._new(self.graph, self.order[k]) for k in range(self.order_size)
+        cdef Graph g = self.graph_ref()
+        return tuple(GraphExec._new(g, self.order[k]) for k in range(self.order_size)
                      if self.stream[self.order[k]] == stream)
 
     def __repr__(self):
@@ -282,10 +308,11 @@ cdef class Schedule:
     def tables(self):
         """This schedule as plain tables, which :meth:`from_tables` turns back into one."""
         cdef int k, i, w
+        cdef Graph g = self.graph_ref()
         streams, signals, waits = {}, {}, {}
         for k in range(self.order_size):
             i = self.order[k]
-            e = GraphExec._new(self.graph, i)
+            e = GraphExec._new(g, i)
             streams[e] = self.stream[i]
             if self.signal[i] >= 0:
                 signals[e] = self.signal[i]
@@ -309,7 +336,8 @@ cdef class Schedule:
         waits = waits or {}
         if g._dirty:
             g._compile()
-        c.graph, c.version, c.stream_type = g, g.version, stream_type
+        c._bind(g)
+        c.version, c.stream_type = g.version, stream_type
         c._alloc(g._size, g._order_size, sum(len(v) for v in waits.values()),
                  list(entry_streams), list(exit_waits))
         memcpy(c.order, g._order, sizeof(int) * g._order_size)
@@ -331,7 +359,7 @@ cdef class Schedule:
 
     # -- verification --------------------------------------------------------------------------
 
-    def verify(self):
+    def verify(self, hazards=False):
         """Raise ScheduleError unless the schedule enforces every edge of the graph's run.
 
         Schedule-independent (RAF's verifier): an edge u -> v is enforced when u comes before
@@ -339,7 +367,18 @@ cdef class Schedule:
         a stream) and signals (emitter -> each later waiter). Also checked: every node has a
         stream, indices are in range, each signal has one emitter, every node is ordered after
         the run's begin (stream 0 or an entry stream), and stream 0 ends after every stream.
+
+        ``hazards=True`` also raises for data hazards of the graph (nnc.graph_hazards): nodes
+        with no path between them that touch overlapping memory, one writing. The schedule
+        orders only what the edges order, so such a pair races on streams.
         """
         from nnc.graph.verify import schedule_verify
 
         schedule_verify(self)
+        if hazards:
+            from nnc.graph.hazard import graph_hazards, hazards_message
+
+            g = self.graph_ref()
+            found = graph_hazards(g)
+            if found:
+                raise ScheduleError(hazards_message(g, found))
