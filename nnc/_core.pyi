@@ -1,4 +1,5 @@
 MAX_DIM: int
+DEBUG: bool
 DATATYPES: dict[str, int]
 DATATYPE_NAMES: dict[int, str]
 STATUS_NAMES: dict[int, str]

@@ -10,6 +10,10 @@ import os
 
 MAX_DIM = NNC_MAX_DIM
 
+# NNC_DEBUG=1 in the environment at import: invariant checks, hazard checks and live-object
+# counters (docs/dev.md, "Debug mode").
+DEBUG = os.environ.get("NNC_DEBUG", "0") not in ("", "0")
+
 DATATYPES = {
     "uint8": NNC_8U,
     "int32": NNC_32S,
