@@ -285,6 +285,18 @@ def _compare(case, outs, expect):
                              f"expected\n{want}")
 
 
+def _rss_mib():
+    """This process's resident set in MiB (Linux), or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
@@ -302,7 +314,7 @@ def main(argv=None):
     # A hang anywhere becomes an exit with every thread's stack on stderr.
     faulthandler.dump_traceback_later(TIMEOUT * 2 + 10, exit=True)
     baseline = nnc.debug.counters()
-    summary = {"runs": 0, "errors": 0, "failed": 0}
+    summary = {"runs": 0, "errors": 0, "failed": 0, "rss_mib": []}
     for k, case in enumerate(cases):
         try:
             outcome = run_case(case)
@@ -314,11 +326,15 @@ def main(argv=None):
             continue
         finally:
             faulthandler.dump_traceback_later(TIMEOUT * 2 + 10, exit=True)
+        if k == 0:
+            summary["rss_mib"].append(_rss_mib())  # after the first case: imports done
         summary["runs"] += 1
         summary["errors"] += outcome == "error"
         print(json.dumps({"case": k, "outcome": outcome, "mode": case["mode"],
                           "drop": case["drop"], "control": case["control"]}), flush=True)
     faulthandler.cancel_dump_traceback_later()
+    gc.collect()
+    summary["rss_mib"].append(_rss_mib())
     if nnc.debug.enabled():
         summary["leaks"] = {k: list(v) for k, v in nnc.debug.leaks(baseline, TIMEOUT).items()}
         summary["problems"] = nnc.debug.problems()
