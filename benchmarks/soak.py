@@ -20,6 +20,7 @@ that replays it.
 
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -94,6 +95,8 @@ def run_child(seed, cases, debug, interval, child_timeout):
             record["failed"] += case.get("outcome") == "failed"
     record["failures"] = [json.loads(line)["why"][:500] for line in lines
                           if '"outcome": "failed"' in line][:3]
+    record["failed_specs"] = [json.loads(line)["spec"] for line in lines
+                              if '"outcome": "failed"' in line][:3]
     if timed_out or "Timeout (" in stderr:
         record["outcome"] = "hang"
     elif child.returncode < 0:
@@ -104,7 +107,25 @@ def run_child(seed, cases, debug, interval, child_timeout):
         record["outcome"] = f"crash (exit {child.returncode})"
     if record["outcome"] != "ok":
         record["stderr_tail"] = stderr[-2000:]
+    if record["outcome"] == "hang" or record["outcome"].startswith("crash"):
+        # The case that was running: the one after the last that reported (cases are drawn
+        # from the seed alone, so it can be drawn again here).
+        done = sum(1 for line in lines if line.startswith('{"case"'))
+        if done < cases:
+            record["failed_specs"].append(_case_of(seed, done))
     return record
+
+
+def _case_of(seed, index):
+    sys.path.insert(0, os.path.dirname(MIX))
+    try:
+        from _stress_mix import random_case
+    finally:
+        sys.path.pop(0)
+    rnd = random.Random(seed)
+    for _ in range(index):
+        random_case(rnd)
+    return random_case(rnd)
 
 
 def summarise(children, start):
@@ -189,8 +210,8 @@ def main(argv=None):
         children.append(record)
         seed += 1
     totals, timeline = summarise(children, start)
-    bad = [{k: c[k] for k in ("seed", "debug", "outcome", "rc", "failures", "leaks", "problems",
-                                "stderr_tail") if k in c}
+    bad = [{k: c[k] for k in ("seed", "debug", "outcome", "rc", "failures", "failed_specs",
+                                "leaks", "problems", "stderr_tail") if k in c}
            for c in children if c["outcome"] != "ok"]
     report = {"minutes": args.minutes, "seed": args.seed, "cases": args.cases,
               "totals": totals, "timeline": timeline, "bad": bad}

@@ -311,7 +311,8 @@ def main(argv=None):
     else:
         rnd = random.Random(args.seed)
         cases = [random_case(rnd) for _ in range(args.cases)]
-    # A hang anywhere becomes an exit with every thread's stack on stderr.
+    # A crash prints every thread's stack on stderr; so does a hang, which then exits.
+    faulthandler.enable(all_threads=True)
     faulthandler.dump_traceback_later(TIMEOUT * 2 + 10, exit=True)
     baseline = nnc.debug.counters()
     summary = {"runs": 0, "errors": 0, "failed": 0, "rss_mib": []}
