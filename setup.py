@@ -9,6 +9,7 @@ from setuptools import Extension, setup
 # Module table: (dotted name, source). Each .pyx has a .pxd beside it that states its C contract.
 MODULES = [
     ("nnc._core", "nnc/_core.pyx"),
+    ("nnc.debug", "nnc/debug.pyx"),
     ("nnc.tensor", "nnc/tensor.pyx"),
     ("nnc.cmd", "nnc/cmd.pyx"),
     ("nnc.ops.cpu_opt", "nnc/ops/cpu_opt.pyx"),
@@ -23,6 +24,7 @@ MODULES = [
     ("nnc.graph.run", "nnc/graph/run.pyx"),
     ("nnc.graph.control", "nnc/graph/control.pyx"),
     ("nnc.graph.flow", "nnc/graph/flow.pyx"),
+    ("nnc.invariants", "nnc/invariants.pyx"),
     ("nnc.capi_handle", "nnc/capi_handle.pyx"),
     ("nnc.capi", "nnc/capi.pyx"),
     # Needs no CUDA header (only pthread and semaphore.h), so it is always built.

@@ -3,6 +3,8 @@
 See docs/design.md for the layers and README.md for a tour.
 """
 
+# Registers the invariant checks of streams, graphs and tensors with nnc.debug.check().
+from nnc import invariants as _invariants  # noqa: F401
 from nnc._core import (
     MAX_DIM,
     CommandError,

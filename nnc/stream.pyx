@@ -31,6 +31,7 @@ import weakref
 from nnc._core import NNCError, StreamError
 
 from nnc.cmd cimport Backend, Cmd
+from nnc.debug cimport DEBUG_RECORDS, DEBUG_STREAMS, DEBUG_TASKS, DEBUG_WORKERS, debug_count
 from nnc.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
 from nnc.sync cimport (
     CLOCK_MONOTONIC, CLOCK_REALTIME, PTHREAD_CREATE_DETACHED, clock_gettime, pthread_attr_destroy,
@@ -96,6 +97,7 @@ cdef signal_record_t* _record_new() noexcept nogil:
     cdef signal_record_t* r = <signal_record_t*>malloc(sizeof(signal_record_t))
     if r == NULL:
         return NULL
+    debug_count(DEBUG_RECORDS, 1)
     r.done = 0
     r.reserved = 0
     r.refs = 1
@@ -114,6 +116,7 @@ cdef void _record_release(signal_record_t* r) noexcept nogil:
     r.refs -= 1
     if r.refs == 0:
         free(r)
+        debug_count(DEBUG_RECORDS, -1)
     pthread_mutex_unlock(&_sig_lock)
 
 
@@ -137,6 +140,7 @@ cdef void _stream_free(stream_t* s) noexcept:
     free(s.ring)
     free(s.trace_buf)
     free(s)
+    debug_count(DEBUG_STREAMS, -1)
 
 
 cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexcept nogil:
@@ -235,6 +239,7 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
         free(t.io)
     if t.flags & TASK_OWNS_PY:
         _drop_refs(t)
+    debug_count(DEBUG_TASKS, -1)
 
 
 cdef void* _worker_main(void* arg) noexcept nogil:
@@ -244,6 +249,7 @@ cdef void* _worker_main(void* arg) noexcept nogil:
     cdef stream_task_t batch[POP_BATCH]
     cdef Py_ssize_t n, i
     cdef bint last
+    debug_count(DEBUG_WORKERS, 1)
     pthread_mutex_lock(&s.lock)
     while True:
         while s.count == 0 and not s.closing:
@@ -271,6 +277,7 @@ cdef void* _worker_main(void* arg) noexcept nogil:
     if last:
         with gil:
             _stream_free(s)
+    debug_count(DEBUG_WORKERS, -1)
     return NULL
 
 
@@ -359,6 +366,7 @@ cdef class Stream:
         s.refs = 1
         s.trace = _tracer is not None
         self.s = s
+        debug_count(DEBUG_STREAMS, 1)
         _stream_seq += 1
         self.index = _stream_seq
         _live.add(self)
@@ -389,6 +397,7 @@ cdef class Stream:
         """
         self.stage[self.stage_size] = task[0]
         self.stage_size += 1
+        debug_count(DEBUG_TASKS, 1)
         if wake or self.stage_size == STAGE_SIZE:
             self.kick()
         return 0

@@ -19,6 +19,8 @@ import numpy as np
 
 from nnc._core import DATATYPE_NAMES, DATATYPES, TensorError
 
+from nnc.debug cimport DEBUG_TENSORS, debug_count
+
 _ALIGN = 64
 _NP_DTYPE = {code: np.dtype(name) for name, code in DATATYPES.items()}
 _CODE_OF = {np.dtype(name): code for name, code in DATATYPES.items()}
@@ -245,6 +247,12 @@ cdef class Tensor:
     ``Tensor(array)`` wraps a C-contiguous ndarray zero-copy; ``np.asarray(t)`` and ``t.numpy()``
     alias it. NNC: ccv_nnc_tensor_new(ptr, params, 0).
     """
+
+    def __cinit__(self):
+        debug_count(DEBUG_TENSORS, 1)
+
+    def __dealloc__(self):
+        debug_count(DEBUG_TENSORS, -1)
 
     def __init__(self, array):
         cdef Tensor w = tensor_wrap(array)

@@ -22,6 +22,7 @@ from nnc.cmd import cmd_autotune
 from nnc.cmd cimport (
     NNC_GIL_RELEASE_ELEMENTS, Backend, Cmd, cmd_select, cmd_validate, tensor_list,
 )
+from nnc.debug cimport DEBUG_GRAPHS, debug_count
 from nnc.tensor cimport Tensor, tensor_movable_epoch
 
 
@@ -155,9 +156,11 @@ cdef class Graph:
         self._runtime = None
         self._inflight = 0
         self._inflight_stream = None
+        debug_count(DEBUG_GRAPHS, 1)
 
     def __dealloc__(self):
         cdef int i
+        debug_count(DEBUG_GRAPHS, -1)
         if self._nodes != NULL:
             for i in range(self._size):
                 free(self._nodes[i].outgoings)
