@@ -619,6 +619,10 @@ cdef class Stream:
             del (<list>s.errors)[:]
             self._raise_errors(box)
 
+    def _waiting(self):
+        """Number of wait() calls in progress on this stream (for tests)."""
+        return len(<list>self.s.waiters)
+
     def _drain(self):
         """Block until everything enqueued so far is done, without raising its errors."""
         self.kick()
