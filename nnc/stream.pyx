@@ -1,9 +1,10 @@
 """CPU streams and signals: asynchronous in-order workers with CUDA-event-like synchronisation.
 
 NNC: ccv_nnc_stream.c, _ccv_nnc_stream.h. A :class:`Stream` is a queue of tasks in C
-(``stream_t``, see stream.pxd) served by one worker thread, started on first use. Enqueueing
-returns at once. The worker runs C backends without the GIL, so two streams running C or BLAS
-work use two cores; it takes the GIL only for Python-implemented commands and callbacks.
+(``stream_t``, see stream.pxd) served by one worker thread (nnc.worker), started with the
+stream. Enqueueing returns at once. The worker runs C backends without the GIL, so two
+streams running C or BLAS work use two cores; it takes the GIL only for Python-implemented
+commands and callbacks.
 
 A :class:`Signal` follows CUDA events: ``s.emit(sig)`` records "s has reached this point";
 ``t.wait_signal(sig)`` makes t wait for the *latest record enqueued so far*; a signal never
