@@ -16,6 +16,7 @@ MODULES = [
     ("nnc.multiview", "nnc/multiview.pyx"),
     ("nnc.inbox", "nnc/inbox.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
+    ("nnc.worker", "nnc/worker.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),
     ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),
     ("nnc.graph.rank", "nnc/graph/rank.pyx"),

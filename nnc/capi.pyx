@@ -98,12 +98,14 @@ cdef api int nnc_abi_check(int version, size_t tensor_size, size_t param_size) n
 
 
 cdef api int nnc_shutdown() noexcept with gil:
-    """Drop every handle and drain every stream (nnc_finalize calls it before Py_FinalizeEx)."""
-    try:
-        from nnc.capi_handle import live_objects
+    """Drain every stream, then drop every handle (nnc_finalize calls it before Py_FinalizeEx).
 
-        for s in live_objects(K_STREAM):
-            (<Stream>s)._drain()
+    Every stream: also those whose handle was freed (nnc_stream_free) with work still queued,
+    so the work enqueued before nnc_finalize runs before it returns, as at Python's exit."""
+    try:
+        from nnc.worker import drain_all
+
+        drain_all()
         handle_clear()
         return 0
     except BaseException as e:

@@ -51,24 +51,29 @@ ctypedef struct stream_task_t:
     long long value                     # TASK_STORE
 
 
-# The C state of a CPU stream, shared by its Python object and its worker thread (refs counts
-# both); freed by whichever lets go last. Everything below lock is guarded by it.
+# The C state of a CPU stream, shared by its Python object, its worker thread and whoever drains
+# it (refs counts them all); freed, with the GIL, by whichever lets go last. The fields from ring
+# to trace_cap are guarded by lock; errors and waiters by the GIL.
 ctypedef struct stream_t:
     pthread_mutex_t lock
     pthread_cond_t work                 # signalled when a task arrives or closing is set
     pthread_cond_t idle                 # broadcast when completed catches up with submitted
-    int refs                            # 2 while the worker runs, 1 otherwise
+    int refs                            # Python object + worker (until it exits) + drainers
+    int index                           # the Stream's creation number (names thread, errors)
     stream_task_t* ring                 # circular queue of cap entries
     Py_ssize_t cap
     Py_ssize_t head                     # index of the oldest queued task
     Py_ssize_t count                    # queued tasks, not counting the one running
     long long submitted                 # tasks ever enqueued
     long long completed                 # tasks ever finished; completed <= submitted
-    int worker                          # 1 while a worker thread exists
-    int closing                         # the Python object is gone: exit once drained
+    int worker                          # 1 from creation until the worker thread has exited
+    int closing                         # no more tasks (object gone, or exit): exit once drained
     int host_waiting                    # someone sleeps on idle
     int sleeping                        # the worker sleeps on work (set and cleared by it)
-    PyObject* errors                    # list of exceptions not yet raised by wait(); owned
+    PyObject* errors                    # list of (where, exc) not yet raised by wait(); owned
+    # wait()s in progress: one list each, which gets every failure recorded while it waits
+    # (it starts as a copy of errors), so each of them raises it. Owned list of lists.
+    PyObject* waiters
     int trace                           # record timings into trace_buf
     void* trace_buf                     # trace_event_t[trace_cap], malloc'd
     Py_ssize_t trace_size
@@ -104,3 +109,9 @@ cdef int stream_wait_signal(Stream s, Signal sig, bint wake=*) except -1
 cdef int signal_reserve(Signal sig) except -1
 cdef int signal_set(Signal sig) noexcept
 cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=*) except -1
+cdef int stream_add_error(Stream s, str where, object exc) except -1
+# For nnc.worker, the threads serving streams:
+cdef void stream_worker_main(stream_t* s) noexcept nogil
+cdef int stream_drain(stream_t* s) except -1
+cdef void stream_release(stream_t* s, bint worker) noexcept
+cdef int stream_move_errors(Stream src, Stream dst) except -1

@@ -1,9 +1,10 @@
 """CPU streams and signals: asynchronous in-order workers with CUDA-event-like synchronisation.
 
 NNC: ccv_nnc_stream.c, _ccv_nnc_stream.h. A :class:`Stream` is a queue of tasks in C
-(``stream_t``, see stream.pxd) served by one worker thread, started on first use. Enqueueing
-returns at once. The worker runs C backends without the GIL, so two streams running C or BLAS
-work use two cores; it takes the GIL only for Python-implemented commands and callbacks.
+(``stream_t``, see stream.pxd) served by one worker thread (nnc.worker), started with the
+stream. Enqueueing returns at once. The worker runs C backends without the GIL, so two
+streams running C or BLAS work use two cores; it takes the GIL only for Python-implemented
+commands and callbacks.
 
 A :class:`Signal` follows CUDA events: ``s.emit(sig)`` records "s has reached this point";
 ``t.wait_signal(sig)`` makes t wait for the *latest record enqueued so far*; a signal never
@@ -25,7 +26,6 @@ from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
-import atexit
 import weakref
 
 from nnc._core import NNCError, StreamError
@@ -34,17 +34,27 @@ from nnc.cmd cimport Backend, Cmd
 from nnc.debug cimport DEBUG_RECORDS, DEBUG_STREAMS, DEBUG_TASKS, DEBUG_WORKERS, debug_count
 from nnc.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
 from nnc.sync cimport (
-    CLOCK_MONOTONIC, CLOCK_REALTIME, PTHREAD_CREATE_DETACHED, clock_gettime, pthread_attr_destroy,
-    pthread_attr_init, pthread_attr_setdetachstate, pthread_attr_t, pthread_cond_broadcast,
-    pthread_cond_destroy, pthread_cond_init, pthread_cond_signal, pthread_cond_timedwait,
-    pthread_cond_wait, pthread_create, pthread_mutex_destroy, pthread_mutex_init,
-    pthread_mutex_lock, pthread_mutex_unlock, pthread_t, timespec,
+    CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, pthread_cond_broadcast, pthread_cond_destroy,
+    pthread_cond_init, pthread_cond_signal, pthread_cond_timedwait, pthread_cond_wait,
+    pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock, timespec,
 )
 
 
 cdef extern from "Python.h":
     object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
     int PyErr_CheckSignals() except -1
+
+
+# The stream whose worker is the calling thread (NULL on every other thread): wait() refuses to
+# block a worker, which could be waiting for its own queue (CUDA forbids it in host callbacks).
+cdef extern from *:
+    """
+    static __thread void* nnc__current_worker = NULL;
+    static inline void nnc__set_current_worker(void* s) { nnc__current_worker = s; }
+    static inline void* nnc__get_current_worker(void) { return nnc__current_worker; }
+    """
+    void _set_current_worker "nnc__set_current_worker"(void* s) noexcept nogil
+    void* _get_current_worker "nnc__get_current_worker"() noexcept nogil
 
 
 # A worker blocked on a signal record: it sleeps on its own condition variable (under the signal
@@ -73,8 +83,11 @@ cdef pthread_mutex_t _sig_lock
 pthread_mutex_init(&_sig_lock, NULL)
 cdef long long _record_seq = 0
 cdef int _stream_seq = 0
+# Set (with the GIL) once the exit hook has drained every stream: from then on no stream is
+# created and no task enqueued (StreamError), so nothing can run into interpreter finalization.
+cdef bint _exiting = False
 
-_live = weakref.WeakSet()               # every Stream, for atexit draining and tracing
+_live = weakref.WeakSet()               # every Stream object, for tracing and scheduler joins
 _tracer = None                          # the active nnc.trace recorder, or None
 
 
@@ -134,6 +147,7 @@ cdef void _record_done(signal_record_t* r) noexcept nogil:
 cdef void _stream_free(stream_t* s) noexcept:
     """Free the C state; called with the GIL by whoever drops the last reference."""
     Py_XDECREF(s.errors)
+    Py_XDECREF(s.waiters)
     pthread_mutex_destroy(&s.lock)
     pthread_cond_destroy(&s.work)
     pthread_cond_destroy(&s.idle)
@@ -166,6 +180,14 @@ cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexce
     pthread_mutex_unlock(&s.lock)
 
 
+cdef int _record_error(stream_t* s, tuple entry) except -1:
+    """Keep (where, exc) for the next wait() and for every wait() in progress (with the GIL)."""
+    (<list>s.errors).append(entry)
+    for box in <list>s.waiters:
+        (<list>box).append(entry)
+    return 0
+
+
 cdef void _add_error(stream_t* s, stream_task_t* t, object exc) noexcept:
     """Record a failure (with the GIL held). Never raises."""
     try:
@@ -175,7 +197,7 @@ cdef void _add_error(stream_t* s, stream_task_t* t, object exc) noexcept:
             where = f"node {ctx._label(t.node)}"
         elif ctx is not None:
             where = repr(ctx)
-        (<list>s.errors).append((where, exc))
+        _record_error(s, (where, exc))
     except BaseException:
         pass
 
@@ -242,14 +264,14 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     debug_count(DEBUG_TASKS, -1)
 
 
-cdef void* _worker_main(void* arg) noexcept nogil:
-    cdef stream_t* s = <stream_t*>arg
+cdef void stream_worker_main(stream_t* s) noexcept nogil:
+    """The worker loop: run tasks in order until the stream is closing and drained."""
     # Tasks are taken POP_BATCH at a time, so the lock is taken twice per batch, not per task;
     # completed counts them once the whole batch has run (wait() waits for all of it anyway).
     cdef stream_task_t batch[POP_BATCH]
     cdef Py_ssize_t n, i
-    cdef bint last
     debug_count(DEBUG_WORKERS, 1)
+    _set_current_worker(s)
     pthread_mutex_lock(&s.lock)
     while True:
         while s.count == 0 and not s.closing:
@@ -270,25 +292,77 @@ cdef void* _worker_main(void* arg) noexcept nogil:
         s.completed += n
         if s.host_waiting and s.completed == s.submitted:
             pthread_cond_broadcast(&s.idle)
-    s.worker = 0
+    pthread_mutex_unlock(&s.lock)
+    _set_current_worker(NULL)
+    debug_count(DEBUG_WORKERS, -1)
+
+
+cdef void stream_release(stream_t* s, bint worker) noexcept:
+    """Drop one reference to s (the worker's if ``worker``), freeing it if it was the last.
+    Called with the GIL, which _stream_free needs; no lock is held while taking it."""
+    cdef bint last
+    pthread_mutex_lock(&s.lock)
+    if worker:
+        s.worker = 0
     s.refs -= 1
     last = s.refs == 0
     pthread_mutex_unlock(&s.lock)
     if last:
-        with gil:
-            _stream_free(s)
-    debug_count(DEBUG_WORKERS, -1)
-    return NULL
+        _stream_free(s)
+
+
+cdef int _check_not_worker() except -1:
+    """StreamError on a stream worker thread, which must never block on a stream."""
+    cdef stream_t* me = <stream_t*>_get_current_worker()
+    if me != NULL:
+        raise StreamError(
+            f"wait() on a stream worker thread (a callback or command running on nnc stream "
+            f"#{me.index}): it could be waiting for its own queue and never return; wait on a "
+            "host thread, or order the work with signals")
+    return 0
+
+
+cdef int stream_drain(stream_t* s) except -1:
+    """Block until everything enqueued on s so far is done, without raising its errors.
+
+    Called with the GIL (and a reference to s); sleeps without it, waking every 100 ms so that
+    Ctrl-C raises KeyboardInterrupt here (PyErr_CheckSignals runs the signal handlers).
+    """
+    cdef long long target
+    cdef timespec ts
+    cdef bint done = False
+    _check_not_worker()
+    while not done:
+        with nogil:
+            pthread_mutex_lock(&s.lock)
+            target = s.submitted
+            s.host_waiting += 1
+            clock_gettime(CLOCK_REALTIME, &ts)
+            ts.tv_nsec += 100000000
+            if ts.tv_nsec >= 1000000000:
+                ts.tv_sec += 1
+                ts.tv_nsec -= 1000000000
+            while s.completed < target:
+                if pthread_cond_timedwait(&s.idle, &s.lock, &ts) != 0:
+                    break
+            done = s.completed >= target
+            s.host_waiting -= 1
+            pthread_mutex_unlock(&s.lock)
+        if not done:
+            PyErr_CheckSignals()
+    return 0
 
 
 cdef int _enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n, bint wake) noexcept nogil:
-    """Append copies of n tasks under s.lock, waking a sleeping worker if ``wake``: -1 out of
-    memory (nothing queued), 1 queued, 2 queued and the caller must start the worker thread."""
+    """Append copies of n tasks under s.lock, waking a sleeping worker if ``wake``: 1 queued,
+    -1 out of memory, -2 the stream is closing (its worker exits); nothing queued then."""
     cdef stream_task_t* ring
     cdef Py_ssize_t cap, first, i
-    cdef int rc = 1
     cdef bint signal = False
     pthread_mutex_lock(&s.lock)
+    if s.closing:
+        pthread_mutex_unlock(&s.lock)
+        return -2
     if s.count + n > s.cap:
         # Grow and unwrap the ring so that the queue is contiguous from 0 again.
         cap = s.cap * 2
@@ -309,18 +383,14 @@ cdef int _enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n, bint wake) no
         s.ring[(s.head + s.count + i) % s.cap] = tasks[i]
     s.count += n
     s.submitted += n
-    if not s.worker and s.count > 0:
-        s.worker = 1
-        s.refs += 1
-        rc = 2
-    elif wake and s.sleeping and s.count > 0:
+    if wake and s.sleeping and s.count > 0:
         signal = True
     pthread_mutex_unlock(&s.lock)
     if signal:
         # After unlocking: a worker woken while the lock is still held would block on it at
         # once, costing two more futex calls and a context switch per hand-over.
         pthread_cond_signal(&s.work)
-    return rc
+    return 1
 
 
 def _parse_kind(kind):
@@ -348,6 +418,9 @@ cdef class Stream:
     def __cinit__(self, kind="cpu"):
         global _stream_seq
         self.kind = _parse_kind(kind)
+        if _exiting:
+            raise StreamError("the interpreter is exiting (nnc's exit hook already stopped every "
+                              "stream worker): no new stream can be created")
         cdef stream_t* s = <stream_t*>malloc(sizeof(stream_t))
         if s == NULL:
             raise MemoryError()
@@ -363,20 +436,30 @@ cdef class Stream:
         errors = []
         Py_INCREF(errors)
         s.errors = <PyObject*>errors
+        waiters = []
+        Py_INCREF(waiters)
+        s.waiters = <PyObject*>waiters
         s.refs = 1
         s.trace = _tracer is not None
         self.s = s
         debug_count(DEBUG_STREAMS, 1)
         _stream_seq += 1
-        self.index = _stream_seq
+        self.index = s.index = _stream_seq
+        self._start_worker()
         _live.add(self)
+
+    def _start_worker(self):
+        """Start the worker now, so that a thread that cannot start fails here, before any
+        work is enqueued (a lazy start used to leave a run half enqueued and wait() hung)."""
+        worker_start(self)
 
     def __dealloc__(self):
         cdef stream_t* s = self.s
         cdef bint last
         if s == NULL:
             return
-        # The worker finishes what is queued, then exits and frees s if it is the last owner.
+        # The worker finishes what is queued, then exits and frees s if it is the last owner;
+        # the exit hook still waits for that work (it knows every worker, not only objects).
         pthread_mutex_lock(&s.lock)
         s.closing = 1
         pthread_cond_signal(&s.work)
@@ -387,7 +470,7 @@ cdef class Stream:
             _stream_free(s)
 
     cdef int push(self, stream_task_t* task, bint wake=True) except -1:
-        """Append a task (copied). Starts the worker on first use.
+        """Append a task (copied).
 
         Tasks are staged on the host side and handed to the worker STAGE_SIZE at a time, under
         one lock. ``wake=True`` hands over at once; ``wake=False`` is for callers that enqueue
@@ -395,6 +478,9 @@ cdef class Stream:
         task alone made the worker run it, sleep, and pay a futex wake-up (about a microsecond)
         per task, with the host and the worker fighting over the lock in between.
         """
+        if _exiting:
+            raise StreamError(f"cannot enqueue on {self!r}: the interpreter is exiting and "
+                              "nnc's exit hook has already stopped every stream worker")
         self.stage[self.stage_size] = task[0]
         self.stage_size += 1
         debug_count(DEBUG_TASKS, 1)
@@ -403,32 +489,20 @@ cdef class Stream:
         return 0
 
     cdef int kick(self) except -1:
-        """Hand the staged tasks to the worker and wake it (start it on first use)."""
+        """Hand the staged tasks to the worker and wake it."""
         cdef stream_t* s = self.s
-        cdef pthread_t tid
-        cdef pthread_attr_t attr
-        cdef int rc
         # The GIL stays held: the lock is held only briefly by anyone, and nobody holding it
         # ever waits for the GIL (docs/threading.md), so this cannot deadlock, and it saves
         # a GIL release and re-acquire per hand-over.
         if self.stage_size == 0:
             return 0
         cdef int pushed = _enqueue(s, self.stage, self.stage_size, True)
-        if pushed < 0:
+        if pushed == -1:
             raise MemoryError()  # the tasks stay staged
+        if pushed == -2:
+            raise StreamError(f"cannot enqueue on {self!r}: the interpreter is exiting and "
+                              "nnc's exit hook has already stopped its worker")
         self.stage_size = 0
-        if pushed == 2:
-            pthread_attr_init(&attr)
-            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED)
-            rc = pthread_create(&tid, &attr, _worker_main, <void*>s)
-            pthread_attr_destroy(&attr)
-            if rc != 0:
-                # Leave the tasks queued: the next hand-over tries to start a worker again.
-                pthread_mutex_lock(&s.lock)
-                s.worker = 0
-                s.refs -= 1
-                pthread_mutex_unlock(&s.lock)
-                raise StreamError(f"could not start the worker thread of {self!r} (errno {rc})")
         return 0
 
     def emit(self, Signal sig not None):
@@ -522,51 +596,49 @@ cdef class Stream:
     def wait(self):
         """Block until all work enqueued so far is done; raise StreamError for any failure.
 
-        Tasks of this stream's coroutine scheduler are joined first, unless the caller is one
-        of them (NNC: the same rule). NNC: ccv_nnc_stream_context_wait. Ctrl-C interrupts the
-        wait (not the work).
+        Tasks of this stream's coroutine scheduler are joined first. NNC:
+        ccv_nnc_stream_context_wait. Ctrl-C interrupts the wait (not the work) with
+        KeyboardInterrupt. Each failure is raised by every wait() that began before the failure
+        was first raised (so concurrent waiters all see it), by none that begins after.
+        Refused (StreamError) on a stream worker thread and inside a task of this stream's own
+        scheduler (a while or case..of expression): both could be waiting for themselves.
         """
+        cdef stream_t* s = self.s
+        _check_not_worker()
         if self._scheduler is not None:
             from nnc.coro import current_scheduler
 
-            if current_scheduler() is not self._scheduler:
-                while not self._scheduler.join(0.1):
-                    PyErr_CheckSignals()
-        self._drain()
-        self._raise_errors()
+            if current_scheduler() is self._scheduler:
+                raise StreamError(
+                    f"{self!r}.wait() inside a task of its own coroutine scheduler (a while or "
+                    "case..of expression, or a task spawned on it): the stream waits for that "
+                    "control flow, which would wait for the stream; yield WaitFor(stream) instead")
+            while not self._scheduler.join(0.1):
+                PyErr_CheckSignals()
+        box = list(<list>s.errors)      # failures recorded but not raised yet, then new ones
+        (<list>s.waiters).append(box)
+        try:
+            self._drain()
+        finally:
+            waiters = <list>s.waiters
+            for i in range(len(waiters)):
+                if waiters[i] is box:
+                    del waiters[i]
+                    break
+        if box:
+            del (<list>s.errors)[:]
+            self._raise_errors(box)
+
+    def _waiting(self):
+        """Number of wait() calls in progress on this stream (for tests)."""
+        return len(<list>self.s.waiters)
 
     def _drain(self):
         """Block until everything enqueued so far is done, without raising its errors."""
-        cdef stream_t* s = self.s
-        cdef long long target
-        cdef timespec ts
-        cdef bint done = False
         self.kick()
-        while not done:
-            with nogil:
-                pthread_mutex_lock(&s.lock)
-                target = s.submitted
-                s.host_waiting += 1
-                clock_gettime(CLOCK_REALTIME, &ts)
-                ts.tv_nsec += 100000000
-                if ts.tv_nsec >= 1000000000:
-                    ts.tv_sec += 1
-                    ts.tv_nsec -= 1000000000
-                while s.completed < target:
-                    if pthread_cond_timedwait(&s.idle, &s.lock, &ts) != 0:
-                        break
-                done = s.completed >= target
-                s.host_waiting -= 1
-                pthread_mutex_unlock(&s.lock)
-            if not done:
-                PyErr_CheckSignals()
+        stream_drain(self.s)
 
-    def _raise_errors(self):
-        errors = <list>self.s.errors
-        if not errors:
-            return
-        found = list(errors)
-        del errors[:]
+    def _raise_errors(self, list found):
         where, first = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise StreamError(f"{where} failed on {self!r}: {first!r}{more}") from first
@@ -750,23 +822,31 @@ def _trace_stop():
     """Stop recording; drain every stream; return [(stream index, [event tuples])]."""
     global _tracer
     cdef Stream st
+    cdef trace_event_t* buf
     cdef trace_event_t* ev
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, size
     out = []
     try:
         for st in list(_live):
             st._drain()
-            events = []
+            # Take the buffer under the lock, then build Python objects after unlocking: the
+            # GIL is never taken while a stream lock is held (docs/threading.md).
             with nogil:
                 pthread_mutex_lock(&st.s.lock)
                 st.s.trace = 0
-            try:
-                for i in range(st.s.trace_size):
-                    ev = <trace_event_t*>st.s.trace_buf + i
-                    events.append((ev.t0, ev.t1, ev.kind, ev.node, ev.label, ev.record))
+                buf = <trace_event_t*>st.s.trace_buf
+                size = st.s.trace_size
+                st.s.trace_buf = NULL
                 st.s.trace_size = 0
-            finally:
+                st.s.trace_cap = 0
                 pthread_mutex_unlock(&st.s.lock)
+            try:
+                events = []
+                for i in range(size):
+                    ev = buf + i
+                    events.append((ev.t0, ev.t1, ev.kind, ev.node, ev.label, ev.record))
+            finally:
+                free(buf)
             if events:
                 out.append((st.index, events))
     finally:
@@ -774,14 +854,10 @@ def _trace_stop():
     return out
 
 
-@atexit.register
-def _drain_streams():
-    """Let work enqueued before exit finish, so no worker runs into interpreter shutdown."""
-    for s in list(_live):
-        try:
-            s.wait()
-        except BaseException:
-            pass
+def _refuse_new_work():
+    """From now on no stream is created and nothing is enqueued (the exit hook, nnc.worker)."""
+    global _exiting
+    _exiting = True
 
 
 cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=True) except -1:
@@ -793,3 +869,25 @@ cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=T
     t.value = value
     s.push(&t, wake)
     return 0
+
+
+cdef int stream_add_error(Stream s, str where, object exc) except -1:
+    """Record a failure on s from the host, as a failing task would (with the GIL)."""
+    return _record_error(s.s, (where, exc))
+
+
+cdef int stream_move_errors(Stream src, Stream dst) except -1:
+    """Hand the failures recorded on src, not raised yet, to dst, whose wait() raises them."""
+    cdef list errors = <list>src.s.errors
+    if src is dst or not errors:
+        return 0
+    moved = list(errors)
+    del errors[:]
+    for entry in moved:
+        _record_error(dst.s, <tuple>entry)
+    return 0
+
+
+# nnc.worker registers the exit hook: import it with this module, before user atexit handlers
+# that may still enqueue work are registered (atexit runs them in reverse order).
+from nnc.worker import worker_start  # noqa: E402

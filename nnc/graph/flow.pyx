@@ -34,8 +34,8 @@ from nnc.graph.run cimport (
 )
 from nnc.graph.schedule cimport Schedule
 from nnc.stream cimport (
-    Signal, Stream, signal_reserve, signal_set, stream_emit, stream_store_count, stream_task_t,
-    stream_wait_signal,
+    Signal, Stream, signal_reserve, signal_set, stream_add_error, stream_emit, stream_store_count,
+    stream_task_t, stream_wait_signal,
 )
 
 from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
@@ -147,7 +147,7 @@ def _root(_Run run, Schedule sched, _Runtime rt, Signal begin, Signal end, prev)
     except _Stopped:
         pass
     except BaseException as e:
-        (<list>run.caller.s.errors).append((f"control flow of {run.g!r}", e))
+        stream_add_error(run.caller, f"control flow of {run.g!r}", e)
     finally:
         try:
             s0._push_call(_finish, (run,), run.g, None, False)

@@ -20,7 +20,8 @@ from nnc._core import GraphError
 from nnc.graph.graph cimport EXEC_C, EXEC_CONTROL, EXEC_PY, Graph, exec_info_t
 from nnc.graph.schedule cimport Schedule
 from nnc.stream cimport (
-    TASK_C, TASK_PY, Signal, Stream, stream_emit, stream_task_t, stream_wait_signal,
+    TASK_C, TASK_PY, Signal, Stream, stream_emit, stream_move_errors, stream_task_t,
+    stream_wait_signal,
 )
 
 from nnc.graph.schedule import graph_schedule
@@ -157,11 +158,8 @@ def _finish_scheduled(Graph g, _Runtime rt, Stream caller):
 cdef int _move_errors(list streams, Stream caller) except -1:
     """Hand the failures recorded on ``streams`` to the caller's stream, whose wait() raises."""
     cdef Stream st
-    cdef list errors = <list>caller.s.errors
     for st in streams:
-        if st is not caller and (<list>st.s.errors):
-            errors.extend(<list>st.s.errors)
-            del (<list>st.s.errors)[:]
+        stream_move_errors(st, caller)
     return 0
 
 

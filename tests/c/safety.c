@@ -1,12 +1,14 @@
 /* Bad calls into the nnc C API return error codes with a message, never crash or hang:
  * calls before nnc_init, NULL pointers, freed, foreign and mistyped handles, out-of-range
  * indices and sizes, unknown commands, bad parameters, failing backends and expressions.
- * Also: several C threads use the API at once, and the API refuses calls after nnc_finalize.
+ * Also: several C threads use the API at once, work queued on a freed stream still runs before
+ * nnc_finalize returns, and the API refuses calls after nnc_finalize.
  * Prints one line per check; exit status 0 when all hold (tests/test_capi.py runs it). */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "nnc.h"
 
@@ -29,6 +31,19 @@ static int fail_backend(const nnc_cmd_param_t* param, nnc_tensor_t** inputs, int
     (void)param, (void)inputs, (void)input_size, (void)outputs, (void)output_size;
     (void)context;
     return NNC_INVALID;
+}
+
+/* A slow command: counts its runs (read after nnc_finalize, which joined the workers). */
+static int slow_runs = 0;
+
+static int slow_backend(const nnc_cmd_param_t* param, nnc_tensor_t** inputs, int input_size,
+                        nnc_tensor_t** outputs, int output_size, void* context) {
+    struct timespec pause = {0, 30 * 1000 * 1000};
+    (void)param, (void)inputs, (void)input_size, (void)outputs, (void)output_size;
+    (void)context;
+    nanosleep(&pause, NULL);
+    slow_runs++;
+    return NNC_SUCCESS;
 }
 
 static int bad_expr(int64_t count, nnc_tensor_t* const* inputs, int n, const void* data) {
@@ -75,10 +90,10 @@ int main(void) {
     int64_t dim = 4, dim6 = 6, dims13[13] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, count;
     int n;
     nnc_tensor_h t, u, u6, freed_tensor;
-    nnc_cmd_h cmd, bad, failing;
+    nnc_cmd_h cmd, bad, failing, slow;
     nnc_graph_h g, other, freed_graph, body, parent;
     nnc_graph_exec_h a, b, foreign_exec, bp, c;
-    nnc_stream_h s;
+    nnc_stream_h s, dropped;
     nnc_signal_h sig;
     pthread_t threads[4];
 
@@ -255,7 +270,17 @@ int main(void) {
         EXPECT((int)(long)r, 0);
     }
 
+    /* Work queued on a stream whose handle is freed still runs before nnc_finalize returns. */
+    EXPECT(nnc_cmd_register("SAFETY_SLOW", "any"), NNC_SUCCESS);
+    EXPECT(nnc_cmd_backend_register("SAFETY_SLOW", "CPU_C", slow_backend, 0, 0, -1),
+           NNC_SUCCESS);
+    EXPECT(nnc_cmd_new(&slow, "SAFETY_SLOW", NULL), NNC_SUCCESS);
+    EXPECT(nnc_stream_new(NULL, &dropped), NNC_SUCCESS);
+    for (int i = 0; i < 3; i++) EXPECT(nnc_cmd_exec(slow, &t, 1, &u, 1, dropped), NNC_SUCCESS);
+    EXPECT(nnc_stream_free(dropped), NNC_SUCCESS);
+
     EXPECT(nnc_finalize(), NNC_SUCCESS);
+    EXPECT(slow_runs == 3 ? NNC_SUCCESS : NNC_ERROR_UNKNOWN, NNC_SUCCESS);
     EXPECT(nnc_graph_new(&g), NNC_ERROR_NOT_INITIALIZED);
     EXPECT(nnc_init(), NNC_ERROR_NOT_INITIALIZED);  /* Python cannot start twice */
     printf("%d checks, %d failed\n", checks, failures);

@@ -1,0 +1,319 @@
+"""Streams under hostile use (issue 11): worker threads and their thread states, exit, Ctrl-C,
+waits from the wrong thread, concurrent waiters, tracing, threads that cannot start.
+
+Whatever could hang or crash runs in a subprocess with a timeout, so a regression fails the
+test instead of hanging or killing the suite. No test asserts a duration.
+"""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import nnc
+from nnc.stream import Stream
+
+TIMEOUT = 60
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run_py(code, timeout=TIMEOUT):
+    """Run ``code`` in a fresh interpreter; a hang fails the test (TimeoutExpired)."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def start_py(code):
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+# -- worker threads keep one thread state (defect 1) ------------------------------------------
+
+def test_python_tasks_of_a_stream_share_one_thread_state():
+    # A raw pthread made a fresh thread state for every Python task, so a threading.local set
+    # by one callback was gone in the next; a Python-level worker keeps its thread state.
+    s = Stream()
+    local = threading.local()
+    seen = []
+    s.add_callback(lambda: setattr(local, "mark", 1))
+    s.add_callback(lambda: seen.append((getattr(local, "mark", None),
+                                        threading.current_thread().name)))
+    s.wait()
+    assert seen == [(1, f"nnc-stream-{s.index}")]
+
+
+def test_workers_survive_tracemalloc_start_and_stop():
+    out = run_py("""
+        import gc, tracemalloc, nnc
+        for rep in range(100):
+            streams = [nnc.Stream() for _ in range(8)]
+            for s in streams:
+                s.add_callback(lambda: None)
+            tracemalloc.start()
+            del streams, s          # workers exit while tracemalloc hooks are installed
+            gc.collect()
+            tracemalloc.stop()
+        print("ok")
+    """)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_exit_after_a_run_on_many_streams():
+    out = run_py("""
+        import numpy as np, nnc
+        g = nnc.Graph()
+        for i in range(500):
+            x = nnc.Tensor(np.ones(1, np.float32))
+            g.exec(nnc.Cmd("SCALAR_MUL", a=2), [x], [x])
+        assert nnc.static_schedule(g).stream_count == 500
+        s = nnc.Stream()
+        g.run(stream=s)             # exit without waiting: the exit hook drains and joins
+    """)
+    assert out.returncode == 0, out.stderr
+
+
+# -- exit runs all queued work, then refuses more (defect 11) ---------------------------------
+
+def test_work_on_a_dropped_stream_runs_before_exit():
+    out = run_py("""
+        import threading, nnc
+        go = threading.Event()
+        s = nnc.Stream()
+        s.add_callback(lambda: go.wait(0.3))
+        s.add_callback(lambda: print("ran", flush=True))
+        del s                       # no object left: the exit hook must still wait for it
+    """)
+    assert out.returncode == 0 and out.stdout == "ran\n", out.stderr
+
+
+def test_work_enqueued_after_the_exit_hook_is_refused():
+    out = run_py("""
+        import atexit
+        def late():                 # registered before nnc: runs after nnc's exit hook
+            try:
+                s.add_callback(print)
+            except nnc.StreamError as e:
+                print("refused:", e)
+            try:
+                nnc.Stream()
+            except nnc.StreamError as e:
+                print("refused:", e)
+        atexit.register(late)
+        import nnc
+        s = nnc.Stream()
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("refused:") == 2 and "exiting" in out.stdout
+
+
+# -- Ctrl-C (defect 13) ------------------------------------------------------------------------
+
+ENDLESS_LOOP = """
+    import numpy as np, nnc
+    x = nnc.Tensor(np.ones(1, np.float32))
+    body = nnc.Graph()
+    noop = body.exec(nnc.Cmd("NOOP"))
+    body.concat(noop, body.exec(nnc.Cmd("SCALAR_MUL", a=1), [x], [x]))
+    body.set_while_expr(lambda count: True, [], [noop])     # never ends
+    g = nnc.Graph()
+    g.while_(body)
+    s = nnc.Stream()
+    g.run(stream=s)
+    print("ready", flush=True)
+"""
+
+
+def interrupt(proc, marker):
+    """Wait for ``marker`` on proc's stdout, then send it SIGINT."""
+    line = proc.stdout.readline()
+    assert line.strip() == marker, (line, proc.stderr.read() if proc.poll() is not None else "")
+    proc.send_signal(signal.SIGINT)
+
+
+def test_ctrl_c_interrupts_wait_then_abandons_the_loop_at_exit():
+    proc = start_py(ENDLESS_LOOP + """
+    try:
+        s.wait()
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    """)
+    try:
+        interrupt(proc, "ready")
+        interrupt(proc, "interrupted")      # now the exit hook waits for the loop: Ctrl-C again
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "abandoning unfinished work" in err
+
+
+def test_uncaught_ctrl_c_exits_non_zero_without_waiting_for_the_loop():
+    proc = start_py(ENDLESS_LOOP + "    s.wait()\n")
+    try:
+        interrupt(proc, "ready")
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err
+    assert "abandoning unfinished work" in err
+
+
+# -- wait() where it would wait for itself (defect 12) -----------------------------------------
+
+def test_wait_on_a_worker_thread_is_refused():
+    out = run_py("""
+        import nnc
+        s, other = nnc.Stream(), nnc.Stream()
+        s.add_callback(lambda: s.wait())
+        s.add_callback(lambda: other.wait())
+        nnc.cmd_exec(nnc.Cmd.custom(lambda i, o: s.wait()), [], [], stream=s)
+        try:
+            s.wait()
+        except nnc.StreamError as e:
+            print(type(e.__cause__).__name__, "|", e.__cause__, "|", e)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("StreamError | wait() on a stream worker thread"), out.stdout
+    assert "and 2 more" in out.stdout
+
+
+def test_wait_inside_a_while_expression_of_its_own_stream_is_refused():
+    out = run_py("""
+        import nnc
+        s = nnc.Stream()
+        body = nnc.Graph()
+        noop = body.exec(nnc.Cmd("NOOP"))
+        body.set_while_expr(lambda count: s.wait() or count < 2, [], [noop])
+        g = nnc.Graph()
+        g.while_(body)
+        g.run(stream=s)
+        try:
+            s.wait()
+        except nnc.StreamError as e:
+            print(e, "|", e.__cause__)
+        g.run(stream=s)             # the graph and the stream are still usable
+        try:
+            s.wait()
+        except nnc.StreamError:
+            print("again")
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "own coroutine scheduler" in out.stdout and "again" in out.stdout, out.stdout
+
+
+# -- every waiter sees the failure (defect 14) -------------------------------------------------
+
+def test_every_wait_in_progress_raises_the_failure():
+    s = Stream()
+    go = threading.Event()
+    s.add_callback(lambda: go.wait(TIMEOUT))
+    s.add_callback(lambda: 1 / 0)
+    results = {}
+
+    def waiter(k):
+        try:
+            s.wait()
+            results[k] = "ok"
+        except nnc.StreamError as e:
+            results[k] = type(e.__cause__).__name__
+
+    threads = [threading.Thread(target=waiter, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + TIMEOUT
+    while s._waiting() < 3 and time.monotonic() < deadline:   # all three blocked in wait()
+        time.sleep(0.001)
+    go.set()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not any(t.is_alive() for t in threads)
+    assert results == {0: "ZeroDivisionError", 1: "ZeroDivisionError", 2: "ZeroDivisionError"}
+    s.wait()                        # reported: a wait that starts afterwards succeeds
+
+
+# -- leaving nnc.trace while another thread uses a stream (defect 9) --------------------------
+
+def test_leaving_trace_while_another_thread_uses_a_stream(tmp_path):
+    out = run_py(f"""
+        import threading, nnc
+        s, other = nnc.Stream(), nnc.Stream()
+        stop = threading.Event()
+        def busy():                 # takes the stream locks with the GIL held, as it may
+            while not stop.is_set():
+                other.query()
+                s.query()
+        t = threading.Thread(target=busy)
+        t.start()
+        for _ in range(30):
+            with nnc.trace({str(tmp_path / "t.json")!r}):
+                s.add_callback(lambda: None)
+        stop.set()
+        t.join()
+        other.wait()
+        print("ok")
+    """)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+# -- a worker thread that cannot start (defect 10) ---------------------------------------------
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_a_worker_that_cannot_start_leaves_nothing_half_enqueued():
+    out = run_py("""
+        import resource, numpy as np, nnc
+        g = nnc.Graph()
+        for i in range(4):
+            x = nnc.Tensor(np.ones(1, np.float32))
+            g.exec(nnc.Cmd("SCALAR_MUL", a=2), [x], [x])
+        nnc.static_schedule(g)      # four streams, made on the first run
+        s = nnc.Stream()
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize"))
+        # No room for another thread's stack (8 MiB by default).
+        resource.setrlimit(resource.RLIMIT_AS, (vm * 1024 + (3 << 20), hard))
+        try:
+            g.run(stream=s)
+        except nnc.StreamError as e:
+            print("run refused:", e)
+        try:
+            nnc.Stream()
+        except nnc.StreamError as e:
+            print("stream refused")
+        s.wait()                    # nothing was left queued behind a missing worker
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        g.run(stream=s)
+        s.wait()
+        print("ok")
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "run refused: could not start the worker thread" in out.stdout, out.stdout
+    assert "stream refused" in out.stdout and "ok" in out.stdout
+
+
+def test_nnc_shutdown_drains_dropped_streams():
+    # nnc_finalize -> nnc_shutdown when nnc did not start Python: every stream, even one whose
+    # handle (here: object) is gone, finishes its queue before it returns.
+    out = run_py("""
+        import threading, nnc
+        from nnc.worker import drain_all
+        done = []
+        go = threading.Event()
+        s = nnc.Stream()
+        s.add_callback(lambda: go.wait(0.3))
+        s.add_callback(lambda: done.append(1))
+        del s
+        drain_all()
+        print(done)
+    """)
+    assert out.returncode == 0 and out.stdout == "[1]\n", out.stderr
+
+
+if os.name != "posix":  # pragma: no cover
+    pytestmark = pytest.mark.skip("POSIX signals and resource limits")
