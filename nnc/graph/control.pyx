@@ -53,6 +53,18 @@ cdef int _check_sub(Graph parent, object sub, str what) except -1:
     return 0
 
 
+def check_sub_idle(Graph sub):
+    """Before a loop body or branch runs as part of its parent: refuse if it is running on its
+    own (a run of its own on a stream, or a call on a thread), whose tasks borrow its arrays.
+    (The reverse, a sub-graph started while its parent runs, Graph._check_idle refuses.)"""
+    if sub._inflight:
+        raise GraphError(f"sub-graph {sub!r} runs on its own on {sub._inflight_stream!r}; wait "
+                         "for that stream before running the graph enclosing it")
+    if sub._busy is not None:
+        raise GraphError(f"sub-graph {sub!r} runs on its own ({sub._busy}) on a thread; wait "
+                         "for it before running the graph enclosing it")
+
+
 cdef list _as_tensors(object items, str what):
     """tensor_list (a Tensor, an ndarray or a list of them), with no absent (None) entries."""
     cdef list out = tensor_list(items, what)
@@ -278,6 +290,7 @@ cdef class WhileNode:
         cdef Graph body = self.body
         cdef long long count = 0
         cdef int k
+        check_sub_idle(body)
         self._prepare()
         self._find_multiviews()
         originals = self._save_originals()
@@ -302,6 +315,7 @@ cdef class WhileNode:
 
     def _start(self):
         """Before the first iteration (host side): prepare; the carry-over tensors' memory."""
+        check_sub_idle(self.body)
         self._prepare()
         self._find_multiviews()
         return self._save_originals()
@@ -411,9 +425,14 @@ cdef class CaseOfNode:
                              "expression; call set_case_of_expr(node, expr, offset)")
 
     def run(self):
-        branch = self._choose()
-        if branch is not None:
-            (<Graph>branch).run()
+        cdef Graph branch
+        chosen = self._choose()
+        if chosen is not None:
+            # Not branch.run(): the parent's run is using the branch (its _check_idle refuses).
+            branch = chosen
+            check_sub_idle(branch)
+            branch._prepare()
+            branch._run_order()
         self._select_phis(self.last_index)
 
     def _choose(self):
