@@ -60,6 +60,18 @@ cdef int _check_sub(Graph parent, object sub, str what) except -1:
     return 0
 
 
+def check_sub_idle(Graph sub):
+    """Before a loop body or branch runs as part of its parent: refuse if it is running on its
+    own (a run of its own on a stream, or a call on a thread), whose tasks borrow its arrays.
+    (The reverse, a sub-graph started while its parent runs, Graph._check_idle refuses.)"""
+    if sub._inflight:
+        raise GraphError(f"sub-graph {sub!r} runs on its own on {sub._inflight_stream!r}; wait "
+                         "for that stream before running the graph enclosing it")
+    if sub._busy is not None:
+        raise GraphError(f"sub-graph {sub!r} runs on its own ({sub._busy}) on a thread; wait "
+                         "for it before running the graph enclosing it")
+
+
 cdef list _as_tensors(object items, str what):
     """tensor_list (a Tensor, an ndarray or a list of them), with no absent (None) entries."""
     cdef list out = tensor_list(items, what)
@@ -353,6 +365,7 @@ cdef class WhileNode:
         """Run the loop to its end on the calling thread (NNC: the sequential while path)."""
         cdef long long count = 0
         cdef int k
+        check_sub_idle(self.body)
         self._prepare()
         self._find_multiviews()
         originals = self._save_originals()
@@ -377,6 +390,7 @@ cdef class WhileNode:
 
     def _start(self):
         """Before the first iteration (host side): prepare; the carry-over tensors' memory."""
+        check_sub_idle(self.body)
         self._prepare()
         self._find_multiviews()
         return self._save_originals()
@@ -497,7 +511,8 @@ cdef class CaseOfNode:
         branch = self._choose()
         if branch is not None:
             b = branch
-            b._check_idle("run it synchronously")
+            # Not b.run(): the parent's run is using the branch (its _check_idle refuses).
+            check_sub_idle(b)
             b._prepare()
             sel = node_multiviews(b)
             for k in range(b._order_size):

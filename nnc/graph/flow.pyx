@@ -25,6 +25,13 @@ emitted by the root task after the last node, so work submitted to ``s`` later r
 run, and ``s.wait()`` reports the failures of every stream the run used. A failed command stops
 loops and branches at their next host check (their data may be garbage); a failed expression
 or a missing branch is reported by ``s.wait()`` as a StreamError.
+
+Failures end a run only after everything it enqueued: a loop or branch that fails (or stops)
+is reported once, by its sub-task; the nodes that depend on it are *cancelled* (never enqueued)
+and every other node is still enqueued; pending sub-tasks are always awaited; and a part that
+failed *fences* its streams into its stream 0 (an emit on each, waited on by stream 0) instead
+of waiting on its exit signals, some of which belong to cancelled nodes and are never emitted.
+So stream 0, and the end signal after it, comes after every task the run enqueued.
 """
 
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
@@ -39,7 +46,7 @@ from nnc.stream cimport (
 )
 
 from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
-from nnc.graph.control import WhileNode, select_now
+from nnc.graph.control import WhileNode, check_sub_idle, select_now
 from nnc.graph.schedule import flow_schedule
 from nnc.stream import Signal as PySignal
 
@@ -125,6 +132,7 @@ cdef int _check_tree(Graph g, dict args) except -1:
             fn = g._cmds[idx].fn
             fn._check()
             for sub in fn._subgraphs():
+                check_sub_idle(sub)
                 (<Graph>sub)._prepare()
                 flow_schedule(sub, args)
                 _check_tree(sub, args)
@@ -145,7 +153,7 @@ def _root(_Run run, Schedule sched, _Runtime rt, Signal begin, Signal end, prev)
         stream_wait_signal(s0, begin, False)
         yield from _part(run, run.g, sched, rt, 0, sched.order_size, begin, None)
     except _Stopped:
-        pass
+        pass                            # reported where it happened
     except BaseException as e:
         stream_add_error(run.caller, f"control flow of {run.g!r}", e)
     finally:
@@ -202,12 +210,19 @@ def _part(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, Signal
         if g._nodes[sched.order[k]].flags & EXEC_CONTROL:
             control = True
             break
-    if control:
-        yield from _nodes(run, g, sched, rt, lo, hi, sel)
-    else:
-        tracing = _tracing()
-        for k in range(lo, hi):
-            _push_selecting(g, sched, rt, sched.order[k], sel, tracing)
+    try:
+        if control:
+            yield from _nodes(run, g, sched, rt, lo, hi, sel)
+        else:
+            tracing = _tracing()
+            for k in range(lo, hi):
+                _push_selecting(g, sched, rt, sched.order[k], sel, tracing)
+    except BaseException:
+        # The exit signals of cancelled nodes are never emitted: fence instead, so p (and what
+        # follows on it: the loop's finish, the parent's next node, the run's end) comes after
+        # every task this part enqueued.
+        _fence(rt.streams, p)
+        raise
     if hi == sched.order_size:
         for k in range(sched.exit_size):
             stream_wait_signal(p, <Signal>rt.signals[sched.exit_waits[k]], False)
@@ -216,67 +231,113 @@ def _part(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, Signal
             stream_wait_signal(p, <Signal>rt.signals[sched.head_exit_waits[k]], False)
 
 
+cdef int _fence(list streams, Stream p) except -1:
+    """Make p wait for everything enqueued so far on ``streams``."""
+    cdef Stream st
+    for st in streams:
+        if st is not p:
+            sig = PySignal(st.kind)
+            stream_emit(st, sig, False)
+            stream_wait_signal(p, sig, False)
+    return 0
+
+
+cdef set _descendants(Graph g, int idx):
+    """The nodes of g reachable from node idx by edges: what a failure of idx cancels."""
+    cdef set out = set()
+    cdef list todo = [idx]
+    cdef int i, k, j
+    while todo:
+        i = todo.pop()
+        for k in range(g._nodes[i].outgoing_size):
+            j = g._nodes[i].outgoings[k]
+            if j not in out:
+                out.add(j)
+                todo.append(j)
+    return out
+
+
 def _nodes(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, list sel):
-    """Enqueue order[lo:hi], deferring what is behind a suspended control node."""
+    """Enqueue order[lo:hi], deferring what is behind a suspended control node and cancelling
+    what depends on a failed one; raise _Stopped at the end if one failed. Every sub-task is
+    awaited before this returns or raises, so nothing enqueues after the part is fenced."""
     cdef int k, idx, s, w, sig
     cdef bint tracing = _tracing()
     scheduler = current_scheduler()
     pending = {}                        # suspended sub-task -> its node
     todo = list(range(lo, hi))
-    failure = None
+    cancelled = set()                   # descendants of failed control nodes: never enqueued
+    failed = False
+    error = None                        # an enqueue that raised: re-raised after the awaits
     while True:
         blocked = {sched.stream[idx] for idx in pending.values()}
         held = {sched.signal[idx] for idx in pending.values()}
         rest = []
-        for k in todo:
-            idx = sched.order[k]
-            s = sched.stream[idx]
-            sig = sched.signal[idx]
-            behind = s in blocked
-            for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
-                behind = behind or sched.waits[w] in held
-            if behind:
-                # Keep stream order, and keep waiters after the emit they wait for.
-                rest.append(k)
-                blocked.add(s)
-                held.add(sig)
-                continue
-            if not g._nodes[idx].flags & EXEC_CONTROL:
-                _push_selecting(g, sched, rt, idx, sel, tracing)
-                continue
-            _push_waits(sched, rt, idx)
-            if sel is not None and sel[idx] is not None:
-                # A case..of node's own multiview inputs, before its expression reads them.
-                (<Stream>rt.streams[s])._push_call(select_now, (sel[idx],), g, None, False)
-            run.kick()
-            task = scheduler.start(_control(run, g, sched, rt, idx), name=g._label(idx))
-            if not task.done:
-                pending[task] = idx
-                blocked.add(s)
-                held.add(sig)
-            elif task.exception is not None:
-                failure = task.exception
-                break
-        todo = rest if failure is None else []
+        try:
+            for k in todo:
+                idx = sched.order[k]
+                if idx in cancelled:
+                    continue
+                s = sched.stream[idx]
+                sig = sched.signal[idx]
+                behind = s in blocked
+                for w in range(sched.wait_start[idx], sched.wait_start[idx + 1]):
+                    behind = behind or sched.waits[w] in held
+                if behind:
+                    # Keep stream order, and keep waiters after the emit they wait for.
+                    rest.append(k)
+                    blocked.add(s)
+                    held.add(sig)
+                    continue
+                if not g._nodes[idx].flags & EXEC_CONTROL:
+                    _push_selecting(g, sched, rt, idx, sel, tracing)
+                    continue
+                _push_waits(sched, rt, idx)
+                if sel is not None and sel[idx] is not None:
+                    # A case..of node's own multiview inputs, before its expression reads them.
+                    (<Stream>rt.streams[s])._push_call(select_now, (sel[idx],), g, None, False)
+                run.kick()
+                task = scheduler.start(_control(run, g, sched, rt, idx), name=g._label(idx))
+                if not task.done:
+                    pending[task] = idx
+                    blocked.add(s)
+                    held.add(sig)
+                elif task.exception is not None:
+                    failed = True
+                    cancelled |= _descendants(g, idx)
+        except BaseException as e:
+            error = e
+            rest = []
+        todo = rest
         if not pending:
             break
         run.kick()
         done = yield AwaitAny(list(pending))
-        del pending[done]
-        if done.exception is not None and failure is None:
-            failure = done.exception
-    if failure is not None:
-        raise failure
+        idx = pending.pop(done)
+        if done.exception is not None:
+            failed = True
+            cancelled |= _descendants(g, idx)
+    if error is not None:
+        raise error
+    if failed:
+        raise _Stopped()
 
 
 def _control(_Run run, Graph g, Schedule sched, _Runtime rt, int idx):
     """The sub-task of one while or case..of node of g; emits the node's signal at its end."""
     cdef Stream p = rt.streams[sched.stream[idx]]
     fn = g._cmds[idx].fn
-    if isinstance(fn, WhileNode):
-        yield from _while(run, fn, p)
-    else:
-        yield from _case_of(run, fn, p)
+    try:
+        if isinstance(fn, WhileNode):
+            yield from _while(run, fn, p)
+        else:
+            yield from _case_of(run, fn, p)
+    except _Stopped:
+        raise
+    except Exception as e:
+        # Reported here, once: the enclosing parts and loops only see _Stopped.
+        (<list>run.caller.s.errors).append((f"node {g._label(idx)}", e))
+        raise _Stopped() from e
     if sched.signal[idx] >= 0:
         stream_emit(p, <Signal>rt.signals[sched.signal[idx]], False)
 

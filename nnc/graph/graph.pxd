@@ -51,6 +51,15 @@ cdef class Graph:
     cdef object _runtime                # streams and signals the default schedule runs on
     cdef int _inflight                  # runs enqueued on streams and not finished (GIL-guarded)
     cdef object _inflight_stream        # the caller stream of those runs, or None
+    # The one call using the graph now (a run, an enqueue, a change), or None; GIL-guarded. Set
+    # only while that call lasts, so another thread (or a command of the graph) is refused
+    # instead of seeing arrays reallocated under it (docs/threading.md, "Graphs and threads").
+    cdef str _busy                      # what that call is doing ("running", ...), or None
+    cdef unsigned long _busy_thread     # the thread making it (PyThread_get_thread_ident)
+    # Cmds, Python calls and tensor tuples replaced while runs may still borrow them (a node
+    # rebuilt by _prepare): kept until this graph is idle again. Only the outermost busy graph
+    # of a tree of sub-graphs holds any, since its runs are the ones that borrow.
+    cdef list _retired
     cdef long _epoch                    # tensor_movable_epoch() when Python calls were last built
     cdef public object _loop            # WhileNode (nnc.graph.control) if this is a loop body
     cdef public object _control_parent  # the graph whose while/case..of node runs this one
@@ -58,7 +67,10 @@ cdef class Graph:
 
     cdef int _prepare(self) except -1
 
-    cdef int _check_idle(self, str what) except -1
+    cdef int _check_idle(self, str what, object stream=*) except -1
+    cdef int _enter(self, str what, str doing, object stream=*) except -1
+    cdef int _leave(self) except -1
+    cdef int _retire(self, object old) except -1
 
     cdef int _check_exec(self, object e) except -1
     cdef int _set_node(self, int idx, object cmd, list inputs, list outputs) except -1

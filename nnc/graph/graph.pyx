@@ -11,6 +11,7 @@ that C array and, per node, calls a C backend or, for Python-implemented command
 Python callable with cached argument lists: repeated runs allocate nothing.
 """
 
+from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memset
 
@@ -90,7 +91,6 @@ cdef class GraphExec:
         """Pin this node to backend ``name``; it must accept the node's tensors."""
         cdef Graph g = self.graph
         cdef Cmd old = g._cmds[self.index], cmd
-        g._check_idle("change a backend")
         for b in old.info.backends:
             if b.name == name:
                 break
@@ -98,7 +98,12 @@ cdef class GraphExec:
             raise CommandError(f"{old.name} has no backend {name!r}")
         cmd = old.copy_with(b)
         cmd.pinned = True
-        g._set_node(self.index, cmd, list(g._inputs[self.index]), list(g._outputs[self.index]))
+        g._enter("change a backend", "being changed")
+        try:
+            g._set_node(self.index, cmd, list(g._inputs[self.index]),
+                        list(g._outputs[self.index]))
+        finally:
+            g._leave()
 
     def set_io(self, inputs=(), outputs=()):
         """Replace this node's tensors; the backend is chosen again for them.
@@ -106,14 +111,18 @@ cdef class GraphExec:
         NNC: ccv_nnc_graph_exec_set_io.
         """
         cdef Graph g = self.graph
-        g._check_idle("change a node")
         cmd = <Cmd>g._cmds[self.index]
         if cmd.name in ("WHILE", "CASE_OF"):
             raise GraphError(f"the tensors of {cmd.name} node {self!r} are fixed")
-        g._set_node(self.index, cmd, tensor_list(inputs, "inputs"),
-                    tensor_list(outputs, "outputs"))
-        g.version += 1
-        g._dirty = True
+        ins = tensor_list(inputs, "inputs")
+        outs = tensor_list(outputs, "outputs")
+        g._enter("change a node", "being changed")
+        try:
+            g._set_node(self.index, cmd, ins, outs)
+            g.version += 1
+            g._dirty = True
+        finally:
+            g._leave()
 
     @property
     def outgoings(self):
@@ -157,6 +166,9 @@ cdef class Graph:
         self._inflight = 0
         self._inflight_stream = None
         debug_count(DEBUG_GRAPHS, 1)
+        self._busy = None
+        self._busy_thread = 0
+        self._retired = []
 
     def __dealloc__(self):
         cdef int i
@@ -173,12 +185,63 @@ cdef class Graph:
         cmd = (<Cmd>self._cmds[idx]).name
         return f"#{idx} {cmd}" if name is None else f"#{idx} {name} ({cmd})"
 
-    cdef int _check_idle(self, str what) except -1:
-        if self._inflight:
-            raise GraphError(
-                f"cannot {what} while the graph runs on {self._inflight_stream!r}; "
-                "wait for that stream first"
-            )
+    cdef int _check_idle(self, str what, object stream=None) except -1:
+        """Raise GraphError if this graph or a graph enclosing it (sub-graphs run as part of
+        their parent's runs and borrow their arrays likewise) is in use: running on a stream,
+        or in a call on some thread. With ``stream``, this graph's own runs on that stream do
+        not count (runs submitted to one stream complete in order)."""
+        cdef Graph g = self
+        while g is not None:
+            if g._busy is None and not g._inflight:
+                g = g._control_parent
+                continue
+            whose = "the graph" if g is self else f"its enclosing graph {g!r}"
+            if g._busy is not None:
+                if g._busy_thread == PyThread_get_thread_ident():
+                    raise GraphError(
+                        f"cannot {what} while {whose} is {g._busy} on this thread: a command "
+                        "cannot change or run the graph that runs it"
+                    )
+                raise GraphError(
+                    f"cannot {what} while {whose} is {g._busy} on another thread; a graph is "
+                    "used by one thread at a time (docs/threading.md)"
+                )
+            if g is not self or stream is None:
+                raise GraphError(f"cannot {what} while {whose} runs on "
+                                 f"{g._inflight_stream!r}; wait for that stream first")
+            if g._inflight_stream is not stream:
+                raise GraphError(
+                    f"the graph is already running on {g._inflight_stream!r}; runs of one "
+                    "graph must be submitted to one stream (or wait for it first)"
+                )
+            g = g._control_parent
+        return 0
+
+    cdef int _enter(self, str what, str doing, object stream=None) except -1:
+        """_check_idle, then mark the graph busy ``doing`` until _leave (always paired, in a
+        finally). Check and mark happen under the GIL with no Python code between them."""
+        self._check_idle(what, stream)
+        self._busy = doing
+        self._busy_thread = PyThread_get_thread_ident()
+        return 0
+
+    cdef int _leave(self) except -1:
+        self._busy = None
+        self._busy_thread = 0
+        if not self._inflight and self._retired:
+            self._retired = []
+        return 0
+
+    cdef int _retire(self, object old) except -1:
+        """Keep ``old`` (what a node's C struct pointed at) alive while a run may borrow it:
+        queued tasks of this graph's or an enclosing graph's runs, or a run on this thread."""
+        cdef Graph g = self, owner = None
+        while g is not None:
+            if g._inflight or g._busy is not None:
+                owner = g
+            g = g._control_parent
+        if owner is not None:
+            owner._retired.append(old)
         return 0
 
     cdef int _prepare(self) except -1:
@@ -200,6 +263,8 @@ cdef class Graph:
         self._inflight -= 1
         if self._inflight == 0:
             self._inflight_stream = None
+            if self._busy is None and self._retired:
+                self._retired = []
 
     cdef int _check_exec(self, object e) except -1:
         if not isinstance(e, GraphExec):
@@ -275,6 +340,10 @@ cdef class Graph:
             if b.release_gil and elements >= NNC_GIL_RELEASE_ELEMENTS:
                 node.flags |= EXEC_NOGIL
         if idx < len(self._cmds):
+            # Queued tasks may borrow the old param, call and tensors (a run re-preparing a
+            # node while earlier runs are queued): they stay alive until those runs end.
+            self._retire((self._cmds[idx], self._py_calls[idx], self._inputs[idx],
+                          self._outputs[idx]))
             self._cmds[idx] = cmd
             self._inputs[idx] = tuple(inputs)
             self._outputs[idx] = tuple(outputs)
@@ -299,26 +368,32 @@ cdef class Graph:
 
     def _exec_control(self, cmd, inputs=(), outputs=(), name=None):
         """Graph.exec without the refusal of WHILE/CASE_OF (nnc.graph.control uses it)."""
-        self._check_idle("add a node")
         if not isinstance(cmd, Cmd):
             raise CommandError(f"Graph.exec needs an nnc.Cmd, not {type(cmd).__name__}")
         ins = tensor_list(inputs, "inputs")
         outs = tensor_list(outputs, "outputs")
-        cdef int idx = self._size
+        cdef int idx
         cdef exec_info_t* nodes
-        if self._size == self._cap:
-            cap = max(16, self._cap * 2)
-            nodes = <exec_info_t*>realloc(self._nodes, sizeof(exec_info_t) * cap)
-            if nodes == NULL:
-                raise MemoryError()
-            self._nodes = nodes
-            self._cap = cap
-        memset(&self._nodes[idx], 0, sizeof(exec_info_t))
-        self._set_node(idx, cmd, ins, outs)
-        self._names.append(None if name is None else str(name))
-        self._size += 1
-        self._dirty = True
-        self.version += 1
+        # Busy while _set_node validates (Python code: another thread may get the GIL) and
+        # reallocates _nodes and _io, which a run on another thread would be reading.
+        self._enter("add a node", "being changed")
+        try:
+            idx = self._size
+            if self._size == self._cap:
+                cap = max(16, self._cap * 2)
+                nodes = <exec_info_t*>realloc(self._nodes, sizeof(exec_info_t) * cap)
+                if nodes == NULL:
+                    raise MemoryError()
+                self._nodes = nodes
+                self._cap = cap
+            memset(&self._nodes[idx], 0, sizeof(exec_info_t))
+            self._set_node(idx, cmd, ins, outs)
+            self._names.append(None if name is None else str(name))
+            self._size += 1
+            self._dirty = True
+            self.version += 1
+        finally:
+            self._leave()
         return GraphExec._new(self, idx)
 
     def concat(self, a, b):
@@ -575,45 +650,56 @@ cdef class Graph:
 
             graph_run_on_stream(self, stream)
             return
-        self._check_idle("run it synchronously")
-        self._prepare()
-        self._run_order()
+        # Busy for the whole run: C backends and Python commands let other threads in.
+        self._enter("run it synchronously", "running")
+        try:
+            self._prepare()
+            self._run_order()
+        finally:
+            self._leave()
 
     def profile(self, repeat=1):
         """Run like ``run()`` ``repeat`` times, timing each node; returns [(GraphExec, best s)]."""
-        self._check_idle("profile it")
-        self._prepare()
+        self._enter("profile it", "running")
         best = {}
-        for _ in range(int(repeat)):
-            for k in range(self._order_size):
-                idx = self._order[k]
-                t0 = time.perf_counter()
-                self._run_node(idx)
-                dt = time.perf_counter() - t0
-                if dt < best.get(idx, float("inf")):
-                    best[idx] = dt
+        try:
+            self._prepare()
+            for _ in range(int(repeat)):
+                for k in range(self._order_size):
+                    idx = self._order[k]
+                    t0 = time.perf_counter()
+                    self._run_node(idx)
+                    dt = time.perf_counter() - t0
+                    if dt < best.get(idx, float("inf")):
+                        best[idx] = dt
+        finally:
+            self._leave()
         return [(GraphExec._new(self, self._order[k]), best[self._order[k]])
                 for k in range(self._order_size)]
 
     def autotune(self, trials=3):
         """Time each node's compatible backends on scratch copies (best of ``trials``) and keep
         the fastest. Nodes with a pinned backend keep it. NNC: ccv_nnc_graph_autotune."""
-        self._check_idle("autotune")
-        if self._dirty:
-            self._compile()
-        changed = 0
-        # Timing runs on copies of whatever the tensors hold now; run the graph once first if
-        # they are uninitialised, so that NaNs or denormals do not skew the comparison.
-        for k in range(self._order_size):
-            idx = self._order[k]
-            cmd = <Cmd>self._cmds[idx]
-            if cmd.pinned or self._nodes[idx].flags & EXEC_NOOP or cmd.fn is not None:
-                continue
-            best = cmd_autotune(cmd, list(self._inputs[idx]), list(self._outputs[idx]), trials)
-            if best is not None and best.name != cmd.backend:
-                self._set_node(idx, cmd.copy_with(best), list(self._inputs[idx]),
-                               list(self._outputs[idx]))
-                changed += 1
+        self._enter("autotune", "being autotuned")
+        try:
+            if self._dirty:
+                self._compile()
+            changed = 0
+            # Timing runs on copies of whatever the tensors hold now; run the graph once first
+            # if they are uninitialised, so that NaNs or denormals do not skew the comparison.
+            for k in range(self._order_size):
+                idx = self._order[k]
+                cmd = <Cmd>self._cmds[idx]
+                if cmd.pinned or self._nodes[idx].flags & EXEC_NOOP or cmd.fn is not None:
+                    continue
+                best = cmd_autotune(cmd, list(self._inputs[idx]), list(self._outputs[idx]),
+                                    trials)
+                if best is not None and best.name != cmd.backend:
+                    self._set_node(idx, cmd.copy_with(best), list(self._inputs[idx]),
+                                   list(self._outputs[idx]))
+                    changed += 1
+        finally:
+            self._leave()
         return changed
 
     # -- while and case..of (nnc/graph/control.pyx) ------------------------------------------
@@ -628,6 +714,7 @@ cdef class Graph:
     def set_while_expr(self, expr, inputs=(), breakpoints=()):
         """On a loop body: ``expr(count, *arrays)`` is evaluated after the breakpoints ran;
         falsy ends the loop. NNC: ccv_nnc_graph_set_while_expr."""
+        self._check_idle("change the loop expression")
         from nnc.graph.control import body_set_while_expr
 
         body_set_while_expr(self, expr, inputs, breakpoints)
@@ -635,6 +722,7 @@ cdef class Graph:
     def add_carry_over(self, src, dst):
         """On a loop body: from the second iteration on, ``dst`` aliases the memory ``src``
         held at the end of the previous one. NNC: ccv_nnc_graph_add_carry_over."""
+        self._check_idle("add a carry-over")
         from nnc.graph.control import body_add_carry_over
 
         body_add_carry_over(self, src, dst)
@@ -664,6 +752,7 @@ cdef class Graph:
 
     def set_case_of_expr(self, e, expr, offset=0):
         """``index = offset + expr(*arrays)`` picks the branch; < 0 runs none."""
+        self._check_idle("change a case..of expression")
         from nnc.graph.control import graph_set_case_of_expr
 
         graph_set_case_of_expr(self, e, expr, offset)

@@ -167,11 +167,17 @@ def graph_run_on_stream(Graph g not None, stream):
     """Enqueue one run of g on ``stream`` and return (see the module docstring)."""
     if not isinstance(stream, Stream):
         raise GraphError(f"run(stream=...) needs an nnc.Stream, not {type(stream).__name__}")
-    if g._inflight and g._inflight_stream is not stream:
-        raise GraphError(
-            f"the graph is already running on {g._inflight_stream!r}; runs of one graph must be "
-            "submitted to one stream (or wait for it first)"
-        )
+    # Busy while enqueueing: _prepare and the control-flow checks run Python code, so another
+    # thread could otherwise change or run the graph meanwhile. Earlier runs on this stream
+    # may still be queued: whatever _prepare replaces, they keep (Graph._retire).
+    g._enter("run it", "enqueueing a run", stream)
+    try:
+        _run_on_stream(g, <Stream>stream)
+    finally:
+        g._leave()
+
+
+cdef int _run_on_stream(Graph g, Stream stream) except -1:
     g._prepare()
     cdef int k
     for k in range(g._order_size):
@@ -179,7 +185,7 @@ def graph_run_on_stream(Graph g not None, stream):
             from nnc.graph.flow import flow_run
 
             flow_run(g, stream)
-            return
+            return 0
     sched = graph_schedule(g) if g._schedule is not None else None
     cdef bint finished = False
     g._inflight += 1
@@ -187,9 +193,9 @@ def graph_run_on_stream(Graph g not None, stream):
     cdef Stream st
     try:
         if sched is None:
-            _run_unscheduled(g, <Stream>stream, &finished)
+            _run_unscheduled(g, stream, &finished)
         else:
-            _run_scheduled(g, <Stream>stream, <Schedule>sched, &finished)
+            _run_scheduled(g, stream, <Schedule>sched, &finished)
     except BaseException:
         # What was enqueued still runs; make sure the graph becomes idle after it.
         if not finished:
@@ -200,4 +206,5 @@ def graph_run_on_stream(Graph g not None, stream):
         if sched is not None and g._runtime is not None:
             for st in (<_Runtime>g._runtime).streams:
                 st.kick()
-        (<Stream>stream).kick()
+        stream.kick()
+    return 0
