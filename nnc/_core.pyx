@@ -56,6 +56,13 @@ class ScheduleError(NNCError, RuntimeError):
     """A schedule does not enforce a dependency of its graph."""
 
 
+class HazardWarning(UserWarning):
+    """Debug mode (NNC_DEBUG=1): a graph being scheduled has unordered nodes whose memory
+    overlaps, one of them writing (nnc.graph_hazards). A warning, not an error, because such a
+    graph is legal and runs correctly on one thread; on several streams its result is a race.
+    Turn it into an error with ``-W error::nnc.HazardWarning``."""
+
+
 class CUDAError(NNCError, RuntimeError):
     """CUDA is unavailable (the message says why), a GPU does not exist, or a CUDA call failed."""
 

@@ -133,19 +133,42 @@ def test_many_accesses_of_one_tensor():
     assert found and all((h.first in head) != (h.second in head) for h in found)
 
 
-def test_debug_mode_static_schedule_checks_hazards():
+def test_debug_mode_static_schedule_warns_about_hazards():
     code = textwrap.dedent("""
+        import warnings
         import numpy as np, nnc
         t = nnc.Tensor(np.zeros(4, np.float32))
         g = nnc.Graph()
         g.exec(nnc.Cmd("SET", value=1.0), outputs=[t], name="one")
         g.exec(nnc.Cmd("SET", value=2.0), outputs=[t], name="two")
-        try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
             nnc.static_schedule(g)
-            raise SystemExit("no hazard check in debug mode")
-        except nnc.ScheduleError as e:
-            assert "write-after-write" in str(e) and "one" in str(e) and "two" in str(e), e
-        assert g.schedule is None
+        assert len(seen) == 1 and seen[0].category is nnc.HazardWarning, seen
+        text = str(seen[0].message)
+        assert "write-after-write" in text and "one" in text and "two" in text, text
+        assert g.schedule is not None
+        # As an error (-W error::nnc.HazardWarning), no schedule is installed.
+        g2 = nnc.Graph()
+        g2.exec(nnc.Cmd("SET", value=1.0), outputs=[t], name="a")
+        g2.exec(nnc.Cmd("SET", value=2.0), outputs=[t], name="b")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", nnc.HazardWarning)
+            try:
+                nnc.static_schedule(g2)
+                raise SystemExit("the warning was not raised as an error")
+            except nnc.HazardWarning:
+                pass
+        assert g2.schedule is None
+        # Without a hazard there is no warning.
+        g3 = nnc.Graph()
+        u = nnc.Tensor(np.zeros(4, np.float32))
+        a = g3.exec(nnc.Cmd("SET", value=1.0), outputs=[u])
+        b = g3.exec(nnc.Cmd("SET", value=2.0), outputs=[u])
+        g3.concat(a, b)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            nnc.static_schedule(g3)
     """)
     env = {**os.environ, "NNC_DEBUG": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
