@@ -18,6 +18,7 @@ MODULES = [
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),
+    ("nnc.graph.tools", "nnc/graph/tools.pyx"),
     ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),
     ("nnc.graph.rank", "nnc/graph/rank.pyx"),
     ("nnc.graph.verify", "nnc/graph/verify.pyx"),

@@ -12,7 +12,8 @@ walks the whole heap: a debug tool, never on a hot path.
 Threading: a stream's fields are read under its mutex, copied into C locals, and judged after
 unlocking (no Python object is made while the mutex is held). Graph and tensor fields are guarded
 by the GIL, which the caller holds. Signal records are not read: their fields are guarded by
-stream.pyx's private signal mutex; nnc.debug.counters()["records"] counts them instead.
+the signal mutex (signal_lock, stream.pxd), which only nnc.stream and nnc.worker take;
+nnc.debug.counters()["records"] counts them instead.
 """
 
 from cpython.object cimport PyObject

@@ -1,7 +1,11 @@
 from cpython.object cimport PyObject
+from libc.stdlib cimport free
 
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
-from nnc.sync cimport pthread_cond_t, pthread_mutex_t
+from nnc.debug cimport DEBUG_RECORDS, debug_count
+from nnc.sync cimport (
+    pthread_cond_signal, pthread_cond_t, pthread_mutex_lock, pthread_mutex_t, pthread_mutex_unlock,
+)
 from nnc.tensor cimport nnc_tensor_t, Tensor
 
 
@@ -13,7 +17,46 @@ ctypedef struct signal_record_t:
     int reserved                        # made by Signal._reserve, its emit not enqueued yet
     int refs                            # Signal.latest + queued tasks holding it; freed at 0
     long long id                        # unique, for trace flow arrows
-    void* waiters                       # waiter_t list of blocked workers (stream.pyx)
+    void* waiters                       # waiter_t list of blocked workers
+
+
+# A worker blocked on a signal record: it sleeps on its own condition variable (under the signal
+# lock), so an emit wakes only the workers waiting for that record, not every waiting worker.
+# Lives on the waiting worker's stack; the record's list is walked once, by the emit, under the
+# lock, and never after done is set.
+ctypedef struct waiter_t:
+    pthread_cond_t cond
+    waiter_t* next
+
+
+# Guards every signal_record_t (all fields) and the record sequence. Lives in stream.pyx (made
+# when it is imported); the worker loop (nnc.worker) takes it for emit and wait tasks.
+cdef pthread_mutex_t signal_lock
+
+
+# record_done and record_release run once per emit/wait task on the worker (nnc.worker): inline
+# here, so the worker loop pays no call into another module per task.
+cdef inline void record_done(signal_record_t* r) noexcept nogil:
+    """Mark r done and wake the workers blocked on it; the caller holds signal_lock."""
+    cdef waiter_t* w = <waiter_t*>r.waiters
+    r.done = 1
+    r.reserved = 0
+    while w != NULL:
+        pthread_cond_signal(&w.cond)
+        w = w.next
+    r.waiters = NULL
+
+
+cdef inline void record_release(signal_record_t* r) noexcept nogil:
+    """Drop one reference to r (NULL: nothing), freeing it at 0; takes signal_lock."""
+    if r == NULL:
+        return
+    pthread_mutex_lock(&signal_lock)
+    r.refs -= 1
+    if r.refs == 0:
+        free(r)
+        debug_count(DEBUG_RECORDS, -1)
+    pthread_mutex_unlock(&signal_lock)
 
 
 cdef enum:
@@ -80,6 +123,16 @@ ctypedef struct stream_t:
     Py_ssize_t trace_cap
 
 
+# One timed task, for nnc.trace. Times are CLOCK_MONOTONIC seconds (time.perf_counter's clock).
+ctypedef struct trace_event_t:
+    double t0
+    double t1
+    int kind
+    int node
+    int label
+    long long record
+
+
 cdef enum:
     STAGE_SIZE = 64                     # tasks staged by the host per hand-over (Stream.push)
 
@@ -110,8 +163,9 @@ cdef int signal_reserve(Signal sig) except -1
 cdef int signal_set(Signal sig) noexcept
 cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=*) except -1
 cdef int stream_add_error(Stream s, str where, object exc) except -1
-# For nnc.worker, the threads serving streams:
-cdef void stream_worker_main(stream_t* s) noexcept nogil
+# For nnc.worker, the threads serving streams and running the tasks:
+cdef int stream_record_error(stream_t* s, tuple entry) except -1
+cdef void stream_set_current_worker(stream_t* s) noexcept nogil
 cdef int stream_drain(stream_t* s) except -1
 cdef void stream_release(stream_t* s, bint worker) noexcept
 cdef int stream_move_errors(Stream src, Stream dst) except -1

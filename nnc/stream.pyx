@@ -1,10 +1,10 @@
 """CPU streams and signals: asynchronous in-order workers with CUDA-event-like synchronisation.
 
 NNC: ccv_nnc_stream.c, _ccv_nnc_stream.h. A :class:`Stream` is a queue of tasks in C
-(``stream_t``, see stream.pxd) served by one worker thread (nnc.worker), started with the
-stream. Enqueueing returns at once. The worker runs C backends without the GIL, so two
-streams running C or BLAS work use two cores; it takes the GIL only for Python-implemented
-commands and callbacks.
+(``stream_t``, see stream.pxd) served by one worker thread, started with the stream; nnc.worker
+owns that thread and the loop running the tasks. Enqueueing returns at once. The worker runs C
+backends without the GIL, so two streams running C or BLAS work use two cores; it takes the GIL
+only for Python-implemented commands and callbacks.
 
 A :class:`Signal` follows CUDA events: ``s.emit(sig)`` records "s has reached this point";
 ``t.wait_signal(sig)`` makes t wait for the *latest record enqueued so far*; a signal never
@@ -23,7 +23,7 @@ never invert.
 
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 import weakref
@@ -31,17 +31,16 @@ import weakref
 from nnc._core import NNCError, StreamError
 
 from nnc.cmd cimport Backend, Cmd
-from nnc.debug cimport DEBUG_RECORDS, DEBUG_STREAMS, DEBUG_TASKS, DEBUG_WORKERS, debug_count
+from nnc.debug cimport DEBUG_RECORDS, DEBUG_STREAMS, DEBUG_TASKS, debug_count
 from nnc.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
 from nnc.sync cimport (
-    CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, pthread_cond_broadcast, pthread_cond_destroy,
-    pthread_cond_init, pthread_cond_signal, pthread_cond_timedwait, pthread_cond_wait,
-    pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock, timespec,
+    CLOCK_REALTIME, clock_gettime, pthread_cond_destroy, pthread_cond_init, pthread_cond_signal,
+    pthread_cond_timedwait, pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock,
+    pthread_mutex_unlock, timespec,
 )
 
 
 cdef extern from "Python.h":
-    object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
     int PyErr_CheckSignals() except -1
 
 
@@ -57,30 +56,12 @@ cdef extern from *:
     void* _get_current_worker "nnc__get_current_worker"() noexcept nogil
 
 
-# A worker blocked on a signal record: it sleeps on its own condition variable (under the signal
-# lock), so an emit wakes only the workers waiting for that record, not every waiting worker.
-# Lives on the waiting worker's stack; the record's list is walked once, by the emit, under the
-# lock, and never after done is set.
-ctypedef struct waiter_t:
-    pthread_cond_t cond
-    waiter_t* next
+cdef void stream_set_current_worker(stream_t* s) noexcept nogil:
+    """Mark the calling thread as s's worker (NULL: as no worker); nnc.worker's loop."""
+    _set_current_worker(s)
 
 
-# One timed task, for nnc.trace. Times are CLOCK_MONOTONIC seconds (time.perf_counter's clock).
-ctypedef struct trace_event_t:
-    double t0
-    double t1
-    int kind
-    int node
-    int label
-    long long record
-
-
-cdef enum:
-    POP_BATCH = 32                      # tasks a worker takes from its queue per lock
-
-cdef pthread_mutex_t _sig_lock
-pthread_mutex_init(&_sig_lock, NULL)
+pthread_mutex_init(&signal_lock, NULL)   # declared in stream.pxd, shared with nnc.worker
 cdef long long _record_seq = 0
 cdef int _stream_seq = 0
 # Set (with the GIL) once the exit hook has drained every stream: from then on no stream is
@@ -89,12 +70,6 @@ cdef bint _exiting = False
 
 _live = weakref.WeakSet()               # every Stream object, for tracing and scheduler joins
 _tracer = None                          # the active nnc.trace recorder, or None
-
-
-cdef inline double _now() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 cdef inline void _task_init(stream_task_t* t, int kind) noexcept nogil:
@@ -115,33 +90,11 @@ cdef signal_record_t* _record_new() noexcept nogil:
     r.reserved = 0
     r.refs = 1
     r.waiters = NULL
-    pthread_mutex_lock(&_sig_lock)
+    pthread_mutex_lock(&signal_lock)
     _record_seq += 1
     r.id = _record_seq
-    pthread_mutex_unlock(&_sig_lock)
+    pthread_mutex_unlock(&signal_lock)
     return r
-
-
-cdef void _record_release(signal_record_t* r) noexcept nogil:
-    if r == NULL:
-        return
-    pthread_mutex_lock(&_sig_lock)
-    r.refs -= 1
-    if r.refs == 0:
-        free(r)
-        debug_count(DEBUG_RECORDS, -1)
-    pthread_mutex_unlock(&_sig_lock)
-
-
-cdef void _record_done(signal_record_t* r) noexcept nogil:
-    """Mark r done and wake the workers blocked on it; the caller holds _sig_lock."""
-    cdef waiter_t* w = <waiter_t*>r.waiters
-    r.done = 1
-    r.reserved = 0
-    while w != NULL:
-        pthread_cond_signal(&w.cond)
-        w = w.next
-    r.waiters = NULL
 
 
 cdef void _stream_free(stream_t* s) noexcept:
@@ -157,144 +110,12 @@ cdef void _stream_free(stream_t* s) noexcept:
     debug_count(DEBUG_STREAMS, -1)
 
 
-cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexcept nogil:
-    cdef trace_event_t* ev
-    cdef Py_ssize_t cap
-    pthread_mutex_lock(&s.lock)
-    if s.trace_size == s.trace_cap:
-        cap = max(1024, s.trace_cap * 2)
-        ev = <trace_event_t*>realloc(s.trace_buf, sizeof(trace_event_t) * cap)
-        if ev == NULL:
-            pthread_mutex_unlock(&s.lock)
-            return
-        s.trace_buf = ev
-        s.trace_cap = cap
-    ev = <trace_event_t*>s.trace_buf + s.trace_size
-    s.trace_size += 1
-    ev.t0 = t0
-    ev.t1 = t1
-    ev.kind = t.kind
-    ev.node = t.node
-    ev.label = t.label
-    ev.record = t.record.id if t.record != NULL else 0
-    pthread_mutex_unlock(&s.lock)
-
-
-cdef int _record_error(stream_t* s, tuple entry) except -1:
+cdef int stream_record_error(stream_t* s, tuple entry) except -1:
     """Keep (where, exc) for the next wait() and for every wait() in progress (with the GIL)."""
     (<list>s.errors).append(entry)
     for box in <list>s.waiters:
         (<list>box).append(entry)
     return 0
-
-
-cdef void _add_error(stream_t* s, stream_task_t* t, object exc) noexcept:
-    """Record a failure (with the GIL held). Never raises."""
-    try:
-        where = "a task"
-        ctx = <object>t.ctx if t.ctx != NULL else None
-        if ctx is not None and t.node >= 0 and hasattr(ctx, "_label"):
-            where = f"node {ctx._label(t.node)}"
-        elif ctx is not None:
-            where = repr(ctx)
-        _record_error(s, (where, exc))
-    except BaseException:
-        pass
-
-
-cdef void _report_rc(stream_t* s, stream_task_t* t, int rc) noexcept with gil:
-    from nnc._core import STATUS_NAMES
-    _add_error(s, t, NNCError(f"backend returned {STATUS_NAMES.get(rc, rc)}"))
-
-
-cdef void _run_py(stream_t* s, stream_task_t* t) noexcept with gil:
-    try:
-        PyObject_Call(t.fn, t.args, NULL)
-    except BaseException as e:
-        _add_error(s, t, e)
-
-
-cdef void _drop_refs(stream_task_t* t) noexcept with gil:
-    Py_XDECREF(t.fn)
-    Py_XDECREF(t.args)
-    Py_XDECREF(t.keep)
-    Py_XDECREF(t.ctx)
-
-
-cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
-    # No Python object may live in this function, not even in a branch: Cython would then take
-    # the GIL on every exit to release it, once per task. Python work goes through the
-    # ``with gil`` helpers above, which take the GIL only when called.
-    cdef int rc
-    cdef double t0 = 0
-    cdef waiter_t me
-    if s.trace:
-        t0 = _now()
-    if t.kind == TASK_C:
-        rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size, NULL)
-        if rc != 0:
-            _report_rc(s, t, rc)
-    elif t.kind == TASK_PY:
-        _run_py(s, t)
-    elif t.kind == TASK_EMIT:
-        pthread_mutex_lock(&_sig_lock)
-        _record_done(t.record)
-        pthread_mutex_unlock(&_sig_lock)
-    elif t.kind == TASK_CALL:
-        t.call(t.arg)
-    elif t.kind == TASK_STORE:
-        (<long long*>t.arg)[0] = t.value
-    elif t.kind == TASK_WAIT:
-        pthread_mutex_lock(&_sig_lock)
-        if not t.record.done:
-            pthread_cond_init(&me.cond, NULL)
-            me.next = <waiter_t*>t.record.waiters
-            t.record.waiters = &me
-            while not t.record.done:
-                pthread_cond_wait(&me.cond, &_sig_lock)
-            pthread_cond_destroy(&me.cond)
-        pthread_mutex_unlock(&_sig_lock)
-    if s.trace:
-        _trace_add(s, t, t0, _now())
-    _record_release(t.record)
-    if t.flags & TASK_OWNS_IO:
-        free(t.io)
-    if t.flags & TASK_OWNS_PY:
-        _drop_refs(t)
-    debug_count(DEBUG_TASKS, -1)
-
-
-cdef void stream_worker_main(stream_t* s) noexcept nogil:
-    """The worker loop: run tasks in order until the stream is closing and drained."""
-    # Tasks are taken POP_BATCH at a time, so the lock is taken twice per batch, not per task;
-    # completed counts them once the whole batch has run (wait() waits for all of it anyway).
-    cdef stream_task_t batch[POP_BATCH]
-    cdef Py_ssize_t n, i
-    debug_count(DEBUG_WORKERS, 1)
-    _set_current_worker(s)
-    pthread_mutex_lock(&s.lock)
-    while True:
-        while s.count == 0 and not s.closing:
-            s.sleeping = 1
-            pthread_cond_wait(&s.work, &s.lock)
-            s.sleeping = 0
-        if s.count == 0:
-            break
-        n = min(s.count, POP_BATCH)
-        for i in range(n):
-            batch[i] = s.ring[(s.head + i) % s.cap]
-        s.head = (s.head + n) % s.cap
-        s.count -= n
-        pthread_mutex_unlock(&s.lock)
-        for i in range(n):
-            _run_task(s, &batch[i])
-        pthread_mutex_lock(&s.lock)
-        s.completed += n
-        if s.host_waiting and s.completed == s.submitted:
-            pthread_cond_broadcast(&s.idle)
-    pthread_mutex_unlock(&s.lock)
-    _set_current_worker(NULL)
-    debug_count(DEBUG_WORKERS, -1)
 
 
 cdef void stream_release(stream_t* s, bint worker) noexcept:
@@ -699,7 +520,7 @@ cdef class Signal:
         self.latest = NULL
 
     def __dealloc__(self):
-        _record_release(self.latest)
+        record_release(self.latest)
 
     @property
     def emitted(self):
@@ -710,10 +531,10 @@ cdef class Signal:
         """True if the latest emit has happened (or the signal was never emitted)."""
         cdef bint done = True
         with nogil:
-            pthread_mutex_lock(&_sig_lock)
+            pthread_mutex_lock(&signal_lock)
             if self.latest != NULL:
                 done = self.latest.done
-            pthread_mutex_unlock(&_sig_lock)
+            pthread_mutex_unlock(&signal_lock)
         return done
 
     def _reserve(self):
@@ -735,18 +556,18 @@ cdef int stream_emit(Stream s, Signal sig, bint wake=True) except -1:
     # for this emit), reserving a fresh record first when none is pending.
     if sig.latest == NULL or not sig.latest.reserved:
         signal_reserve(sig)
-    pthread_mutex_lock(&_sig_lock)
+    pthread_mutex_lock(&signal_lock)
     r = sig.latest
     r.reserved = 0
     r.refs += 1
-    pthread_mutex_unlock(&_sig_lock)
+    pthread_mutex_unlock(&signal_lock)
     _task_init(&t, TASK_EMIT)
     t.record = r
     try:
         s.push(&t, wake)
     except BaseException:
         signal_set(sig)
-        _record_release(r)
+        record_release(r)
         raise
     return 0
 
@@ -763,34 +584,34 @@ cdef int signal_reserve(Signal sig) except -1:
     if r == NULL:
         raise MemoryError()
     r.reserved = 1
-    pthread_mutex_lock(&_sig_lock)
+    pthread_mutex_lock(&signal_lock)
     old = sig.latest
     sig.latest = r
-    pthread_mutex_unlock(&_sig_lock)
-    _record_release(old)
+    pthread_mutex_unlock(&signal_lock)
+    record_release(old)
     return 0
 
 
 cdef int signal_set(Signal sig) noexcept:
     """Mark sig's latest record done from the host and wake its waiters (the fallback that
     keeps a reserved emit from hanging its waiters when it can no longer be enqueued)."""
-    pthread_mutex_lock(&_sig_lock)
+    pthread_mutex_lock(&signal_lock)
     if sig.latest != NULL and not sig.latest.done:
-        _record_done(sig.latest)
-    pthread_mutex_unlock(&_sig_lock)
+        record_done(sig.latest)
+    pthread_mutex_unlock(&signal_lock)
     return 0
 
 
 cdef int stream_wait_signal(Stream s, Signal sig, bint wake=True) except -1:
     cdef stream_task_t t
     cdef signal_record_t* r
-    pthread_mutex_lock(&_sig_lock)
+    pthread_mutex_lock(&signal_lock)
     r = sig.latest
     if r != NULL and r.done:
         r = NULL  # already reached: nothing to wait for
     if r != NULL:
         r.refs += 1
-    pthread_mutex_unlock(&_sig_lock)
+    pthread_mutex_unlock(&signal_lock)
     if r == NULL:
         return 0
     _task_init(&t, TASK_WAIT)
@@ -798,7 +619,7 @@ cdef int stream_wait_signal(Stream s, Signal sig, bint wake=True) except -1:
     try:
         s.push(&t, wake)
     except BaseException:
-        _record_release(r)
+        record_release(r)
         raise
     return 0
 
@@ -873,7 +694,7 @@ cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=T
 
 cdef int stream_add_error(Stream s, str where, object exc) except -1:
     """Record a failure on s from the host, as a failing task would (with the GIL)."""
-    return _record_error(s.s, (where, exc))
+    return stream_record_error(s.s, (where, exc))
 
 
 cdef int stream_move_errors(Stream src, Stream dst) except -1:
@@ -884,7 +705,7 @@ cdef int stream_move_errors(Stream src, Stream dst) except -1:
     moved = list(errors)
     del errors[:]
     for entry in moved:
-        _record_error(dst.s, <tuple>entry)
+        stream_record_error(dst.s, <tuple>entry)
     return 0
 
 

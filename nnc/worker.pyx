@@ -1,4 +1,5 @@
-"""Stream worker threads, and the exit rule: work enqueued before exit runs before exit.
+"""Stream worker threads, the loop running their tasks, and the exit rule: work enqueued
+before exit runs before exit.
 
 NNC: the CPU stream context's thread (ccv_nnc_stream.c). Each ``nnc.Stream`` gets one
 :class:`Worker`, started when the stream is made (a thread that cannot start is a StreamError
@@ -7,6 +8,11 @@ makes its thread state in the parent, under the GIL, and the worker keeps it for
 ``with gil`` of the worker (a Python task, a failure) reuses it. A raw pthread instead made and
 freed a thread state per GIL acquisition, outside the GIL, which raced tracemalloc (CPython
 3.11) and interpreter finalization (docs/threading.md, "Interpreter exit").
+
+The worker loop (``_worker_main``, ``_run_task``) pops the stream's tasks in batches and runs them
+without the GIL: C backends, signal emits and waits, loop counts and C calls; it takes the GIL only
+for Python tasks and to record a failure, which ``wait()`` raises (nnc.stream). While nnc.trace
+records, it times each task into the stream's trace buffer.
 
 ``_workers`` knows every worker, including those of streams whose Python object is gone, so the
 exit hook (an ``atexit`` callback) drains all of them, then closes them and joins their threads:
@@ -20,14 +26,173 @@ import os
 import sys
 import threading
 
-from nnc._core import StreamError
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_XDECREF
+from libc.stdlib cimport free, realloc
 
-from nnc.stream cimport Stream, stream_drain, stream_release, stream_t, stream_worker_main
-from nnc.sync cimport pthread_cond_signal, pthread_mutex_lock, pthread_mutex_unlock
+from nnc._core import NNCError, StreamError
+
+from nnc.debug cimport DEBUG_TASKS, DEBUG_WORKERS, debug_count
+from nnc.stream cimport (
+    TASK_C, TASK_CALL, TASK_EMIT, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY, TASK_STORE, TASK_WAIT,
+    Stream, record_done, record_release, signal_lock, stream_drain, stream_record_error,
+    stream_release, stream_set_current_worker, stream_t, stream_task_t, trace_event_t, waiter_t,
+)
+from nnc.sync cimport (
+    CLOCK_MONOTONIC, clock_gettime, pthread_cond_broadcast, pthread_cond_destroy,
+    pthread_cond_init, pthread_cond_signal, pthread_cond_wait, pthread_mutex_lock,
+    pthread_mutex_unlock, timespec,
+)
 
 
 cdef extern from "Python.h":
+    object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
     int PyErr_CheckSignals() except -1
+
+
+cdef enum:
+    POP_BATCH = 32                      # tasks a worker takes from its queue per lock
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexcept nogil:
+    """Append t's timing to s's trace buffer (nnc.trace, read by _trace_stop in nnc.stream);
+    the event is dropped if the buffer cannot grow."""
+    cdef trace_event_t* ev
+    cdef Py_ssize_t cap
+    pthread_mutex_lock(&s.lock)
+    if s.trace_size == s.trace_cap:
+        cap = max(1024, s.trace_cap * 2)
+        ev = <trace_event_t*>realloc(s.trace_buf, sizeof(trace_event_t) * cap)
+        if ev == NULL:
+            pthread_mutex_unlock(&s.lock)
+            return
+        s.trace_buf = ev
+        s.trace_cap = cap
+    ev = <trace_event_t*>s.trace_buf + s.trace_size
+    s.trace_size += 1
+    ev.t0 = t0
+    ev.t1 = t1
+    ev.kind = t.kind
+    ev.node = t.node
+    ev.label = t.label
+    ev.record = t.record.id if t.record != NULL else 0
+    pthread_mutex_unlock(&s.lock)
+
+
+cdef void _add_error(stream_t* s, stream_task_t* t, object exc) noexcept:
+    """Record a failure (with the GIL held). Never raises."""
+    try:
+        where = "a task"
+        ctx = <object>t.ctx if t.ctx != NULL else None
+        if ctx is not None and t.node >= 0 and hasattr(ctx, "_label"):
+            where = f"node {ctx._label(t.node)}"
+        elif ctx is not None:
+            where = repr(ctx)
+        stream_record_error(s, (where, exc))
+    except BaseException:
+        pass
+
+
+cdef void _report_rc(stream_t* s, stream_task_t* t, int rc) noexcept with gil:
+    from nnc._core import STATUS_NAMES
+    _add_error(s, t, NNCError(f"backend returned {STATUS_NAMES.get(rc, rc)}"))
+
+
+cdef void _run_py(stream_t* s, stream_task_t* t) noexcept with gil:
+    try:
+        PyObject_Call(t.fn, t.args, NULL)
+    except BaseException as e:
+        _add_error(s, t, e)
+
+
+cdef void _drop_refs(stream_task_t* t) noexcept with gil:
+    Py_XDECREF(t.fn)
+    Py_XDECREF(t.args)
+    Py_XDECREF(t.keep)
+    Py_XDECREF(t.ctx)
+
+
+cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
+    # No Python object may live in this function, not even in a branch: Cython would then take
+    # the GIL on every exit to release it, once per task. Python work goes through the
+    # ``with gil`` helpers above, which take the GIL only when called.
+    cdef int rc
+    cdef double t0 = 0
+    cdef waiter_t me
+    if s.trace:
+        t0 = _now()
+    if t.kind == TASK_C:
+        rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size, NULL)
+        if rc != 0:
+            _report_rc(s, t, rc)
+    elif t.kind == TASK_PY:
+        _run_py(s, t)
+    elif t.kind == TASK_EMIT:
+        pthread_mutex_lock(&signal_lock)
+        record_done(t.record)
+        pthread_mutex_unlock(&signal_lock)
+    elif t.kind == TASK_CALL:
+        t.call(t.arg)
+    elif t.kind == TASK_STORE:
+        (<long long*>t.arg)[0] = t.value
+    elif t.kind == TASK_WAIT:
+        pthread_mutex_lock(&signal_lock)
+        if not t.record.done:
+            pthread_cond_init(&me.cond, NULL)
+            me.next = <waiter_t*>t.record.waiters
+            t.record.waiters = &me
+            while not t.record.done:
+                pthread_cond_wait(&me.cond, &signal_lock)
+            pthread_cond_destroy(&me.cond)
+        pthread_mutex_unlock(&signal_lock)
+    if s.trace:
+        _trace_add(s, t, t0, _now())
+    record_release(t.record)
+    if t.flags & TASK_OWNS_IO:
+        free(t.io)
+    if t.flags & TASK_OWNS_PY:
+        _drop_refs(t)
+    debug_count(DEBUG_TASKS, -1)
+
+
+cdef void _worker_main(stream_t* s) noexcept nogil:
+    """The worker loop: run tasks in order until the stream is closing and drained."""
+    # Tasks are taken POP_BATCH at a time, so the lock is taken twice per batch, not per task;
+    # completed counts them once the whole batch has run (wait() waits for all of it anyway).
+    cdef stream_task_t batch[POP_BATCH]
+    cdef Py_ssize_t n, i
+    debug_count(DEBUG_WORKERS, 1)
+    stream_set_current_worker(s)
+    pthread_mutex_lock(&s.lock)
+    while True:
+        while s.count == 0 and not s.closing:
+            s.sleeping = 1
+            pthread_cond_wait(&s.work, &s.lock)
+            s.sleeping = 0
+        if s.count == 0:
+            break
+        n = min(s.count, POP_BATCH)
+        for i in range(n):
+            batch[i] = s.ring[(s.head + i) % s.cap]
+        s.head = (s.head + n) % s.cap
+        s.count -= n
+        pthread_mutex_unlock(&s.lock)
+        for i in range(n):
+            _run_task(s, &batch[i])
+        pthread_mutex_lock(&s.lock)
+        s.completed += n
+        if s.host_waiting and s.completed == s.submitted:
+            pthread_cond_broadcast(&s.idle)
+    pthread_mutex_unlock(&s.lock)
+    stream_set_current_worker(NULL)
+    debug_count(DEBUG_WORKERS, -1)
+
 
 # stream index -> Worker, for every worker thread not yet exited; guarded by the GIL. A worker
 # removes itself as it exits, with the GIL, just before letting go of its stream.
@@ -40,7 +205,7 @@ cdef class Worker:
     def _run(self):
         cdef stream_t* s = self.s
         with nogil:
-            stream_worker_main(s)
+            _worker_main(s)
         # The GIL is held again, through this thread's own thread state, until the end.
         self.s = NULL
         _workers.pop(self.index, None)

@@ -15,10 +15,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memset
 
-import time
-
 from nnc._core import CommandError, GraphError, NNCError
-from nnc.cmd import cmd_autotune
 
 from nnc.cmd cimport (
     NNC_GIL_RELEASE_ELEMENTS, Backend, Cmd, cmd_select, cmd_validate, tensor_list,
@@ -47,10 +44,6 @@ def _dyn_call(fn, cmd, tuple inputs, tuple outputs):
         fn(ins, outs)
     else:
         fn(cmd, ins, outs)
-
-
-def _on_path(sched, int i):
-    return sched.stream_of(i) >= 0
 
 
 cdef class GraphExec:
@@ -660,47 +653,16 @@ cdef class Graph:
 
     def profile(self, repeat=1):
         """Run like ``run()`` ``repeat`` times, timing each node; returns [(GraphExec, best s)]."""
-        self._enter("profile it", "running")
-        best = {}
-        try:
-            self._prepare()
-            for _ in range(int(repeat)):
-                for k in range(self._order_size):
-                    idx = self._order[k]
-                    t0 = time.perf_counter()
-                    self._run_node(idx)
-                    dt = time.perf_counter() - t0
-                    if dt < best.get(idx, float("inf")):
-                        best[idx] = dt
-        finally:
-            self._leave()
-        return [(GraphExec._new(self, self._order[k]), best[self._order[k]])
-                for k in range(self._order_size)]
+        from nnc.graph.tools import graph_profile
+
+        return graph_profile(self, repeat)
 
     def autotune(self, trials=3):
         """Time each node's compatible backends on scratch copies (best of ``trials``) and keep
         the fastest. Nodes with a pinned backend keep it. NNC: ccv_nnc_graph_autotune."""
-        self._enter("autotune", "being autotuned")
-        try:
-            if self._dirty:
-                self._compile()
-            changed = 0
-            # Timing runs on copies of whatever the tensors hold now; run the graph once first
-            # if they are uninitialised, so that NaNs or denormals do not skew the comparison.
-            for k in range(self._order_size):
-                idx = self._order[k]
-                cmd = <Cmd>self._cmds[idx]
-                if cmd.pinned or self._nodes[idx].flags & EXEC_NOOP or cmd.fn is not None:
-                    continue
-                best = cmd_autotune(cmd, list(self._inputs[idx]), list(self._outputs[idx]),
-                                    trials)
-                if best is not None and best.name != cmd.backend:
-                    self._set_node(idx, cmd.copy_with(best), list(self._inputs[idx]),
-                                   list(self._outputs[idx]))
-                    changed += 1
-        finally:
-            self._leave()
-        return changed
+        from nnc.graph.tools import graph_autotune
+
+        return graph_autotune(self, trials)
 
     # -- while and case..of (nnc/graph/control.pyx) ------------------------------------------
 
@@ -789,36 +751,11 @@ cdef class Graph:
         its signal and the signals it waits on. (``long`` is a C type name in Cython, so
         the signature is spelled out by hand.)
         """
-        cdef int i, k
         if len(args) + len(kwargs) > 1 or (kwargs and "long" not in kwargs):
             raise TypeError("dot() takes one optional argument, long")
-        long_form = bool(args[0] if args else kwargs.get("long", False))
-        sched = self.schedule if long_form else None
-        lines = ["digraph nnc_graph {", "  node [shape=box];"]
-        for i in range(self._size):
-            cmd = <Cmd>self._cmds[i]
-            label = self._label(i)
-            if cmd.backend is not None:
-                label += f"\\n{cmd.backend}"
-            if long_form and sched is not None and self._order_size and _on_path(sched, i):
-                es = sched[GraphExec._new(self, i)]
-                label += f"\\nstream {','.join(map(str, es.streams))}"
-                if es.signals:
-                    label += f" signal {','.join(map(str, es.signals))}"
-                if es.waits:
-                    label += f" waits {','.join(map(str, es.waits))}"
-            if long_form:
-                for kind, ts in (("in", self._inputs[i]), ("out", self._outputs[i])):
-                    shapes = ", ".join("-" if t is None else "x".join(map(str, t.shape)) or "()"
-                                       for t in ts)
-                    label += f"\\n{kind}: {shapes}"
-            label = label.replace('"', '\\"')
-            lines.append(f'  n{i} [label="{label}"];')
-        for i in range(self._size):
-            for k in range(self._nodes[i].outgoing_size):
-                lines.append(f"  n{i} -> n{self._nodes[i].outgoings[k]};")
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        from nnc.graph.tools import graph_dot
+
+        return graph_dot(self, bool(args[0] if args else kwargs.get("long", False)))
 
     def __repr__(self):
         return f"<Graph {self._size} nodes>"
