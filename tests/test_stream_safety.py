@@ -7,6 +7,7 @@ test instead of hanging or killing the suite. No test asserts a duration.
 
 import os
 import pathlib
+import select
 import signal
 import subprocess
 import sys
@@ -126,20 +127,23 @@ ENDLESS_LOOP = """
     g.while_(body)
     s = nnc.Stream()
     g.run(stream=s)
-    print("ready", flush=True)
 """
 
 
 def interrupt(proc, marker):
-    """Wait for ``marker`` on proc's stdout, then send it SIGINT."""
+    """Wait (bounded) for ``marker`` on proc's stdout, then send it SIGINT."""
+    ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT)
+    assert ready, f"no {marker!r} from the child within {TIMEOUT} s"
     line = proc.stdout.readline()
     assert line.strip() == marker, (line, proc.stderr.read() if proc.poll() is not None else "")
     proc.send_signal(signal.SIGINT)
 
 
 def test_ctrl_c_interrupts_wait_then_abandons_the_loop_at_exit():
+    # "ready" is printed inside the try: a SIGINT right after it must land in the handler.
     proc = start_py(ENDLESS_LOOP + """
     try:
+        print("ready", flush=True)
         s.wait()
     except KeyboardInterrupt:
         print("interrupted", flush=True)
@@ -155,7 +159,7 @@ def test_ctrl_c_interrupts_wait_then_abandons_the_loop_at_exit():
 
 
 def test_uncaught_ctrl_c_exits_non_zero_without_waiting_for_the_loop():
-    proc = start_py(ENDLESS_LOOP + "    s.wait()\n")
+    proc = start_py(ENDLESS_LOOP + "    print('ready', flush=True)\n    s.wait()\n")
     try:
         interrupt(proc, "ready")
         _, err = proc.communicate(timeout=TIMEOUT)
