@@ -305,13 +305,34 @@ def _abandon():
     os._exit(130)
 
 
+# Set when a Ctrl-C lands in threading._shutdown, which runs before atexit: the interpreter
+# swallows it there (PyErr_WriteUnraisable, "Exception ignored"), so the exit hook would wait for
+# never-ending work although the user asked to stop. Guarded by the GIL.
+_interrupted_at_shutdown = False
+_unraisablehook = sys.unraisablehook    # the hook _note_unraisable chains to
+
+
+def _note_unraisable(unraisable):
+    """sys.unraisablehook while nnc is imported: remembers a KeyboardInterrupt swallowed once
+    threading has begun shutting down (and only then), and passes everything on unchanged."""
+    global _interrupted_at_shutdown
+    if (getattr(threading, "_SHUTTING_DOWN", False) and unraisable.exc_type is not None
+            and issubclass(unraisable.exc_type, KeyboardInterrupt)):
+        _interrupted_at_shutdown = True
+    _unraisablehook(unraisable)
+
+
+sys.unraisablehook = _note_unraisable
+
+
 def _exit_hook():
     """Drain every stream, refuse new work, stop and join every worker (see the docstring)."""
     from nnc import stream as stream_module
 
     try:
-        if getattr(sys, "last_type", None) is KeyboardInterrupt and any(
-                w.pending() for w in list(_workers.values())):
+        interrupted = (getattr(sys, "last_type", None) is KeyboardInterrupt
+                       or _interrupted_at_shutdown)
+        if interrupted and any(w.pending() for w in list(_workers.values())):
             _abandon()                  # the program is dying of Ctrl-C: don't keep it alive
         drain_all()
         stream_module._refuse_new_work()

@@ -116,7 +116,12 @@ def test_work_enqueued_after_the_exit_hook_is_refused():
 
 # -- Ctrl-C (defect 13) ------------------------------------------------------------------------
 
+# The child installs Python's own SIGINT handler: a shell that starts jobs in the background
+# (nohup, `&` in a script) leaves SIGINT ignored, children inherit that, and Python then installs
+# no handler, so the test would depend on how pytest was started.
 ENDLESS_LOOP = """
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import numpy as np, nnc
     x = nnc.Tensor(np.ones(1, np.float32))
     body = nnc.Graph()
@@ -167,6 +172,20 @@ def test_uncaught_ctrl_c_exits_non_zero_without_waiting_for_the_loop():
         proc.kill()
     assert proc.returncode != 0 and "KeyboardInterrupt" in err, err
     assert "abandoning unfinished work" in err
+
+
+def test_ctrl_c_swallowed_by_threading_shutdown_still_abandons_the_loop():
+    # threading._shutdown runs before atexit and only prints a KeyboardInterrupt raised in it;
+    # a shutdown callback registered after nnc's raises one there, deterministically.
+    out = run_py(ENDLESS_LOOP + """
+    import os, threading, time
+    def ctrl_c():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    threading._register_atexit(ctrl_c)
+    """)
+    assert out.returncode == 130, out.stderr
+    assert "abandoning unfinished work" in out.stderr
 
 
 # -- wait() where it would wait for itself (defect 12) -----------------------------------------
