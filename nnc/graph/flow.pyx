@@ -36,13 +36,12 @@ So stream 0, and the end signal after it, comes after every task the run enqueue
 
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.run cimport (
-    _label_tasks, _move_errors, _node_task, _push_node, _push_waits, _Runtime, _runtime_for,
-    _tracing,
+    _move_errors, _push_node, _push_waits, _Runtime, _runtime_for, _tracing,
 )
 from nnc.graph.schedule cimport Schedule
 from nnc.stream cimport (
     Signal, Stream, signal_reserve, signal_set, stream_add_error, stream_emit, stream_store_count,
-    stream_task_t, stream_wait_signal,
+    stream_wait_signal,
 )
 
 from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
@@ -176,20 +175,9 @@ cdef int _push_selecting(Graph g, Schedule sched, _Runtime rt, int idx, list sel
                          bint tracing) except -1:
     """_push_node, with node idx's multiview selection (``sel[idx]``, if any) queued on its
     stream between its waits and the node itself."""
-    cdef Stream st
-    cdef stream_task_t t
     if sel is None or sel[idx] is None:
         return _push_node(g, sched, rt, idx, tracing)
-    st = <Stream>rt.streams[sched.stream[idx]]
-    _push_waits(sched, rt, idx)
-    st._push_call(select_now, (sel[idx],), g, None, False)
-    if _node_task(g, idx, &t):
-        if tracing:
-            _label_tasks(g, &t)
-        st.push(&t, False)
-    if sched.signal[idx] >= 0:
-        stream_emit(st, <Signal>rt.signals[sched.signal[idx]], False)
-    return 0
+    return _push_node(g, sched, rt, idx, tracing, (select_now, (sel[idx],)))
 
 
 def _part(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, Signal begin,

@@ -20,4 +20,5 @@ cdef bint _tracing()
 cdef int _label_tasks(Graph g, stream_task_t* t) except -1
 cdef int _push_waits(Schedule sched, _Runtime rt, int idx) except -1
 cdef int _move_errors(list streams, Stream caller) except -1
-cdef int _push_node(Graph g, Schedule sched, _Runtime rt, int idx, bint tracing) except -1
+cdef int _push_node(Graph g, Schedule sched, _Runtime rt, int idx, bint tracing,
+                    tuple before=*) except -1

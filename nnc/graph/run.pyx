@@ -112,11 +112,15 @@ cdef int _push_waits(Schedule sched, _Runtime rt, int idx) except -1:
     return 0
 
 
-cdef int _push_node(Graph g, Schedule sched, _Runtime rt, int idx, bint tracing) except -1:
-    """Enqueue node idx on its stream: its waits, the node, its signal."""
+cdef int _push_node(Graph g, Schedule sched, _Runtime rt, int idx, bint tracing,
+                    tuple before=None) except -1:
+    """Enqueue node idx on its stream: its waits, ``before`` (a (fn, args) call, e.g. the
+    node's multiview selection in a loop, nnc.graph.flow), the node, its signal."""
     cdef Stream st = <Stream>rt.streams[sched.stream[idx]]
     cdef stream_task_t t
     _push_waits(sched, rt, idx)
+    if before is not None:
+        st._push_call(before[0], before[1], g, None, False)
     if _node_task(g, idx, &t):
         if tracing:
             _label_tasks(g, &t)
