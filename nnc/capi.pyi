@@ -3,6 +3,8 @@
 From Python only these helpers are visible; see docs/capi.md for the C functions.
 """
 
+__all__ = ["live_handles", "parse_params"]
+
 def live_handles() -> int:
     """Number of live C API handles in this process."""
 

@@ -1,57 +1,109 @@
+"""Commands and their backends (nnc/cmd.pyx). NNC: ccv_nnc_cmd.c."""
+
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, NoReturn, overload
 
-import numpy as np
+import numpy.typing as npt
+from typing_extensions import disjoint_base
 
+from nnc._core import DATATYPE_NAMES as DATATYPE_NAMES
+from nnc._core import DATATYPES as DATATYPES
+from nnc._core import STATUS_NAMES as STATUS_NAMES
+from nnc.cuda.driver import CudaStream
+from nnc.stream import Stream
 from nnc.tensor import Tensor
 
-TensorLike = Tensor | np.ndarray | None
+# What a command takes as one input or output: a Tensor, an ndarray (wrapped zero-copy) or None.
+_TensorLike = Tensor | npt.NDArray[Any] | None
+# A tensor argument: one of the above, or a sequence of them.
+_Tensors = Sequence[_TensorLike] | _TensorLike
+_Arrays = list[npt.NDArray[Any] | None]
+_TensorList = list[Tensor | None]
+_Inplace = Literal["none", "allow", "enforce", "any"]
+# check(cmd, inputs, outputs) raises CommandError; accept(...) -> bool, on Tensors.
+_Check = Callable[[Cmd, _TensorList, _TensorList], object]
+_Accept = Callable[[Cmd, _TensorList, _TensorList], bool]
+_Normalize = Callable[[dict[str, Any]], dict[str, Any]]
+# A "cpu" backend runs on ndarrays; a "gpu" or "any" backend on the Tensors, with a stream.
+_CpuFn = Callable[[Cmd, _Arrays, _Arrays], object]
+_DeviceFn = Callable[..., object]
+
 GIL_RELEASE_ELEMENTS: int
 
+@disjoint_base
 class Backend:
-    name: str
-    command: str
-    priority: int
-    seq: int
-    py_exec: Callable[..., Any] | None
-    datatypes: int
-    contiguous_only: bool
-    accept: Callable[..., bool] | None
-    release_gil: bool
-    device: str
+    @property
+    def name(self) -> str: ...
+    @property
+    def command(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def py_exec(self) -> Callable[..., object] | None: ...
+    @property
+    def datatypes(self) -> int: ...
+    @property
+    def contiguous_only(self) -> bool: ...
+    @property
+    def accept(self) -> _Accept | None: ...
+    @property
+    def release_gil(self) -> bool: ...
+    @property
+    def device(self) -> Literal["cpu", "gpu", "any"]: ...
+    def __init__(self, *args: object, **kwargs: object) -> None: ...  # raises TypeError
     @property
     def is_c(self) -> bool: ...
     @property
     def datatype_names(self) -> list[str]: ...
-    def exec(
-        self, cmd: Cmd, inputs: Sequence[TensorLike], outputs: Sequence[TensorLike]
-    ) -> None: ...
+    def exec(self, cmd: Cmd, inputs: _Tensors, outputs: _Tensors) -> None: ...
 
+@disjoint_base
 class CommandInfo:
-    name: str
-    id: int
-    inplace: str
-    check: Callable[..., None] | None
-    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None
-    backends: list[Backend]
+    @property
+    def name(self) -> str: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def inplace(self) -> _Inplace: ...
+    @property
+    def check(self) -> _Check | None: ...
+    @property
+    def normalize(self) -> _Normalize | None: ...
+    @property
+    def backends(self) -> list[Backend]: ...
+    def __init__(self, *args: object, **kwargs: object) -> None: ...  # raises TypeError
 
 class CmdParams(Mapping[str, Any]):
-    """Read-only; every mutator raises CommandError."""
-    def __init__(self, items: Mapping[str, Any]) -> None: ...
+    """A Cmd's parameters, read-only: every mutator raises CommandError."""
+    def __init__(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None: ...
     def __getitem__(self, key: str) -> Any: ...
     def __iter__(self) -> Iterator[str]: ...
     def __len__(self) -> int: ...
     def __or__(self, other: Mapping[str, Any]) -> dict[str, Any]: ...
+    def __setitem__(self, *args: object, **kwargs: object) -> NoReturn: ...
+    def __delitem__(self, *args: object, **kwargs: object) -> NoReturn: ...
+    def __ior__(self, *args: object, **kwargs: object) -> NoReturn: ...
+    def update(self, *args: object, **kwargs: object) -> NoReturn: ...
+    def pop(self, *args: object, **kwargs: object) -> NoReturn: ...
+    def popitem(self, *args: object, **kwargs: object) -> NoReturn: ...
+    def clear(self, *args: object, **kwargs: object) -> NoReturn: ...
+    def setdefault(self, *args: object, **kwargs: object) -> NoReturn: ...
 
+@disjoint_base
 class Cmd:
-    info: CommandInfo
+    @property
+    def info(self) -> CommandInfo: ...
     @property
     def params(self) -> CmdParams: ...
-    fn: Callable[[list[np.ndarray | None], list[np.ndarray | None]], None] | None
-    pinned: bool
-    def __init__(self, name: str, backend: str | None = ..., **params: Any) -> None: ...
+    @property
+    def fn(self) -> Callable[[_Arrays, _Arrays], object] | None: ...
+    @property
+    def pinned(self) -> bool: ...
+    def __init__(self, name: str, backend: str | None = None, **params: Any) -> None: ...
     @staticmethod
-    def custom(fn: Callable[..., None], name: str = ...) -> Cmd: ...
+    def custom(fn: Callable[[_Arrays, _Arrays], object], name: str = "CUSTOM") -> Cmd: ...
     @property
     def name(self) -> str: ...
     @property
@@ -63,31 +115,44 @@ class Cmd:
 def register_command(
     name: str,
     *,
-    inplace: str = ...,
-    check: Callable[..., None] | None = ...,
-    normalize: Callable[[dict[str, Any]], dict[str, Any]] | None = ...,
+    inplace: _Inplace = "none",
+    check: _Check | None = None,
+    normalize: _Normalize | None = None,
 ) -> CommandInfo: ...
+@overload
 def register_backend(
     command: str,
     backend: str,
-    fn: Callable[..., None],
+    fn: _CpuFn,
     *,
-    datatypes: Iterable[Any] | None = ...,
-    contiguous: bool = ...,
-    accept: Callable[..., bool] | None = ...,
-    priority: int | None = ...,
-    device: str = ...,
+    datatypes: Iterable[npt.DTypeLike] | None = None,
+    contiguous: bool = False,
+    accept: _Accept | None = None,
+    priority: int | None = None,
+    device: Literal["cpu"] = "cpu",
+) -> Backend: ...
+@overload
+def register_backend(
+    command: str,
+    backend: str,
+    fn: _DeviceFn,
+    *,
+    datatypes: Iterable[npt.DTypeLike] | None = None,
+    contiguous: bool = False,
+    accept: _Accept | None = None,
+    priority: int | None = None,
+    device: Literal["gpu", "any"],
 ) -> Backend: ...
 def commands() -> list[str]: ...
-def backends(command: str, device: str | None = ...) -> list[str]: ...
+def backends(command: str, device: Literal["cpu", "gpu"] | None = None) -> list[str]: ...
 def command_info(command: str) -> CommandInfo: ...
 def cmd_exec(
-    cmd: Cmd, inputs: Sequence[TensorLike] | TensorLike = ...,
-    outputs: Sequence[TensorLike] | TensorLike = ..., stream: None = ...,
+    cmd: Cmd,
+    inputs: _Tensors = (),
+    outputs: _Tensors = (),
+    stream: Stream | CudaStream | None = None,
 ) -> None: ...
-def cmd_backends_for(
-    cmd: Cmd, inputs: Sequence[TensorLike], outputs: Sequence[TensorLike]
-) -> list[Backend]: ...
+def cmd_backends_for(cmd: Cmd, inputs: _Tensors, outputs: _Tensors) -> list[Backend]: ...
 def cmd_autotune(
-    cmd: Cmd, inputs: Sequence[TensorLike], outputs: Sequence[TensorLike], trials: int = ...
+    cmd: Cmd, inputs: _Tensors, outputs: _Tensors, trials: int = 3
 ) -> Backend | None: ...

@@ -1,8 +1,10 @@
-from collections.abc import Callable
+"""Debug mode (nnc/debug.pyx): live-object counters, invariant checks, leak checks."""
 
+from collections.abc import Callable, Mapping
+
+from nnc._core import DEBUG as DEBUG
 from nnc._core import NNCError
 
-debug_on: bool
 NAMES: tuple[str, ...]
 
 class DebugError(NNCError, AssertionError): ...
@@ -12,4 +14,7 @@ def enabled() -> bool: ...
 def register_check(fn: Callable[[], list[str]]) -> Callable[[], list[str]]: ...
 def problems() -> list[str]: ...
 def check() -> None: ...
-def leaks(baseline: dict[str, int], timeout: float = ...) -> dict[str, tuple[object, object]]: ...
+def leaks(
+    baseline: Mapping[str, int], timeout: float = 10.0
+) -> dict[str, tuple[int, int] | tuple[int, list[str]]]:
+    """``{counter: (before, now)}``, plus ``"threads": (0, [thread names])``; {} if balanced."""

@@ -1,3 +1,8 @@
+"""A scheduler inbox in C (nnc/inbox.pyx): the same methods as nnc.coro.Inbox."""
+
+from typing_extensions import disjoint_base
+
+@disjoint_base
 class Inbox:
     def __init__(self) -> None: ...
     def post(self, item: object) -> None: ...

@@ -1,0 +1,39 @@
+"""GPU memory (nnc/cuda/memory.py): device buffers behind GPU tensors, pinned host memory,
+copies."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy.typing as npt
+
+from nnc.cuda.driver import CudaStream, Device, Resource
+from nnc.tensor import Tensor
+
+__all__ = ["DeviceBuffer", "PinnedBuffer", "copy", "empty", "fill_zero", "from_numpy",
+           "pinned", "to_host"]
+
+class DeviceBuffer(Resource):
+    device: Device
+    nbytes: int
+    def __init__(self, dev: Device | int | str, nbytes: int) -> None: ...
+    @property
+    def ptr(self) -> int: ...
+
+class PinnedBuffer(Resource):
+    device: Device
+    nbytes: int
+    def __init__(self, nbytes: int, dev: Device | int | str = 0) -> None: ...
+    @property
+    def ptr(self) -> int: ...
+    def array(
+        self, shape: Sequence[int] | None = None, dtype: npt.DTypeLike = ...
+    ) -> npt.NDArray[Any]: ...
+
+def empty(shape: Sequence[int], dtype: npt.DTypeLike, ordinal: int) -> Tensor: ...
+def pinned(
+    shape: Sequence[int], dtype: npt.DTypeLike = "float32", dev: Device | int | str = 0
+) -> Tensor: ...
+def to_host(t: Tensor) -> npt.NDArray[Any]: ...
+def from_numpy(array: npt.ArrayLike, dev: str | int = "gpu") -> Tensor: ...
+def fill_zero(t: Tensor, stream: CudaStream | None = None) -> None: ...
+def copy(dst: Tensor, src: Tensor, stream: CudaStream) -> None: ...
