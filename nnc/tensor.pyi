@@ -1,7 +1,7 @@
 """Tensors (nnc/tensor.pyx): N-d arrays whose memory C backends use directly."""
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -10,8 +10,8 @@ from typing_extensions import disjoint_base
 from nnc._core import DATATYPE_NAMES as DATATYPE_NAMES
 from nnc._core import DATATYPES as DATATYPES
 
-# A shape or strides: one int, or a sequence of ints.
-_Shape = int | Sequence[int]
+# A shape or strides: one int, or a sequence of ints (NumPy integers too).
+_Shape = SupportsIndex | Sequence[SupportsIndex]
 
 def parse_device(device: str | None) -> int: ...
 

@@ -9,7 +9,8 @@ KERNEL_FILES: tuple[str, ...]
 OPTIONS: tuple[str, ...]
 
 def kernel_source(name: str) -> str: ...
-def nvrtc_version() -> tuple[int, ...]: ...
+def nvrtc_version() -> tuple[int, int]:
+    """(major, minor)."""
 def compile_cubin(
     source: str, arch: int, name: str = "nnc.cu", options: Iterable[str] = ()
 ) -> bytes: ...

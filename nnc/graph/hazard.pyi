@@ -1,10 +1,10 @@
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from nnc.graph.graph import Graph, GraphExec
 from nnc.tensor import Tensor
 
 class Hazard(NamedTuple):
-    kind: str
+    kind: Literal["read-after-write", "write-after-read", "write-after-write"]
     first: GraphExec
     second: GraphExec
     tensors: tuple[Tensor, Tensor]
