@@ -1,8 +1,8 @@
 """Built-in commands. Each module registers its commands, their CPU_REF backends and any Python
-CPU_OPT backends; the C backends of nnc/ops/cpu_opt.pyx are registered after them. Registration
+CPU_OPT backends; the C backends of nnc/ops/cpu_opt*.pyx are registered after them. Registration
 is explicit and happens once, when nnc is imported."""
 
-from nnc.ops import basic, conv, ew, gemm, pool, softmax
+from nnc.ops import basic, conv, ew, gemm, pool, reduce, softmax
 
 _done = False
 
@@ -12,8 +12,10 @@ def register_builtins():
     if _done:
         return
     _done = True
-    for module in (basic, ew, softmax, gemm, conv, pool):
+    for module in (basic, ew, softmax, gemm, conv, pool, reduce):
         module.register()
-    from nnc.ops import cpu_opt
+    from nnc.ops import cpu_opt, cpu_opt_reduce, cpu_opt_unary
 
     cpu_opt.register()
+    cpu_opt_unary.register()
+    cpu_opt_reduce.register()

@@ -6,10 +6,10 @@ calling it directly (tests, the C API) can never read or write out of bounds. Al
 before the first write, so a refused call leaves its outputs untouched. Every loop reads element
 i of each input before writing element i of the output, so an output that is exactly an input
 (in place) is safe. Loops are written once over a fused float type; gcc -O3 vectorises the
-arithmetic ones, while exp and log call libm's scalar expf/exp and logf/log per element.
+arithmetic ones. EWEXP, EWLOG and the other transcendental ones are in ops/cpu_opt_unary.pyx.
 """
 
-from libc.math cimport exp, expf, log, logf
+from libc.math cimport exp, expf
 from libc.string cimport memcpy, memmove
 
 from nnc._core cimport (
@@ -217,58 +217,24 @@ cdef int ewdiv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     return NNC_SUCCESS
 
 
-# ---- EWEXP, EWLOG, RELU: y = f(x)
+# ---- RELU: y = max(x, 0)
 
-cdef enum:
-    UNARY_EXP
-    UNARY_LOG
-    UNARY_RELU
-
-
-cdef void _unary(real* y, const real* x, Py_ssize_t n, int op) noexcept nogil:
+cdef void _relu(real* y, const real* x, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
-    if op == UNARY_EXP:
-        for i in range(n):
-            if real is float:
-                y[i] = expf(x[i])
-            else:
-                y[i] = exp(x[i])
-    elif op == UNARY_LOG:
-        for i in range(n):
-            if real is float:
-                y[i] = logf(x[i])
-            else:
-                y[i] = log(x[i])
-    else:
-        # "x < 0 ? 0 : x" keeps NaN as NaN, as np.maximum(x, 0) does.
-        for i in range(n):
-            y[i] = 0 if x[i] < 0 else x[i]
-
-
-cdef int _unary_exec(nnc_tensor_t** inputs, int n_in, nnc_tensor_t** outputs, int n_out,
-                     int op) noexcept nogil:
-    if n_in != 1 or n_out != 1 or not _all_ok(inputs, n_in, outputs, n_out):
-        return NNC_INVALID
-    if outputs[0].datatype == NNC_32F:
-        _unary(<float*>outputs[0].data, <const float*>inputs[0].data, outputs[0].count, op)
-    else:
-        _unary(<double*>outputs[0].data, <const double*>inputs[0].data, outputs[0].count, op)
-    return NNC_SUCCESS
-
-
-cdef int ewexp_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
-                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
-    return _unary_exec(inputs, n_in, outputs, n_out, UNARY_EXP)
-
-
-cdef int ewlog_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
-                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
-    return _unary_exec(inputs, n_in, outputs, n_out, UNARY_LOG)
+    # "x < 0 ? 0 : x" keeps NaN as NaN, as np.maximum(x, 0) does.
+    for i in range(n):
+        y[i] = 0 if x[i] < 0 else x[i]
 
 
 cdef int relu_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
-    return _unary_exec(inputs, n_in, outputs, n_out, UNARY_RELU)
+    if n_in != 1 or n_out != 1 or not _all_ok(inputs, n_in, outputs, n_out):
+        return NNC_INVALID
+    if outputs[0].datatype == NNC_32F:
+        _relu(<float*>outputs[0].data, <const float*>inputs[0].data, outputs[0].count)
+    else:
+        _relu(<double*>outputs[0].data, <const double*>inputs[0].data, outputs[0].count)
+    return NNC_SUCCESS
 
 
 # ---- SOFTMAX over the last axis: y = exp(x - max) / sum(exp(x - max)), row by row
@@ -329,7 +295,5 @@ def register():
     register_c_backend("DATA_TRANSFER", "CPU_OPT", data_transfer_opt, ANY_MASK, True, None, None,
                        True)
     register_c_backend("EWDIV", "CPU_OPT", ewdiv_opt, FLOAT_MASK, True, None, None, True)
-    register_c_backend("EWEXP", "CPU_OPT", ewexp_opt, FLOAT_MASK, True, None, None, True)
-    register_c_backend("EWLOG", "CPU_OPT", ewlog_opt, FLOAT_MASK, True, None, None, True)
     register_c_backend("RELU", "CPU_OPT", relu_opt, FLOAT_MASK, True, None, None, True)
     register_c_backend("SOFTMAX", "CPU_OPT", softmax_opt, FLOAT_MASK, True, None, None, True)

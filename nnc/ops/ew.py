@@ -1,6 +1,7 @@
-"""Element-wise commands: EWSUM, EWPROD, EWDIV, EWEXP, EWLOG, SCALAR_MUL, RELU (NNC: cmd/ew,
-cmd/scalar_mul, cmd/relu). All inputs and outputs share one shape and one dtype (no broadcast,
-as in NNC). CPU_REF here is the plain NumPy definition; the C loops are in ops/cpu_opt.pyx.
+"""Element-wise commands: EWSUM, EWPROD, EWDIV, EWEXP, EWLOG, EWSQRT, SCALAR_MUL, RELU, SIGMOID,
+TANH (NNC: cmd/ew, cmd/scalar_mul, cmd/relu, cmd/sigmoid, cmd/tanh). All inputs and outputs share
+one shape and one dtype (no broadcast, as in NNC). CPU_REF here is the plain NumPy definition;
+the C loops are in ops/cpu_opt.pyx and (exp, log, sqrt, sigmoid, tanh) ops/cpu_opt_unary.pyx.
 """
 
 import numpy as np
@@ -46,11 +47,31 @@ def _ewdiv_ref(cmd, inputs, outputs):
 
 
 def _ewexp_ref(cmd, inputs, outputs):
-    outputs[0][...] = np.exp(inputs[0])
+    with np.errstate(over="ignore"):  # exp overflows to inf, as it should
+        outputs[0][...] = np.exp(inputs[0])
 
 
 def _ewlog_ref(cmd, inputs, outputs):
-    outputs[0][...] = np.log(inputs[0])
+    with np.errstate(divide="ignore", invalid="ignore"):  # log 0 = -inf, log x<0 = NaN
+        outputs[0][...] = np.log(inputs[0])
+
+
+def _ewsqrt_ref(cmd, inputs, outputs):
+    # sqrt is correctly rounded in every dtype; a negative input gives NaN, as in NNC.
+    with np.errstate(invalid="ignore"):
+        outputs[0][...] = np.sqrt(inputs[0])
+
+
+def _sigmoid_ref(cmd, inputs, outputs):
+    # In float64, from exp(-|x|), which never overflows: 1 / (1 + e) for x >= 0, e / (1 + e)
+    # below (NNC's 1 / (1 + exp(-x)) overflows to a correct 0 but warns in NumPy).
+    x = inputs[0].astype(np.float64)
+    e = np.exp(-np.abs(x))
+    outputs[0][...] = np.where(x >= 0, 1.0, e) / (1.0 + e)
+
+
+def _tanh_ref(cmd, inputs, outputs):
+    outputs[0][...] = np.tanh(inputs[0].astype(np.float64))
 
 
 def _scalar_mul_ref(cmd, inputs, outputs):
@@ -76,6 +97,9 @@ def register():
         ("EWPROD", (1, None), _ewprod_ref, False),
         ("EWEXP", 1, _ewexp_ref, True),
         ("EWLOG", 1, _ewlog_ref, True),
+        ("EWSQRT", 1, _ewsqrt_ref, True),
+        ("SIGMOID", 1, _sigmoid_ref, True),
+        ("TANH", 1, _tanh_ref, True),
         ("RELU", 1, _relu_ref, False),
     ):
         register_command(name, inplace="allow", check=_ew_check(n_in, floats=floats))
