@@ -13,6 +13,8 @@ MODULES = [
     ("nnc.tensor", "nnc/tensor.pyx"),
     ("nnc.cmd", "nnc/cmd.pyx"),
     ("nnc.ops.cpu_opt", "nnc/ops/cpu_opt.pyx"),
+    ("nnc.ops.cpu_opt_blas", "nnc/ops/cpu_opt_blas.pyx"),
+    ("nnc.ops.cpu_opt_transpose", "nnc/ops/cpu_opt_transpose.pyx"),
     ("nnc.multiview", "nnc/multiview.pyx"),
     ("nnc.inbox", "nnc/inbox.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
