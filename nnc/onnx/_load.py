@@ -60,6 +60,22 @@ class LoadedModel(tuple):
     def outputs(self) -> list:
         return self[2]
 
+    @property
+    def input_names(self) -> list:
+        return self.__dict__["input_names"]
+
+    @property
+    def output_names(self) -> list:
+        return self.__dict__["output_names"]
+
+    @property
+    def concats(self) -> dict:
+        return self.__dict__["concats"]
+
+    @property
+    def folded(self) -> list:
+        return self.__dict__["folded"]
+
 
 def _err(msg):
     from nnc.onnx import OnnxError
