@@ -118,7 +118,7 @@ def _fix_shapes(onnx, model, input_shapes, inits):
     try:
         return onnx.shape_inference.infer_shapes(fixed, strict_mode=True)
     except Exception as e:  # onnx raises its own InferenceError, not an exported base class
-        raise _err(f"ONNX shape inference failed: {e}") from e
+        raise _err(f"invalid ONNX model (shape inference failed): {e}") from e
 
 
 def load(model, *, input_shapes=None, dtype="float32"):
@@ -220,15 +220,16 @@ class _Loader:
     # -- pass 0: validate, constants, shapes ------------------------------------------------
     def run(self):
         onnx = self.onnx
-        try:
-            onnx.checker.check_model(self.src)
-        except onnx.checker.ValidationError as e:
-            raise _err(f"invalid ONNX model: {e}") from e
         graph = self.src.graph
         self.opset = next((o.version for o in self.src.opset_import if o.domain in ("", "ai.onnx")),
                           1)
         self.consts = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+        # Inferred first: the checker wants every graph output typed, which inference fills in.
         model = _fix_shapes(onnx, self.src, self.input_shapes, self.consts)
+        try:
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as e:
+            raise _err(f"invalid ONNX model: {e}") from e
         self.shapes = {}
         for v in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
             tt = v.type.tensor_type
