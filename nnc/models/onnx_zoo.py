@@ -168,7 +168,7 @@ def mobilenet_v2(seed=0, fold_bn=False, size=224):
 
 
 def inception_v3(seed=0, fold_bn=False, size=299):
-    """torchvision.models.inception_v3(aux_logits=False, transform_input=False, init_weights=...)."""
+    """torchvision.models.inception_v3(aux_logits=False, transform_input=False)."""
     net = _Net(seed, fold_bn)
 
     def conv(name, x, cin, cout, k, stride=1, pad=0):

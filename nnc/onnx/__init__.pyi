@@ -39,6 +39,6 @@ def load(
 ) -> LoadedModel: ...
 def save(
     graph: Graph, path: str | os.PathLike[str] | None, *, inputs: list[Tensor],
-    outputs: list[Tensor], input_names: list[str] | None = ..., output_names: list[str] | None = ...,
-    opset: int = ...,
+    outputs: list[Tensor], input_names: list[str] | None = ...,
+    output_names: list[str] | None = ..., opset: int = ...,
 ) -> Any: ...

@@ -19,7 +19,6 @@ from collections import defaultdict
 
 import numpy as np
 
-from nnc._core import NNCError
 from nnc.cmd import Cmd
 from nnc.graph.graph import Graph
 from nnc.tensor import Tensor
@@ -323,7 +322,7 @@ class _Loader:
         self.fold = {}  # Conv node index -> the BatchNormalization node folded into it
         self.folded_names = []
         outs = set(self.graph_outputs)
-        for k, (n, a) in enumerate(zip(self.nodes, self.attrs)):
+        for k, n in enumerate(self.nodes):
             if k in self.skip:
                 continue
             op, out = n.op_type, n.output[0]

@@ -96,7 +96,7 @@ def _mul_ref(cmd, inputs, outputs):
 
 
 def _row_form(full, other):
-    """True when ``other`` is the whole of ``full``'s shape, one trailing row of it, or 1 element."""
+    """True when ``other`` has ``full``'s shape, is one trailing row of it, or is 1 element."""
     if other.size == 1 or tuple(other.shape) == tuple(full.shape):
         return True
     dims = list(other.shape)
