@@ -121,7 +121,7 @@ def _fix_shapes(onnx, model, input_shapes, inits):
 
 
 def load(model, *, input_shapes=None, dtype="float32"):
-    """Build an nnc graph from an ONNX model (a path or an ``onnx.ModelProto``).
+    """Build an nnc graph from an ONNX model (a path, serialized bytes or an ``onnx.ModelProto``).
 
     Returns a :class:`LoadedModel`, unpackable as ``g, inputs, outputs``. ``input_shapes``:
     ``{input name: shape}`` for inputs with symbolic dimensions; a symbolic dimension not given
@@ -132,7 +132,12 @@ def load(model, *, input_shapes=None, dtype="float32"):
     from nnc.onnx import _import_onnx
 
     onnx = _import_onnx()
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+    if isinstance(model, bytes):
+        try:
+            model = onnx.load_model_from_string(model)
+        except Exception as e:  # protobuf's DecodeError
+            raise _err(f"the bytes given are not a serialized ONNX model: {e}") from e
+    if isinstance(model, str) or hasattr(model, "__fspath__"):
         try:
             model = onnx.load(model)
         except (OSError, ValueError) as e:
