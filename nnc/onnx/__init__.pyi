@@ -34,7 +34,8 @@ class LoadedModel(tuple[Any, ...]):
     def folded(self) -> list[str]: ...
 
 def load(
-    model: str | bytes | os.PathLike[str] | Any, *, input_shapes: dict[str, tuple[int, ...]] | None = ...,
+    model: str | bytes | os.PathLike[str] | Any, *,
+    input_shapes: dict[str, tuple[int, ...]] | None = ...,
     dtype: str = ...,
 ) -> LoadedModel: ...
 def save(
