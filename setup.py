@@ -15,6 +15,8 @@ MODULES = [
     ("nnc.ops.cpu_opt", "nnc/ops/cpu_opt.pyx"),
     ("nnc.ops.cpu_opt_unary", "nnc/ops/cpu_opt_unary.pyx"),
     ("nnc.ops.cpu_opt_reduce", "nnc/ops/cpu_opt_reduce.pyx"),
+    ("nnc.ops.cpu_opt_blas", "nnc/ops/cpu_opt_blas.pyx"),
+    ("nnc.ops.cpu_opt_transpose", "nnc/ops/cpu_opt_transpose.pyx"),
     ("nnc.multiview", "nnc/multiview.pyx"),
     ("nnc.inbox", "nnc/inbox.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),

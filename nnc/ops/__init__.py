@@ -2,7 +2,7 @@
 CPU_OPT backends; the C backends of nnc/ops/cpu_opt*.pyx are registered after them. Registration
 is explicit and happens once, when nnc is imported."""
 
-from nnc.ops import basic, conv, ew, gemm, pool, reduce, softmax
+from nnc.ops import basic, blas, clamp, conv, ew, gemm, pool, reduce, softmax, transpose
 
 _done = False
 
@@ -12,7 +12,7 @@ def register_builtins():
     if _done:
         return
     _done = True
-    for module in (basic, ew, softmax, gemm, conv, pool, reduce):
+    for module in (basic, ew, softmax, gemm, conv, pool, reduce, blas, clamp, transpose):
         module.register()
     from nnc.ops import cpu_opt, cpu_opt_reduce, cpu_opt_unary
 

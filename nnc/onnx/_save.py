@@ -1,0 +1,292 @@
+"""nnc.onnx.save: an nnc concrete graph -> an ONNX model of the same computation.
+
+nnc tensors are memory, ONNX values are names: every write makes a new version of the memory it
+writes (a node running in place gets a fresh output name), and a read takes the latest version
+of exactly that memory. A read of memory no node wrote exactly is, in this order: a tiling of
+slices nodes wrote (a zero-copy concat buffer -> one Concat), the same contiguous memory in
+another shape (a view -> Reshape), or else a constant (weights -> an initializer holding the
+tensor's current contents).
+
+Layout: nnc's CONVOLUTION and pools are NHWC, ONNX's Conv and pools NCHW, so each is written as
+Transpose -> Conv/Pool -> Transpose, with weights stored as OIHW initializers; every other value
+keeps nnc's shape. A graph loaded from an NCHW model therefore saves with the same NCHW inputs
+and outputs (its own TRANSPOSE nodes at the edges are written as Transpose).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nnc.tensor import Tensor
+
+_TO_NCHW = [0, 3, 1, 2]
+_TO_NHWC = [0, 2, 3, 1]
+_ELEM = {"float32": 1, "float64": 11, "float16": 10, "int32": 6, "int64": 7, "uint8": 2}
+
+
+def _key(t):
+    return (t.data_ptr, tuple(t.shape), tuple(t.strides), str(t.dtype))
+
+
+class _Saver:
+    def __init__(self, onnx, graph, opset):
+        self.onnx = onnx
+        self.h = onnx.helper
+        self.graph = graph
+        self.opset = opset
+        self.nodes, self.inits = [], []
+        self.current = {}  # memory key -> ONNX name of its latest version
+        self.tensors = {}  # memory key -> Tensor, for the keys in current
+        self.n = 0
+
+    def name(self, base="v"):
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def node(self, op, ins, n_out=1, **attrs):
+        outs = [self.name(op) for _ in range(n_out)]
+        self.nodes.append(self.h.make_node(op, ins, outs, name=self.name("/" + op), **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def init(self, array, base="c"):
+        name = self.name(base)
+        self.inits.append(self.onnx.numpy_helper.from_array(np.array(array, order="C"), name))
+        return name
+
+    def scalar(self, value, dtype):
+        return self.init(np.array(value, dtype=dtype))
+
+    def write(self, t, name):
+        self.current[_key(t)] = name
+        self.tensors[_key(t)] = t
+
+    def _lo_hi(self, t):
+        item = t.dtype.itemsize
+        lo = t.data_ptr + item * sum(s * (n - 1) for s, n in zip(t.strides, t.shape) if s < 0)
+        hi = t.data_ptr + item * (1 + sum(s * (n - 1) for s, n in zip(t.strides, t.shape)
+                                          if s > 0))
+        return lo, hi
+
+    def read(self, t):
+        k = _key(t)
+        if k in self.current:
+            return self.current[k]
+        name = self._concat(t) or self._reshape(t)
+        if name is None:
+            name = self.init(t.numpy(), "w")
+        self.write(t, name)
+        return name
+
+    def _concat(self, t):
+        """One Concat of written slices that tile t along one axis, or None."""
+        lo, hi = self._lo_hi(t)
+        parts = []
+        for k, w in self.tensors.items():
+            if (w.ndim == t.ndim and tuple(w.strides) == tuple(t.strides) and k != _key(t)
+                    and str(w.dtype) == str(t.dtype) and lo <= w.data_ptr < hi):
+                diff = [a for a in range(t.ndim) if w.shape[a] != t.shape[a]]
+                if len(diff) == 1:
+                    parts.append((diff[0], w))
+        axes = {a for a, _ in parts}
+        for axis in axes:
+            step = t.strides[axis] * t.dtype.itemsize
+            chosen, at = [], t.data_ptr
+            for w in sorted((w for a, w in parts if a == axis), key=lambda w: w.data_ptr):
+                if w.data_ptr == at:
+                    chosen.append(w)
+                    at += w.shape[axis] * step
+            if chosen and sum(w.shape[axis] for w in chosen) == t.shape[axis]:
+                return self.node("Concat", [self.current[_key(w)] for w in chosen], axis=axis)
+        return None
+
+    def _reshape(self, t):
+        if not t.is_contiguous:
+            return None
+        for k, w in self.tensors.items():
+            if w.data_ptr == t.data_ptr and w.is_contiguous and w.size == t.size \
+                    and str(w.dtype) == str(t.dtype):
+                return self.node("Reshape", [self.current[k],
+                                             self.init(np.array(t.shape, np.int64), "shape")])
+        return None
+
+    def weight(self, t, perm):
+        """A weight: an initializer in ONNX's layout if no node writes it, else a Transpose."""
+        k = _key(t)
+        if k in self.current:
+            return self.node("Transpose", [self.current[k]], perm=perm)
+        return self.init(np.transpose(t.numpy(), perm), "w")
+
+    # -- commands ----------------------------------------------------------------------------
+    def emit(self, e):
+        cmd, ins, outs = e.cmd, list(e.inputs), list(e.outputs)
+        p = cmd.params
+        dt = np.dtype(str(outs[0].dtype)) if outs and outs[0] is not None else np.float32
+        name = cmd.name
+        if name == "NOOP":
+            return
+        if name == "DATA_TRANSFER":
+            for x, y in zip(ins, outs):
+                self.write(y, self.node("Identity", [self.read(x)]))
+            return
+        if name == "SET":
+            for y in outs:
+                self.write(y, self.init(np.full(y.shape, p["value"], dtype=str(y.dtype))))
+            return
+        y = outs[0]
+        if name in ("CONVOLUTION", "MAX_POOL", "AVG_POOL"):
+            x = self.node("Transpose", [self.read(ins[0])], perm=_TO_NCHW)
+            top, left, bottom, right = p["padding"]
+            pads = [top, left, bottom, right]
+            if name == "CONVOLUTION":
+                args = [x, self.weight(ins[1], _TO_NCHW)]
+                if len(ins) > 2 and ins[2] is not None:
+                    args.append(self.read(ins[2]))
+                kh, kw = ins[1].shape[1:3]
+                z = self.node("Conv", args, group=p["groups"], kernel_shape=[kh, kw], pads=pads,
+                              strides=list(p["stride"]), dilations=[1, 1])
+            elif name == "MAX_POOL":
+                z = self.node("MaxPool", [x], kernel_shape=list(p["size"]), pads=pads,
+                              strides=list(p["stride"]))
+            else:
+                z = self.node("AveragePool", [x], kernel_shape=list(p["size"]), pads=pads,
+                              strides=list(p["stride"]),
+                              count_include_pad=int(p["count_include_pad"]))
+            out = self.node("Transpose", [z], perm=_TO_NHWC)
+        elif name in ("RELU", "EWEXP", "EWLOG", "SOFTMAX"):
+            op = {"RELU": "Relu", "EWEXP": "Exp", "EWLOG": "Log", "SOFTMAX": "Softmax"}[name]
+            out = self.node(op, [self.read(ins[0])], **({"axis": -1} if op == "Softmax" else {}))
+        elif name == "CLAMP":
+            lo, hi = p["min"], p["max"]
+            args = [self.read(ins[0]), "" if math.isnan(lo) else self.scalar(lo, dt),
+                    "" if math.isnan(hi) else self.scalar(hi, dt)]
+            while args[-1] == "":
+                args.pop()
+            out = self.node("Clip", args)
+        elif name in ("ADD", "MUL"):
+            out = self._scaled(self.read(ins[0]), p["p"], dt)
+            b = ins[1] if len(ins) > 1 else None
+            if b is not None:
+                other = self.read(b)
+                if name == "ADD":
+                    out = self.node("Add", [out, self._scaled(other, p["q"], dt)])
+                else:
+                    out = self.node("Mul", [out, other])
+        elif name in ("EWSUM", "EWPROD"):
+            names = [self.read(x) for x in ins]
+            out = self.node("Sum", names) if name == "EWSUM" else names[0]
+            if name == "EWPROD":
+                for other in names[1:]:
+                    out = self.node("Mul", [out, other])
+                if len(names) == 1:
+                    out = self.node("Identity", [out])
+        elif name == "EWDIV":
+            b = self.read(ins[1])
+            out = self.node("Reciprocal", [b]) if ins[0] is None else \
+                self.node("Div", [self.read(ins[0]), b])
+        elif name == "SCALAR_MUL":
+            out = self.node("Mul", [self.read(ins[0]), self.scalar(p["a"], dt)])
+        elif name == "TRANSPOSE":
+            from nnc.ops.transpose import permutation
+
+            out = self.node("Transpose", [self.read(ins[0])],
+                            perm=list(permutation(cmd, ins[0].ndim)))
+        elif name == "GEMM":
+            out = self._gemm(cmd, ins)
+        else:  # pragma: no cover - save() checks every command first
+            raise AssertionError(name)
+        self.write(y, out)
+
+    def _scaled(self, x, factor, dt):
+        return x if factor == 1.0 else self.node("Mul", [x, self.scalar(factor, dt)])
+
+    def _gemm(self, cmd, ins):
+        ta, tb = cmd.params["transpose_a"], cmd.params["transpose_b"]
+        a, w = ins[0], ins[1]
+        bias = ins[2] if len(ins) > 2 else None
+        if a.ndim == 2 and w.ndim == 2:
+            args = [self.read(a), self.read(w)] + ([self.read(bias)] if bias is not None else [])
+            return self.node("Gemm", args, transA=int(ta), transB=int(tb))
+        an, wn = self.read(a), self.read(w)
+
+        def swap(name, nd):
+            perm = list(range(nd))
+            perm[-1], perm[-2] = perm[-2], perm[-1]
+            return self.node("Transpose", [name], perm=perm)
+
+        if ta:
+            an = swap(an, a.ndim)
+        if tb:
+            wn = swap(wn, w.ndim)
+        out = self.node("MatMul", [an, wn])
+        return out if bias is None else self.node("Add", [out, self.read(bias)])
+
+
+SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL", "RELU", "EWEXP",
+           "EWLOG", "SOFTMAX", "CLAMP", "ADD", "MUL", "EWSUM", "EWPROD", "EWDIV", "SCALAR_MUL",
+           "TRANSPOSE", "GEMM"}
+
+
+def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, opset=17):
+    """Write ``graph`` as an ONNX model to ``path`` (or nowhere, if ``path`` is None) and return
+    the ``onnx.ModelProto``.
+
+    ``inputs``/``outputs``: the tensors the model's graph inputs fill and its outputs read (for a
+    loaded model, ``inputs`` and ``outputs`` of :func:`nnc.onnx.load`). ``input_names`` /
+    ``output_names``: their ONNX names (default ``input_0``, ... / ``output_0``, ...). Running
+    the saved model on the values the inputs hold gives what ``graph.run()`` leaves in the
+    outputs. Raises :class:`nnc.onnx.UnsupportedError` listing every command with no ONNX form
+    (CUSTOM, WHILE, CASE_OF, ...), or for 3-D convolution / pooling inputs.
+    """
+    from nnc.onnx import OnnxError, UnsupportedError, _import_onnx
+
+    onnx = _import_onnx()
+    inputs, outputs = list(inputs), list(outputs)
+    for what, items in (("inputs", inputs), ("outputs", outputs)):
+        for t in items:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"save: {what} must be nnc.Tensor objects, not "
+                                f"{type(t).__name__}")
+    input_names = list(input_names or [f"input_{k}" for k in range(len(inputs))])
+    output_names = list(output_names or [f"output_{k}" for k in range(len(outputs))])
+    if len(input_names) != len(inputs) or len(output_names) != len(outputs):
+        raise OnnxError("save: one name per input and per output")
+    if len(set(input_names + output_names)) != len(input_names) + len(output_names):
+        raise OnnxError("save: input and output names must be distinct")
+    order = graph.topsort()
+    problems = {}
+    for e in order:
+        name = e.cmd.name
+        reason = None
+        if name not in SAVABLE:
+            reason = "no ONNX operator expresses it"
+        elif name in ("CONVOLUTION", "MAX_POOL", "AVG_POOL") and e.inputs[0].ndim != 4:
+            reason = "only [N, H, W, C] inputs"
+        if reason:
+            count, names, _ = problems.get(name, (0, [], reason))
+            problems[name] = (count + 1, names + [e.name or name], reason)
+    if problems:
+        raise UnsupportedError(problems, "nnc graph")
+    s = _Saver(onnx, graph, opset)
+    h = onnx.helper
+    graph_inputs = []
+    for t, n in zip(inputs, input_names):
+        if str(t.dtype) not in _ELEM:
+            raise OnnxError(f"save: input {n!r} has dtype {t.dtype}, which ONNX cannot hold")
+        s.write(t, n)
+        graph_inputs.append(h.make_tensor_value_info(n, _ELEM[str(t.dtype)], list(t.shape)))
+    for e in order:
+        s.emit(e)
+    graph_outputs = []
+    for t, n in zip(outputs, output_names):
+        s.nodes.append(h.make_node("Identity", [s.read(t)], [n], name=f"/{n}/Identity"))
+        graph_outputs.append(h.make_tensor_value_info(n, _ELEM.get(str(t.dtype), 1),
+                                                      list(t.shape)))
+    model = h.make_model(h.make_graph(s.nodes, "nnc", graph_inputs, graph_outputs, s.inits),
+                         opset_imports=[h.make_opsetid("", opset)], producer_name="nnc")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    if path is not None:
+        onnx.save(model, path)
+    return model

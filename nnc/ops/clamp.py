@@ -1,0 +1,72 @@
+"""CLAMP: out = min(max(x, min), max) (NNC: cmd/clamp/ccv_nnc_clamp_cpu_ref.c).
+
+Parameters ``min`` and ``max`` default to NaN, which (as in NNC) means "no bound on that side";
+``min=0, max=6`` is ReLU6. When both bounds are given, min <= max. A NaN element stays NaN.
+One input, one output of the same shape and dtype; the output may be the input (in place).
+CPU_OPT (ops/cpu_opt_blas.pyx) takes contiguous float32/float64 tensors; CPU_REF takes every
+float dtype and strided views (a channel slice of a concat buffer).
+"""
+
+import math
+
+import numpy as np
+
+from nnc._core import CommandError
+from nnc.cmd import register_backend, register_command
+from nnc.ops import _check
+
+
+def _bound(params, key):
+    value = params.get(key, math.nan)
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise CommandError(f"CLAMP: {key} must be a number or NaN, not {value!r}") from None
+
+
+def _clamp_normalize(params):
+    _check.only("CLAMP", params, ("min", "max"))
+    lo, hi = _bound(params, "min"), _bound(params, "max")
+    if lo > hi:  # False when either is NaN
+        raise CommandError(f"CLAMP: min {lo} is greater than max {hi}")
+    return {"min": lo, "max": hi}
+
+
+def _clamp_check(cmd, inputs, outputs):
+    _check.arity(cmd, inputs, outputs, 1, 1)
+    _check.present(cmd, inputs, "input", 0)
+    _check.present(cmd, outputs, "output", 0)
+    _check.same_shape(cmd, inputs + outputs, ("input 0", "output 0"))
+    _check.same_dtype(cmd, inputs + outputs)
+    _check.floating(cmd, inputs + outputs)
+
+
+def _clamp_ref(cmd, inputs, outputs):
+    lo, hi = cmd.params["min"], cmd.params["max"]
+    y = inputs[0].copy()
+    if not math.isnan(lo):
+        np.maximum(y, y.dtype.type(lo), out=y)
+    if not math.isnan(hi):
+        np.minimum(y, y.dtype.type(hi), out=y)
+    outputs[0][...] = y
+
+
+def _clamp_accept(cmd, inputs, outputs):
+    return inputs[0].is_contiguous and outputs[0].is_contiguous
+
+
+def _clamp_opt(cmd, inputs, outputs):
+    from nnc.ops import cpu_opt_blas
+
+    lo, hi = cmd.params["min"], cmd.params["max"]
+    cpu_opt_blas.clamp(outputs[0].reshape(-1), inputs[0].reshape(-1), lo, hi,
+                       not math.isnan(lo), not math.isnan(hi))
+
+
+def register():
+    register_command("CLAMP", inplace="allow", check=_clamp_check, normalize=_clamp_normalize)
+    register_backend("CLAMP", "CPU_REF", _clamp_ref)
+    register_backend("CLAMP", "CPU_OPT", _clamp_opt, datatypes=("float32", "float64"),
+                     accept=_clamp_accept)

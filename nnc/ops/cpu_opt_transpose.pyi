@@ -1,0 +1,3 @@
+import numpy as np
+
+def transpose_batched(y: np.ndarray, x: np.ndarray, batch: int, rows: int, cols: int) -> None: ...
