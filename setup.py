@@ -14,6 +14,7 @@ MODULES = [
     ("nnc.cmd", "nnc/cmd.pyx"),
     ("nnc.ops.cpu_opt", "nnc/ops/cpu_opt.pyx"),
     ("nnc.multiview", "nnc/multiview.pyx"),
+    ("nnc.dlpack", "nnc/dlpack.pyx"),
     ("nnc.inbox", "nnc/inbox.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),

@@ -34,6 +34,7 @@ class CommandInfo:
     check: Callable[..., None] | None
     normalize: Callable[[dict[str, Any]], dict[str, Any]] | None
     backends: list[Backend]
+    builtin: bool
 
 class CmdParams(Mapping[str, Any]):
     """Read-only; every mutator raises CommandError."""
@@ -59,6 +60,9 @@ class Cmd:
     @property
     def backend_object(self) -> Backend | None: ...
     def __getattr__(self, key: str) -> Any: ...
+    def __copy__(self) -> Cmd: ...
+    def __deepcopy__(self, memo: dict[int, Any] | None) -> Cmd: ...
+    def __reduce__(self) -> tuple[Callable[..., Cmd], tuple[Any, ...]]: ...
 
 def register_command(
     name: str,
@@ -66,7 +70,9 @@ def register_command(
     inplace: str = ...,
     check: Callable[..., None] | None = ...,
     normalize: Callable[[dict[str, Any]], dict[str, Any]] | None = ...,
+    replace: bool = ...,
 ) -> CommandInfo: ...
+def seal_builtins() -> None: ...
 def register_backend(
     command: str,
     backend: str,
@@ -77,6 +83,7 @@ def register_backend(
     accept: Callable[..., bool] | None = ...,
     priority: int | None = ...,
     device: str = ...,
+    replace: bool = ...,
 ) -> Backend: ...
 def commands() -> list[str]: ...
 def backends(command: str, device: str | None = ...) -> list[str]: ...
