@@ -237,7 +237,7 @@ def tensor_to_dlpack(Tensor t not None, stream=None, max_version=None, dl_device
     versioned = False
     if max_version is not None:
         try:
-            major, minor = max_version
+            major, _ = max_version
             versioned = int(major) >= 1
         except (TypeError, ValueError):
             raise DLPackError(f"max_version must be a (major, minor) pair, not "

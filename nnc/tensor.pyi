@@ -1,9 +1,8 @@
 from collections.abc import Callable
 from typing import Any
 
-from typing_extensions import CapsuleType
-
 import numpy as np
+from typing_extensions import CapsuleType
 
 def parse_device(device: str | None) -> int: ...
 
