@@ -5,7 +5,7 @@ from typing_extensions import CapsuleType
 from nnc._core import TensorError
 from nnc.tensor import Tensor
 
-class SupportsDLPack(Protocol):
+class _SupportsDLPack(Protocol):
     def __dlpack__(self, *, stream: Any = ..., max_version: Any = ...) -> Any: ...
     def __dlpack_device__(self) -> tuple[Any, int]: ...
 
@@ -19,5 +19,5 @@ def tensor_to_dlpack(
     copy: bool | None = None,
 ) -> CapsuleType: ...
 def from_dlpack(
-    x: SupportsDLPack, *, device: str | None = None, copy: bool | None = None
+    x: _SupportsDLPack, *, device: str | None = None, copy: bool | None = None
 ) -> Tensor: ...

@@ -32,7 +32,9 @@ from libc.string cimport strcmp
 
 import numpy as np
 
-from nnc._core import DATATYPES, MAX_DIM, TensorError
+from nnc._core import DATATYPES as _DATATYPES
+from nnc._core import MAX_DIM as _MAX_DIM
+from nnc._core import TensorError
 
 from nnc.tensor cimport Tensor
 
@@ -47,12 +49,12 @@ class DLPackError(TensorError, BufferError):
 
 # nnc datatype code -> (DLDataTypeCode, bits), and back.
 _DL_OF = {
-    DATATYPES["float16"]: (DL_FLOAT, 16), DATATYPES["float32"]: (DL_FLOAT, 32),
-    DATATYPES["float64"]: (DL_FLOAT, 64), DATATYPES["int32"]: (DL_INT, 32),
-    DATATYPES["int64"]: (DL_INT, 64), DATATYPES["uint8"]: (DL_UINT, 8),
+    _DATATYPES["float16"]: (DL_FLOAT, 16), _DATATYPES["float32"]: (DL_FLOAT, 32),
+    _DATATYPES["float64"]: (DL_FLOAT, 64), _DATATYPES["int32"]: (DL_INT, 32),
+    _DATATYPES["int64"]: (DL_INT, 64), _DATATYPES["uint8"]: (DL_UINT, 8),
 }
 _NNC_OF = {dl: code for code, dl in _DL_OF.items()}
-_NAMES_OF = {code: name for name, code in DATATYPES.items()}
+_NAMES_OF = {code: name for name, code in _DATATYPES.items()}
 _CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5: "complex",
                6: "bool"}
 _DEVICE_NAMES = {1: "kDLCPU", 2: "kDLCUDA", 3: "kDLCUDAHost", 4: "kDLOpenCL", 7: "kDLVulkan",
@@ -295,6 +297,9 @@ cdef class _Imported:
                 m.deleter(m)
         self.managed = NULL
 
+    def __reduce__(self):
+        raise TypeError("the producer's memory behind a DLPack import cannot be pickled")
+
     def __repr__(self):
         return f"<nnc.dlpack._Imported {'versioned' if self.versioned else 'legacy'}>"
 
@@ -328,15 +333,15 @@ cdef Tensor _consume(object capsule, int device):
         shown = "no name" if name == NULL else repr((<bytes>name).decode("utf-8", "replace"))
         raise TensorError(f"__dlpack__ returned a capsule with {shown}: not an unconsumed DLPack "
                           "tensor ('dltensor' or 'dltensor_versioned')")
-    if dl.ndim < 0 or dl.ndim > MAX_DIM:
+    if dl.ndim < 0 or dl.ndim > _MAX_DIM:
         raise TensorError(f"a {dl.ndim}-dimensional DLPack tensor; nnc tensors have at most "
-                          f"{MAX_DIM} dimensions")
+                          f"{_MAX_DIM} dimensions")
     key = (dl.dtype.code, dl.dtype.bits)
     code = _NNC_OF.get(key) if dl.dtype.lanes == 1 else None
     if code is None:
         shown = _dtype_name(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes)
         raise TensorError(f"DLPack dtype {shown} is not supported; nnc supports "
-                          f"{', '.join(DATATYPES)}")
+                          f"{', '.join(_DATATYPES)}")
     kind = dl.device.device_type
     if not (device < 0 and kind in (DL_CPU, DL_CUDA_HOST)
             or device >= 0 and kind == DL_CUDA and dl.device.device_id == device):
