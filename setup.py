@@ -18,6 +18,7 @@ MODULES = [
     ("nnc.ops.cpu_opt_blas", "nnc/ops/cpu_opt_blas.pyx"),
     ("nnc.ops.cpu_opt_transpose", "nnc/ops/cpu_opt_transpose.pyx"),
     ("nnc.multiview", "nnc/multiview.pyx"),
+    ("nnc.dlpack", "nnc/dlpack.pyx"),
     ("nnc.inbox", "nnc/inbox.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),

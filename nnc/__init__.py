@@ -28,9 +28,11 @@ from nnc.cmd import (
     register_backend,
     register_command,
 )
+from nnc.cmd import seal_builtins as _seal_builtins
 from nnc.cuda import available as cuda_available
 from nnc.cuda import unavailable_reason as cuda_unavailable_reason
 from nnc.cuda.backends import register as _register_gpu_backends
+from nnc.dlpack import DLPackError, from_dlpack
 from nnc.graph.graph import Graph, GraphExec
 from nnc.graph.hazard import Hazard, graph_hazards
 from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
@@ -55,6 +57,8 @@ def __getattr__(name):
 _register_builtins()
 # GPU_REF backends: registering them imports no cuda-python; only GPU tensors select them.
 _register_gpu_backends()
+# From here on the commands registered above are built-in: never replaced by a re-registration.
+_seal_builtins()
 
 __all__ = [
     "MAX_DIM",
@@ -62,6 +66,7 @@ __all__ = [
     "CUDAError",
     "Cmd",
     "CommandError",
+    "DLPackError",
     "ExecSchedule",
     "Graph",
     "GraphError",
@@ -83,6 +88,7 @@ __all__ = [
     "cmd_exec",
     "command_info",
     "commands",
+    "from_dlpack",
     "cuda_available",
     "cuda_unavailable_reason",
     "get_include",

@@ -217,9 +217,10 @@ cdef api int nnc_cmd_register(const char* name, const char* inplace) noexcept wi
 
 cdef api int nnc_cmd_backend_register(const char* command, const char* backend, c_exec_f fn,
                                       int datatypes, int flags, int priority) noexcept with gil:
-    """Make the C function fn backend ``backend`` of ``command`` (re-registering a name
-    replaces it). datatypes: OR of NNC_* codes, 0 for all. It runs without the GIL on stream
-    workers (and on large tensors elsewhere). NNC: REGISTER_COMMAND_BACKEND."""
+    """Make the C function fn backend ``backend`` of ``command`` (re-registering a name is an
+    error unless it is the same registration). datatypes: OR of NNC_* codes, 0 for all. It
+    runs without the GIL on stream workers (and on large tensors elsewhere).
+    NNC: REGISTER_COMMAND_BACKEND."""
     try:
         if fn == NULL:
             raise NullError("fn is NULL")

@@ -53,6 +53,7 @@ cdef class CommandInfo:
     cdef readonly object check          # check(cmd, inputs, outputs), raises CommandError
     cdef readonly object normalize      # normalize(params: dict) -> dict, raises CommandError
     cdef readonly list backends         # Backend objects, sorted by (-priority, seq)
+    cdef readonly bint builtin          # registered by import nnc: never replaced
 
 
 cdef class Cmd:

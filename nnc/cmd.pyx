@@ -17,6 +17,7 @@ absent). A C backend is an ``nnc_cmd_exec_f`` (nnc/cmd.pxd) that never touches P
 
 from libc.stdlib cimport free, malloc
 
+import pickle
 import time
 from collections.abc import Mapping
 
@@ -77,6 +78,11 @@ cdef class Backend:
         """Run this backend directly, without shape checks (tests and benchmarks use it)."""
         backend_run(self, cmd, tensor_list(inputs, "inputs"), tensor_list(outputs, "outputs"))
 
+    def __reduce__(self):
+        raise TypeError(f"a Backend cannot be copied or pickled: it is a registry entry (C "
+                        f"function pointers included); refer to it by name, "
+                        f"({self.command!r}, {self.name!r})")
+
     def __repr__(self):
         kind = "C" if self.c_exec != NULL else "Python"
         return f"<Backend {self.command}/{self.name} ({kind}, priority {self.priority})>"
@@ -87,6 +93,10 @@ cdef class CommandInfo:
 
     def __init__(self):
         raise TypeError("commands are made by nnc.register_command")
+
+    def __reduce__(self):
+        raise TypeError(f"a CommandInfo cannot be copied or pickled: it is a registry entry; "
+                        f"refer to it by name, nnc.command_info({self.name!r})")
 
     def __repr__(self):
         names = [b.name for b in self.backends]
@@ -101,17 +111,23 @@ def _lookup(name):
     return info
 
 
-def register_command(name, *, inplace="none", check=None, normalize=None):
-    """Register a new command (or return the existing one if the attributes agree).
+def register_command(name, *, inplace="none", check=None, normalize=None, replace=False):
+    """Register a new command; registering a name again with the same attributes returns the
+    existing one.
 
     ``inplace``: ``"none"`` (no output may overlap an input), ``"allow"`` (an output may be
     exactly an input; any other overlap is refused), ``"enforce"`` (output k must be input k),
     or ``"any"`` (no check, for commands such as CUSTOM that own their semantics).
     ``check(cmd, inputs, outputs)`` validates arity, shapes and dtypes and raises CommandError.
     ``normalize(params) -> params`` validates and fills in parameters.
+
+    Re-registering an existing name: the same ``inplace``, ``check`` and ``normalize`` (the same
+    objects; None agrees only with None) return the existing command unchanged; anything else
+    raises CommandError naming what differs, unless ``replace=True``, which replaces the
+    attributes and keeps the backends (Cmds made before see the new check and normalize).
+    Built-in commands can never be replaced: register a command of your own name.
     NNC: REGISTER_COMMAND, ccv_nnc_cmd_allow_inplace / ccv_nnc_cmd_enforce_inplace.
     """
-    global _seq
     if not isinstance(name, str) or not name:
         raise CommandError(f"command name must be a non-empty string, not {name!r}")
     if inplace not in _INPLACE_MODES:
@@ -122,14 +138,26 @@ def register_command(name, *, inplace="none", check=None, normalize=None):
         raise CommandError("normalize must be callable")
     cdef CommandInfo info = _by_name.get(name)
     if info is not None:
-        if info.inplace != inplace:
+        differ = [what for what, old, new in (("inplace", info.inplace, inplace),
+                                              ("check", info.check, check),
+                                              ("normalize", info.normalize, normalize))
+                  if (old != new if what == "inplace" else old is not new)]
+        if not differ:
+            return info
+        if info.builtin:
             raise CommandError(
-                f"command {name!r} is already registered with inplace={info.inplace!r}"
+                f"{name} is a built-in command and cannot be re-registered with another "
+                f"{' and '.join(differ)} (it is registered with inplace={info.inplace!r}); "
+                "register a command of your own name"
             )
-        if check is not None:
-            info.check = check
-        if normalize is not None:
-            info.normalize = normalize
+        if not replace:
+            raise CommandError(
+                f"command {name!r} is already registered with another {' and '.join(differ)} "
+                f"(inplace={info.inplace!r}); pass replace=True to replace them"
+            )
+        info.inplace = inplace
+        info.check = check
+        info.normalize = normalize
         return info
     info = CommandInfo.__new__(CommandInfo)
     info.name = name
@@ -138,9 +166,17 @@ def register_command(name, *, inplace="none", check=None, normalize=None):
     info.check = check
     info.normalize = normalize
     info.backends = []
+    info.builtin = False
     _commands.append(info)
     _by_name[name] = info
     return info
+
+
+def seal_builtins():
+    """Mark every command registered so far as built-in (``import nnc`` calls this once, after
+    registering its own commands): their attributes and CPU_REF can no longer be replaced."""
+    for info in _commands:
+        (<CommandInfo>info).builtin = True
 
 
 cdef int _datatype_mask(object datatypes) except -1:
@@ -155,17 +191,38 @@ cdef int _datatype_mask(object datatypes) except -1:
     return mask
 
 
-cdef Backend _add_backend(str command, str name, object priority, Backend b):
+cdef bint _same_backend(Backend a, Backend b):
+    return (a.c_exec == b.c_exec and a.py_exec is b.py_exec and a.datatypes == b.datatypes
+            and a.contiguous_only == b.contiguous_only and a.accept is b.accept
+            and a.priority == b.priority and a.release_gil == b.release_gil
+            and a.device == b.device)
+
+
+cdef Backend _add_backend(str command, str name, object priority, Backend b, bint replace):
     global _seq
     cdef CommandInfo info = _lookup(command)
+    cdef Backend old = None
     if not isinstance(name, str) or not name:
         raise CommandError(f"backend name must be a non-empty string, not {name!r}")
     b.name = name
     b.command = command
     b.priority = int(_DEFAULT_PRIORITY.get(name, 15) if priority is None else priority)
+    for x in info.backends:
+        if (<Backend>x).name == name:
+            old = x
+    if old is not None:
+        if _same_backend(old, b):
+            return old                  # the same registration again (a re-imported module)
+        if info.builtin and name == "CPU_REF":
+            raise CommandError(f"CPU_REF of built-in command {command} defines its semantics "
+                               "and cannot be replaced; register a backend of another name")
+        if not replace:
+            raise CommandError(
+                f"{command} already has a backend {name!r} (registered with another function "
+                "or other attributes); pass replace=True to replace it, or choose another name"
+            )
     _seq += 1
     b.seq = _seq
-    # Re-registering a name replaces that backend (users may override a built-in).
     info.backends = [x for x in info.backends if x.name != name]
     info.backends.append(b)
     info.backends.sort(key=lambda x: (-x.priority, x.seq))
@@ -173,7 +230,7 @@ cdef Backend _add_backend(str command, str name, object priority, Backend b):
 
 
 def register_backend(command, backend, fn, *, datatypes=None, contiguous=False, accept=None,
-                     priority=None, device="cpu"):
+                     priority=None, device="cpu", replace=False):
     """Register ``fn(cmd, inputs, outputs)`` (on ndarrays) as backend ``backend`` of ``command``.
 
     ``datatypes``: dtypes it accepts (default: all). ``contiguous``: it rejects strided views.
@@ -181,7 +238,12 @@ def register_backend(command, backend, fn, *, datatypes=None, contiguous=False, 
     ``priority``: default selection prefers higher (CPU_OPT 20, CPU_REF 10, others 15).
     ``device``: "cpu" (host tensors only), "gpu" (GPU tensors only) or "any" (accept decides);
     a "gpu" or "any" backend is called as ``fn(cmd, inputs, outputs, stream=None)`` on the
-    Tensors themselves (docs/gpu.md). NNC: REGISTER_COMMAND_BACKEND.
+    Tensors themselves (docs/gpu.md).
+
+    Registering a backend name the command already has: exactly the same registration (same
+    function object and attributes) returns the existing Backend; anything else raises
+    CommandError unless ``replace=True``. A built-in command's CPU_REF (its definition) can
+    never be replaced. NNC: REGISTER_COMMAND_BACKEND.
     """
     if not callable(fn):
         raise CommandError(f"backend {backend!r} of {command!r} must be callable")
@@ -197,7 +259,7 @@ def register_backend(command, backend, fn, *, datatypes=None, contiguous=False, 
     b.accept = accept
     b.release_gil = False
     b.device = device
-    return _add_backend(command, backend, priority, b)
+    return _add_backend(command, backend, priority, b, replace)
 
 
 cdef Backend register_c_backend(
@@ -212,7 +274,7 @@ cdef Backend register_c_backend(
     b.accept = accept
     b.release_gil = release_gil
     b.device = "cpu"
-    return _add_backend(command, name, priority, b)
+    return _add_backend(command, name, priority, b, False)
 
 
 def commands():
@@ -360,6 +422,31 @@ cdef class Cmd:
         c.pinned = self.pinned
         return c
 
+    def __copy__(self):
+        return self                     # immutable: parameters are frozen when it is made
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        """Pickles as its command name, parameters, CUSTOM function and pinned backend name;
+        unpickling runs ``Cmd(name, backend=..., **params)`` again, so the command (and a
+        pinned backend) must be registered under the same names where it is unpickled."""
+        if self.info.name in ("WHILE", "CASE_OF"):
+            raise TypeError(f"a {self.info.name} command cannot be pickled: it runs the "
+                            "sub-graphs of its node, which live in that graph")
+        if self.fn is not None:
+            try:
+                pickle.dumps(self.fn)
+            except Exception as e:
+                raise TypeError(
+                    f"Cmd {self.info.name!r} cannot be pickled: its function {self.fn!r} cannot "
+                    f"be ({type(e).__name__}: {e}); pickle needs a function defined at module "
+                    "level, not a lambda or a closure"
+                ) from None
+        return (_cmd_from_pickle, (self.info.name, dict(self.params), self.fn,
+                                   self._backend.name if self.pinned else None))
+
     @property
     def name(self):
         return self.info.name
@@ -387,6 +474,12 @@ cdef class Cmd:
         if self._backend is not None:
             args.append(f"backend={self._backend.name!r}")
         return f"Cmd({', '.join(args)})"
+
+
+def _cmd_from_pickle(name, params, fn, backend):
+    if fn is not None:
+        params = {**params, "fn": fn}
+    return Cmd(name, backend=backend, **params)
 
 
 cdef list tensor_list(object items, str what):

@@ -2,7 +2,7 @@
 NNC: ccv_nnc_tensor_multiview_t."""
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal, NoReturn
 
 from typing_extensions import disjoint_base
 
@@ -33,3 +33,6 @@ class MultiView(Tensor):
     def view(
         self, shape: _Shape, offset: int = 0, strides: _Shape | None = None
     ) -> Tensor: ...
+    def __copy__(self) -> NoReturn: ...
+    def __deepcopy__(self, memo: dict[int, Any] | None) -> NoReturn: ...
+    def __reduce__(self) -> NoReturn: ...

@@ -28,6 +28,8 @@ from nnc.tensor cimport Tensor
 
 _KINDS = {"K0N": MV_K0N, "K1N": MV_K1N, "PHI": MV_PHI}
 _NAMES = {v: k for k, v in _KINDS.items()}
+_NO_COPY = ("a MultiView cannot be copied or pickled: it belongs to a loop (its anchor graph "
+            "re-points it every iteration); copy or pickle a version, mv.versions[i]")
 
 
 cdef bint _same_layout(Tensor a, Tensor b):
@@ -144,3 +146,12 @@ cdef class MultiView(Tensor):
     def __repr__(self):
         return (f"<nnc.MultiView {_NAMES[self.kind]} of {len(self.versions)} "
                 f"{self.shape} {self.dtype}, current {self.current}>")
+
+    def __reduce__(self):
+        raise TypeError(_NO_COPY)
+
+    def __copy__(self):
+        raise TypeError(_NO_COPY)
+
+    def __deepcopy__(self, memo):
+        raise TypeError(_NO_COPY)

@@ -511,6 +511,10 @@ cdef class Stream:
     def __repr__(self):
         return f"<nnc.Stream {self.kind} #{self.index}>"
 
+    def __reduce__(self):
+        raise TypeError("an nnc.Stream cannot be copied or pickled: it is a live queue of "
+                        "enqueued work run by worker threads; make a new nnc.Stream() instead")
+
 
 cdef class Signal:
     """A CUDA-event-like signal (NNC: ccv_nnc_stream_signal_t)."""
@@ -547,6 +551,10 @@ cdef class Signal:
 
     def __repr__(self):
         return f"<nnc.Signal {self.kind}{'' if self.latest != NULL else ' (never emitted)'}>"
+
+    def __reduce__(self):
+        raise TypeError("an nnc.Signal cannot be copied or pickled: it records emits of "
+                        "running streams; make a new nnc.Signal() instead")
 
 
 cdef int stream_emit(Stream s, Signal sig, bint wake=True) except -1:

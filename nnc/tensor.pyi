@@ -1,11 +1,11 @@
 """Tensors (nnc/tensor.pyx): N-d arrays whose memory C backends use directly."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import disjoint_base
+from typing_extensions import CapsuleType, disjoint_base
 
 from nnc._core import DATATYPE_NAMES as DATATYPE_NAMES
 from nnc._core import DATATYPES as DATATYPES
@@ -49,6 +49,20 @@ class Tensor:
     def __array__(
         self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
     ) -> npt.NDArray[Any]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> CapsuleType: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __copy__(self) -> Tensor: ...
+    def __deepcopy__(self, memo: dict[int, Any] | None) -> Tensor: ...
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[[npt.NDArray[Any]], Tensor], tuple[npt.NDArray[Any]]]: ...
     def view(
         self, shape: _Shape, offset: int = 0, strides: _Shape | None = None
     ) -> Tensor: ...

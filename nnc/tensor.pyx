@@ -231,6 +231,13 @@ cdef bint tensor_may_be_readonly(Tensor t) except -1:
     return False
 
 
+def _tensor_from_array(array):
+    """A new 64-byte aligned tensor holding a copy of ``array`` (unpickling and copy.copy)."""
+    cdef Tensor t = Tensor.empty(np.shape(array), np.asarray(array).dtype)
+    t.numpy()[...] = array
+    return t
+
+
 class _ArrayInterface:
     """Hands NumPy a raw pointer; the ndarray built from it keeps ``owner`` alive through us."""
 
@@ -448,6 +455,49 @@ cdef class Tensor:
                 raise ValueError("converting the dtype of a Tensor needs a copy")
             a = a.astype(dtype)
         return a
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this tensor's memory, for ``np.from_dlpack``, ``torch.from_dlpack``
+        and every array API consumer (no copy unless ``copy=True`` or ``dl_device`` asks for
+        another device). A versioned (DLPack 1.x) capsule when ``max_version >= (1, 0)``, else
+        the legacy one; a read-only tensor sets the read-only flag, and the legacy capsule,
+        which cannot say read-only, is refused unless ``copy=True``. For a GPU tensor the
+        device is synchronised unless ``stream=-1`` (nnc does not track which stream wrote
+        it). Errors raise :class:`nnc.dlpack.DLPackError` (a TensorError and a BufferError).
+        See nnc/dlpack.pyx and docs/design.md, "DLPack"."""
+        # The DLPack layer sits above this one (it builds Tensors): reached only when asked.
+        from nnc import dlpack
+
+        return dlpack.tensor_to_dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        """``(1, 0)`` (kDLCPU) for a CPU tensor, ``(2, N)`` (kDLCUDA, ordinal) for gpu:N."""
+        if self.t.device < 0:
+            return (1, 0)
+        return (2, int(self.t.device))
+
+    def __copy__(self):
+        """A new tensor with a copy of the elements, as ``copy.copy`` of an ndarray is: its own
+        contiguous, writable memory on the same device (views and aliasing are not kept)."""
+        if self.t.device >= 0:
+            from nnc.cuda import memory
+
+            return memory.from_numpy(memory.to_host(self), self.t.device)
+        return _tensor_from_array(self.numpy())
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()          # the elements are numbers: deep and shallow agree
+
+    def __reduce__(self):
+        """Pickles as (a copy of) its elements, dtype and shape; unpickling makes a new,
+        writable, contiguous tensor. Views, aliasing and the read-only flag are not kept; a
+        movable tensor pickles the elements it points at now."""
+        if self.t.device >= 0:
+            raise TypeError(
+                f"a {self.device} tensor cannot be pickled: its memory is on the GPU; pickle "
+                "t.numpy() (a host copy) and rebuild it with nnc.cuda.memory.from_numpy"
+            )
+        return (_tensor_from_array, (self.numpy(),))
 
     def view(self, shape, offset=0, strides=None):
         """A tensor aliasing part of this one.

@@ -115,6 +115,10 @@ class FakeDriver:
         self._current.ctx = int(ctx)
         return self.ok()
 
+    def cuCtxSynchronize(self):
+        # Every stream runs its work at once, so the device is always idle here.
+        return self.ok()
+
     def _made(self, h):
         """Remember the context current when handle h was made (None: none was)."""
         self.ctx_of[h] = getattr(self._current, "ctx", None)
@@ -469,3 +473,19 @@ class Checked:
             return target(*args)
 
         return call
+
+
+def install(monkeypatch, count=1):
+    """Make nnc.cuda use a new FakeDriver with ``count`` GPUs until the test ends; returns it.
+    Call gc.collect() before the test returns so fake buffers are freed while it is installed."""
+    from nnc import cuda
+    from nnc.cuda import driver as drv
+    from nnc.cuda import memory
+
+    f = FakeDriver(count=count)
+    monkeypatch.setattr(cuda, "_status", (count, None))
+    monkeypatch.setattr(drv, "_driver", Checked(f))
+    monkeypatch.setattr(drv, "_devices", {})
+    monkeypatch.setattr(drv, "_tls", threading.local())
+    monkeypatch.setattr(memory, "_staging", {})
+    return f

@@ -396,18 +396,20 @@ def test_register_user_command_and_backends():
     assert calls[-1] == "mid"  # HIGH takes float64 only
     nnc.cmd_exec(nnc.Cmd(name, backend="LOW"), [x], [y])
     assert calls[-1] == "low"
-    # Re-registering a name replaces it (one entry, new priority and function).
-    nnc.register_backend(name, "LOW", make("low2"), priority=40)
+    # Re-registering a name with replace=True replaces it (one entry, new priority and
+    # function); without it, a different registration raises (tests/test_register.py).
+    nnc.register_backend(name, "LOW", make("low2"), priority=40, replace=True)
     assert nnc.backends(name) == ["LOW", "HIGH", "MID", "MID2", "CPU_REF"]
     nnc.cmd_exec(nnc.Cmd(name), [x], [y])
     assert calls[-1] == "low2"
     # accept= narrows a backend further.
-    nnc.register_backend(name, "LOW", make("low3"), priority=40, accept=lambda c, i, o: False)
+    nnc.register_backend(name, "LOW", make("low3"), priority=40, accept=lambda c, i, o: False,
+                         replace=True)
     nnc.cmd_exec(nnc.Cmd(name), [x], [y])
     assert calls[-1] == "high"
     with pytest.raises(nnc.CommandError, match="takes 1 input"):
         nnc.cmd_exec(nnc.Cmd(name), [x, x], [y])
-    with pytest.raises(nnc.CommandError, match="already registered with inplace='allow'"):
+    with pytest.raises(nnc.CommandError, match="already registered with another inplace"):
         nnc.register_command(name, inplace="none")
     with pytest.raises(nnc.CommandError, match="unknown command"):
         nnc.register_backend(_name("TEST_NONE"), "CPU_REF", make("x"))

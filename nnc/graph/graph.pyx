@@ -133,6 +133,10 @@ cdef class GraphExec:
     def __repr__(self):
         return f"<GraphExec {self.graph._label(self.index)}>"
 
+    def __reduce__(self):
+        raise TypeError("an nnc.GraphExec cannot be copied or pickled: it is a handle to a "
+                        "node of a live graph, which cannot be pickled either")
+
 
 cdef class Graph:
     """A concrete graph (NNC: ccv_nnc_graph_t). Build with exec/concat, then run()."""
@@ -759,3 +763,8 @@ cdef class Graph:
 
     def __repr__(self):
         return f"<Graph {self._size} nodes>"
+
+    def __reduce__(self):
+        raise TypeError("an nnc.Graph cannot be copied or pickled: a concrete graph holds live "
+                        "tensors, commands with backends, sub-graphs and schedules; rebuild it "
+                        "with the code that built it, or save it with nnc.onnx.save")

@@ -316,6 +316,10 @@ cdef class Schedule:
         return (f"<nnc.Schedule {self.order_size} nodes, {self.stream_count} streams, "
                 f"{self.signal_count} signals, {self.stream_type}{stale}>")
 
+    def __reduce__(self):
+        raise TypeError("an nnc.Schedule cannot be copied or pickled: it belongs to its live "
+                        "graph; schedule the rebuilt graph again with nnc.static_schedule")
+
     # -- by hand: tables in and out ------------------------------------------------------------
 
     def tables(self):
