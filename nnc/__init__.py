@@ -45,20 +45,14 @@ from nnc.trace import trace
 __version__ = "0.1.0"
 
 
-def __getattr__(name):
-    # nnc.onnx (layer 8) is loaded on first use, so ``import nnc`` never pays for it.
-    if name == "onnx":
-        import importlib
-
-        return importlib.import_module("nnc.onnx")
-    raise AttributeError(f"module 'nnc' has no attribute {name!r}")
-
-
 _register_builtins()
 # GPU_REF backends: registering them imports no cuda-python; only GPU tensors select them.
 _register_gpu_backends()
 # From here on the commands registered above are built-in: never replaced by a re-registration.
 _seal_builtins()
+
+# nnc.onnx (layer 8) imports the onnx package only when load/save are called.
+from nnc import onnx  # noqa: E402
 
 __all__ = [
     "MAX_DIM",

@@ -12,6 +12,7 @@ of nnc: nothing else in the package imports it.
 """
 
 from nnc._core import NNCError
+from nnc.graph.graph import Graph
 
 
 class OnnxError(NNCError):
@@ -40,6 +41,49 @@ class UnsupportedError(OnnxError):
         )
 
 
+class LoadedModel(tuple):
+    """``(graph, inputs, outputs)``, unpackable as a tuple, with names for lookups.
+
+    ``inputs``/``outputs``: Tensors in the model's graph input / output order, with the ONNX
+    shapes (NCHW for images). ``input_names``/``output_names``: the ONNX names, same order.
+    ``concats``: Concat node name -> (its buffer, [the slice each input was written to]).
+    ``folded``: names of the BatchNormalization nodes folded into a convolution.
+    """
+
+    def __new__(cls, graph, inputs, outputs, **info):
+        self = tuple.__new__(cls, (graph, inputs, outputs))
+        self.__dict__.update(info)
+        return self
+
+    @property
+    def graph(self) -> Graph:
+        return self[0]
+
+    @property
+    def inputs(self) -> list:
+        return self[1]
+
+    @property
+    def outputs(self) -> list:
+        return self[2]
+
+    @property
+    def input_names(self) -> list:
+        return self.__dict__["input_names"]
+
+    @property
+    def output_names(self) -> list:
+        return self.__dict__["output_names"]
+
+    @property
+    def concats(self) -> dict:
+        return self.__dict__["concats"]
+
+    @property
+    def folded(self) -> list:
+        return self.__dict__["folded"]
+
+
 def _import_onnx():
     try:
         import onnx
@@ -52,7 +96,7 @@ def _import_onnx():
     return onnx
 
 
-from nnc.onnx._load import LoadedModel, load  # noqa: E402
+from nnc.onnx._load import load  # noqa: E402
 from nnc.onnx._save import save  # noqa: E402
 
 __all__ = ["LoadedModel", "OnnxError", "OnnxMissingError", "UnsupportedError", "load", "save"]

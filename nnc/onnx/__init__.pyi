@@ -1,6 +1,8 @@
 import os
 from typing import Any
 
+from typing_extensions import disjoint_base
+
 from nnc._core import NNCError
 from nnc.graph.graph import Graph
 from nnc.tensor import Tensor
@@ -14,7 +16,8 @@ class UnsupportedError(OnnxError):
         self, problems: dict[str, tuple[int, list[str], str]], what: str = ...
     ) -> None: ...
 
-class LoadedModel(tuple[Any, ...]):
+@disjoint_base
+class LoadedModel(tuple[Graph, list[Tensor], list[Tensor]]):
     def __new__(
         cls, graph: Graph, inputs: list[Tensor], outputs: list[Tensor], **info: Any
     ) -> LoadedModel: ...
@@ -43,3 +46,5 @@ def save(
     outputs: list[Tensor], input_names: list[str] | None = ...,
     output_names: list[str] | None = ..., opset: int = ...,
 ) -> Any: ...
+
+__all__ = ["LoadedModel", "OnnxError", "OnnxMissingError", "UnsupportedError", "load", "save"]

@@ -33,49 +33,6 @@ _ALIASES = {"Identity", "Dropout"}
 _SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization"}
 
 
-class LoadedModel(tuple):
-    """``(graph, inputs, outputs)``, unpackable as a tuple, with names for lookups.
-
-    ``inputs``/``outputs``: Tensors in the model's graph input / output order, with the ONNX
-    shapes (NCHW for images). ``input_names``/``output_names``: the ONNX names, same order.
-    ``concats``: Concat node name -> (its buffer, [the slice each input was written to]).
-    ``folded``: names of the BatchNormalization nodes folded into a convolution.
-    """
-
-    def __new__(cls, graph, inputs, outputs, **info):
-        self = tuple.__new__(cls, (graph, inputs, outputs))
-        self.__dict__.update(info)
-        return self
-
-    @property
-    def graph(self) -> Graph:
-        return self[0]
-
-    @property
-    def inputs(self) -> list:
-        return self[1]
-
-    @property
-    def outputs(self) -> list:
-        return self[2]
-
-    @property
-    def input_names(self) -> list:
-        return self.__dict__["input_names"]
-
-    @property
-    def output_names(self) -> list:
-        return self.__dict__["output_names"]
-
-    @property
-    def concats(self) -> dict:
-        return self.__dict__["concats"]
-
-    @property
-    def folded(self) -> list:
-        return self.__dict__["folded"]
-
-
 def _err(msg):
     from nnc.onnx import OnnxError
 
@@ -483,6 +440,8 @@ class _Loader:
                 continue
             t, deps = self.get(name, "plain")
             outputs.append(t)
+        from nnc.onnx import LoadedModel  # defined above this module in the package
+
         return LoadedModel(self.g, inputs, outputs, input_names=list(self.graph_inputs),
                            output_names=list(self.graph_outputs), concats=self.concats,
                            folded=list(self.folded_names))
