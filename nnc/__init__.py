@@ -52,7 +52,7 @@ _register_gpu_backends()
 _seal_builtins()
 
 # nnc.onnx (layer 8) imports the onnx package only when load/save are called.
-from nnc import onnx  # noqa: E402
+from nnc import onnx  # noqa: E402, F401
 
 __all__ = [
     "MAX_DIM",
