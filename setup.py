@@ -1,10 +1,16 @@
-"""Build the Cython core of nnc: one extension module per concept (see docs/dev.md)."""
+"""Build the Cython core of nnc: one extension module per concept (see docs/dev.md).
+
+The extensions list their ``.pyx`` sources and are cythonized only when ``build_ext`` runs, so
+``sdist`` ships the ``.pyx`` files (never generated ``.c``) without running Cython, and a wheel
+built from that sdist cythonizes them afresh. Metadata lives in pyproject.toml; the files each
+distribution holds are chosen by MANIFEST.in and pyproject.toml's package-data tables.
+"""
 
 import os
 
 import numpy as np
-from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 # Module table: (dotted name, source). Each .pyx has a .pxd beside it that states its C contract.
 MODULES = [
@@ -66,4 +72,18 @@ extensions = [
     for name, src in MODULES
 ]
 
-setup(ext_modules=cythonize(extensions, compiler_directives=DIRECTIVES, annotate=annotate))
+
+class CythonizeThenBuild(build_ext):
+    """build_ext that turns each extension's .pyx into C first (in place: setuptools has already
+    annotated these Extension objects, so only their sources change)."""
+
+    def run(self):
+        from Cython.Build import cythonize
+
+        done = cythonize(self.extensions, compiler_directives=DIRECTIVES, annotate=annotate)
+        for ext, c in zip(self.extensions, done, strict=True):
+            ext.sources = c.sources
+        super().run()
+
+
+setup(ext_modules=extensions, cmdclass={"build_ext": CythonizeThenBuild})

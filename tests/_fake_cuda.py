@@ -55,8 +55,9 @@ def _contig(ptr, dtype, n):
 
 
 class FakeDriver:
-    def __init__(self, count=1, arch=(9, 0)):
+    def __init__(self, count=1, arch=(9, 0), driver_version=13000):
         self.count, self.arch = count, arch
+        self.driver_version = driver_version    # what cuDriverGetVersion says (CUDA 13.0)
         self.calls = []                 # names of driver calls made, in order
         self.buffers = {}               # ptr -> backing ndarray (device and pinned memory)
         self.modules = {}               # id -> cubin bytes
@@ -99,6 +100,9 @@ class FakeDriver:
             fn()
 
     # -- device and context
+    def cuDriverGetVersion(self):
+        return self.ok(self.driver_version)
+
     def cuInit(self, flags):
         return self.ok()
 

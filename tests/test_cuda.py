@@ -1,7 +1,7 @@
 """CUDA detection and the errors of GPU requests (nnc/cuda/__init__.py; docs/gpu.md).
 
 These run everywhere. The "installed, no driver" path is the real one on a machine with
-cuda-python but no NVIDIA driver (CI); the other paths replace the pieces the probe looks at.
+cuda-bindings but no NVIDIA driver (CI); the other paths replace the pieces the probe looks at.
 """
 
 import ctypes
@@ -70,13 +70,13 @@ def test_not_installed(fresh_probe, monkeypatch):
     # A None entry in sys.modules makes both find_spec and import see "no such module".
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)
     assert nnc.cuda_available() is False
-    assert "cuda-python is not installed" in nnc.cuda_unavailable_reason()
-    with pytest.raises(nnc.CUDAError, match="cuda-python is not installed"):
+    assert "cuda-bindings is not installed" in nnc.cuda_unavailable_reason()
+    with pytest.raises(nnc.CUDAError, match="cuda-bindings is not installed"):
         nnc.Tensor.empty((2,), device="gpu")
 
 
 @pytest.mark.skipif(not _installed() or _driver_present(),
-                    reason="needs cuda-python installed and no NVIDIA driver (the CI machine)")
+                    reason="needs cuda-bindings installed and no NVIDIA driver (the CI machine)")
 def test_installed_without_driver(fresh_probe):
     assert nnc.cuda_available() is False
     assert nnc.cuda_unavailable_reason() == "no CUDA driver (libcuda.so.1 not found)"
@@ -98,21 +98,25 @@ class _Err(int):
         return self
 
 
-def _fake_driver(monkeypatch, init=0, count=1, raises=None):
-    """Make the probe see a driver library and a fake cuda.bindings.driver."""
+def _fake_driver(monkeypatch, init=0, count=1, raises=None, driver=13000, bindings="13.4.4"):
+    """Make the probe see a driver library and a fake cuda.bindings.driver: cuDriverGetVersion
+    says ``driver`` (CUDA's integer version) and the bindings say they are ``bindings``."""
     drv = types.SimpleNamespace(CUresult=types.SimpleNamespace(
-        CUDA_ERROR_NO_DEVICE=_Err(100, "CUDA_ERROR_NO_DEVICE")))
+        CUDA_ERROR_NO_DEVICE=_Err(100, "CUDA_ERROR_NO_DEVICE"),
+        CUDA_ERROR_INSUFFICIENT_DRIVER=_Err(35, "CUDA_ERROR_INSUFFICIENT_DRIVER")))
 
     def cu_init(flags):
         if raises is not None:
             raise raises
-        return (_Err(init, {0: "CUDA_SUCCESS", 100: "CUDA_ERROR_NO_DEVICE"}.get(
-            init, "CUDA_ERROR_INSUFFICIENT_DRIVER")),)
+        return (_Err(init, {0: "CUDA_SUCCESS", 100: "CUDA_ERROR_NO_DEVICE",
+                            35: "CUDA_ERROR_INSUFFICIENT_DRIVER"}.get(init, "CUDA_ERROR_UNKNOWN")),)
 
     drv.cuInit = cu_init
     drv.cuDeviceGetCount = lambda: (_Err(0, "CUDA_SUCCESS"), count)
+    drv.cuDriverGetVersion = lambda: (_Err(0, "CUDA_SUCCESS"), driver)
     pkg = types.ModuleType("cuda.bindings")
     pkg.driver = drv
+    pkg.__version__ = bindings
     monkeypatch.setitem(sys.modules, "cuda.bindings", pkg)
     monkeypatch.setitem(sys.modules, "cuda.bindings.driver", drv)
     monkeypatch.setattr(cuda, "_bindings_installed", lambda: True)
@@ -121,7 +125,16 @@ def _fake_driver(monkeypatch, init=0, count=1, raises=None):
 
 @pytest.mark.parametrize("kw, reason", [
     (dict(init=100), "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"),
-    (dict(init=35), "cuInit failed: CUDA_ERROR_INSUFFICIENT_DRIVER"),
+    (dict(init=35), "CUDA driver too old: cuInit returned CUDA_ERROR_INSUFFICIENT_DRIVER "
+                    "(cuda-bindings 13.x)"),
+    (dict(init=999), "cuInit failed: CUDA_ERROR_UNKNOWN"),
+    (dict(driver=12040), "CUDA driver too old: found CUDA 12.4, need CUDA 13.0 or newer for "
+                         "cuda-bindings 13.x; NVIDIA driver >= 580.65.06 on Linux"),
+    (dict(driver=12090, bindings="12.9.4", count=0),
+     "no CUDA device (cuDeviceGetCount returned 0)"),
+    (dict(driver=11080, bindings="12.9.4"), "CUDA driver too old: found CUDA 11.8, need CUDA "
+                                            "12.0 or newer for cuda-bindings 12.x; NVIDIA driver "
+                                            ">= 525.60.13 on Linux"),
     (dict(count=0), "no CUDA device (cuDeviceGetCount returned 0)"),
     (dict(raises=RuntimeError("cannot load")), "CUDA driver not usable: RuntimeError: cannot "
                                                "load"),
@@ -132,6 +145,42 @@ def test_driver_without_usable_device(fresh_probe, monkeypatch, kw, reason):
     assert nnc.cuda_unavailable_reason() == reason
     with pytest.raises(nnc.CUDAError, match="unavailable: " + reason.split(" (")[0]):
         nnc.Tensor.zeros((2,), device="gpu:0")
+
+
+@pytest.mark.parametrize("driver", [13000, 13010, 14000])
+def test_driver_new_enough(fresh_probe, monkeypatch, driver):
+    # Any driver of the bindings' major version or newer passes (minor-version compatibility).
+    _fake_driver(monkeypatch, driver=driver)
+    assert nnc.cuda_available() is True
+    assert nnc.cuda_unavailable_reason() is None
+
+
+def test_bindings_version_unreadable_skips_the_check(fresh_probe, monkeypatch):
+    _fake_driver(monkeypatch, driver=9000, bindings="unknown")
+    assert nnc.cuda_available() is True
+
+
+def test_driver_version_query_fails(fresh_probe, monkeypatch):
+    _fake_driver(monkeypatch)
+    sys.modules["cuda.bindings.driver"].cuDriverGetVersion = lambda: (
+        _Err(3, "CUDA_ERROR_NOT_INITIALIZED"), 0)
+    assert nnc.cuda_available() is False
+    assert nnc.cuda_unavailable_reason() == "cuDriverGetVersion failed: CUDA_ERROR_NOT_INITIALIZED"
+
+
+def test_old_driver_through_the_runtime_fake():
+    # tests/_fake_cuda.py's driver, with the real bindings' enums: the probe asks the version
+    # before cuInit and names both versions; a CUDA 13 driver passes to the device count.
+    from _fake_cuda import Checked, FakeDriver, real
+    if real is None:
+        pytest.skip("cuda-bindings is not installed (the fake borrows its enums)")
+    old = FakeDriver(count=2, driver_version=12080)
+    count, reason = cuda._probe_driver(Checked(old), 13)
+    assert count == 0 and reason.startswith("CUDA driver too old: found CUDA 12.8, need CUDA 13.0")
+    assert old.calls == ["cuDriverGetVersion"]
+    new = FakeDriver(count=2, driver_version=13000)
+    assert cuda._probe_driver(Checked(new), 13) == (2, None)
+    assert new.calls == ["cuDriverGetVersion", "cuInit", "cuDeviceGetCount"]
 
 
 def test_gpu_ordinal_beyond_device_count(fresh_probe, monkeypatch):

@@ -80,9 +80,9 @@ def test_without_cuda_python(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)
     monkeypatch.setattr(driver, "_driver", None)
-    with pytest.raises(CUDAError, match="needs cuda-python"):
+    with pytest.raises(CUDAError, match="needs cuda-bindings"):
         nvrtc.nvrtc_version()
-    with pytest.raises(CUDAError, match="needs cuda-python"):
+    with pytest.raises(CUDAError, match="needs cuda-bindings"):
         driver.driver()
 
 
@@ -90,7 +90,7 @@ def test_without_the_nvrtc_library(monkeypatch):
     try:
         from cuda.bindings import nvrtc as bindings
     except ImportError:
-        pytest.skip("cuda-python is not installed")
+        pytest.skip("cuda-bindings is not installed")
 
     def missing():
         raise RuntimeError('"nvrtc" not found (stands in for DynamicLibNotFoundError)')

@@ -21,7 +21,7 @@ from nnc.cuda import backends, memory, nvrtc
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
 
-pytestmark = pytest.mark.skipif(real is None, reason="cuda-python is not installed (the fake "
+pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                 "driver borrows its enums and handle types)")
 
 
@@ -78,7 +78,7 @@ def fake_calls(f, name):
 
 
 def test_real_check_is_active_on_a_machine_without_driver():
-    # On CI (cuda-python installed, no driver library) the argument check must really run.
+    # On CI (cuda-bindings installed, no driver library) the argument check must really run.
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:

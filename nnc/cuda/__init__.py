@@ -1,6 +1,6 @@
 """CUDA detection: is a usable NVIDIA GPU here, and if not, why not.
 
-NNC: ccv_nnc_device_count / the GPU half of ccv_nnc_init. Nothing here imports cuda-python at
+NNC: ccv_nnc_device_count / the GPU half of ccv_nnc_init. Nothing here imports cuda-bindings at
 ``import nnc``: the probe runs on the first call of :func:`available` (or of anything that needs
 a GPU), takes a lock, and caches its answer for the process. It never raises; every GPU request
 made while CUDA is unavailable raises :class:`nnc.CUDAError` carrying the cached reason, e.g.
@@ -9,12 +9,16 @@ made while CUDA is unavailable raises :class:`nnc.CUDAError` carrying the cached
 The probe checks, cheapest first (docs/gpu.md):
 
 1. ``NNC_DISABLE_CUDA`` set to anything but ""/"0": disabled.
-2. cuda-python's ``cuda.bindings`` is importable (``pip install 'nnc[cuda]'``), found without
-   importing it (importing the driver module costs ~80 ms).
+2. ``cuda.bindings`` (the cuda-bindings package: ``pip install 'nnc-graph[cuda]'``) is
+   importable, found without importing it (importing the driver module costs ~80 ms).
 3. ``libcuda.so.1`` loads with ctypes (no driver -> OSError, 0.2 ms), before cuda.bindings is
    imported at all; cuda.bindings would otherwise raise its own DynamicLibNotFoundError on the
    first driver call.
-4. ``cuInit(0)`` succeeds (a driver without a device returns CUDA_ERROR_NO_DEVICE; a too-old
+4. ``cuDriverGetVersion`` (which needs no cuInit) reports at least the CUDA major version the
+   installed cuda-bindings was built for: cuda-bindings 13.x needs a CUDA 13 driver (NVIDIA
+   driver >= 580.65.06 on Linux). An older driver is reported as "driver too old", with both
+   versions, instead of failing later on the first call the old driver lacks.
+5. ``cuInit(0)`` succeeds (a driver without a device returns CUDA_ERROR_NO_DEVICE; a too-old
    driver CUDA_ERROR_INSUFFICIENT_DRIVER) and ``cuDeviceGetCount`` finds at least one device.
 
 ``cuInit`` runs in the probing process only: call nothing here before ``fork`` (multiprocessing,
@@ -32,6 +36,9 @@ from nnc._core import CUDAError
 __all__ = ["CUDAError", "available", "device_count", "parse_gpu", "require", "unavailable_reason"]
 
 _DRIVER_LIBRARY = "libcuda.so.1"
+# The oldest Linux NVIDIA driver of each CUDA major version (minor-version compatibility: any
+# driver of that major runs bindings of any minor); cuda-bindings' install page states them.
+_MIN_LINUX_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 _GPU_RE = re.compile(r"gpu(?::([0-9]+))?")
 
 _lock = threading.Lock()
@@ -50,26 +57,49 @@ def _error_name(err):
     return getattr(err, "name", None) or f"error {int(err)}"
 
 
-def _probe():
-    """Return (device_count, reason); reason names why no GPU can be used, else None."""
-    flag = os.environ.get("NNC_DISABLE_CUDA", "")
-    if flag not in ("", "0"):
-        return 0, f"CUDA disabled by NNC_DISABLE_CUDA={flag}"
-    if not _bindings_installed():
-        return 0, "cuda-python is not installed (pip install 'nnc[cuda]')"
+def _bindings_major():
+    """The CUDA major version the installed cuda-bindings targets (13 for 13.4.4), or None."""
     try:
-        ctypes.CDLL(_DRIVER_LIBRARY)
-    except OSError:
-        return 0, f"no CUDA driver ({_DRIVER_LIBRARY} not found)"
+        from cuda.bindings import __version__
+        return int(__version__.split(".")[0])
+    except Exception:  # an odd install: skip the version check rather than fail the probe
+        return None
+
+
+def _cuda_version(v):
+    """CUDA's integer version (12040) as text ("12.4")."""
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _driver_too_old(cu, need_major):
+    """None if the driver reports CUDA need_major or newer; else the reason, naming both."""
+    if need_major is None:
+        return None
+    err, version = cu.cuDriverGetVersion()
+    if int(err) != 0:
+        return f"cuDriverGetVersion failed: {_error_name(err)}"
+    version = int(version)
+    if version >= need_major * 1000:
+        return None
+    floor = _MIN_LINUX_DRIVER.get(need_major)
+    driver = f"; NVIDIA driver >= {floor} on Linux" if floor else ""
+    return (f"CUDA driver too old: found CUDA {_cuda_version(version)}, need CUDA {need_major}.0 "
+            f"or newer for cuda-bindings {need_major}.x{driver}")
+
+
+def _probe_driver(cu, need_major):
+    """(device_count, reason) from driver module ``cu``: version, cuInit, device count."""
     try:
-        from cuda.bindings import driver as cu
-    except ImportError as e:
-        return 0, f"cuda.bindings failed to import: {e}"
-    try:
+        reason = _driver_too_old(cu, need_major)
+        if reason is not None:
+            return 0, reason
         (err,) = cu.cuInit(0)
         if int(err) != 0:
             if int(err) == int(cu.CUresult.CUDA_ERROR_NO_DEVICE):
                 return 0, "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"
+            if int(err) == int(cu.CUresult.CUDA_ERROR_INSUFFICIENT_DRIVER):
+                return 0, ("CUDA driver too old: cuInit returned CUDA_ERROR_INSUFFICIENT_DRIVER "
+                           f"(cuda-bindings {need_major or '?'}.x)")
             return 0, f"cuInit failed: {_error_name(err)}"
         err, count = cu.cuDeviceGetCount()
         if int(err) != 0:
@@ -81,6 +111,24 @@ def _probe():
     if count <= 0:
         return 0, "no CUDA device (cuDeviceGetCount returned 0)"
     return int(count), None
+
+
+def _probe():
+    """Return (device_count, reason); reason names why no GPU can be used, else None."""
+    flag = os.environ.get("NNC_DISABLE_CUDA", "")
+    if flag not in ("", "0"):
+        return 0, f"CUDA disabled by NNC_DISABLE_CUDA={flag}"
+    if not _bindings_installed():
+        return 0, "cuda-bindings is not installed (pip install 'nnc-graph[cuda]')"
+    try:
+        ctypes.CDLL(_DRIVER_LIBRARY)
+    except OSError:
+        return 0, f"no CUDA driver ({_DRIVER_LIBRARY} not found)"
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError as e:
+        return 0, f"cuda.bindings failed to import: {e}"
+    return _probe_driver(cu, _bindings_major())
 
 
 def _get_status():
@@ -102,7 +150,7 @@ def _reset():
 
 
 def available():
-    """True if cuda-python, an NVIDIA driver and at least one GPU are present. Never raises."""
+    """True if cuda-bindings, an NVIDIA driver and at least one GPU are present. Never raises."""
     return _get_status()[0] > 0
 
 

@@ -3,7 +3,7 @@
 NNC: cmd/*/gpu/ccv_nnc_*_gpu_ref.cu (reference CUDA kernels). Each backend is registered for
 float32 and float64 with ``device="gpu"`` (DATA_TRANSFER: ``"any"``, one side may be host
 memory), so the default choice follows the tensors' device: host tensors get CPU_OPT/CPU_REF,
-GPU tensors get GPU_REF. Registering them needs no CUDA (nothing here imports cuda-python until
+GPU tensors get GPU_REF. Registering them needs no CUDA (nothing here imports cuda-bindings until
 a kernel is launched); on a machine without a GPU no tensor can select them.
 
 A backend is ``fn(cmd, inputs, outputs, stream=None)`` on Tensors: with a

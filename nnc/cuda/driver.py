@@ -1,4 +1,4 @@
-"""The CUDA driver through cuda-python: devices and contexts, streams, events, kernel launches
+"""The CUDA driver through cuda-bindings: devices and contexts, streams, events, kernel launches
 and stream capture into CUDA graphs.
 
 NNC: ccv_nnc_stream.c's GPU half and gpu/ccv_nnc_compat.cu (stream contexts, signals as CUDA
@@ -39,13 +39,14 @@ _tls = threading.local()            # .context: the context this thread made cur
 
 
 def driver():
-    """cuda.bindings.driver, imported on first use (CUDAError if cuda-python is missing)."""
+    """cuda.bindings.driver, imported on first use (CUDAError if cuda-bindings is missing)."""
     global _driver
     if _driver is None:
         try:
             from cuda.bindings import driver as cu
         except ImportError as e:
-            raise CUDAError(f"CUDA needs cuda-python (pip install 'nnc[cuda]'): {e}") from None
+            raise CUDAError(f"CUDA needs cuda-bindings (pip install 'nnc-graph[cuda]'): "
+                            f"{e}") from None
         _driver = cu
     return _driver
 

@@ -2,9 +2,10 @@
 
 NNC compiles its kernels with nvcc at build time; nnc compiles at run time, for the device's own
 architecture, so the package ships CUDA C sources (``nnc/cuda/kernels/*.cu``) and needs no CUDA
-toolkit to build. NVRTC comes from the ``nvidia-cuda-nvrtc`` wheel (``pip install 'nnc[cuda]'``)
-through ``cuda.bindings.nvrtc``, and works without a GPU or a driver, so CI compile-checks every
-kernel (tests/test_cuda_kernels.py).
+toolkit to build. NVRTC comes from the ``nvidia-cuda-nvrtc`` wheel
+(``pip install 'nnc-graph[cuda]'``) through ``cuda.bindings.nvrtc``, which finds it with
+cuda-pathfinder (a dependency of cuda-bindings), and works without a GPU or a driver, so CI
+compile-checks every kernel (tests/test_cuda_kernels.py).
 
 The result is a cubin for ``sm_XY`` (not PTX: PTX from an NVRTC newer than the driver may fail
 to load; a cubin for the exact architecture does not). Cache: in memory for the process, and on
@@ -48,7 +49,8 @@ def _nvrtc():
     try:
         from cuda.bindings import nvrtc
     except ImportError as e:
-        raise CUDAError(f"NVRTC needs cuda-python (pip install 'nnc[cuda]'): {e}") from None
+        raise CUDAError(f"NVRTC needs cuda-bindings (pip install 'nnc-graph[cuda]'): "
+                        f"{e}") from None
     return nvrtc
 
 
@@ -68,8 +70,8 @@ def nvrtc_version():
         if isinstance(e, CUDAError):
             raise
         # cuda.pathfinder's DynamicLibNotFoundError: no libnvrtc on this machine.
-        raise CUDAError(f"NVRTC is not available ({e}); pip install 'nnc[cuda]' installs the "
-                        "nvidia-cuda-nvrtc wheel") from None
+        raise CUDAError(f"NVRTC is not available ({e}); pip install 'nnc-graph[cuda]' installs "
+                        "the nvidia-cuda-nvrtc wheel") from None
 
 
 def _cache_dir():
