@@ -46,7 +46,7 @@ __version__ = "0.1.0"
 
 
 _register_builtins()
-# GPU_REF backends: registering them imports no cuda-python; only GPU tensors select them.
+# GPU_REF backends: registering them imports no cuda-bindings; only GPU tensors select them.
 _register_gpu_backends()
 # From here on the commands registered above are built-in: never replaced by a re-registration.
 _seal_builtins()

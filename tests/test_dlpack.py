@@ -367,7 +367,7 @@ def fake_gpu(monkeypatch):
     from _fake_cuda import install, real
 
     if real is None:
-        pytest.skip("cuda-python is not installed (the fake driver borrows its types)")
+        pytest.skip("cuda-bindings is not installed (the fake driver borrows its types)")
     from nnc.cuda import memory
 
     yield install(monkeypatch, count=2)

@@ -1,6 +1,6 @@
-"""The CUDA driver through cuda-python (nnc/cuda/driver.py): devices, streams, events, launches
+"""The CUDA driver through cuda-bindings (nnc/cuda/driver.py): devices, streams, events, launches
 and stream capture. Driver handles (CUdevice, CUstream, ...) are cuda.bindings objects, typed
-``Any`` here: cuda-python is an optional dependency."""
+``Any`` here: cuda-bindings is an optional dependency."""
 
 from collections.abc import Callable, Sequence
 from types import ModuleType
