@@ -1,6 +1,7 @@
 import threading
 
 from nnc.stream import Stream
+from nnc.trace import trace
 
 class Worker:
     index: int
@@ -11,3 +12,5 @@ class Worker:
 
 def worker_start(st: Stream) -> None: ...
 def drain_all() -> None: ...
+def trace_start(tracer: trace) -> None: ...
+def trace_stop() -> list[tuple[int, list[tuple[float, float, int, int, int, int]]]]: ...

@@ -1,0 +1,22 @@
+import os
+from types import TracebackType
+from typing import Any
+
+HOST_TID: int
+
+class trace:
+    path: str
+    labels: list[str]
+    events: list[tuple[int, list[tuple[float, float, int, int, int, int]]]] | None
+    host: list[tuple[int, str, str, float, float, dict[str, Any] | None]]
+    threads: dict[int, str]
+    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    def label(self, text: str) -> int: ...
+    def __enter__(self) -> trace: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+    def chrome_trace(self) -> dict[str, Any]: ...
