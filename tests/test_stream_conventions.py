@@ -5,6 +5,11 @@ Nothing here asserts a duration; every wait that could hang is bounded.
 """
 
 import asyncio
+import select
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -220,6 +225,36 @@ def test_signal_wait_on_a_worker_is_refused():
     with pytest.raises(nnc.StreamError, match="Signal.wait.* worker"):
         s.wait(TIMEOUT)
     t.wait()
+
+
+def test_ctrl_c_interrupts_a_signal_wait_not_the_work():
+    child = textwrap.dedent("""
+        import signal, threading
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        import nnc
+        go = threading.Event()
+        s, sig = nnc.Stream(), nnc.Signal()
+        s.add_callback(lambda: go.wait(30))
+        s.emit(sig)
+        try:
+            print("ready", flush=True)
+            sig.wait()
+        except KeyboardInterrupt:
+            print("interrupted", sig.query(), flush=True)
+        go.set()
+        print("done", sig.wait(30), flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT)
+        assert ready and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out.split("\n")[:2] == ["interrupted False", "done True"], out + err
 
 
 # -- asyncio --------------------------------------------------------------------------------
