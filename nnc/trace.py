@@ -57,7 +57,7 @@ class trace:
         _worker.trace_start(self)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         self.events = _worker.trace_stop()
         with open(self.path, "w") as f:
             json.dump(self.chrome_trace(), f)
