@@ -166,7 +166,7 @@ cdef int stream_drain(stream_t* s, double timeout=-1) except -1:
     cdef long long target
     cdef timespec ts
     cdef bint done = False
-    cdef double end = mono_now() + timeout, left = -1
+    cdef double end = mono_now() + timeout, left = timeout
     stream_check_not_worker()
     while True:
         with nogil:
