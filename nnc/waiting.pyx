@@ -92,9 +92,10 @@ def stream_future(Stream s not None, loop=None):
     """Stream.as_future: a future of ``loop`` (default: the running one) completed once all
     work enqueued on s so far is done, with None or the StreamError s.wait() would raise.
 
-    A task queued on s hands the outcome to the loop (``call_soon_threadsafe``), so no thread
-    waits. Cancelling the future cancels no work and loses no failure: the failures go back to
-    s, and its next wait() reports them; so do those of a loop closed before the task ran.
+    A task queued on s asks the loop (``call_soon_threadsafe``) to settle the future, so no
+    thread waits. The failures are taken from s only then, on the loop's thread, as wait()
+    takes them when it returns: a future cancelled meanwhile, or a loop closed (or closing)
+    before it settles, takes none, and s's next wait() reports them. Cancelling cancels no work.
     """
     import asyncio
 
@@ -107,46 +108,29 @@ def stream_future(Stream s not None, loop=None):
     fut = loop.create_future()
     s.kick()
     if s.query():                       # idle: settle now, nothing to hand over
-        _settle(s, fut, _take_errors(s))
+        _settle(s, fut)
     else:
         s._push_call(_resolve, (s, loop, fut), s, None, True, "as_future")
     return fut
 
 
-cdef list _take_errors(Stream s):
-    """The failures not raised yet, now owned by the caller (cleared, as wait() does)."""
-    cdef list errors = <list>s.s.errors
-    found = list(errors)
-    del errors[:]
-    return found
-
-
-cdef int _restore_errors(Stream s, list found) except -1:
-    """Give back failures nobody raised: the next wait() reports them, oldest first."""
-    cdef list errors = <list>s.s.errors
-    errors[:0] = found
-    return 0
-
-
 def _resolve(Stream s, loop, fut):
-    """On s's worker, after the work before it: pass the outcome to the loop's thread."""
-    found = _take_errors(s)
+    """On s's worker, after the work before it: have the loop's thread settle ``fut``."""
     try:
-        loop.call_soon_threadsafe(_settle_cb, s, fut, found)
-    except RuntimeError:                # the loop is closed: nobody can await the future
-        _restore_errors(s, found)
+        loop.call_soon_threadsafe(_settle, s, fut)
+    except RuntimeError:
+        pass                            # the loop is closed: nobody can await the future
 
 
-def _settle_cb(Stream s, fut, list found):
-    _settle(s, fut, found)
-
-
-cdef int _settle(Stream s, fut, list found) except -1:
-    """On the loop's thread: complete ``fut``, unless it was cancelled meanwhile."""
+def _settle(Stream s, fut):
+    """On the loop's thread: complete ``fut`` with the failures not raised yet (taking them,
+    as wait() does), unless it was cancelled meanwhile."""
+    cdef list errors = <list>s.s.errors
     if fut.done():
-        _restore_errors(s, found)
-    elif found:
+        return
+    if errors:
+        found = list(errors)
+        del errors[:]
         fut.set_exception(s._error(found))
     else:
         fut.set_result(None)
-    return 0
