@@ -16,6 +16,7 @@ from setuptools.command.build_ext import build_ext
 MODULES = [
     ("nnc._core", "nnc/_core.pyx"),
     ("nnc.debug", "nnc/debug.pyx"),
+    ("nnc.tracing", "nnc/tracing.pyx"),
     ("nnc.tensor", "nnc/tensor.pyx"),
     ("nnc.cmd", "nnc/cmd.pyx"),
     ("nnc.ops.cpu_opt", "nnc/ops/cpu_opt.pyx"),
@@ -28,6 +29,7 @@ MODULES = [
     ("nnc.inbox", "nnc/inbox.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),
+    ("nnc.waiting", "nnc/waiting.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),
     ("nnc.graph.tools", "nnc/graph/tools.pyx"),
     ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),

@@ -27,6 +27,7 @@ from nnc._core import DATATYPE_NAMES, DATATYPES, STATUS_NAMES, CommandError
 from nnc.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
+from nnc.tracing cimport trace_host, trace_now, trace_on
 
 cdef int ALL_DATATYPES = 0
 for _code in DATATYPES.values():
@@ -648,7 +649,14 @@ def cmd_exec(Cmd cmd not None, inputs=(), outputs=(), stream=None):
         raise CommandError(f"stream must be an nnc.Stream, not {type(stream).__name__}")
     cmd_validate(cmd, ins, outs)
     b = cmd_select(cmd, ins, outs)
-    if stream is None:
+    cdef double t0
+    if stream is None and trace_on:
+        t0 = trace_now()                # nnc.trace: a slice named after the command
+        try:
+            backend_run(b, cmd, ins, outs)
+        finally:
+            trace_host(cmd.name, "cmd", t0, trace_now(), {"backend": (<Backend>b).name})
+    elif stream is None:
         backend_run(b, cmd, ins, outs)
     else:
         # The stream layer sits above this one: it is reached through the object given.

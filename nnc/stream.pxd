@@ -4,7 +4,8 @@ from libc.stdlib cimport free
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
 from nnc.debug cimport DEBUG_RECORDS, debug_count
 from nnc.sync cimport (
-    pthread_cond_signal, pthread_cond_t, pthread_mutex_lock, pthread_mutex_t, pthread_mutex_unlock,
+    CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, pthread_cond_signal, pthread_cond_t,
+    pthread_mutex_lock, pthread_mutex_t, pthread_mutex_unlock, timespec,
 )
 from nnc.tensor cimport nnc_tensor_t, Tensor
 
@@ -57,6 +58,24 @@ cdef inline void record_release(signal_record_t* r) noexcept nogil:
         free(r)
         debug_count(DEBUG_RECORDS, -1)
     pthread_mutex_unlock(&signal_lock)
+
+
+cdef inline double mono_now() noexcept nogil:
+    """CLOCK_MONOTONIC seconds (time.perf_counter's clock): deadlines of host waits."""
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef inline void slice_deadline(timespec* ts, double left) noexcept nogil:
+    """ts = now on CLOCK_REALTIME (the condition variables' clock) + min(100 ms, ``left`` s;
+    left < 0: no limit): a blocked host wait wakes at least every 100 ms to handle Ctrl-C."""
+    cdef long ns = 100000000 if left < 0 or left > 0.1 else <long>(left * 1e9)
+    clock_gettime(CLOCK_REALTIME, ts)
+    ts.tv_nsec += ns
+    if ts.tv_nsec >= 1000000000:
+        ts.tv_sec += 1
+        ts.tv_nsec -= 1000000000
 
 
 cdef enum:
@@ -166,6 +185,9 @@ cdef int stream_add_error(Stream s, str where, object exc) except -1
 # For nnc.worker, the threads serving streams and running the tasks:
 cdef int stream_record_error(stream_t* s, tuple entry) except -1
 cdef void stream_set_current_worker(stream_t* s) noexcept nogil
-cdef int stream_drain(stream_t* s) except -1
+cdef int stream_drain(stream_t* s, double timeout=*) except -1
+# For nnc.waiting (host waits on signals, asyncio futures):
+cdef int stream_check_not_worker(str what=*) except -1
+cdef double timeout_seconds(object timeout) except? -2
 cdef void stream_release(stream_t* s, bint worker) noexcept
 cdef int stream_move_errors(Stream src, Stream dst) except -1

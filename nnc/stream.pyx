@@ -34,10 +34,10 @@ from nnc.cmd cimport Backend, Cmd
 from nnc.debug cimport DEBUG_RECORDS, DEBUG_STREAMS, DEBUG_TASKS, debug_count
 from nnc.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
 from nnc.sync cimport (
-    CLOCK_REALTIME, clock_gettime, pthread_cond_destroy, pthread_cond_init, pthread_cond_signal,
-    pthread_cond_timedwait, pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock,
-    pthread_mutex_unlock, timespec,
+    pthread_cond_destroy, pthread_cond_init, pthread_cond_signal, pthread_cond_timedwait,
+    pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock, timespec,
 )
+from nnc.tracing cimport trace_label, trace_on
 
 
 cdef extern from "Python.h":
@@ -69,7 +69,6 @@ cdef int _stream_seq = 0
 cdef bint _exiting = False
 
 _live = weakref.WeakSet()               # every Stream object, for tracing and scheduler joins
-_tracer = None                          # the active nnc.trace recorder, or None
 
 
 cdef inline void _task_init(stream_task_t* t, int kind) noexcept nogil:
@@ -132,19 +131,34 @@ cdef void stream_release(stream_t* s, bint worker) noexcept:
         _stream_free(s)
 
 
-cdef int _check_not_worker() except -1:
-    """StreamError on a stream worker thread, which must never block on a stream."""
+cdef int stream_check_not_worker(str what="wait()") except -1:
+    """StreamError on a stream worker thread, which must never block on a stream or signal."""
     cdef stream_t* me = <stream_t*>_get_current_worker()
     if me != NULL:
         raise StreamError(
-            f"wait() on a stream worker thread (a callback or command running on nnc stream "
+            f"{what} on a stream worker thread (a callback or command running on nnc stream "
             f"#{me.index}): it could be waiting for its own queue and never return; wait on a "
             "host thread, or order the work with signals")
     return 0
 
 
-cdef int stream_drain(stream_t* s) except -1:
-    """Block until everything enqueued on s so far is done, without raising its errors.
+cdef double timeout_seconds(object timeout) except? -2:
+    """A wait's ``timeout`` argument as seconds: -1 for None (forever), 0 for a negative value
+    (as threading.Event.wait); StreamError for anything that is not a real number."""
+    if timeout is None:
+        return -1
+    try:
+        t = float(timeout)
+    except (TypeError, ValueError):
+        raise StreamError(f"timeout must be a number of seconds or None, not {timeout!r}") from None
+    if t != t:
+        raise StreamError("timeout must be a number of seconds or None, not NaN")
+    return max(t, 0.0)
+
+
+cdef int stream_drain(stream_t* s, double timeout=-1) except -1:
+    """Block until everything enqueued on s so far is done, without raising its errors; 1 once
+    done, 0 if ``timeout`` seconds (>= 0; -1: no limit) passed first.
 
     Called with the GIL (and a reference to s); sleeps without it, waking every 100 ms so that
     Ctrl-C raises KeyboardInterrupt here (PyErr_CheckSignals runs the signal handlers).
@@ -152,26 +166,27 @@ cdef int stream_drain(stream_t* s) except -1:
     cdef long long target
     cdef timespec ts
     cdef bint done = False
-    _check_not_worker()
-    while not done:
+    cdef double end = mono_now() + timeout, left = timeout
+    stream_check_not_worker()
+    while True:
         with nogil:
             pthread_mutex_lock(&s.lock)
             target = s.submitted
             s.host_waiting += 1
-            clock_gettime(CLOCK_REALTIME, &ts)
-            ts.tv_nsec += 100000000
-            if ts.tv_nsec >= 1000000000:
-                ts.tv_sec += 1
-                ts.tv_nsec -= 1000000000
+            slice_deadline(&ts, left)
             while s.completed < target:
                 if pthread_cond_timedwait(&s.idle, &s.lock, &ts) != 0:
                     break
             done = s.completed >= target
             s.host_waiting -= 1
             pthread_mutex_unlock(&s.lock)
-        if not done:
-            PyErr_CheckSignals()
-    return 0
+        if done:
+            return 1
+        if timeout >= 0:
+            left = end - mono_now()
+            if left <= 0:
+                return 0
+        PyErr_CheckSignals()
 
 
 cdef int _enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n, bint wake) noexcept nogil:
@@ -212,6 +227,21 @@ cdef int _enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n, bint wake) no
         # once, costing two more futex calls and a context switch per hand-over.
         pthread_cond_signal(&s.work)
     return 1
+
+
+def _qualname(fn):
+    q = getattr(fn, "__qualname__", None)
+    return q if isinstance(q, str) else type(fn).__qualname__
+
+
+def _add_note(exc, str note):
+    """BaseException.add_note (Python 3.11+); on 3.10 the note is stored the same way."""
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
+    else:
+        notes = getattr(exc, "__notes__", None)
+        exc.__notes__ = (notes if isinstance(notes, list) else []) + [note]
 
 
 def _parse_kind(kind):
@@ -261,7 +291,7 @@ cdef class Stream:
         Py_INCREF(waiters)
         s.waiters = <PyObject*>waiters
         s.refs = 1
-        s.trace = _tracer is not None
+        s.trace = trace_on
         self.s = s
         debug_count(DEBUG_STREAMS, 1)
         _stream_seq += 1
@@ -340,9 +370,13 @@ cdef class Stream:
             raise NNCError(f"add_callback needs a callable, not {type(fn).__name__}")
         self._push_call(fn, (), fn)
 
-    def _push_call(self, fn, tuple args, ctx, keep=None, bint wake=True):
+    def _push_call(self, fn, tuple args, ctx, keep=None, bint wake=True, str name=None):
+        """Enqueue ``fn(*args)``; ``ctx`` names it in errors, ``name`` (default: fn's
+        qualified name) in a trace."""
         cdef stream_task_t t
         _task_init(&t, TASK_PY)
+        if trace_on:
+            t.label = trace_label(name if name is not None else _qualname(fn))
         t.flags = TASK_OWNS_PY
         Py_INCREF(fn)
         Py_INCREF(args)
@@ -414,7 +448,7 @@ cdef class Stream:
         pthread_mutex_unlock(&self.s.lock)
         return done
 
-    def wait(self):
+    def wait(self, timeout=None):
         """Block until all work enqueued so far is done; raise StreamError for any failure.
 
         Tasks of this stream's coroutine scheduler are joined first. NNC:
@@ -423,9 +457,14 @@ cdef class Stream:
         was first raised (so concurrent waiters all see it), by none that begins after.
         Refused (StreamError) on a stream worker thread and inside a task of this stream's own
         scheduler (a while or case..of expression): both could be waiting for themselves.
+
+        Returns True; with ``timeout`` (seconds), False if the work is not done by then, like
+        ``threading.Event.wait`` (failures then stay recorded for a later wait).
         """
         cdef stream_t* s = self.s
-        _check_not_worker()
+        cdef double limit = timeout_seconds(timeout)
+        cdef double end = mono_now() + limit
+        stream_check_not_worker()
         if self._scheduler is not None:
             from nnc.coro import current_scheduler
 
@@ -434,21 +473,30 @@ cdef class Stream:
                     f"{self!r}.wait() inside a task of its own coroutine scheduler (a while or "
                     "case..of expression, or a task spawned on it): the stream waits for that "
                     "control flow, which would wait for the stream; yield WaitFor(stream) instead")
-            while not self._scheduler.join(0.1):
+            while True:
+                left = 0.1 if limit < 0 else min(0.1, max(end - mono_now(), 0))
+                if self._scheduler.join(left):
+                    break
+                if 0 <= limit and end <= mono_now():
+                    return False
                 PyErr_CheckSignals()
         box = list(<list>s.errors)      # failures recorded but not raised yet, then new ones
         (<list>s.waiters).append(box)
         try:
-            self._drain()
+            self.kick()
+            done = stream_drain(s, -1 if limit < 0 else max(end - mono_now(), 0.0))
         finally:
             waiters = <list>s.waiters
             for i in range(len(waiters)):
                 if waiters[i] is box:
                     del waiters[i]
                     break
+        if not done:
+            return False
         if box:
             del (<list>s.errors)[:]
             self._raise_errors(box)
+        return True
 
     def _waiting(self):
         """Number of wait() calls in progress on this stream (for tests)."""
@@ -460,9 +508,27 @@ cdef class Stream:
         stream_drain(self.s)
 
     def _raise_errors(self, list found):
+        raise self._error(found)
+
+    def _error(self, list found):
+        """The StreamError reporting ``found`` [(where, exc)], the first as its __cause__."""
         where, first = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise StreamError(f"{where} failed on {self!r}: {first!r}{more}") from first
+        err = StreamError(f"{where} failed on {self!r}: {first!r}{more}")
+        err.__cause__ = first
+        return err
+
+    def as_future(self, loop=None):
+        """An asyncio.Future of ``loop`` (default: the running loop) that completes once all
+        work enqueued so far is done: result None, or the StreamError wait() would raise.
+        Completed by this stream's worker, not by a thread per wait (nnc.waiting)."""
+        from nnc.waiting import stream_future
+
+        return stream_future(self, loop)
+
+    def __await__(self):
+        """``await s``: as ``s.wait()``, without blocking the event loop (see as_future)."""
+        return self.as_future().__await__()
 
     def _enqueue_cmd(self, Cmd cmd not None, Backend backend not None, list inputs,
                      list outputs):
@@ -473,11 +539,13 @@ cdef class Stream:
             ins = [None if x is None else (<Tensor>x).numpy() for x in inputs]
             outs = [None if x is None else (<Tensor>x).numpy() for x in outputs]
             if cmd.fn is not None:
-                self._push_call(cmd.fn, (ins, outs), cmd)
+                self._push_call(cmd.fn, (ins, outs), cmd, None, True, cmd.name)
             else:
-                self._push_call(backend.py_exec, (cmd, ins, outs), cmd)
+                self._push_call(backend.py_exec, (cmd, ins, outs), cmd, None, True, cmd.name)
             return
         _task_init(&t, TASK_C)
+        if trace_on:
+            t.label = trace_label(cmd.name)
         t.flags = TASK_OWNS_IO | TASK_OWNS_PY
         t.c_exec = backend.c_exec
         t.param = &cmd.param
@@ -503,10 +571,24 @@ cdef class Stream:
             raise
 
     def __enter__(self):
+        """``with s:`` is a scope that joins s on exit; it does not make s "current" (nnc
+        has no current stream: work goes to a stream only when passed ``stream=s``)."""
         return self
 
-    def __exit__(self, *exc):
-        self.wait()
+    def __exit__(self, exc_type, exc, tb):
+        """Wait for s. When the block raised, its exception propagates unchanged: s is still
+        drained, and a failure of s is added to it as a note (then forgotten, as reported).
+        After KeyboardInterrupt nothing is waited for; s keeps its work and failures."""
+        if exc is None:
+            self.wait()
+            return False
+        if not isinstance(exc, Exception):
+            return False                # Ctrl-C, SystemExit: leave at once
+        try:
+            self.wait()
+        except StreamError as e:
+            _add_note(exc, f"while leaving 'with {self!r}', the stream also failed: {e}")
+        return False
 
     def __repr__(self):
         return f"<nnc.Stream {self.kind} #{self.index}>"
@@ -540,6 +622,25 @@ cdef class Signal:
                 done = self.latest.done
             pthread_mutex_unlock(&signal_lock)
         return done
+
+    def wait(self, timeout=None):
+        """Block the calling thread until the latest emit enqueued so far has happened (at
+        once if the signal was never emitted); True, or False if ``timeout`` seconds passed
+        first (as threading.Event.wait). NNC: ccv_nnc_stream_signal_wait from the host;
+        CUDA: cudaEventSynchronize.
+
+        The GIL is released while waiting; Ctrl-C interrupts the wait (not the work). A failure
+        on the emitting stream does not stop its later emits, so this returns; the failure is
+        raised by that stream's wait(). Refused (StreamError) on a stream worker thread, as
+        Stream.wait(): it could be the worker that has to emit the signal (nnc.waiting).
+        """
+        from nnc.waiting import signal_wait
+
+        return signal_wait(self, timeout)
+
+    def synchronize(self):
+        """Wait without a timeout (the CUDA event's name for ``wait()``)."""
+        self.wait()
 
     def _reserve(self):
         """Waits enqueued from now on wait for the next emit (see signal_reserve)."""
@@ -630,57 +731,6 @@ cdef int stream_wait_signal(Stream s, Signal sig, bint wake=True) except -1:
         record_release(r)
         raise
     return 0
-
-
-def _trace_start(tracer):
-    """Start recording task timings on every stream (nnc.trace)."""
-    global _tracer
-    cdef Stream st
-    if _tracer is not None:
-        raise NNCError("a trace is already being recorded; nnc.trace does not nest")
-    _tracer = tracer
-    for st in list(_live):
-        with nogil:
-            pthread_mutex_lock(&st.s.lock)
-            st.s.trace = 1
-            st.s.trace_size = 0
-            pthread_mutex_unlock(&st.s.lock)
-
-
-def _trace_stop():
-    """Stop recording; drain every stream; return [(stream index, [event tuples])]."""
-    global _tracer
-    cdef Stream st
-    cdef trace_event_t* buf
-    cdef trace_event_t* ev
-    cdef Py_ssize_t i, size
-    out = []
-    try:
-        for st in list(_live):
-            st._drain()
-            # Take the buffer under the lock, then build Python objects after unlocking: the
-            # GIL is never taken while a stream lock is held (docs/threading.md).
-            with nogil:
-                pthread_mutex_lock(&st.s.lock)
-                st.s.trace = 0
-                buf = <trace_event_t*>st.s.trace_buf
-                size = st.s.trace_size
-                st.s.trace_buf = NULL
-                st.s.trace_size = 0
-                st.s.trace_cap = 0
-                pthread_mutex_unlock(&st.s.lock)
-            try:
-                events = []
-                for i in range(size):
-                    ev = buf + i
-                    events.append((ev.t0, ev.t1, ev.kind, ev.node, ev.label, ev.record))
-            finally:
-                free(buf)
-            if events:
-                out.append((st.index, events))
-    finally:
-        _tracer = None
-    return out
 
 
 def _refuse_new_work():

@@ -1,32 +1,42 @@
-"""Record stream runs as a Chrome-trace / Perfetto timeline.
+"""Record what nnc runs as a Chrome-trace / Perfetto timeline.
 
     with nnc.trace("run.json"):
         g.run(stream=s)
         s.wait()
+        g.run()                         # sequential runs are recorded too
 
-Open the file in https://ui.perfetto.dev or chrome://tracing: one track per stream, one slice
-per command (named after the graph node), "wait" slices showing how long a stream was held by a
-signal, and flow arrows from each signal's emit to the waits it released. Leaving the ``with``
-block waits for every stream, so everything enqueued inside it is recorded.
+Open the file in https://ui.perfetto.dev or chrome://tracing. Streams: one track per stream,
+one slice per task (a graph node named after the node, an eager command named after the
+command, a callback after its ``__qualname__``), "wait" slices showing how long a stream was
+held by a signal, and flow arrows from each signal's emit to the waits it released. Host
+threads: one track per thread that ran something synchronously, with a "Graph.run" slice
+holding one slice per node, loop iterations and case..of branches nested inside their node,
+and one slice per eager ``cmd_exec``. Leaving the ``with`` block waits for every stream, so
+everything enqueued inside it is recorded. The format is described in docs/trace.md.
 """
 
 import json
 import os
+import threading
 import time
 
-from nnc import stream as _stream
+from nnc import worker as _worker
 
 _KIND = {1: "cmd", 2: "cmd", 3: "emit", 4: "wait", 5: "wake", 6: "count"}
+HOST_TID = 100000                       # host thread k (in order of first event): tid 100000 + k
 
 
 class trace:
-    """Context manager recording every stream's tasks; writes JSON to ``path`` on exit."""
+    """Context manager recording every stream's tasks and the calling threads' synchronous
+    runs; writes Chrome trace-event JSON to ``path`` on exit."""
 
     def __init__(self, path):
         self.path = os.fspath(path)
         self.labels = []
         self._index = {}
         self.events = None  # after exit: [(stream index, [(t0, t1, kind, node, label, rec)])]
+        self.host = []      # [(thread ident, name, cat, t0, t1, args)], appended as slices end
+        self.threads = {}   # thread ident -> thread name
 
     def label(self, text):
         """Index of ``text`` in the label table (called by the runners while tracing)."""
@@ -36,13 +46,19 @@ class trace:
             self.labels.append(text)
         return k
 
+    def _host_event(self, ident, name, cat, t0, t1, args):
+        """A slice that ran on a host thread (nnc.tracing.trace_host, with the GIL)."""
+        if ident not in self.threads:
+            self.threads[ident] = threading.current_thread().name
+        self.host.append((ident, name, cat, t0, t1, args))
+
     def __enter__(self):
         self._origin = time.perf_counter()
-        _stream._trace_start(self)
+        _worker.trace_start(self)
         return self
 
-    def __exit__(self, *exc):
-        self.events = _stream._trace_stop()
+    def __exit__(self, exc_type, exc, tb):
+        self.events = _worker.trace_stop()
         with open(self.path, "w") as f:
             json.dump(self.chrome_trace(), f)
         return False
@@ -57,8 +73,10 @@ class trace:
                         "args": {"name": f"stream #{index}"}})
             for t0, t1, kind, node, label, rec in events:
                 what = _KIND.get(kind, "task")
-                if what == "cmd":
-                    name = self.labels[label] if label >= 0 else "callback"
+                if kind == 2 and node < 0:
+                    what = "call"           # a Python task that is no graph node
+                if what in ("cmd", "call"):
+                    name = self.labels[label] if label >= 0 else "task"
                 elif what in ("emit", "wait"):
                     name = f"{what} signal@{rec}"
                 else:
@@ -77,4 +95,21 @@ class trace:
                     out.append({"ph": "f", "bp": "e", "id": rec, "name": "signal",
                                 "cat": "signal", "pid": 1, "tid": index,
                                 "ts": (t1 - self._origin) * us})
+        out.extend(self._host_slices())
         return {"traceEvents": out, "displayTimeUnit": "ms"}
+
+    def _host_slices(self):
+        """Host threads' slices, per track in start order, enclosing slices first (slices are
+        recorded as they end, so a run's node slices come before the run's own)."""
+        tids = {}
+        out = []
+        for ident in dict.fromkeys(e[0] for e in self.host):
+            tids[ident] = tid = HOST_TID + len(tids)
+            out.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid,
+                        "args": {"name": f"host: {self.threads[ident]}"}})
+        us = 1e6
+        for ident, name, cat, t0, t1, args in sorted(self.host, key=lambda e: (e[3], -e[4])):
+            out.append({"ph": "X", "name": name, "cat": cat, "pid": 1, "tid": tids[ident],
+                        "ts": (t0 - self._origin) * us, "dur": max((t1 - t0) * us, 0.01),
+                        "args": dict(args) if args else {}})
+        return out

@@ -5,6 +5,7 @@ import threading
 from typing_extensions import disjoint_base
 
 from nnc.stream import Stream
+from nnc.trace import trace
 
 @disjoint_base
 class Worker:
@@ -19,3 +20,5 @@ class Worker:
 
 def worker_start(st: Stream) -> None: ...
 def drain_all() -> None: ...
+def trace_start(tracer: trace) -> None: ...
+def trace_stop() -> list[tuple[int, list[tuple[float, float, int, int, int, int]]]]: ...

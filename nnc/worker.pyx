@@ -12,7 +12,7 @@ freed a thread state per GIL acquisition, outside the GIL, which raced tracemall
 The worker loop (``_worker_main``, ``_run_task``) pops the stream's tasks in batches and runs them
 without the GIL: C backends, signal emits and waits, loop counts and C calls; it takes the GIL only
 for Python tasks and to record a failure, which ``wait()`` raises (nnc.stream). While nnc.trace
-records, it times each task into the stream's trace buffer.
+records, it times each task into the stream's trace buffer (``trace_start``, ``trace_stop``).
 
 ``_workers`` knows every worker, including those of streams whose Python object is gone, so the
 exit hook (an ``atexit`` callback) drains all of them, then closes them and joins their threads:
@@ -31,6 +31,7 @@ from cpython.ref cimport Py_XDECREF
 from libc.stdlib cimport free, realloc
 
 from nnc._core import NNCError, StreamError
+from nnc.tracing import tracing_begin, tracing_end
 
 from nnc.debug cimport DEBUG_TASKS, DEBUG_WORKERS, debug_count
 from nnc.stream cimport (
@@ -61,7 +62,7 @@ cdef inline double _now() noexcept nogil:
 
 
 cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexcept nogil:
-    """Append t's timing to s's trace buffer (nnc.trace, read by _trace_stop in nnc.stream);
+    """Append t's timing to s's trace buffer (nnc.trace, read by trace_stop);
     the event is dropped if the buffer cannot grow."""
     cdef trace_event_t* ev
     cdef Py_ssize_t cap
@@ -192,6 +193,56 @@ cdef void _worker_main(stream_t* s) noexcept nogil:
     pthread_mutex_unlock(&s.lock)
     stream_set_current_worker(NULL)
     debug_count(DEBUG_WORKERS, -1)
+
+
+def trace_start(tracer):
+    """Start recording (nnc.trace): tasks are named as they are enqueued (nnc.tracing) and
+    every stream's worker times them into its trace buffer (_trace_add)."""
+    from nnc import stream as stream_module
+    cdef Stream st
+    tracing_begin(tracer)
+    for st in list(stream_module._live):
+        with nogil:
+            pthread_mutex_lock(&st.s.lock)
+            st.s.trace = 1
+            st.s.trace_size = 0
+            pthread_mutex_unlock(&st.s.lock)
+
+
+def trace_stop():
+    """Stop recording; drain every stream; return [(stream index, [event tuples])]."""
+    from nnc import stream as stream_module
+    cdef Stream st
+    cdef trace_event_t* buf
+    cdef trace_event_t* ev
+    cdef Py_ssize_t i, size
+    out = []
+    try:
+        for st in list(stream_module._live):
+            st._drain()
+            # Take the buffer under the lock, then build Python objects after unlocking: the
+            # GIL is never taken while a stream lock is held (docs/threading.md).
+            with nogil:
+                pthread_mutex_lock(&st.s.lock)
+                st.s.trace = 0
+                buf = <trace_event_t*>st.s.trace_buf
+                size = st.s.trace_size
+                st.s.trace_buf = NULL
+                st.s.trace_size = 0
+                st.s.trace_cap = 0
+                pthread_mutex_unlock(&st.s.lock)
+            try:
+                events = []
+                for i in range(size):
+                    ev = buf + i
+                    events.append((ev.t0, ev.t1, ev.kind, ev.node, ev.label, ev.record))
+            finally:
+                free(buf)
+            if events:
+                out.append((st.index, events))
+    finally:
+        tracing_end()
+    return out
 
 
 # stream index -> Worker, for every worker thread not yet exited; guarded by the GIL. A worker

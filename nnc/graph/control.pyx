@@ -41,6 +41,7 @@ from nnc.cmd cimport tensor_list
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.multiview cimport MV_K1N, MV_PHI, MultiView
 from nnc.tensor cimport Tensor, tensor_overlap
+from nnc.tracing cimport trace_host, trace_now, trace_on
 
 
 cdef int _check_sub(Graph parent, object sub, str what) except -1:
@@ -326,10 +327,12 @@ cdef class WhileNode:
             return bool(self.expr(count, *[(<Tensor>t).numpy() for t in self.inputs]))
         return bool(self.expr(count))
 
-    cdef int _run_body_node(self, int idx) except -1:
+    cdef int _run_body_node(self, int idx, bint traced) except -1:
         cdef list mvs = <list>self.node_mvs[idx]
         if mvs is not None:
             select_multiviews(mvs)
+        if traced:
+            return self.body._run_node_traced(idx)
         return self.body._run_node(idx)
 
     cdef int _carry_in(self, long long count) except -1:
@@ -365,23 +368,31 @@ cdef class WhileNode:
         """Run the loop to its end on the calling thread (NNC: the sequential while path)."""
         cdef long long count = 0
         cdef int k
+        cdef bint traced = trace_on     # nnc.trace: body nodes in "iteration N" slices
+        cdef double t0 = 0
         check_sub_idle(self.body)
         self._prepare()
         self._find_multiviews()
         originals = self._save_originals()
         try:
             while True:
+                if traced:
+                    t0 = trace_now()
                 self.count_ptr[0] = count
                 if count > 0 and self.carry:
                     self._carry_in(count)
                 for k in range(self.split):
-                    self._run_body_node(self.order[k])
+                    self._run_body_node(self.order[k], traced)
                 if not self._eval(count):
+                    if traced:
+                        trace_host(f"iteration {count}", "loop", t0, trace_now(), {"last": 1})
                     break
                 for k in range(self.split, self.order_size):
-                    self._run_body_node(self.order[k])
+                    self._run_body_node(self.order[k], traced)
                 if self.carry:
                     self._carry_save(count)
+                if traced:
+                    trace_host(f"iteration {count}", "loop", t0, trace_now(), None)
                 count += 1
         finally:
             self._restore_originals(originals)
@@ -482,6 +493,10 @@ cdef class CaseOfNode:
     def _subgraphs(self):
         return list(self.branches.values())
 
+    def _branch_items(self):
+        """(index, branch graph) pairs in index order (Graph.dot draws them)."""
+        return sorted(self.branches.items())
+
     def set_expr(self, expr, offset):
         if not callable(expr):
             raise GraphError(f"the case..of expression must be callable, not "
@@ -508,6 +523,8 @@ cdef class CaseOfNode:
     def run(self):
         cdef Graph b
         cdef int k, idx
+        cdef bint traced = trace_on     # nnc.trace: the branch's nodes in a "branch i" slice
+        cdef double t0 = trace_now() if traced else 0
         branch = self._choose()
         if branch is not None:
             b = branch
@@ -519,7 +536,12 @@ cdef class CaseOfNode:
                 idx = b._order[k]
                 if sel[idx] is not None:
                     select_multiviews(<list>sel[idx])
-                b._run_node(idx)
+                if traced:
+                    b._run_node_traced(idx)
+                else:
+                    b._run_node(idx)
+            if traced:
+                trace_host(f"branch {self.last_index}", "branch", t0, trace_now(), None)
         self._select_phis(self.last_index)
 
     def _node_selects(self, Graph branch):

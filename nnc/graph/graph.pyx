@@ -22,6 +22,7 @@ from nnc.cmd cimport (
 )
 from nnc.debug cimport DEBUG_GRAPHS, debug_count
 from nnc.tensor cimport Tensor, tensor_movable_epoch
+from nnc.tracing cimport trace_host, trace_now, trace_on
 
 
 cdef extern from "Python.h":
@@ -624,8 +625,33 @@ cdef class Graph:
 
     cdef int _run_order(self) except -1:
         cdef int k
+        if trace_on:                    # one check per run, none per node (nnc.trace)
+            return self._run_order_traced()
         for k in range(self._order_size):
             self._run_node(self._order[k])
+        return 0
+
+    cdef int _run_order_traced(self) except -1:
+        """_run_order inside a "Graph.run" slice of the calling thread's track."""
+        cdef double t0 = trace_now()
+        cdef int k
+        try:
+            for k in range(self._order_size):
+                self._run_node_traced(self._order[k])
+        finally:
+            trace_host("Graph.run", "run", t0, trace_now(), {"nodes": self._order_size})
+        return 0
+
+    cdef int _run_node_traced(self, int idx) except -1:
+        """_run_node inside a slice named after the node (NOOPs get none, as on streams)."""
+        cdef double t0
+        if self._nodes[idx].flags & EXEC_NOOP:
+            return 0
+        t0 = trace_now()
+        try:
+            self._run_node(idx)
+        finally:
+            trace_host(self._label(idx), "cmd", t0, trace_now(), {"node": idx})
         return 0
 
     def run(self, stream=None):

@@ -23,6 +23,7 @@ from nnc.stream cimport (
     TASK_C, TASK_PY, Signal, Stream, stream_emit, stream_move_errors, stream_task_t,
     stream_wait_signal,
 )
+from nnc.tracing cimport trace_label, trace_on
 
 from nnc.graph.schedule import graph_schedule
 from nnc.stream import Signal as PySignal
@@ -77,10 +78,7 @@ cdef bint _node_task(Graph g, int idx, stream_task_t* t) noexcept:
 
 
 cdef int _label_tasks(Graph g, stream_task_t* t) except -1:
-    from nnc import stream as stream_module
-    tracer = stream_module._tracer
-    if tracer is not None:
-        t.label = tracer.label(g._label(t.node))
+    t.label = trace_label(g._label(t.node))
     return 0
 
 
@@ -99,8 +97,7 @@ cdef int _run_unscheduled(Graph g, Stream s, bint* finished) except -1:
 
 
 cdef bint _tracing():
-    from nnc import stream as stream_module
-    return stream_module._tracer is not None
+    return trace_on
 
 
 cdef int _push_waits(Schedule sched, _Runtime rt, int idx) except -1:

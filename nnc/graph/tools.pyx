@@ -8,28 +8,58 @@ synchronous run, so no other thread changes or runs it meanwhile.
 
 import time
 
+from nnc._core import NNCError
 from nnc.cmd import cmd_autotune
+from nnc.graph.control import WhileNode
 
 from nnc.cmd cimport Cmd
-from nnc.graph.graph cimport EXEC_NOOP, Graph, GraphExec
+from nnc.graph.graph cimport EXEC_CONTROL, EXEC_NOOP, Graph, GraphExec
 
 
-def _on_path(sched, int i):
-    return sched.stream_of(i) >= 0
+# Fill colours of the streams (ColorBrewer "Set3", 12 colours; stream k takes k mod 12).
+PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69",
+           "#fccde5", "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f")
 
 
 def graph_dot(Graph g, bint long_form):
-    """Graph.dot: Graphviz text; ``long_form`` adds shapes and the default schedule's streams,
-    signals and waits."""
-    cdef int i, k
-    sched = g.schedule if long_form else None
-    lines = ["digraph nnc_graph {", "  node [shape=box];"]
+    """Graph.dot: Graphviz text. Loop bodies and case..of branches are clusters beside their
+    node (nested for nested control flow). Under a default schedule, each node is filled with
+    its stream's colour (a legend maps colours to stream indices) and a sub-graph's cluster is
+    outlined in the colour of its node's stream (its stream 0). ``long_form`` adds tensor
+    shapes and the schedule's streams, signals and waits."""
+    try:
+        sched = g.schedule
+    except NNCError:
+        sched = None                    # e.g. a cycle: draw the graph without its schedule
+    lines = ["digraph nnc_graph {", "  compound=true;", "  node [shape=box];"]
+    used = set()
+    _dot_body(g, "n", sched, long_form, lines, "  ", used)
+    if used:
+        lines.append('  subgraph cluster_legend {')
+        lines.append('    label="streams"; style=dashed;')
+        for k in sorted(used):
+            lines.append(f'    legend{k} [label="stream {k}", style=filled, '
+                         f'fillcolor="{PALETTE[k % len(PALETTE)]}"];')
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+cdef int _dot_body(Graph g, str prefix, sched, bint long_form, list lines, str pad,
+                   set used) except -1:
+    """Append g's nodes (ids ``prefix`` + index), its edges and its sub-graph clusters."""
+    cdef int i, k, stream
     for i in range(g._size):
         cmd = <Cmd>g._cmds[i]
         label = g._label(i)
+        attrs = ""
         if cmd.backend is not None:
             label += f"\\n{cmd.backend}"
-        if long_form and sched is not None and g._order_size and _on_path(sched, i):
+        stream = sched.stream_of(i) if sched is not None and g._order_size else -1
+        if stream >= 0:
+            used.add(stream)
+            attrs = f', style=filled, fillcolor="{PALETTE[stream % len(PALETTE)]}"'
+        if long_form and stream >= 0:
             es = sched[GraphExec._new(g, i)]
             label += f"\\nstream {','.join(map(str, es.streams))}"
             if es.signals:
@@ -42,12 +72,38 @@ def graph_dot(Graph g, bint long_form):
                                    for t in ts)
                 label += f"\\n{kind}: {shapes}"
         label = label.replace('"', '\\"')
-        lines.append(f'  n{i} [label="{label}"];')
+        lines.append(f'{pad}{prefix}{i} [label="{label}"{attrs}];')
     for i in range(g._size):
         for k in range(g._nodes[i].outgoing_size):
-            lines.append(f"  n{i} -> n{g._nodes[i].outgoings[k]};")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            lines.append(f"{pad}{prefix}{i} -> {prefix}{g._nodes[i].outgoings[k]};")
+    for i in range(g._size):
+        if not g._nodes[i].flags & EXEC_CONTROL:
+            continue
+        fn = (<Cmd>g._cmds[i]).fn
+        stream = sched.stream_of(i) if sched is not None and g._order_size else -1
+        subs = ([("w", "body", fn.body)] if isinstance(fn, WhileNode) else
+                [(f"b{k}", f"branch {k}", b) for k, b in fn._branch_items()])
+        for tag, title, sub in subs:
+            _dot_cluster(<Graph>sub, f"{prefix}{i}{tag}", f"{prefix}{i}", title, stream,
+                         long_form, lines, pad, used)
+    return 0
+
+
+cdef int _dot_cluster(Graph sub, str tag, str owner, str title, int stream,
+                      bint long_form, list lines, str pad, set used) except -1:
+    """Draw ``sub`` as cluster ``cluster_`` + tag (its nodes: tag + "_n" + index), tied to
+    its node ``owner`` by a dashed edge."""
+    name = "cluster_" + tag
+    prefix = tag + "_n"
+    lines.append(f"{pad}subgraph {name} {{")
+    lines.append(f'{pad}  label="{owner} {title}"; style=rounded;')
+    if stream >= 0:
+        lines.append(f'{pad}  color="{PALETTE[stream % len(PALETTE)]}"; penwidth=3;')
+    _dot_body(sub, prefix, None, long_form, lines, pad + "  ", used)
+    lines.append(f"{pad}}}")
+    if sub._size:
+        lines.append(f"{pad}{owner} -> {prefix}0 [lhead={name}, style=dashed, arrowhead=odot];")
+    return 0
 
 
 def graph_profile(Graph g, repeat):
