@@ -245,3 +245,13 @@ def test_layout_change_is_a_view_only_when_just_size_1_axes_move(x_shape, transp
               {"w": conv_w(3, 4)})
     loaded = check(m)
     assert commands(loaded).count("TRANSPOSE") == transposes
+
+
+def test_global_average_pool_is_reduce_mean_and_flattens_as_a_view():
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]), h.make_node("GlobalAveragePool", ["c"], ["p"]),
+             h.make_node("Flatten", ["p"], ["y"])]
+    m = model(nodes, {"x": [2, 3, 5, 4]}, {"y": None}, {"w": conv_w()})
+    loaded = check(m)
+    assert commands(loaded) == ["TRANSPOSE", "CONVOLUTION", "REDUCE_MEAN"]
+    assert loaded.graph.topsort()[-1].cmd.params["axes"] in ((1, 2), [1, 2])
+    round_trip(loaded, m)

@@ -5,11 +5,13 @@ Three passes over the (topologically sorted) ONNX nodes:
 1. plan: every value gets a layout -- "nhwc" (a 4-D activation as nnc's convolutions and pools
    store it) or "plain" (ONNX's own axis order) -- constants are collected, BatchNormalization is
    folded into the Conv before it when that Conv feeds only the BN, and in-place aliases are
-   chosen (Relu/Clip after a single-use producer run in place; Identity/Dropout are the value).
+   chosen (element-wise nodes after a single-use producer run in place; Identity/Dropout, and a
+   Reduce* with no axes and noop_with_empty_axes, are the value).
 2. place: each Concat, consumers first, asks its inputs' producers to write straight into a
    slice of its own buffer (zero-copy, as nnc/models/inception.py does); an input that cannot
    (a graph input, a view, a value placed already) is copied in by a DATA_TRANSFER.
-3. emit: nodes are added to the graph with edges from the nodes that make each input readable.
+3. emit: nodes are added to the graph with edges from the nodes that make each input readable;
+   what each ONNX operator becomes is in ``_ops`` (mixed into the loader here).
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ from nnc.tensor import Tensor
 # Producers whose command accepts a strided output, so they can write into a concat slice.
 # The element-wise ones (contiguous-only C loops) fall back to CPU_REF on such a slice.
 _INPLACE_UNARY = {"Relu", "Clip", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
-_STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Add",
-                    "Mul"} | _INPLACE_UNARY
+_STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "Concat", "Add", "Mul"} | _INPLACE_UNARY
 _REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax"}
 _ALIASES = {"Identity", "Dropout"}
 _SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization"}

@@ -197,8 +197,10 @@ class OpEmitter:
         self._write(n, Cmd(name, size=size, stride=stride, padding=pads, **extra), [x], deps)
 
     def _op_GlobalAveragePool(self, k, n, a):
+        # REDUCE_MEAN over H, W rather than an AVG_POOL with the image as its window: 4.5-10x
+        # faster on the three networks' last feature maps (docs/benchmarks.md).
         x, deps = self.get(n.input[0], "nhwc")
-        self._write(n, Cmd("AVG_POOL", size=tuple(x.shape[1:3]), stride=1), [x], deps)
+        self._write(n, Cmd("REDUCE_MEAN", axes=(1, 2)), [x], deps)
 
     def _op_BatchNormalization(self, k, n, a):
         # Not folded (its input is not a single-use Conv output): y = x * s + (beta - mean * s).
