@@ -164,6 +164,22 @@ def test_reduce_empty_axes_noop_is_the_input_and_otherwise_all_axes(op):
     assert loaded.outputs[0].shape == ()
 
 
+def test_reduce_of_a_constant_and_in_float64():
+    k = RNG.standard_normal((3, 4)).astype(np.float32)
+    nodes = [h.make_node("ReduceSum", ["k", "ax"], ["s"], keepdims=0),
+             h.make_node("Add", ["x", "s"], ["y"])]
+    m = model(nodes, {"x": [4]}, {"y": None}, {"k": k, "ax": np.array([0], np.int64)})
+    assert commands(check(m)) == ["REDUCE_SUM", "ADD"]
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]),
+             h.make_node("ReduceMean", ["c"], ["y"], axes=[1, 2], keepdims=0)]
+    m = model(nodes, {"x": [2, 3, 4, 6]}, {"y": None}, {"w": conv_w()})
+    loaded = nnc.onnx.load(m, dtype="float64")
+    x = RNG.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    got = nnc_run(loaded, {"x": x})[0]
+    assert got.dtype == np.float64
+    close(got.astype(np.float32), ort_run(m, {"x": x})[0])
+
+
 def test_reduce_axes_from_a_constant_node_and_after_relu():
     nodes = [h.make_node("Conv", ["x", "w"], ["c"]), h.make_node("Relu", ["c"], ["r"]),
              h.make_node("Constant", [], ["axes"], value_ints=[1, -1]),
