@@ -5,30 +5,31 @@ Three passes over the (topologically sorted) ONNX nodes:
 1. plan: every value gets a layout -- "nhwc" (a 4-D activation as nnc's convolutions and pools
    store it) or "plain" (ONNX's own axis order) -- constants are collected, BatchNormalization is
    folded into the Conv before it when that Conv feeds only the BN, and in-place aliases are
-   chosen (Relu/Clip after a single-use producer run in place; Identity/Dropout are the value).
+   chosen (element-wise nodes after a single-use producer run in place; Identity/Dropout, and a
+   Reduce* with no axes and noop_with_empty_axes, are the value).
 2. place: each Concat, consumers first, asks its inputs' producers to write straight into a
    slice of its own buffer (zero-copy, as nnc/models/inception.py does); an input that cannot
    (a graph input, a view, a value placed already) is copied in by a DATA_TRANSFER.
-3. emit: nodes are added to the graph with edges from the nodes that make each input readable.
+3. emit: nodes are added to the graph with edges from the nodes that make each input readable;
+   what each ONNX operator becomes is in ``_ops`` (mixed into the loader here).
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 import numpy as np
 
 from nnc.cmd import Cmd
 from nnc.graph.graph import Graph
+from nnc.onnx._ops import TO_NCHW, TO_NHWC, OpEmitter, check_node, perm_shape, reduce_axes
 from nnc.tensor import Tensor
 
-TO_NHWC = (0, 2, 3, 1)  # internal axis k is ONNX axis TO_NHWC[k]
-TO_NCHW = (0, 3, 1, 2)
 # Producers whose command accepts a strided output, so they can write into a concat slice.
-_STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Add", "Mul",
-                    "Relu", "Clip"}
-_INPLACE_UNARY = {"Relu", "Clip"}
+# The element-wise ones (contiguous-only C loops) fall back to CPU_REF on such a slice.
+_INPLACE_UNARY = {"Relu", "Clip", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
+_STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "Concat", "Add", "Mul"} | _INPLACE_UNARY
+_REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax"}
 _ALIASES = {"Identity", "Dropout"}
 _SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization"}
 
@@ -108,69 +109,10 @@ def load(model, *, input_shapes=None, dtype="float32"):
     return _Loader(onnx, model, input_shapes or {}, np.dtype(dtype)).run()
 
 
-def _check_node(op, attrs, node, consts, ranks):
-    """Why nnc cannot run this node, or None if it can."""
-    ins = [i for i in node.input]
-    if op == "Conv":
-        if any(d != 1 for d in attrs.get("dilations", [1])):
-            return "dilations other than 1"
-        if len(ins) < 2 or ins[1] not in consts or consts[ins[1]].ndim != 4:
-            return "only 2-D convolutions with constant weights"
-        if len(ins) > 2 and ins[2] and ins[2] not in consts:
-            return "the bias must be a constant"
-    elif op in ("MaxPool", "AveragePool"):
-        if attrs.get("ceil_mode", 0):
-            return "ceil_mode=1"
-        if any(d != 1 for d in attrs.get("dilations", [1])):
-            return "dilations other than 1"
-        if len(attrs.get("kernel_shape", [])) != 2:
-            return "only 2-D pooling"
-        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID", "NOTSET", "VALID"):
-            return "auto_pad SAME_*"
-        if len([o for o in node.output if o]) > 1:
-            return "the Indices output"
-    elif op == "GlobalAveragePool":
-        if ranks.get(ins[0]) != 4:
-            return "only 4-D (NCHW) inputs"
-    elif op == "Clip":
-        if any(n and n not in consts for n in ins[1:]):
-            return "min and max must be constants"
-    elif op == "BatchNormalization":
-        if any(n not in consts for n in ins[1:5]):
-            return "scale, bias, mean and var must be constants"
-        if attrs.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
-            return "training mode"
-        if ranks.get(ins[0]) not in (2, 4):
-            return "only [N, C] and [N, C, H, W] inputs"
-    elif op == "Reshape":
-        if len(ins) < 2 or ins[1] not in consts:
-            return "the shape must be a constant"
-        if attrs.get("allowzero", 0) and 0 in consts[ins[1]]:
-            return "allowzero=1 with a zero in the shape"
-    elif op == "Dropout":
-        if len(ins) > 2 and ins[2] and (ins[2] not in consts or bool(consts[ins[2]])):
-            return "training_mode must be a constant False"
-        if len([o for o in node.output if o]) > 1:
-            return "the mask output"
-    elif op == "Constant":
-        if not ({"value", "value_float", "value_floats", "value_int", "value_ints"} & set(attrs)):
-            return "only dense value/value_float(s)/value_int(s) constants"
-    elif op not in _OPS:
-        return "no nnc command expresses it"
-    return None
-
-
-_OPS = {"Conv", "Relu", "Clip", "Add", "Mul", "MaxPool", "AveragePool", "GlobalAveragePool",
-        "Gemm", "MatMul", "Flatten", "Reshape", "Concat", "BatchNormalization", "Softmax",
-        "Identity", "Dropout", "Transpose", "Constant"}
 _FOLDABLE = {"Add": np.add, "Mul": np.multiply}
 
 
-def _perm(shape, perm):
-    return tuple(shape[k] for k in perm)
-
-
-class _Loader:
+class _Loader(OpEmitter):
     def __init__(self, onnx, model, input_shapes, dtype):
         self.onnx = onnx
         self.src = model
@@ -205,7 +147,7 @@ class _Loader:
             if k in self.skip:
                 continue
             reason = ("operators outside the default ONNX domain"
-                      if n.domain not in ("", "ai.onnx") else _check_node(n.op_type, a, n,
+                      if n.domain not in ("", "ai.onnx") else check_node(n.op_type, a, n,
                                                                            self.consts, ranks))
             if reason:
                 count, names, _ = problems.get(n.op_type, (0, [], reason))
@@ -311,6 +253,8 @@ class _Loader:
                     self.skip.add(k)
                 elif op in _INPLACE_UNARY and self._own(x, k):
                     self.alias[out] = x
+            elif op in _REDUCE:
+                lay = self._plan_reduce(k, n)
             elif op in ("Add", "Mul", "Concat"):
                 nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
                 lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"
@@ -319,6 +263,30 @@ class _Loader:
             for o in n.output:
                 if o:
                     self.layout[o] = lay
+
+    def _plan_reduce(self, k, n):
+        """The output layout of Reduce* node k: its input's with keepdims=1 (an NHWC image stays
+        NHWC, its axes mapped when emitted), plain otherwise (a view of the kept-dims result).
+        With no axes and ``noop_with_empty_axes`` (or a scalar input) it is its input, as
+        Identity is."""
+        a, x, out = self.attrs[k], n.input[0], n.output[0]
+        shape = self.shapes[x] if x not in self.consts else np.shape(self.consts[x])
+        axes = reduce_axes(a, n, self.consts)
+        if not axes and (a.get("noop_with_empty_axes", 0) or not shape):
+            if x in self.consts:
+                self.consts[out] = self.consts[x]
+            else:
+                self.alias[out] = x
+            self.skip.add(k)
+            self.shapes[out] = tuple(shape)
+            return self.layout.get(x, "plain")
+        if out not in self.shapes:  # axes from a Constant node: inference may not see them
+            nd = len(shape)
+            red = {ax % nd for ax in axes} if axes else set(range(nd))
+            keep = a.get("keepdims", 1)
+            self.shapes[out] = tuple(1 if i in red else d for i, d in enumerate(shape)
+                                     if keep or i not in red)
+        return self.layout.get(x, "plain") if a.get("keepdims", 1) else "plain"
 
     def _own(self, x, k):
         """True if node k may overwrite x: x is a real (not aliased or viewed) intermediate that
@@ -368,7 +336,7 @@ class _Loader:
     # -- pass 3: emit ------------------------------------------------------------------------
     def ishape(self, v):
         shape = self.shapes[v]
-        return _perm(shape, TO_NHWC) if self.layout.get(v) == "nhwc" else shape
+        return perm_shape(shape, TO_NHWC) if self.layout.get(v) == "nhwc" else shape
 
     def storage(self, v):
         """The tensor that holds value v in its own layout (allocated or sliced on first use)."""
@@ -410,7 +378,12 @@ class _Loader:
         key = (v, layout)
         if key not in self.converted:
             perm = TO_NHWC if layout == "nhwc" else TO_NCHW
-            out = Tensor.empty(_perm(t.shape, perm), dtype=self.dtype)
+            moved = [p for p in perm if t.shape[p] != 1]
+            if t.is_contiguous and moved == sorted(moved):
+                # Only size-1 axes move (an image with H = W = 1, as after a global pool):
+                # the other layout is the same memory.
+                return t.view(perm_shape(t.shape, perm)), deps
+            out = Tensor.empty(perm_shape(t.shape, perm), dtype=self.dtype)
             e = self.node(Cmd("TRANSPOSE", perm=perm), [t], [out], f"{v}/to_{layout}", deps)
             self.converted[key] = (out, [e])
         return self.converted[key]
@@ -452,225 +425,3 @@ class _Loader:
         self.deps[self.root(n.output[0])] = [e]
         return e
 
-    # -- operators ---------------------------------------------------------------------------
-    def _op_Conv(self, k, n, a):
-        x, deps = self.get(n.input[0], "nhwc")
-        w = self.consts[n.input[1]].astype(np.float64)
-        o = w.shape[0]
-        b = (self.consts[n.input[2]].astype(np.float64) if len(n.input) > 2 and n.input[2]
-             else np.zeros(o))
-        if k in self.fold:
-            bn = self.nodes[self.fold[k]]
-            gamma, beta, mean, var = (self.consts[i].astype(np.float64) for i in bn.input[1:5])
-            eps = self.attrs[self.fold[k]].get("epsilon", 1e-5)
-            s = gamma / np.sqrt(var + eps)
-            w = w * s[:, None, None, None]
-            b = (b - mean) * s + beta
-        kh, kw = w.shape[2:]
-        stride = tuple(a.get("strides", [1, 1]))
-        pads = self._pads(a, x.shape[1:3], (kh, kw), stride)
-        wt = Tensor(np.ascontiguousarray(np.transpose(w, TO_NHWC), dtype=self.dtype))
-        bt = Tensor(b.astype(self.dtype))
-        self._write(n, Cmd("CONVOLUTION", stride=stride, padding=pads,
-                           groups=int(a.get("group", 1))), [x, wt, bt], deps)
-
-    @staticmethod
-    def _pads(a, hw, kernel, stride):
-        """(top, left, bottom, right) from ONNX pads or auto_pad."""
-        mode = a.get("auto_pad", b"NOTSET")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
-        if mode in ("NOTSET", ""):
-            p = list(a.get("pads", [0, 0, 0, 0]))
-            return (p[0], p[1], p[2], p[3])
-        if mode == "VALID":
-            return (0, 0, 0, 0)
-        lo, hi = [], []
-        for n_in, k_, s in zip(hw, kernel, stride):
-            total = max((math.ceil(n_in / s) - 1) * s + k_ - n_in, 0)
-            small = total // 2
-            lo.append(small if mode == "SAME_UPPER" else total - small)
-            hi.append(total - lo[-1])
-        return (lo[0], lo[1], hi[0], hi[1])
-
-    def _op_Relu(self, k, n, a):
-        x, deps = self.get(n.input[0], self.layout[n.output[0]])
-        self._write(n, Cmd("RELU"), [x], deps)
-
-    def _op_Clip(self, k, n, a):
-        x, deps = self.get(n.input[0], self.layout[n.output[0]])
-        lo, hi = a.get("min", math.nan), a.get("max", math.nan)
-        if len(n.input) > 1 and n.input[1]:
-            lo = float(np.asarray(self.consts[n.input[1]]).reshape(-1)[0])
-        if len(n.input) > 2 and n.input[2]:
-            hi = float(np.asarray(self.consts[n.input[2]]).reshape(-1)[0])
-        self._write(n, Cmd("CLAMP", min=lo, max=hi), [x], deps)
-
-    def _binary(self, n, name):
-        out = n.output[0]
-        lay, rank = self.layout[out], len(self.shapes[out])
-        ins, deps = [], []
-        for i in n.input:
-            if i in self.consts:
-                ins.append(self.const(i, lay, rank))
-                continue
-            if lay == "nhwc" and len(self.shapes[i]) != 4:
-                from nnc.onnx import UnsupportedError
-
-                raise UnsupportedError({n.op_type: (1, [n.name], "broadcasting a lower-rank "
-                                                    "activation over an image")})
-            t, d = self.get(i, lay)
-            ins.append(t)
-            deps += d
-        self._write(n, Cmd(name), ins, deps)
-
-    def _op_Add(self, k, n, a):
-        self._binary(n, "ADD")
-
-    def _op_Mul(self, k, n, a):
-        self._binary(n, "MUL")
-
-    def _op_MaxPool(self, k, n, a):
-        self._pool(n, a, "MAX_POOL")
-
-    def _op_AveragePool(self, k, n, a):
-        self._pool(n, a, "AVG_POOL", count_include_pad=bool(a.get("count_include_pad", 0)))
-
-    def _pool(self, n, a, name, **extra):
-        x, deps = self.get(n.input[0], "nhwc")
-        size = tuple(a["kernel_shape"])
-        stride = tuple(a.get("strides", [1, 1]))
-        pads = self._pads(a, x.shape[1:3], size, stride)
-        self._write(n, Cmd(name, size=size, stride=stride, padding=pads, **extra), [x], deps)
-
-    def _op_GlobalAveragePool(self, k, n, a):
-        x, deps = self.get(n.input[0], "nhwc")
-        self._write(n, Cmd("AVG_POOL", size=tuple(x.shape[1:3]), stride=1), [x], deps)
-
-    def _op_BatchNormalization(self, k, n, a):
-        # Not folded (its input is not a single-use Conv output): y = x * s + (beta - mean * s).
-        lay = self.layout[n.output[0]]
-        x, deps = self.get(n.input[0], lay)
-        gamma, beta, mean, var = (self.consts[i].astype(np.float64) for i in n.input[1:5])
-        s = gamma / np.sqrt(var + a.get("epsilon", 1e-5))
-        st = Tensor(s.astype(self.dtype))
-        bt = Tensor((beta - mean * s).astype(self.dtype))
-        y = self.storage(n.output[0])
-        e = self.node(Cmd("MUL"), [x, st], [y], f"{n.name}/scale", deps)
-        self._write(n, Cmd("ADD"), [y, bt], [e], f"{n.name}/shift")
-
-    def _op_Gemm(self, k, n, a):
-        alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
-        ta, tb = bool(a.get("transA", 0)), bool(a.get("transB", 0))
-        x, deps = self.get(n.input[0], "plain")
-        bname = n.input[1]
-        if bname in self.consts and alpha != 1.0:
-            w = Tensor(np.ascontiguousarray(self.consts[bname] * alpha, dtype=self.dtype))
-            alpha = 1.0
-        else:
-            w, d = self.get(bname, "plain")
-            deps = deps + d
-        m_n = self.shapes[n.output[0]]
-        bias, extra = None, None
-        if len(n.input) > 2 and n.input[2] and beta != 0.0:
-            c = n.input[2]
-            if c in self.consts and alpha == 1.0 and np.asarray(self.consts[c]).size in (
-                    1, m_n[1]) and np.asarray(self.consts[c]).ndim <= 2 and (
-                    np.asarray(self.consts[c]).ndim < 2 or self.consts[c].shape[0] == 1):
-                cv = np.broadcast_to(np.asarray(self.consts[c], np.float64).reshape(-1),
-                                     (m_n[1],)) * beta
-                bias = Tensor(np.ascontiguousarray(cv, dtype=self.dtype))
-            else:
-                extra, d = (self.const(c, "plain", 2), []) if c in self.consts else \
-                    self.get(c, "plain")
-                deps = deps + d
-        ins = [x, w] + ([bias] if bias is not None else [])
-        e = self._write(n, Cmd("GEMM", transpose_a=ta, transpose_b=tb), ins, deps)
-        y = self.storage(n.output[0])
-        if extra is not None or alpha != 1.0:
-            # alpha * (A B) + beta * C where C is not a plain bias row: one ADD, in place.
-            cmd = Cmd("ADD", p=alpha, q=beta if extra is not None else 0.0)
-            self._write(n, cmd, [y, extra] if extra is not None else [y], [e], f"{n.name}/add_c")
-
-    def _op_MatMul(self, k, n, a):
-        x, deps = self.get(n.input[0], "plain")
-        w, d = self.get(n.input[1], "plain")
-        self._write(n, Cmd("GEMM"), [x, w], deps + d)
-
-    def _contiguous(self, v, n):
-        """(tensor, deps) of v in ONNX order and contiguous, copying once if it is not."""
-        t, deps = self.get(v, "plain")
-        if t.is_contiguous:
-            return t, deps
-        c = Tensor.empty(t.shape, dtype=self.dtype)
-        e = self.node(Cmd("DATA_TRANSFER"), [t], [c], f"{n.name}/contiguous", deps)
-        return c, [e]
-
-    def _view(self, n, shape):
-        t, deps = self._contiguous(n.input[0], n)
-        out = n.output[0]
-        self.tensors[out] = t.view(tuple(int(d) for d in shape))
-        self.deps[out] = list(deps)
-
-    def _op_Flatten(self, k, n, a):
-        shape = self.shapes[n.input[0]]
-        axis = a.get("axis", 1) % (len(shape) + 1) if shape else 0
-        self._view(n, (int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
-
-    def _op_Reshape(self, k, n, a):
-        self._view(n, self.shapes[n.output[0]])
-
-    def _op_Transpose(self, k, n, a):
-        x = n.input[0]
-        nd = len(self.shapes[x])
-        perm = tuple(a.get("perm", range(nd - 1, -1, -1)))
-        lay = self.layout.get(x, "plain") if x not in self.consts else "plain"
-        t, deps = self.get(x, lay)
-        if lay == "nhwc":
-            perm = tuple(TO_NCHW[p] for p in perm)
-        self._write(n, Cmd("TRANSPOSE", perm=perm), [t], deps)
-
-    def _op_Softmax(self, k, n, a):
-        x = n.input[0]
-        nd = len(self.shapes[x])
-        axis = a.get("axis", -1 if self.opset >= 13 else 1) % nd
-        if self.opset < 13 and axis != nd - 1:
-            from nnc.onnx import UnsupportedError
-
-            raise UnsupportedError({"Softmax": (1, [n.name], "opset < 13 with axis before the "
-                                                "last (it flattens the trailing axes)")})
-        lay = self.layout[n.output[0]]
-        t, deps = self.get(x, lay)
-        iaxis = TO_NHWC.index(axis) if lay == "nhwc" and nd == 4 else axis
-        if iaxis == nd - 1:
-            self._write(n, Cmd("SOFTMAX"), [t], deps)
-            return
-        # Move the axis last, SOFTMAX in place, move it back.
-        perm = tuple(i for i in range(nd) if i != iaxis) + (iaxis,)
-        back = tuple(int(i) for i in np.argsort(perm))
-        tmp = Tensor.empty(_perm(t.shape, perm), dtype=self.dtype)
-        e = self.node(Cmd("TRANSPOSE", perm=perm), [t], [tmp], f"{n.name}/to_last", deps)
-        e = self.node(Cmd("SOFTMAX"), [tmp], [tmp], f"{n.name}/softmax", [e])
-        self._write(n, Cmd("TRANSPOSE", perm=back), [tmp], [e], f"{n.name}/back")
-
-    def _op_Concat(self, k, n, a):
-        out = n.output[0]
-        lay = self.layout[out]
-        buf = self.storage(out)
-        iaxis, plan = self.concat_plan[k]
-        deps, slices = [], []
-        for i, offset, placed in plan:
-            shape = list(buf.shape)
-            shape[iaxis] = self.shapes[i][TO_NHWC[iaxis] if lay == "nhwc" else iaxis]
-            view = self._slice(buf, iaxis, offset, shape)
-            if placed:
-                t, d = self.get(i, lay)
-                deps += d
-                slices.append(t)
-                continue
-            src, d = (self.const(i, lay, len(shape)), []) if i in self.consts else \
-                self.get(i, lay)
-            e = self.node(Cmd("DATA_TRANSFER"), [src], [view], f"{n.name}/copy_{i}", d)
-            deps.append(e)
-            slices.append(view)
-        self.deps[self.root(out)] = deps
-        self.concats[n.name or out] = (buf, slices)

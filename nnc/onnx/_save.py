@@ -154,9 +154,11 @@ class _Saver:
                               strides=list(p["stride"]),
                               count_include_pad=int(p["count_include_pad"]))
             out = self.node("Transpose", [z], perm=_TO_NHWC)
-        elif name in ("RELU", "EWEXP", "EWLOG", "SOFTMAX"):
-            op = {"RELU": "Relu", "EWEXP": "Exp", "EWLOG": "Log", "SOFTMAX": "Softmax"}[name]
+        elif name in _UNARY:
+            op = _UNARY[name]
             out = self.node(op, [self.read(ins[0])], **({"axis": -1} if op == "Softmax" else {}))
+        elif name in _REDUCE:
+            out = self._reduce(name, p["axes"], ins[0])
         elif name == "CLAMP":
             lo, hi = p["min"], p["max"]
             args = [self.read(ins[0]), "" if math.isnan(lo) else self.scalar(lo, dt),
@@ -198,6 +200,16 @@ class _Saver:
             raise AssertionError(name)
         self.write(y, out)
 
+    def _reduce(self, name, axes, x):
+        """REDUCE_* keeps the reduced axes (keepdims=1), on nnc's own shape like every value
+        here; ``axes`` is an attribute up to opset 17 (ReduceSum: 12), an input after."""
+        axes = [int(ax) % x.ndim for ax in ((axes,) if isinstance(axes, int) else axes)]
+        op = _REDUCE[name]
+        if self.opset >= (13 if op == "ReduceSum" else 18):
+            return self.node(op, [self.read(x), self.init(np.array(axes, np.int64), "axes")],
+                             keepdims=1)
+        return self.node(op, [self.read(x)], axes=axes, keepdims=1)
+
     def _scaled(self, x, factor, dt):
         return x if factor == 1.0 else self.node("Mul", [x, self.scalar(factor, dt)])
 
@@ -223,9 +235,12 @@ class _Saver:
         return out if bias is None else self.node("Add", [out, self.read(bias)])
 
 
-SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL", "RELU", "EWEXP",
-           "EWLOG", "SOFTMAX", "CLAMP", "ADD", "MUL", "EWSUM", "EWPROD", "EWDIV", "SCALAR_MUL",
-           "TRANSPOSE", "GEMM"}
+_UNARY = {"RELU": "Relu", "EWEXP": "Exp", "EWLOG": "Log", "EWSQRT": "Sqrt", "SIGMOID": "Sigmoid",
+          "TANH": "Tanh", "SOFTMAX": "Softmax"}
+_REDUCE = {"REDUCE_SUM": "ReduceSum", "REDUCE_MEAN": "ReduceMean", "REDUCE_MAX": "ReduceMax"}
+SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL", "CLAMP", "ADD",
+           "MUL", "EWSUM", "EWPROD", "EWDIV", "SCALAR_MUL", "TRANSPOSE", "GEMM"} | set(_UNARY) \
+    | set(_REDUCE)
 
 
 def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, opset=17):
