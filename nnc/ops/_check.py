@@ -53,6 +53,25 @@ def floating(cmd, tensors):
             raise CommandError(f"{cmd.name} needs floating-point tensors, got {t.dtype}")
 
 
+def elementwise(n_in, *, floats=False, optional_first=False):
+    """The check of an element-wise command: ``n_in`` inputs (an int or (lo, hi), as ``arity``)
+    and one output, all present (input 0 may be None with ``optional_first``), of one shape and
+    one dtype, a floating one with ``floats``."""
+
+    def check(cmd, inputs, outputs):
+        arity(cmd, inputs, outputs, n_in, 1)
+        first = 1 if optional_first else 0
+        present(cmd, inputs, "input", *range(first, len(inputs)))
+        present(cmd, outputs, "output", 0)
+        names = [f"input {k}" for k in range(len(inputs))] + ["output 0"]
+        same_shape(cmd, inputs + outputs, names)
+        same_dtype(cmd, inputs + outputs)
+        if floats:
+            floating(cmd, inputs + outputs)
+
+    return check
+
+
 def expect_shape(cmd, t, shape, what):
     if tuple(t.shape) != tuple(shape):
         raise CommandError(f"{cmd.name}: {what} should have shape {tuple(shape)}, got {t.shape}")

@@ -34,15 +34,6 @@ def _clamp_normalize(params):
     return {"min": lo, "max": hi}
 
 
-def _clamp_check(cmd, inputs, outputs):
-    _check.arity(cmd, inputs, outputs, 1, 1)
-    _check.present(cmd, inputs, "input", 0)
-    _check.present(cmd, outputs, "output", 0)
-    _check.same_shape(cmd, inputs + outputs, ("input 0", "output 0"))
-    _check.same_dtype(cmd, inputs + outputs)
-    _check.floating(cmd, inputs + outputs)
-
-
 def _clamp_ref(cmd, inputs, outputs):
     lo, hi = cmd.params["min"], cmd.params["max"]
     y = inputs[0].copy()
@@ -66,7 +57,8 @@ def _clamp_opt(cmd, inputs, outputs):
 
 
 def register():
-    register_command("CLAMP", inplace="allow", check=_clamp_check, normalize=_clamp_normalize)
+    register_command("CLAMP", inplace="allow", check=_check.elementwise(1, floats=True),
+                     normalize=_clamp_normalize)
     register_backend("CLAMP", "CPU_REF", _clamp_ref)
     register_backend("CLAMP", "CPU_OPT", _clamp_opt, datatypes=("float32", "float64"),
                      accept=_clamp_accept)

@@ -23,6 +23,7 @@ from nnc._core cimport (
     NNC_SUCCESS,
 )
 from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
+from nnc.ops.cpu_check cimport tensor_like, tensor_plain, tensors_like
 from nnc.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
@@ -31,35 +32,6 @@ ctypedef fused real:
 
 cdef int FLOAT_MASK = NNC_32F | NNC_64F
 cdef int ANY_MASK = NNC_8U | NNC_32S | NNC_32F | NNC_64S | NNC_64F | NNC_16F
-
-
-cdef inline bint _plain(nnc_tensor_t* t) noexcept nogil:
-    """t is present, in CPU memory and C-contiguous."""
-    return t != NULL and t.contiguous and t.device < 0
-
-
-cdef inline bint _ok(nnc_tensor_t* t, nnc_tensor_t* like) noexcept nogil:
-    """t is present, contiguous and matches like's datatype and element count."""
-    return (t != NULL and t.contiguous and t.device < 0 and t.datatype == like.datatype
-            and t.count == like.count)
-
-
-cdef inline bint _all_ok(nnc_tensor_t** inputs, int n_in, nnc_tensor_t** outputs,
-                         int n_out) noexcept nogil:
-    cdef int i
-    cdef nnc_tensor_t* like
-    if n_out < 1 or outputs[0] == NULL:
-        return False
-    like = outputs[0]
-    if not (like.datatype & FLOAT_MASK) or not _ok(like, like):
-        return False
-    for i in range(n_in):
-        if not _ok(inputs[i], like):
-            return False
-    for i in range(1, n_out):
-        if not _ok(outputs[i], like):
-            return False
-    return True
 
 
 # ---- SCALAR_MUL: y = a * x
@@ -72,7 +44,7 @@ cdef void _scale(real* y, const real* x, real a, Py_ssize_t n) noexcept nogil:
 
 cdef int scalar_mul_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                         nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
-    if n_in != 1 or n_out != 1 or not _all_ok(inputs, n_in, outputs, n_out):
+    if n_in != 1 or n_out != 1 or not tensors_like(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     if outputs[0].datatype == NNC_32F:
         _scale(<float*>outputs[0].data, <const float*>inputs[0].data, <float>p.a,
@@ -126,7 +98,7 @@ cdef void _fold(real* y, nnc_tensor_t** xs, int n, bint prod) noexcept nogil:
 
 cdef int _fold_exec(nnc_tensor_t** inputs, int n_in, nnc_tensor_t** outputs, int n_out,
                     bint prod) noexcept nogil:
-    if n_in < 1 or n_out != 1 or not _all_ok(inputs, n_in, outputs, n_out):
+    if n_in < 1 or n_out != 1 or not tensors_like(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     if outputs[0].datatype == NNC_32F:
         _fold(<float*>outputs[0].data, inputs, n_in, prod)
@@ -159,7 +131,7 @@ cdef int set_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     if n_out < 1:
         return NNC_INVALID
     for k in range(n_out):
-        if not _plain(outputs[k]) or not (outputs[k].datatype & FLOAT_MASK):
+        if not tensor_plain(outputs[k]) or not (outputs[k].datatype & FLOAT_MASK):
             return NNC_INVALID
     for k in range(n_out):
         if outputs[k].datatype == NNC_32F:
@@ -177,7 +149,7 @@ cdef int data_transfer_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int 
     if n_in < 1 or n_in != n_out:
         return NNC_INVALID
     for k in range(n_in):
-        if not _plain(inputs[k]) or not _plain(outputs[k]):
+        if not tensor_plain(inputs[k]) or not tensor_plain(outputs[k]):
             return NNC_INVALID
         if inputs[k].count * inputs[k].itemsize != outputs[k].count * outputs[k].itemsize:
             return NNC_INVALID
@@ -205,10 +177,10 @@ cdef void _div(real* y, const nnc_tensor_t* a, const real* b, Py_ssize_t n) noex
 cdef int ewdiv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                    nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
     cdef nnc_tensor_t* y
-    if n_in != 2 or n_out != 1 or not _all_ok(inputs + 1, 1, outputs, 1):
+    if n_in != 2 or n_out != 1 or not tensors_like(inputs + 1, 1, outputs, 1):
         return NNC_INVALID
     y = outputs[0]
-    if inputs[0] != NULL and not _ok(inputs[0], y):
+    if inputs[0] != NULL and not tensor_like(inputs[0], y):
         return NNC_INVALID
     if y.datatype == NNC_32F:
         _div(<float*>y.data, inputs[0], <const float*>inputs[1].data, y.count)
@@ -228,7 +200,7 @@ cdef void _relu(real* y, const real* x, Py_ssize_t n) noexcept nogil:
 
 cdef int relu_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
-    if n_in != 1 or n_out != 1 or not _all_ok(inputs, n_in, outputs, n_out):
+    if n_in != 1 or n_out != 1 or not tensors_like(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     if outputs[0].datatype == NNC_32F:
         _relu(<float*>outputs[0].data, <const float*>inputs[0].data, outputs[0].count)
@@ -271,7 +243,7 @@ cdef int softmax_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef nnc_tensor_t* x
     cdef nnc_tensor_t* y
     cdef Py_ssize_t n
-    if n_in != 1 or n_out != 1 or not _all_ok(inputs, n_in, outputs, n_out):
+    if n_in != 1 or n_out != 1 or not tensors_like(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, y = inputs[0], outputs[0]
     if x.ndim < 1 or y.ndim < 1 or x.dim[x.ndim - 1] != y.dim[y.ndim - 1]:

@@ -19,6 +19,7 @@ from libc.stdlib cimport free, malloc
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_MAX_DIM, NNC_OOM, NNC_SUCCESS
 from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
+from nnc.ops.cpu_check cimport tensor_plain
 from nnc.tensor cimport nnc_tensor_t, tensor_overlap
 
 ctypedef fused real:
@@ -183,7 +184,7 @@ cdef int _reduce_exec(nnc_tensor_t** inputs, int n_in, nnc_tensor_t** outputs, i
     if n_in != 1 or n_out != 1 or inputs[0] == NULL or outputs[0] == NULL:
         return NNC_INVALID
     x, y = inputs[0], outputs[0]
-    if not (x.contiguous and y.contiguous and x.device < 0 and y.device < 0):
+    if not (tensor_plain(x) and tensor_plain(y)):
         return NNC_INVALID
     if x.datatype != y.datatype or (x.datatype != NNC_32F and x.datatype != NNC_64F):
         return NNC_INVALID

@@ -23,6 +23,7 @@ before writing element i, so the output may be exactly the input (in place).
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
 from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
+from nnc.ops.cpu_check cimport tensors_like
 from nnc.tensor cimport nnc_tensor_t
 
 cdef extern from *:
@@ -248,22 +249,12 @@ cdef extern from *:
     double nnc_exp_f64(double x) noexcept nogil
 
 
-cdef inline bint _ok(nnc_tensor_t* t, nnc_tensor_t* like) noexcept nogil:
-    """t is present, contiguous, in CPU memory and matches like's datatype and element count."""
-    return (t != NULL and t.contiguous and t.device < 0 and t.datatype == like.datatype
-            and t.count == like.count)
-
-
 cdef int _unary_exec(nnc_tensor_t** inputs, int n_in, nnc_tensor_t** outputs, int n_out,
                      int op) noexcept nogil:
     cdef nnc_tensor_t* y
-    if n_in != 1 or n_out != 1 or outputs[0] == NULL:
+    if n_in != 1 or n_out != 1 or not tensors_like(inputs, 1, outputs, 1):
         return NNC_INVALID
     y = outputs[0]
-    if (y.datatype != NNC_32F and y.datatype != NNC_64F) or not _ok(y, y):
-        return NNC_INVALID
-    if not _ok(inputs[0], y):
-        return NNC_INVALID
     if y.datatype == NNC_32F:
         nnc_unary_f32(<float*>y.data, <const float*>inputs[0].data, y.count, op)
     else:

@@ -11,21 +11,6 @@ from nnc.cmd import register_backend, register_command
 from nnc.ops import _check
 
 
-def _ew_check(n_in, *, floats=False, optional_first=False):
-    def check(cmd, inputs, outputs):
-        _check.arity(cmd, inputs, outputs, n_in, 1)
-        first = 1 if optional_first else 0
-        _check.present(cmd, inputs, "input", *range(first, len(inputs)))
-        _check.present(cmd, outputs, "output", 0)
-        names = [f"input {k}" for k in range(len(inputs))] + ["output 0"]
-        _check.same_shape(cmd, inputs + outputs, names)
-        _check.same_dtype(cmd, inputs + outputs)
-        if floats:
-            _check.floating(cmd, inputs + outputs)
-
-    return check
-
-
 def _ewsum_ref(cmd, inputs, outputs):
     acc = inputs[0].copy()
     for x in inputs[1:]:
@@ -102,11 +87,11 @@ def register():
         ("TANH", 1, _tanh_ref, True),
         ("RELU", 1, _relu_ref, False),
     ):
-        register_command(name, inplace="allow", check=_ew_check(n_in, floats=floats))
+        register_command(name, inplace="allow", check=_check.elementwise(n_in, floats=floats))
         register_backend(name, "CPU_REF", fn)
     register_command("EWDIV", inplace="allow",
-                     check=_ew_check(2, floats=True, optional_first=True))
+                     check=_check.elementwise(2, floats=True, optional_first=True))
     register_backend("EWDIV", "CPU_REF", _ewdiv_ref)
-    register_command("SCALAR_MUL", inplace="allow", check=_ew_check(1, floats=True),
+    register_command("SCALAR_MUL", inplace="allow", check=_check.elementwise(1, floats=True),
                      normalize=_scalar_mul_normalize)
     register_backend("SCALAR_MUL", "CPU_REF", _scalar_mul_ref)

@@ -12,14 +12,11 @@ from nnc._core import CommandError
 from nnc.cmd import register_backend, register_command
 from nnc.ops import _check
 
+_unary_float_check = _check.elementwise(1, floats=True)
+
 
 def _softmax_check(cmd, inputs, outputs):
-    _check.arity(cmd, inputs, outputs, 1, 1)
-    _check.present(cmd, inputs, "input", 0)
-    _check.present(cmd, outputs, "output", 0)
-    _check.same_shape(cmd, inputs + outputs, ("input 0", "output 0"))
-    _check.same_dtype(cmd, inputs + outputs)
-    _check.floating(cmd, inputs + outputs)
+    _unary_float_check(cmd, inputs, outputs)
     if inputs[0].ndim < 1:
         raise CommandError("SOFTMAX runs over the last axis, so it needs at least 1 dimension")
 
