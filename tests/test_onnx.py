@@ -303,8 +303,9 @@ def test_bad_inputs(tmp_path):
     bad.write_bytes(b"\xff\x00 not a protobuf")
     with pytest.raises(nnc.onnx.OnnxError):
         nnc.onnx.load(str(bad))
-    with pytest.raises(TypeError, match="ModelProto"):
+    with pytest.raises(TypeError, match="ModelProto") as info:
         nnc.onnx.load(42)
+    assert isinstance(info.value, nnc.NNCError)
     with pytest.raises(nnc.onnx.OnnxError, match="not a serialized"):
         nnc.onnx.load(b"\xff\xff")
     relu = model([h.make_node("Relu", ["x"], ["y"])], {"x": [3]}, {"y": None})
@@ -332,8 +333,9 @@ def test_save_rejects_commands_without_onnx_form():
     g.exec(nnc.Cmd.custom(lambda i, o: None), [x], [x], name="other")
     with pytest.raises(nnc.onnx.UnsupportedError, match="CUSTOM x2"):
         nnc.onnx.save(g, None, inputs=[x], outputs=[x])
-    with pytest.raises(TypeError, match="nnc.Tensor"):
+    with pytest.raises(TypeError, match="nnc.Tensor") as info:
         nnc.onnx.save(nnc.Graph(), None, inputs=[np.zeros(3)], outputs=[])
+    assert isinstance(info.value, nnc.NNCError)
 
 
 def test_save_of_a_hand_built_graph_runs_in_ort():

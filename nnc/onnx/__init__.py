@@ -23,6 +23,11 @@ class OnnxMissingError(OnnxError, ImportError):
     """The ``onnx`` package is not installed."""
 
 
+class OnnxTypeError(OnnxError, TypeError):
+    """An argument of the wrong type (a model that is no path, bytes or ModelProto; an input or
+    output that is no nnc.Tensor): an NNCError like every nnc error, and a TypeError."""
+
+
 class UnsupportedError(OnnxError):
     """The model (or graph) uses operators or attributes nnc does not express.
 
@@ -99,4 +104,12 @@ def _import_onnx():
 from nnc.onnx._load import load  # noqa: E402
 from nnc.onnx._save import save  # noqa: E402
 
-__all__ = ["LoadedModel", "OnnxError", "OnnxMissingError", "UnsupportedError", "load", "save"]
+__all__ = [
+    "LoadedModel",
+    "OnnxError",
+    "OnnxMissingError",
+    "OnnxTypeError",
+    "UnsupportedError",
+    "load",
+    "save",
+]

@@ -9,6 +9,7 @@ from nnc.tensor import Tensor
 
 class OnnxError(NNCError): ...
 class OnnxMissingError(OnnxError, ImportError): ...
+class OnnxTypeError(OnnxError, TypeError): ...
 
 class UnsupportedError(OnnxError):
     problems: dict[str, tuple[int, list[str], str]]
@@ -47,4 +48,12 @@ def save(
     output_names: list[str] | None = ..., opset: int = ...,
 ) -> Any: ...
 
-__all__ = ["LoadedModel", "OnnxError", "OnnxMissingError", "UnsupportedError", "load", "save"]
+__all__ = [
+    "LoadedModel",
+    "OnnxError",
+    "OnnxMissingError",
+    "OnnxTypeError",
+    "UnsupportedError",
+    "load",
+    "save",
+]

@@ -103,7 +103,10 @@ def load(model, *, input_shapes=None, dtype="float32"):
         except Exception as e:  # protobuf's DecodeError has no common base we can name
             raise _err(f"{model!r} is not an ONNX model: {e}") from e
     if not isinstance(model, onnx.ModelProto):
-        raise TypeError(f"load takes a path or an onnx.ModelProto, not {type(model).__name__}")
+        from nnc.onnx import OnnxTypeError
+
+        raise OnnxTypeError(
+            f"load takes a path or an onnx.ModelProto, not {type(model).__name__}")
     if np.dtype(dtype).name not in ("float32", "float64"):
         raise _err(f"dtype must be float32 or float64, not {dtype!r}")
     return _Loader(onnx, model, input_shapes or {}, np.dtype(dtype)).run()

@@ -254,14 +254,14 @@ def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, o
     outputs. Raises :class:`nnc.onnx.UnsupportedError` listing every command with no ONNX form
     (CUSTOM, WHILE, CASE_OF, ...), or for 3-D convolution / pooling inputs.
     """
-    from nnc.onnx import OnnxError, UnsupportedError, _import_onnx
+    from nnc.onnx import OnnxError, OnnxTypeError, UnsupportedError, _import_onnx
 
     onnx = _import_onnx()
     inputs, outputs = list(inputs), list(outputs)
     for what, items in (("inputs", inputs), ("outputs", outputs)):
         for t in items:
             if not isinstance(t, Tensor):
-                raise TypeError(f"save: {what} must be nnc.Tensor objects, not "
+                raise OnnxTypeError(f"save: {what} must be nnc.Tensor objects, not "
                                 f"{type(t).__name__}")
     input_names = list(input_names or [f"input_{k}" for k in range(len(inputs))])
     output_names = list(output_names or [f"output_{k}" for k in range(len(outputs))])
