@@ -41,6 +41,7 @@ from nnc.ops import register_builtins as _register_builtins
 from nnc.stream import Signal, Stream
 from nnc.tensor import Tensor
 from nnc.trace import trace
+from nnc.worker import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -83,12 +84,14 @@ __all__ = [
     "command_info",
     "commands",
     "from_dlpack",
+    "get_num_threads",
     "cuda_available",
     "cuda_unavailable_reason",
     "get_include",
     "graph_hazards",
     "register_backend",
     "register_command",
+    "set_num_threads",
     "static_schedule",
     "trace",
 ]

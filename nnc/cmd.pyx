@@ -604,9 +604,39 @@ cdef inline Py_ssize_t _elements(list outputs):
     return n
 
 
+cdef extern from "<stdlib.h>" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)
+
+
+cdef void* nnc_workspace(void* context, size_t size) noexcept nogil:
+    cdef nnc_stream_context_t* c = <nnc_stream_context_t*>context
+    cdef size_t rounded
+    if c == NULL:
+        return NULL
+    if size <= c.workspace_size and c.workspace != NULL:
+        return c.workspace
+    # Round up to 64 bytes (aligned_alloc wants a multiple of the alignment) and grow by half
+    # again, so a backend asking for slightly more each run does not reallocate every run.
+    rounded = ((size + size // 2 + 63) // 64) * 64
+    free(c.workspace)
+    c.workspace = aligned_alloc(64, rounded)
+    c.workspace_size = rounded if c.workspace != NULL else 0
+    return c.workspace
+
+
+cdef void nnc_context_free(nnc_stream_context_t* context) noexcept nogil:
+    free(context.workspace)
+    context.workspace = NULL
+    context.workspace_size = 0
+
+
 cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
     cdef int n_in = len(inputs), n_out = len(outputs), i, rc
     cdef nnc_tensor_t** io
+    # A synchronous call gets scratch memory of its own, freed after it.
+    cdef nnc_stream_context_t context
+    context.workspace = NULL
+    context.workspace_size = 0
     if b.c_exec != NULL:
         io = <nnc_tensor_t**>malloc(sizeof(nnc_tensor_t*) * (n_in + n_out + 1))
         if io == NULL:
@@ -617,10 +647,11 @@ cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
             io[n_in + i] = NULL if outputs[i] is None else &(<Tensor>outputs[i]).t
         if b.release_gil and _elements(outputs) >= NNC_GIL_RELEASE_ELEMENTS:
             with nogil:
-                rc = b.c_exec(&cmd.param, io, n_in, io + n_in, n_out, NULL)
+                rc = b.c_exec(&cmd.param, io, n_in, io + n_in, n_out, &context)
         else:
-            rc = b.c_exec(&cmd.param, io, n_in, io + n_in, n_out, NULL)
+            rc = b.c_exec(&cmd.param, io, n_in, io + n_in, n_out, &context)
         free(io)
+        nnc_context_free(&context)
         if rc != 0:
             raise CommandError(
                 f"backend {b.name} of {cmd.info.name} failed: {STATUS_NAMES.get(rc, rc)}"

@@ -4,7 +4,7 @@
 
 cdef enum debug_counter_e:
     DEBUG_STREAMS = 0                   # stream_t structs allocated and not yet freed
-    DEBUG_WORKERS = 1                   # stream worker threads started and not yet returned
+    DEBUG_WORKERS = 1                   # pool threads serving a stream right now
     DEBUG_TASKS = 2                     # tasks pushed onto a stream and not yet run
     DEBUG_RECORDS = 3                   # signal records allocated and not yet freed
     DEBUG_GRAPHS = 4                    # Graph objects alive

@@ -79,8 +79,8 @@ def _coro_threads():
 def leaks(baseline, timeout=10.0):
     """Compare the counters with ``baseline`` (an earlier ``counters()``) once things settle.
 
-    Collects garbage and waits, up to ``timeout`` seconds, for queued work to finish, dropped
-    streams' workers to exit and nnc's coroutine scheduler threads to end. Returns
+    Collects garbage and waits, up to ``timeout`` seconds, for queued work to finish (dropped
+    streams' included) and nnc's coroutine scheduler threads to end. Returns
     ``{name: (before, now)}`` for every counter that still differs from ``baseline``, plus
     ``"threads": (0, [names])`` if coroutine scheduler threads still run; ``{}`` if all balance.
     """

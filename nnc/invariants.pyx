@@ -25,9 +25,10 @@ from nnc.debug import register_check
 
 from nnc.cmd cimport Cmd
 from nnc.graph.graph cimport EXEC_C, EXEC_NOOP, EXEC_PY, Graph, exec_info_t
-from nnc.stream cimport (
-    STAGE_SIZE, TASK_C, TASK_CALL, TASK_EMIT, TASK_PY, TASK_STORE, TASK_WAIT, Stream,
-    stream_t, stream_task_t,
+from nnc.stream cimport STAGE_SIZE, Stream
+from nnc.worker cimport (
+    STREAM_IDLE, STREAM_PARKED, STREAM_QUEUED, STREAM_RUNNING, TASK_C, TASK_CALL, TASK_EMIT,
+    TASK_PY, TASK_STORE, TASK_WAIT, stream_t, stream_task_t,
 )
 from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock
 from nnc.tensor cimport nnc_tensor_t, Tensor
@@ -108,13 +109,13 @@ cdef list stream_problems(Stream st):
     elif c.submitted - c.completed < c.count:
         out.append(f"{st!r}: {c.count} tasks queued but only {c.submitted - c.completed} "
                    "not completed")
-    if c.closing:
-        out.append(f"{st!r} is alive but its C state is closing")
-    if c.refs != 1 + (c.worker != 0):
-        out.append(f"{st!r}: {c.refs} references with worker={c.worker} (expected "
-                   f"{1 + (c.worker != 0)}: the object, and the worker while it runs)")
-    if c.count > 0 and not c.worker:
-        out.append(f"{st!r}: {c.count} tasks queued and no worker thread to run them")
+    if c.state not in (STREAM_IDLE, STREAM_QUEUED, STREAM_RUNNING, STREAM_PARKED):
+        out.append(f"{st!r}: unknown pool state {c.state}")
+    elif c.refs != 1 + (c.state != STREAM_IDLE):
+        out.append(f"{st!r}: {c.refs} references in pool state {c.state} (expected "
+                   f"{1 + (c.state != STREAM_IDLE)}: the object, and the pool while busy)")
+    if c.count > 0 and c.state == STREAM_IDLE:
+        out.append(f"{st!r}: {c.count} tasks queued but the stream is idle in no pool list")
     if c.host_waiting < 0:
         out.append(f"{st!r}: host_waiting is {c.host_waiting}")
     if c.errors == NULL or type(<object>c.errors) is not list:

@@ -1,10 +1,10 @@
-"""CPU streams and signals: asynchronous in-order workers with CUDA-event-like synchronisation.
+"""CPU streams and signals: asynchronous serial queues with CUDA-event-like synchronisation.
 
 NNC: ccv_nnc_stream.c, _ccv_nnc_stream.h. A :class:`Stream` is a queue of tasks in C
-(``stream_t``, see stream.pxd) served by one worker thread, started with the stream; nnc.worker
-owns that thread and the loop running the tasks. Enqueueing returns at once. The worker runs C
-backends without the GIL, so two streams running C or BLAS work use two cores; it takes the GIL
-only for Python-implemented commands and callbacks.
+(``stream_t``, worker.pxd) that nnc.worker's pool of threads runs in order, libdispatch-style:
+a stream costs no thread of its own, and one waiting on a signal occupies none. Enqueueing
+returns at once. Pool threads run C backends without the GIL, so two streams running C or BLAS
+work use two cores; they take the GIL only for Python-implemented commands and callbacks.
 
 A :class:`Signal` follows CUDA events: ``s.emit(sig)`` records "s has reached this point";
 ``t.wait_signal(sig)`` makes t wait for the *latest record enqueued so far*; a signal never
@@ -16,57 +16,54 @@ keeps working: later tasks still run, so signals are still emitted and no other 
 ``wait()`` raises the first recorded error as :class:`StreamError` with the original as
 ``__cause__`` and forgets them all, leaving the stream ready for more work.
 
-Threading model (docs/threading.md): the host thread enqueues; each stream's worker pops tasks in
-order; nobody takes the GIL while holding a stream lock or the signal lock, so lock order can
-never invert.
+Threading model (docs/threading.md): the host thread enqueues; a pool thread runs one stream's
+tasks in order at a time; nobody takes the GIL while holding a stream lock, the signal lock or
+the pool's lock, so lock order can never invert.
+
+Interpreter exit: work enqueued before exit runs before exit. The exit hook (``atexit``) drains
+every stream, those whose Python object is gone included, then stops the pool and joins its
+threads: none is left when the interpreter finalizes. Ctrl-C while it waits, or an exit caused
+by Ctrl-C while work is pending, abandons that work: the hook names it on stderr and ends the
+process with status 130 at once (``os._exit``), since a pool thread must not outlive the
+interpreter.
 """
 
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memset
 
+import atexit
+import os
+import sys
+import threading
 import weakref
 
 from nnc._core import NNCError, StreamError
+from nnc.coro import Scheduler, current_scheduler
+from nnc.tracing import tracing_begin, tracing_end
+from nnc.worker import pool_busy, pool_stop, pool_wait_quiet
 
 from nnc.cmd cimport Backend, Cmd
-from nnc.debug cimport DEBUG_RECORDS, DEBUG_STREAMS, DEBUG_TASKS, debug_count
+from nnc.debug cimport DEBUG_RECORDS, DEBUG_TASKS, debug_count
 from nnc.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
-from nnc.sync cimport (
-    pthread_cond_destroy, pthread_cond_init, pthread_cond_signal, pthread_cond_timedwait,
-    pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock, timespec,
-)
+from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock
+from nnc.tensor cimport nnc_tensor_t
 from nnc.tracing cimport trace_label, trace_on
+from nnc.worker cimport (
+    TASK_C, TASK_CALL, TASK_EMIT, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY, TASK_STORE, TASK_WAIT,
+    mono_now, pool_refusing, record_done, record_release, signal_lock, stream_check_not_worker,
+    stream_drain, stream_enqueue, stream_new, stream_record_error, stream_release,
+    trace_event_t,
+)
 
 
 cdef extern from "Python.h":
     int PyErr_CheckSignals() except -1
 
 
-# The stream whose worker is the calling thread (NULL on every other thread): wait() refuses to
-# block a worker, which could be waiting for its own queue (CUDA forbids it in host callbacks).
-cdef extern from *:
-    """
-    static __thread void* nnc__current_worker = NULL;
-    static inline void nnc__set_current_worker(void* s) { nnc__current_worker = s; }
-    static inline void* nnc__get_current_worker(void) { return nnc__current_worker; }
-    """
-    void _set_current_worker "nnc__set_current_worker"(void* s) noexcept nogil
-    void* _get_current_worker "nnc__get_current_worker"() noexcept nogil
-
-
-cdef void stream_set_current_worker(stream_t* s) noexcept nogil:
-    """Mark the calling thread as s's worker (NULL: as no worker); nnc.worker's loop."""
-    _set_current_worker(s)
-
-
-pthread_mutex_init(&signal_lock, NULL)   # declared in stream.pxd, shared with nnc.worker
 cdef long long _record_seq = 0
 cdef int _stream_seq = 0
-# Set (with the GIL) once the exit hook has drained every stream: from then on no stream is
-# created and no task enqueued (StreamError), so nothing can run into interpreter finalization.
-cdef bint _exiting = False
 
 _live = weakref.WeakSet()               # every Stream object, for tracing and scheduler joins
 
@@ -96,52 +93,6 @@ cdef signal_record_t* _record_new() noexcept nogil:
     return r
 
 
-cdef void _stream_free(stream_t* s) noexcept:
-    """Free the C state; called with the GIL by whoever drops the last reference."""
-    Py_XDECREF(s.errors)
-    Py_XDECREF(s.waiters)
-    pthread_mutex_destroy(&s.lock)
-    pthread_cond_destroy(&s.work)
-    pthread_cond_destroy(&s.idle)
-    free(s.ring)
-    free(s.trace_buf)
-    free(s)
-    debug_count(DEBUG_STREAMS, -1)
-
-
-cdef int stream_record_error(stream_t* s, tuple entry) except -1:
-    """Keep (where, exc) for the next wait() and for every wait() in progress (with the GIL)."""
-    (<list>s.errors).append(entry)
-    for box in <list>s.waiters:
-        (<list>box).append(entry)
-    return 0
-
-
-cdef void stream_release(stream_t* s, bint worker) noexcept:
-    """Drop one reference to s (the worker's if ``worker``), freeing it if it was the last.
-    Called with the GIL, which _stream_free needs; no lock is held while taking it."""
-    cdef bint last
-    pthread_mutex_lock(&s.lock)
-    if worker:
-        s.worker = 0
-    s.refs -= 1
-    last = s.refs == 0
-    pthread_mutex_unlock(&s.lock)
-    if last:
-        _stream_free(s)
-
-
-cdef int stream_check_not_worker(str what="wait()") except -1:
-    """StreamError on a stream worker thread, which must never block on a stream or signal."""
-    cdef stream_t* me = <stream_t*>_get_current_worker()
-    if me != NULL:
-        raise StreamError(
-            f"{what} on a stream worker thread (a callback or command running on nnc stream "
-            f"#{me.index}): it could be waiting for its own queue and never return; wait on a "
-            "host thread, or order the work with signals")
-    return 0
-
-
 cdef double timeout_seconds(object timeout) except? -2:
     """A wait's ``timeout`` argument as seconds: -1 for None (forever), 0 for a negative value
     (as threading.Event.wait); StreamError for anything that is not a real number."""
@@ -154,79 +105,6 @@ cdef double timeout_seconds(object timeout) except? -2:
     if t != t:
         raise StreamError("timeout must be a number of seconds or None, not NaN")
     return max(t, 0.0)
-
-
-cdef int stream_drain(stream_t* s, double timeout=-1) except -1:
-    """Block until everything enqueued on s so far is done, without raising its errors; 1 once
-    done, 0 if ``timeout`` seconds (>= 0; -1: no limit) passed first.
-
-    Called with the GIL (and a reference to s); sleeps without it, waking every 100 ms so that
-    Ctrl-C raises KeyboardInterrupt here (PyErr_CheckSignals runs the signal handlers).
-    """
-    cdef long long target
-    cdef timespec ts
-    cdef bint done = False
-    cdef double end = mono_now() + timeout, left = timeout
-    stream_check_not_worker()
-    while True:
-        with nogil:
-            pthread_mutex_lock(&s.lock)
-            target = s.submitted
-            s.host_waiting += 1
-            slice_deadline(&ts, left)
-            while s.completed < target:
-                if pthread_cond_timedwait(&s.idle, &s.lock, &ts) != 0:
-                    break
-            done = s.completed >= target
-            s.host_waiting -= 1
-            pthread_mutex_unlock(&s.lock)
-        if done:
-            return 1
-        if timeout >= 0:
-            left = end - mono_now()
-            if left <= 0:
-                return 0
-        PyErr_CheckSignals()
-
-
-cdef int _enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n, bint wake) noexcept nogil:
-    """Append copies of n tasks under s.lock, waking a sleeping worker if ``wake``: 1 queued,
-    -1 out of memory, -2 the stream is closing (its worker exits); nothing queued then."""
-    cdef stream_task_t* ring
-    cdef Py_ssize_t cap, first, i
-    cdef bint signal = False
-    pthread_mutex_lock(&s.lock)
-    if s.closing:
-        pthread_mutex_unlock(&s.lock)
-        return -2
-    if s.count + n > s.cap:
-        # Grow and unwrap the ring so that the queue is contiguous from 0 again.
-        cap = s.cap * 2
-        while cap < s.count + n:
-            cap *= 2
-        ring = <stream_task_t*>malloc(sizeof(stream_task_t) * cap)
-        if ring == NULL:
-            pthread_mutex_unlock(&s.lock)
-            return -1
-        first = min(s.count, s.cap - s.head)
-        memcpy(ring, s.ring + s.head, sizeof(stream_task_t) * first)
-        memcpy(ring + first, s.ring, sizeof(stream_task_t) * (s.count - first))
-        free(s.ring)
-        s.ring = ring
-        s.cap = cap
-        s.head = 0
-    for i in range(n):
-        s.ring[(s.head + s.count + i) % s.cap] = tasks[i]
-    s.count += n
-    s.submitted += n
-    if wake and s.sleeping and s.count > 0:
-        signal = True
-    pthread_mutex_unlock(&s.lock)
-    if signal:
-        # After unlocking: a worker woken while the lock is still held would block on it at
-        # once, costing two more futex calls and a context switch per hand-over.
-        pthread_cond_signal(&s.work)
-    return 1
 
 
 def _qualname(fn):
@@ -269,69 +147,32 @@ cdef class Stream:
     def __cinit__(self, kind="cpu"):
         global _stream_seq
         self.kind = _parse_kind(kind)
-        if _exiting:
-            raise StreamError("the interpreter is exiting (nnc's exit hook already stopped every "
-                              "stream worker): no new stream can be created")
-        cdef stream_t* s = <stream_t*>malloc(sizeof(stream_t))
-        if s == NULL:
-            raise MemoryError()
-        memset(s, 0, sizeof(stream_t))
-        s.cap = 64
-        s.ring = <stream_task_t*>malloc(sizeof(stream_task_t) * s.cap)
-        if s.ring == NULL:
-            free(s)
-            raise MemoryError()
-        pthread_mutex_init(&s.lock, NULL)
-        pthread_cond_init(&s.work, NULL)
-        pthread_cond_init(&s.idle, NULL)
-        errors = []
-        Py_INCREF(errors)
-        s.errors = <PyObject*>errors
-        waiters = []
-        Py_INCREF(waiters)
-        s.waiters = <PyObject*>waiters
-        s.refs = 1
-        s.trace = trace_on
-        self.s = s
-        debug_count(DEBUG_STREAMS, 1)
+        # Starts the pool on first use: a thread that cannot start fails here, before any work
+        # is enqueued (a lazy start used to leave a run half enqueued and wait() hung).
+        self.s = stream_new(_stream_seq + 1)
         _stream_seq += 1
-        self.index = s.index = _stream_seq
-        self._start_worker()
+        self.index = _stream_seq
+        self.s.trace = trace_on
         _live.add(self)
 
-    def _start_worker(self):
-        """Start the worker now, so that a thread that cannot start fails here, before any
-        work is enqueued (a lazy start used to leave a run half enqueued and wait() hung)."""
-        worker_start(self)
-
     def __dealloc__(self):
-        cdef stream_t* s = self.s
-        cdef bint last
-        if s == NULL:
-            return
-        # The worker finishes what is queued, then exits and frees s if it is the last owner;
-        # the exit hook still waits for that work (it knows every worker, not only objects).
-        pthread_mutex_lock(&s.lock)
-        s.closing = 1
-        pthread_cond_signal(&s.work)
-        s.refs -= 1
-        last = s.refs == 0
-        pthread_mutex_unlock(&s.lock)
-        if last:
-            _stream_free(s)
+        # The pool holds its own reference while work is queued: that work still runs, and the
+        # exit hook still waits for it (it counts busy streams, not objects).
+        if self.s != NULL:
+            stream_release(self.s)
 
     cdef int push(self, stream_task_t* task, bint wake=True) except -1:
         """Append a task (copied).
 
-        Tasks are staged on the host side and handed to the worker STAGE_SIZE at a time, under
+        Tasks are staged on the host side and handed to the pool STAGE_SIZE at a time, under
         one lock. ``wake=True`` hands over at once; ``wake=False`` is for callers that enqueue
         many tasks in a row (graph runs) and call :meth:`kick` when done. Handing over each
-        task alone made the worker run it, sleep, and pay a futex wake-up (about a microsecond)
-        per task, with the host and the worker fighting over the lock in between.
+        task alone made a pool thread run it, sleep, and pay a futex wake-up (about a
+        microsecond) per task, with the host and the thread fighting over the lock in between.
         """
-        if _exiting:
+        if pool_refusing():
             raise StreamError(f"cannot enqueue on {self!r}: the interpreter is exiting and "
-                              "nnc's exit hook has already stopped every stream worker")
+                              "nnc's exit hook has already stopped the worker pool")
         self.stage[self.stage_size] = task[0]
         self.stage_size += 1
         debug_count(DEBUG_TASKS, 1)
@@ -340,19 +181,11 @@ cdef class Stream:
         return 0
 
     cdef int kick(self) except -1:
-        """Hand the staged tasks to the worker and wake it."""
-        cdef stream_t* s = self.s
-        # The GIL stays held: the lock is held only briefly by anyone, and nobody holding it
-        # ever waits for the GIL (docs/threading.md), so this cannot deadlock, and it saves
-        # a GIL release and re-acquire per hand-over.
+        """Hand the staged tasks to the pool (an idle stream becomes ready)."""
         if self.stage_size == 0:
             return 0
-        cdef int pushed = _enqueue(s, self.stage, self.stage_size, True)
-        if pushed == -1:
-            raise MemoryError()  # the tasks stay staged
-        if pushed == -2:
-            raise StreamError(f"cannot enqueue on {self!r}: the interpreter is exiting and "
-                              "nnc's exit hook has already stopped its worker")
+        # MemoryError or StreamError (exiting): the tasks stay staged.
+        stream_enqueue(self.s, self.stage, self.stage_size)
         self.stage_size = 0
         return 0
 
@@ -431,8 +264,6 @@ cdef class Stream:
         ``wait()`` first joins it, so control flow still pending on it is waited for too.
         """
         if self._scheduler is None:
-            from nnc.coro import Scheduler
-
             self._scheduler = Scheduler(f"nnc-coro-{self.index}", Inbox())
         return self._scheduler
 
@@ -466,8 +297,6 @@ cdef class Stream:
         cdef double end = mono_now() + limit
         stream_check_not_worker()
         if self._scheduler is not None:
-            from nnc.coro import current_scheduler
-
             if current_scheduler() is self._scheduler:
                 raise StreamError(
                     f"{self!r}.wait() inside a task of its own coroutine scheduler (a while or "
@@ -733,12 +562,6 @@ cdef int stream_wait_signal(Stream s, Signal sig, bint wake=True) except -1:
     return 0
 
 
-def _refuse_new_work():
-    """From now on no stream is created and nothing is enqueued (the exit hook, nnc.worker)."""
-    global _exiting
-    _exiting = True
-
-
 cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=True) except -1:
     """Enqueue ``count[0] = value`` (an int64 tensor a graph run keeps alive): a loop's count,
     set in stream order without the GIL."""
@@ -767,6 +590,144 @@ cdef int stream_move_errors(Stream src, Stream dst) except -1:
     return 0
 
 
-# nnc.worker registers the exit hook: import it with this module, before user atexit handlers
-# that may still enqueue work are registered (atexit runs them in reverse order).
-from nnc.worker import worker_start  # noqa: E402
+# -- tracing: every live stream times its tasks (nnc.trace) -------------------------------------
+
+def trace_start(tracer):
+    """Start recording (nnc.trace): tasks are named as they are enqueued (nnc.tracing) and
+    the pool thread running a stream times them into that stream's trace buffer."""
+    cdef Stream st
+    tracing_begin(tracer)
+    for st in list(_live):
+        pthread_mutex_lock(&st.s.lock)
+        st.s.trace = 1
+        st.s.trace_size = 0
+        pthread_mutex_unlock(&st.s.lock)
+
+
+def trace_stop():
+    """Stop recording; drain every stream; return [(stream index, [event tuples])]."""
+    cdef Stream st
+    cdef trace_event_t* buf
+    cdef trace_event_t* ev
+    cdef Py_ssize_t i, size
+    out = []
+    try:
+        for st in list(_live):
+            st._drain()
+            # Take the buffer under the lock, then build Python objects after unlocking: the
+            # GIL is never taken while a stream lock is held (docs/threading.md).
+            pthread_mutex_lock(&st.s.lock)
+            st.s.trace = 0
+            buf = <trace_event_t*>st.s.trace_buf
+            size = st.s.trace_size
+            st.s.trace_buf = NULL
+            st.s.trace_size = 0
+            st.s.trace_cap = 0
+            pthread_mutex_unlock(&st.s.lock)
+            try:
+                events = []
+                for i in range(size):
+                    ev = buf + i
+                    events.append((ev.t0, ev.t1, ev.kind, ev.node, ev.label, ev.record))
+            finally:
+                free(buf)
+            if events:
+                out.append((st.index, events))
+    finally:
+        tracing_end()
+    return out
+
+
+# -- draining everything, and the exit rule -----------------------------------------------------
+
+def drain_all():
+    """Wait until every stream is idle: the coroutine schedulers of live streams, then the
+    queues of all streams, dropped ones included (nnc_finalize, the exit hook). Raises only
+    KeyboardInterrupt (Ctrl-C) or StreamError (called on a pool thread)."""
+    cdef Stream st
+    stream_check_not_worker("draining every stream")
+    busy = True
+    while busy:                         # draining one stream may enqueue work on another
+        busy = False
+        for st in list(_live):
+            sched = st._scheduler
+            if sched is not None and sched is not current_scheduler() and sched.active:
+                busy = True
+                while not sched.join(0.1):
+                    PyErr_CheckSignals()
+            st.kick()
+        while not pool_wait_quiet(0.1):
+            busy = True
+            PyErr_CheckSignals()
+
+
+def _pending():
+    """[(stream index, tasks not finished)] of the live streams with work, and the number of
+    busy streams whose object is gone."""
+    cdef Stream st
+    out = []
+    for st in list(_live):
+        pthread_mutex_lock(&st.s.lock)
+        n = st.s.submitted - st.s.completed
+        pthread_mutex_unlock(&st.s.lock)
+        if n:
+            out.append((st.index, n))
+    return out, max(0, pool_busy() - len(out))
+
+
+def _abandon():
+    """Ctrl-C at exit: say what is given up, then end the process now (status 130)."""
+    lost, dropped = _pending()
+    what = ", ".join(f"stream #{i}: {n} task(s)" for i, n in lost)
+    if dropped:
+        what = (what + ", " if what else "") + f"{dropped} dropped stream(s)"
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    try:
+        sys.stderr.write(f"nnc: interrupted at exit; abandoning unfinished work "
+                         f"({what or 'none'})\n")
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    os._exit(130)
+
+
+# Set when a Ctrl-C lands in threading._shutdown, which runs before atexit: the interpreter
+# swallows it there (PyErr_WriteUnraisable, "Exception ignored"), so the exit hook would wait for
+# never-ending work although the user asked to stop. Guarded by the GIL.
+_interrupted_at_shutdown = False
+_unraisablehook = sys.unraisablehook    # the hook _note_unraisable chains to
+
+
+def _note_unraisable(unraisable):
+    """sys.unraisablehook while nnc is imported: remembers a KeyboardInterrupt swallowed once
+    threading has begun shutting down (and only then), and passes everything on unchanged."""
+    global _interrupted_at_shutdown
+    if (getattr(threading, "_SHUTTING_DOWN", False) and unraisable.exc_type is not None
+            and issubclass(unraisable.exc_type, KeyboardInterrupt)):
+        _interrupted_at_shutdown = True
+    _unraisablehook(unraisable)
+
+
+sys.unraisablehook = _note_unraisable
+
+
+def _exit_hook():
+    """Drain every stream, then stop the pool and join its threads (module docstring)."""
+    try:
+        interrupted = (getattr(sys, "last_type", None) is KeyboardInterrupt
+                       or _interrupted_at_shutdown)
+        if interrupted and pool_busy():
+            _abandon()                  # the program is dying of Ctrl-C: don't keep it alive
+        drain_all()
+        pool_stop()
+    except KeyboardInterrupt:
+        _abandon()
+
+
+# Registered at import, before user atexit handlers that may still enqueue work (atexit runs
+# them in reverse order, so this one runs after them).
+atexit.register(_exit_hook)

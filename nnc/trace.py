@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from nnc import worker as _worker
+from nnc import stream as _stream
 
 _KIND = {1: "cmd", 2: "cmd", 3: "emit", 4: "wait", 5: "wake", 6: "count"}
 HOST_TID = 100000                       # host thread k (in order of first event): tid 100000 + k
@@ -54,11 +54,11 @@ class trace:
 
     def __enter__(self):
         self._origin = time.perf_counter()
-        _worker.trace_start(self)
+        _stream.trace_start(self)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self.events = _worker.trace_stop()
+        self.events = _stream.trace_stop()
         with open(self.path, "w") as f:
             json.dump(self.chrome_trace(), f)
         return False

@@ -10,9 +10,10 @@ future is completed by a task queued on the stream (docs/threading.md, "Waiting"
 
 from nnc._core import StreamError
 
-from nnc.stream cimport (
-    Signal, Stream, mono_now, record_release, signal_lock, signal_record_t, slice_deadline,
-    stream_check_not_worker, timeout_seconds, waiter_t,
+from nnc.stream cimport Signal, Stream, timeout_seconds
+from nnc.worker cimport (
+    mono_now, record_release, signal_lock, signal_record_t, slice_deadline,
+    stream_check_not_worker, waiter_t,
 )
 from nnc.sync cimport (
     pthread_cond_destroy, pthread_cond_init, pthread_cond_timedwait, pthread_mutex_lock,
@@ -62,6 +63,7 @@ cdef bint _record_wait(signal_record_t* r, double limit) except -1:
                 pthread_mutex_lock(&signal_lock)
                 if not r.done:
                     slice_deadline(&ts, left)
+                    me.stream = NULL
                     me.next = <waiter_t*>r.waiters
                     r.waiters = &me
                     pthread_cond_timedwait(&me.cond, &signal_lock, &ts)

@@ -1,48 +1,49 @@
-"""Stream worker threads, the loop running their tasks, and the exit rule: work enqueued
-before exit runs before exit.
+"""The worker pool: CPU streams are serial queues that a few pool threads run.
 
-NNC: the CPU stream context's thread (ccv_nnc_stream.c). Each ``nnc.Stream`` gets one
-:class:`Worker`, started when the stream is made (a thread that cannot start is a StreamError
-from ``nnc.Stream()``, before any work is enqueued). It is a daemon ``threading.Thread``: CPython
-makes its thread state in the parent, under the GIL, and the worker keeps it for life, so every
-``with gil`` of the worker (a Python task, a failure) reuses it. A raw pthread instead made and
-freed a thread state per GIL acquisition, outside the GIL, which raced tracemalloc (CPython
-3.11) and interpreter finalization (docs/threading.md, "Interpreter exit").
+NNC: ccv_nnc_stream.c's CPU stream context, whose own documentation names libdispatch's model:
+a stream is a *serial queue*, not a thread. One process-wide pool of worker threads, sized to the
+usable cores (``nnc.set_num_threads``, or ``NNC_NUM_THREADS``), runs every stream. Any number of
+streams costs no extra OS thread; a stream whose next task waits on a signal not yet emitted is
+*parked* on that signal's record and occupies no thread; the emit makes it ready again.
 
-The worker loop (``_worker_main``, ``_run_task``) pops the stream's tasks in batches and runs them
-without the GIL: C backends, signal emits and waits, loop counts and C calls; it takes the GIL only
-for Python tasks and to record a failure, which ``wait()`` raises (nnc.stream). While nnc.trace
-records, it times each task into the stream's trace buffer (``trace_start``, ``trace_stop``).
+A stream moves through four states (``stream_t.state``, worker.pxd):
 
-``_workers`` knows every worker, including those of streams whose Python object is gone, so the
-exit hook (an ``atexit`` callback) drains all of them, then closes them and joins their threads:
-no worker is left when the interpreter finalizes. Ctrl-C while the hook waits, or an exit caused
-by Ctrl-C while work is pending, abandons that work: the hook names it on stderr and ends the
-process with status 130 at once (``os._exit``), since a worker must not outlive the interpreter.
+- IDLE: nothing queued. The first task enqueued makes it QUEUED (it joins the ready list).
+- QUEUED: in the pool's FIFO ready list; a pool thread takes the oldest.
+- RUNNING: exactly one pool thread runs its tasks in order, POP_BATCH per lock. When it runs dry
+  the stream goes IDLE; after SLICE tasks, if other streams are ready, it goes back to the end
+  of the ready list (round-robin), so a long queue cannot starve short ones.
+- PARKED: its next task waits on a signal record not done yet. The thread puts that wait and
+  the rest of its batch back at the head of the queue and links the stream into the record's
+  waiter list; the emit (``record_done``) makes it QUEUED again. Order within a stream is
+  unchanged: nothing after the wait runs before the emit.
+
+Pool threads are daemon ``threading.Thread``s: CPython makes their thread state once, so a
+Python task (``with gil``) reuses it, and nothing makes or frees thread states outside the GIL
+(docs/threading.md, "Interpreter exit"). They take the GIL only for Python tasks, failures and
+freeing a stream nobody else holds. Locks: signal_lock, then a stream's lock, then the pool's;
+the GIL is never taken while any is held.
+
+Errors: a failing task (a C backend's status, a Python exception) is recorded on its stream
+(``stream_record_error``) and the stream keeps going; ``Stream.wait`` raises it (nnc.stream).
 """
 
-import atexit
 import os
-import sys
 import threading
 
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_XDECREF
-from libc.stdlib cimport free, realloc
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
 
 from nnc._core import NNCError, StreamError
-from nnc.tracing import tracing_begin, tracing_end
 
-from nnc.debug cimport DEBUG_TASKS, DEBUG_WORKERS, debug_count
-from nnc.stream cimport (
-    TASK_C, TASK_CALL, TASK_EMIT, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY, TASK_STORE, TASK_WAIT,
-    Stream, record_done, record_release, signal_lock, stream_drain, stream_record_error,
-    stream_release, stream_set_current_worker, stream_t, stream_task_t, trace_event_t, waiter_t,
-)
+from nnc.cmd cimport nnc_context_free
+from nnc.debug cimport DEBUG_STREAMS, DEBUG_TASKS, DEBUG_WORKERS, debug_count
 from nnc.sync cimport (
-    CLOCK_MONOTONIC, clock_gettime, pthread_cond_broadcast, pthread_cond_destroy,
-    pthread_cond_init, pthread_cond_signal, pthread_cond_wait, pthread_mutex_lock,
-    pthread_mutex_unlock, timespec,
+    pthread_cond_broadcast, pthread_cond_destroy, pthread_cond_init, pthread_cond_signal,
+    pthread_cond_timedwait, pthread_cond_wait, pthread_mutex_destroy, pthread_mutex_init,
+    pthread_mutex_lock, pthread_mutex_unlock, timespec,
 )
 
 
@@ -51,14 +52,268 @@ cdef extern from "Python.h":
     int PyErr_CheckSignals() except -1
 
 
-cdef enum:
-    POP_BATCH = 32                      # tasks a worker takes from its queue per lock
+# The stream a pool thread is running (NULL on every other thread, and on a pool thread between
+# streams): wait() refuses to block a pool thread, which could be waiting for its own queue.
+cdef extern from *:
+    """
+    static __thread void* nnc__current_stream = NULL;
+    static inline void nnc__set_current_stream(void* s) { nnc__current_stream = s; }
+    static inline void* nnc__get_current_stream(void) { return nnc__current_stream; }
+    """
+    void _set_current "nnc__set_current_stream"(void* s) noexcept nogil
+    void* _get_current "nnc__get_current_stream"() noexcept nogil
 
+
+cdef enum:
+    POP_BATCH = 32                      # tasks a thread takes from a queue per lock
+    SLICE = 256                         # tasks a stream runs before others ready get a turn
+
+
+# The pool. Every field is guarded by lock, except threads (the Python list of threading.Thread,
+# guarded by the GIL).
+ctypedef struct pool_t:
+    pthread_mutex_t lock
+    pthread_cond_t work                 # signalled when a stream becomes ready or size shrinks
+    pthread_cond_t quiet                # broadcast when busy drops to 0
+    stream_t* ready_head                # FIFO of QUEUED streams, linked by ready_next
+    stream_t* ready_tail
+    int size                            # threads wanted; any thread beyond it exits
+    int running                         # threads started and not yet exited
+    int sleeping                        # threads waiting on work
+    int busy                            # streams not IDLE (QUEUED, RUNNING or PARKED)
+    int stopping                        # the exit hook: every thread exits once all is done
+
+
+cdef pool_t _pool
+pthread_mutex_init(&signal_lock, NULL)   # declared in worker.pxd, shared with nnc.stream
+pthread_mutex_init(&_pool.lock, NULL)
+pthread_cond_init(&_pool.work, NULL)
+pthread_cond_init(&_pool.quiet, NULL)
+_threads = []                           # threading.Thread of every pool thread not yet joined
+
+
+def _default_size():
+    """NNC_NUM_THREADS if set (a positive integer), else the cores this process may use."""
+    text = os.environ.get("NNC_NUM_THREADS", "").strip()
+    if text:
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise NNCError(f"NNC_NUM_THREADS={text!r}: expected a positive integer")
+        return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+_pool.size = 0                          # 0 until the first stream: then _default_size()
+
+
+# -- signal records ----------------------------------------------------------------------------
+
+cdef void _make_ready(stream_t* s) noexcept nogil:
+    """Append s to the ready list and wake a sleeping thread; the caller holds s.lock and has
+    just set s.state = STREAM_QUEUED."""
+    pthread_mutex_lock(&_pool.lock)
+    s.ready_next = NULL
+    if _pool.ready_tail == NULL:
+        _pool.ready_head = s
+    else:
+        (<stream_t*>_pool.ready_tail).ready_next = s
+    _pool.ready_tail = s
+    if _pool.sleeping:
+        pthread_cond_signal(&_pool.work)
+    pthread_mutex_unlock(&_pool.lock)
+
+
+cdef void record_done(signal_record_t* r) noexcept nogil:
+    """Mark r done and wake what waits on it: parked streams become ready, host threads are
+    signalled. The caller holds signal_lock."""
+    cdef waiter_t* w = <waiter_t*>r.waiters
+    cdef waiter_t* nxt
+    cdef stream_t* s
+    r.done = 1
+    r.reserved = 0
+    r.waiters = NULL
+    while w != NULL:
+        nxt = w.next                    # read first: a host waiter's entry is on its stack
+        if w.stream != NULL:
+            s = <stream_t*>w.stream
+            pthread_mutex_lock(&s.lock)
+            s.state = STREAM_QUEUED
+            _make_ready(s)
+            pthread_mutex_unlock(&s.lock)
+        else:
+            pthread_cond_signal(&w.cond)
+        w = nxt
+
+
+# -- streams -----------------------------------------------------------------------------------
+
+cdef stream_t* stream_new(int index) except NULL:
+    """A new IDLE stream_t with one reference (the caller's); starts the pool if needed."""
+    pool_start()
+    cdef stream_t* s = <stream_t*>malloc(sizeof(stream_t))
+    if s == NULL:
+        raise MemoryError()
+    memset(s, 0, sizeof(stream_t))
+    s.cap = 64
+    s.ring = <stream_task_t*>malloc(sizeof(stream_task_t) * s.cap)
+    if s.ring == NULL:
+        free(s)
+        raise MemoryError()
+    pthread_mutex_init(&s.lock, NULL)
+    pthread_cond_init(&s.idle, NULL)
+    pthread_cond_init(&s.park.cond, NULL)
+    s.park.stream = s
+    errors = []
+    waiters = []
+    Py_INCREF(errors)
+    Py_INCREF(waiters)
+    s.errors = <PyObject*>errors
+    s.waiters = <PyObject*>waiters
+    s.refs = 1
+    s.index = index
+    s.state = STREAM_IDLE
+    debug_count(DEBUG_STREAMS, 1)
+    return s
+
+
+cdef void _stream_free(stream_t* s) noexcept:
+    """Free the C state; called with the GIL by whoever drops the last reference."""
+    Py_XDECREF(s.errors)
+    Py_XDECREF(s.waiters)
+    pthread_mutex_destroy(&s.lock)
+    pthread_cond_destroy(&s.idle)
+    pthread_cond_destroy(&s.park.cond)
+    nnc_context_free(&s.context)
+    free(s.ring)
+    free(s.trace_buf)
+    free(s)
+    debug_count(DEBUG_STREAMS, -1)
+
+
+cdef void stream_release(stream_t* s) noexcept:
+    """Drop one reference to s, freeing it if it was the last. With the GIL, no lock held."""
+    cdef bint last
+    pthread_mutex_lock(&s.lock)
+    s.refs -= 1
+    last = s.refs == 0
+    pthread_mutex_unlock(&s.lock)
+    if last:
+        _stream_free(s)
+
+
+cdef void _free_from_pool(stream_t* s) noexcept with gil:
+    """Free s, whose last reference the pool just dropped (s went IDLE and its Python object
+    is gone). Takes the GIL, which freeing the error lists needs; no lock is held."""
+    _stream_free(s)
+
+
+cdef int stream_record_error(stream_t* s, tuple entry) except -1:
+    """Keep (where, exc) for the next wait() and for every wait() in progress (with the GIL)."""
+    (<list>s.errors).append(entry)
+    for box in <list>s.waiters:
+        (<list>box).append(entry)
+    return 0
+
+
+cdef int stream_check_not_worker(str what="wait()") except -1:
+    """StreamError on a pool thread running a stream's task, which must never block on a
+    stream or signal: it could be waiting for work queued behind itself."""
+    cdef stream_t* me = <stream_t*>_get_current()
+    if me != NULL:
+        raise StreamError(
+            f"{what} on a stream worker thread (a callback or command running on nnc stream "
+            f"#{me.index}): it could be waiting for its own queue and never return; wait on a "
+            "host thread, or order the work with signals")
+    return 0
+
+
+cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except -1:
+    """Append copies of n tasks to s's queue; an IDLE stream becomes ready. MemoryError if the
+    queue cannot grow (then nothing is queued).
+
+    The GIL stays held: the locks are held only briefly by anyone and nobody holding them ever
+    waits for the GIL (the module docstring), so this cannot deadlock, and it saves a GIL
+    release and re-acquire per hand-over."""
+    cdef stream_task_t* ring
+    cdef Py_ssize_t cap, first, i
+    if _pool.stopping:
+        raise StreamError(f"cannot enqueue on nnc stream #{s.index}: the interpreter is exiting "
+                          "and nnc's exit hook has already stopped the worker pool")
+    pthread_mutex_lock(&s.lock)
+    if s.count + n > s.cap:
+        # Grow and unwrap the ring so that the queue is contiguous from 0 again.
+        cap = s.cap * 2
+        while cap < s.count + n:
+            cap *= 2
+        ring = <stream_task_t*>malloc(sizeof(stream_task_t) * cap)
+        if ring == NULL:
+            pthread_mutex_unlock(&s.lock)
+            raise MemoryError()
+        first = min(s.count, s.cap - s.head)
+        memcpy(ring, s.ring + s.head, sizeof(stream_task_t) * first)
+        memcpy(ring + first, s.ring, sizeof(stream_task_t) * (s.count - first))
+        free(s.ring)
+        s.ring = ring
+        s.cap = cap
+        s.head = 0
+    for i in range(n):
+        s.ring[(s.head + s.count + i) % s.cap] = tasks[i]
+    s.count += n
+    s.submitted += n
+    if s.state == STREAM_IDLE and n > 0:
+        s.refs += 1                     # the pool's, until the stream is IDLE again
+        s.state = STREAM_QUEUED
+        pthread_mutex_lock(&_pool.lock)
+        _pool.busy += 1
+        pthread_mutex_unlock(&_pool.lock)
+        _make_ready(s)
+    pthread_mutex_unlock(&s.lock)
+    return 0
+
+
+cdef int stream_drain(stream_t* s, double timeout=-1) except -1:
+    """Block until everything enqueued on s so far is done, without raising its errors; 1 once
+    done, 0 if ``timeout`` seconds (>= 0; -1: no limit) passed first.
+
+    Called with the GIL (and a reference to s); sleeps without it, waking every 100 ms so that
+    Ctrl-C raises KeyboardInterrupt here (PyErr_CheckSignals runs the signal handlers).
+    """
+    cdef long long target
+    cdef timespec ts
+    cdef bint done = False
+    cdef double end = mono_now() + timeout, left = timeout
+    stream_check_not_worker()
+    while True:
+        with nogil:
+            pthread_mutex_lock(&s.lock)
+            target = s.submitted
+            s.host_waiting += 1
+            slice_deadline(&ts, left)
+            while s.completed < target:
+                if pthread_cond_timedwait(&s.idle, &s.lock, &ts) != 0:
+                    break
+            done = s.completed >= target
+            s.host_waiting -= 1
+            pthread_mutex_unlock(&s.lock)
+        if done:
+            return 1
+        if timeout >= 0:
+            left = end - mono_now()
+            if left <= 0:
+                return 0
+        PyErr_CheckSignals()
+
+
+# -- running tasks -----------------------------------------------------------------------------
 
 cdef inline double _now() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
+    return mono_now()
 
 
 cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexcept nogil:
@@ -119,17 +374,33 @@ cdef void _drop_refs(stream_task_t* t) noexcept with gil:
     Py_XDECREF(t.ctx)
 
 
+cdef void _block_on(signal_record_t* r) noexcept nogil:
+    """Sleep until r is done: the fallback when a stream cannot park (no memory to put its
+    batch back), which costs the thread, as every wait did before the pool."""
+    cdef waiter_t me
+    pthread_mutex_lock(&signal_lock)
+    if not r.done:
+        pthread_cond_init(&me.cond, NULL)
+        me.stream = NULL
+        me.next = <waiter_t*>r.waiters
+        r.waiters = &me
+        while not r.done:
+            pthread_cond_wait(&me.cond, &signal_lock)
+        pthread_cond_destroy(&me.cond)
+    pthread_mutex_unlock(&signal_lock)
+
+
 cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     # No Python object may live in this function, not even in a branch: Cython would then take
     # the GIL on every exit to release it, once per task. Python work goes through the
     # ``with gil`` helpers above, which take the GIL only when called.
     cdef int rc
     cdef double t0 = 0
-    cdef waiter_t me
     if s.trace:
         t0 = _now()
     if t.kind == TASK_C:
-        rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size, NULL)
+        rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
+                      &s.context)
         if rc != 0:
             _report_rc(s, t, rc)
     elif t.kind == TASK_PY:
@@ -143,15 +414,7 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     elif t.kind == TASK_STORE:
         (<long long*>t.arg)[0] = t.value
     elif t.kind == TASK_WAIT:
-        pthread_mutex_lock(&signal_lock)
-        if not t.record.done:
-            pthread_cond_init(&me.cond, NULL)
-            me.next = <waiter_t*>t.record.waiters
-            t.record.waiters = &me
-            while not t.record.done:
-                pthread_cond_wait(&me.cond, &signal_lock)
-            pthread_cond_destroy(&me.cond)
-        pthread_mutex_unlock(&signal_lock)
+        _block_on(t.record)             # reached only when parking failed; else done already
     if s.trace:
         _trace_add(s, t, t0, _now())
     record_release(t.record)
@@ -162,22 +425,60 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     debug_count(DEBUG_TASKS, -1)
 
 
-cdef void _worker_main(stream_t* s) noexcept nogil:
-    """The worker loop: run tasks in order until the stream is closing and drained."""
-    # Tasks are taken POP_BATCH at a time, so the lock is taken twice per batch, not per task;
-    # completed counts them once the whole batch has run (wait() waits for all of it anyway).
-    cdef stream_task_t batch[POP_BATCH]
-    cdef Py_ssize_t n, i
-    debug_count(DEBUG_WORKERS, 1)
-    stream_set_current_worker(s)
+cdef bint _park(stream_t* s, stream_task_t* rest, Py_ssize_t n, Py_ssize_t ran) noexcept nogil:
+    """rest[0] is a wait on a record: if it is not done, put rest[0:n] back at the head of s's
+    queue, count the ``ran`` tasks of this batch before it completed, and park s on the record
+    (True): from then on the calling thread must not touch s, which an emit may make ready
+    and another thread run (and free) at once. False if the record is done (run the wait, a
+    no-op) or the queue cannot grow (run it, blocking this thread)."""
+    cdef signal_record_t* r = rest[0].record
+    cdef stream_task_t* ring
+    cdef Py_ssize_t cap, first, i
+    pthread_mutex_lock(&signal_lock)
+    if r.done:
+        pthread_mutex_unlock(&signal_lock)
+        return False
     pthread_mutex_lock(&s.lock)
+    if s.count + n > s.cap:
+        cap = s.cap * 2
+        while cap < s.count + n:
+            cap *= 2
+        ring = <stream_task_t*>malloc(sizeof(stream_task_t) * cap)
+        if ring == NULL:
+            pthread_mutex_unlock(&s.lock)
+            pthread_mutex_unlock(&signal_lock)
+            return False
+        first = min(s.count, s.cap - s.head)
+        # Leave n free slots at the front for the tasks put back.
+        memcpy(ring + n, s.ring + s.head, sizeof(stream_task_t) * first)
+        memcpy(ring + n + first, s.ring, sizeof(stream_task_t) * (s.count - first))
+        free(s.ring)
+        s.ring = ring
+        s.cap = cap
+        s.head = n
+    s.head = (s.head - n + s.cap) % s.cap
+    for i in range(n):
+        s.ring[(s.head + i) % s.cap] = rest[i]
+    s.count += n
+    s.completed += ran
+    s.state = STREAM_PARKED
+    s.park.next = <waiter_t*>r.waiters
+    r.waiters = &s.park
+    pthread_mutex_unlock(&s.lock)
+    pthread_mutex_unlock(&signal_lock)
+    return True
+
+
+cdef void _serve(stream_t* s) noexcept nogil:
+    """Run s (just taken from the ready list) until it runs dry, parks or has had its slice."""
+    cdef stream_task_t batch[POP_BATCH]
+    cdef Py_ssize_t n, i, served = 0
+    cdef bint idle = False, last = False
+    debug_count(DEBUG_WORKERS, 1)
+    _set_current(s)
+    pthread_mutex_lock(&s.lock)
+    s.state = STREAM_RUNNING
     while True:
-        while s.count == 0 and not s.closing:
-            s.sleeping = 1
-            pthread_cond_wait(&s.work, &s.lock)
-            s.sleeping = 0
-        if s.count == 0:
-            break
         n = min(s.count, POP_BATCH)
         for i in range(n):
             batch[i] = s.ring[(s.head + i) % s.cap]
@@ -185,216 +486,189 @@ cdef void _worker_main(stream_t* s) noexcept nogil:
         s.count -= n
         pthread_mutex_unlock(&s.lock)
         for i in range(n):
+            if batch[i].kind == TASK_WAIT and _park(s, batch + i, n - i, i):
+                # s is no longer ours: an emit may already have made it ready again.
+                _set_current(NULL)
+                debug_count(DEBUG_WORKERS, -1)
+                return
             _run_task(s, &batch[i])
+        served += n
         pthread_mutex_lock(&s.lock)
         s.completed += n
         if s.host_waiting and s.completed == s.submitted:
             pthread_cond_broadcast(&s.idle)
+        if s.count == 0:
+            s.state = STREAM_IDLE
+            s.refs -= 1                 # the pool's reference
+            last = s.refs == 0
+            idle = True
+            break
+        if served >= SLICE:
+            pthread_mutex_lock(&_pool.lock)
+            if _pool.ready_head != NULL:
+                pthread_mutex_unlock(&_pool.lock)
+                s.state = STREAM_QUEUED
+                _make_ready(s)
+                break
+            pthread_mutex_unlock(&_pool.lock)
+            served = 0
     pthread_mutex_unlock(&s.lock)
-    stream_set_current_worker(NULL)
+    _set_current(NULL)
     debug_count(DEBUG_WORKERS, -1)
+    if idle:
+        pthread_mutex_lock(&_pool.lock)
+        _pool.busy -= 1
+        if _pool.busy == 0:
+            pthread_cond_broadcast(&_pool.quiet)
+        pthread_mutex_unlock(&_pool.lock)
+        if last:
+            _free_from_pool(s)
 
 
-def trace_start(tracer):
-    """Start recording (nnc.trace): tasks are named as they are enqueued (nnc.tracing) and
-    every stream's worker times them into its trace buffer (_trace_add)."""
-    from nnc import stream as stream_module
-    cdef Stream st
-    tracing_begin(tracer)
-    for st in list(stream_module._live):
-        with nogil:
-            pthread_mutex_lock(&st.s.lock)
-            st.s.trace = 1
-            st.s.trace_size = 0
-            pthread_mutex_unlock(&st.s.lock)
+cdef void _pool_main() noexcept nogil:
+    """A pool thread: take the oldest ready stream, serve it, repeat; exit when the pool has
+    more threads than its size, or when it stops and nothing is left to run."""
+    cdef stream_t* s
+    pthread_mutex_lock(&_pool.lock)
+    # Any thread beyond the pool's size exits (set_num_threads shrank it), whichever its id.
+    while _pool.running <= _pool.size:
+        s = <stream_t*>_pool.ready_head
+        if s == NULL:
+            if _pool.stopping:
+                break
+            _pool.sleeping += 1
+            pthread_cond_wait(&_pool.work, &_pool.lock)
+            _pool.sleeping -= 1
+            continue
+        _pool.ready_head = <stream_t*>s.ready_next
+        if _pool.ready_head == NULL:
+            _pool.ready_tail = NULL
+        s.ready_next = NULL
+        pthread_mutex_unlock(&_pool.lock)
+        _serve(s)
+        pthread_mutex_lock(&_pool.lock)
+    _pool.running -= 1
+    pthread_cond_broadcast(&_pool.quiet)
+    pthread_mutex_unlock(&_pool.lock)
 
 
-def trace_stop():
-    """Stop recording; drain every stream; return [(stream index, [event tuples])]."""
-    from nnc import stream as stream_module
-    cdef Stream st
-    cdef trace_event_t* buf
-    cdef trace_event_t* ev
-    cdef Py_ssize_t i, size
-    out = []
-    try:
-        for st in list(stream_module._live):
-            st._drain()
-            # Take the buffer under the lock, then build Python objects after unlocking: the
-            # GIL is never taken while a stream lock is held (docs/threading.md).
-            with nogil:
-                pthread_mutex_lock(&st.s.lock)
-                st.s.trace = 0
-                buf = <trace_event_t*>st.s.trace_buf
-                size = st.s.trace_size
-                st.s.trace_buf = NULL
-                st.s.trace_size = 0
-                st.s.trace_cap = 0
-                pthread_mutex_unlock(&st.s.lock)
-            try:
-                events = []
-                for i in range(size):
-                    ev = buf + i
-                    events.append((ev.t0, ev.t1, ev.kind, ev.node, ev.label, ev.record))
-            finally:
-                free(buf)
-            if events:
-                out.append((st.index, events))
-    finally:
-        tracing_end()
+def _thread_main():
+    with nogil:
+        _pool_main()
+
+
+cdef int _grow() except -1:
+    """Start threads until ``running`` reaches ``size`` (with the GIL, which guards _threads)."""
+    cdef int id
+    while True:
+        pthread_mutex_lock(&_pool.lock)
+        id = _pool.running
+        if id >= _pool.size:
+            pthread_mutex_unlock(&_pool.lock)
+            return 0
+        _pool.running += 1
+        pthread_mutex_unlock(&_pool.lock)
+        t = threading.Thread(target=_thread_main, name=f"nnc-worker-{id}", daemon=True)
+        try:
+            t.start()
+        except Exception as e:
+            # The pool keeps the threads it has: later streams and calls do not retry (and fail)
+            # until set_num_threads asks again.
+            pthread_mutex_lock(&_pool.lock)
+            _pool.running -= 1
+            _pool.size = max(1, _pool.running)
+            pthread_mutex_unlock(&_pool.lock)
+            raise StreamError(f"could not start nnc worker thread {id}: {e}") from e
+        _threads.append(t)
+
+
+cdef int pool_start() except -1:
+    """Start the pool at its default size unless it runs (with the GIL); StreamError if a
+    thread cannot start, so that nnc.Stream() fails before any work is enqueued."""
+    if _pool.stopping:
+        raise StreamError("the interpreter is exiting (nnc's exit hook already stopped the "
+                          "worker pool): no new stream can be created")
+    if _pool.size == 0:
+        _pool.size = _default_size()
+    if _pool.running < _pool.size:
+        _grow()
+    return 0
+
+
+def set_num_threads(n):
+    """Size the worker pool to ``n`` threads (>= 1); takes effect at once: new threads start,
+    surplus ones exit after the stream they are running. NNC has one CPU thread per stream
+    context's queue; nnc shares a pool (see the module docstring)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise NNCError(f"set_num_threads needs a positive int, not {n!r}")
+    if _pool.stopping:
+        raise StreamError("the interpreter is exiting: the worker pool is stopped")
+    pthread_mutex_lock(&_pool.lock)
+    _pool.size = n
+    pthread_cond_broadcast(&_pool.work)
+    pthread_mutex_unlock(&_pool.lock)
+    _grow()
+    _reap()
+
+
+def get_num_threads():
+    """The pool's size: threads it runs streams on (started with the first stream)."""
+    return _pool.size if _pool.size else _default_size()
+
+
+def _reap():
+    """Forget the threads that have exited (after shrinking)."""
+    _threads[:] = [t for t in _threads if t.is_alive()]
+
+
+def pool_stats():
+    """(threads running, streams busy, streams ready) — for tests and nnc.trace."""
+    cdef int ready = 0
+    cdef stream_t* s
+    pthread_mutex_lock(&_pool.lock)
+    s = <stream_t*>_pool.ready_head
+    while s != NULL:
+        ready += 1
+        s = <stream_t*>s.ready_next
+    out = (_pool.running, _pool.busy, ready)
+    pthread_mutex_unlock(&_pool.lock)
     return out
 
 
-# stream index -> Worker, for every worker thread not yet exited; guarded by the GIL. A worker
-# removes itself as it exits, with the GIL, just before letting go of its stream.
-_workers = {}
+def pool_wait_quiet(double timeout):
+    """Wait (without the GIL, up to ``timeout`` s) until no stream has work; True if none has.
+    For the exit hook and nnc_finalize, which also drain streams whose object is gone."""
+    cdef timespec ts
+    cdef bint quiet
+    with nogil:
+        pthread_mutex_lock(&_pool.lock)
+        slice_deadline(&ts, timeout)
+        if _pool.busy:
+            pthread_cond_timedwait(&_pool.quiet, &_pool.lock, &ts)
+        quiet = _pool.busy == 0
+        pthread_mutex_unlock(&_pool.lock)
+    return quiet
 
 
-cdef class Worker:
-    """The thread serving one stream (a daemon ``threading.Thread`` named nnc-stream-N)."""
-
-    def _run(self):
-        cdef stream_t* s = self.s
-        with nogil:
-            _worker_main(s)
-        # The GIL is held again, through this thread's own thread state, until the end.
-        self.s = NULL
-        _workers.pop(self.index, None)
-        stream_release(s, True)
-
-    def drain(self):
-        """Wait until the stream's work so far is done (its object may be gone)."""
-        cdef stream_t* s = self.s
-        if s == NULL:
-            return
-        pthread_mutex_lock(&s.lock)
-        s.refs += 1                     # the worker may exit and let go of s while we sleep
-        pthread_mutex_unlock(&s.lock)
-        try:
-            stream_drain(s)
-        finally:
-            stream_release(s, False)
-
-    def pending(self):
-        """Tasks enqueued and not finished (0 once the worker has exited)."""
-        cdef long long n = 0
-        if self.s != NULL:
-            pthread_mutex_lock(&self.s.lock)
-            n = self.s.submitted - self.s.completed
-            pthread_mutex_unlock(&self.s.lock)
-        return n
-
-    def close(self):
-        """Refuse further tasks; the worker exits once its queue is empty."""
-        if self.s != NULL:
-            pthread_mutex_lock(&self.s.lock)
-            self.s.closing = 1
-            pthread_mutex_unlock(&self.s.lock)
-            # After unlocking; s stays alive: freeing it needs the GIL, which we hold.
-            pthread_cond_signal(&self.s.work)
-
-    def __repr__(self):
-        return f"<nnc.worker.Worker of stream #{self.index}>"
+def pool_busy():
+    """Streams with work queued, running or parked (dropped streams included)."""
+    return _pool.busy
 
 
-def worker_start(Stream st not None):
-    """Start st's worker thread (Stream.__cinit__); StreamError if it cannot start."""
-    cdef stream_t* s = st.s
-    cdef Worker w = Worker.__new__(Worker)
-    w.s = s
-    w.index = st.index
-    s.refs += 1                         # no other thread knows s yet: no lock needed
-    s.worker = 1
-    try:
-        w.thread = threading.Thread(target=w._run, name=f"nnc-stream-{st.index}", daemon=True)
-        _workers[st.index] = w
-        w.thread.start()
-    except Exception as e:
-        _workers.pop(st.index, None)
-        w.s = NULL
-        s.refs -= 1
-        s.worker = 0
-        raise StreamError(f"could not start the worker thread of {st!r}: {e}") from e
+def pool_stop():
+    """Refuse new streams, let every thread exit once nothing is ready, and join them
+    (the exit hook, after draining). Parked streams stay parked: their emits never come."""
+    pthread_mutex_lock(&_pool.lock)
+    _pool.stopping = 1
+    pthread_cond_broadcast(&_pool.work)
+    pthread_mutex_unlock(&_pool.lock)
+    for t in list(_threads):
+        while t.is_alive():
+            t.join(0.1)
+    _threads[:] = []
 
 
-def drain_all():
-    """Wait until every stream is idle: the coroutine schedulers of live streams and the queues
-    of all streams, dropped ones included (nnc_finalize, the exit hook). Raises only
-    KeyboardInterrupt (Ctrl-C) or StreamError (called on a worker thread)."""
-    from nnc import stream as stream_module
-    from nnc.coro import current_scheduler
-
-    busy = True
-    while busy:                         # draining one stream may enqueue work on another
-        busy = False
-        for st in list(stream_module._live):
-            sched = (<Stream>st)._scheduler
-            if sched is not None and sched is not current_scheduler() and sched.active:
-                busy = True
-                while not sched.join(0.1):
-                    PyErr_CheckSignals()
-        for w in list(_workers.values()):
-            if (<Worker>w).pending():
-                busy = True
-                (<Worker>w).drain()
-
-
-def _abandon():
-    """Ctrl-C at exit: say what is given up, then end the process now (status 130)."""
-    lost = [(w.index, w.pending()) for w in list(_workers.values()) if w.pending()]
-    what = ", ".join(f"stream #{i}: {n} task(s)" for i, n in lost) or "none"
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except BaseException:
-            pass
-    try:
-        sys.stderr.write(f"nnc: interrupted at exit; abandoning unfinished work ({what})\n")
-        sys.stderr.flush()
-    except BaseException:
-        pass
-    os._exit(130)
-
-
-# Set when a Ctrl-C lands in threading._shutdown, which runs before atexit: the interpreter
-# swallows it there (PyErr_WriteUnraisable, "Exception ignored"), so the exit hook would wait for
-# never-ending work although the user asked to stop. Guarded by the GIL.
-_interrupted_at_shutdown = False
-_unraisablehook = sys.unraisablehook    # the hook _note_unraisable chains to
-
-
-def _note_unraisable(unraisable):
-    """sys.unraisablehook while nnc is imported: remembers a KeyboardInterrupt swallowed once
-    threading has begun shutting down (and only then), and passes everything on unchanged."""
-    global _interrupted_at_shutdown
-    if (getattr(threading, "_SHUTTING_DOWN", False) and unraisable.exc_type is not None
-            and issubclass(unraisable.exc_type, KeyboardInterrupt)):
-        _interrupted_at_shutdown = True
-    _unraisablehook(unraisable)
-
-
-sys.unraisablehook = _note_unraisable
-
-
-def _exit_hook():
-    """Drain every stream, refuse new work, stop and join every worker (see the docstring)."""
-    from nnc import stream as stream_module
-
-    try:
-        interrupted = (getattr(sys, "last_type", None) is KeyboardInterrupt
-                       or _interrupted_at_shutdown)
-        if interrupted and any(w.pending() for w in list(_workers.values())):
-            _abandon()                  # the program is dying of Ctrl-C: don't keep it alive
-        drain_all()
-        stream_module._refuse_new_work()
-        workers = list(_workers.values())
-        for w in workers:
-            w.close()
-        for w in workers:
-            while w.thread.is_alive():
-                w.thread.join(0.1)
-    except KeyboardInterrupt:
-        _abandon()
-
-
-atexit.register(_exit_hook)
+cdef bint pool_refusing() noexcept nogil:
+    """True once the exit hook stopped the pool: nothing may be enqueued any more (set and
+    read with the GIL, so no task slips in after the threads have exited)."""
+    return _pool.stopping

@@ -37,17 +37,29 @@ def start_py(code):
 
 # -- worker threads keep one thread state (defect 1) ------------------------------------------
 
-def test_python_tasks_of_a_stream_share_one_thread_state():
+def test_python_tasks_on_a_pool_thread_share_its_thread_state():
     # A raw pthread made a fresh thread state for every Python task, so a threading.local set
-    # by one callback was gone in the next; a Python-level worker keeps its thread state.
-    s = Stream()
+    # by one callback was gone in the next; pool threads are Python-level threads that keep
+    # theirs. Each callback notes whether an earlier callback marked its thread already.
+    streams = [Stream() for _ in range(4)]
     local = threading.local()
     seen = []
-    s.add_callback(lambda: setattr(local, "mark", 1))
-    s.add_callback(lambda: seen.append((getattr(local, "mark", None),
-                                        threading.current_thread().name)))
-    s.wait()
-    assert seen == [(1, f"nnc-stream-{s.index}")]
+
+    def note():
+        seen.append((threading.current_thread().name, getattr(local, "mark", None)))
+        local.mark = 1
+
+    for _ in range(20):
+        for s in streams:
+            s.add_callback(note)
+    for s in streams:
+        s.wait()
+    assert len(seen) == 80
+    first = {}
+    for name, mark in seen:
+        assert name.startswith("nnc-worker-")
+        assert mark == (1 if name in first else None), (name, mark)
+        first.setdefault(name, True)
 
 
 def test_workers_survive_tracemalloc_start_and_stop():
@@ -285,10 +297,10 @@ def test_leaving_trace_while_another_thread_uses_a_stream(tmp_path):
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr
 
 
-# -- a worker thread that cannot start (defect 10) ---------------------------------------------
+# -- a pool thread that cannot start (defect 10) -----------------------------------------------
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
-def test_a_worker_that_cannot_start_leaves_nothing_half_enqueued():
+def test_streams_need_no_thread_and_a_pool_that_cannot_grow_stays_usable():
     out = run_py("""
         import resource, numpy as np, nnc
         g = nnc.Graph()
@@ -296,28 +308,29 @@ def test_a_worker_that_cannot_start_leaves_nothing_half_enqueued():
             x = nnc.Tensor(np.ones(1, np.float32))
             g.exec(nnc.Cmd("SCALAR_MUL", a=2), [x], [x])
         nnc.static_schedule(g)      # four streams, made on the first run
-        s = nnc.Stream()
+        s = nnc.Stream()            # starts the pool
+        size = nnc.get_num_threads()
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize"))
         # No room for another thread's stack (8 MiB by default).
         resource.setrlimit(resource.RLIMIT_AS, (vm * 1024 + (3 << 20), hard))
+        g.run(stream=s)             # four more streams: no thread needed
+        extra = [nnc.Stream() for _ in range(100)]
         try:
-            g.run(stream=s)
+            nnc.set_num_threads(size + 4)
         except nnc.StreamError as e:
-            print("run refused:", e)
-        try:
-            nnc.Stream()
-        except nnc.StreamError as e:
-            print("stream refused")
-        s.wait()                    # nothing was left queued behind a missing worker
+            print("grow refused:", e)
+        print("size", nnc.get_num_threads() == size)
+        s.wait()
+        nnc.Stream().wait()         # the failed growth left nothing half started
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
         g.run(stream=s)
         s.wait()
         print("ok")
     """)
     assert out.returncode == 0, out.stderr
-    assert "run refused: could not start the worker thread" in out.stdout, out.stdout
-    assert "stream refused" in out.stdout and "ok" in out.stdout
+    assert "grow refused: could not start nnc worker thread" in out.stdout, out.stdout
+    assert "size True" in out.stdout and "ok" in out.stdout
 
 
 def test_nnc_shutdown_drains_dropped_streams():
@@ -325,7 +338,7 @@ def test_nnc_shutdown_drains_dropped_streams():
     # handle (here: object) is gone, finishes its queue before it returns.
     out = run_py("""
         import threading, nnc
-        from nnc.worker import drain_all
+        from nnc.stream import drain_all
         done = []
         go = threading.Event()
         s = nnc.Stream()

@@ -1,6 +1,7 @@
 from nnc.graph.graph cimport Graph
 from nnc.graph.schedule cimport Schedule
-from nnc.stream cimport Signal, Stream, stream_task_t
+from nnc.stream cimport Signal, Stream
+from nnc.worker cimport stream_task_t
 
 
 # The streams and signals a schedule runs on; owned by the graph, reused across runs.

@@ -19,10 +19,8 @@ from nnc._core import GraphError
 
 from nnc.graph.graph cimport EXEC_C, EXEC_CONTROL, EXEC_PY, Graph, exec_info_t
 from nnc.graph.schedule cimport Schedule
-from nnc.stream cimport (
-    TASK_C, TASK_PY, Signal, Stream, stream_emit, stream_move_errors, stream_task_t,
-    stream_wait_signal,
-)
+from nnc.stream cimport Signal, Stream, stream_emit, stream_move_errors, stream_wait_signal
+from nnc.worker cimport TASK_C, TASK_PY, stream_task_t
 from nnc.tracing cimport trace_label, trace_on
 
 from nnc.graph.schedule import graph_schedule
