@@ -36,6 +36,8 @@ from libc.stdlib cimport free, malloc
 import numpy as np
 
 from nnc._core import GraphError
+from nnc.cmd import Cmd
+from nnc.graph.graph import register_control
 
 from nnc.cmd cimport tensor_list
 from nnc.graph.graph cimport Graph, GraphExec
@@ -580,8 +582,6 @@ cdef class CaseOfNode:
 
 def graph_while(Graph parent, body, name=None):
     """Graph.while_: add a node running ``body`` as a loop."""
-    from nnc.cmd import Cmd
-
     _check_sub(parent, body, "while body")
     w = (<Graph>body)._loop
     if w is not None and (<WhileNode>w).parent is not None:
@@ -598,8 +598,6 @@ def graph_while(Graph parent, body, name=None):
 
 def graph_case_of(Graph parent, inputs, outputs, name=None):
     """Graph.case_of: add a node choosing a branch graph by an expression."""
-    from nnc.cmd import Cmd
-
     ins = _as_tensors(inputs, "case..of inputs")
     outs = _as_tensors(outputs, "case..of outputs")
     c = CaseOfNode()
@@ -650,6 +648,13 @@ def graph_set_case_of_expr(Graph g, e, expr, offset=0):
 
 def graph_set_case_of(Graph g, e, branch, index):
     case_of_node(g, e).set_branch(branch, index)
+
+
+# Graph's loop and branch methods (the graph layer cannot import this module, which builds on it).
+register_control(
+    while_=graph_while, set_while_expr=body_set_while_expr, add_carry_over=body_add_carry_over,
+    while_count=body_while_count, count_tensor=body_count_tensor, case_of=graph_case_of,
+    set_case_of_expr=graph_set_case_of_expr, set_case_of=graph_set_case_of)
 
 
 # -- what a control node re-points, for static schedules (nnc/graph/rank.pyx) -------------------

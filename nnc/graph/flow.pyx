@@ -36,9 +36,10 @@ So stream 0, and the end signal after it, comes after every task the run enqueue
 
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.run cimport (
-    _move_errors, _push_node, _push_waits, _Runtime, _runtime_for, _tracing,
+    RunState, _move_errors, _push_node, _push_waits, _Runtime, _runtime_for, _tracing,
+    run_state,
 )
-from nnc.graph.schedule cimport Schedule
+from nnc.graph.schedule cimport Schedule, schedule_args
 from nnc.stream cimport (
     Signal, Stream, signal_reserve, signal_set, stream_add_error, stream_emit, stream_store_count,
     stream_wait_signal,
@@ -46,6 +47,7 @@ from nnc.stream cimport (
 
 from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
 from nnc.graph.control import WhileNode, check_sub_idle, select_now
+from nnc.graph.run import register_flow
 from nnc.graph.schedule import flow_schedule
 from nnc.stream import Signal as PySignal
 
@@ -97,14 +99,15 @@ def flow_run(Graph g not None, Stream caller not None):
     run.caller = caller
     run.runtimes = []
     run.streams = []
-    run.args = g._schedule_args if g._schedule is not None else None
+    run.args = schedule_args(g)
     cdef Schedule sched = flow_schedule(g, run.args)
     _check_tree(g, run.args)
     cdef _Runtime rt = _runtime_for(g, sched)
     run.add(rt)
     begin = PySignal(sched.stream_type)
     end = PySignal(sched.stream_type)
-    prev = g._flow_task
+    cdef RunState state = run_state(g)
+    prev = state.flow_task
     if prev is not None and prev.done:
         prev = None
     g._inflight += 1
@@ -118,7 +121,7 @@ def flow_run(Graph g not None, Stream caller not None):
         signal_set(end)
         g._run_finished()
         raise
-    g._flow_task = caller.scheduler.spawn(_root(run, sched, rt, begin, end, prev),
+    state.flow_task = caller.scheduler.spawn(_root(run, sched, rt, begin, end, prev),
                                           name=f"run of {g!r}")
 
 
@@ -379,3 +382,6 @@ def _case_of(_Run run, c, Stream p):
                          c._node_selects(branch))
     if c.has_phis:
         p._push_call(c._select_phis, (c.last_index,), c.parent, None, False)
+
+
+register_flow(flow_run)                # nnc.graph.run hands runs with control flow to us

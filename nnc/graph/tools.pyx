@@ -11,6 +11,7 @@ import time
 from nnc._core import NNCError
 from nnc.cmd import cmd_autotune
 from nnc.graph.control import WhileNode
+from nnc.graph.graph import register_tools
 
 from nnc.cmd cimport Cmd
 from nnc.graph.graph cimport EXEC_CONTROL, EXEC_NOOP, Graph, GraphExec
@@ -150,3 +151,7 @@ def graph_autotune(Graph g, trials):
     finally:
         g._leave()
     return changed
+
+
+# Graph.profile, Graph.autotune and Graph.dot (the graph layer cannot import this one).
+register_tools(graph_profile, graph_autotune, graph_dot)
