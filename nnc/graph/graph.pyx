@@ -158,7 +158,7 @@ cdef class GraphExec:
         """
         cdef Graph g = self.graph
         cmd = <Cmd>g._cmds[self.index]
-        if cmd.name in ("WHILE", "CASE_OF"):
+        if cmd.info.control:
             raise GraphError(f"the tensors of {cmd.name} node {self!r} are fixed")
         ins = tensor_list(inputs, "inputs")
         outs = tensor_list(outputs, "outputs")
@@ -379,7 +379,7 @@ cdef class Graph:
                 else:
                     call = (b.py_exec, (cmd, ins, outs))
             node.flags = EXEC_PY
-            if cmd.info.name in ("WHILE", "CASE_OF"):
+            if cmd.info.control:
                 node.flags |= EXEC_CONTROL
             node.py_fn = <PyObject*>call[0]
             node.py_args = <PyObject*>call[1]
@@ -411,7 +411,7 @@ cdef class Graph:
         one, or the default for these tensors), so a run never fails on a malformed node.
         NNC: ccv_nnc_graph_exec_new.
         """
-        if isinstance(cmd, Cmd) and cmd.name in ("WHILE", "CASE_OF"):
+        if isinstance(cmd, Cmd) and (<Cmd>cmd).info.control:
             raise GraphError(f"{cmd.name} nodes are made with Graph.while_ and Graph.case_of")
         return self._exec_control(cmd, inputs, outputs, name)
 

@@ -19,7 +19,9 @@ from nnc._core import DEBUG, GraphError, HazardWarning, ScheduleError
 from nnc.device import parse_device, require_device
 from nnc.graph.graph import register_scheduler
 
-from nnc.graph.graph cimport GraphExec
+from nnc.cmd cimport Cmd
+from nnc.graph.control cimport ControlNode, WhileNode
+from nnc.graph.graph cimport EXEC_CONTROL, GraphExec
 
 ExecSchedule = namedtuple("ExecSchedule", ["streams", "signals", "waits"])
 ExecSchedule.__doc__ = """One node's part of a schedule: the streams it runs on (empty: it does
@@ -131,10 +133,11 @@ cdef int _warn_hazards(Graph g) except -1:
 
 cdef list _subgraphs(Graph g):
     """The sub-graphs of g's while and case..of nodes (one level)."""
-    out = []
-    for cmd in g._cmds:
-        if cmd.name in ("WHILE", "CASE_OF"):
-            out.extend(cmd.fn._subgraphs())
+    cdef list out = []
+    cdef int i
+    for i in range(g._size):
+        if g._nodes[i].flags & EXEC_CONTROL:
+            out.extend((<ControlNode>(<Cmd>g._cmds[i]).fn).subgraphs())
     return out
 
 
@@ -142,7 +145,7 @@ cdef bint _current(Graph g, Schedule sched):
     """Was sched built for g as it is now (nodes, edges and, for a loop body, breakpoints)?"""
     if sched.version != g.version:
         return False
-    return g._loop is None or sched.loop_key == g._loop._schedule_key()
+    return g._loop is None or sched.loop_key == (<WhileNode>g._loop).schedule_key()
 
 
 cdef class ScheduleState:
