@@ -3,7 +3,10 @@
 See docs/design.md for the layers and README.md for a tour.
 """
 
-# Registers the invariant checks of streams, graphs and tensors with nnc.debug.check().
+# Importing a module registers what it implements with the layers below it (docs/design.md,
+# "Registries"): nnc.invariants the checks of nnc.debug.check(); nnc.cuda the GPU table of
+# nnc.device; control (while_, case_of ...), schedule, run, flow (run(stream=)) and tools
+# Graph's methods. So ``import nnc`` fills every table.
 from nnc import invariants as _invariants  # noqa: F401
 from nnc._core import (
     MAX_DIM,
@@ -32,7 +35,12 @@ from nnc.cmd import seal_builtins as _seal_builtins
 from nnc.cuda import available as cuda_available
 from nnc.cuda import unavailable_reason as cuda_unavailable_reason
 from nnc.cuda.backends import register as _register_gpu_backends
+from nnc.device import DeviceError
 from nnc.dlpack import DLPackError, from_dlpack
+from nnc.graph import control as _control  # noqa: F401
+from nnc.graph import flow as _flow  # noqa: F401
+from nnc.graph import run as _run  # noqa: F401
+from nnc.graph import tools as _tools  # noqa: F401
 from nnc.graph.graph import Graph, GraphExec
 from nnc.graph.hazard import Hazard, graph_hazards
 from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
@@ -62,6 +70,7 @@ __all__ = [
     "Cmd",
     "CommandError",
     "DLPackError",
+    "DeviceError",
     "ExecSchedule",
     "Graph",
     "GraphError",

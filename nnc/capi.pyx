@@ -31,17 +31,10 @@ from nnc.tensor cimport Tensor, nnc_tensor_t
 
 from nnc.capi_handle import NullError, RangeError, live_handles, parse_params
 from nnc.cmd import Cmd, cmd_exec, register_command
+from nnc.device import ArrayInterface, parse_device
 from nnc.graph.schedule import static_schedule
 
 __all__ = ["live_handles", "parse_params"]
-
-
-class _CMemory:
-    """Presents caller-owned C memory to NumPy (zero copy); the caller keeps it alive."""
-
-    def __init__(self, uintptr_t data, tuple shape, str typestr):
-        self.__array_interface__ = {"data": (data, False), "shape": shape, "typestr": typestr,
-                                    "version": 3}
 
 
 cdef api const char* nnc_error_message() noexcept nogil:
@@ -130,7 +123,9 @@ cdef api int nnc_tensor_new(nnc_tensor_h* out, void* data, int datatype, int ndi
         shape = tuple(dims[i] for i in range(ndim))
         if any(d < 0 for d in shape):
             raise ValueError(f"dims {shape} has a negative size")
-        array = np.asarray(_CMemory(<uintptr_t>data, shape, np.dtype(name).str))
+        # Caller-owned memory: the caller keeps it alive, so the holder owns nothing.
+        array = np.asarray(ArrayInterface({"data": (<uintptr_t>data, False), "shape": shape,
+                                           "typestr": np.dtype(name).str, "version": 3}, None))
         out[0] = <nnc_tensor_h>handle_new(Tensor(array), K_TENSOR)
         return 0
     except BaseException as e:
@@ -247,8 +242,7 @@ cdef api int nnc_cmd_backend_register(const char* command, const char* backend, 
 cdef str _kind(const char* kind):
     """A stream or signal kind: NULL means "cpu"; an unknown kind is a bad argument."""
     text = "cpu" if kind == NULL else arg_text(kind, "kind")
-    if text != "cpu" and text != "gpu" and not text.startswith("gpu:"):
-        raise ValueError(f"unknown stream kind {text!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+    parse_device(text)                  # DeviceError: NNC_ERROR_ARGUMENT
     return text
 
 

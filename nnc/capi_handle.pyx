@@ -20,6 +20,7 @@ from nnc._core import (
     StreamError,
     TensorError,
 )
+from nnc.device import DeviceError
 
 
 # The message of the last failed call, one per thread (C11 / GNU thread-local storage), so a C
@@ -163,6 +164,7 @@ cdef int capi_set_message(str text) noexcept:
 
 
 _CODES = (
+    (DeviceError, NNC_ERROR_ARGUMENT),  # a bad device string is a bad argument, not a tensor
     (NullError, NNC_ERROR_NULL),
     (HandleError, NNC_ERROR_HANDLE),
     (RangeError, NNC_ERROR_INDEX),

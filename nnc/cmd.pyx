@@ -173,6 +173,15 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
     return info
 
 
+def register_control_command(name, normalize):
+    """Register ``name`` as a control command (CommandInfo.control): its nodes run sub-graphs
+    (nnc.graph.control makes them; Graph.exec refuses them). For the built-in WHILE and
+    CASE_OF, registered by nnc.ops.basic; normalize(params) must accept the runner as fn."""
+    cdef CommandInfo info = register_command(name, inplace="any", normalize=normalize)
+    info.control = True
+    return info
+
+
 def seal_builtins():
     """Mark every command registered so far as built-in (``import nnc`` calls this once, after
     registering its own commands): their attributes and CPU_REF can no longer be replaced."""
@@ -433,7 +442,7 @@ cdef class Cmd:
         """Pickles as its command name, parameters, CUSTOM function and pinned backend name;
         unpickling runs ``Cmd(name, backend=..., **params)`` again, so the command (and a
         pinned backend) must be registered under the same names where it is unpickled."""
-        if self.info.name in ("WHILE", "CASE_OF"):
+        if self.info.control:
             raise TypeError(f"a {self.info.name} command cannot be pickled: it runs the "
                             "sub-graphs of its node, which live in that graph")
         if self.fn is not None:

@@ -35,6 +35,7 @@ import numpy as np
 from nnc._core import DATATYPES as _DATATYPES
 from nnc._core import MAX_DIM as _MAX_DIM
 from nnc._core import TensorError
+from nnc.device import ArrayInterface, gpu_memory, parse_device, require_device
 
 from nnc.tensor cimport Tensor
 
@@ -186,11 +187,7 @@ cdef object _capsule(Tensor t, bint versioned, bint copied):
 
 def _synchronize(int ordinal):
     """Wait for all of nnc's work on a GPU (it does not know which stream wrote a tensor)."""
-    from nnc.cuda.driver import check, device, driver
-
-    d = device(ordinal)
-    d.make_current()
-    check(driver().cuCtxSynchronize(), "cuCtxSynchronize")
+    gpu_memory("synchronize")(ordinal)
 
 
 def _copy_to(Tensor t, int target):
@@ -200,13 +197,9 @@ def _copy_to(Tensor t, int target):
         host = np.array(t.numpy(), order="C", copy=True)
         if target < 0:
             return Tensor(host)
-        from nnc.cuda import memory
-
-        return memory.from_numpy(host, target)
-    from nnc.cuda import memory
-
-    host = memory.to_host(t)            # GPU to GPU goes through the host: simple and rare
-    return Tensor(host) if target < 0 else memory.from_numpy(host, target)
+        return gpu_memory("from_host")(host, target)
+    host = gpu_memory("to_host")(t)     # GPU to GPU goes through the host: simple and rare
+    return Tensor(host) if target < 0 else gpu_memory("from_host")(host, target)
 
 
 cdef bint _is_int(object x):
@@ -412,9 +405,7 @@ cdef Tensor _consume(object capsule, int device):
     else:
         # CPU tensors' owner is an ndarray (nnc.cuda.graph.to_gpu copies it): one over the
         # extent, which keeps the producer's memory through ``owner``.
-        from nnc.tensor import _ArrayInterface
-
-        r._owner = np.asarray(_ArrayInterface(
+        r._owner = np.asarray(ArrayInterface(
             {"version": 3, "shape": (nbytes // itemsize,), "typestr": dtype.str,
              "data": (lo, bool(readonly)), "strides": None}, owner))
     return r
@@ -445,8 +436,6 @@ def from_dlpack(x, *, device=None, copy=None):
     (never copy; a device change raises). dtypes: nnc's float16/32/64, int32/64, uint8; any
     other raises TensorError naming it. Strides of any sign become a strided view.
     """
-    from nnc.tensor import parse_device
-
     if copy is not None and not isinstance(copy, bool):
         raise TensorError(f"copy must be True, False or None, not {copy!r}")
     if not callable(getattr(x, "__dlpack__", None)) or not callable(
@@ -455,17 +444,15 @@ def from_dlpack(x, *, device=None, copy=None):
                           f"(a NumPy array, a torch tensor, an nnc.Tensor), not "
                           f"{type(x).__name__}")
     target = None if device is None else parse_device(device)
+    if target is not None:
+        require_device(target, f"from_dlpack(device={device!r})")
     kind, ident = _producer_device(x)
     stream = None
     if kind in (DL_CPU, DL_CUDA_HOST):
         here = -1
     elif kind == DL_CUDA:
-        from nnc import cuda
-
-        cuda.require(ident, f"from_dlpack of a {_device_name(kind)} tensor")
-        from nnc.cuda.driver import device as gpu
-
-        sync = gpu(ident).sync_stream()
+        require_device(ident, f"from_dlpack of a {_device_name(kind)} tensor")
+        sync = gpu_memory("sync_stream")(ident)
         stream = int(sync.handle)
         here = ident
     else:

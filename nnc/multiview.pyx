@@ -42,6 +42,17 @@ cdef bint _same_layout(Tensor a, Tensor b):
     return True
 
 
+# The type of a K0N / K1N anchor: nnc.graph.graph.Graph, registered by that module when it is
+# imported (the graph layer sits above this one). Before that no Graph exists, so None refuses.
+cdef object _anchor_type = None
+
+
+def register_anchor_type(tp):
+    """Called once by nnc.graph.graph: anchors must be instances of ``tp`` (a loop body)."""
+    global _anchor_type
+    _anchor_type = tp
+
+
 cdef class MultiView(Tensor):
     """``MultiView([x, z], anchor=body, kind="K0N")``: x at even counts of body's loop, z at odd.
 
@@ -74,9 +85,7 @@ cdef class MultiView(Tensor):
             if anchor is not None:
                 raise TensorError("a PHI multiview has no anchor: the case..of node selects it")
         else:
-            from nnc.graph.graph import Graph  # the anchor is a loop body; checked, not imported
-
-            if not isinstance(anchor, Graph):
+            if _anchor_type is None or not isinstance(anchor, _anchor_type):
                 raise TensorError(f"a {kind} multiview needs anchor=<the loop body Graph>, "
                                   f"not {type(anchor).__name__}")
         self.versions = vs

@@ -13,8 +13,6 @@ from nnc._core import DATATYPES as DATATYPES
 # A shape or strides: one int, or a sequence of ints (NumPy integers too).
 _Shape = SupportsIndex | Sequence[SupportsIndex]
 
-def parse_device(device: str | None) -> int: ...
-
 @disjoint_base
 class Tensor:
     @property

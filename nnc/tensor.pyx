@@ -8,8 +8,10 @@ element offsets and strides, like NNC's tensor views; the view's extent is check
 owner's memory, so a view can never reach outside it.
 
 GPU tensors (``device="gpu:N"``) hold device memory that nnc.cuda.memory allocates; this layer
-only keeps their pointer and owner, and ``numpy()`` returns a host copy (docs/gpu.md). A GPU
-device string raises :class:`nnc.CUDAError` naming why when CUDA is unavailable.
+only keeps their pointer and owner, and ``numpy()`` returns a host copy (docs/gpu.md). nnc.cuda
+sits above this layer: it is reached only through the GPU table of nnc.device, which it fills
+when imported. A bad device string raises nnc.device.DeviceError; a GPU one raises
+:class:`nnc.CUDAError` naming why when CUDA is unavailable.
 """
 
 from cpython.pyport cimport PY_SSIZE_T_MAX
@@ -18,6 +20,7 @@ from libc.stdint cimport uintptr_t
 import numpy as np
 
 from nnc._core import DATATYPE_NAMES, DATATYPES, TensorError
+from nnc.device import ArrayInterface, gpu_memory, parse_device, require_device
 
 from nnc.debug cimport DEBUG_TENSORS, debug_count
 
@@ -36,23 +39,6 @@ cdef int datatype_of(object dtype) except 0:
     if code is None:
         raise TensorError(f"unsupported dtype {key} ({key.str}); nnc supports {_SUPPORTED}")
     return code
-
-
-def parse_device(device):
-    """Return the device ordinal for a device string: -1 for ``"cpu"``.
-
-    A GPU string raises :class:`nnc.CUDAError` naming why when that GPU cannot be used
-    (nnc.cuda probes lazily, on the first such request).
-    """
-    if device is None or device == "cpu":
-        return -1
-    from nnc import cuda
-
-    ordinal = cuda.parse_gpu(device)
-    if ordinal is None:
-        raise TensorError(f"unknown device {device!r}; expected 'cpu', 'gpu' or 'gpu:N'")
-    cuda.require(ordinal, f"device {device!r}")
-    return ordinal
 
 
 cdef int _check_shape(tuple shape) except -1:
@@ -238,16 +224,6 @@ def _tensor_from_array(array):
     return t
 
 
-class _ArrayInterface:
-    """Hands NumPy a raw pointer; the ndarray built from it keeps ``owner`` alive through us."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, interface, owner):
-        self.__array_interface__ = interface
-        self.owner = owner
-
-
 cdef class Tensor:
     """An N-d array (up to 12 dimensions) whose memory C backends can use directly.
 
@@ -279,9 +255,8 @@ cdef class Tensor:
         ordinal = parse_device(device)
         dt = _NP_DTYPE[datatype_of(dtype)]
         if ordinal >= 0:
-            from nnc.cuda import memory
-
-            return memory.empty(shape, dt, ordinal)
+            require_device(ordinal, f"device {device!r}")
+            return gpu_memory("empty")(shape, dt, ordinal)
         count = 1
         for d in shape:
             count *= d
@@ -299,9 +274,7 @@ cdef class Tensor:
         """A new tensor filled with zeros."""
         cdef Tensor t = Tensor.empty(shape, dtype, device)
         if t.t.device >= 0:
-            from nnc.cuda import memory
-
-            memory.fill_zero(t)
+            gpu_memory("fill_zero")(t)
         else:
             t.numpy().fill(0)
         return t
@@ -393,7 +366,7 @@ cdef class Tensor:
                 [self.t.stride[i] * self.t.itemsize for i in range(self.t.ndim)]
             ),
         }
-        return np.asarray(_ArrayInterface(interface, self._owner))
+        return np.asarray(ArrayInterface(interface, self._owner))
 
     def numpy(self):
         """The ndarray aliasing this tensor's memory (no copy; the same object every call).
@@ -405,9 +378,7 @@ cdef class Tensor:
         points at *now*; an array taken before a loop re-pointed the tensor keeps the old memory.
         """
         if self.t.device >= 0:
-            from nnc.cuda import memory
-
-            return memory.to_host(self)
+            return gpu_memory("to_host")(self)
         if self._array is None or self._array_data != self.t.data:
             self._array = self._make_array()
             self._array_data = self.t.data
@@ -480,9 +451,7 @@ cdef class Tensor:
         """A new tensor with a copy of the elements, as ``copy.copy`` of an ndarray is: its own
         contiguous, writable memory on the same device (views and aliasing are not kept)."""
         if self.t.device >= 0:
-            from nnc.cuda import memory
-
-            return memory.from_numpy(memory.to_host(self), self.t.device)
+            return gpu_memory("from_host")(gpu_memory("to_host")(self), self.t.device)
         return _tensor_from_array(self.numpy())
 
     def __deepcopy__(self, memo):

@@ -226,7 +226,7 @@ def test_malformed_device_strings(spec):
         nnc.Stream(spec)
     with pytest.raises(nnc.NNCError, match="unknown stream kind"):
         nnc.Signal(spec)
-    with pytest.raises(nnc.ScheduleError, match="unknown stream type"):
+    with pytest.raises(nnc.DeviceError, match="unknown device"):
         nnc.static_schedule(nnc.Graph(), stream_type=spec)
 
 

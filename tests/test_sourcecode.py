@@ -32,3 +32,212 @@ def test_cython_lint():
     out = subprocess.run([_tool("cython-lint"), *files], cwd=ROOT, capture_output=True,
                          text=True, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- the layer map (docs/design.md, "Layers"): a module imports only its own layer or lower ones.
+# Bottom to top; a name covers the module and everything under it; the longest name wins.
+LAYERS = {
+    # 0 base: no nnc imports but each other (nnc.coro: the standard library only)
+    "nnc._core": 0, "nnc.sync": 0, "nnc.debug": 0, "nnc.tracing": 0, "nnc.coro": 0,
+    "nnc.device": 0,
+    # 1 tensor
+    "nnc.tensor": 1, "nnc.dlpack": 1, "nnc.multiview": 1,
+    # 2 command: commands, backends and the built-in ops
+    "nnc.cmd": 2, "nnc.ops": 2,
+    # 3 stream: streams, signals, the worker pool; nnc.cuda beside them (it registers itself
+    # into tensor and stream tables; layers 0-3 never import it)
+    "nnc.stream": 3, "nnc.worker": 3, "nnc.waiting": 3, "nnc.inbox": 3, "nnc.cuda": 3,
+    # 4 graph: the concrete graph and its while / case..of nodes
+    "nnc.graph": 4, "nnc.graph.graph": 4, "nnc.graph.control": 4,
+    # 5 schedule: static schedules and what reads them
+    "nnc.graph.schedule": 5, "nnc.graph.rank": 5, "nnc.graph.hazard": 5, "nnc.graph.verify": 5,
+    # 6 run: runs on streams, control flow on coroutines, profile / autotune / dot
+    "nnc.graph.run": 6, "nnc.graph.flow": 6, "nnc.graph.tools": 6,
+    # 7 top: the package, the C API, formats, models, tools that see every layer
+    "nnc": 7, "nnc.capi": 7, "nnc.capi_handle": 7, "nnc.onnx": 7, "nnc.models": 7,
+    "nnc.demo": 7, "nnc.trace": 7, "nnc.embed": 7, "nnc.__main__": 7, "nnc.invariants": 7,
+}
+LAYER_NAMES = ["base", "tensor", "command", "stream", "graph", "schedule", "run", "top"]
+# nnc.cuda sits beside layer 3: layers 0-3 reach it only through registries it fills.
+CUDA_BLIND = 3
+
+# Upward edges in files another change is rewriting now: (importing file, imported module).
+# Each entry is a known violation to remove; the list must only shrink.
+ALLOWED_UPWARD = {
+    # nnc/cuda/graph.py (GpuRun) is being deleted by the unified GPU runner.
+    ("nnc/cuda/graph.py", "nnc.graph.graph"),
+    # nnc/stream.pyx's _parse_kind (being rewritten for nnc.Stream("gpu")): to switch to
+    # nnc.device.parse_device / require_device.
+    ("nnc/stream.pyx", "nnc.cuda"),
+}
+
+
+def _module_name(path):
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _layer(module):
+    while module:
+        if module in LAYERS:
+            return LAYERS[module]
+        module = module.rpartition(".")[0]
+    return None
+
+
+def _is_module(name):
+    rel = ROOT.joinpath(*name.split("."))
+    return rel.is_dir() or any(rel.with_suffix(s).exists() for s in (".py", ".pyx", ".pxd"))
+
+
+def _targets(base, names):
+    """``from base import names``: each name that is a submodule, and base itself if any name
+    is not (a name defined in base's own module or package ``__init__``)."""
+    subs = [f"{base}.{n}" for n in names if _is_module(f"{base}.{n}")]
+    return subs + ([base] if len(subs) < len(names) or not names else [])
+
+
+def _py_imports(path, module=None):
+    """(line, module) of every nnc import in a .py file, outside ``if TYPE_CHECKING:``;
+    ``module``: the file's dotted name (default: from its path under the checkout)."""
+    import ast
+
+    out = []
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.Import):
+                out.extend((child.lineno, a.name) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    pkg = (module or _module_name(path)).split(".")
+                    if path.name != "__init__.py":
+                        pkg.pop()
+                    base = ".".join(pkg[:len(pkg) - child.level + 1] + ([child.module]
+                                                                        if child.module else []))
+                else:
+                    base = child.module
+                out.extend((child.lineno, m)
+                           for m in _targets(base, [a.name for a in child.names]))
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return [(line, m) for line, m in out if m == "nnc" or m.startswith("nnc.")]
+
+
+def _cython_imports(path):
+    """(line, module) of every nnc import or cimport in a .pyx/.pxd file: a small tokenizer
+    that blanks strings and comments, then reads import statements (parenthesised ones too)."""
+    import re
+
+    text = path.read_text()
+    # Blank string literals and comments, keeping the line breaks (so line numbers hold).
+    token = re.compile(r'("""|\'\'\'|"|\')|(#)')
+    out_chars, i = [], 0
+    while i < len(text):
+        m = token.search(text, i)
+        if m is None:
+            out_chars.append(text[i:])
+            break
+        out_chars.append(text[i:m.start()])
+        if m.group(2):
+            end = text.find("\n", m.start())
+            end = len(text) if end < 0 else end
+        else:
+            quote = m.group(1)
+            j = m.end()
+            while True:
+                k = text.find(quote, j)
+                if k < 0:
+                    k = len(text) - len(quote)
+                    break
+                if text[k - 1] != "\\" or text[k - 2] == "\\":
+                    break
+                j = k + 1
+            end = k + len(quote)
+        out_chars.append("".join(c if c == "\n" else " " for c in text[m.start():end]))
+        i = end
+    clean = "".join(out_chars)
+    stmt = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+c?import[ \t]+(\([^)]*\)|[^\n]*)"
+                      r"|c?import[ \t]+([^\n]*))", re.M)
+    out = []
+    for m in stmt.finditer(clean):
+        line = clean.count("\n", 0, m.start()) + 1
+        if m.group(1):
+            names = [n.split()[0] for n in m.group(2).strip("()").replace("\n", " ").split(",")
+                     if n.strip()]
+            out.extend((line, t) for t in _targets(m.group(1), names))
+        else:
+            for part in m.group(3).split(","):
+                if part.strip():
+                    out.append((line, part.split()[0]))
+    return [(line, m) for line, m in out if m == "nnc" or m.startswith("nnc.")]
+
+
+def _layer_violations():
+    found = []
+    for path in sorted(ROOT.glob("nnc/**/*")):
+        if path.suffix not in (".py", ".pyx", ".pxd"):
+            continue
+        me = _module_name(path)
+        mine = _layer(me)
+        rel = str(path.relative_to(ROOT))
+        if mine is None:
+            found.append(f"{rel}: module {me} has no layer in LAYERS")
+            continue
+        imports = _py_imports(path) if path.suffix == ".py" else _cython_imports(path)
+        for line, target in imports:
+            theirs = _layer(target)
+            if theirs is None:
+                found.append(f"{rel}:{line}: imports {target}, which has no layer in LAYERS")
+                continue
+            up = theirs > mine
+            # Below nnc.cuda's layer nothing may import it, though it sits at layer 3.
+            if target.startswith("nnc.cuda") and not me.startswith("nnc.cuda"):
+                up = up or mine <= CUDA_BLIND
+            if up and (rel, target) not in ALLOWED_UPWARD:
+                found.append(f"{rel}:{line}: {me} (layer {mine} {LAYER_NAMES[mine]}) imports "
+                             f"{target} (layer {theirs} {LAYER_NAMES[theirs]})")
+    return found
+
+
+def test_layers_import_only_downward():
+    """No module imports a higher layer, at module or function level (docs/design.md)."""
+    found = _layer_violations()
+    assert not found, "upward imports:\n" + "\n".join(found)
+
+
+def test_layer_allowlist_is_current():
+    """Each allowed upward edge still exists: a removed one must leave the list."""
+    seen = set()
+    for path in ROOT.glob("nnc/**/*"):
+        if path.suffix in (".py", ".pyx", ".pxd"):
+            rel = str(path.relative_to(ROOT))
+            imports = _py_imports(path) if path.suffix == ".py" else _cython_imports(path)
+            seen.update((rel, t) for _line, t in imports)
+    stale = sorted(ALLOWED_UPWARD - seen)
+    assert not stale, f"remove these from ALLOWED_UPWARD, they are gone: {stale}"
+
+
+def test_the_import_reader_sees_every_form(tmp_path):
+    """The layer test can fail: the reader finds imports at any depth, parenthesised cimports,
+    ``from package import submodule``, and skips strings, comments and TYPE_CHECKING blocks."""
+    pyx = tmp_path / "x.pyx"
+    pyx.write_text('"""from nnc.graph.run import x"""\n# import nnc.capi\n'
+                   "from nnc.cmd cimport (\n    Cmd,\n)\ns = 'import nnc.onnx'\n"
+                   "def f():\n    from nnc import cuda, Tensor\n    import nnc.graph.tools as t\n"
+                   "    cimport nnc.stream\n")
+    assert _cython_imports(pyx) == [(3, "nnc.cmd"), (8, "nnc.cuda"), (8, "nnc"),
+                                    (9, "nnc.graph.tools"), (10, "nnc.stream")]
+    py = tmp_path / "probe.py"
+    py.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import nnc.capi\n"
+                  "def f():\n    from . import run\n    from nnc.graph.graph import Graph\n")
+    assert _py_imports(py, "nnc.graph.probe") == [(5, "nnc.graph.run"), (6, "nnc.graph.graph")]
+    assert _layer("nnc.graph.flow") == 6 and _layer("nnc.cuda.memory") == 3

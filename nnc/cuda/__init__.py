@@ -31,6 +31,7 @@ import os
 import re
 import threading
 
+from nnc import device as _device
 from nnc._core import CUDAError
 
 __all__ = ["CUDAError", "available", "device_count", "parse_gpu", "require", "unavailable_reason"]
@@ -184,3 +185,13 @@ def require(ordinal=0, what="this"):
         raise CUDAError(f"{what} needs CUDA, which is unavailable: {reason}")
     if not 0 <= ordinal < count:
         raise CUDAError(f"{what}: there is no gpu:{ordinal} ({count} CUDA device(s) found)")
+
+
+def _memory_table():
+    from nnc.cuda import memory  # imports the driver module: only on the first GPU use
+
+    return memory.device_table()
+
+
+# The tensor layer (below this one) reaches GPUs only through nnc.device's table.
+_device.register_gpu(require, _memory_table)

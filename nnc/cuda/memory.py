@@ -216,3 +216,16 @@ def copy(dst, src, stream):
         a, b = device(int(dd[4:])), device(int(sd[4:]))
         check(cu.cuMemcpyPeerAsync(dst.data_ptr, a.context, src.data_ptr, b.context, n,
                                    stream.handle), "cuMemcpyPeerAsync")
+
+
+def device_table():
+    """GPU memory for the tensor layer (nnc.device.gpu_memory; registered by nnc.cuda)."""
+
+    def synchronize(ordinal):
+        d = device(ordinal)
+        d.make_current()
+        check(driver().cuCtxSynchronize(), "cuCtxSynchronize")
+
+    return {"empty": empty, "fill_zero": fill_zero, "to_host": to_host,
+            "from_host": from_numpy, "synchronize": synchronize,
+            "sync_stream": lambda ordinal: device(ordinal).sync_stream()}

@@ -4,11 +4,17 @@ ccv_nnc_graph_case_of.c. Graph.while_, Graph.case_of and friends are the public 
 from collections.abc import Callable, Iterable
 from typing import final
 
+from typing_extensions import disjoint_base
+
 from nnc.graph.graph import Graph, GraphExec, _PresentTensors
 from nnc.tensor import Tensor
 
+@disjoint_base
+class ControlNode:
+    """The base of WhileNode and CaseOfNode: typed cdef methods only (control.pxd)."""
+
 @final
-class WhileNode:
+class WhileNode(ControlNode):
     @property
     def parent(self) -> Graph | None: ...
     @property
@@ -31,7 +37,7 @@ class WhileNode:
     def has_carry(self) -> bool: ...
 
 @final
-class CaseOfNode:
+class CaseOfNode(ControlNode):
     @property
     def parent(self) -> Graph: ...
     @property

@@ -36,6 +36,8 @@ from libc.stdlib cimport free, malloc
 import numpy as np
 
 from nnc._core import GraphError
+from nnc.cmd import Cmd
+from nnc.graph.graph import register_control
 
 from nnc.cmd cimport tensor_list
 from nnc.graph.graph cimport Graph, GraphExec
@@ -154,27 +156,22 @@ cdef Tensor _header_copy(Tensor v):
     return c
 
 
+cdef class ControlNode:
+    """What every while and case..of runner offers the runner, the scheduler and the tools."""
+
+    cdef int check(self) except -1:
+        raise NotImplementedError
+
+    cdef list subgraphs(self):
+        raise NotImplementedError
+
+    cdef list tensors(self):
+        raise NotImplementedError
+
+
 @cython.final
-cdef class WhileNode:
+cdef class WhileNode(ControlNode):
     """The runner of a while node; also the loop state of its body (``body._loop``)."""
-    cdef readonly Graph parent
-    cdef readonly Graph body
-    cdef object expr
-    cdef list inputs                    # Tensors whose arrays expr receives after the count
-    cdef list breakpoints               # node indices of the body
-    cdef readonly Tensor count_tensor   # int64 [1]; its memory holds the count
-    cdef long long* count_ptr
-    cdef list carry                     # (src, dst, saved): saved holds src's last memory
-    cdef list carry_home                # a copy of each destination leaf's header when added
-    # Cached for the body's version: its run order, split at the breakpoints.
-    cdef int* order
-    cdef int order_size
-    cdef int split                      # order[:split] runs before the expression
-    cdef long version
-    cdef readonly long key              # bumped when the breakpoints change (schedules key on it)
-    # Found per run (nested graphs can gain multiviews without this body's version changing):
-    cdef list node_mvs                  # per body node: multiviews it selects, or None
-    cdef list expr_mvs                  # multiviews among the expression inputs, or None
 
     def __cinit__(self):
         self.order = NULL
@@ -197,10 +194,10 @@ cdef class WhileNode:
     def __call__(self, inputs, outputs):
         self.run()
 
-    def _tensors(self):
+    cdef list tensors(self):
         return self.inputs + [t for c in self.carry for t in c[:2]]
 
-    def _subgraphs(self):
+    cdef list subgraphs(self):
         return [self.body]
 
     @property
@@ -253,15 +250,15 @@ cdef class WhileNode:
         self.body._prepare()
         return self._layout()
 
-    def _check(self):
+    cdef int check(self) except -1:
         """Raise GraphError if the loop cannot run (no expression, not a node's body)."""
-        self._prepare()
+        return self._prepare()
 
-    def _schedule_key(self):
+    cdef long schedule_key(self):
         """What a schedule of the body depends on besides its version (-1: no breakpoints)."""
         return self.key if self.expr is not None else -1
 
-    def _split_order(self):
+    cdef tuple split_order(self):
         """(body run order with the head first, head length, key) for static_schedule."""
         self.body._prepare()
         self._layout()
@@ -399,23 +396,15 @@ cdef class WhileNode:
 
     # -- the steps of a loop driven by nnc.graph.flow: queued on the node's stream ------------
 
-    def _start(self):
-        """Before the first iteration (host side): prepare; the carry-over tensors' memory."""
+    cdef list start(self):
+        """Before the first iteration (host side): prepare; the carry-over tensors' memory.
+        Afterwards ``node_mvs`` holds, per body node, the multiviews to select just before it
+        runs (or None); an iteration's bookkeeping needs Python only if ``carry`` is set,
+        else it is only the count, which a stream stores in C."""
         check_sub_idle(self.body)
         self._prepare()
         self._find_multiviews()
         return self._save_originals()
-
-    def _iter_on_host(self):
-        """True if an iteration's bookkeeping needs Python (carry-overs); else it is only the
-        count, which a stream stores in C. Multiviews are selected by their nodes' own tasks
-        (:meth:`_node_selects`)."""
-        return bool(self.carry)
-
-    def _node_selects(self):
-        """Per body node: the multiviews to select just before it runs, or None (valid after
-        _start)."""
-        return self.node_mvs
 
     def _iter_begin(self, long long count):
         """On the stream, before iteration ``count``'s nodes: count, carry-in."""
@@ -426,10 +415,6 @@ cdef class WhileNode:
     def _iter_end(self, long long count):
         """On the stream, after iteration ``count``'s nodes: remember the carry-over sources."""
         self._carry_save(count)
-
-    def _test(self, long long count):
-        """The expression, on the host once the stream has run the head of iteration count."""
-        return self._eval(count)
 
     def _finish(self, list originals):
         """On the stream, after the last iteration: carry-over tensors get their memory back."""
@@ -463,16 +448,8 @@ cdef class WhileNode:
 
 
 @cython.final
-cdef class CaseOfNode:
+cdef class CaseOfNode(ControlNode):
     """The runner of a case..of node."""
-    cdef readonly Graph parent
-    cdef readonly int index             # the node's index in parent
-    cdef object expr
-    cdef long offset
-    cdef dict branches                  # index -> Graph
-    cdef list inputs
-    cdef list phis                      # PHI MultiViews among the outputs
-    cdef readonly long last_index       # the index chosen by the last run
 
     def _init(self, Graph parent, list inputs, list outputs):
         self.parent = parent
@@ -487,13 +464,13 @@ cdef class CaseOfNode:
     def __call__(self, inputs, outputs):
         self.run()
 
-    def _tensors(self):
+    cdef list tensors(self):
         return self.inputs
 
-    def _subgraphs(self):
+    cdef list subgraphs(self):
         return list(self.branches.values())
 
-    def _branch_items(self):
+    cdef list branch_items(self):
         """(index, branch graph) pairs in index order (Graph.dot draws them)."""
         return sorted(self.branches.items())
 
@@ -515,17 +492,18 @@ cdef class CaseOfNode:
         (<Graph>branch)._control_parent = self.parent
         self.branches[i] = branch
 
-    def _check(self):
+    cdef int check(self) except -1:
         if self.expr is None:
             raise GraphError(f"case..of node {self.parent._label(self.index)} has no "
                              "expression; call set_case_of_expr(node, expr, offset)")
+        return 0
 
     def run(self):
         cdef Graph b
         cdef int k, idx
         cdef bint traced = trace_on     # nnc.trace: the branch's nodes in a "branch i" slice
         cdef double t0 = trace_now() if traced else 0
-        branch = self._choose()
+        branch = self.choose()
         if branch is not None:
             b = branch
             # Not b.run(): the parent's run is using the branch (its _check_idle refuses).
@@ -544,13 +522,9 @@ cdef class CaseOfNode:
                 trace_host(f"branch {self.last_index}", "branch", t0, trace_now(), None)
         self._select_phis(self.last_index)
 
-    def _node_selects(self, Graph branch):
-        """Per node of ``branch``: the multiviews to select just before it runs, or None."""
-        return node_multiviews(branch)
-
-    def _choose(self):
+    cdef object choose(self):
         """Evaluate the expression: the branch graph to run, or None (index < 0)."""
-        self._check()
+        self.check()
         got = self.expr(*[(<Tensor>t).numpy() for t in self.inputs])
         try:
             i = self.offset + int(got)
@@ -580,8 +554,6 @@ cdef class CaseOfNode:
 
 def graph_while(Graph parent, body, name=None):
     """Graph.while_: add a node running ``body`` as a loop."""
-    from nnc.cmd import Cmd
-
     _check_sub(parent, body, "while body")
     w = (<Graph>body)._loop
     if w is not None and (<WhileNode>w).parent is not None:
@@ -598,8 +570,6 @@ def graph_while(Graph parent, body, name=None):
 
 def graph_case_of(Graph parent, inputs, outputs, name=None):
     """Graph.case_of: add a node choosing a branch graph by an expression."""
-    from nnc.cmd import Cmd
-
     ins = _as_tensors(inputs, "case..of inputs")
     outs = _as_tensors(outputs, "case..of outputs")
     c = CaseOfNode()
@@ -652,6 +622,13 @@ def graph_set_case_of(Graph g, e, branch, index):
     case_of_node(g, e).set_branch(branch, index)
 
 
+# Graph's loop and branch methods (the graph layer cannot import this module, which builds on it).
+register_control(
+    while_=graph_while, set_while_expr=body_set_while_expr, add_carry_over=body_add_carry_over,
+    while_count=body_while_count, count_tensor=body_count_tensor, case_of=graph_case_of,
+    set_case_of_expr=graph_set_case_of_expr, set_case_of=graph_set_case_of)
+
+
 # -- what a control node re-points, for static schedules (nnc/graph/rank.pyx) -------------------
 
 cdef list _node_tensors(Graph g, int idx):
@@ -660,9 +637,9 @@ cdef list _node_tensors(Graph g, int idx):
     cdef int i
     cdef list out = [t for t in g._inputs[idx] + g._outputs[idx] if t is not None]
     fn = g._cmds[idx].fn
-    if isinstance(fn, (WhileNode, CaseOfNode)):
-        out.extend(fn._tensors())
-        for sub in fn._subgraphs():
+    if isinstance(fn, ControlNode):
+        out.extend((<ControlNode>fn).tensors())
+        for sub in (<ControlNode>fn).subgraphs():
             for i in range(sub._size):
                 out.extend(_node_tensors(sub, i))
     return out
@@ -676,7 +653,7 @@ cdef int _add_moved(Tensor t, dict moved) except -1:
     return 0
 
 
-cdef int _moved_by(object fn, dict moved, list homes) except -1:
+cdef int _moved_by(ControlNode fn, dict moved, list homes) except -1:
     """The tensors whose headers a run of control node ``fn`` re-points (``moved``, by id):
     carry-over destinations (a multiview's carried versions too), the multiviews anchored to a loop
     body inside it and PHI outputs, with the tensors synchronised to them. ``homes``: copies
@@ -700,10 +677,10 @@ cdef int _moved_by(object fn, dict moved, list homes) except -1:
     else:
         for mv in (<CaseOfNode>fn).phis:
             _add_moved(mv, moved)
-    for sub in fn._subgraphs():
+    for sub in fn.subgraphs():
         for i in range(sub._size):
             inner = sub._cmds[i].fn
-            if isinstance(inner, (WhileNode, CaseOfNode)):
+            if isinstance(inner, ControlNode):
                 _moved_by(inner, moved, homes)
     return 0
 
@@ -746,7 +723,7 @@ def moved_tensor_pairs(Graph g, list order):
     touched = None
     for ctl in order:
         fn = g._cmds[<int>ctl].fn
-        if not isinstance(fn, (WhileNode, CaseOfNode)):
+        if not isinstance(fn, ControlNode):
             continue
         moved, homes = {}, []
         _moved_by(fn, moved, homes)

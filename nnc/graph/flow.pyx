@@ -34,18 +34,22 @@ of waiting on its exit signals, some of which belong to cancelled nodes and are 
 So stream 0, and the end signal after it, comes after every task the run enqueued.
 """
 
+from nnc.cmd cimport Cmd
+from nnc.graph.control cimport CaseOfNode, ControlNode, WhileNode, node_multiviews
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.run cimport (
-    _move_errors, _push_node, _push_waits, _Runtime, _runtime_for, _tracing,
+    RunState, _move_errors, _push_node, _push_waits, _Runtime, _runtime_for, _tracing,
+    run_state,
 )
-from nnc.graph.schedule cimport Schedule
+from nnc.graph.schedule cimport Schedule, schedule_args
 from nnc.stream cimport (
     Signal, Stream, signal_reserve, signal_set, stream_add_error, stream_emit, stream_store_count,
     stream_wait_signal,
 )
 
 from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
-from nnc.graph.control import WhileNode, check_sub_idle, select_now
+from nnc.graph.control import check_sub_idle, select_now
+from nnc.graph.run import register_flow
 from nnc.graph.schedule import flow_schedule
 from nnc.stream import Signal as PySignal
 
@@ -97,14 +101,15 @@ def flow_run(Graph g not None, Stream caller not None):
     run.caller = caller
     run.runtimes = []
     run.streams = []
-    run.args = g._schedule_args if g._schedule is not None else None
+    run.args = schedule_args(g)
     cdef Schedule sched = flow_schedule(g, run.args)
     _check_tree(g, run.args)
     cdef _Runtime rt = _runtime_for(g, sched)
     run.add(rt)
     begin = PySignal(sched.stream_type)
     end = PySignal(sched.stream_type)
-    prev = g._flow_task
+    cdef RunState state = run_state(g)
+    prev = state.flow_task
     if prev is not None and prev.done:
         prev = None
     g._inflight += 1
@@ -118,19 +123,20 @@ def flow_run(Graph g not None, Stream caller not None):
         signal_set(end)
         g._run_finished()
         raise
-    g._flow_task = caller.scheduler.spawn(_root(run, sched, rt, begin, end, prev),
-                                          name=f"run of {g!r}")
+    state.flow_task = caller.scheduler.spawn(_root(run, sched, rt, begin, end, prev),
+                                             name=f"run of {g!r}")
 
 
 cdef int _check_tree(Graph g, dict args) except -1:
     """Raise now, not on a stream, for a loop or branch that cannot run; build sub-schedules."""
     cdef int k, idx
+    cdef ControlNode fn
     for k in range(g._order_size):
         idx = g._order[k]
         if g._nodes[idx].flags & EXEC_CONTROL:
-            fn = g._cmds[idx].fn
-            fn._check()
-            for sub in fn._subgraphs():
+            fn = <ControlNode>(<Cmd>g._cmds[idx]).fn
+            fn.check()
+            for sub in fn.subgraphs():
                 check_sub_idle(sub)
                 (<Graph>sub)._prepare()
                 flow_schedule(sub, args)
@@ -314,7 +320,7 @@ def _nodes(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, list 
 def _control(_Run run, Graph g, Schedule sched, _Runtime rt, int idx):
     """The sub-task of one while or case..of node of g; emits the node's signal at its end."""
     cdef Stream p = rt.streams[sched.stream[idx]]
-    fn = g._cmds[idx].fn
+    fn = (<Cmd>g._cmds[idx]).fn
     try:
         if isinstance(fn, WhileNode):
             yield from _while(run, fn, p)
@@ -330,16 +336,16 @@ def _control(_Run run, Graph g, Schedule sched, _Runtime rt, int idx):
         stream_emit(p, <Signal>rt.signals[sched.signal[idx]], False)
 
 
-def _while(_Run run, w, Stream p):
+def _while(_Run run, WhileNode w, Stream p):
     """Iterations of a loop whose node runs on p (stream 0 of the body's schedule)."""
     cdef Graph body = w.body
     cdef Schedule bs = flow_schedule(body, run.args)
     cdef _Runtime brt = _runtime_for(body, bs, p)
     cdef long long count = 0
     run.add(brt)
-    originals = w._start()
-    on_host = w._iter_on_host()
-    sel = w._node_selects()
+    originals = w.start()
+    on_host = bool(w.carry)             # else the count is all, stored by the stream in C
+    sel = w.node_mvs
     try:
         while True:
             if on_host:
@@ -351,17 +357,17 @@ def _while(_Run run, w, Stream p):
             yield WaitFor(p)
             if run.failed():
                 raise _Stopped()
-            if not w._test(count):
+            if not w._eval(count):
                 break
             yield from _part(run, body, bs, brt, bs.split, bs.order_size, None, sel)
-            if w.has_carry:
+            if w.carry:
                 p._push_call(w._iter_end, (count,), body, None, False)
             count += 1
     finally:
         p._push_call(w._finish, (originals,), body, None, False)
 
 
-def _case_of(_Run run, c, Stream p):
+def _case_of(_Run run, CaseOfNode c, Stream p):
     """A case..of node on p: wait for its inputs, choose, enqueue the branch, select PHIs."""
     cdef Graph branch
     cdef Schedule bs
@@ -369,13 +375,16 @@ def _case_of(_Run run, c, Stream p):
     yield WaitFor(p)
     if run.failed():
         raise _Stopped()
-    chosen = c._choose()
+    chosen = c.choose()
     if chosen is not None:
         branch = chosen
         bs = flow_schedule(branch, run.args)
         brt = _runtime_for(branch, bs, p)
         run.add(brt)
         yield from _part(run, branch, bs, brt, 0, bs.order_size, None,
-                         c._node_selects(branch))
-    if c.has_phis:
+                         node_multiviews(branch))
+    if c.phis:
         p._push_call(c._select_phis, (c.last_index,), c.parent, None, False)
+
+
+register_flow(flow_run)                # nnc.graph.run hands runs with control flow to us

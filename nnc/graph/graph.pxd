@@ -44,13 +44,16 @@ cdef class Graph:
     cdef int _order_size
     cdef bint _dirty                    # _order is stale: edges, nodes or ends changed
     cdef readonly long version          # bumped by every change to nodes, edges or ends
-    cdef object _schedule               # the default Schedule (nnc.graph.schedule), or None
-    cdef dict _schedule_args            # static_schedule's keyword arguments, to rebuild it
-    cdef object _flow_schedule          # one-stream schedule for control-flow runs without one
-    cdef object _flow_task              # nnc.coro.Task of the last run with control flow
-    cdef object _runtime                # streams and signals the default schedule runs on
+    # State of the layers above, each in one structure that layer owns and documents; Graph
+    # only holds the reference (typed object: graph.pxd cannot cimport a higher layer).
+    cdef object _sched_state            # nnc.graph.schedule.ScheduleState, or None (never
+    #                                     scheduled): the default and one-stream schedules
+    cdef object _run_state              # nnc.graph.run.RunState, or None (never run on a
+    #                                     stream): the streams, signals and last control task
+    # In-flight guard, Graph's own (``_check_idle`` refuses changes while it is set): the
+    # runner counts up when it enqueues a run and calls ``_run_finished`` when the run ends.
     cdef int _inflight                  # runs enqueued on streams and not finished (GIL-guarded)
-    cdef object _inflight_stream        # the caller stream of those runs, or None
+    cdef object _inflight_stream        # the caller stream of those runs; None iff _inflight 0
     # The one call using the graph now (a run, an enqueue, a change), or None; GIL-guarded. Set
     # only while that call lasts, so another thread (or a command of the graph) is refused
     # instead of seeing arrays reallocated under it (docs/threading.md, "Graphs and threads").
@@ -61,8 +64,10 @@ cdef class Graph:
     # of a tree of sub-graphs holds any, since its runs are the ones that borrow.
     cdef list _retired
     cdef long _epoch                    # tensor_movable_epoch() when Python calls were last built
-    cdef public object _loop            # WhileNode (nnc.graph.control) if this is a loop body
-    cdef public object _control_parent  # the graph whose while/case..of node runs this one
+    # Place in a tree of while / case..of sub-graphs (set by nnc.graph.control only). The
+    # guards walk up ``_control_parent``: a sub-graph is busy whenever an enclosing graph is.
+    cdef object _loop                   # control.WhileNode if this is a loop body, else None
+    cdef Graph _control_parent          # the graph whose while/case..of node runs this one
     cdef object __weakref__             # Schedules hold their graph weakly (no graph cycle)
 
     cdef int _prepare(self) except -1

@@ -94,3 +94,23 @@ class Graph:
     def execs(self) -> list[GraphExec]: ...
     def __len__(self) -> int: ...
     def dot(self, long: bool = False) -> str: ...
+
+# Registries the layers above fill when imported (docs/design.md, "Registries").
+def register_control(
+    *,
+    while_: Callable[..., GraphExec],
+    set_while_expr: Callable[..., None],
+    add_carry_over: Callable[[Graph, Tensor, Tensor], None],
+    while_count: Callable[[Graph], int],
+    count_tensor: Callable[[Graph], Tensor],
+    case_of: Callable[..., GraphExec],
+    set_case_of_expr: Callable[..., None],
+    set_case_of: Callable[[Graph, GraphExec, Graph, int], None],
+) -> None: ...
+def register_scheduler(graph_schedule: Callable[[Graph], Schedule | None]) -> None: ...
+def register_runner(run_on_stream: Callable[[Graph, Stream], None]) -> None: ...
+def register_tools(
+    profile: Callable[[Graph, int], list[tuple[GraphExec, float]]],
+    autotune: Callable[[Graph, int], int],
+    dot: Callable[[Graph, bool], str],
+) -> None: ...

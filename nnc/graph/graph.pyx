@@ -15,7 +15,11 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memset
 
+from collections import namedtuple
+
+from nnc._core import STATUS_NAMES as _STATUS_NAMES
 from nnc._core import CommandError, GraphError, NNCError
+from nnc.multiview import register_anchor_type
 
 from nnc.cmd cimport (
     NNC_GIL_RELEASE_ELEMENTS, Backend, Cmd, cmd_select, cmd_validate, tensor_list,
@@ -27,6 +31,54 @@ from nnc.tracing cimport trace_host, trace_now, trace_on
 
 cdef extern from "Python.h":
     object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
+
+
+# -- entry points of the layers above (docs/design.md, "Registries") ---------------------------
+# Graph's methods for loops and branches, schedules, runs on streams and tools are implemented
+# by higher layers, which this module must not import. Each registers its functions here when
+# it is imported; nnc/__init__ imports every layer, so after ``import nnc`` all are filled.
+cdef object _control = None             # nnc.graph.control: a _ControlEntries
+cdef object _scheduler = None           # nnc.graph.schedule: graph_schedule(g) -> Schedule|None
+cdef object _runner = None              # nnc.graph.run: graph_run_on_stream(g, stream)
+cdef object _tools = None               # nnc.graph.tools: a _ToolEntries
+
+
+# What nnc.graph.control and nnc.graph.tools implement for Graph (fields named as the methods).
+_ControlEntries = namedtuple("_ControlEntries", [
+    "while_", "set_while_expr", "add_carry_over", "while_count", "count_tensor", "case_of",
+    "set_case_of_expr", "set_case_of"])
+_ToolEntries = namedtuple("_ToolEntries", ["profile", "autotune", "dot"])
+
+
+def register_control(**entries):
+    """nnc.graph.control's entry points (keyword arguments named as _ControlEntries' slots)."""
+    global _control
+    _control = _ControlEntries(**entries)
+
+
+def register_scheduler(graph_schedule):
+    """nnc.graph.schedule's ``graph_schedule(g)``: the default schedule, or None."""
+    global _scheduler
+    _scheduler = graph_schedule
+
+
+def register_runner(run_on_stream):
+    """nnc.graph.run's ``graph_run_on_stream(g, stream)``."""
+    global _runner
+    _runner = run_on_stream
+
+
+def register_tools(profile, autotune, dot):
+    """nnc.graph.tools' ``graph_profile``, ``graph_autotune`` and ``graph_dot``."""
+    global _tools
+    _tools = _ToolEntries(profile, autotune, dot)
+
+
+cdef object _needs(object entry, str module):
+    if entry is None:
+        raise GraphError(f"this needs {module}, which is not loaded; import nnc (it loads "
+                         "every layer)")
+    return entry
 
 
 cdef bint _any_movable(list tensors):
@@ -106,7 +158,7 @@ cdef class GraphExec:
         """
         cdef Graph g = self.graph
         cmd = <Cmd>g._cmds[self.index]
-        if cmd.name in ("WHILE", "CASE_OF"):
+        if cmd.info.control:
             raise GraphError(f"the tensors of {cmd.name} node {self!r} are fixed")
         ins = tensor_list(inputs, "inputs")
         outs = tensor_list(outputs, "outputs")
@@ -158,9 +210,8 @@ cdef class Graph:
         self._order_size = 0
         self._dirty = True
         self.version = 0
-        self._schedule = None
-        self._schedule_args = None
-        self._runtime = None
+        self._sched_state = None
+        self._run_state = None
         self._inflight = 0
         self._inflight_stream = None
         debug_count(DEBUG_GRAPHS, 1)
@@ -328,7 +379,7 @@ cdef class Graph:
                 else:
                     call = (b.py_exec, (cmd, ins, outs))
             node.flags = EXEC_PY
-            if cmd.info.name in ("WHILE", "CASE_OF"):
+            if cmd.info.control:
                 node.flags |= EXEC_CONTROL
             node.py_fn = <PyObject*>call[0]
             node.py_args = <PyObject*>call[1]
@@ -360,7 +411,7 @@ cdef class Graph:
         one, or the default for these tensors), so a run never fails on a malformed node.
         NNC: ccv_nnc_graph_exec_new.
         """
-        if isinstance(cmd, Cmd) and cmd.name in ("WHILE", "CASE_OF"):
+        if isinstance(cmd, Cmd) and (<Cmd>cmd).info.control:
             raise GraphError(f"{cmd.name} nodes are made with Graph.while_ and Graph.case_of")
         return self._exec_control(cmd, inputs, outputs, name)
 
@@ -594,10 +645,9 @@ cdef class Graph:
         return [GraphExec._new(self, self._order[i]) for i in range(self._order_size)]
 
     cdef int _fail_c(self, int idx, int rc) except -1:
-        from nnc._core import STATUS_NAMES
         cmd = <Cmd>self._cmds[idx]
         raise CommandError(
-            f"node {self._label(idx)}: backend {cmd.backend} failed: {STATUS_NAMES.get(rc, rc)}"
+            f"node {self._label(idx)}: backend {cmd.backend} failed: {_STATUS_NAMES.get(rc, rc)}"
         )
 
     cdef int _run_node(self, int idx) except -1:
@@ -669,9 +719,7 @@ cdef class Graph:
             run_graph(self)
             return
         if stream is not None:
-            from nnc.graph.run import graph_run_on_stream
-
-            graph_run_on_stream(self, stream)
+            _needs(_runner, "nnc.graph.run")(self, stream)
             return
         # Busy for the whole run: C backends and Python commands let other threads in.
         self._enter("run it synchronously", "running")
@@ -683,88 +731,66 @@ cdef class Graph:
 
     def profile(self, repeat=1):
         """Run like ``run()`` ``repeat`` times, timing each node; returns [(GraphExec, best s)]."""
-        from nnc.graph.tools import graph_profile
-
-        return graph_profile(self, repeat)
+        return _needs(_tools, "nnc.graph.tools").profile(self, repeat)
 
     def autotune(self, trials=3):
         """Time each node's compatible backends on scratch copies (best of ``trials``) and keep
         the fastest. Nodes with a pinned backend keep it. NNC: ccv_nnc_graph_autotune."""
-        from nnc.graph.tools import graph_autotune
-
-        return graph_autotune(self, trials)
+        return _needs(_tools, "nnc.graph.tools").autotune(self, trials)
 
     # -- while and case..of (nnc/graph/control.pyx) ------------------------------------------
 
     def while_(self, body, name=None):
         """Add a node that runs ``body`` as a loop (NNC: ccv_nnc_graph_while)."""
         self._check_idle("add a node")
-        from nnc.graph.control import graph_while
-
-        return graph_while(self, body, name)
+        return _needs(_control, "nnc.graph.control").while_(self, body, name)
 
     def set_while_expr(self, expr, inputs=(), breakpoints=()):
         """On a loop body: ``expr(count, *arrays)`` is evaluated after the breakpoints ran;
         falsy ends the loop. NNC: ccv_nnc_graph_set_while_expr."""
         self._check_idle("change the loop expression")
-        from nnc.graph.control import body_set_while_expr
-
-        body_set_while_expr(self, expr, inputs, breakpoints)
+        _needs(_control, "nnc.graph.control").set_while_expr(self, expr, inputs, breakpoints)
 
     def add_carry_over(self, src, dst):
         """On a loop body: from the second iteration on, ``dst`` aliases the memory ``src``
         held at the end of the previous one. NNC: ccv_nnc_graph_add_carry_over."""
         self._check_idle("add a carry-over")
-        from nnc.graph.control import body_add_carry_over
-
-        body_add_carry_over(self, src, dst)
+        _needs(_control, "nnc.graph.control").add_carry_over(self, src, dst)
 
     @property
     def while_count(self):
         """On a loop body: the count at which the last run of the loop ended."""
-        from nnc.graph.control import body_while_count
-
-        return body_while_count(self)
+        return _needs(_control, "nnc.graph.control").while_count(self)
 
     @property
     def count_tensor(self):
         """On a loop body: an int64 [1] tensor holding the loop count (for expressions of
         nested loops). NNC: ccv_nnc_tensor_for_while_count."""
-        from nnc.graph.control import body_count_tensor
-
-        return body_count_tensor(self)
+        return _needs(_control, "nnc.graph.control").count_tensor(self)
 
     def case_of(self, inputs=(), outputs=(), name=None):
         """Add a node that runs one of several branch graphs, chosen by an expression on
         ``inputs`` (NNC: ccv_nnc_graph_case_of_new)."""
         self._check_idle("add a node")
-        from nnc.graph.control import graph_case_of
-
-        return graph_case_of(self, inputs, outputs, name)
+        return _needs(_control, "nnc.graph.control").case_of(self, inputs, outputs, name)
 
     def set_case_of_expr(self, e, expr, offset=0):
         """``index = offset + expr(*arrays)`` picks the branch; < 0 runs none."""
         self._check_idle("change a case..of expression")
-        from nnc.graph.control import graph_set_case_of_expr
-
-        graph_set_case_of_expr(self, e, expr, offset)
+        _needs(_control, "nnc.graph.control").set_case_of_expr(self, e, expr, offset)
 
     def set_case_of(self, e, branch, index):
         """Make ``branch`` (a Graph) the branch ``index`` of case..of node ``e``."""
         self._check_idle("change a branch")
-        from nnc.graph.control import graph_set_case_of
-
-        graph_set_case_of(self, e, branch, index)
+        _needs(_control, "nnc.graph.control").set_case_of(self, e, branch, index)
 
     @property
     def schedule(self):
         """The default schedule (set by nnc.static_schedule), rebuilt with the same arguments
         if the graph changed since; None if the graph has none."""
-        if self._schedule is None:
+        if self._sched_state is None:
             return None
-        from nnc.graph.schedule import graph_schedule
-
-        return graph_schedule(self)
+        return _needs(_scheduler, "nnc.graph.schedule")(self)
 
     @property
     def execs(self):
@@ -783,9 +809,8 @@ cdef class Graph:
         """
         if len(args) + len(kwargs) > 1 or (kwargs and "long" not in kwargs):
             raise TypeError("dot() takes one optional argument, long")
-        from nnc.graph.tools import graph_dot
-
-        return graph_dot(self, bool(args[0] if args else kwargs.get("long", False)))
+        long_form = bool(args[0] if args else kwargs.get("long", False))
+        return _needs(_tools, "nnc.graph.tools").dot(self, long_form)
 
     def __repr__(self):
         return f"<Graph {self._size} nodes>"
@@ -794,3 +819,6 @@ cdef class Graph:
         raise TypeError("an nnc.Graph cannot be copied or pickled: a concrete graph holds live "
                         "tensors, commands with backends, sub-graphs and schedules; rebuild it "
                         "with the code that built it, or save it with nnc.onnx.save")
+
+
+register_anchor_type(Graph)             # a K0N / K1N multiview's anchor is a loop body Graph

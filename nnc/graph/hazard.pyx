@@ -18,7 +18,9 @@ from v that never goes below u's position, one per v for all its questions.
 
 from collections import namedtuple
 
-from nnc.graph.graph cimport Graph, GraphExec
+from nnc.cmd cimport Cmd
+from nnc.graph.control cimport ControlNode
+from nnc.graph.graph cimport EXEC_CONTROL, Graph, GraphExec
 from nnc.multiview cimport MultiView
 from nnc.tensor cimport Tensor
 
@@ -66,8 +68,8 @@ cdef int _touch_graph(list out, Graph g, int pos, set seen) except -1:
             _touch(out, t, pos, 0)
         for t in g._outputs[i]:
             _touch(out, t, pos, 1)
-        if g._cmds[i].name in ("WHILE", "CASE_OF"):
-            for sub in g._cmds[i].fn._subgraphs():
+        if g._nodes[i].flags & EXEC_CONTROL:
+            for sub in (<ControlNode>(<Cmd>g._cmds[i]).fn).subgraphs():
                 _touch_graph(out, sub, pos, seen)
     return 0
 
@@ -119,9 +121,9 @@ def graph_hazards(Graph g not None):
             _touch(acc, t, k, 0)
         for t in g._outputs[i]:
             _touch(acc, t, k, 1)
-        if g._cmds[i].name in ("WHILE", "CASE_OF"):
+        if g._nodes[i].flags & EXEC_CONTROL:
             seen = {g}
-            for sub in g._cmds[i].fn._subgraphs():
+            for sub in (<ControlNode>(<Cmd>g._cmds[i]).fn).subgraphs():
                 _touch_graph(acc, sub, k, seen)
     # Runs of accesses with one range, each in run order; runs sorted by (device, lo).
     acc.sort(key=lambda a: (a[0], a[1]))

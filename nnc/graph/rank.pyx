@@ -19,6 +19,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
 from nnc.cmd cimport Cmd
+from nnc.graph.control cimport WhileNode
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.schedule cimport Schedule, _Scratch
 
@@ -552,9 +553,9 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy):
     m = g._order_size
     order = g._order
     split = m
-    if g._loop is not None and g._loop._schedule_key() >= 0:
+    if g._loop is not None and (<WhileNode>g._loop).schedule_key() >= 0:
         # A loop body: head (breakpoints and their ancestors) first, then the rest.
-        loop_order, split, loop_key = g._loop._split_order()
+        loop_order, split, loop_key = (<WhileNode>g._loop).split_order()
         order = b.ints(m, -1)
         for k in range(m):
             order[k] = loop_order[k]

@@ -15,6 +15,18 @@ cdef class _Runtime:
     cdef Stream first                   # the borrowed stream 0, or None (the graph owns it)
 
 
+# The runner's state of one graph (Graph._run_state), made by its first run on a stream and
+# kept across runs (dask's "state as data": one plain record, read and written only here and in
+# nnc.graph.flow). Graph's own in-flight guard (_inflight, _inflight_stream) stays in Graph,
+# whose _check_idle reads it.
+cdef class RunState:
+    cdef _Runtime runtime               # the streams and signals of the last scheduled run (its
+    #                                     schedule's stream count), reused by the next; or None
+    cdef object flow_task               # nnc.coro.Task of the last run with control flow, or
+    #                                     None: the next such run starts after it has enqueued
+
+
+cdef RunState run_state(Graph g)
 cdef _Runtime _runtime_for(Graph g, Schedule sched, Stream first=*)
 cdef bint _node_task(Graph g, int idx, stream_task_t* t) noexcept
 cdef bint _tracing()

@@ -23,14 +23,36 @@ from nnc.stream cimport Signal, Stream, stream_emit, stream_move_errors, stream_
 from nnc.worker cimport TASK_C, TASK_PY, stream_task_t
 from nnc.tracing cimport trace_label, trace_on
 
+from nnc.graph.graph import register_runner
 from nnc.graph.schedule import graph_schedule
 from nnc.stream import Signal as PySignal
 from nnc.stream import Stream as PyStream
 
 
+# nnc.graph.flow's flow_run(g, stream): runs with control flow (flow builds on this module).
+cdef object _flow_run = None
+
+
+def register_flow(flow_run):
+    """Called once by nnc.graph.flow when it is imported."""
+    global _flow_run
+    _flow_run = flow_run
+
+
+cdef class RunState:
+    """The runner's state of one graph (fields: run.pxd)."""
+
+
+cdef RunState run_state(Graph g):
+    if g._run_state is None:
+        g._run_state = RunState.__new__(RunState)
+    return <RunState>g._run_state
+
+
 cdef _Runtime _runtime_for(Graph g, Schedule sched, Stream first=None):
     """g's runtime for sched; with ``first``, stream 0 is that (the parent node's) stream."""
-    cdef _Runtime rt = g._runtime
+    cdef RunState state = run_state(g)
+    cdef _Runtime rt = state.runtime
     if rt is not None and rt.sched is sched and rt.first is first:
         return rt
     rt = _Runtime.__new__(_Runtime)
@@ -39,16 +61,16 @@ cdef _Runtime _runtime_for(Graph g, Schedule sched, Stream first=None):
     kind = sched.stream_type
     # Reuse the streams the graph owns (not a borrowed stream 0) where they suffice.
     own = []
-    if g._runtime is not None:
-        old = (<_Runtime>g._runtime).streams
-        own = old[1:] if (<_Runtime>g._runtime).first is not None else old
+    if state.runtime is not None:
+        old = state.runtime.streams
+        own = old[1:] if state.runtime.first is not None else old
     streams = ([] if first is None else [first]) + own
     streams = streams[:sched.stream_count]
     rt.streams = streams + [PyStream(kind) for _ in range(sched.stream_count - len(streams))]
     rt.signals = [PySignal(kind) for _ in range(sched.signal_count)]
     rt.begin = PySignal(kind)
     rt.end = PySignal(kind)
-    g._runtime = rt
+    state.runtime = rt
     return rt
 
 
@@ -181,11 +203,12 @@ cdef int _run_on_stream(Graph g, Stream stream) except -1:
     cdef int k
     for k in range(g._order_size):
         if g._nodes[g._order[k]].flags & EXEC_CONTROL:
-            from nnc.graph.flow import flow_run
-
-            flow_run(g, stream)
+            if _flow_run is None:
+                raise GraphError("a run with while or case..of nodes needs nnc.graph.flow, "
+                                 "which is not loaded; import nnc")
+            _flow_run(g, stream)
             return 0
-    sched = graph_schedule(g) if g._schedule is not None else None
+    sched = graph_schedule(g)
     cdef bint finished = False
     g._inflight += 1
     g._inflight_stream = stream
@@ -202,8 +225,11 @@ cdef int _run_on_stream(Graph g, Stream stream) except -1:
         raise
     finally:
         # Tasks were pushed without waking the workers (see Stream.push): wake them now.
-        if sched is not None and g._runtime is not None:
-            for st in (<_Runtime>g._runtime).streams:
+        if sched is not None and run_state(g).runtime is not None:
+            for st in run_state(g).runtime.streams:
                 st.kick()
         stream.kick()
     return 0
+
+
+register_runner(graph_run_on_stream)   # Graph.run(stream=...) (graph cannot import this layer)

@@ -4,8 +4,8 @@
 # runs it there, then emits its `signal`. The arrays are immutable once built.
 # Per-node arrays are indexed by node index (GraphExec.index) and have `node_count` entries:
 # nodes added to the graph after the build are not covered (the schedule is then stale).
-# Ownership: the graph owns its default schedule (Graph._schedule) and the runtime of streams
-# that runs it (Graph._runtime, which holds the schedule); a schedule holds its graph only
+# Ownership: the graph owns its schedules through ScheduleState (Graph._sched_state) and the
+# runtime of streams that runs one (nnc.graph.run.RunState); a schedule holds its graph only
 # weakly, so a dropped graph frees its schedule and streams at once, without the collector.
 
 from nnc.graph.graph cimport Graph
@@ -56,3 +56,17 @@ cdef class Schedule:
     cdef int _index(self, e) except -1
     cdef list _entries(self)
     cdef list _exits(self)
+
+
+# The schedule layer's state of one graph (Graph._sched_state), made on first use. Only this
+# layer reads or writes it; Graph holds the reference and nothing else.
+cdef class ScheduleState:
+    cdef Schedule default               # the default schedule (Graph.schedule), or None; rebuilt
+    #                                     from ``args`` when the graph changed since
+    cdef dict args                      # its static_schedule arguments; None iff default is None
+    cdef Schedule flow                  # the private one-stream schedule of control-flow runs
+    #                                     of a graph without a default one, or None
+
+
+cdef ScheduleState schedule_state(Graph g)
+cdef dict schedule_args(Graph g)        # the default schedule's arguments, or None

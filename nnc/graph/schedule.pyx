@@ -16,8 +16,12 @@ import weakref
 from collections import namedtuple
 
 from nnc._core import DEBUG, GraphError, HazardWarning, ScheduleError
+from nnc.device import parse_device, require_device
+from nnc.graph.graph import register_scheduler
 
-from nnc.graph.graph cimport GraphExec
+from nnc.cmd cimport Cmd
+from nnc.graph.control cimport ControlNode, WhileNode
+from nnc.graph.graph cimport EXEC_CONTROL, GraphExec
 
 ExecSchedule = namedtuple("ExecSchedule", ["streams", "signals", "waits"])
 ExecSchedule.__doc__ = """One node's part of a schedule: the streams it runs on (empty: it does
@@ -79,14 +83,7 @@ def _check_args(graph, stream_type, max_streams, policy):
         raise ScheduleError(f"static_schedule needs an nnc.Graph, not {type(graph).__name__}")
     if policy not in POLICIES:
         raise ScheduleError(f"unknown scheduling policy {policy!r}; expected one of {POLICIES}")
-    if stream_type != "cpu":
-        from nnc import cuda
-
-        ordinal = cuda.parse_gpu(stream_type)
-        if ordinal is None:
-            raise ScheduleError(f"unknown stream type {stream_type!r}; expected 'cpu', 'gpu' "
-                                "or 'gpu:N'")
-        cuda.require(ordinal, f"stream_type={stream_type!r}")
+    require_device(parse_device(stream_type), f"stream_type={stream_type!r}")
     try:
         cap = -1 if isinstance(max_streams, bool) else operator.index(max_streams)
     except TypeError:
@@ -115,8 +112,9 @@ def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank"):
     if DEBUG:                   # NNC_DEBUG=1: check the builder and the graph's edges
         sched.verify()
         _warn_hazards(g)
-    g._schedule = sched
-    g._schedule_args = args
+    st = schedule_state(g)
+    st.default = sched
+    st.args = args
     for sub in _subgraphs(g):
         static_schedule(sub, **args)
     return sched
@@ -135,10 +133,11 @@ cdef int _warn_hazards(Graph g) except -1:
 
 cdef list _subgraphs(Graph g):
     """The sub-graphs of g's while and case..of nodes (one level)."""
-    out = []
-    for cmd in g._cmds:
-        if cmd.name in ("WHILE", "CASE_OF"):
-            out.extend(cmd.fn._subgraphs())
+    cdef list out = []
+    cdef int i
+    for i in range(g._size):
+        if g._nodes[i].flags & EXEC_CONTROL:
+            out.extend((<ControlNode>(<Cmd>g._cmds[i]).fn).subgraphs())
     return out
 
 
@@ -146,37 +145,49 @@ cdef bint _current(Graph g, Schedule sched):
     """Was sched built for g as it is now (nodes, edges and, for a loop body, breakpoints)?"""
     if sched.version != g.version:
         return False
-    return g._loop is None or sched.loop_key == g._loop._schedule_key()
+    return g._loop is None or sched.loop_key == (<WhileNode>g._loop).schedule_key()
+
+
+cdef class ScheduleState:
+    """The schedules of one graph (fields: schedule.pxd)."""
+
+
+cdef ScheduleState schedule_state(Graph g):
+    if g._sched_state is None:
+        g._sched_state = ScheduleState.__new__(ScheduleState)
+    return <ScheduleState>g._sched_state
+
+
+cdef dict schedule_args(Graph g):
+    cdef ScheduleState st = g._sched_state
+    return None if st is None or st.default is None else st.args
 
 
 def graph_schedule(Graph g not None):
-    """The graph's default schedule, rebuilt with the same arguments if the graph changed."""
-    cdef Schedule sched = g._schedule
-    if sched is None or _current(g, sched):
-        return sched
-    args = g._schedule_args
-    sched = _build(g, args["stream_type"], args["max_streams"], args["policy"])
-    g._schedule = sched
-    return sched
+    """The graph's default schedule, rebuilt with the same arguments if the graph changed;
+    None if it has none."""
+    cdef ScheduleState st = g._sched_state
+    if st is None or st.default is None or _current(g, st.default):
+        return None if st is None else st.default
+    args = st.args
+    st.default = _build(g, args["stream_type"], args["max_streams"], args["policy"])
+    return st.default
 
 
 def flow_schedule(Graph g not None, dict args):
     """The schedule a run with control flow uses for g: its default one; else, for a sub-graph
     of a scheduled graph, one built with the parent's ``args`` (made its default, as
     static_schedule would have); else (``args`` None) a private one-stream schedule."""
-    cdef Schedule sched
-    if g._schedule is not None:
+    cdef ScheduleState st = schedule_state(g)
+    if st.default is not None:
         return graph_schedule(g)
     if args is not None:
-        sched = _build(g, args["stream_type"], args["max_streams"], args["policy"])
-        g._schedule = sched
-        g._schedule_args = args
-        return sched
-    sched = g._flow_schedule
-    if sched is None or not _current(g, sched):
-        sched = _build(g, "cpu", 1, "rank")
-        g._flow_schedule = sched
-    return sched
+        st.default = _build(g, args["stream_type"], args["max_streams"], args["policy"])
+        st.args = args
+        return st.default
+    if st.flow is None or not _current(g, st.flow):
+        st.flow = _build(g, "cpu", 1, "rank")
+    return st.flow
 
 
 cdef class Schedule:
@@ -399,3 +410,6 @@ cdef class Schedule:
             found = graph_hazards(g)
             if found:
                 raise ScheduleError(hazards_message(g, found))
+
+
+register_scheduler(graph_schedule)     # Graph.schedule (the graph layer cannot import this one)

@@ -10,9 +10,10 @@ import time
 
 from nnc._core import NNCError
 from nnc.cmd import cmd_autotune
-from nnc.graph.control import WhileNode
+from nnc.graph.graph import register_tools
 
 from nnc.cmd cimport Cmd
+from nnc.graph.control cimport CaseOfNode, WhileNode
 from nnc.graph.graph cimport EXEC_CONTROL, EXEC_NOOP, Graph, GraphExec
 
 
@@ -81,8 +82,8 @@ cdef int _dot_body(Graph g, str prefix, sched, bint long_form, list lines, str p
             continue
         fn = (<Cmd>g._cmds[i]).fn
         stream = sched.stream_of(i) if sched is not None and g._order_size else -1
-        subs = ([("w", "body", fn.body)] if isinstance(fn, WhileNode) else
-                [(f"b{k}", f"branch {k}", b) for k, b in fn._branch_items()])
+        subs = ([("w", "body", (<WhileNode>fn).body)] if isinstance(fn, WhileNode) else
+                [(f"b{k}", f"branch {k}", b) for k, b in (<CaseOfNode>fn).branch_items()])
         for tag, title, sub in subs:
             _dot_cluster(<Graph>sub, f"{prefix}{i}{tag}", f"{prefix}{i}", title, stream,
                          long_form, lines, pad, used)
@@ -150,3 +151,7 @@ def graph_autotune(Graph g, trials):
     finally:
         g._leave()
     return changed
+
+
+# Graph.profile, Graph.autotune and Graph.dot (the graph layer cannot import this one).
+register_tools(graph_profile, graph_autotune, graph_dot)

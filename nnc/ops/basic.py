@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nnc.cmd import register_backend, register_command
+from nnc.cmd import register_backend, register_command, register_control_command
 from nnc.ops import _check
 
 
@@ -74,7 +74,7 @@ def register():
     register_command("CUSTOM", inplace="any", normalize=_custom_normalize)
     register_backend("CUSTOM", "CPU_REF", _custom_exec)
     for name in ("WHILE", "CASE_OF"):
-        register_command(name, inplace="any", normalize=_control_normalize)
+        register_control_command(name, _control_normalize)
         register_backend(name, "CPU_REF", _custom_exec)
     register_command("SET", inplace="allow", check=_set_check, normalize=_set_normalize)
     register_backend("SET", "CPU_REF", _set_ref)
