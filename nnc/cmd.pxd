@@ -1,3 +1,5 @@
+from cpython.object cimport PyObject
+
 from nnc.tensor cimport nnc_tensor_t
 
 cdef enum:
@@ -40,6 +42,34 @@ ctypedef int (*nnc_cmd_exec_f)(
     nnc_tensor_t** outputs, int output_size,
     void* context,
 ) noexcept nogil
+
+
+# How a command becomes work: the one bind path (cmd_bind). A command, its chosen backend and
+# its tensors become a bound record that every runner executes: the sequential node loop
+# (cmd_bound_run), stream tasks (copied into nnc.worker's stream_task_t), cmd_exec, loop and
+# branch bodies, the C API. Kinds keep the values of nnc.worker's TASK_C / TASK_PY.
+cdef enum:
+    BOUND_NONE = 0                      # nothing to run (NOOP)
+    BOUND_C = 1                         # rc = c_exec(param, io, n_in, io + n_in, n_out, context)
+    BOUND_PY = 2                        # fn(*args), with the GIL
+
+cdef enum:
+    BOUND_NOGIL = 0x1                   # BOUND_C: big enough to run without the GIL
+    BOUND_DEVICE = 0x2                  # BOUND_PY: a GPU backend; args end with its Tensors and a
+    #                                     GPU stream launches fn(*args, stream=<its CUDA stream>)
+    BOUND_MOVABLE = 0x4                 # some tensor may be re-pointed by a loop: C backends read
+    #                                     the headers at run time, Python ones get fresh arrays
+
+ctypedef struct nnc_bound_t:
+    int kind                            # BOUND_*
+    int flags                           # BOUND_NOGIL | BOUND_DEVICE | BOUND_MOVABLE
+    nnc_cmd_exec_f c_exec               # BOUND_C: the backend function
+    const nnc_cmd_param_t* param        # BOUND_C: the Cmd's param (the binder keeps the Cmd)
+    nnc_tensor_t** io                   # input_size inputs, then output_size outputs; NULL absent
+    int input_size
+    int output_size
+    PyObject* fn                        # BOUND_PY: borrowed from the tuple cmd_bind returned
+    PyObject* args                      # BOUND_PY: the argument tuple, likewise
 
 
 cdef class Backend:
@@ -92,6 +122,9 @@ cdef Backend cmd_select(Cmd cmd, list inputs, list outputs)
 cdef int cmd_validate(Cmd cmd, list inputs, list outputs) except -1
 cdef list tensor_list(object items, str what)
 cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1
+cdef object cmd_bind(Cmd cmd, Backend b, list inputs, list outputs, nnc_tensor_t** io,
+                     nnc_bound_t* out)
+cdef int cmd_bound_run(const nnc_bound_t* t, void* context) except 1
 cdef Backend register_c_backend(
     str command, str name, nnc_cmd_exec_f fn, int datatypes, bint contiguous_only,
     object accept, object priority, bint release_gil,

@@ -15,7 +15,9 @@ A Python backend is ``fn(cmd, inputs, outputs)`` on lists of ndarrays (``None`` 
 absent). A C backend is an ``nnc_cmd_exec_f`` (nnc/cmd.pxd) that never touches Python.
 """
 
+from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc
+from libc.string cimport memset
 
 import pickle
 import time
@@ -28,6 +30,10 @@ from nnc.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
 from nnc.tracing cimport trace_host, trace_now, trace_on
+
+cdef extern from "Python.h":
+    object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
+
 
 cdef int ALL_DATATYPES = 0
 for _code in DATATYPES.values():
@@ -605,14 +611,6 @@ cdef Backend cmd_select(Cmd cmd, list inputs, list outputs):
     )
 
 
-cdef inline Py_ssize_t _elements(list outputs):
-    cdef Py_ssize_t n = 0
-    for x in outputs:
-        if x is not None:
-            n += (<Tensor>x).t.count
-    return n
-
-
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
 
@@ -639,39 +637,115 @@ cdef void nnc_context_free(nnc_stream_context_t* context) noexcept nogil:
     context.workspace_size = 0
 
 
+cdef bint _any_movable(list tensors):
+    cdef object t
+    for t in tensors:
+        if t is not None and (<Tensor>t).movable:
+            return True
+    return False
+
+
+def _dyn_call(fn, cmd, tuple inputs, tuple outputs):
+    """A Python backend call on movable tensors: take their ndarrays at call time."""
+    ins = [None if t is None else t.numpy() for t in inputs]
+    outs = [None if t is None else t.numpy() for t in outputs]
+    if cmd is None:
+        fn(ins, outs)
+    else:
+        fn(cmd, ins, outs)
+
+
+cdef object cmd_bind(Cmd cmd, Backend b, list inputs, list outputs, nnc_tensor_t** io,
+                     nnc_bound_t* out):
+    """Bind ``cmd`` run by backend ``b`` on these (validated) tensors into ``out``.
+
+    ``io`` receives the tensors' C views (len(inputs) + len(outputs) slots; the caller owns it
+    and keeps the Tensors alive). Returns what owns ``out.fn`` and ``out.args`` (keep it as
+    long as ``out`` may run), or None. The one place that decides how work runs: C without the
+    GIL above NNC_GIL_RELEASE_ELEMENTS output elements, C with it, a Python backend on arrays
+    made now (or at call time when a loop may re-point a tensor), a GPU backend on Tensors.
+    """
+    cdef int n_in = len(inputs), i
+    cdef Py_ssize_t elements = 0
+    tensors = inputs + outputs
+    for i, t in enumerate(tensors):
+        io[i] = NULL if t is None else &(<Tensor>t).t
+        if t is not None and i >= n_in:
+            elements += (<Tensor>t).t.count
+    memset(out, 0, sizeof(nnc_bound_t))
+    out.param = &cmd.param
+    out.io = io
+    out.input_size = n_in
+    out.output_size = len(outputs)
+    movable = _any_movable(tensors)
+    if movable:
+        out.flags |= BOUND_MOVABLE
+    if cmd.info.name == "NOOP":
+        out.kind = BOUND_NONE
+        return None
+    if b.c_exec != NULL and cmd.fn is None:
+        out.kind = BOUND_C
+        out.c_exec = b.c_exec
+        if b.release_gil and elements >= NNC_GIL_RELEASE_ELEMENTS:
+            out.flags |= BOUND_NOGIL
+        return None
+    if b.device != "cpu" and cmd.fn is None:
+        # A GPU backend takes the Tensors (device memory has no ndarray).
+        call = (b.py_exec, (cmd, list(inputs), list(outputs)))
+        out.flags |= BOUND_DEVICE
+    elif movable:
+        # A loop may re-point these tensors: make the ndarrays at call time.
+        call = (_dyn_call, (cmd.fn, None, tuple(inputs), tuple(outputs)) if cmd.fn is not None
+                else (b.py_exec, cmd, tuple(inputs), tuple(outputs)))
+    else:
+        ins = [None if t is None else (<Tensor>t).numpy() for t in inputs]
+        outs = [None if t is None else (<Tensor>t).numpy() for t in outputs]
+        call = (cmd.fn, (ins, outs)) if cmd.fn is not None else (b.py_exec, (cmd, ins, outs))
+    out.kind = BOUND_PY
+    out.fn = <PyObject*>call[0]
+    out.args = <PyObject*>call[1]
+    return call
+
+
+cdef int cmd_bound_run(const nnc_bound_t* t, void* context) except 1:
+    """Run bound work on the calling thread (which holds the GIL): 0, or a C backend's negative
+    status; a Python backend's exception propagates. ``context``: the scratch memory owner
+    (nnc_stream_context_t) a C backend gets."""
+    cdef int rc = 0
+    if t.kind == BOUND_C:
+        if t.flags & BOUND_NOGIL:
+            with nogil:
+                rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
+                              context)
+        else:
+            rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
+                          context)
+    elif t.kind == BOUND_PY:
+        PyObject_Call(t.fn, t.args, NULL)
+    return rc
+
+
 cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
-    cdef int n_in = len(inputs), n_out = len(outputs), i, rc
-    cdef nnc_tensor_t** io
-    # A synchronous call gets scratch memory of its own, freed after it.
+    """Run ``b`` on validated tensors now, through the bind path, with scratch memory of its
+    own (freed after the call)."""
+    cdef int n = len(inputs) + len(outputs), rc
+    cdef nnc_bound_t bound
     cdef nnc_stream_context_t context
+    cdef nnc_tensor_t** io = <nnc_tensor_t**>malloc(sizeof(nnc_tensor_t*) * (n + 1))
+    if io == NULL:
+        raise MemoryError()
     context.workspace = NULL
     context.workspace_size = 0
-    if b.c_exec != NULL:
-        io = <nnc_tensor_t**>malloc(sizeof(nnc_tensor_t*) * (n_in + n_out + 1))
-        if io == NULL:
-            raise MemoryError()
-        for i in range(n_in):
-            io[i] = NULL if inputs[i] is None else &(<Tensor>inputs[i]).t
-        for i in range(n_out):
-            io[n_in + i] = NULL if outputs[i] is None else &(<Tensor>outputs[i]).t
-        if b.release_gil and _elements(outputs) >= NNC_GIL_RELEASE_ELEMENTS:
-            with nogil:
-                rc = b.c_exec(&cmd.param, io, n_in, io + n_in, n_out, &context)
-        else:
-            rc = b.c_exec(&cmd.param, io, n_in, io + n_in, n_out, &context)
+    try:
+        call = cmd_bind(cmd, b, inputs, outputs, io, &bound)
+        rc = cmd_bound_run(&bound, &context)
+    finally:
         free(io)
         nnc_context_free(&context)
-        if rc != 0:
-            raise CommandError(
-                f"backend {b.name} of {cmd.info.name} failed: {STATUS_NAMES.get(rc, rc)}"
-            )
-        return 0
-    if b.device != "cpu":
-        b.py_exec(cmd, inputs, outputs)     # GPU backends take Tensors (device pointers)
-        return 0
-    ins = [None if x is None else (<Tensor>x).numpy() for x in inputs]
-    outs = [None if x is None else (<Tensor>x).numpy() for x in outputs]
-    b.py_exec(cmd, ins, outs)
+    if rc != 0:
+        raise CommandError(f"backend {b.name} of {cmd.info.name} failed: "
+                           f"{STATUS_NAMES.get(rc, rc)}")
+    del call
     return 0
 
 
