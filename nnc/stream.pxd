@@ -89,6 +89,12 @@ cdef enum:
 cdef enum:
     TASK_OWNS_PY = 0x2                  # fn, args and keep are owned references: drop after run
     TASK_OWNS_IO = 0x4                  # io was malloc'd for this task: free after run
+    # Said by the pusher, read only by device streams (a CPU stream runs every task in order):
+    TASK_NOW = 0x8                      # host bookkeeping that only orders later launches (a
+    #                                     count store, multiview selection, carry-over
+    #                                     re-pointing): a GPU stream runs it at enqueue time
+    TASK_LAUNCH = 0x10                  # TASK_PY whose fn is a device backend: a GPU stream
+    #                                     launches fn(*args, stream=...) at enqueue time
 
 
 # A queued unit of work. Tasks of graph runs borrow everything from the graph, which the run
@@ -156,6 +162,17 @@ cdef enum:
     STAGE_SIZE = 64                     # tasks staged by the host per hand-over (Stream.push)
 
 
+# The device half of a GPU stream ("gpu:N"): nnc.cuda subclasses it and fills the registry
+# (stream_register_device) when imported, so this layer never imports nnc.cuda. A Stream whose
+# _device is set hands it every task, emit and wait; its stream_t keeps only the failures.
+cdef class DeviceStream:
+    cdef int push(self, Stream owner, stream_task_t* task) except -1
+    cdef int emit(self, Stream owner, Signal sig) except -1
+    cdef int wait_signal(self, Stream owner, Signal sig) except -1
+    cdef int drain(self, Stream owner, double timeout) except -1    # 1 done, 0 timed out
+    cdef int query(self) except -1
+
+
 cdef class Stream:
     cdef stream_t* s
     # Tasks pushed but not yet handed to the worker: host side only, guarded by the GIL.
@@ -166,6 +183,7 @@ cdef class Stream:
     cdef readonly str kind              # "cpu"
     cdef readonly int index             # creation number, names the worker thread and track
     cdef object __weakref__             # nnc.stream._live holds streams weakly
+    cdef DeviceStream _device           # None for "cpu"; the CUDA stream for "gpu:N"
 
     cdef int push(self, stream_task_t* task, bint wake=*) except -1
     cdef int kick(self) except -1
@@ -174,6 +192,7 @@ cdef class Stream:
 cdef class Signal:
     cdef signal_record_t* latest        # the last emit enqueued, or NULL if never emitted
     cdef readonly str kind
+    cdef object _device                 # None for "cpu"; the CUDA event (nnc.cuda) for "gpu:N"
 
 
 cdef int stream_emit(Stream s, Signal sig, bint wake=*) except -1

@@ -257,6 +257,10 @@ cdef class WhileNode:
         """Raise GraphError if the loop cannot run (no expression, not a node's body)."""
         self._prepare()
 
+    def _expr_inputs(self):
+        """The tensors the expression reads (nnc.graph.flow checks they are host memory)."""
+        return list(self.inputs)
+
     def _schedule_key(self):
         """What a schedule of the body depends on besides its version (-1: no breakpoints)."""
         return self.key if self.expr is not None else -1
@@ -514,6 +518,10 @@ cdef class CaseOfNode:
             (<Graph>old)._control_parent = None
         (<Graph>branch)._control_parent = self.parent
         self.branches[i] = branch
+
+    def _expr_inputs(self):
+        """The tensors the expression reads (nnc.graph.flow checks they are host memory)."""
+        return list(self.inputs)
 
     def _check(self):
         if self.expr is None:
