@@ -81,6 +81,9 @@ def _watch():
                 wake()
             except BaseException:  # a failing wake must not kill the only watcher
                 traceback.print_exc()
+        # Drop them before sleeping: a wake may hold a whole graph run (nnc.Stream("gpu")'s host
+        # tasks), which must not outlive it while this thread waits for the next one.
+        ready = wake = None
 
 
 def fn_address():

@@ -88,9 +88,10 @@ def to_gpu(graph, device="gpu"):
             raise GraphError(f"{t!r} is a view with another dtype or alignment than its memory")
         return entry[1].view(t.shape, offset=offset, strides=t.strides)
 
+    _refuse_control(graph, "to_gpu copies graphs without control flow")
     new = Graph()
     nodes = {}
-    _refuse_control(graph, "to_gpu copies graphs without control flow")
+    for e in graph.execs:
         cmd = Cmd(e.cmd.name, **e.cmd.params)
         nodes[e.index] = new.exec(cmd, [convert(t) for t in e.inputs],
                                   [convert(t) for t in e.outputs], name=e.name)
