@@ -40,8 +40,8 @@ from nnc.graph.run cimport (
 )
 from nnc.graph.schedule cimport Schedule
 from nnc.stream cimport (
-    TASK_NOW, Signal, Stream, signal_reserve, signal_set, stream_add_error, stream_emit, stream_store_count,
-    stream_wait_signal,
+    TASK_NOW, Signal, Stream, signal_reserve, signal_set, stream_add_error, stream_emit,
+    stream_store_count, stream_wait_signal,
 )
 
 from nnc._core import GraphError, ScheduleError

@@ -20,8 +20,8 @@ from nnc._core import GraphError, ScheduleError
 from nnc.graph.graph cimport EXEC_C, EXEC_CONTROL, EXEC_DEVICE, EXEC_PY, Graph, exec_info_t
 from nnc.graph.schedule cimport Schedule
 from nnc.stream cimport (
-    TASK_C, TASK_LAUNCH, TASK_NOW, TASK_PY, Signal, Stream, stream_emit, stream_move_errors, stream_task_t,
-    stream_wait_signal,
+    TASK_C, TASK_LAUNCH, TASK_NOW, TASK_PY, Signal, Stream, stream_emit, stream_move_errors,
+    stream_task_t, stream_wait_signal,
 )
 from nnc.tracing cimport trace_label, trace_on
 
