@@ -643,3 +643,58 @@ def test_graph_across_two_gpus_is_refused_at_enqueue(fake):
     g.run(stream=s)                             # the peer copy alone runs
     s.wait()
     np.testing.assert_array_equal(x1.numpy(), np.arange(4))
+
+
+def test_while_and_case_of_on_a_gpu_stream(fake):
+    """A loop whose expression reads a host copy of GPU data, and a branch chosen from one,
+    run by nnc.graph.flow on GPU streams: the coroutine waits through a host function that
+    posts to the scheduler's inbox without the GIL; the caller's stream holds later work until
+    the run's end is emitted."""
+    x = gpu(np.ones(4, np.float32))
+    h = nnc.Tensor(np.zeros(4, np.float32))             # host memory: the expression's input
+    g = nnc.Graph()
+    body = nnc.Graph()
+    mul = body.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [x])
+    copy = body.exec(nnc.Cmd("DATA_TRANSFER"), [x], [h])
+    body.concat(mul, copy)
+    loop = g.while_(body)
+    body.set_while_expr(lambda count, hv: hv[0] < 50, inputs=[h], breakpoints=[copy])
+    y = nnc.Tensor.empty((4,), device="gpu")
+    c = g.case_of([h], [])
+    g.set_case_of_expr(c, lambda hv: int(hv[0] >= 64))
+    for k, a in enumerate((10.0, 100.0)):
+        b = nnc.Graph()
+        b.exec(nnc.Cmd("SCALAR_MUL", a=a), [x], [y])
+        g.set_case_of(c, b, k)
+    g.concat(loop, c)
+    s = nnc.Stream("gpu")
+    with pytest.raises(nnc.ScheduleError, match="stream_type='gpu'"):
+        g.run(stream=s)                                  # control flow needs a GPU schedule
+    nnc.static_schedule(g, stream_type="gpu")
+    del fake.calls[:]
+    fake.busy = True                    # the first WaitFor suspends: the scheduler finishes
+    g.run(stream=s)
+    assert not s.query()                # the end is not emitted yet: later work is held
+    after = gpu(np.zeros(4, np.float32))
+    nnc.cmd_exec(nnc.Cmd("SCALAR_MUL", a=1.0), [y], [after], stream=s)   # held until the end
+    assert s.wait(timeout=10)
+    s.wait()
+    assert body.while_count == 5                         # 2, 4, ..., 64: the 6th test fails
+    np.testing.assert_array_equal(h.numpy(), [64] * 4)
+    np.testing.assert_array_equal(y.numpy(), [6400] * 4)     # branch 1 ran on the GPU
+    np.testing.assert_array_equal(after.numpy(), [6400] * 4)  # after the run, not before
+    assert "cuLaunchHostFunc" in fake.calls
+
+
+def test_gpu_tensor_as_expression_input_is_refused(fake):
+    x = gpu(np.ones(2, np.float32))
+    g = nnc.Graph()
+    body = nnc.Graph()
+    n = body.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [x])
+    g.while_(body)
+    body.set_while_expr(lambda count, xv: count < 2, inputs=[x], breakpoints=[n])
+    nnc.static_schedule(g, stream_type="gpu")
+    s = nnc.Stream("gpu")
+    with pytest.raises(nnc.GraphError, match="expression inputs must be host tensors"):
+        g.run(stream=s)
+    s.wait()
