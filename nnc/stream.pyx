@@ -29,6 +29,7 @@ from libc.string cimport memcpy, memset
 import weakref
 
 from nnc._core import CommandError, NNCError, StreamError
+from nnc.cmd import cmd_register_stream
 
 from nnc.cmd cimport Backend, Cmd
 from nnc.debug cimport DEBUG_RECORDS, DEBUG_STREAMS, DEBUG_TASKS, debug_count
@@ -870,6 +871,10 @@ cdef int stream_move_errors(Stream src, Stream dst) except -1:
     for entry in moved:
         stream_record_error(dst.s, <tuple>entry)
     return 0
+
+
+# cmd_exec(stream=s) reaches streams through this registration (nnc.cmd sits below this layer).
+cmd_register_stream(Stream, Stream._enqueue_cmd)
 
 
 # nnc.worker registers the exit hook: import it with this module, before user atexit handlers
