@@ -44,6 +44,7 @@ MODULES = [
     ("nnc.capi", "nnc/capi.pyx"),
     # Needs no CUDA header (only pthread and semaphore.h), so it is always built.
     ("nnc.cuda._hostfn", "nnc/cuda/_hostfn.pyx"),
+    ("nnc.cuda.gpu_stream", "nnc/cuda/gpu_stream.pyx"),
 ]
 
 DIRECTIVES = {

@@ -3,14 +3,14 @@
     python -m benchmarks.gpu [--json] [--repeat R] [--size S] [--kernels N]
 
 Everything runs through ``nnc.cuda``: graphs are CPU-built, copied to the GPU with
-``nnc.cuda.graph.to_gpu`` and run by a ``GpuRun`` (its ``enqueue(stream)`` then
-``stream.wait()``), so each measurement is the wall time of one run, host and device.
+``nnc.cuda.graph.to_gpu`` and run with ``g.run(stream=nnc.Stream("gpu"))`` then
+``stream.wait()``, so each measurement is the wall time of one run, host and device.
 
 - (a) ``independent``: N independent SCALAR_MUL nodes on 4096-element float32 tensors, scheduled
   on one stream (``max_streams=1``) versus the default schedule (N streams);
 - (b) ``inception``: Inception-V3 batch 1 on one stream, on its static schedule's streams, and
   replayed from a CUDA graph captured from that schedule;
-- (c) ``dispatch``: host time per node to enqueue a run (eager: ``GpuRun.enqueue``, measured
+- (c) ``dispatch``: host time per node to enqueue a run (eager: ``g.run(stream=s)``, measured
   without waiting) and to replay it (``CudaGraph.replay``), divided by the node count.
 
 Targets (H100/H200, issue 5): Inception multi-stream >= 1.3x over one stream; dispatch
@@ -41,20 +41,20 @@ def _independent_graph(n, size=4096):
 
 
 def _runs(cpu_graph):
-    """(gpu graph, GpuRun on 1 stream, GpuRun on the default schedule)."""
-    from nnc.cuda.graph import GpuRun, to_gpu
+    """(GPU copy scheduled on 1 stream, GPU copy on the default schedule): two copies, since
+    a graph has one default schedule."""
+    from nnc.cuda.graph import to_gpu
 
-    g, _ = to_gpu(cpu_graph)
-    nnc.static_schedule(g, stream_type="gpu", max_streams=1)
-    one = GpuRun(g)
-    nnc.static_schedule(g, stream_type="gpu")
-    many = GpuRun(g)
-    return g, one, many
+    one, _ = to_gpu(cpu_graph)
+    nnc.static_schedule(one, stream_type="gpu", max_streams=1)
+    many, _ = to_gpu(cpu_graph)
+    nnc.static_schedule(many, stream_type="gpu")
+    return one, many
 
 
-def _timed(r, s):
+def _timed(g, s):
     def fn():
-        r.enqueue(s)
+        g.run(stream=s)
         s.wait()
 
     return fn
@@ -79,14 +79,15 @@ def run(size=299, repeat=7, kernels=64, log=print):
     from nnc.models.inception import build_inception_v3_model
 
     dev = driver.device(0)
-    s = driver.CudaStream(dev)
+    s = nnc.Stream("gpu:0")
     log(f"device: gpu:0 sm_{dev.arch}, {dev.sm_count} SMs")
 
-    ind, ind_one, ind_many = _runs(_independent_graph(kernels))
+    ind_one, ind_many = _runs(_independent_graph(kernels))
     m = build_inception_v3_model(size=size)
     m.graph.run()
     want = m.output.numpy().copy()
-    inc, one, many = _runs(m.graph)
+    one, inc = _runs(m.graph)
+    many = inc
     cg = capture(inc, s)
     log(f"inception: {len(inc)} nodes, {many.schedule.stream_count} streams, "
         f"{many.schedule.signal_count} signals")
@@ -105,7 +106,7 @@ def run(size=299, repeat=7, kernels=64, log=print):
     def ratio(a, b):
         return _util.median([x / y for x, y in zip(samples[a], samples[b])])
 
-    eager = _dispatch_us(lambda: many.enqueue(s), s, len(inc), repeat)
+    eager = _dispatch_us(lambda: many.run(stream=s), s, len(inc), repeat)
     replay = _dispatch_us(lambda: cg.replay(s), s, len(inc), repeat)
     multi = ratio("inception_1_stream", "inception_streams")
     return {

@@ -9,7 +9,6 @@ from typing_extensions import disjoint_base
 from nnc._core import DATATYPE_NAMES as DATATYPE_NAMES
 from nnc._core import DATATYPES as DATATYPES
 from nnc._core import STATUS_NAMES as STATUS_NAMES
-from nnc.cuda.driver import CudaStream
 from nnc.stream import Stream
 from nnc.tensor import Tensor
 
@@ -158,11 +157,12 @@ def register_backend(
 def commands() -> list[str]: ...
 def backends(command: str, device: Literal["cpu", "gpu"] | None = None) -> list[str]: ...
 def command_info(command: str) -> CommandInfo: ...
+def cmd_register_stream(stream_type: type, enqueue: Callable[..., None]) -> None: ...
 def cmd_exec(
     cmd: Cmd,
     inputs: _Tensors = (),
     outputs: _Tensors = (),
-    stream: Stream | CudaStream | None = None,
+    stream: Stream | None = None,
 ) -> None: ...
 def cmd_backends_for(cmd: Cmd, inputs: _Tensors, outputs: _Tensors) -> list[Backend]: ...
 def cmd_autotune(

@@ -749,6 +749,19 @@ cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
     return 0
 
 
+# The stream layer above registers its enqueue function here when it is imported
+# (nnc.stream.Stream._enqueue_cmd for nnc.Stream, of either kind): this layer never imports it.
+cdef object _stream_type = None
+cdef object _stream_enqueue = None
+
+
+def cmd_register_stream(stream_type, enqueue):
+    """nnc.stream's registration: cmd_exec(stream=s) accepts instances of ``stream_type`` and
+    hands them to ``enqueue(s, cmd, backend, inputs, outputs)``."""
+    global _stream_type, _stream_enqueue
+    _stream_type, _stream_enqueue = stream_type, enqueue
+
+
 def cmd_exec(Cmd cmd not None, inputs=(), outputs=(), stream=None):
     """Run one command (NNC: ccv_nnc_cmd_exec).
 
@@ -759,7 +772,7 @@ def cmd_exec(Cmd cmd not None, inputs=(), outputs=(), stream=None):
     """
     ins = tensor_list(inputs, "inputs")
     outs = tensor_list(outputs, "outputs")
-    if stream is not None and not hasattr(stream, "_enqueue_cmd"):
+    if stream is not None and (_stream_type is None or not isinstance(stream, _stream_type)):
         raise CommandError(f"stream must be an nnc.Stream, not {type(stream).__name__}")
     cmd_validate(cmd, ins, outs)
     b = cmd_select(cmd, ins, outs)
@@ -773,8 +786,7 @@ def cmd_exec(Cmd cmd not None, inputs=(), outputs=(), stream=None):
     elif stream is None:
         backend_run(b, cmd, ins, outs)
     else:
-        # The stream layer sits above this one: it is reached through the object given.
-        stream._enqueue_cmd(cmd, b, ins, outs)
+        _stream_enqueue(stream, cmd, b, ins, outs)   # registered by nnc.stream
 
 
 def cmd_backends_for(Cmd cmd not None, inputs, outputs):

@@ -39,7 +39,8 @@ import sys
 import threading
 import weakref
 
-from nnc._core import NNCError, StreamError
+from nnc._core import CommandError, NNCError, StreamError
+from nnc.cmd import cmd_register_stream
 from nnc.coro import Scheduler, current_scheduler
 from nnc.tracing import tracing_begin, tracing_end
 from nnc.worker import pool_busy, pool_stop, pool_wait_quiet
@@ -51,10 +52,10 @@ from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock
 from nnc.tensor cimport nnc_tensor_t
 from nnc.tracing cimport trace_label, trace_on
 from nnc.worker cimport (
-    TASK_C, TASK_CALL, TASK_EMIT, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY, TASK_STORE, TASK_WAIT,
-    mono_now, pool_refusing, record_done, record_release, signal_lock, stream_check_not_worker,
-    stream_drain, stream_enqueue, stream_new, stream_record_error, stream_release,
-    trace_event_t,
+    TASK_C, TASK_CALL, TASK_EMIT, TASK_LAUNCH, TASK_NOW, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY,
+    TASK_STORE, TASK_WAIT, mono_now, pool_refusing, record_done, record_release, signal_lock,
+    stream_check_not_worker, stream_drain, stream_enqueue, stream_new, stream_record_error,
+    stream_release, trace_event_t,
 )
 
 
@@ -122,19 +123,58 @@ def _add_note(exc, str note):
         exc.__notes__ = (notes if isinstance(notes, list) else []) + [note]
 
 
+# -- device kinds ----------------------------------------------------------------------------
+# "gpu"/"gpu:N" streams and signals are made by nnc.cuda, which registers itself here when it is
+# imported (nnc/__init__.py imports it; that import is cheap: no cuda-bindings). The registered
+# object has parse(kind) -> "gpu:N" (NNCError for a malformed kind, CUDAError when CUDA is
+# unusable), stream(kind) -> a DeviceStream, and signal(kind) -> the CUDA event of a Signal.
+cdef object _devices = None
+
+
+def stream_register_device(backend):
+    """nnc.cuda's registration of the GPU kinds (see above); the latest call wins."""
+    global _devices
+    _devices = backend
+
+
 def _parse_kind(kind):
     if kind == "cpu":
         return "cpu"
-    from nnc import cuda
+    if _devices is None:
+        raise NNCError(f"unknown stream kind {kind!r}: no GPU support is registered (nnc.cuda "
+                       "was not imported)")
+    return _devices.parse(kind)
 
-    ordinal = cuda.parse_gpu(kind)
-    if ordinal is None:
-        raise NNCError(f"unknown stream kind {kind!r}; expected 'cpu', 'gpu' or 'gpu:N'")
-    cuda.require(ordinal, f"a {kind!r} stream or signal")
-    # CUDA works here, but this class is the CPU worker: nnc.cuda.CudaStream / CudaEvent are
-    # the CUDA stream and event, not yet behind nnc.Stream (docs/gpu.md, "not done").
-    raise cuda.CUDAError(f"nnc.Stream({kind!r}) is not wired to CUDA yet; use "
-                         "nnc.cuda.driver.CudaStream / CudaEvent (docs/gpu.md)")
+
+cdef class DeviceStream:
+    """The device half of a GPU stream (stream.pxd). nnc.cuda subclasses it."""
+
+    cdef int push(self, Stream owner, stream_task_t* task) except -1:
+        raise NotImplementedError
+
+    cdef int emit(self, Stream owner, Signal sig) except -1:
+        raise NotImplementedError
+
+    cdef int wait_signal(self, Stream owner, Signal sig) except -1:
+        raise NotImplementedError
+
+    cdef int drain(self, Stream owner, double timeout) except -1:
+        raise NotImplementedError
+
+    cdef int query(self) except -1:
+        raise NotImplementedError
+
+
+cdef int _check_mix(Stream s, Signal sig, str what) except -1:
+    """A stream emits and waits on signals of its own kind only: a CUDA event cannot be set by
+    a CPU worker, and a CPU record cannot be waited on by a CUDA stream."""
+    if (s._device is None) != (sig._device is None) or (s._device is not None
+                                                        and s.kind != sig.kind):
+        raise StreamError(f"{s!r} cannot {what} {sig!r}: a stream emits and waits on signals of "
+                          f"its own kind (nnc.Signal({s.kind!r})); to order a CPU stream after "
+                          "GPU work, wait() on the GPU stream or add_callback a CPU emit "
+                          "(docs/gpu.md)")
+    return 0
 
 
 cdef class Stream:
@@ -147,6 +187,10 @@ cdef class Stream:
     def __cinit__(self, kind="cpu"):
         global _stream_seq
         self.kind = _parse_kind(kind)
+        if self.kind != "cpu":
+            # GPU: the CUDA stream runs the tasks; the stream_t below only keeps failures (it
+            # never queues a task, so the pool never sees it).
+            self._device = _devices.stream(self.kind)
         # Starts the pool on first use: a thread that cannot start fails here, before any work
         # is enqueued (a lazy start used to leave a run half enqueued and wait() hung).
         self.s = stream_new(_stream_seq + 1)
@@ -170,6 +214,8 @@ cdef class Stream:
         task alone made a pool thread run it, sleep, and pay a futex wake-up (about a
         microsecond) per task, with the host and the thread fighting over the lock in between.
         """
+        if self._device is not None:
+            return self._device.push(self, task)
         if pool_refusing():
             raise StreamError(f"cannot enqueue on {self!r}: the interpreter is exiting and "
                               "nnc's exit hook has already stopped the worker pool")
@@ -182,6 +228,8 @@ cdef class Stream:
 
     cdef int kick(self) except -1:
         """Hand the staged tasks to the pool (an idle stream becomes ready)."""
+        if self._device is not None:
+            return 0                    # a GPU stream launches at push: nothing is staged
         if self.stage_size == 0:
             return 0
         # MemoryError or StreamError (exiting): the tasks stay staged.
@@ -197,20 +245,38 @@ cdef class Stream:
         """Make this stream wait for the latest emit of ``sig`` (a no-op if never emitted)."""
         stream_wait_signal(self, sig)
 
+    def record_event(self, Signal sig=None):
+        """torch/CuPy's name: emit ``sig`` (a new Signal of this kind if None) and return it."""
+        if sig is None:
+            sig = Signal(self.kind)
+        stream_emit(self, sig)
+        return sig
+
+    def wait_event(self, Signal sig not None):
+        """torch/CuPy's name for :meth:`wait_signal`."""
+        stream_wait_signal(self, sig)
+
+    def synchronize(self):
+        """torch/CuPy's name for ``wait()`` without a timeout."""
+        self.wait()
+
     def add_callback(self, fn):
-        """Call ``fn()`` on the stream's thread once the work enqueued before it is done."""
+        """Call ``fn()`` once the work enqueued before it is done: on the stream's thread
+        (CPU), or on nnc's host-function watcher thread (GPU, docs/gpu.md)."""
         if not callable(fn):
             raise NNCError(f"add_callback needs a callable, not {type(fn).__name__}")
         self._push_call(fn, (), fn)
 
-    def _push_call(self, fn, tuple args, ctx, keep=None, bint wake=True, str name=None):
+    def _push_call(self, fn, tuple args, ctx, keep=None, bint wake=True, str name=None,
+                   int flags=0):
         """Enqueue ``fn(*args)``; ``ctx`` names it in errors, ``name`` (default: fn's
-        qualified name) in a trace."""
+        qualified name) in a trace; ``flags``: TASK_NOW or TASK_LAUNCH (stream.pxd), which
+        only GPU streams read."""
         cdef stream_task_t t
         _task_init(&t, TASK_PY)
         if trace_on:
             t.label = trace_label(name if name is not None else _qualname(fn))
-        t.flags = TASK_OWNS_PY
+        t.flags = TASK_OWNS_PY | flags
         Py_INCREF(fn)
         Py_INCREF(args)
         t.fn = <PyObject*>fn
@@ -274,6 +340,8 @@ cdef class Stream:
         task, and a coroutine checking a stream in WaitFor would pay one more GIL hand-off.
         """
         cdef bint done
+        if self._device is not None:
+            return self._device.query() == 1
         pthread_mutex_lock(&self.s.lock)
         done = self.s.completed == self.s.submitted
         pthread_mutex_unlock(&self.s.lock)
@@ -313,7 +381,10 @@ cdef class Stream:
         (<list>s.waiters).append(box)
         try:
             self.kick()
-            done = stream_drain(s, -1 if limit < 0 else max(end - mono_now(), 0.0))
+            if self._device is not None:
+                done = self._device.drain(self, -1 if limit < 0 else max(end - mono_now(), 0.0))
+            else:
+                done = stream_drain(s, -1 if limit < 0 else max(end - mono_now(), 0.0))
         finally:
             waiters = <list>s.waiters
             for i in range(len(waiters)):
@@ -333,6 +404,9 @@ cdef class Stream:
 
     def _drain(self):
         """Block until everything enqueued so far is done, without raising its errors."""
+        if self._device is not None:
+            self._device.drain(self, -1)
+            return
         self.kick()
         stream_drain(self.s)
 
@@ -364,6 +438,13 @@ cdef class Stream:
         """cmd_exec(..., stream=self): run the validated command here, asynchronously."""
         cdef stream_task_t t
         cdef int n_in = len(inputs), n_out = len(outputs), i
+        if self._device is not None:
+            if backend.device == "cpu" or cmd.fn is not None:
+                raise CommandError(f"{cmd.name}/{backend.name} is a CPU backend; {self!r} runs "
+                                   "GPU backends only")
+            self._push_call(backend.py_exec, (cmd, list(inputs), list(outputs)), cmd, None,
+                            True, cmd.name, TASK_LAUNCH)
+            return
         if backend.c_exec == NULL or cmd.fn is not None:
             ins = [None if x is None else (<Tensor>x).numpy() for x in inputs]
             outs = [None if x is None else (<Tensor>x).numpy() for x in outputs]
@@ -433,6 +514,8 @@ cdef class Signal:
     def __cinit__(self, kind="cpu"):
         self.kind = _parse_kind(kind)
         self.latest = NULL
+        if self.kind != "cpu":
+            self._device = _devices.signal(self.kind)     # the CUDA event (nnc.cuda)
 
     def __dealloc__(self):
         record_release(self.latest)
@@ -440,11 +523,15 @@ cdef class Signal:
     @property
     def emitted(self):
         """True once an emit of this signal has been enqueued."""
+        if self._device is not None:
+            return self._device.emitted
         return self.latest != NULL
 
     def query(self):
         """True if the latest emit has happened (or the signal was never emitted)."""
         cdef bint done = True
+        if self._device is not None:
+            return self._device.query()
         with nogil:
             pthread_mutex_lock(&signal_lock)
             if self.latest != NULL:
@@ -463,6 +550,9 @@ cdef class Signal:
         raised by that stream's wait(). Refused (StreamError) on a stream worker thread, as
         Stream.wait(): it could be the worker that has to emit the signal (nnc.waiting).
         """
+        if self._device is not None:
+            stream_check_not_worker("Signal.wait()")
+            return self._device.wait(timeout_seconds(timeout))
         from nnc.waiting import signal_wait
 
         return signal_wait(self, timeout)
@@ -480,7 +570,7 @@ cdef class Signal:
         signal_set(self)
 
     def __repr__(self):
-        return f"<nnc.Signal {self.kind}{'' if self.latest != NULL else ' (never emitted)'}>"
+        return f"<nnc.Signal {self.kind}{'' if self.emitted else ' (never emitted)'}>"
 
     def __reduce__(self):
         raise TypeError("an nnc.Signal cannot be copied or pickled: it records emits of "
@@ -490,6 +580,9 @@ cdef class Signal:
 cdef int stream_emit(Stream s, Signal sig, bint wake=True) except -1:
     cdef stream_task_t t
     cdef signal_record_t* r
+    if s._device is not None or sig._device is not None:
+        _check_mix(s, sig, "emit")
+        return s._device.emit(s, sig)
     # An emit claims the pending reservation (Signal._reserve: waits enqueued since then wait
     # for this emit), reserving a fresh record first when none is pending.
     if sig.latest == NULL or not sig.latest.reserved:
@@ -518,7 +611,11 @@ cdef int signal_reserve(Signal sig) except -1:
     yet). The holder must later emit sig on a stream or call signal_set, or waiters hang.
     """
     cdef signal_record_t* old
-    cdef signal_record_t* r = _record_new()
+    cdef signal_record_t* r
+    if sig._device is not None:
+        sig._device.reserve()           # GPU streams that wait on it hold their later work
+        return 0
+    r = _record_new()
     if r == NULL:
         raise MemoryError()
     r.reserved = 1
@@ -533,6 +630,12 @@ cdef int signal_reserve(Signal sig) except -1:
 cdef int signal_set(Signal sig) noexcept:
     """Mark sig's latest record done from the host and wake its waiters (the fallback that
     keeps a reserved emit from hanging its waiters when it can no longer be enqueued)."""
+    if sig._device is not None:
+        try:
+            sig._device.set()
+        except BaseException:
+            pass                        # set() only releases held work; it does not fail
+        return 0
     pthread_mutex_lock(&signal_lock)
     if sig.latest != NULL and not sig.latest.done:
         record_done(sig.latest)
@@ -543,6 +646,9 @@ cdef int signal_set(Signal sig) noexcept:
 cdef int stream_wait_signal(Stream s, Signal sig, bint wake=True) except -1:
     cdef stream_task_t t
     cdef signal_record_t* r
+    if s._device is not None or sig._device is not None:
+        _check_mix(s, sig, "wait on")
+        return s._device.wait_signal(s, sig)
     pthread_mutex_lock(&signal_lock)
     r = sig.latest
     if r != NULL and r.done:
@@ -567,6 +673,7 @@ cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=T
     set in stream order without the GIL."""
     cdef stream_task_t t
     _task_init(&t, TASK_STORE)
+    t.flags = TASK_NOW                  # a GPU stream stores it at enqueue (stream.pxd)
     t.arg = count.t.data
     t.value = value
     s.push(&t, wake)
@@ -731,3 +838,7 @@ def _exit_hook():
 # Registered at import, before user atexit handlers that may still enqueue work (atexit runs
 # them in reverse order, so this one runs after them).
 atexit.register(_exit_hook)
+
+
+# cmd_exec(stream=s) reaches streams through this registration (nnc.cmd sits below this layer).
+cmd_register_stream(Stream, Stream._enqueue_cmd)

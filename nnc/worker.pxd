@@ -53,6 +53,12 @@ cdef enum:
 cdef enum:
     TASK_OWNS_PY = 0x2                  # fn, args and keep are owned references: drop after run
     TASK_OWNS_IO = 0x4                  # io was malloc'd for this task: free after run
+    # Said by the pusher, read only by device streams (a CPU stream runs every task in order):
+    TASK_NOW = 0x8                      # host bookkeeping that only orders later launches (a
+    #                                     count store, multiview selection, carry-over
+    #                                     re-pointing): a GPU stream runs it at enqueue time
+    TASK_LAUNCH = 0x10                  # TASK_PY whose fn is a device backend: a GPU stream
+    #                                     launches fn(*args, stream=...) at enqueue time
 
 
 # A queued unit of work. Tasks of graph runs borrow everything from the graph, which the run

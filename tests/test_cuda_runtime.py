@@ -144,7 +144,7 @@ def test_data_transfer_host_device_and_between_devices(env):
     if env is not None:
         assert {"cuMemcpyHtoDAsync", "cuMemcpyPeerAsync", "cuMemcpyDtoHAsync"} <= set(env.calls)
     # Asynchronous on a stream, from pinned host memory, several pairs at once.
-    s = drv.CudaStream("gpu:0")
+    s = nnc.Stream("gpu:0")
     p = memory.pinned((3, 5), "float32")
     p.numpy()[...] = a * 2
     d2 = nnc.Tensor.empty((3, 5), device="gpu:0")
@@ -335,21 +335,29 @@ def test_struct_layouts_match_c():
 
 
 def test_streams_events_and_errors(fake):
-    s1, s2 = drv.CudaStream("gpu:0"), drv.CudaStream(0)
-    ev = drv.CudaEvent()
-    assert s1.kind == "gpu:0" and s1.query() and ev.query() and not ev.emitted
+    s1, s2 = nnc.Stream("gpu:0"), nnc.Stream("gpu")
+    ev = nnc.Signal("gpu")
+    assert type(s1) is nnc.Stream and type(ev) is nnc.Signal
+    assert s1.kind == "gpu:0" and s2.kind == "gpu:0" and ev.kind == "gpu:0"
+    assert repr(s1).startswith("<nnc.Stream gpu:0 #")
+    assert s1.query() and ev.query() and not ev.emitted
     s1.emit(ev)
     s2.wait_signal(ev)
     assert ev.emitted
     assert fake.calls[-2:] == ["cuEventRecord", "cuStreamWaitEvent"]
-    s2.wait()
-    ev.wait()
-    with pytest.raises(nnc.CUDAError, match="CudaEvent"):
-        s1.emit(nnc.Signal())
-    with pytest.raises(nnc.CUDAError, match="unknown GPU"):
-        drv.CudaStream("gpu:x")
+    assert s2.wait() is True and ev.wait() is True
+    with pytest.raises(nnc.StreamError, match="own kind"):
+        s1.emit(nnc.Signal())                   # a GPU stream records CUDA events only
+    with pytest.raises(nnc.StreamError, match="own kind"):
+        nnc.Stream().wait_signal(ev)            # a CPU worker cannot wait on a CUDA event
+    with pytest.raises(nnc.StreamError, match="own kind"):
+        nnc.Stream("gpu:1").wait_signal(ev)     # nor a stream of another GPU
+    with pytest.raises(nnc.NNCError, match="unknown stream kind"):
+        nnc.Stream("gpu:x")
     with pytest.raises(nnc.CUDAError, match="no gpu:7"):
-        drv.CudaStream("gpu:7")
+        nnc.Stream("gpu:7")
+    with pytest.raises(nnc.CUDAError, match="no gpu:7"):
+        nnc.Signal("gpu:7")
     fake.cuStreamSynchronize = lambda s: (real.CUresult.CUDA_ERROR_LAUNCH_FAILED,)
     with pytest.raises(nnc.StreamError) as info:
         s1.wait()
@@ -357,17 +365,61 @@ def test_streams_events_and_errors(fake):
     assert "CUDA_ERROR_LAUNCH_FAILED" in str(info.value)
     fake.cuStreamQuery = lambda s: (real.CUresult.CUDA_ERROR_NOT_READY,)
     assert s1.query() is False
-    live = len(fake.live_streams)
-    s1.close()
-    s1.close()
-    assert len(fake.live_streams) == live - 1
-    with pytest.raises(nnc.CUDAError, match="not wired"):
-        nnc.Stream("gpu:0")             # CUDA works, but nnc.Stream is still the CPU worker
+    assert s1.wait(timeout=0.05) is False       # wait(timeout=) polls instead of blocking
+
+
+def test_aliases_on_both_kinds(fake):
+    for kind in ("cpu", "gpu"):
+        s, t = nnc.Stream(kind), nnc.Stream(kind)
+        sig = s.record_event()
+        assert type(sig) is nnc.Signal and sig.kind == s.kind and sig.emitted
+        mine = nnc.Signal(kind)
+        assert s.record_event(mine) is mine
+        t.wait_event(sig)
+        t.synchronize()
+        sig.synchronize()
+        with pytest.raises(nnc.StreamError, match="own kind"):
+            t.wait_event(nnc.Signal("gpu" if kind == "cpu" else "cpu"))
+
+
+def test_callbacks_run_on_the_watcher_after_the_work(fake):
+    s = nnc.Stream("gpu")
+    seen = []
+    s.add_callback(lambda: seen.append(threading.current_thread().name))
+    s.add_callback(lambda: 1 / 0)
+    assert "cuLaunchHostFunc" in fake.calls
+    with pytest.raises(nnc.StreamError, match="ZeroDivisionError") as info:
+        s.wait()                                 # waits for the watcher, then reports
+    assert seen == ["nnc-cuda-hostfn"] and isinstance(info.value.__cause__, ZeroDivisionError)
+    s.wait()                                     # reported once
+    x = gpu(np.ones(3, np.float32))
+    nnc.cmd_exec(nnc.Cmd("SCALAR_MUL", a=3.0), [x], [x], stream=s)   # launched at once
+    with s:
+        pass
+    np.testing.assert_array_equal(x.numpy(), [3, 3, 3])
+    with pytest.raises(nnc.CommandError, match="GPU backends only"):
+        nnc.cmd_exec(nnc.Cmd.custom(lambda i, o: None), [np.ones(2)], [np.ones(2)], stream=s)
+
+    def wait_inside():
+        s.wait()
+
+    s.add_callback(wait_inside)
+    with pytest.raises(nnc.StreamError, match="watcher"):
+        s.wait()
+
+    async def main():
+        nnc.cmd_exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [x], stream=s)
+        await s
+
+    import asyncio
+
+    asyncio.run(main())
+    np.testing.assert_array_equal(x.numpy(), [6, 6, 6])
 
 
 def test_capture_records_and_replay_reruns(env):
     x = gpu(np.ones(3, np.float32))
-    s = drv.CudaStream()
+    s = nnc.Stream("gpu")
     cmd = nnc.Cmd("SCALAR_MUL", a=2.0)
     # Load the kernel before capturing: module loading is no stream work to capture.
     nnc.cmd_exec(cmd, [gpu(np.ones(3, np.float32))], [nnc.Tensor.empty((3,), device="gpu")])
@@ -421,41 +473,67 @@ def test_scheduled_run_and_capture(env):
     g, x, y = _diamond()
     sched = nnc.static_schedule(g, stream_type="gpu")
     assert sched.stream_type == "gpu" and sched.stream_count == 2 and sched.signal_count >= 1
-    s = drv.CudaStream()
-    r = cgraph.run(g, s)
-    s.wait()
-    np.testing.assert_array_equal(y.numpy(), 4 * np.arange(6))
-    assert len(r.streams) == 2 and len(r.events) == sched.signal_count
-    memory.fill_zero(y)
-    g.run(stream=s)                                      # the same through Graph.run
+    s = nnc.Stream("gpu")
+    g.run(stream=s)
     g.run(stream=s)
     s.wait()
     np.testing.assert_array_equal(y.numpy(), 4 * np.arange(6))
-    assert len(s._runs) == 1                             # one GpuRun, reused
     cg = cgraph.capture(g, s)              # after one warm-up run
     memory.fill_zero(y)
     assert (y.numpy() == 0).all()
     nnc.cmd_exec(nnc.Cmd("DATA_TRANSFER"), [np.ones(6, np.float32)], [x])
-    cg.replay(s)
+    for _ in range(3):
+        cg.replay(s)
     s.wait()
     np.testing.assert_array_equal(y.numpy(), [4] * 6)   # replay reads x's memory anew
-    cgraph.run(g)                                        # synchronous form
+    # The captured run's bookkeeping ran once, at capture: the graph is idle, not "running"
+    # (replays do not count), and runs normally again.
+    g.concat(g.execs[0], g.execs[3])
+    g.run(stream=s)
+    s.wait()
+    g.run()                                              # synchronous form
+
+
+def test_scheduled_run_goes_through_the_schedules_waits_and_records(fake):
+    """The same runner as on CPU streams: begin recorded on the caller, entry streams wait on
+    it, every node waits on its waits and records its signal, stream 0 waits on the exits
+    and records end, which the caller's stream waits on; the finish is one host function."""
+    g, x, y = _diamond()
+    sched = nnc.static_schedule(g, stream_type="gpu")
+    s = nnc.Stream("gpu")
+    g.run(stream=s)                     # first run: compiles, loads, creates streams/events
+    s.wait()
+    del fake.calls[:]
+    g.run(stream=s)
+    want = ["cuEventRecord", "cuStreamWaitEvent"]           # begin; stream 0 waits on it
+    want += ["cuStreamWaitEvent"] * len(sched.entry_streams)
+    for e in sched.order:
+        es = sched[e]
+        want += ["cuStreamWaitEvent"] * len(es.waits) + ["cuLaunchKernel"]
+        want += ["cuEventRecord"] * len(es.signals)
+    want += ["cuStreamWaitEvent"] * len(sched.exit_waits)
+    want += ["cuLaunchHostFunc", "cuEventRecord", "cuStreamWaitEvent"]   # finish, end
+    calls = [c for c in fake.calls if c != "cuCtxSetCurrent"]
+    assert calls == want
+    s.wait()
+    np.testing.assert_array_equal(y.numpy(), 4 * np.arange(6))
+    with pytest.raises(nnc.ScheduleError, match="stream_type='cpu'"):
+        g.run(stream=nnc.Stream())              # a GPU schedule on a CPU stream
+    cpu = nnc.Graph()
+    cpu.exec(nnc.Cmd("SCALAR_MUL", a=1.0), [np.ones(2, np.float32)], [np.ones(2, np.float32)])
+    nnc.static_schedule(cpu)
+    with pytest.raises(nnc.ScheduleError, match="stream_type='gpu:0'"):
+        cpu.run(stream=s)
 
 
 def test_gpu_graph_errors(fake):
-    g, x, y = _diamond()
-    with pytest.raises(nnc.ScheduleError, match="static_schedule"):
-        cgraph.GpuRun(g)
-    with pytest.raises(nnc.ScheduleError, match="static_schedule"):
-        g.run(stream=drv.CudaStream())
-    nnc.static_schedule(g)
-    with pytest.raises(nnc.ScheduleError, match="static_schedule"):
-        cgraph.GpuRun(g)
     h = nnc.Graph()
     h.exec(nnc.Cmd("SCALAR_MUL", a=1.0), [np.ones(2, np.float32)], [np.ones(2, np.float32)])
     nnc.static_schedule(h, stream_type="gpu")
-    with pytest.raises(nnc.GraphError, match="no GPU backend"):
-        cgraph.GpuRun(h)
+    s = nnc.Stream("gpu")
+    with pytest.raises(nnc.StreamError, match="GPU backends only"):
+        h.run(stream=s)                 # raised at enqueue
+    s.wait()
     w = nnc.Graph()
     body = nnc.Graph()
     noop = body.exec(nnc.Cmd("NOOP"))
@@ -463,7 +541,9 @@ def test_gpu_graph_errors(fake):
     body.set_while_expr(lambda count: count < 2, breakpoints=[noop])
     nnc.static_schedule(w, stream_type="gpu")
     with pytest.raises(nnc.GraphError, match="control flow"):
-        cgraph.capture(w)
+        cgraph.capture(w, s)
+    with pytest.raises(nnc.StreamError, match="not a GPU stream"):
+        cgraph.capture(_diamond()[0], nnc.Stream())
 
 
 def test_to_gpu_keeps_views_and_edges(env):
@@ -498,8 +578,8 @@ def test_inception_on_gpu_matches_cpu(env):
     out = mapping[id(m.output._owner_object)]
     sched = nnc.static_schedule(new, stream_type="gpu")
     assert sched.stream_count > 1
-    s = drv.CudaStream()
-    cgraph.run(new, s)
+    s = nnc.Stream("gpu")
+    new.run(stream=s)
     s.wait()
     # Softmax of float32 logits after ~100 float32 layers; CPU BLAS and the GPU sum in other
     # orders, so compare as probabilities.
@@ -524,7 +604,7 @@ def test_gpu_benchmark_runs_on_the_fake(fake):
 def test_coroutine_waits_on_a_cuda_stream_through_the_c_host_function(fake):
     from nnc.coro import Scheduler, WaitFor
 
-    s = drv.CudaStream()
+    s = nnc.Stream("gpu")
     assert s.coro_arm(lambda: None) is False        # idle: no host function, no hand-off
     seen = []
 
@@ -542,58 +622,79 @@ def test_coroutine_waits_on_a_cuda_stream_through_the_c_host_function(fake):
     assert "cuLaunchHostFunc" in fake.calls
 
 
-def test_graph_across_two_gpus(fake):
-    """x on gpu:0 -> (2x on gpu:0, copy to gpu:1 then 3x there, copy back) -> sum on gpu:0:
-    streams on both GPUs, events recorded on their own GPU and waited on across GPUs (the
-    fake refuses a record or launch on another context's stream, as the driver does)."""
+def test_graph_across_two_gpus_is_refused_at_enqueue(fake):
+    """One schedule's streams are on one GPU: a node whose tensors are on another GPU is
+    refused when it is launched (copies between GPUs, DATA_TRANSFER, are fine)."""
     g = nnc.Graph()
     x = gpu(np.arange(4, dtype=np.float32))
-    a0, b0, y = (nnc.Tensor.empty((4,), device="gpu:0") for _ in range(3))
     x1, b1 = (nnc.Tensor.empty((4,), device="gpu:1") for _ in range(2))
-    n1 = g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [a0])
     n2 = g.exec(nnc.Cmd("DATA_TRANSFER"), [x], [x1])
     n3 = g.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [x1], [b1])
-    n4 = g.exec(nnc.Cmd("DATA_TRANSFER"), [b1], [b0])
-    n5 = g.exec(nnc.Cmd("EWSUM"), [a0, b0], [y])
-    for p, q in ((n1, n5), (n2, n3), (n3, n4), (n4, n5)):
-        g.concat(p, q)
+    g.concat(n2, n3)
     nnc.static_schedule(g, stream_type="gpu")
-    s = drv.CudaStream("gpu:0")
-    r = cgraph.run(g, s)
-    s.wait()
-    np.testing.assert_array_equal(y.numpy(), 5 * np.arange(4))
-    assert {st.device.ordinal for st in r.streams} == {0, 1}
-    s1 = drv.CudaStream("gpu:1")
-    cg = cgraph.capture(g, s1)                  # the caller's stream may be on gpu:1
-    memory.fill_zero(y)
-    cg.replay(s1)
-    s1.wait()
-    np.testing.assert_array_equal(y.numpy(), 5 * np.arange(4))
+    s = nnc.Stream("gpu:0")
     with pytest.raises(nnc.CommandError, match="tensors are on gpu:1 but the stream is on gpu:0"):
-        nnc.cmd_exec(nnc.Cmd("SCALAR_MUL", a=1.0), [x1], [b1], stream=s)
-
-
-def test_transfer_to_two_gpus_gets_a_stream_on_each(fake):
-    g = nnc.Graph()
-    x = gpu(np.arange(4, dtype=np.float32))
-    a0, y0 = nnc.Tensor.empty((4,), device="gpu:0"), nnc.Tensor.empty((4,), device="gpu:0")
-    a1, y1 = nnc.Tensor.empty((4,), device="gpu:1"), nnc.Tensor.empty((4,), device="gpu:1")
-    t = g.exec(nnc.Cmd("DATA_TRANSFER"), [x, x], [a0, a1])
-    u0 = g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [a0], [y0])
-    u1 = g.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [a1], [y1])
-    g.concat(t, u0)
-    g.concat(t, u1)
+        g.run(stream=s)
+    s.wait()
+    g.disjoin(n2, n3)
+    g.destinations = [n2]
+    g.sources = [n2]
     nnc.static_schedule(g, stream_type="gpu")
-    r = cgraph.GpuRun(g)
-    parts = r.nodes[0][0]
-    assert [p[0].device.ordinal for p in parts] == [0, 1] and parts[1][2] is not None
-    s = drv.CudaStream()
-    r.enqueue(s)
+    g.run(stream=s)                             # the peer copy alone runs
     s.wait()
-    np.testing.assert_array_equal(y0.numpy(), 2 * np.arange(4))
-    np.testing.assert_array_equal(y1.numpy(), 3 * np.arange(4))
-    cg = cgraph.capture(g, s)
-    memory.fill_zero(y1)
-    cg.replay(s)
+    np.testing.assert_array_equal(x1.numpy(), np.arange(4))
+
+
+def test_while_and_case_of_on_a_gpu_stream(fake):
+    """A loop whose expression reads a host copy of GPU data, and a branch chosen from one,
+    run by nnc.graph.flow on GPU streams: the coroutine waits through a host function that
+    posts to the scheduler's inbox without the GIL; the caller's stream holds later work until
+    the run's end is emitted."""
+    x = gpu(np.ones(4, np.float32))
+    h = nnc.Tensor(np.zeros(4, np.float32))             # host memory: the expression's input
+    g = nnc.Graph()
+    body = nnc.Graph()
+    mul = body.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [x])
+    copy = body.exec(nnc.Cmd("DATA_TRANSFER"), [x], [h])
+    body.concat(mul, copy)
+    loop = g.while_(body)
+    body.set_while_expr(lambda count, hv: hv[0] < 50, inputs=[h], breakpoints=[copy])
+    y = nnc.Tensor.empty((4,), device="gpu")
+    c = g.case_of([h], [])
+    g.set_case_of_expr(c, lambda hv: int(hv[0] >= 64))
+    for k, a in enumerate((10.0, 100.0)):
+        b = nnc.Graph()
+        b.exec(nnc.Cmd("SCALAR_MUL", a=a), [x], [y])
+        g.set_case_of(c, b, k)
+    g.concat(loop, c)
+    s = nnc.Stream("gpu")
+    with pytest.raises(nnc.ScheduleError, match="stream_type='gpu'"):
+        g.run(stream=s)                                  # control flow needs a GPU schedule
+    nnc.static_schedule(g, stream_type="gpu")
+    del fake.calls[:]
+    fake.busy = True                    # the first WaitFor suspends: the scheduler finishes
+    g.run(stream=s)
+    assert not s.query()                # the end is not emitted yet: later work is held
+    after = gpu(np.zeros(4, np.float32))
+    nnc.cmd_exec(nnc.Cmd("SCALAR_MUL", a=1.0), [y], [after], stream=s)   # held until the end
+    assert s.wait(timeout=10)
     s.wait()
-    np.testing.assert_array_equal(y1.numpy(), 3 * np.arange(4))
+    assert body.while_count == 5                         # 2, 4, ..., 64: the 6th test fails
+    np.testing.assert_array_equal(h.numpy(), [64] * 4)
+    np.testing.assert_array_equal(y.numpy(), [6400] * 4)     # branch 1 ran on the GPU
+    np.testing.assert_array_equal(after.numpy(), [6400] * 4)  # after the run, not before
+    assert "cuLaunchHostFunc" in fake.calls
+
+
+def test_gpu_tensor_as_expression_input_is_refused(fake):
+    x = gpu(np.ones(2, np.float32))
+    g = nnc.Graph()
+    body = nnc.Graph()
+    n = body.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [x])
+    g.while_(body)
+    body.set_while_expr(lambda count, xv: count < 2, inputs=[x], breakpoints=[n])
+    nnc.static_schedule(g, stream_type="gpu")
+    s = nnc.Stream("gpu")
+    with pytest.raises(nnc.GraphError, match="expression inputs must be host tensors"):
+        g.run(stream=s)
+    s.wait()

@@ -195,3 +195,39 @@ def _memory_table():
 
 # The tensor layer (below this one) reaches GPUs only through nnc.device's table.
 _device.register_gpu(require, _memory_table)
+
+class _StreamKinds:
+    """The GPU kinds of nnc.Stream and nnc.Signal, registered with the stream layer below
+    (which never imports nnc.cuda). Nothing is imported from cuda-bindings until a GPU stream
+    or signal is made."""
+
+    @staticmethod
+    def parse(kind):
+        ordinal = parse_gpu(kind)
+        if ordinal is None:
+            from nnc._core import NNCError
+
+            raise NNCError(f"unknown stream kind {kind!r}; expected 'cpu', 'gpu' or 'gpu:N'")
+        require(ordinal, f"a {kind!r} stream or signal")
+        return f"gpu:{ordinal}"
+
+    @staticmethod
+    def stream(kind):
+        from nnc.cuda.gpu_stream import GpuStream
+
+        return GpuStream(kind)
+
+    @staticmethod
+    def signal(kind):
+        from nnc.cuda.gpu_stream import GpuSignal
+
+        return GpuSignal(kind)
+
+
+def _register():
+    from nnc.stream import stream_register_device
+
+    stream_register_device(_StreamKinds())
+
+
+_register()

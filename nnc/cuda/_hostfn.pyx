@@ -81,6 +81,9 @@ def _watch():
                 wake()
             except BaseException:  # a failing wake must not kill the only watcher
                 traceback.print_exc()
+        # Drop them before sleeping: a wake may hold a whole graph run (nnc.Stream("gpu")'s host
+        # tasks), which must not outlive it while this thread waits for the next one.
+        ready = wake = None
 
 
 def fn_address():
@@ -122,3 +125,14 @@ def disarm(uintptr_t address):
 def pending():
     """How many armed wakes have not run yet."""
     return _armed
+
+
+def post(uintptr_t address):
+    """Hand an armed record to the watcher now, as the host function would (no stream: work
+    pushed while a stream captures runs once, at capture, not on every replay)."""
+    _on_host(<void*>address)
+
+
+def on_watcher():
+    """True on the watcher thread, which must never wait for a host function (its own)."""
+    return _watcher is not None and threading.current_thread() is _watcher

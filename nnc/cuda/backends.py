@@ -124,12 +124,17 @@ class _Record:
         self.ops.append(lambda stream: memory.copy(dst, src, stream))
 
 
+# GPU backend function -> its prepare(cmd, inputs, outputs, cuda_stream): what a GPU stream
+# (nnc/cuda/gpu_stream.pyx) uses to launch a graph node with parameters packed once.
+PREPARE = {}
+
+
 def _runner(body):
     """Wrap ``body(dev, sink, cmd, inputs, outputs)`` as a GPU backend.
 
     The backend runs it at once (onto a stream); its ``prepare(cmd, inputs, outputs)`` runs it
     into a list of ops with every kernel's parameters packed, which a graph runner replays
-    for each run at the cost of one driver call per launch (nnc.cuda.graph.GpuRun).
+    for each run at the cost of one driver call per launch (a GPU nnc.Stream, :data:`PREPARE`).
     """
 
     def setup(cmd, inputs, outputs, stream):
@@ -163,7 +168,7 @@ def _runner(body):
         body(dev, sink, cmd, inputs, outputs)
         return sink.ops
 
-    backend.prepare = prepare
+    PREPARE[backend] = prepare
     return backend
 
 

@@ -11,8 +11,7 @@ the calls (tests/_fake_cuda.py).
 - :class:`Device`: one GPU: its primary context (made current per host thread, since the
   current context is thread-local), compute capability and loaded kernel modules.
 - :class:`CudaStream`: a non-blocking CUDA stream (never synchronises with the legacy default
-  stream); ``emit``/``wait_signal``/``query``/``wait`` mirror :class:`nnc.Stream`, and
-  ``nnc.cmd_exec(..., stream=s)`` enqueues a GPU backend on it.
+  stream): what ``nnc.Stream("gpu:N")`` holds (nnc/cuda/gpu_stream.pyx) and backends launch on.
 - :class:`CudaEvent`: a CUDA event without timing: nnc's signal on a GPU. Like every nnc
   signal, waiting on one never recorded is a no-op (that is CUDA's own rule).
 - :class:`CudaGraph`: work captured from a stream (cuStreamBeginCapture .. cuStreamEndCapture),
@@ -29,8 +28,8 @@ import numpy as np
 from nnc import cuda as _detect
 from nnc._core import CUDAError, StreamError
 
-__all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "device",
-           "driver"]
+__all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "cuda_stream",
+           "device", "driver"]
 
 _driver = None                      # the cuda.bindings.driver module (or a test's fake)
 _lock = threading.Lock()
@@ -202,11 +201,11 @@ class CudaEvent(Resource):
 
 
 class CudaStream(Resource):
-    """A non-blocking CUDA stream with nnc.Stream's interface (NNC: GPU stream context).
+    """A non-blocking CUDA stream (NNC: GPU stream context): what ``nnc.Stream("gpu:N")`` holds
+    (nnc/cuda/gpu_stream.pyx), and what GPU backends launch on.
 
     ``emit(event)`` records, ``wait_signal(event)`` makes later work wait for the latest
     record, ``query()`` never blocks, ``wait()`` blocks until all enqueued work is done.
-    ``nnc.cmd_exec(cmd, ins, outs, stream=s)`` enqueues a GPU backend and returns at once.
     """
 
     def __init__(self, dev=0):
@@ -215,7 +214,6 @@ class CudaStream(Resource):
         cu = driver()
         self.handle = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                             "cuStreamCreate")
-        self._runs = {}                 # id(graph) -> GpuRun, for graph.run(stream=self)
 
     @property
     def kind(self):
@@ -248,44 +246,6 @@ class CudaStream(Resource):
         except CUDAError as e:
             raise StreamError(f"{self!r} failed: {e}") from e
 
-    def coro_arm(self, wake):
-        """The nnc.coro glue (``yield WaitFor(cuda_stream)``): False if the stream is idle,
-        else True after enqueueing a host function that makes ``wake()`` run once the work
-        enqueued so far is done. The host function is C (nnc/cuda/_hostfn.pyx) and never
-        takes the GIL; ``wake()`` runs on nnc's one watcher thread."""
-        if self.query():
-            return False
-        from nnc.cuda import _hostfn
-
-        cu = driver()
-        data = _hostfn.arm(wake)
-        try:
-            check(cu.cuLaunchHostFunc(self.handle, cu.CUhostFn(_hostfn.fn_address()), data),
-                  "cuLaunchHostFunc")
-        except BaseException:
-            _hostfn.disarm(data)
-            raise
-        return True
-
-    def _run_graph(self, graph):
-        """``graph.run(stream=self)``: enqueue its GPU schedule (nnc.cuda.graph.GpuRun, made
-        once per graph and schedule and kept by this stream) and return at once."""
-        from nnc.cuda.graph import GpuRun
-
-        sched = graph.schedule
-        r = self._runs.get(id(graph))
-        if r is None or r.schedule is not sched or (sched is not None and sched.stale):
-            # The GpuRun holds the graph, so id(graph) cannot be reused while it is cached.
-            r = self._runs[id(graph)] = GpuRun(graph)
-        r.enqueue(self)
-
-    def _enqueue_cmd(self, cmd, backend, inputs, outputs):
-        """nnc.cmd_exec's hook: launch a GPU backend on this stream, asynchronously."""
-        if backend.device == "cpu":
-            raise CUDAError(f"{backend.command}/{backend.name} is a CPU backend; a CUDA stream "
-                            "runs GPU backends only")
-        backend.py_exec(cmd, inputs, outputs, stream=self)
-
     def _destroy(self, handle):
         check(driver().cuStreamDestroy(handle), "cuStreamDestroy")
 
@@ -309,6 +269,7 @@ class CudaGraph:
 
     @classmethod
     def capture(cls, stream, fn):
+        stream = cuda_stream(stream)
         cu = driver()
         stream.device.make_current()
         # THREAD_LOCAL: other threads' unrelated CUDA calls are not capture violations.
@@ -335,6 +296,7 @@ class CudaGraph:
         """Enqueue the captured work on ``stream`` (returns at once)."""
         if self.exec_handle is None:
             raise CUDAError("this CudaGraph was closed")
+        stream = cuda_stream(stream)
         self.device.make_current()
         check(driver().cuGraphLaunch(self.exec_handle, stream.handle), "cuGraphLaunch")
 
@@ -350,6 +312,15 @@ class CudaGraph:
             self.close()
         except Exception:  # at interpreter exit the driver may be gone
             pass
+
+
+def cuda_stream(stream):
+    """The CudaStream of a GPU ``nnc.Stream`` (or the CudaStream itself)."""
+    if isinstance(stream, CudaStream):
+        return stream
+    from nnc.cuda.gpu_stream import device_half
+
+    return device_half(stream).cuda
 
 
 def pack_args(args):

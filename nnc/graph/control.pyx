@@ -254,6 +254,10 @@ cdef class WhileNode(ControlNode):
         """Raise GraphError if the loop cannot run (no expression, not a node's body)."""
         return self._prepare()
 
+    def _expr_inputs(self):
+        """The tensors the expression reads (nnc.graph.flow checks they are host memory)."""
+        return list(self.inputs)
+
     cdef long schedule_key(self):
         """What a schedule of the body depends on besides its version (-1: no breakpoints)."""
         return self.key if self.expr is not None else -1
@@ -491,6 +495,10 @@ cdef class CaseOfNode(ControlNode):
             (<Graph>old)._control_parent = None
         (<Graph>branch)._control_parent = self.parent
         self.branches[i] = branch
+
+    def _expr_inputs(self):
+        """The tensors the expression reads (nnc.graph.flow checks they are host memory)."""
+        return list(self.inputs)
 
     cdef int check(self) except -1:
         if self.expr is None:

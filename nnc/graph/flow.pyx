@@ -43,9 +43,12 @@ from nnc.graph.run cimport (
 )
 from nnc.graph.schedule cimport Schedule, schedule_args
 from nnc.stream cimport (
-    Signal, Stream, signal_reserve, signal_set, stream_add_error, stream_emit, stream_store_count,
-    stream_wait_signal,
+    Signal, Stream, signal_reserve, signal_set, stream_add_error, stream_emit,
+    stream_store_count, stream_wait_signal,
 )
+from nnc.worker cimport TASK_NOW
+
+from nnc._core import GraphError, ScheduleError
 
 from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
 from nnc.graph.control import check_sub_idle, select_now
@@ -102,6 +105,9 @@ def flow_run(Graph g not None, Stream caller not None):
     run.runtimes = []
     run.streams = []
     run.args = schedule_args(g)
+    if run.args is None and caller.kind != "cpu":
+        raise ScheduleError(f"{g!r} has while or case..of nodes: on {caller!r} it needs a GPU "
+                            "schedule; call static_schedule(g, stream_type='gpu') first")
     cdef Schedule sched = flow_schedule(g, run.args)
     _check_tree(g, run.args)
     cdef _Runtime rt = _runtime_for(g, sched)
@@ -136,6 +142,13 @@ cdef int _check_tree(Graph g, dict args) except -1:
         if g._nodes[idx].flags & EXEC_CONTROL:
             fn = <ControlNode>(<Cmd>g._cmds[idx]).fn
             fn.check()
+            for t in fn._expr_inputs():
+                if t is not None and t.device != "cpu":
+                    # Its host copy would not wait for the streams writing it: a wrong answer.
+                    raise GraphError(
+                        f"node {g._label(idx)}: the expression reads {t!r}, GPU memory; on "
+                        "streams, expression inputs must be host tensors (copy to one with a "
+                        "DATA_TRANSFER node before the breakpoint)")
             for sub in fn.subgraphs():
                 check_sub_idle(sub)
                 (<Graph>sub)._prepare()
@@ -289,7 +302,8 @@ def _nodes(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, list 
                 _push_waits(sched, rt, idx)
                 if sel is not None and sel[idx] is not None:
                     # A case..of node's own multiview inputs, before its expression reads them.
-                    (<Stream>rt.streams[s])._push_call(select_now, (sel[idx],), g, None, False)
+                    (<Stream>rt.streams[s])._push_call(select_now, (sel[idx],), g, None, False,
+                                                       None, TASK_NOW)
                 run.kick()
                 task = scheduler.start(_control(run, g, sched, rt, idx), name=g._label(idx))
                 if not task.done:
@@ -349,7 +363,7 @@ def _while(_Run run, WhileNode w, Stream p):
     try:
         while True:
             if on_host:
-                p._push_call(w._iter_begin, (count,), body, None, False)
+                p._push_call(w._iter_begin, (count,), body, None, False, None, TASK_NOW)
             else:
                 stream_store_count(p, w.count_tensor, count, False)
             yield from _part(run, body, bs, brt, 0, bs.split, None, sel)
@@ -361,10 +375,10 @@ def _while(_Run run, WhileNode w, Stream p):
                 break
             yield from _part(run, body, bs, brt, bs.split, bs.order_size, None, sel)
             if w.carry:
-                p._push_call(w._iter_end, (count,), body, None, False)
+                p._push_call(w._iter_end, (count,), body, None, False, None, TASK_NOW)
             count += 1
     finally:
-        p._push_call(w._finish, (originals,), body, None, False)
+        p._push_call(w._finish, (originals,), body, None, False, None, TASK_NOW)
 
 
 def _case_of(_Run run, CaseOfNode c, Stream p):
@@ -384,7 +398,7 @@ def _case_of(_Run run, CaseOfNode c, Stream p):
         yield from _part(run, branch, bs, brt, 0, bs.order_size, None,
                          node_multiviews(branch))
     if c.phis:
-        p._push_call(c._select_phis, (c.last_index,), c.parent, None, False)
+        p._push_call(c._select_phis, (c.last_index,), c.parent, None, False, None, TASK_NOW)
 
 
 register_flow(flow_run)                # nnc.graph.run hands runs with control flow to us

@@ -9,6 +9,7 @@ cdef enum:
     EXEC_PY = 0x4                       # call py_fn(*py_args)
     EXEC_NOGIL = 0x8                    # with EXEC_C: release the GIL around the call
     EXEC_CONTROL = 0x10                 # with EXEC_PY: a while or case..of node
+    EXEC_DEVICE = 0x20                  # with EXEC_PY: a GPU backend, py_fn(*py_args, stream=)
 
 # One node ("exec") in C. Everything the run loop touches per node lives here, so the loop does
 # no Python work except for Python-implemented commands.

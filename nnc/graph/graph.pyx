@@ -379,6 +379,8 @@ cdef class Graph:
                 else:
                     call = (b.py_exec, (cmd, ins, outs))
             node.flags = EXEC_PY
+            if b.device != "cpu" and cmd.fn is None:
+                node.flags |= EXEC_DEVICE   # a GPU stream launches it with its CUDA stream
             if cmd.info.control:
                 node.flags |= EXEC_CONTROL
             node.py_fn = <PyObject*>call[0]
@@ -710,14 +712,9 @@ cdef class Graph:
         Without a stream: now, on the calling thread. With ``stream=s``: enqueue the run and
         return at once; ``s.wait()`` joins it. With a default schedule (``static_schedule``)
         the nodes go to the schedule's streams, joined to ``s`` by signals at begin and end;
-        without one, every node runs on ``s``. A CUDA stream (nnc.cuda) runs the graph's GPU
-        schedule itself (docs/gpu.md). NNC: ccv_nnc_graph_run.
+        without one, every node runs on ``s``. A GPU stream runs a ``stream_type="gpu"``
+        schedule the same way (docs/gpu.md). NNC: ccv_nnc_graph_run.
         """
-        run_graph = getattr(stream, "_run_graph", None)
-        if run_graph is not None:
-            # The CUDA layer sits above this one: it is reached through the object given.
-            run_graph(self)
-            return
         if stream is not None:
             _needs(_runner, "nnc.graph.run")(self, stream)
             return

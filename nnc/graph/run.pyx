@@ -15,12 +15,12 @@ until its last task.
 from cpython.object cimport PyObject
 from libc.string cimport memset
 
-from nnc._core import GraphError
+from nnc._core import GraphError, ScheduleError
 
-from nnc.graph.graph cimport EXEC_C, EXEC_CONTROL, EXEC_PY, Graph, exec_info_t
-from nnc.graph.schedule cimport Schedule
+from nnc.graph.graph cimport EXEC_C, EXEC_CONTROL, EXEC_DEVICE, EXEC_PY, Graph, exec_info_t
+from nnc.graph.schedule cimport Schedule, schedule_args
 from nnc.stream cimport Signal, Stream, stream_emit, stream_move_errors, stream_wait_signal
-from nnc.worker cimport TASK_C, TASK_PY, stream_task_t
+from nnc.worker cimport TASK_C, TASK_LAUNCH, TASK_NOW, TASK_PY, stream_task_t
 from nnc.tracing cimport trace_label, trace_on
 
 from nnc.graph.graph import register_runner
@@ -93,6 +93,8 @@ cdef bint _node_task(Graph g, int idx, stream_task_t* t) noexcept:
         t.kind = TASK_PY
         t.fn = node.py_fn
         t.args = node.py_args
+        if node.flags & EXEC_DEVICE:
+            t.flags = TASK_LAUNCH       # a GPU stream launches it with its CUDA stream
         return True
     return False
 
@@ -132,12 +134,13 @@ cdef int _push_waits(Schedule sched, _Runtime rt, int idx) except -1:
 cdef int _push_node(Graph g, Schedule sched, _Runtime rt, int idx, bint tracing,
                     tuple before=None) except -1:
     """Enqueue node idx on its stream: its waits, ``before`` (a (fn, args) call, e.g. the
-    node's multiview selection in a loop, nnc.graph.flow), the node, its signal."""
+    node's multiview selection in a loop, nnc.graph.flow: host bookkeeping that only orders
+    later launches, TASK_NOW), the node, its signal."""
     cdef Stream st = <Stream>rt.streams[sched.stream[idx]]
     cdef stream_task_t t
     _push_waits(sched, rt, idx)
     if before is not None:
-        st._push_call(before[0], before[1], g, None, False)
+        st._push_call(before[0], before[1], g, None, False, None, TASK_NOW)
     if _node_task(g, idx, &t):
         if tracing:
             _label_tasks(g, &t)
@@ -201,6 +204,12 @@ def graph_run_on_stream(Graph g not None, stream):
 cdef int _run_on_stream(Graph g, Stream stream) except -1:
     g._prepare()
     cdef int k
+    kind = schedule_args(g)
+    kind = None if kind is None else kind["stream_type"]
+    if kind is not None and (stream.kind == "cpu") != (kind == "cpu"):
+        raise ScheduleError(
+            f"{g!r} is scheduled for {kind!r} streams but runs on {stream!r}; "
+            f"schedule it again with static_schedule(g, stream_type={stream.kind!r})")
     for k in range(g._order_size):
         if g._nodes[g._order[k]].flags & EXEC_CONTROL:
             if _flow_run is None:
