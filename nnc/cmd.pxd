@@ -125,6 +125,7 @@ cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1
 cdef object cmd_bind(Cmd cmd, Backend b, list inputs, list outputs, nnc_tensor_t** io,
                      nnc_bound_t* out)
 cdef int cmd_bound_run(const nnc_bound_t* t, void* context) except 1
+cdef bint tensors_movable(list tensors) except -1     # may a loop re-point any of them?
 cdef Backend register_c_backend(
     str command, str name, nnc_cmd_exec_f fn, int datatypes, bint contiguous_only,
     object accept, object priority, bint release_gil,

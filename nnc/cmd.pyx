@@ -637,7 +637,7 @@ cdef void nnc_context_free(nnc_stream_context_t* context) noexcept nogil:
     context.workspace_size = 0
 
 
-cdef bint _any_movable(list tensors):
+cdef bint tensors_movable(list tensors) except -1:
     cdef object t
     for t in tensors:
         if t is not None and (<Tensor>t).movable:
@@ -677,7 +677,7 @@ cdef object cmd_bind(Cmd cmd, Backend b, list inputs, list outputs, nnc_tensor_t
     out.io = io
     out.input_size = n_in
     out.output_size = len(outputs)
-    movable = _any_movable(tensors)
+    movable = tensors_movable(tensors)
     if movable:
         out.flags |= BOUND_MOVABLE
     if cmd.info.name == "NOOP":

@@ -23,8 +23,8 @@ import gc
 from nnc._core import DATATYPE_NAMES, MAX_DIM
 from nnc.debug import register_check
 
-from nnc.cmd cimport Cmd
-from nnc.graph.graph cimport EXEC_C, EXEC_NOOP, EXEC_PY, Graph, exec_info_t
+from nnc.cmd cimport BOUND_C, BOUND_NONE, BOUND_PY, Cmd, nnc_bound_t
+from nnc.graph.graph cimport Graph, exec_info_t
 from nnc.stream cimport STAGE_SIZE, Stream
 from nnc.worker cimport (
     STREAM_IDLE, STREAM_PARKED, STREAM_QUEUED, STREAM_RUNNING, TASK_C, TASK_CALL, TASK_EMIT,
@@ -132,7 +132,8 @@ cdef list stream_problems(Stream st):
 cdef list graph_problems(Graph g):
     """The broken invariants of one graph (graph/graph.pxd): nodes, tensor slots, edges, order."""
     cdef exec_info_t* node
-    cdef int i, j, k, kind, n = g._size
+    cdef nnc_bound_t* b
+    cdef int i, j, k, n = g._size
     out = []
     name = f"<Graph at {id(g):#x}, {n} nodes>"
     if not 0 <= n <= g._cap or (n > 0 and g._nodes == NULL):
@@ -149,24 +150,27 @@ cdef list graph_problems(Graph g):
     for i in range(n):
         node = &g._nodes[i]
         label = g._label(i)
-        kind = node.flags & (EXEC_NOOP | EXEC_C | EXEC_PY)
-        if kind not in (EXEC_NOOP, EXEC_C, EXEC_PY):
-            out.append(f"{name}: node {label} has flags {node.flags:#x}, not one kind")
-        if kind == EXEC_C and node.c_exec == NULL:
+        b = &node.bound
+        if b.kind not in (BOUND_NONE, BOUND_C, BOUND_PY):
+            out.append(f"{name}: node {label} has bound kind {b.kind}, not one of NOOP, C, "
+                       "Python")
+        if b.kind == BOUND_C and b.c_exec == NULL:
             out.append(f"{name}: C node {label} has no backend function")
         call = g._py_calls[i]
-        if kind == EXEC_PY and (call is None or node.py_fn != <PyObject*>call[0]
-                                or node.py_args != <PyObject*>call[1]):
+        if b.kind == BOUND_PY and (call is None or b.fn != <PyObject*>call[0]
+                                   or b.args != <PyObject*>call[1]):
             out.append(f"{name}: Python node {label} does not call its cached (fn, args)")
-        if node.param != &(<Cmd>g._cmds[i]).param:
+        if b.param != &(<Cmd>g._cmds[i]).param:
             out.append(f"{name}: node {label}'s parameters are not its Cmd's")
         ins, outs = g._inputs[i], g._outputs[i]
-        if node.input_size != len(ins) or node.output_size != len(outs):
-            out.append(f"{name}: node {label} has {node.input_size}+{node.output_size} slots "
+        if b.input_size != len(ins) or b.output_size != len(outs):
+            out.append(f"{name}: node {label} has {b.input_size}+{b.output_size} slots "
                        f"for {len(ins)}+{len(outs)} tensors")
         elif not (0 <= node.io_offset and
-                  node.io_offset + node.input_size + node.output_size <= g._io_size):
+                  node.io_offset + b.input_size + b.output_size <= g._io_size):
             out.append(f"{name}: node {label}'s tensor slots lie outside the slot array")
+        elif b.io != g._io + node.io_offset:
+            out.append(f"{name}: node {label}'s bound work points at stale tensor slots")
         else:
             for k, t in enumerate(ins + outs):
                 if g._io[node.io_offset + k] != (NULL if t is None else &(<Tensor>t).t):

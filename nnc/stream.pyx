@@ -45,14 +45,14 @@ from nnc.coro import Scheduler, current_scheduler
 from nnc.tracing import tracing_begin, tracing_end
 from nnc.worker import pool_busy, pool_stop, pool_wait_quiet
 
-from nnc.cmd cimport Backend, Cmd
+from nnc.cmd cimport BOUND_DEVICE, BOUND_NONE, Backend, Cmd, cmd_bind, nnc_bound_t
 from nnc.debug cimport DEBUG_RECORDS, DEBUG_TASKS, debug_count
 from nnc.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
 from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock
 from nnc.tensor cimport nnc_tensor_t
 from nnc.tracing cimport trace_label, trace_on
 from nnc.worker cimport (
-    TASK_C, TASK_CALL, TASK_EMIT, TASK_LAUNCH, TASK_NOW, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY,
+    TASK_CALL, TASK_EMIT, TASK_LAUNCH, TASK_NOW, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY,
     TASK_STORE, TASK_WAIT, mono_now, pool_refusing, record_done, record_release, signal_lock,
     stream_check_not_worker, stream_drain, stream_enqueue, stream_new, stream_record_error,
     stream_release, trace_event_t,
@@ -435,49 +435,53 @@ cdef class Stream:
 
     def _enqueue_cmd(self, Cmd cmd not None, Backend backend not None, list inputs,
                      list outputs):
-        """cmd_exec(..., stream=self): run the validated command here, asynchronously."""
+        """cmd_exec(..., stream=self): run the validated command here, asynchronously, as the
+        bound work of the one bind path (nnc.cmd.cmd_bind) in a task that owns its references."""
         cdef stream_task_t t
-        cdef int n_in = len(inputs), n_out = len(outputs), i
-        if self._device is not None:
-            if backend.device == "cpu" or cmd.fn is not None:
-                raise CommandError(f"{cmd.name}/{backend.name} is a CPU backend; {self!r} runs "
-                                   "GPU backends only")
-            self._push_call(backend.py_exec, (cmd, list(inputs), list(outputs)), cmd, None,
-                            True, cmd.name, TASK_LAUNCH)
+        cdef nnc_bound_t b
+        cdef int n = len(inputs) + len(outputs)
+        if self._device is not None and (backend.device == "cpu" or cmd.fn is not None):
+            raise CommandError(f"{cmd.name}/{backend.name} is a CPU backend; {self!r} runs "
+                               "GPU backends only")
+        cdef nnc_tensor_t** io = <nnc_tensor_t**>malloc(sizeof(nnc_tensor_t*) * (n + 1))
+        if io == NULL:
+            raise MemoryError()
+        try:
+            call = cmd_bind(cmd, backend, inputs, outputs, io, &b)
+        except BaseException:
+            free(io)
+            raise
+        if b.kind == BOUND_NONE:
+            free(io)
             return
-        if backend.c_exec == NULL or cmd.fn is not None:
-            ins = [None if x is None else (<Tensor>x).numpy() for x in inputs]
-            outs = [None if x is None else (<Tensor>x).numpy() for x in outputs]
-            if cmd.fn is not None:
-                self._push_call(cmd.fn, (ins, outs), cmd, None, True, cmd.name)
-            else:
-                self._push_call(backend.py_exec, (cmd, ins, outs), cmd, None, True, cmd.name)
-            return
-        _task_init(&t, TASK_C)
+        _task_init(&t, b.kind)
         if trace_on:
             t.label = trace_label(cmd.name)
-        t.flags = TASK_OWNS_IO | TASK_OWNS_PY
-        t.c_exec = backend.c_exec
-        t.param = &cmd.param
-        t.input_size = n_in
-        t.output_size = n_out
-        t.io = <nnc_tensor_t**>malloc(sizeof(nnc_tensor_t*) * (n_in + n_out + 1))
-        if t.io == NULL:
-            raise MemoryError()
-        for i, x in enumerate(inputs + outputs):
-            t.io[i] = NULL if x is None else &(<Tensor>x).t
-        # The task owns the Cmd (its param struct) and the tensors until it has run.
-        keep = (cmd, tuple(inputs + outputs))
+        t.flags = TASK_OWNS_IO | TASK_OWNS_PY | (TASK_LAUNCH if b.flags & BOUND_DEVICE else 0)
+        t.c_exec = b.c_exec
+        t.param = b.param
+        t.io = io
+        t.input_size = b.input_size
+        t.output_size = b.output_size
+        # The task owns the Cmd (its param struct), the tensors and the call until it has run.
+        keep = (cmd, tuple(inputs + outputs), call)
         Py_INCREF(keep)
         Py_INCREF(cmd)
         t.keep = <PyObject*>keep
         t.ctx = <PyObject*>cmd
+        if call is not None:
+            Py_INCREF(call[0])
+            Py_INCREF(call[1])
+            t.fn = <PyObject*>call[0]
+            t.args = <PyObject*>call[1]
         try:
             self.push(&t)
         except BaseException:
-            free(t.io)
+            free(io)
             Py_DECREF(keep)
             Py_DECREF(cmd)
+            Py_XDECREF(t.fn)
+            Py_XDECREF(t.args)
             raise
 
     def __enter__(self):

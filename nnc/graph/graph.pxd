@@ -1,26 +1,17 @@
-from cpython.object cimport PyObject
-
-from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
+from nnc.cmd cimport nnc_bound_t, nnc_stream_context_t
 from nnc.tensor cimport nnc_tensor_t
 
 cdef enum:
-    EXEC_NOOP = 0x1                     # nothing to run (NOOP)
-    EXEC_C = 0x2                        # call c_exec
-    EXEC_PY = 0x4                       # call py_fn(*py_args)
-    EXEC_NOGIL = 0x8                    # with EXEC_C: release the GIL around the call
-    EXEC_CONTROL = 0x10                 # with EXEC_PY: a while or case..of node
-    EXEC_DEVICE = 0x20                  # with EXEC_PY: a GPU backend, py_fn(*py_args, stream=)
+    EXEC_CONTROL = 0x10                 # a while or case..of node (its bound work is BOUND_PY)
 
 # One node ("exec") in C. Everything the run loop touches per node lives here, so the loop does
 # no Python work except for Python-implemented commands.
 ctypedef struct exec_info_t:
-    int flags                           # EXEC_* bits; exactly one of NOOP, C, PY
-    nnc_cmd_exec_f c_exec               # with EXEC_C: the backend function
-    const nnc_cmd_param_t* param        # the node's Cmd.param; that Cmd is owned by Graph._cmds
-    PyObject* py_fn                     # with EXEC_PY: borrowed, owned by Graph._py_calls
-    PyObject* py_args                   # with EXEC_PY: borrowed tuple, owned likewise
-    int input_size
-    int output_size
+    int flags                           # EXEC_CONTROL or 0
+    # The node's work, from the one bind path (nnc.cmd.cmd_bind): its param is the Cmd's in
+    # Graph._cmds, fn/args belong to the call in Graph._py_calls, io points at this node's slots
+    # in Graph._io (re-pointed whenever _io moves).
+    nnc_bound_t bound
     int io_offset                       # first slot in Graph._io: inputs, then outputs
     int* outgoings                      # malloc'd successor indices, no duplicates
     int outgoing_size
@@ -34,11 +25,11 @@ cdef class Graph:
     cdef nnc_tensor_t** _io             # tensor slots of all nodes; NULL for an absent tensor
     cdef int _io_size
     cdef int _io_cap
-    cdef list _cmds                     # Cmd per node (owns exec_info_t.param)
+    cdef list _cmds                     # Cmd per node (owns exec_info_t.bound.param)
     cdef list _inputs                   # tuple of Tensor|None per node (owns the _io pointers)
     cdef list _outputs
     cdef list _names                    # str or None per node
-    cdef list _py_calls                 # (fn, args) per node, or None (owns py_fn, py_args)
+    cdef list _py_calls                 # (fn, args) per node, or None (owns bound.fn, .args)
     cdef list _sources                  # list of node indices, or None for the default
     cdef list _destinations
     cdef int* _order                    # run order: nodes on a source-to-destination path
@@ -65,6 +56,9 @@ cdef class Graph:
     # of a tree of sub-graphs holds any, since its runs are the ones that borrow.
     cdef list _retired
     cdef long _epoch                    # tensor_movable_epoch() when Python calls were last built
+    # Scratch memory of sequential runs (the C backends' context); only the thread marked busy
+    # running the graph touches it. Freed with the graph.
+    cdef nnc_stream_context_t _context
     # Place in a tree of while / case..of sub-graphs (set by nnc.graph.control only). The
     # guards walk up ``_control_parent``: a sub-graph is busy whenever an enclosing graph is.
     cdef object _loop                   # control.WhileNode if this is a loop body, else None

@@ -22,15 +22,12 @@ from nnc._core import CommandError, GraphError, NNCError
 from nnc.multiview import register_anchor_type
 
 from nnc.cmd cimport (
-    NNC_GIL_RELEASE_ELEMENTS, Backend, Cmd, cmd_select, cmd_validate, tensor_list,
+    BOUND_NONE, Backend, Cmd, cmd_bind, cmd_bound_run, cmd_select, cmd_validate,
+    nnc_context_free, tensor_list, tensors_movable,
 )
 from nnc.debug cimport DEBUG_GRAPHS, debug_count
-from nnc.tensor cimport Tensor, tensor_movable_epoch
+from nnc.tensor cimport tensor_movable_epoch
 from nnc.tracing cimport trace_host, trace_now, trace_on
-
-
-cdef extern from "Python.h":
-    object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
 
 
 # -- entry points of the layers above (docs/design.md, "Registries") ---------------------------
@@ -79,24 +76,6 @@ cdef object _needs(object entry, str module):
         raise GraphError(f"this needs {module}, which is not loaded; import nnc (it loads "
                          "every layer)")
     return entry
-
-
-cdef bint _any_movable(list tensors):
-    cdef object t
-    for t in tensors:
-        if t is not None and (<Tensor>t).movable:
-            return True
-    return False
-
-
-def _dyn_call(fn, cmd, tuple inputs, tuple outputs):
-    """A Python backend call on movable tensors: take their ndarrays at call time."""
-    ins = [None if t is None else t.numpy() for t in inputs]
-    outs = [None if t is None else t.numpy() for t in outputs]
-    if cmd is None:
-        fn(ins, outs)
-    else:
-        fn(cmd, ins, outs)
 
 
 cdef class GraphExec:
@@ -228,6 +207,7 @@ cdef class Graph:
             free(self._nodes)
         free(self._io)
         free(self._order)
+        nnc_context_free(&self._context)
 
     def _label(self, int idx):
         name = self._names[idx]
@@ -301,7 +281,7 @@ cdef class Graph:
             self._compile()
         if self._epoch != tensor_movable_epoch():
             for i in range(self._size):
-                if _any_movable(list(self._inputs[i] + self._outputs[i])):
+                if tensors_movable(list(self._inputs[i] + self._outputs[i])):
                     self._set_node(i, self._cmds[i], list(self._inputs[i]),
                                    list(self._outputs[i]))
             self._epoch = tensor_movable_epoch()
@@ -328,7 +308,6 @@ cdef class Graph:
         cdef Backend b
         cdef exec_info_t* node = &self._nodes[idx]
         cdef int n = len(inputs) + len(outputs), i
-        cdef Py_ssize_t elements = 0
         cmd_validate(cmd, inputs, outputs)
         b = cmd._backend
         # A backend already chosen for this command (by autotune, or a node's own Cmd reused)
@@ -337,9 +316,8 @@ cdef class Graph:
             b = cmd_select(cmd, inputs, outputs)
         cmd = cmd.copy_with(b)
         # Reuse the node's tensor slots when the count matches, else append new ones.
-        if idx < len(self._inputs) and node.input_size + node.output_size == n:
-            pass
-        else:
+        if not (idx < len(self._inputs) and
+                node.bound.input_size + node.bound.output_size == n):
             if self._io_size + n > self._io_cap:
                 cap = max(16, self._io_cap * 2, self._io_size + n)
                 io = <nnc_tensor_t**>realloc(self._io, sizeof(nnc_tensor_t*) * cap)
@@ -347,49 +325,13 @@ cdef class Graph:
                     raise MemoryError()
                 self._io = io
                 self._io_cap = cap
+                for i in range(self._size):    # the slots moved: re-point every bound node
+                    if i != idx:
+                        self._nodes[i].bound.io = self._io + self._nodes[i].io_offset
             node.io_offset = self._io_size
             self._io_size += n
-        node.input_size = len(inputs)
-        node.output_size = len(outputs)
-        for i, t in enumerate(inputs + outputs):
-            self._io[node.io_offset + i] = NULL if t is None else &(<Tensor>t).t
-            if t is not None and i >= node.input_size:
-                elements += (<Tensor>t).t.count
-        node.param = &cmd.param
-        node.c_exec = NULL
-        node.py_fn = NULL
-        node.py_args = NULL
-        call = None
-        if cmd.info.name == "NOOP":
-            node.flags = EXEC_NOOP
-        elif cmd.fn is not None or b.c_exec == NULL:
-            if b.device != "cpu" and cmd.fn is None:
-                # A GPU backend takes the Tensors (device memory has no ndarray).
-                call = (b.py_exec, (cmd, list(inputs), list(outputs)))
-            elif _any_movable(inputs + outputs):
-                # A loop may re-point these tensors: make the ndarrays at call time.
-                call = (_dyn_call, (cmd.fn, None, tuple(inputs), tuple(outputs))
-                        if cmd.fn is not None
-                        else (b.py_exec, cmd, tuple(inputs), tuple(outputs)))
-            else:
-                ins = [None if t is None else (<Tensor>t).numpy() for t in inputs]
-                outs = [None if t is None else (<Tensor>t).numpy() for t in outputs]
-                if cmd.fn is not None:
-                    call = (cmd.fn, (ins, outs))
-                else:
-                    call = (b.py_exec, (cmd, ins, outs))
-            node.flags = EXEC_PY
-            if b.device != "cpu" and cmd.fn is None:
-                node.flags |= EXEC_DEVICE   # a GPU stream launches it with its CUDA stream
-            if cmd.info.control:
-                node.flags |= EXEC_CONTROL
-            node.py_fn = <PyObject*>call[0]
-            node.py_args = <PyObject*>call[1]
-        else:
-            node.flags = EXEC_C
-            node.c_exec = b.c_exec
-            if b.release_gil and elements >= NNC_GIL_RELEASE_ELEMENTS:
-                node.flags |= EXEC_NOGIL
+        call = cmd_bind(cmd, b, inputs, outputs, self._io + node.io_offset, &node.bound)
+        node.flags = EXEC_CONTROL if cmd.info.control else 0
         if idx < len(self._cmds):
             # Queued tasks may borrow the old param, call and tensors (a run re-preparing a
             # node while earlier runs are queued): they stay alive until those runs end.
@@ -653,26 +595,15 @@ cdef class Graph:
         )
 
     cdef int _run_node(self, int idx) except -1:
-        cdef exec_info_t* node = &self._nodes[idx]
-        cdef nnc_tensor_t** io = self._io + node.io_offset
         cdef int rc
-        if node.flags & EXEC_C:
-            if node.flags & EXEC_NOGIL:
-                with nogil:
-                    rc = node.c_exec(node.param, io, node.input_size, io + node.input_size,
-                                     node.output_size, NULL)
-            else:
-                rc = node.c_exec(node.param, io, node.input_size, io + node.input_size,
-                                 node.output_size, NULL)
-            if rc != 0:
-                self._fail_c(idx, rc)
-        elif node.flags & EXEC_PY:
-            try:
-                PyObject_Call(node.py_fn, node.py_args, NULL)
-            except NNCError:
-                raise
-            except Exception as e:
-                raise CommandError(f"node {self._label(idx)} failed: {e!r}") from e
+        try:
+            rc = cmd_bound_run(&self._nodes[idx].bound, &self._context)
+        except NNCError:
+            raise
+        except Exception as e:
+            raise CommandError(f"node {self._label(idx)} failed: {e!r}") from e
+        if rc != 0:
+            self._fail_c(idx, rc)
         return 0
 
     cdef int _run_order(self) except -1:
@@ -697,7 +628,7 @@ cdef class Graph:
     cdef int _run_node_traced(self, int idx) except -1:
         """_run_node inside a slice named after the node (NOOPs get none, as on streams)."""
         cdef double t0
-        if self._nodes[idx].flags & EXEC_NOOP:
+        if self._nodes[idx].bound.kind == BOUND_NONE:
             return 0
         t0 = trace_now()
         try:

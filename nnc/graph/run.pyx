@@ -17,10 +17,11 @@ from libc.string cimport memset
 
 from nnc._core import GraphError, ScheduleError
 
-from nnc.graph.graph cimport EXEC_C, EXEC_CONTROL, EXEC_DEVICE, EXEC_PY, Graph, exec_info_t
+from nnc.cmd cimport BOUND_DEVICE, BOUND_NONE, nnc_bound_t
+from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.schedule cimport Schedule, schedule_args
 from nnc.stream cimport Signal, Stream, stream_emit, stream_move_errors, stream_wait_signal
-from nnc.worker cimport TASK_C, TASK_LAUNCH, TASK_NOW, TASK_PY, stream_task_t
+from nnc.worker cimport TASK_LAUNCH, TASK_NOW, stream_task_t
 from nnc.tracing cimport trace_label, trace_on
 
 from nnc.graph.graph import register_runner
@@ -75,28 +76,26 @@ cdef _Runtime _runtime_for(Graph g, Schedule sched, Stream first=None):
 
 
 cdef bint _node_task(Graph g, int idx, stream_task_t* t) noexcept:
-    """Fill t for node idx; False for a node with nothing to run (NOOP)."""
-    cdef exec_info_t* node = &g._nodes[idx]
+    """Fill t with node idx's bound work (nnc.cmd.cmd_bind, made when the node was set); False
+    for a node with nothing to run (NOOP)."""
+    cdef const nnc_bound_t* b = &g._nodes[idx].bound
+    if b.kind == BOUND_NONE:
+        return False
     memset(t, 0, sizeof(stream_task_t))
     t.node = idx
     t.label = -1
     t.ctx = <PyObject*>g
-    if node.flags & EXEC_C:
-        t.kind = TASK_C
-        t.c_exec = node.c_exec
-        t.param = node.param
-        t.io = g._io + node.io_offset
-        t.input_size = node.input_size
-        t.output_size = node.output_size
-        return True
-    if node.flags & EXEC_PY:
-        t.kind = TASK_PY
-        t.fn = node.py_fn
-        t.args = node.py_args
-        if node.flags & EXEC_DEVICE:
-            t.flags = TASK_LAUNCH       # a GPU stream launches it with its CUDA stream
-        return True
-    return False
+    t.kind = b.kind                     # BOUND_C / BOUND_PY are TASK_C / TASK_PY
+    t.c_exec = b.c_exec
+    t.param = b.param
+    t.io = b.io
+    t.input_size = b.input_size
+    t.output_size = b.output_size
+    t.fn = b.fn
+    t.args = b.args
+    if b.flags & BOUND_DEVICE:
+        t.flags = TASK_LAUNCH           # a GPU stream launches it with its CUDA stream
+    return True
 
 
 cdef int _label_tasks(Graph g, stream_task_t* t) except -1:

@@ -12,9 +12,9 @@ from nnc._core import NNCError
 from nnc.cmd import cmd_autotune
 from nnc.graph.graph import register_tools
 
-from nnc.cmd cimport Cmd
+from nnc.cmd cimport BOUND_NONE, Cmd
 from nnc.graph.control cimport CaseOfNode, WhileNode
-from nnc.graph.graph cimport EXEC_CONTROL, EXEC_NOOP, Graph, GraphExec
+from nnc.graph.graph cimport EXEC_CONTROL, Graph, GraphExec
 
 
 # Fill colours of the streams (ColorBrewer "Set3", 12 colours; stream k takes k mod 12).
@@ -141,7 +141,7 @@ def graph_autotune(Graph g, trials):
         for k in range(g._order_size):
             idx = g._order[k]
             cmd = <Cmd>g._cmds[idx]
-            if cmd.pinned or g._nodes[idx].flags & EXEC_NOOP or cmd.fn is not None:
+            if cmd.pinned or g._nodes[idx].bound.kind == BOUND_NONE or cmd.fn is not None:
                 continue
             best = cmd_autotune(cmd, list(g._inputs[idx]), list(g._outputs[idx]), trials)
             if best is not None and best.name != cmd.backend:
