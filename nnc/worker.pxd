@@ -102,6 +102,7 @@ ctypedef struct stream_t:
     pthread_cond_t idle                 # broadcast when completed catches up with submitted
     int refs                            # Python object + pool (state != IDLE) + drainers
     int index                           # the Stream's creation number (errors, trace tracks)
+    int generation                      # the pool's fork generation when made (see fork rule)
     int state                           # STREAM_*
     stream_task_t* ring                 # circular queue of cap entries
     Py_ssize_t cap

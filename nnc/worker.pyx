@@ -82,6 +82,7 @@ ctypedef struct pool_t:
     int sleeping                        # threads waiting on work
     int busy                            # streams not IDLE (QUEUED, RUNNING or PARKED)
     int stopping                        # the exit hook: every thread exits once all is done
+    int generation                      # bumped in a forked child (whose pool starts anew)
 
 
 cdef pool_t _pool
@@ -177,6 +178,7 @@ cdef stream_t* stream_new(int index) except NULL:
     s.waiters = <PyObject*>waiters
     s.refs = 1
     s.index = index
+    s.generation = _pool.generation
     s.state = STREAM_IDLE
     debug_count(DEBUG_STREAMS, 1)
     return s
@@ -199,6 +201,8 @@ cdef void _stream_free(stream_t* s) noexcept:
 cdef void stream_release(stream_t* s) noexcept:
     """Drop one reference to s, freeing it if it was the last. With the GIL, no lock held."""
     cdef bint last
+    if s.generation != _pool.generation:
+        return      # made before a fork: its mutex may be held by a thread the child lacks; leak
     pthread_mutex_lock(&s.lock)
     s.refs -= 1
     last = s.refs == 0
@@ -233,6 +237,16 @@ cdef int stream_check_not_worker(str what="wait()") except -1:
     return 0
 
 
+cdef int stream_check_generation(stream_t* s) except -1:
+    """StreamError for a stream made before this process was forked: its queue may be mid-run
+    on a thread the child does not have (and its mutexes held by it), so it cannot be used."""
+    if s.generation != _pool.generation:
+        raise StreamError(f"nnc stream #{s.index} was made before this process was forked; "
+                          "streams (like CUDA contexts) do not survive fork: make new ones in "
+                          "the child")
+    return 0
+
+
 cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except -1:
     """Append copies of n tasks to s's queue; an IDLE stream becomes ready. MemoryError if the
     queue cannot grow (then nothing is queued).
@@ -245,6 +259,7 @@ cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except 
     if _pool.stopping:
         raise StreamError(f"cannot enqueue on nnc stream #{s.index}: the interpreter is exiting "
                           "and nnc's exit hook has already stopped the worker pool")
+    stream_check_generation(s)
     pthread_mutex_lock(&s.lock)
     if s.count + n > s.cap:
         # Grow and unwrap the ring so that the queue is contiguous from 0 again.
@@ -289,6 +304,7 @@ cdef int stream_drain(stream_t* s, double timeout=-1) except -1:
     cdef bint done = False
     cdef double end = mono_now() + timeout, left = timeout
     stream_check_not_worker()
+    stream_check_generation(s)
     while True:
         with nogil:
             pthread_mutex_lock(&s.lock)
@@ -672,3 +688,24 @@ cdef bint pool_refusing() noexcept nogil:
     """True once the exit hook stopped the pool: nothing may be enqueued any more (set and
     read with the GIL, so no task slips in after the threads have exited)."""
     return _pool.stopping
+
+
+def _after_fork_in_child():
+    """os.fork in the child: only the forking thread survives, so the pool has no thread and
+    its mutexes may be held by threads that are gone. Start over: fresh mutexes, no thread, no
+    ready stream, a new generation (streams of the parent refuse to be used). The pool starts
+    again with the child's first stream."""
+    pthread_mutex_init(&signal_lock, NULL)
+    pthread_mutex_init(&_pool.lock, NULL)
+    pthread_cond_init(&_pool.work, NULL)
+    pthread_cond_init(&_pool.quiet, NULL)
+    _pool.ready_head = NULL
+    _pool.ready_tail = NULL
+    _pool.running = 0
+    _pool.sleeping = 0
+    _pool.busy = 0
+    _pool.generation += 1
+    _threads[:] = []
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
