@@ -124,9 +124,31 @@ cdef list tensor_list(object items, str what)
 cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1
 cdef object cmd_bind(Cmd cmd, Backend b, list inputs, list outputs, nnc_tensor_t** io,
                      nnc_bound_t* out)
-cdef int cmd_bound_run(const nnc_bound_t* t, void* context) except 1
 cdef bint tensors_movable(list tensors) except -1     # may a loop re-point any of them?
 cdef Backend register_c_backend(
     str command, str name, nnc_cmd_exec_f fn, int datatypes, bint contiguous_only,
     object accept, object priority, bint release_gil,
 )
+
+
+cdef extern from "Python.h":
+    object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
+
+
+cdef inline int cmd_bound_run(const nnc_bound_t* t, void* context) except 1:
+    """Run bound work on the calling thread (which holds the GIL): 0, or a C backend's negative
+    status; a Python backend's exception propagates. ``context``: the scratch memory owner
+    (nnc_stream_context_t) a C backend gets. Inline: the sequential node loop calls it per
+    node, and a call into another module would cost more than a NOOP."""
+    cdef int rc = 0
+    if t.kind == BOUND_C:
+        if t.flags & BOUND_NOGIL:
+            with nogil:
+                rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
+                              context)
+        else:
+            rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
+                          context)
+    elif t.kind == BOUND_PY:
+        PyObject_Call(t.fn, t.args, NULL)
+    return rc

@@ -31,10 +31,6 @@ from nnc.tensor cimport (
 )
 from nnc.tracing cimport trace_host, trace_now, trace_on
 
-cdef extern from "Python.h":
-    object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
-
-
 cdef int ALL_DATATYPES = 0
 for _code in DATATYPES.values():
     ALL_DATATYPES |= _code
@@ -705,24 +701,6 @@ cdef object cmd_bind(Cmd cmd, Backend b, list inputs, list outputs, nnc_tensor_t
     out.fn = <PyObject*>call[0]
     out.args = <PyObject*>call[1]
     return call
-
-
-cdef int cmd_bound_run(const nnc_bound_t* t, void* context) except 1:
-    """Run bound work on the calling thread (which holds the GIL): 0, or a C backend's negative
-    status; a Python backend's exception propagates. ``context``: the scratch memory owner
-    (nnc_stream_context_t) a C backend gets."""
-    cdef int rc = 0
-    if t.kind == BOUND_C:
-        if t.flags & BOUND_NOGIL:
-            with nogil:
-                rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
-                              context)
-        else:
-            rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
-                          context)
-    elif t.kind == BOUND_PY:
-        PyObject_Call(t.fn, t.args, NULL)
-    return rc
 
 
 cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:

@@ -115,9 +115,12 @@ _pool.size = 0                          # 0 until the first stream: then _defaul
 
 # -- signal records ----------------------------------------------------------------------------
 
-cdef void _make_ready(stream_t* s) noexcept nogil:
-    """Append s to the ready list and wake a sleeping thread; the caller holds s.lock and has
-    just set s.state = STREAM_QUEUED."""
+cdef bint _make_ready(stream_t* s) noexcept nogil:
+    """Append s to the ready list; the caller holds s.lock and has just set s.state =
+    STREAM_QUEUED. True if a thread sleeps: the caller then calls _wake_one once it has
+    released its locks (a thread woken while they are held would block on them at once,
+    costing futex calls and a context switch per hand-over; docs/threading.md)."""
+    cdef bint wake
     pthread_mutex_lock(&_pool.lock)
     s.ready_next = NULL
     if _pool.ready_tail == NULL:
@@ -125,9 +128,14 @@ cdef void _make_ready(stream_t* s) noexcept nogil:
     else:
         (<stream_t*>_pool.ready_tail).ready_next = s
     _pool.ready_tail = s
-    if _pool.sleeping:
-        pthread_cond_signal(&_pool.work)
+    wake = _pool.sleeping > 0
     pthread_mutex_unlock(&_pool.lock)
+    return wake
+
+
+cdef inline void _wake_one() noexcept nogil:
+    """Wake one sleeping pool thread (the pool is global: always alive, no lock needed)."""
+    pthread_cond_signal(&_pool.work)
 
 
 cdef void record_done(signal_record_t* r) noexcept nogil:
@@ -136,6 +144,7 @@ cdef void record_done(signal_record_t* r) noexcept nogil:
     cdef waiter_t* w = <waiter_t*>r.waiters
     cdef waiter_t* nxt
     cdef stream_t* s
+    cdef int wake = 0
     r.done = 1
     r.reserved = 0
     r.waiters = NULL
@@ -145,11 +154,15 @@ cdef void record_done(signal_record_t* r) noexcept nogil:
             s = <stream_t*>w.stream
             pthread_mutex_lock(&s.lock)
             s.state = STREAM_QUEUED
-            _make_ready(s)
+            wake += _make_ready(s)
             pthread_mutex_unlock(&s.lock)
         else:
             pthread_cond_signal(&w.cond)
         w = nxt
+    # Still under signal_lock (the caller's), which pool threads never take while sleeping.
+    while wake > 0:
+        _wake_one()
+        wake -= 1
 
 
 # -- streams -----------------------------------------------------------------------------------
@@ -256,6 +269,7 @@ cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except 
     release and re-acquire per hand-over."""
     cdef stream_task_t* ring
     cdef Py_ssize_t cap, first, i
+    cdef bint wake = False
     if _pool.stopping:
         raise StreamError(f"cannot enqueue on nnc stream #{s.index}: the interpreter is exiting "
                           "and nnc's exit hook has already stopped the worker pool")
@@ -287,8 +301,10 @@ cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except 
         pthread_mutex_lock(&_pool.lock)
         _pool.busy += 1
         pthread_mutex_unlock(&_pool.lock)
-        _make_ready(s)
+        wake = _make_ready(s)
     pthread_mutex_unlock(&s.lock)
+    if wake:
+        _wake_one()
     return 0
 
 
@@ -489,7 +505,7 @@ cdef void _serve(stream_t* s) noexcept nogil:
     """Run s (just taken from the ready list) until it runs dry, parks or has had its slice."""
     cdef stream_task_t batch[POP_BATCH]
     cdef Py_ssize_t n, i, served = 0
-    cdef bint idle = False, last = False
+    cdef bint idle = False, last = False, requeued = False
     debug_count(DEBUG_WORKERS, 1)
     _set_current(s)
     pthread_mutex_lock(&s.lock)
@@ -524,13 +540,15 @@ cdef void _serve(stream_t* s) noexcept nogil:
             if _pool.ready_head != NULL:
                 pthread_mutex_unlock(&_pool.lock)
                 s.state = STREAM_QUEUED
-                _make_ready(s)
+                requeued = _make_ready(s)
                 break
             pthread_mutex_unlock(&_pool.lock)
             served = 0
     pthread_mutex_unlock(&s.lock)
     _set_current(NULL)
     debug_count(DEBUG_WORKERS, -1)
+    if requeued:
+        _wake_one()
     if idle:
         pthread_mutex_lock(&_pool.lock)
         _pool.busy -= 1

@@ -76,6 +76,7 @@ cdef class Graph:
     cdef int _set_node(self, int idx, object cmd, list inputs, list outputs) except -1
     cdef int _compile(self) except -1
     cdef int _run_node(self, int idx) except -1
+    cdef int _run_py_node(self, int idx) except -1
     cdef int _run_order(self) except -1
     cdef int _run_order_traced(self) except -1
     cdef int _run_node_traced(self, int idx) except -1

@@ -22,8 +22,8 @@ from nnc._core import CommandError, GraphError, NNCError
 from nnc.multiview import register_anchor_type
 
 from nnc.cmd cimport (
-    BOUND_NONE, Backend, Cmd, cmd_bind, cmd_bound_run, cmd_select, cmd_validate,
-    nnc_context_free, tensor_list, tensors_movable,
+    BOUND_NONE, BOUND_PY, Backend, Cmd, cmd_bind, cmd_bound_run, cmd_select, cmd_validate,
+    nnc_bound_t, nnc_context_free, tensor_list, tensors_movable,
 )
 from nnc.debug cimport DEBUG_GRAPHS, debug_count
 from nnc.tensor cimport tensor_movable_epoch
@@ -595,15 +595,23 @@ cdef class Graph:
         )
 
     cdef int _run_node(self, int idx) except -1:
+        cdef const nnc_bound_t* b = &self._nodes[idx].bound
         cdef int rc
+        if b.kind == BOUND_PY:
+            return self._run_py_node(idx)
+        rc = cmd_bound_run(b, &self._context)   # C work (or NOOP): no Python, no try
+        if rc != 0:
+            self._fail_c(idx, rc)
+        return 0
+
+    cdef int _run_py_node(self, int idx) except -1:
+        """A Python node: its failure becomes a CommandError naming the node."""
         try:
-            rc = cmd_bound_run(&self._nodes[idx].bound, &self._context)
+            cmd_bound_run(&self._nodes[idx].bound, &self._context)
         except NNCError:
             raise
         except Exception as e:
             raise CommandError(f"node {self._label(idx)} failed: {e!r}") from e
-        if rc != 0:
-            self._fail_c(idx, rc)
         return 0
 
     cdef int _run_order(self) except -1:
