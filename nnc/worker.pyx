@@ -250,6 +250,25 @@ cdef int stream_check_not_worker(str what="wait()") except -1:
     return 0
 
 
+cdef bint _ring_grow(stream_t* s, Py_ssize_t need, Py_ssize_t front) noexcept nogil:
+    """Grow s's ring (s.lock held) to hold ``need`` more tasks, unwrapping the queue so that it
+    starts at slot ``front``; False (nothing changed) if out of memory."""
+    cdef Py_ssize_t cap = s.cap * 2, first
+    while cap < s.count + need:
+        cap *= 2
+    cdef stream_task_t* ring = <stream_task_t*>malloc(sizeof(stream_task_t) * cap)
+    if ring == NULL:
+        return False
+    first = min(s.count, s.cap - s.head)
+    memcpy(ring + front, s.ring + s.head, sizeof(stream_task_t) * first)
+    memcpy(ring + front + first, s.ring, sizeof(stream_task_t) * (s.count - first))
+    free(s.ring)
+    s.ring = ring
+    s.cap = cap
+    s.head = front
+    return True
+
+
 cdef int stream_check_generation(stream_t* s) except -1:
     """StreamError for a stream made before this process was forked: its queue may be mid-run
     on a thread the child does not have (and its mutexes held by it), so it cannot be used."""
@@ -267,30 +286,16 @@ cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except 
     The GIL stays held: the locks are held only briefly by anyone and nobody holding them ever
     waits for the GIL (the module docstring), so this cannot deadlock, and it saves a GIL
     release and re-acquire per hand-over."""
-    cdef stream_task_t* ring
-    cdef Py_ssize_t cap, first, i
+    cdef Py_ssize_t i
     cdef bint wake = False
     if _pool.stopping:
         raise StreamError(f"cannot enqueue on nnc stream #{s.index}: the interpreter is exiting "
                           "and nnc's exit hook has already stopped the worker pool")
     stream_check_generation(s)
     pthread_mutex_lock(&s.lock)
-    if s.count + n > s.cap:
-        # Grow and unwrap the ring so that the queue is contiguous from 0 again.
-        cap = s.cap * 2
-        while cap < s.count + n:
-            cap *= 2
-        ring = <stream_task_t*>malloc(sizeof(stream_task_t) * cap)
-        if ring == NULL:
-            pthread_mutex_unlock(&s.lock)
-            raise MemoryError()
-        first = min(s.count, s.cap - s.head)
-        memcpy(ring, s.ring + s.head, sizeof(stream_task_t) * first)
-        memcpy(ring + first, s.ring, sizeof(stream_task_t) * (s.count - first))
-        free(s.ring)
-        s.ring = ring
-        s.cap = cap
-        s.head = 0
+    if s.count + n > s.cap and not _ring_grow(s, n, 0):
+        pthread_mutex_unlock(&s.lock)
+        raise MemoryError()
     for i in range(n):
         s.ring[(s.head + s.count + i) % s.cap] = tasks[i]
     s.count += n
@@ -464,30 +469,16 @@ cdef bint _park(stream_t* s, stream_task_t* rest, Py_ssize_t n, Py_ssize_t ran) 
     and another thread run (and free) at once. False if the record is done (run the wait, a
     no-op) or the queue cannot grow (run it, blocking this thread)."""
     cdef signal_record_t* r = rest[0].record
-    cdef stream_task_t* ring
-    cdef Py_ssize_t cap, first, i
+    cdef Py_ssize_t i
     pthread_mutex_lock(&signal_lock)
     if r.done:
         pthread_mutex_unlock(&signal_lock)
         return False
     pthread_mutex_lock(&s.lock)
-    if s.count + n > s.cap:
-        cap = s.cap * 2
-        while cap < s.count + n:
-            cap *= 2
-        ring = <stream_task_t*>malloc(sizeof(stream_task_t) * cap)
-        if ring == NULL:
-            pthread_mutex_unlock(&s.lock)
-            pthread_mutex_unlock(&signal_lock)
-            return False
-        first = min(s.count, s.cap - s.head)
-        # Leave n free slots at the front for the tasks put back.
-        memcpy(ring + n, s.ring + s.head, sizeof(stream_task_t) * first)
-        memcpy(ring + n + first, s.ring, sizeof(stream_task_t) * (s.count - first))
-        free(s.ring)
-        s.ring = ring
-        s.cap = cap
-        s.head = n
+    if s.count + n > s.cap and not _ring_grow(s, n, n):   # n free slots in front, for rest
+        pthread_mutex_unlock(&s.lock)
+        pthread_mutex_unlock(&signal_lock)
+        return False
     s.head = (s.head - n + s.cap) % s.cap
     for i in range(n):
         s.ring[(s.head + i) % s.cap] = rest[i]
