@@ -28,6 +28,7 @@ MODULES = [
     ("nnc.dlpack", "nnc/dlpack.pyx"),
     ("nnc.inbox", "nnc/inbox.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
+    ("nnc.drain", "nnc/drain.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),
     ("nnc.waiting", "nnc/waiting.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),

@@ -37,6 +37,7 @@ from nnc.cuda import unavailable_reason as cuda_unavailable_reason
 from nnc.cuda.backends import register as _register_gpu_backends
 from nnc.device import DeviceError
 from nnc.dlpack import DLPackError, from_dlpack
+from nnc.drain import drain_all as _drain_all  # noqa: F401  (registers the exit hook: nnc.drain)
 from nnc.graph import control as _control  # noqa: F401
 from nnc.graph import flow as _flow  # noqa: F401
 from nnc.graph import run as _run  # noqa: F401

@@ -96,7 +96,7 @@ cdef api int nnc_shutdown() noexcept with gil:
     Every stream: also those whose handle was freed (nnc_stream_free) with work still queued,
     so the work enqueued before nnc_finalize runs before it returns, as at Python's exit."""
     try:
-        from nnc.stream import drain_all
+        from nnc.drain import drain_all
 
         drain_all()
         handle_clear()

@@ -339,7 +339,7 @@ def test_nnc_shutdown_drains_dropped_streams():
     # handle (here: object) is gone, finishes its queue before it returns.
     out = run_py("""
         import threading, nnc
-        from nnc.stream import drain_all
+        from nnc.drain import drain_all
         done = []
         go = threading.Event()
         s = nnc.Stream()
