@@ -65,6 +65,7 @@ cdef extern from *:
 
 
 cdef enum:
+    MAX_THREADS = 1024                  # a pool size beyond this is a mistake, not a setting
     POP_BATCH = 32                      # tasks a thread takes from a queue per lock
     SLICE = 256                         # tasks a stream runs before others ready get a turn
 
@@ -101,8 +102,9 @@ def _default_size():
             n = int(text)
         except ValueError:
             n = 0
-        if n < 1:
-            raise NNCError(f"NNC_NUM_THREADS={text!r}: expected a positive integer")
+        if not 1 <= n <= MAX_THREADS:
+            raise NNCError(f"NNC_NUM_THREADS={text!r}: expected a positive integer up to "
+                           f"{MAX_THREADS}")
         return n
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -624,8 +626,8 @@ def set_num_threads(n):
     """Size the worker pool to ``n`` threads (>= 1); takes effect at once: new threads start,
     surplus ones exit after the stream they are running. NNC has one CPU thread per stream
     context's queue; nnc shares a pool (see the module docstring)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise NNCError(f"set_num_threads needs a positive int, not {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_THREADS:
+        raise NNCError(f"set_num_threads needs a positive int up to {MAX_THREADS}, not {n!r}")
     if _pool.stopping:
         raise StreamError("the interpreter is exiting: the worker pool is stopped")
     pthread_mutex_lock(&_pool.lock)

@@ -98,10 +98,10 @@ def test_nnc_num_threads_sizes_the_pool_and_bad_values_are_refused():
             print("refused:", e)
     """, env={"NNC_NUM_THREADS": "zero"})
     assert out.returncode == 0, out.stderr
-    assert "refused: NNC_NUM_THREADS='zero': expected a positive integer" in out.stdout
+    assert "refused: NNC_NUM_THREADS='zero': expected a positive integer up to" in out.stdout
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None, 10**6])
 def test_set_num_threads_refuses_what_is_not_a_positive_int(bad):
     with pytest.raises(nnc.NNCError, match="positive int"):
         nnc.set_num_threads(bad)
