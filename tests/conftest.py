@@ -4,9 +4,16 @@ state must hold. uvloop's debug build checks its handle counters the same way.""
 
 import os
 
-import pytest
+# Tests that check two streams really run at once (C backends overlapping on two threads, GIL
+# hand-offs) need a pool of at least two threads; the pool defaults to the usable cores, which
+# may be one on a CI runner. Set before nnc starts its pool, and inherited by child processes.
+# (tests/test_pool.py checks the default and NNC_NUM_THREADS itself.)
+os.environ.setdefault("NNC_NUM_THREADS", str(max(2, len(os.sched_getaffinity(0)))
+                                             if hasattr(os, "sched_getaffinity") else 2))
 
-from nnc import debug
+import pytest  # noqa: E402
+
+from nnc import debug  # noqa: E402
 
 # Seconds to wait for dropped streams' workers to drain and exit and coroutine threads to end
 # before calling what is left a leak.

@@ -20,8 +20,10 @@ CHILD_TIMEOUT = 120
 
 
 def run_py(code, env=None):
-    """Run ``code`` in a fresh interpreter (bounded), returning the CompletedProcess."""
+    """Run ``code`` in a fresh interpreter (bounded), returning the CompletedProcess; an env
+    value of None removes that variable."""
     full = dict(os.environ, **(env or {}))
+    full = {k: v for k, v in full.items() if v is not None}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=CHILD_TIMEOUT, env=full)
 
@@ -77,6 +79,17 @@ def test_a_pool_of_one_thread_runs_streams_that_wait_on_each_other():
             assert s.wait(timeout=60)
         print(order == list(reversed(range(50))))
     """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs os.sched_getaffinity")
+def test_the_pool_defaults_to_the_usable_cores():
+    out = run_py("""
+        import os, nnc
+        s = nnc.Stream()
+        print(nnc.get_num_threads() == len(os.sched_getaffinity(0)))
+    """, env={"NNC_NUM_THREADS": None})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
 
