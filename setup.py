@@ -27,6 +27,7 @@ MODULES = [
     ("nnc.multiview", "nnc/multiview.pyx"),
     ("nnc.dlpack", "nnc/dlpack.pyx"),
     ("nnc.inbox", "nnc/inbox.pyx"),
+    ("nnc.workspace", "nnc/workspace.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.drain", "nnc/drain.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),

@@ -18,7 +18,8 @@ import numpy as np
 from nnc._core import DATATYPE_NAMES, GraphError, ScheduleError
 from nnc.capi_handle cimport (
     K_CMD, K_EXEC, K_GRAPH, K_SIGNAL, K_STREAM, K_TENSOR, NNC_ABI_VERSION,
-    NNC_BACKEND_CONTIGUOUS, NNC_ERROR_ABI, NNC_MAX_DIM_C, NNC_PRIORITY_DEFAULT, arg_count,
+    NNC_BACKEND_CONTIGUOUS, NNC_ERROR_ABI, NNC_ERROR_MEMORY, NNC_ERROR_NULL, NNC_MAX_DIM_C,
+    NNC_PRIORITY_DEFAULT, arg_count,
     arg_exec, arg_execs, arg_out, arg_tensors, arg_text, c_case_of_f, c_exec_f, c_param_t,
     c_tensor_t, c_while_f, capi_fail, capi_message, capi_set_message, handle_clear,
     handle_get, handle_new, handle_release, nnc_cmd_h, nnc_graph_exec_h, nnc_graph_h,
@@ -28,6 +29,7 @@ from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.stream cimport Signal, Stream
 from nnc.tensor cimport Tensor, nnc_tensor_t
+from nnc.workspace cimport nnc_workspace
 
 from nnc.capi_handle import NullError, RangeError, live_handles, parse_params
 from nnc.cmd import Cmd, cmd_exec, register_command
@@ -87,6 +89,21 @@ cdef api int nnc_abi_check(int version, size_t tensor_size, size_t param_size) n
             f"the installed nnc ABI {NNC_ABI_VERSION} (tensor {sizeof(c_tensor_t)} B, param "
             f"{sizeof(c_param_t)} B): rebuild against the headers in nnc.get_include()")
         return NNC_ERROR_ABI
+    return 0
+
+
+cdef api int nnc_stream_workspace(void* context, size_t size, void** out) noexcept nogil:
+    """For C backends: ``*out`` = ``size`` bytes of scratch memory owned by ``context`` (the
+    backend's last argument: its stream's, or its run's), reused run after run and freed with
+    its owner; contents are not kept when it grows. Needs no GIL (backends run without it).
+    NNC: ccv_nnc_stream_context_get_workspace."""
+    cdef void* p
+    if context == NULL or out == NULL:
+        return NNC_ERROR_NULL
+    p = nnc_workspace(context, size)
+    if p == NULL:
+        return NNC_ERROR_MEMORY
+    out[0] = p
     return 0
 
 

@@ -19,21 +19,6 @@ ctypedef struct nnc_cmd_param_t:
     int stride[2]                       # (h, w), >= 1
     int pad[4]                          # (top, left, bottom, right), >= 0
 
-# What a C backend gets as its ``context``: scratch memory it may reuse run after run (NNC keeps
-# BLAS/cuDNN workspaces per stream context). A stream owns one (nnc.worker's stream_t); a
-# sequential graph run uses its graph's, a synchronous cmd_exec one of its own. Only the thread
-# running the backend touches it, and only through nnc_workspace.
-ctypedef struct nnc_stream_context_t:
-    void* workspace                     # aligned to 64 bytes; NULL until first asked for
-    size_t workspace_size               # bytes usable at workspace
-
-
-# ``size`` bytes of context's scratch memory (grown as needed, never shrunk; contents are not
-# kept across a growth), or NULL if out of memory or context is NULL.
-cdef void* nnc_workspace(void* context, size_t size) noexcept nogil
-cdef void nnc_context_free(nnc_stream_context_t* context) noexcept nogil
-
-
 # A C command backend. Absent (None) tensors are NULL. Returns NNC_SUCCESS (0) or a negative
 # nnc_status_e. Must not touch Python: graph runners may call it without the GIL.
 ctypedef int (*nnc_cmd_exec_f)(

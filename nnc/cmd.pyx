@@ -30,6 +30,7 @@ from nnc.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
 from nnc.tracing cimport trace_host, trace_now, trace_on
+from nnc.workspace cimport nnc_context_free, nnc_stream_context_t
 
 cdef int ALL_DATATYPES = 0
 for _code in DATATYPES.values():
@@ -605,32 +606,6 @@ cdef Backend cmd_select(Cmd cmd, list inputs, list outputs):
         f"no backend of {cmd.info.name} accepts {_describe(inputs, outputs)} tensors "
         f"({offered or 'no backends registered'})"
     )
-
-
-cdef extern from "<stdlib.h>" nogil:
-    void* aligned_alloc(size_t alignment, size_t size)
-
-
-cdef void* nnc_workspace(void* context, size_t size) noexcept nogil:
-    cdef nnc_stream_context_t* c = <nnc_stream_context_t*>context
-    cdef size_t rounded
-    if c == NULL:
-        return NULL
-    if size <= c.workspace_size and c.workspace != NULL:
-        return c.workspace
-    # Round up to 64 bytes (aligned_alloc wants a multiple of the alignment) and grow by half
-    # again, so a backend asking for slightly more each run does not reallocate every run.
-    rounded = ((size + size // 2 + 63) // 64) * 64
-    free(c.workspace)
-    c.workspace = aligned_alloc(64, rounded)
-    c.workspace_size = rounded if c.workspace != NULL else 0
-    return c.workspace
-
-
-cdef void nnc_context_free(nnc_stream_context_t* context) noexcept nogil:
-    free(context.workspace)
-    context.workspace = NULL
-    context.workspace_size = 0
 
 
 cdef bint tensors_movable(list tensors) except -1:

@@ -59,6 +59,8 @@ extern "C" {
                                  int datatypes, int flags, int priority), \
       (command, backend, fn, datatypes, flags, priority), \
       "int (char const *, char const *, nnc_cmd_exec_f, int, int, int)") \
+    X(nnc_stream_workspace, (void* context, size_t size, void** out), (context, size, out), \
+      "int (void *, size_t, void **)") \
     X(nnc_stream_new, (const char* kind, nnc_stream_h* out), (kind, out), \
       "int (char const *, nnc_stream_h *)") \
     X(nnc_stream_free, (nnc_stream_h stream), (stream), "int (nnc_stream_h)") \

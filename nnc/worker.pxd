@@ -6,13 +6,14 @@
 from cpython.object cimport PyObject
 from libc.stdlib cimport free
 
-from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t, nnc_stream_context_t
+from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
 from nnc.debug cimport DEBUG_RECORDS, debug_count
 from nnc.sync cimport (
     CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, pthread_cond_t, pthread_mutex_lock,
     pthread_mutex_t, pthread_mutex_unlock, timespec,
 )
 from nnc.tensor cimport nnc_tensor_t
+from nnc.workspace cimport nnc_stream_context_t
 
 
 # One recorded emit of a signal (a CUDA event record). A wait captures the signal's latest record

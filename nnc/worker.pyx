@@ -38,13 +38,13 @@ from libc.string cimport memcpy, memset
 
 from nnc._core import NNCError, StreamError
 
-from nnc.cmd cimport nnc_context_free
 from nnc.debug cimport DEBUG_STREAMS, DEBUG_TASKS, DEBUG_WORKERS, debug_count
 from nnc.sync cimport (
     pthread_cond_broadcast, pthread_cond_destroy, pthread_cond_init, pthread_cond_signal,
     pthread_cond_timedwait, pthread_cond_wait, pthread_mutex_destroy, pthread_mutex_init,
     pthread_mutex_lock, pthread_mutex_unlock, timespec,
 )
+from nnc.workspace cimport nnc_context_free
 
 
 cdef extern from "Python.h":

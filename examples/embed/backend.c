@@ -5,11 +5,13 @@
  *
  * BUSY spins until both calls have started (at most 2 s) and at least 50 ms: if anything
  * serialised the calls (a held GIL), the first would time out alone and the check would fail.
- * Last, a signal makes one stream wait for BUSY's output on the other.
+ * Last, a signal makes one stream wait for BUSY's output on the other. Both backends compute
+ * into scratch memory from nnc_stream_workspace (their stream's, or the synchronous call's).
  * Exit status 0 when every check holds. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "nnc.h"
@@ -40,41 +42,49 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* outputs[0] = 2 * inputs[0] (float32, same count), after spinning as described above. */
+/* outputs[0] = 2 * inputs[0] (float32, same count), after spinning as described above; the
+ * products go through the stream's workspace first. */
 static int busy(const nnc_cmd_param_t* param, nnc_tensor_t** inputs, int input_size,
                 nnc_tensor_t** outputs, int output_size, void* context) {
     double t0 = now(), t;
     ssize_t i;
     int k;
+    float* scratch = NULL;
     (void)param;
-    (void)context;
     if (input_size != 1 || output_size != 1 || !inputs[0] || !outputs[0] ||
         inputs[0]->count != outputs[0]->count)
+        return NNC_INVALID;
+    if (nnc_stream_workspace(context, sizeof(float) * inputs[0]->count, (void**)&scratch) !=
+        NNC_SUCCESS)
         return NNC_INVALID;
     __atomic_fetch_add(&started, 1, __ATOMIC_SEQ_CST);
     do {
         t = now();
     } while (t - t0 < 2.0 && (t - t0 < 0.05 || __atomic_load_n(&started, __ATOMIC_SEQ_CST) < 2));
-    for (i = 0; i < inputs[0]->count; i++)
-        ((float*)outputs[0]->data)[i] = 2 * ((const float*)inputs[0]->data)[i];
+    for (i = 0; i < inputs[0]->count; i++) scratch[i] = 2 * ((const float*)inputs[0]->data)[i];
+    memcpy(outputs[0]->data, scratch, sizeof(float) * inputs[0]->count);
     k = __atomic_fetch_add(&record_count, 1, __ATOMIC_SEQ_CST);
     if (k < 8) records[k] = (record_t){pthread_self(), t0, now()};
     return NNC_SUCCESS;
 }
 
-/* A C EWSUM: outputs[0] = sum of the inputs (contiguous float32; registered with that mask). */
+/* A C EWSUM: outputs[0] = sum of the inputs (contiguous float32; registered with that mask),
+ * accumulated in the call's workspace. */
 static int ewsum_c(const nnc_cmd_param_t* param, nnc_tensor_t** inputs, int input_size,
                    nnc_tensor_t** outputs, int output_size, void* context) {
     ssize_t i;
     int k;
+    float* acc = NULL;
     (void)param;
-    (void)context;
     if (output_size != 1 || input_size < 1) return NNC_INVALID;
+    if (nnc_stream_workspace(context, sizeof(float) * outputs[0]->count, (void**)&acc) !=
+        NNC_SUCCESS)
+        return NNC_INVALID;
     for (i = 0; i < outputs[0]->count; i++) {
-        float s = 0;
-        for (k = 0; k < input_size; k++) s += ((const float*)inputs[k]->data)[i];
-        ((float*)outputs[0]->data)[i] = s;
+        acc[i] = 0;
+        for (k = 0; k < input_size; k++) acc[i] += ((const float*)inputs[k]->data)[i];
     }
+    memcpy(outputs[0]->data, acc, sizeof(float) * outputs[0]->count);
     __atomic_fetch_add(&ewsum_calls, 1, __ATOMIC_SEQ_CST);
     return NNC_SUCCESS;
 }
@@ -144,6 +154,13 @@ int main(void) {
     printf("EWSUM through C_SUM: %g %g %g %g, %d call(s)\n", out[0][0], out[0][1], out[0][2],
            out[0][3], ewsum_calls);
     failures += ewsum_calls != 1 || out[0][0] != 6 || out[0][3] != 12;
+    {
+        /* A workspace needs its owner: NULL is refused, not dereferenced. */
+        void* p = NULL;
+        int rc = nnc_stream_workspace(NULL, 16, &p);
+        printf("workspace of no context: %d\n", rc);
+        failures += rc != NNC_ERROR_NULL || p != NULL;
+    }
 
     /* 4. A signal orders two streams: s[1] reads what BUSY writes on s[0] 50 ms later. */
     {

@@ -23,11 +23,12 @@ from nnc.multiview import register_anchor_type
 
 from nnc.cmd cimport (
     BOUND_NONE, BOUND_PY, Backend, Cmd, cmd_bind, cmd_bound_run, cmd_select, cmd_validate,
-    nnc_bound_t, nnc_context_free, tensor_list, tensors_movable,
+    nnc_bound_t, tensor_list, tensors_movable,
 )
 from nnc.debug cimport DEBUG_GRAPHS, debug_count
 from nnc.tensor cimport tensor_movable_epoch
 from nnc.tracing cimport trace_host, trace_now, trace_on
+from nnc.workspace cimport nnc_context_free
 
 
 # -- entry points of the layers above (docs/design.md, "Registries") ---------------------------
