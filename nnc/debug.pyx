@@ -5,9 +5,10 @@ Not an NNC port: NNC leans on LeakSanitizer (test/unit/nnc/known-leaks.txt); nnc
 nnc is first imported turns debug mode on for the whole process (nnc._core.DEBUG).
 
 State: ``debug_counts`` (nnc/debug.pxd), one C long per kind of object, changed by
-``debug_count`` next to each allocation and free in the modules that own the objects (streams,
-tasks and signal records in stream.pyx, worker threads and tasks run in worker.pyx, graphs in
-graph/graph.pyx, tensors in tensor.pyx), with atomic adds because workers count without the GIL.
+``debug_count`` next to each allocation and free in the modules that own the objects (tasks and
+signal records in stream.pyx; streams, tasks run and pool threads serving streams in worker.pyx;
+graphs in graph/graph.pyx, tensors in tensor.pyx), with atomic adds because pool threads count
+without the GIL.
 With debug mode off the counters stay zero and counting costs one untaken branch.
 
 ``check()`` runs the invariant checks that higher modules register here (nnc/invariants.pyx

@@ -168,9 +168,10 @@ cdef int _check_mix(Stream s, Signal sig, str what) except -1:
 
 
 cdef class Stream:
-    """An asynchronous in-order CPU worker (NNC: ccv_nnc_stream_context_t, CPU type).
+    """An asynchronous in-order queue (NNC: ccv_nnc_stream_context_t): ``"cpu"`` runs on nnc's
+    worker pool, ``"gpu"``/``"gpu:N"`` on a CUDA stream.
 
-    Work enqueued returns at once and runs on the stream's own thread in order. ``wait()``
+    Work enqueued returns at once and runs in order (on a pool thread, for CPU). ``wait()``
     blocks until everything enqueued so far is done and raises the first failure, if any.
     """
 
@@ -251,7 +252,7 @@ cdef class Stream:
         self.wait()
 
     def add_callback(self, fn):
-        """Call ``fn()`` once the work enqueued before it is done: on the stream's thread
+        """Call ``fn()`` once the work enqueued before it is done: on a pool thread
         (CPU), or on nnc's host-function watcher thread (GPU, docs/gpu.md)."""
         if not callable(fn):
             raise NNCError(f"add_callback needs a callable, not {type(fn).__name__}")
@@ -288,7 +289,7 @@ cdef class Stream:
 
     def coro_arm(self, wake):
         """The nnc.coro glue: False if everything enqueued so far is done, else True after
-        arranging for ``wake()`` to be called on this stream's thread once it is.
+        arranging for ``wake()`` to be called (on a pool thread) once it is.
 
         ``yield nnc.coro.WaitFor(stream)`` in a task uses it; an idle stream costs no hand-off.
         """
@@ -499,7 +500,7 @@ cdef class Stream:
 
     def __reduce__(self):
         raise TypeError("an nnc.Stream cannot be copied or pickled: it is a live queue of "
-                        "enqueued work run by worker threads; make a new nnc.Stream() instead")
+                        "enqueued work run by nnc's worker pool; make a new nnc.Stream() instead")
 
 
 cdef class Signal:
