@@ -132,3 +132,20 @@ def test_teardown_fails_a_module_that_leaks(tmp_path):
     assert "streams: 0 before the module, 1 after it" in out.stdout, out.stdout
     assert "graphs: 0 before the module, 1 after it" in out.stdout, out.stdout
     assert "2 passed, 1 error" in out.stdout, out.stdout
+
+
+def test_check_passes_on_a_live_loop_with_carry_overs():
+    # A carry-over keeps the memory its source held in a tensor of its own; that tensor was a
+    # half-made header (memory but no dtype) until the loop's first save, and debug.check()
+    # reported it as broken for as long as the graph lived.
+    g, body = nnc.Graph(), nnc.Graph()
+    x = nnc.Tensor(np.ones(2, np.float32))
+    y = nnc.Tensor(np.zeros(2, np.float32))
+    n = body.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [y])
+    body.set_while_expr(lambda count: count < 3, [], [n])
+    body.add_carry_over(y, x)
+    g.while_(body)
+    assert [p for p in debug.problems() if "Tensor" in p] == []
+    g.run()
+    assert body.while_count == 3
+    assert [p for p in debug.problems() if "Tensor" in p] == []

@@ -237,7 +237,10 @@ cdef class WhileNode(ControlNode):
             (<Tensor>v)._may_alias(<Tensor>src)   # so a node writing dst sees src read-only
         for v in _carried_leaves(dst):
             self.carry_home.append(_header_copy(v))
-        self.carry.append((src, dst, Tensor.__new__(Tensor)))
+        # ``saved`` starts as a copy of src's header (shape, dtype, memory): a whole tensor, so
+        # debug.check() finds no half-made header on a live loop; _carry_save re-points it
+        # before _carry_in first reads it.
+        self.carry.append((src, dst, _header_copy(<Tensor>src)))
         self.version = -1
 
     cdef int _prepare(self) except -1:
@@ -253,10 +256,6 @@ cdef class WhileNode(ControlNode):
     cdef int check(self) except -1:
         """Raise GraphError if the loop cannot run (no expression, not a node's body)."""
         return self._prepare()
-
-    def _expr_inputs(self):
-        """The tensors the expression reads (nnc.graph.flow checks they are host memory)."""
-        return list(self.inputs)
 
     cdef long schedule_key(self):
         """What a schedule of the body depends on besides its version (-1: no breakpoints)."""
@@ -495,10 +494,6 @@ cdef class CaseOfNode(ControlNode):
             (<Graph>old)._control_parent = None
         (<Graph>branch)._control_parent = self.parent
         self.branches[i] = branch
-
-    def _expr_inputs(self):
-        """The tensors the expression reads (nnc.graph.flow checks they are host memory)."""
-        return list(self.inputs)
 
     cdef int check(self) except -1:
         if self.expr is None:
