@@ -32,7 +32,7 @@ ctypedef struct signal_record_t:
 # own stack). Linked into the record's list under signal_lock; record_done walks the list once,
 # under that lock, and empties it.
 ctypedef struct waiter_t:
-    pthread_cond_t cond                 # host waits only
+    pthread_cond_t cond                 # host waits only (initialised by the waiting thread)
     void* stream                        # the parked stream_t, or NULL for a host wait
     waiter_t* next
 
@@ -144,6 +144,7 @@ cdef int stream_drain(stream_t* s, double timeout=*) except -1
 cdef int stream_record_error(stream_t* s, tuple entry) except -1
 cdef int stream_check_not_worker(str what=*) except -1
 cdef void record_done(signal_record_t* r) noexcept nogil
+cdef void task_release_owned(stream_task_t* t) noexcept nogil
 cdef int pool_start() except -1
 cdef bint pool_refusing() noexcept nogil
 

@@ -115,7 +115,7 @@ def _default_size():
 _pool.size = 0                          # 0 until the first stream: then _default_size()
 
 
-# -- signal records ----------------------------------------------------------------------------
+# -- the ready list, and signal records waking parked streams --------------------------------
 
 cdef bint _make_ready(stream_t* s) noexcept nogil:
     """Append s to the ready list; the caller holds s.lock and has just set s.state =
@@ -183,8 +183,7 @@ cdef stream_t* stream_new(int index) except NULL:
         raise MemoryError()
     pthread_mutex_init(&s.lock, NULL)
     pthread_cond_init(&s.idle, NULL)
-    pthread_cond_init(&s.park.cond, NULL)
-    s.park.stream = s
+    s.park.stream = s                   # a stream waiter: its cond is never used
     errors = []
     waiters = []
     Py_INCREF(errors)
@@ -205,7 +204,6 @@ cdef void _stream_free(stream_t* s) noexcept:
     Py_XDECREF(s.waiters)
     pthread_mutex_destroy(&s.lock)
     pthread_cond_destroy(&s.idle)
-    pthread_cond_destroy(&s.park.cond)
     nnc_context_free(&s.context)
     free(s.ring)
     free(s.trace_buf)
@@ -413,6 +411,15 @@ cdef void _drop_refs(stream_task_t* t) noexcept with gil:
     Py_XDECREF(t.ctx)
 
 
+cdef void task_release_owned(stream_task_t* t) noexcept nogil:
+    """Free what a task owns once it has run (or been handed on): its io array
+    (TASK_OWNS_IO) and its Python references (TASK_OWNS_PY, taking the GIL only then)."""
+    if t.flags & TASK_OWNS_IO:
+        free(t.io)
+    if t.flags & TASK_OWNS_PY:
+        _drop_refs(t)
+
+
 cdef void _block_on(signal_record_t* r) noexcept nogil:
     """Sleep until r is done: the fallback when a stream cannot park (no memory to put its
     batch back), which costs the thread, as every wait did before the pool."""
@@ -457,10 +464,7 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     if s.trace:
         _trace_add(s, t, t0, _now())
     record_release(t.record)
-    if t.flags & TASK_OWNS_IO:
-        free(t.io)
-    if t.flags & TASK_OWNS_PY:
-        _drop_refs(t)
+    task_release_owned(t)
     debug_count(DEBUG_TASKS, -1)
 
 
@@ -649,7 +653,7 @@ def _reap():
 
 
 def pool_stats():
-    """(threads running, streams busy, streams ready) — for tests and nnc.trace."""
+    """(threads running, streams busy, streams ready), for tests."""
     cdef int ready = 0
     cdef stream_t* s
     pthread_mutex_lock(&_pool.lock)

@@ -28,11 +28,11 @@ pytest-xdist) if the children need CUDA.
 import ctypes
 import importlib.util
 import os
-import re
 import threading
 
 from nnc import device as _device
-from nnc._core import CUDAError
+from nnc._core import CUDAError, NNCError
+from nnc.stream import stream_register_device
 
 __all__ = ["CUDAError", "available", "device_count", "parse_gpu", "require", "unavailable_reason"]
 
@@ -40,7 +40,6 @@ _DRIVER_LIBRARY = "libcuda.so.1"
 # The oldest Linux NVIDIA driver of each CUDA major version (minor-version compatibility: any
 # driver of that major runs bindings of any minor); cuda-bindings' install page states them.
 _MIN_LINUX_DRIVER = {12: "525.60.13", 13: "580.65.06"}
-_GPU_RE = re.compile(r"gpu(?::([0-9]+))?")
 
 _lock = threading.Lock()
 _status = None                      # (device_count, reason): reason is None iff count > 0
@@ -168,14 +167,14 @@ def device_count():
 def parse_gpu(spec):
     """The ordinal of a GPU device string ("gpu" is "gpu:0"); None if spec is not one.
 
-    Only the syntax is checked; :func:`require` checks that the GPU exists.
+    Only the syntax is checked (by nnc.device's one parser); :func:`require` checks that the
+    GPU exists.
     """
-    if not isinstance(spec, str):
+    try:
+        ordinal = _device.parse_device(spec)
+    except _device.DeviceError:
         return None
-    m = _GPU_RE.fullmatch(spec)
-    if m is None:
-        return None
-    return int(m.group(1) or 0)
+    return ordinal if ordinal >= 0 else None
 
 
 def require(ordinal=0, what="this"):
@@ -196,6 +195,7 @@ def _memory_table():
 # The tensor layer (below this one) reaches GPUs only through nnc.device's table.
 _device.register_gpu(require, _memory_table)
 
+
 class _StreamKinds:
     """The GPU kinds of nnc.Stream and nnc.Signal, registered with the stream layer below
     (which never imports nnc.cuda). Nothing is imported from cuda-bindings until a GPU stream
@@ -205,8 +205,6 @@ class _StreamKinds:
     def parse(kind):
         ordinal = parse_gpu(kind)
         if ordinal is None:
-            from nnc._core import NNCError
-
             raise NNCError(f"unknown stream kind {kind!r}; expected 'cpu', 'gpu' or 'gpu:N'")
         require(ordinal, f"a {kind!r} stream or signal")
         return f"gpu:{ordinal}"
@@ -224,10 +222,5 @@ class _StreamKinds:
         return GpuSignal(kind)
 
 
-def _register():
-    from nnc.stream import stream_register_device
-
-    stream_register_device(_StreamKinds())
-
-
-_register()
+# The stream layer (beside this one) reaches GPU streams only through this registration.
+stream_register_device(_StreamKinds())

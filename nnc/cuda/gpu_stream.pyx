@@ -30,9 +30,7 @@ tokens to the signal, a wait passes them on), so a run's finish on its stream 0 
 the caller's stream.
 """
 
-from cpython.ref cimport Py_XDECREF
 from libc.stdint cimport uintptr_t
-from libc.stdlib cimport free
 
 import threading
 import time
@@ -41,8 +39,8 @@ from nnc._core import CUDAError, StreamError
 
 from nnc.stream cimport DeviceStream, Signal, Stream
 from nnc.worker cimport (
-    TASK_C, TASK_CALL, TASK_LAUNCH, TASK_NOW, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY, TASK_STORE,
-    stream_record_error, stream_task_t,
+    TASK_C, TASK_CALL, TASK_LAUNCH, TASK_NOW, TASK_PY, TASK_STORE, stream_record_error,
+    stream_task_t, task_release_owned,
 )
 
 from nnc.cuda import _hostfn
@@ -226,13 +224,7 @@ cdef class GpuStream(DeviceStream):
             raise StreamError(f"a task of kind {kind} cannot run on {owner!r}")
         self._submit(owner, op)
         # Enqueued: the op holds what it needs, so the task's own references go now.
-        if t.flags & TASK_OWNS_PY:
-            Py_XDECREF(t.fn)
-            Py_XDECREF(t.args)
-            Py_XDECREF(t.keep)
-            Py_XDECREF(t.ctx)
-        if t.flags & TASK_OWNS_IO:
-            free(t.io)
+        task_release_owned(t)
         return 0
 
     cdef int emit(self, Stream owner, Signal sig) except -1:

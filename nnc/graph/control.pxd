@@ -13,6 +13,7 @@ from nnc.tensor cimport Tensor
 # What every control node offers: the sub-graphs it runs, the tensors it reads besides its
 # node's own (expression inputs, carry-overs), and a check that it can run (GraphError).
 cdef class ControlNode:
+    cdef list inputs                    # Tensors whose arrays the expression receives
     cdef int check(self) except -1
     cdef list subgraphs(self)
     cdef list tensors(self)
@@ -22,8 +23,7 @@ cdef class ControlNode:
 cdef class WhileNode(ControlNode):
     cdef readonly Graph parent
     cdef readonly Graph body
-    cdef object expr
-    cdef list inputs                    # Tensors whose arrays expr receives after the count
+    cdef object expr                    # expr(count, *arrays of inputs)
     cdef list breakpoints               # node indices of the body
     cdef readonly Tensor count_tensor   # int64 [1]; its memory holds the count
     cdef long long* count_ptr
@@ -60,7 +60,6 @@ cdef class CaseOfNode(ControlNode):
     cdef object expr
     cdef long offset
     cdef dict branches                  # index -> Graph
-    cdef list inputs
     cdef list phis                      # PHI MultiViews among the outputs
     cdef readonly long last_index       # the index chosen by the last run
 

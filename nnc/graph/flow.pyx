@@ -142,7 +142,7 @@ cdef int _check_tree(Graph g, dict args) except -1:
         if g._nodes[idx].flags & EXEC_CONTROL:
             fn = <ControlNode>(<Cmd>g._cmds[idx]).fn
             fn.check()
-            for t in fn._expr_inputs():
+            for t in fn.inputs:
                 if t is not None and t.device != "cpu":
                     # Its host copy would not wait for the streams writing it: a wrong answer.
                     raise GraphError(

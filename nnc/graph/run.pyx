@@ -203,8 +203,8 @@ def graph_run_on_stream(Graph g not None, stream):
 cdef int _run_on_stream(Graph g, Stream stream) except -1:
     g._prepare()
     cdef int k
-    kind = schedule_args(g)
-    kind = None if kind is None else kind["stream_type"]
+    args = schedule_args(g)
+    kind = None if args is None else args["stream_type"]
     if kind is not None and (stream.kind == "cpu") != (kind == "cpu"):
         raise ScheduleError(
             f"{g!r} is scheduled for {kind!r} streams but runs on {stream!r}; "
