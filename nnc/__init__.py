@@ -47,6 +47,7 @@ from nnc.graph.hazard import Hazard, graph_hazards
 from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
 from nnc.multiview import MultiView
 from nnc.ops import register_builtins as _register_builtins
+from nnc.parallel import get_intra_op_threads, set_intra_op_threads
 from nnc.stream import Signal, Stream
 from nnc.tensor import Tensor
 from nnc.trace import trace
@@ -94,6 +95,7 @@ __all__ = [
     "command_info",
     "commands",
     "from_dlpack",
+    "get_intra_op_threads",
     "get_num_threads",
     "cuda_available",
     "cuda_unavailable_reason",
@@ -101,6 +103,7 @@ __all__ = [
     "graph_hazards",
     "register_backend",
     "register_command",
+    "set_intra_op_threads",
     "set_num_threads",
     "static_schedule",
     "trace",

@@ -29,6 +29,7 @@ from nnc._core import DATATYPE_NAMES, DATATYPES, STATUS_NAMES, CommandError
 from nnc.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
+from nnc.parallel cimport parallel_ready
 from nnc.tracing cimport trace_host, trace_now, trace_on
 from nnc.workspace cimport nnc_context_free, nnc_stream_context_t
 
@@ -690,6 +691,7 @@ cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
     context.workspace = NULL
     context.workspace_size = 0
     try:
+        parallel_ready()
         call = cmd_bind(cmd, b, inputs, outputs, io, &bound)
         rc = cmd_bound_run(&bound, &context)
     finally:

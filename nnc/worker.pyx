@@ -44,7 +44,12 @@ from nnc.sync cimport (
     pthread_cond_timedwait, pthread_cond_wait, pthread_mutex_destroy, pthread_mutex_init,
     pthread_mutex_lock, pthread_mutex_unlock, timespec,
 )
-from nnc.workspace cimport nnc_context_free
+from nnc.parallel import parallel_install_starter
+
+from nnc.parallel cimport (
+    parallel_after_fork, parallel_help, parallel_install, parallel_pending,
+)
+from nnc.workspace cimport nnc_context_free, nnc_stream_context_t
 
 
 cdef extern from "Python.h":
@@ -557,14 +562,26 @@ cdef void _serve(stream_t* s) noexcept nogil:
 
 
 cdef void _pool_main() noexcept nogil:
-    """A pool thread: take the oldest ready stream, serve it, repeat; exit when the pool has
-    more threads than its size, or when it stops and nothing is left to run."""
+    """A pool thread: take the oldest ready stream, serve it, repeat; with no stream ready,
+    help with the parts of commands split by nnc_parallel_for (nnc.parallel); exit when the
+    pool has more threads than its size, or when it stops and nothing is left to run."""
     cdef stream_t* s
+    # Scratch memory for the parts this thread helps with (streams bring their own).
+    cdef nnc_stream_context_t helper
+    helper.workspace = NULL
+    helper.workspace_size = 0
     pthread_mutex_lock(&_pool.lock)
     # Any thread beyond the pool's size exits (set_num_threads shrank it), whichever its id.
     while _pool.running <= _pool.size:
         s = <stream_t*>_pool.ready_head
         if s == NULL:
+            # Read under the pool's lock: a poster bumps it before waking us, so either we
+            # see it here or its wake-up finds us asleep.
+            if parallel_pending():
+                pthread_mutex_unlock(&_pool.lock)
+                parallel_help(&helper)
+                pthread_mutex_lock(&_pool.lock)
+                continue
             if _pool.stopping:
                 break
             _pool.sleeping += 1
@@ -581,6 +598,36 @@ cdef void _pool_main() noexcept nogil:
     _pool.running -= 1
     pthread_cond_broadcast(&_pool.quiet)
     pthread_mutex_unlock(&_pool.lock)
+    nnc_context_free(&helper)
+
+
+cdef void _wake_helpers(int n) noexcept nogil:
+    """nnc.parallel: wake up to n sleeping threads for a job's parts."""
+    pthread_mutex_lock(&_pool.lock)
+    if n >= _pool.sleeping:
+        pthread_cond_broadcast(&_pool.work)
+    else:
+        while n > 0:
+            pthread_cond_signal(&_pool.work)
+            n -= 1
+    pthread_mutex_unlock(&_pool.lock)
+
+
+cdef int _sleeping() noexcept nogil:
+    """nnc.parallel: threads that may help a command now: the sleeping ones, but no more than
+    size - 1, so a caller from outside the pool (a sequential run) and its helpers use no more
+    threads than the pool has (a racy read: a hint for how many to invite)."""
+    return min(_pool.sleeping, _pool.size - 1)
+
+
+parallel_install(_wake_helpers, _sleeping)
+
+
+def _start_for_parts():
+    pool_start()
+
+
+parallel_install_starter(_start_for_parts)
 
 
 def _thread_main():
@@ -721,6 +768,7 @@ def _after_fork_in_child():
     _pool.busy = 0
     _pool.generation += 1
     _threads[:] = []
+    parallel_after_fork()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -252,24 +252,44 @@ def test_convolution_into_concat_slice_and_from_strided_input(backend, k, pad):
                     1)
     close_dot(out.numpy(), want, "float32", k[0] * k[1] * 4, big, w, bias=bias)
     assert (cat[..., :4] == -9).all() and (cat[..., 7] == -9).all()
-    # Every-other-element views too (no unit stride anywhere).
+    # Every-other-element views too (no unit stride anywhere): CPU_REF computes them; the C
+    # backend needs contiguous channels and weights, and says so rather than guessing.
     out2 = strided(np.zeros(want.shape, np.float32))
     xs = strided(np.ascontiguousarray(big[..., 2:6]))
-    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", padding=pad, backend=backend), [xs, strided(w), bias],
-                 [out2])
+    cmd = nnc.Cmd("CONVOLUTION", padding=pad, backend=backend)
+    if backend == "CPU_OPT":
+        with pytest.raises(nnc.CommandError, match="strided"):
+            nnc.cmd_exec(cmd, [xs, strided(w), bias], [out2])
+        cmd = nnc.Cmd("CONVOLUTION", padding=pad)       # default selection falls back
+    nnc.cmd_exec(cmd, [xs, strided(w), bias], [out2])
     close_dot(out2.numpy(), want, "float32", k[0] * k[1] * 4, big, w, bias=bias)
 
 
-def test_convolution_opt_batches_its_patch_buffer(monkeypatch):
-    """A batch larger than the patch budget is done a few images at a time, same result."""
-    monkeypatch.setattr(conv_module, "_PATCH_BYTES", 2000)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape, k, params", [
+    ((3, 40, 37, 6), (5, 3, 3, 6), dict(stride=1, padding=1)),          # im2col, many parts
+    ((2, 45, 41, 8), (8, 3, 3, 1), dict(padding=(1, 2, 0, 1), groups=8)),  # depthwise
+    ((2, 50, 47, 16), (12, 1, 1, 16), {}),                               # pointwise
+    ((2, 30, 29, 6), (6, 3, 2, 2), dict(stride=(2, 1), padding=1, groups=3)),
+])
+def test_convolution_opt_parts_on_the_pool(shape, k, params, dtype, threads):
+    """CPU_OPT cuts big convolutions into parts of output rows that idle pool threads take
+    (nnc.parallel): every split gives CPU_REF's result, at one thread or several."""
     rng = np.random.default_rng(6)
-    x = rng.standard_normal((5, 6, 6, 2))
-    w = rng.standard_normal((4, 3, 3, 1))
-    out = np.zeros((5, 3, 3, 4))
-    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", stride=2, padding=1, groups=2, backend="CPU_OPT"),
-                 [x, w], [out])
-    close_dot(out, conv_ref(x, w, None, (2, 2), (1, 1, 1, 1), 2), "float64", 9, x, w)
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal(k).astype(dtype)
+    bias = rng.standard_normal(k[0]).astype(dtype)
+    cmd = nnc.Cmd("CONVOLUTION", backend="CPU_OPT", **params)
+    want = np.zeros(conv_module.conv_shape(cmd, shape, k), dtype)
+    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_REF", **params), [x, w, bias], [want])
+    nnc.set_intra_op_threads(threads)
+    try:
+        out = np.full(want.shape, np.nan, dtype)
+        nnc.cmd_exec(cmd, [x, w, bias], [out])
+    finally:
+        nnc.set_intra_op_threads(None)
+    close_dot(out, want.astype(np.float64), dtype, k[1] * k[2] * k[3], x, w, bias=bias)
 
 
 @pytest.mark.parametrize("params, x, w, out, fragment", [

@@ -39,7 +39,7 @@ def test_cython_lint():
 LAYERS = {
     # 0 base: no nnc imports but each other (nnc.coro: the standard library only)
     "nnc._core": 0, "nnc.sync": 0, "nnc.debug": 0, "nnc.tracing": 0, "nnc.coro": 0,
-    "nnc.device": 0, "nnc.workspace": 0,
+    "nnc.device": 0, "nnc.workspace": 0, "nnc.parallel": 0,
     # 1 tensor
     "nnc.tensor": 1, "nnc.dlpack": 1, "nnc.multiview": 1,
     # 2 command: commands, backends and the built-in ops

@@ -26,6 +26,7 @@ from nnc.cmd cimport (
     nnc_bound_t, tensor_list, tensors_movable,
 )
 from nnc.debug cimport DEBUG_GRAPHS, debug_count
+from nnc.parallel cimport parallel_ready
 from nnc.tensor cimport tensor_movable_epoch
 from nnc.tracing cimport trace_host, trace_now, trace_on
 from nnc.workspace cimport nnc_context_free
@@ -662,6 +663,7 @@ cdef class Graph:
         self._enter("run it synchronously", "running")
         try:
             self._prepare()
+            parallel_ready()            # idle pool threads may take parts of big commands
             self._run_order()
         finally:
             self._leave()

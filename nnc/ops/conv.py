@@ -13,15 +13,10 @@ Floats only, one dtype, and the output may not overlap an input.
 """
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from nnc._core import CommandError
 from nnc.cmd import register_backend, register_command
 from nnc.ops import _check
-
-# The im2col patch buffer is built for this many bytes of images at a time, so a large batch
-# does not need one huge temporary (one 147x147x32 3x3 image is 25 MB in float32).
-_PATCH_BYTES = 1 << 25
 
 
 def _conv_normalize(params):
@@ -106,74 +101,6 @@ def _conv_ref(cmd, inputs, outputs):
     out[...] = acc
 
 
-def _as_rows(a):
-    """``a`` seen as a 2-D [rows, last axis] view without copying, or None if that needs a copy."""
-    lead = [(n, s) for n, s in zip(a.shape[:-1], a.strides[:-1]) if n != 1]
-    for (_, s0), (n1, s1) in zip(lead, lead[1:]):
-        if s0 != s1 * n1:
-            return None
-    rows = 1
-    for n in a.shape[:-1]:
-        rows *= n
-    step = lead[-1][1] if lead else a.itemsize * max(a.shape[-1], 1)
-    return as_strided(a, (rows, a.shape[-1]), (step, a.strides[-1]))
-
-
-def _conv_opt(cmd, inputs, outputs):
-    """im2col: one strided copy makes the patch matrix, one BLAS matmul per group does the rest.
-
-    Results are written straight into the output when it can be seen as a [pixels, O] matrix with
-    unit channel stride (a channel slice of a concat buffer can); otherwise via one temporary.
-    """
-    x, w, out = inputs[0], inputs[1], outputs[0]
-    bias = inputs[2] if len(inputs) > 2 else None
-    if x.ndim == 3:
-        x, out = x[None], out[None]
-    sh, sw, pt, pl, pb, pr, ho, wo = _geometry(cmd, out)
-    groups = cmd.params["groups"]
-    n, h, wd, c = x.shape
-    o, kh, kw, cg = w.shape
-    og, k = o // groups, kh * kw * cg
-    # [groups, K, og] with K ordered (i, j, c), the order of the patch matrix's columns.
-    wmat = np.ascontiguousarray(w).reshape(groups, og, k).transpose(0, 2, 1)
-    target = _as_rows(out)
-    direct = target is not None and (o <= 1 or target.strides[1] == out.itemsize)
-    if not direct:
-        target = np.empty((n * ho * wo, o), out.dtype)
-    if (kh, kw, sh, sw, pt, pl, pb, pr) == (1, 1, 1, 1, 0, 0, 0, 0):
-        # Pointwise: the image itself is the patch matrix.
-        xm = _as_rows(x)
-        if xm is None:
-            xm = x.reshape(-1, c)
-        for g in range(groups):
-            np.matmul(xm[:, g * cg:(g + 1) * cg], wmat[g], out=target[:, g * og:(g + 1) * og])
-    else:
-        if pt or pl or pb or pr:
-            xp = np.zeros((n, h + pt + pb, wd + pl + pr, c), x.dtype)
-            xp[:, pt:pt + h, pl:pl + wd] = x
-        else:
-            xp = x
-        s_n, s_h, s_w, s_c = xp.strides
-        per_image = ho * wo * k * x.itemsize
-        batch = max(1, min(n, _PATCH_BYTES // max(per_image, 1)))
-        buf = np.empty(batch * ho * wo * k, x.dtype)
-        for n0 in range(0, n, batch):
-            n1 = min(n, n0 + batch)
-            rows = slice(n0 * ho * wo, n1 * ho * wo)
-            patches = buf[:(n1 - n0) * ho * wo * k].reshape(n1 - n0, ho, wo, kh, kw, cg)
-            for g in range(groups):
-                src = xp[n0:n1, :, :, g * cg:(g + 1) * cg]
-                win = as_strided(src, patches.shape, (s_n, s_h * sh, s_w * sw, s_h, s_w, s_c),
-                                 writeable=False)
-                np.copyto(patches, win)
-                np.matmul(patches.reshape(-1, k), wmat[g], out=target[rows, g * og:(g + 1) * og])
-    if bias is not None:
-        target += bias
-    if not direct:
-        out[...] = target.reshape(out.shape)
-
-
 def register():
     register_command("CONVOLUTION", inplace="none", check=_conv_check, normalize=_conv_normalize)
     register_backend("CONVOLUTION", "CPU_REF", _conv_ref)
-    register_backend("CONVOLUTION", "CPU_OPT", _conv_opt, datatypes=("float32", "float64"))

@@ -1,0 +1,3 @@
+"""BLAS for nnc's C backends (nnc/ops/cpu_blas.pyx)."""
+
+config: str

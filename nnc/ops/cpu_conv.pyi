@@ -1,0 +1,3 @@
+"""CONVOLUTION's CPU_OPT C backend (nnc/ops/cpu_conv.pyx)."""
+
+def register() -> None: ...

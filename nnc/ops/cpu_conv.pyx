@@ -1,0 +1,325 @@
+"""CONVOLUTION's CPU_OPT backend in C: im2col into stream workspace, then BLAS GEMM, no GIL.
+
+NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_opt.c, which packs input patches into scratch
+memory and multiplies them with the weights, split across threads by output rows. Here:
+
+- The output's pixels are cut into *parts* of whole output rows (about PART_BYTES of patch
+  matrix each, so a part's patches stay in cache between the copy and the GEMM). Each part
+  copies its patches into the running thread's workspace (nnc.workspace: allocated once, reused
+  run after run, so repeated runs allocate nothing), multiplies them by the weights with one
+  single-threaded GEMM per group (nnc.ops.cpu_blas), and adds the bias while the rows are hot.
+- Parts are run through nnc_parallel_for (nnc.parallel): idle pool threads take some, so a
+  large convolution uses every core in a sequential run, and a scheduled run's streams keep
+  theirs. Parts write disjoint output rows; the weights are only read.
+- A pointwise (1x1, stride 1, no padding) convolution multiplies the input itself: no copy.
+  A depthwise one (groups = C = O) is a direct loop over taps, vectorised over channels: as a
+  GEMM it would be O matrices of one column each.
+- The output may be a channel slice of a wider buffer (a concat's part) and the input any view
+  whose channels are contiguous: GEMM's leading dimensions take the pixel strides.
+
+Weights are [O, kh, kw, C/groups] (NNC's layout), i.e. one [O, K] row-major matrix per group
+with K ordered (i, j, c), the order each patch row is copied in, so they are used as they are.
+"""
+
+from libc.string cimport memcpy, memset
+
+from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
+from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
+from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
+from nnc.parallel cimport nnc_parallel_for
+from nnc.tensor cimport nnc_tensor_t
+from nnc.workspace cimport nnc_workspace
+
+ctypedef fused real:
+    float
+    double
+
+cdef enum:
+    # Patch-matrix bytes per part: small enough to stay in L2 between copy and GEMM, large
+    # enough that GEMM runs at full speed (measured: docs/benchmarks.md, "Convolution").
+    PART_BYTES = 1 << 19
+    # A part of a pointwise convolution has no patches to keep hot; this many pixels make
+    # GEMM's packing of the weights negligible.
+    POINTWISE_PIXELS = 512
+
+
+# The geometry of one call, shared (read-only) by its parts. Strides in elements.
+ctypedef struct conv_t:
+    int dtype                           # NNC_32F or NNC_64F
+    char* x
+    const char* w
+    const char* bias                    # NULL: none
+    char* out
+    Py_ssize_t n, h, wd, c              # input [n, h, wd, c]
+    Py_ssize_t xs_n, xs_h, xs_w         # input strides (channel stride is 1)
+    Py_ssize_t ho, wo, o                # output [n, ho, wo, o]
+    Py_ssize_t os_n, os_h, os_w         # output strides (channel stride is 1)
+    int kh, kw, sh, sw, pt, pl
+    int groups
+    Py_ssize_t cg, og, k                # channels per group in and out; K = kh * kw * cg
+    Py_ssize_t rows_per_part            # output rows (of wo pixels) per part
+    Py_ssize_t rows                     # n * ho
+    int pointwise
+    int depthwise
+
+
+cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
+                            Py_ssize_t s_n, Py_ssize_t s_h, Py_ssize_t s_w) noexcept nogil:
+    """Rows r0..r1 (each wo pixels) of an [n, ho, wo, ...] view are one evenly strided run of
+    pixels: GEMM can treat them as one matrix with leading dimension s_w."""
+    if r1 - r0 <= 1:
+        return True
+    if s_h != wo * s_w:
+        return False
+    # Crossing an image boundary needs the image stride to continue the run too.
+    return r0 // ho == (r1 - 1) // ho or s_n == ho * s_h
+
+
+cdef void _gemm(const conv_t* cv, real* a, Py_ssize_t lda, Py_ssize_t m, Py_ssize_t g,
+                real* c, Py_ssize_t ldc) noexcept nogil:
+    """c[m, og] = a[m, K] . w_g[og, K]^T (group g's weights, its output channels at c)."""
+    cdef const real* wg = <const real*>cv.w + g * cv.og * cv.k
+    if real is float:
+        nnc_sgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>cv.og, <int>cv.k, 1.0, a, <int>lda,
+                  wg, <int>cv.k, 0.0, c + g * cv.og, <int>ldc)
+    else:
+        nnc_dgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>cv.og, <int>cv.k, 1.0, a, <int>lda,
+                  wg, <int>cv.k, 0.0, c + g * cv.og, <int>ldc)
+
+
+cdef inline real* _out_row(const conv_t* cv, real* y0, Py_ssize_t r) noexcept nogil:
+    """Output row r (image r // ho, row r % ho); y0 is cv.out, typed."""
+    return y0 + (r // cv.ho) * cv.os_n + (r % cv.ho) * cv.os_h
+
+
+cdef void _add_bias(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    cdef Py_ssize_t r, q, j
+    cdef real* y
+    cdef const real* b = <const real*>cv.bias
+    for r in range(r0, r1):
+        for q in range(cv.wo):
+            y = _out_row(cv, y0, r) + q * cv.os_w
+            for j in range(cv.o):
+                y[j] = y[j] + b[j]
+
+
+cdef void _im2col(const conv_t* cv, real* patch, Py_ssize_t r0, Py_ssize_t r1,
+                  Py_ssize_t g) noexcept nogil:
+    """patch[(r - r0) * wo + q, (i, j, c)] = x[n, oh*sh - pt + i, q*sw - pl + j, g*cg + c], or
+    0 in the padding."""
+    cdef Py_ssize_t r, q, i, j, ih, iw, n, oh
+    cdef Py_ssize_t cg = cv.cg, run = cv.kw * cv.cg
+    cdef real* dst
+    cdef const real* src
+    cdef const real* xg = <const real*>cv.x + g * cg
+    # A kernel row's kw pixels are one contiguous run when channels fill the pixel stride.
+    cdef bint whole = cv.groups == 1 and cv.xs_w == cv.c
+    for r in range(r0, r1):
+        n = r // cv.ho
+        oh = r % cv.ho
+        for q in range(cv.wo):
+            dst = patch + ((r - r0) * cv.wo + q) * cv.k
+            for i in range(cv.kh):
+                ih = oh * cv.sh - cv.pt + i
+                if ih < 0 or ih >= cv.h:
+                    memset(dst, 0, run * sizeof(real))
+                    dst += run
+                    continue
+                src = xg + n * cv.xs_n + ih * cv.xs_h
+                iw = q * cv.sw - cv.pl
+                if whole and iw >= 0 and iw + cv.kw <= cv.wd:
+                    memcpy(dst, src + iw * cv.xs_w, run * sizeof(real))
+                    dst += run
+                    continue
+                for j in range(cv.kw):
+                    if iw + j < 0 or iw + j >= cv.wd:
+                        memset(dst, 0, cg * sizeof(real))
+                    else:
+                        memcpy(dst, src + (iw + j) * cv.xs_w, cg * sizeof(real))
+                    dst += cg
+
+
+cdef int _part_im2col(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
+                      void* context) noexcept nogil:
+    cdef Py_ssize_t m = (r1 - r0) * cv.wo, r, g
+    cdef real* patch = <real*>nnc_workspace(context, m * cv.k * sizeof(real))
+    cdef bint even = _rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+    if patch == NULL:
+        return NNC_OOM
+    for g in range(cv.groups):
+        _im2col(cv, patch, r0, r1, g)
+        if even:
+            _gemm(cv, patch, cv.k, m, g, _out_row(cv, y0, r0), cv.os_w)
+        else:
+            for r in range(r0, r1):
+                _gemm(cv, patch + (r - r0) * cv.wo * cv.k, cv.k, cv.wo, g,
+                      _out_row(cv, y0, r), cv.os_w)
+    return NNC_SUCCESS
+
+
+cdef void _part_pointwise(const conv_t* cv, real* y0, Py_ssize_t r0,
+                          Py_ssize_t r1) noexcept nogil:
+    cdef Py_ssize_t r, g
+    cdef real* x
+    cdef bint even = (_rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+                      and _rows_even(r0, r1, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w))
+    for g in range(cv.groups):
+        if even:
+            x = <real*>cv.x + (r0 // cv.ho) * cv.xs_n + (r0 % cv.ho) * cv.xs_h + g * cv.cg
+            _gemm(cv, x, cv.xs_w, (r1 - r0) * cv.wo, g, _out_row(cv, y0, r0), cv.os_w)
+            continue
+        for r in range(r0, r1):
+            x = <real*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h + g * cv.cg
+            _gemm(cv, x, cv.xs_w, cv.wo, g, _out_row(cv, y0, r), cv.os_w)
+
+
+cdef void _part_depthwise(const conv_t* cv, real* y0, Py_ssize_t r0,
+                          Py_ssize_t r1) noexcept nogil:
+    """out[n, oh, q, c] = sum over taps of x[n, ih, iw, c] * w[c, i, j, 0]: a direct loop,
+    innermost over channels (contiguous in x, out and, after the first tap, in registers)."""
+    cdef Py_ssize_t r, q, i, j, ih, iw, n, oh, ch, c = cv.c
+    cdef real* y
+    cdef const real* src
+    cdef const real* wt = <const real*>cv.w
+    cdef Py_ssize_t taps = cv.kh * cv.kw
+    for r in range(r0, r1):
+        n = r // cv.ho
+        oh = r % cv.ho
+        for q in range(cv.wo):
+            y = _out_row(cv, y0, r) + q * cv.os_w
+            for ch in range(c):
+                y[ch] = 0
+            for i in range(cv.kh):
+                ih = oh * cv.sh - cv.pt + i
+                if ih < 0 or ih >= cv.h:
+                    continue
+                for j in range(cv.kw):
+                    iw = q * cv.sw - cv.pl + j
+                    if iw < 0 or iw >= cv.wd:
+                        continue
+                    src = <const real*>cv.x + n * cv.xs_n + ih * cv.xs_h + iw * cv.xs_w
+                    for ch in range(c):
+                        y[ch] = y[ch] + src[ch] * wt[ch * taps + i * cv.kw + j]
+
+
+cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    cdef const conv_t* cv = <const conv_t*>arg
+    cdef Py_ssize_t r0 = part * cv.rows_per_part
+    cdef Py_ssize_t r1 = min(r0 + cv.rows_per_part, cv.rows)
+    cdef int rc = NNC_SUCCESS
+    if cv.dtype == NNC_32F:
+        rc = _part_typed(cv, <float*>cv.out, r0, r1, context)
+    else:
+        rc = _part_typed(cv, <double*>cv.out, r0, r1, context)
+    return rc
+
+
+cdef int _part_typed(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
+                     void* context) noexcept nogil:
+    cdef int rc = NNC_SUCCESS
+    if cv.depthwise:
+        _part_depthwise(cv, y0, r0, r1)
+    elif cv.pointwise:
+        _part_pointwise(cv, y0, r0, r1)
+    else:
+        rc = _part_im2col(cv, y0, r0, r1, context)
+    if rc == NNC_SUCCESS and cv.bias != NULL:
+        _add_bias(cv, y0, r0, r1)
+    return rc
+
+
+cdef bint _channels_last(const nnc_tensor_t* t, int dtype) noexcept nogil:
+    """A CPU float tensor of ``dtype``, [n, h, w, c] or [h, w, c], channels contiguous."""
+    return (t != NULL and t.device < 0 and t.datatype == dtype and 3 <= t.ndim <= 4
+            and (t.dim[t.ndim - 1] == 1 or t.stride[t.ndim - 1] == 1))
+
+
+cdef bint _fits_int(Py_ssize_t v) noexcept nogil:
+    return 0 <= v <= 2147483647
+
+
+cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                  nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef conv_t cv
+    cdef nnc_tensor_t* x
+    cdef nnc_tensor_t* w
+    cdef nnc_tensor_t* b
+    cdef nnc_tensor_t* y
+    cdef int d, dtype, itemsize
+    cdef Py_ssize_t part_pixels
+    if n_in < 2 or n_in > 3 or n_out != 1 or inputs[0] == NULL or outputs[0] == NULL:
+        return NNC_INVALID
+    x, w, y = inputs[0], inputs[1], outputs[0]
+    b = inputs[2] if n_in == 3 else NULL
+    dtype = y.datatype
+    if not (dtype == NNC_32F or dtype == NNC_64F) or not _channels_last(x, dtype):
+        return NNC_INVALID
+    if not _channels_last(y, dtype) or y.ndim != x.ndim:
+        return NNC_INVALID
+    if w == NULL or w.device >= 0 or w.datatype != dtype or not w.contiguous or w.ndim != 4:
+        return NNC_INVALID
+    if b != NULL and (b.device >= 0 or b.datatype != dtype or not b.contiguous
+                      or b.count != w.dim[0]):
+        return NNC_INVALID
+    d = x.ndim - 3                      # 1 with a batch axis, 0 without
+    cv.dtype = dtype
+    cv.x, cv.w, cv.out = <char*>x.data, <const char*>w.data, <char*>y.data
+    cv.bias = <const char*>b.data if b != NULL else NULL
+    cv.n = x.dim[0] if d else 1
+    cv.xs_n = x.stride[0] if d else 0
+    cv.h, cv.wd, cv.c = x.dim[d], x.dim[d + 1], x.dim[d + 2]
+    cv.xs_h, cv.xs_w = x.stride[d], x.stride[d + 1]
+    cv.os_n = y.stride[0] if d else 0
+    cv.ho, cv.wo, cv.o = y.dim[d], y.dim[d + 1], y.dim[d + 2]
+    cv.os_h, cv.os_w = y.stride[d], y.stride[d + 1]
+    cv.kh, cv.kw = <int>w.dim[1], <int>w.dim[2]
+    cv.sh, cv.sw = p.stride[0], p.stride[1]
+    cv.pt, cv.pl = p.pad[0], p.pad[1]
+    cv.groups = p.groups
+    # Re-check what the loops rely on (the command's check did, but a C backend may be called
+    # directly): shapes agree, the output lies where the window says, nothing overflows int.
+    if cv.groups < 1 or cv.c % cv.groups or cv.o % cv.groups or cv.sh < 1 or cv.sw < 1:
+        return NNC_INVALID
+    cv.cg, cv.og = cv.c // cv.groups, cv.o // cv.groups
+    cv.k = cv.kh * cv.kw * cv.cg
+    if w.dim[0] != cv.o or w.dim[3] != cv.cg or (d and y.dim[0] != cv.n):
+        return NNC_INVALID
+    if (cv.ho != (cv.h + cv.pt + p.pad[2] - cv.kh) // cv.sh + 1
+            or cv.wo != (cv.wd + cv.pl + p.pad[3] - cv.kw) // cv.sw + 1
+            or cv.h + cv.pt + p.pad[2] < cv.kh or cv.wd + cv.pl + p.pad[3] < cv.kw):
+        return NNC_INVALID
+    if not (_fits_int(cv.k) and _fits_int(cv.o) and _fits_int(cv.xs_w) and _fits_int(cv.os_w)
+            and _fits_int(cv.n * cv.ho * cv.wo)):
+        return NNC_INVALID
+    cv.rows = cv.n * cv.ho
+    if cv.rows == 0 or cv.o == 0:
+        return NNC_SUCCESS
+    cv.pointwise = (cv.kh == 1 and cv.kw == 1 and cv.sh == 1 and cv.sw == 1 and cv.pt == 0
+                    and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0)
+    cv.depthwise = cv.groups > 1 and cv.cg == 1 and cv.og == 1
+    itemsize = 4 if dtype == NNC_32F else 8
+    if cv.pointwise or cv.depthwise:
+        part_pixels = POINTWISE_PIXELS
+    else:
+        part_pixels = max(1, PART_BYTES // (cv.k * itemsize))
+    cv.rows_per_part = max(1, part_pixels // cv.wo)
+    return nnc_parallel_for((cv.rows + cv.rows_per_part - 1) // cv.rows_per_part, _part, &cv,
+                            ctx)
+
+
+def _accept(cmd, inputs, outputs):
+    """Channels contiguous in x and the output (any pixel strides); w and bias contiguous."""
+    x, w, out = inputs[0], inputs[1], outputs[0]
+    bias = inputs[2] if len(inputs) > 2 else None
+
+    def channels_last(t):
+        last = len(t.shape) - 1
+        return t.shape[last] <= 1 or t.strides[last] == 1
+
+    return (channels_last(x) and channels_last(out) and w.is_contiguous
+            and (bias is None or bias.is_contiguous))
+
+
+def register():
+    register_c_backend("CONVOLUTION", "CPU_OPT", conv_opt, NNC_32F | NNC_64F, False, _accept,
+                       None, True)

@@ -1,0 +1,37 @@
+# Intra-op parallelism: a C backend splits one command into parts that idle pool threads take
+# (NNC's CPU_OPT backends split their loops across threads with parallel_for; nnc's pool plays
+# that role, so streams and the parts of one command share one set of threads). The lowest
+# layer: backends of any layer call nnc_parallel_for; the pool (nnc.worker) registers how idle
+# threads are woken and lets them take parts; nothing here imports nnc.
+
+# One part of a command: ``part`` in [0, parts); ``context`` is the running thread's own
+# (nnc_stream_context_t: the caller's for parts the caller runs, a pool thread's private one for
+# parts it helps with), so a part may take scratch memory from it with nnc_workspace. Returns 0
+# or a negative nnc_status_e. Must not touch Python and must not wait for other work.
+ctypedef int (*nnc_part_f)(void* arg, Py_ssize_t part, void* context) noexcept nogil
+
+# Run fn(arg, p, context) for every p in [0, parts), on the calling thread and on up to
+# ``intra_op_threads - 1`` idle pool threads; returns once every part has run: 0, or the first
+# failure's status (parts not yet started are then skipped). The caller's ``context`` runs its
+# own parts, so the caller must not hold memory of its workspace across this call.
+cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
+                          void* context) noexcept nogil
+
+# With the GIL, before a synchronous run: start the pool once, so idle threads can help.
+cdef int parallel_ready() except -1
+
+# Threads one command may use now (the caller included): 1 means parts run on the caller.
+cdef int parallel_threads() noexcept nogil
+
+# For nnc.worker's pool threads. parallel_pending: some job has parts and room for a helper
+# (read under the pool's lock before a thread sleeps). parallel_help: take parts of open jobs
+# with the thread's private context until none is left; True if it ran any.
+cdef bint parallel_pending() noexcept nogil
+cdef bint parallel_help(void* context) noexcept nogil
+
+# The pool registers these (nnc.worker, when it loads): wake up to n sleeping pool threads, and
+# how many may help a command now (sleeping ones, at most the pool's size - 1).
+ctypedef void (*parallel_wake_f)(int n) noexcept nogil
+ctypedef int (*parallel_idle_f)() noexcept nogil
+cdef void parallel_install(parallel_wake_f wake, parallel_idle_f idle) noexcept nogil
+cdef void parallel_after_fork() noexcept nogil
