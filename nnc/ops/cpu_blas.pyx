@@ -77,3 +77,38 @@ _dgemm = <dgemm_f><uintptr_t>ctypes.cast(getattr(_lib, _prefix + "cblas_dgemm"),
 #: What nnc's C backends compute with, for reports (benchmarks, docs/benchmarks.md).
 config = ctypes.cast(getattr(_lib, _prefix + "openblas_get_config"),
                      ctypes.CFUNCTYPE(ctypes.c_char_p))().decode()
+
+
+def gemm(a, b, c, bint trans_b=False):
+    """c = a . b (or a . b^T with ``trans_b``) on C-contiguous 2-D float32/float64 ndarrays of
+    one dtype, without the GIL: the GEMM nnc's backends call, for benchmarks (the baseline of
+    docs/benchmarks.md's convolution table) and tests."""
+    import numpy as np
+
+    arrays = (a, b, c)
+    if not all(isinstance(t, np.ndarray) and t.ndim == 2 and t.flags.c_contiguous
+               for t in arrays):
+        raise TypeError("gemm needs three C-contiguous 2-D ndarrays")
+    if a.dtype != b.dtype or a.dtype != c.dtype or a.dtype not in (np.float32, np.float64):
+        raise TypeError("gemm needs float32 or float64 arrays of one dtype")
+    if not c.flags.writeable:
+        raise ValueError("gemm: c is read-only")
+    cdef int m = a.shape[0], k = a.shape[1], n = c.shape[1]
+    cdef int kb = b.shape[1] if trans_b else b.shape[0]
+    cdef int nb = b.shape[0] if trans_b else b.shape[1]
+    if kb != k or nb != n or c.shape[0] != m:
+        raise ValueError(f"gemm: shapes {a.shape} . {b.shape}{'^T' if trans_b else ''} "
+                         f"-> {c.shape} do not agree")
+    cdef int tb = BLAS_TRANS if trans_b else BLAS_NO_TRANS
+    cdef int ldb = b.shape[1]
+    cdef uintptr_t pa = a.ctypes.data, pb = b.ctypes.data, pc = c.ctypes.data
+    if m == 0 or n == 0:
+        return
+    if a.dtype == np.float32:
+        with nogil:
+            nnc_sgemm(BLAS_NO_TRANS, tb, m, n, k, 1.0, <const float*>pa, max(k, 1),
+                      <const float*>pb, max(ldb, 1), 0.0, <float*>pc, n)
+    else:
+        with nogil:
+            nnc_dgemm(BLAS_NO_TRANS, tb, m, n, k, 1.0, <const double*>pa, max(k, 1),
+                      <const double*>pb, max(ldb, 1), 0.0, <double*>pc, n)
