@@ -7,6 +7,10 @@ cdef enum:
     # elements; below it, dropping and retaking the GIL costs more than the command.
     NNC_GIL_RELEASE_ELEMENTS = 16384
 
+cdef enum:
+    ACTIVATION_NONE = 0
+    ACTIVATION_RELU = 1                 # CONVOLUTION activation="relu" (Graph.simplify's fusion)
+
 # Parameters C backends can read. Python backends read cmd.params instead; both are filled from
 # the same normalised dict when the Cmd is made, and neither can change after, so they never
 # disagree.
@@ -18,6 +22,7 @@ ctypedef struct nnc_cmd_param_t:
     int size[2]                         # pooling window (h, w)
     int stride[2]                       # (h, w), >= 1
     int pad[4]                          # (top, left, bottom, right), >= 0
+    int activation                      # CONVOLUTION: ACTIVATION_RELU applies max(0, .) last
 
 # A C command backend. Absent (None) tensors are NULL. Returns NNC_SUCCESS (0) or a negative
 # nnc_status_e. Must not touch Python: graph runners may call it without the GIL.

@@ -31,7 +31,7 @@ from nnc.tensor cimport (
 )
 from nnc.parallel cimport parallel_ready
 from nnc.tracing cimport trace_host, trace_now, trace_on
-from nnc.workspace cimport nnc_context_free, nnc_stream_context_t
+from nnc.workspace cimport nnc_stream_context_t, thread_context
 
 cdef int ALL_DATATYPES = 0
 for _code in DATATYPES.values():
@@ -413,6 +413,7 @@ cdef class Cmd:
             self.param.stride[0], self.param.stride[1] = p.get("stride", (1, 1))
             pad = p.get("padding", (0, 0, 0, 0))
             self.param.pad[0], self.param.pad[1], self.param.pad[2], self.param.pad[3] = pad
+            self.param.activation = ACTIVATION_RELU if p.get("activation") == "relu" else 0
         except (TypeError, ValueError, OverflowError) as e:
             raise CommandError(
                 f"{self.info.name}: bad parameters {p!r} (a, value: numbers; size, stride: "
@@ -680,23 +681,20 @@ cdef object cmd_bind(Cmd cmd, Backend b, list inputs, list outputs, nnc_tensor_t
 
 
 cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
-    """Run ``b`` on validated tensors now, through the bind path, with scratch memory of its
-    own (freed after the call)."""
+    """Run ``b`` on validated tensors now, through the bind path, with the calling thread's
+    scratch memory (nnc.workspace.thread_context: reused call after call)."""
     cdef int n = len(inputs) + len(outputs), rc
     cdef nnc_bound_t bound
-    cdef nnc_stream_context_t context
+    cdef nnc_stream_context_t* context = thread_context()
     cdef nnc_tensor_t** io = <nnc_tensor_t**>malloc(sizeof(nnc_tensor_t*) * (n + 1))
     if io == NULL:
         raise MemoryError()
-    context.workspace = NULL
-    context.workspace_size = 0
     try:
         parallel_ready()
         call = cmd_bind(cmd, b, inputs, outputs, io, &bound)
-        rc = cmd_bound_run(&bound, &context)
+        rc = cmd_bound_run(&bound, context)
     finally:
         free(io)
-        nnc_context_free(&context)
     if rc != 0:
         raise CommandError(f"backend {b.name} of {cmd.info.name} failed: "
                            f"{STATUS_NAMES.get(rc, rc)}")

@@ -89,10 +89,12 @@ typedef struct {
     int size[2];
     int stride[2];
     int pad[4];
+    int activation;                     /* CONVOLUTION: 1 = ReLU fused into the epilogue */
 } nnc_cmd_param_t;
 
 /* A C command backend. Absent tensors are NULL. Returns NNC_SUCCESS or a negative NNC_* status.
- * It runs on stream worker threads without the GIL and must not call Python; context is NULL. */
+ * It runs on stream worker threads without the GIL and must not call Python; context owns its
+ * scratch memory (nnc_stream_workspace). */
 typedef int (*nnc_cmd_exec_f)(const nnc_cmd_param_t* param,
                               nnc_tensor_t** inputs, int input_size,
                               nnc_tensor_t** outputs, int output_size,

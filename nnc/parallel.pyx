@@ -25,10 +25,12 @@ waking them, so a wake-up is never lost (docs/threading.md, "Intra-op parallelis
 
 from nnc._core import NNCError
 
+from libc.stdlib cimport calloc, free
+
 from nnc.sync cimport (
-    pthread_cond_destroy, pthread_cond_init, pthread_cond_signal, pthread_cond_wait,
-    pthread_cond_t, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t,
-    pthread_mutex_unlock,
+    pthread_cond_destroy, pthread_cond_init, pthread_cond_signal, pthread_cond_t,
+    pthread_cond_wait, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t,
+    pthread_mutex_unlock, pthread_t, timespec,
 )
 
 
@@ -229,3 +231,50 @@ def set_intra_op_threads(n):
 def get_intra_op_threads():
     """The limit set_intra_op_threads set, or None (every pool thread may help)."""
     return _intra_op or None
+
+
+# -- a probe for tests and benchmarks: which thread ran each part -----------------------------
+
+cdef extern from "<pthread.h>" nogil:
+    pthread_t pthread_self()
+
+cdef extern from "<time.h>" nogil:
+    int nanosleep(const timespec*, timespec*)
+
+
+ctypedef struct _probe_t:
+    unsigned long* ran_by               # part -> pthread id of the thread that ran it
+    long sleep_ns                       # each part sleeps this long (a stand-in for work)
+    Py_ssize_t fail_part                # this part returns -1 (NNC_INVALID); -1: none
+
+
+cdef int _probe_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    cdef _probe_t* p = <_probe_t*>arg
+    cdef timespec ts
+    p.ran_by[part] = pthread_self()
+    if p.sleep_ns > 0:
+        ts.tv_sec = p.sleep_ns // 1000000000
+        ts.tv_nsec = p.sleep_ns % 1000000000
+        nanosleep(&ts, NULL)
+    return -1 if part == p.fail_part else 0
+
+
+def parallel_probe(Py_ssize_t parts, double sleep_s=0.0, Py_ssize_t fail_part=-1):
+    """Run ``parts`` parts that each sleep ``sleep_s`` through nnc_parallel_for (without the
+    GIL); returns (status, [thread id that ran each part, 0 if skipped]). For tests of the
+    pool's intra-op parallelism; nothing else calls it."""
+    cdef _probe_t p
+    cdef int rc
+    if parts < 0:
+        raise NNCError("parallel_probe: parts must be >= 0")
+    parallel_ready()
+    p.ran_by = <unsigned long*>calloc(max(parts, 1), sizeof(unsigned long))
+    if p.ran_by == NULL:
+        raise MemoryError()
+    p.sleep_ns = <long>(sleep_s * 1e9)
+    p.fail_part = fail_part
+    with nogil:
+        rc = nnc_parallel_for(parts, _probe_part, &p, NULL)
+    out = [p.ran_by[i] for i in range(parts)]
+    free(p.ran_by)
+    return rc, out

@@ -36,16 +36,16 @@ from nnc.coro import Scheduler, current_scheduler
 from nnc.tracing import tracing_begin, tracing_end
 
 from nnc.cmd cimport BOUND_DEVICE, BOUND_NONE, Backend, Cmd, cmd_bind, nnc_bound_t
-from nnc.debug cimport DEBUG_RECORDS, DEBUG_TASKS, debug_count
+from nnc.debug cimport DEBUG_TASKS, debug_count
 from nnc.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
 from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock
 from nnc.tensor cimport nnc_tensor_t
 from nnc.tracing cimport trace_label, trace_on
 from nnc.worker cimport (
     TASK_CALL, TASK_EMIT, TASK_LAUNCH, TASK_NOW, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY,
-    TASK_STORE, TASK_WAIT, mono_now, pool_refusing, record_done, record_release, signal_lock,
-    stream_check_not_worker, stream_drain, stream_enqueue, stream_new, stream_record_error,
-    stream_release, trace_event_t,
+    TASK_STORE, TASK_WAIT, mono_now, pool_refusing, record_done, record_new, record_release,
+    signal_lock, stream_check_not_worker, stream_drain, stream_enqueue, stream_new,
+    stream_record_error, stream_release, trace_event_t,
 )
 
 
@@ -53,7 +53,6 @@ cdef extern from "Python.h":
     int PyErr_CheckSignals() except -1
 
 
-cdef long long _record_seq = 0
 cdef int _stream_seq = 0
 
 _live = weakref.WeakSet()               # every Stream object, for tracing and scheduler joins
@@ -65,23 +64,6 @@ cdef inline void _task_init(stream_task_t* t, int kind) noexcept nogil:
     t.kind = kind
     t.node = -1
     t.label = -1
-
-
-cdef signal_record_t* _record_new() noexcept nogil:
-    global _record_seq
-    cdef signal_record_t* r = <signal_record_t*>malloc(sizeof(signal_record_t))
-    if r == NULL:
-        return NULL
-    debug_count(DEBUG_RECORDS, 1)
-    r.done = 0
-    r.reserved = 0
-    r.refs = 1
-    r.waiters = NULL
-    pthread_mutex_lock(&signal_lock)
-    _record_seq += 1
-    r.id = _record_seq
-    pthread_mutex_unlock(&signal_lock)
-    return r
 
 
 cdef double timeout_seconds(object timeout) except? -2:
@@ -610,7 +592,7 @@ cdef int signal_reserve(Signal sig) except -1:
     if sig._device is not None:
         sig._device.reserve()           # GPU streams that wait on it hold their later work
         return 0
-    r = _record_new()
+    r = record_new()
     if r == NULL:
         raise MemoryError()
     r.reserved = 1

@@ -82,9 +82,12 @@ class trace:
                 else:
                     name = what             # a loop count stored, a coroutine woken
                 ts = (t0 - self._origin) * us
+                args = {"node": node} if node >= 0 else {}
+                if kind in (1, 2):
+                    # A C backend's task ran without the GIL; a Python one took it.
+                    args["task"] = "C" if kind == 1 else "python"
                 out.append({"ph": "X", "name": name, "cat": what, "pid": 1, "tid": index,
-                            "ts": ts, "dur": max((t1 - t0) * us, 0.01),
-                            "args": {"node": node} if node >= 0 else {}})
+                            "ts": ts, "dur": max((t1 - t0) * us, 0.01), "args": args})
                 if what == "emit":
                     emits[rec] = (index, ts)
                     out.append({"ph": "s", "id": rec, "name": "signal", "cat": "signal",

@@ -4,7 +4,6 @@
 # never imports nnc.stream.
 
 from cpython.object cimport PyObject
-from libc.stdlib cimport free
 
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
 from nnc.debug cimport DEBUG_RECORDS, debug_count
@@ -149,16 +148,12 @@ cdef int pool_start() except -1
 cdef bint pool_refusing() noexcept nogil
 
 
-cdef inline void record_release(signal_record_t* r) noexcept nogil:
-    """Drop one reference to r (NULL: nothing), freeing it at 0; takes signal_lock."""
-    if r == NULL:
-        return
-    pthread_mutex_lock(&signal_lock)
-    r.refs -= 1
-    if r.refs == 0:
-        free(r)
-        debug_count(DEBUG_RECORDS, -1)
-    pthread_mutex_unlock(&signal_lock)
+# A new record (refs 1, not done, a fresh id), or NULL out of memory. Records are recycled
+# through a free list (guarded by signal_lock), so a graph run on streams, which emits the
+# same number of signals every time, allocates none after its first run.
+cdef signal_record_t* record_new() noexcept nogil
+# Drop one reference to r (NULL: nothing), recycling it at 0; takes signal_lock.
+cdef void record_release(signal_record_t* r) noexcept nogil
 
 
 cdef inline double mono_now() noexcept nogil:

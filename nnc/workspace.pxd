@@ -15,3 +15,8 @@ ctypedef struct nnc_stream_context_t:
 # kept across a growth), or NULL if out of memory or context is NULL.
 cdef void* nnc_workspace(void* context, size_t size) noexcept nogil
 cdef void nnc_context_free(nnc_stream_context_t* context) noexcept nogil
+
+# The calling thread's own context (with the GIL), for synchronous calls such as cmd_exec: one
+# per thread, reused call after call, freed when the thread ends. A backend runs to completion
+# before the thread's next call, so calls never share it at once.
+cdef nnc_stream_context_t* thread_context() except NULL

@@ -5,6 +5,8 @@ docs/threading.md ("Stream workspaces"). C programs reach it through the C ABI's
 ``nnc_stream_workspace`` (nnc.capi).
 """
 
+import threading
+
 from libc.stdlib cimport free
 
 
@@ -32,3 +34,25 @@ cdef void nnc_context_free(nnc_stream_context_t* context) noexcept nogil:
     free(context.workspace)
     context.workspace = NULL
     context.workspace_size = 0
+
+
+cdef class _ThreadContext:
+    """The calling thread's context for synchronous calls (cmd_exec): kept in a
+    threading.local, so repeated calls reuse one workspace, freed when the thread ends."""
+    cdef nnc_stream_context_t c
+
+    def __dealloc__(self):
+        nnc_context_free(&self.c)
+
+
+_local = threading.local()
+
+
+cdef nnc_stream_context_t* thread_context() except NULL:
+    cdef _ThreadContext holder
+    try:
+        holder = _local.context
+    except AttributeError:
+        holder = _ThreadContext()
+        _local.context = holder
+    return &holder.c

@@ -240,3 +240,29 @@ def test_not_tracing_records_nothing(tmp_path):
     assert tracing.tracer() is None and tr.host == []
     g.run()
     assert tr.host == []
+
+
+def test_a_scheduled_inception_run_takes_no_gil_on_workers(tmp_path):
+    """Issue 14: on streams, every compute node of Inception-V3 (convolutions with their fused
+    ReLU, pools, GEMM, SOFTMAX) is a C task, which runs without the GIL; the trace says so."""
+    from nnc.models.inception import build_inception_v3
+
+    g, _, _ = build_inception_v3(size=75)
+    g.simplify()
+    nnc.static_schedule(g, max_streams=2)
+    s = nnc.Stream()
+
+    def run():
+        g.run(stream=s)
+        s.wait()
+
+    run()
+    events = record(tmp_path, run)
+    names = {e.index: e.cmd.name for e in g.topsort()}
+    tasks = {}
+    for e in slices(events, cat="cmd"):
+        node = e["args"].get("node")
+        if node is not None and names.get(node) not in (None, "NOOP"):
+            tasks.setdefault(names[node], set()).add(e["args"]["task"])
+    assert set(tasks) >= {"CONVOLUTION", "MAX_POOL", "AVG_POOL", "GEMM", "SOFTMAX"}
+    assert all(kinds == {"C"} for kinds in tasks.values()), tasks

@@ -378,6 +378,8 @@ def _pool(kernel):
 
 
 def _window_accept(cmd, inputs, outputs):
+    if cmd.params.get("activation") is not None:
+        return False                    # the GPU_REF kernels have no fused epilogue
     ts = _tensors(inputs, outputs)
     if not _same_gpu(ts):
         return False

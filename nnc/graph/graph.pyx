@@ -46,7 +46,7 @@ cdef object _tools = None               # nnc.graph.tools: a _ToolEntries
 _ControlEntries = namedtuple("_ControlEntries", [
     "while_", "set_while_expr", "add_carry_over", "while_count", "count_tensor", "case_of",
     "set_case_of_expr", "set_case_of"])
-_ToolEntries = namedtuple("_ToolEntries", ["profile", "autotune", "dot"])
+_ToolEntries = namedtuple("_ToolEntries", ["profile", "autotune", "dot", "simplify"])
 
 
 def register_control(**entries):
@@ -67,10 +67,10 @@ def register_runner(run_on_stream):
     _runner = run_on_stream
 
 
-def register_tools(profile, autotune, dot):
-    """nnc.graph.tools' ``graph_profile``, ``graph_autotune`` and ``graph_dot``."""
+def register_tools(profile, autotune, dot, simplify):
+    """nnc.graph.tools' ``graph_profile``, ``graph_autotune``, ``graph_dot``, ``graph_simplify``."""
     global _tools
-    _tools = _ToolEntries(profile, autotune, dot)
+    _tools = _ToolEntries(profile, autotune, dot, simplify)
 
 
 cdef object _needs(object entry, str module):
@@ -676,6 +676,12 @@ cdef class Graph:
         """Time each node's compatible backends on scratch copies (best of ``trials``) and keep
         the fastest. Nodes with a pinned backend keep it. NNC: ccv_nnc_graph_autotune."""
         return _needs(_tools, "nnc.graph.tools").autotune(self, trials)
+
+    def simplify(self):
+        """Fuse each CONVOLUTION followed only by an in-place RELU of its output into one
+        convolution with ``activation="relu"``; the RELU nodes become NOOPs (edges kept).
+        Returns how many pairs were fused. NNC: CCV_NNC_SIMPLIFY_OPS_FUSION."""
+        return _needs(_tools, "nnc.graph.tools").simplify(self)
 
     # -- while and case..of (nnc/graph/control.pyx) ------------------------------------------
 

@@ -1,20 +1,25 @@
-"""Tools on a built graph, outside its run path: Graphviz text, per-node timings, autotune.
+"""Tools on a built graph, outside its run path: Graphviz text, per-node timings, autotune,
+operator fusion.
 
-NNC: ccv_nnc_graph_dot (ccv_nnc_graph.c), ccv_nnc_graph_autotune (ccv_nnc_graph.c); the
-per-node profile has no NNC counterpart. ``Graph.dot``, ``Graph.profile`` and ``Graph.autotune``
-call these; they own no state. Profile and autotune hold the graph busy (Graph._enter) like a
-synchronous run, so no other thread changes or runs it meanwhile.
+NNC: ccv_nnc_graph_dot (ccv_nnc_graph.c), ccv_nnc_graph_autotune (ccv_nnc_graph.c),
+ccv_nnc_symbolic_graph_simplify's CCV_NNC_SIMPLIFY_OPS_FUSION (on symbolic graphs there; on the
+concrete graph here); the per-node profile has no NNC counterpart. ``Graph.dot``,
+``Graph.profile``, ``Graph.autotune`` and ``Graph.simplify`` call these; they own no state.
+Profile, autotune and simplify hold the graph busy (Graph._enter) like a synchronous run, so no
+other thread changes or runs it meanwhile.
 """
 
 import time
 
 from nnc._core import NNCError
+from nnc.cmd import Cmd as _Cmd
 from nnc.cmd import cmd_autotune
 from nnc.graph.graph import register_tools
 
 from nnc.cmd cimport BOUND_NONE, Cmd
 from nnc.graph.control cimport CaseOfNode, WhileNode
-from nnc.graph.graph cimport EXEC_CONTROL, Graph, GraphExec
+from nnc.graph.graph cimport EXEC_CONTROL, Graph, GraphExec, exec_info_t
+from nnc.tensor cimport Tensor, tensor_same
 
 
 # Fill colours of the streams (ColorBrewer "Set3", 12 colours; stream k takes k mod 12).
@@ -153,5 +158,47 @@ def graph_autotune(Graph g, trials):
     return changed
 
 
-# Graph.profile, Graph.autotune and Graph.dot (the graph layer cannot import this one).
-register_tools(graph_profile, graph_autotune, graph_dot)
+cdef bint _same(object a, object b):
+    """a and b are tensors over exactly the same elements (one in-place operand)."""
+    return (isinstance(a, Tensor) and isinstance(b, Tensor)
+            and tensor_same(&(<Tensor>a).t, &(<Tensor>b).t))
+
+
+def graph_simplify(Graph g):
+    """Graph.simplify: fuse each CONVOLUTION whose only successor is an in-place RELU of its
+    output into one convolution with ``activation="relu"`` (its epilogue applies the ReLU
+    while the rows are in cache); the RELU node becomes a NOOP, so every edge and the node
+    count stay as they were. Returns the number of fused pairs. Only CPU nodes whose backend
+    is not pinned are fused (a pinned backend is the user's choice; GPU_REF has no epilogue)."""
+    cdef int idx, j
+    cdef exec_info_t* node
+    cdef Cmd conv, relu
+    g._enter("simplify", "being simplified")
+    try:
+        fused = 0
+        for idx in range(g._size):
+            conv = <Cmd>g._cmds[idx]
+            node = &g._nodes[idx]
+            if (conv.name != "CONVOLUTION" or conv.pinned or node.outgoing_size != 1
+                    or conv.params.get("activation") is not None):
+                continue
+            j = node.outgoings[0]
+            relu = <Cmd>g._cmds[j]
+            outs, ins_j, outs_j = g._outputs[idx], g._inputs[j], g._outputs[j]
+            if (relu.name != "RELU" or relu.pinned or len(outs) != 1 or len(ins_j) != 1
+                    or len(outs_j) != 1 or outs[0] is None or outs[0].device != "cpu"
+                    or not (_same(outs[0], ins_j[0]) and _same(outs[0], outs_j[0]))):
+                continue
+            params = dict(conv.params)
+            params["activation"] = "relu"
+            g._set_node(idx, _Cmd("CONVOLUTION", **params), list(g._inputs[idx]), list(outs))
+            g._set_node(j, _Cmd("NOOP"), [], [])
+            fused += 1
+    finally:
+        g._leave()
+    return fused
+
+
+# Graph.profile, Graph.autotune, Graph.dot and Graph.simplify (the graph layer cannot import
+# this one).
+register_tools(graph_profile, graph_autotune, graph_dot, graph_simplify)

@@ -8,8 +8,10 @@ Inputs ``(x, w)`` or ``(x, w, bias)`` (bias may be None), one output:
 - out: [N, Ho, Wo, O] (or [Ho, Wo, O]), Ho = (H + top + bottom - kh) // sh + 1, likewise Wo.
 
 Parameters ``stride`` (int or (sh, sw)), ``padding`` (int, (ph, pw) or (top, left, bottom,
-right); zeros) and ``groups`` (C and O are split into that many independent convolutions).
-Floats only, one dtype, and the output may not overlap an input.
+right); zeros), ``groups`` (C and O are split into that many independent convolutions) and
+``activation`` (None, or "relu": out = max(0, conv + bias), the epilogue ``Graph.simplify``
+fuses a following in-place RELU into; docs/commands.md). Floats only, one dtype, and the output
+may not overlap an input.
 """
 
 import numpy as np
@@ -20,15 +22,21 @@ from nnc.ops import _check
 
 
 def _conv_normalize(params):
-    _check.only("CONVOLUTION", params, ("stride", "padding", "groups"))
+    _check.only("CONVOLUTION", params, ("stride", "padding", "groups", "activation"))
     groups = params.get("groups", 1)
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
         raise CommandError(f"CONVOLUTION: groups must be an int >= 1, not {groups!r}")
-    return {
+    activation = params.get("activation")
+    if activation not in (None, "relu"):
+        raise CommandError(f"CONVOLUTION: activation must be None or 'relu', not {activation!r}")
+    out = {
         "stride": _check.pair("CONVOLUTION", params.get("stride", 1), "stride", 1),
         "padding": _check.padding("CONVOLUTION", params.get("padding", 0)),
         "groups": int(groups),
     }
+    if activation is not None:          # only fused convolutions carry it (Graph.simplify)
+        out["activation"] = activation
+    return out
 
 
 def conv_shape(cmd, x_shape, w_shape):
@@ -98,6 +106,8 @@ def _conv_ref(cmd, inputs, outputs):
                 acc[..., co] += patch @ w[co, i, j, :].T
     if bias is not None:
         acc += bias.astype(np.float64)
+    if cmd.params.get("activation") == "relu":
+        np.maximum(acc, 0.0, out=acc)
     out[...] = acc
 
 

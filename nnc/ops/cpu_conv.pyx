@@ -24,7 +24,7 @@ with K ordered (i, j, c), the order each patch row is copied in, so they are use
 from libc.string cimport memcpy, memset
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
-from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
+from nnc.cmd cimport ACTIVATION_RELU, nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.parallel cimport nnc_parallel_for
 from nnc.tensor cimport nnc_tensor_t
@@ -34,13 +34,20 @@ ctypedef fused real:
     float
     double
 
-cdef enum:
-    # Patch-matrix bytes per part: small enough to stay in L2 between copy and GEMM, large
-    # enough that GEMM runs at full speed (measured: docs/benchmarks.md, "Convolution").
-    PART_BYTES = 1 << 19
-    # A part of a pointwise convolution has no patches to keep hot; this many pixels make
-    # GEMM's packing of the weights negligible.
-    POINTWISE_PIXELS = 512
+# Patch-matrix bytes per part: small enough to stay in L2 between copy and GEMM, large
+# enough that GEMM runs at full speed (measured: docs/benchmarks.md, "Convolution").
+cdef Py_ssize_t _part_bytes = 1 << 19
+# No part has fewer output pixels than this: GEMM packs the weights once per call, which a
+# part of few pixels would not amortise. Pointwise parts (no patches to keep hot) use it too.
+cdef Py_ssize_t _part_pixels = 512
+
+
+def _tune(part_bytes, part_pixels):
+    """Set the part sizes (for benchmarks.conv's sweep); returns the previous pair."""
+    global _part_bytes, _part_pixels
+    old = (_part_bytes, _part_pixels)
+    _part_bytes, _part_pixels = max(1, part_bytes), max(1, part_pixels)
+    return old
 
 
 # The geometry of one call, shared (read-only) by its parts. Strides in elements.
@@ -61,6 +68,7 @@ ctypedef struct conv_t:
     Py_ssize_t rows                     # n * ho
     int pointwise
     int depthwise
+    int relu                            # activation="relu": max(0, .) after the bias
 
 
 cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
@@ -92,50 +100,76 @@ cdef inline real* _out_row(const conv_t* cv, real* y0, Py_ssize_t r) noexcept no
     return y0 + (r // cv.ho) * cv.os_n + (r % cv.ho) * cv.os_h
 
 
-cdef void _add_bias(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
-    cdef Py_ssize_t r, q, j
+cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    """Add the bias and apply the fused ReLU to rows r0..r1, while they are still in cache."""
+    cdef Py_ssize_t r, _q, j, o = cv.o, wo = cv.wo, os_w = cv.os_w
     cdef real* y
+    cdef real v
     cdef const real* b = <const real*>cv.bias
+    cdef bint relu = cv.relu
     for r in range(r0, r1):
-        for q in range(cv.wo):
-            y = _out_row(cv, y0, r) + q * cv.os_w
-            for j in range(cv.o):
-                y[j] = y[j] + b[j]
+        y = _out_row(cv, y0, r)
+        for _q in range(wo):
+            if b != NULL and relu:
+                for j in range(o):
+                    v = y[j] + b[j]
+                    y[j] = 0 if v < 0 else v    # NaN stays NaN, as RELU keeps it
+            elif b != NULL:
+                for j in range(o):
+                    y[j] = y[j] + b[j]
+            else:
+                for j in range(o):
+                    v = y[j]
+                    y[j] = 0 if v < 0 else v
+            y += os_w
+
+
+cdef inline void _copy(real* dst, const real* src, Py_ssize_t n) noexcept nogil:
+    """memcpy, but a loop for the short runs of thin inputs (3 channels: a call per 12 bytes
+    would cost more than the copy)."""
+    cdef Py_ssize_t i
+    if n >= 16:
+        memcpy(dst, src, n * sizeof(real))
+        return
+    for i in range(n):
+        dst[i] = src[i]
 
 
 cdef void _im2col(const conv_t* cv, real* patch, Py_ssize_t r0, Py_ssize_t r1,
                   Py_ssize_t g) noexcept nogil:
     """patch[(r - r0) * wo + q, (i, j, c)] = x[n, oh*sh - pt + i, q*sw - pl + j, g*cg + c], or
-    0 in the padding."""
-    cdef Py_ssize_t r, q, i, j, ih, iw, n, oh
-    cdef Py_ssize_t cg = cv.cg, run = cv.kw * cv.cg
+    0 in the padding. The geometry is copied into locals first: extensions build with
+    -fno-strict-aliasing, so each store into the patch would otherwise reload every field."""
+    cdef Py_ssize_t r, q, i, j, ih, iw, oh
+    cdef Py_ssize_t cg = cv.cg, run = cv.kw * cv.cg, k = cv.k, wo = cv.wo, ho = cv.ho
+    cdef Py_ssize_t h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw, sh = cv.sh, sw = cv.sw
+    cdef Py_ssize_t pt = cv.pt, pl = cv.pl, xs_n = cv.xs_n, xs_h = cv.xs_h, xs_w = cv.xs_w
     cdef real* dst
-    cdef const real* src
+    cdef const real* row
     cdef const real* xg = <const real*>cv.x + g * cg
     # A kernel row's kw pixels are one contiguous run when channels fill the pixel stride.
-    cdef bint whole = cv.groups == 1 and cv.xs_w == cv.c
+    cdef bint whole = cv.groups == 1 and xs_w == cv.c
     for r in range(r0, r1):
-        n = r // cv.ho
-        oh = r % cv.ho
-        for q in range(cv.wo):
-            dst = patch + ((r - r0) * cv.wo + q) * cv.k
-            for i in range(cv.kh):
-                ih = oh * cv.sh - cv.pt + i
-                if ih < 0 or ih >= cv.h:
+        oh = r % ho
+        for q in range(wo):
+            dst = patch + ((r - r0) * wo + q) * k
+            iw = q * sw - pl
+            for i in range(kh):
+                ih = oh * sh - pt + i
+                if ih < 0 or ih >= h:
                     memset(dst, 0, run * sizeof(real))
                     dst += run
                     continue
-                src = xg + n * cv.xs_n + ih * cv.xs_h
-                iw = q * cv.sw - cv.pl
-                if whole and iw >= 0 and iw + cv.kw <= cv.wd:
-                    memcpy(dst, src + iw * cv.xs_w, run * sizeof(real))
+                row = xg + (r // ho) * xs_n + ih * xs_h
+                if whole and iw >= 0 and iw + kw <= wd:
+                    _copy(dst, row + iw * xs_w, run)
                     dst += run
                     continue
-                for j in range(cv.kw):
-                    if iw + j < 0 or iw + j >= cv.wd:
+                for j in range(kw):
+                    if iw + j < 0 or iw + j >= wd:
                         memset(dst, 0, cg * sizeof(real))
                     else:
-                        memcpy(dst, src + (iw + j) * cv.xs_w, cg * sizeof(real))
+                        _copy(dst, row + (iw + j) * xs_w, cg)
                     dst += cg
 
 
@@ -223,8 +257,8 @@ cdef int _part_typed(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
         _part_pointwise(cv, y0, r0, r1)
     else:
         rc = _part_im2col(cv, y0, r0, r1, context)
-    if rc == NNC_SUCCESS and cv.bias != NULL:
-        _add_bias(cv, y0, r0, r1)
+    if rc == NNC_SUCCESS and (cv.bias != NULL or cv.relu):
+        _epilogue(cv, y0, r0, r1)
     return rc
 
 
@@ -276,6 +310,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cv.sh, cv.sw = p.stride[0], p.stride[1]
     cv.pt, cv.pl = p.pad[0], p.pad[1]
     cv.groups = p.groups
+    cv.relu = p.activation == ACTIVATION_RELU
     # Re-check what the loops rely on (the command's check did, but a C backend may be called
     # directly): shapes agree, the output lies where the window says, nothing overflows int.
     if cv.groups < 1 or cv.c % cv.groups or cv.o % cv.groups or cv.sh < 1 or cv.sw < 1:
@@ -298,10 +333,9 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                     and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0)
     cv.depthwise = cv.groups > 1 and cv.cg == 1 and cv.og == 1
     itemsize = 4 if dtype == NNC_32F else 8
-    if cv.pointwise or cv.depthwise:
-        part_pixels = POINTWISE_PIXELS
-    else:
-        part_pixels = max(1, PART_BYTES // (cv.k * itemsize))
+    part_pixels = _part_pixels
+    if not (cv.pointwise or cv.depthwise):
+        part_pixels = max(part_pixels, _part_bytes // (cv.k * itemsize))
     cv.rows_per_part = max(1, part_pixels // cv.wo)
     return nnc_parallel_for((cv.rows + cv.rows_per_part - 1) // cv.rows_per_part, _part, &cv,
                             ctx)

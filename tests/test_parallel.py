@@ -1,0 +1,121 @@
+"""Intra-op parallelism (nnc/parallel.pyx): a command's parts on the caller and idle pool
+threads. NNC's CPU_OPT backends split loops with parallel_for over their own threads; nnc's
+parts share the stream pool's threads (docs/threading.md, "Intra-op parallelism")."""
+
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import nnc
+from nnc.parallel import parallel_probe
+
+# Every test here that could hang joins with a deadline (the suite's timeout is the backstop).
+DEADLINE = 60
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    yield
+    nnc.set_intra_op_threads(None)
+
+
+def test_parts_run_on_idle_pool_threads_and_the_caller():
+    assert nnc.get_num_threads() >= 2      # tests/conftest.py
+    rc, ran_by = parallel_probe(16, 0.005)
+    assert rc == 0 and all(ran_by)
+    # The caller takes parts too, and at least one helper joined (each part sleeps 5 ms, so a
+    # sleeping pool thread has time to wake and claim some).
+    assert len(set(ran_by)) >= 2
+
+
+def test_one_intra_op_thread_runs_every_part_on_the_caller():
+    nnc.set_intra_op_threads(1)
+    assert nnc.get_intra_op_threads() == 1
+    rc, ran_by = parallel_probe(12, 0.001)
+    assert rc == 0 and len(set(ran_by)) == 1
+
+
+def test_zero_and_one_part():
+    assert parallel_probe(0) == (0, [])
+    rc, ran_by = parallel_probe(1)
+    assert rc == 0 and len(ran_by) == 1 and ran_by[0] != 0
+
+
+def test_a_failing_part_is_reported_and_the_parts_not_started_are_skipped():
+    nnc.set_intra_op_threads(1)             # deterministic: parts in order on the caller
+    rc, ran_by = parallel_probe(10, 0.0, fail_part=3)
+    assert rc == -1
+    assert all(ran_by[:4]) and not any(ran_by[4:])
+    nnc.set_intra_op_threads(None)
+    rc, ran_by = parallel_probe(10, 0.001, fail_part=0)
+    assert rc == -1 and ran_by[0] != 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1025, 2.0, True, "2"])
+def test_set_intra_op_threads_refuses_nonsense(bad):
+    with pytest.raises(nnc.NNCError, match="set_intra_op_threads"):
+        nnc.set_intra_op_threads(bad)
+    assert nnc.get_intra_op_threads() is None
+
+
+def test_callers_from_many_threads_and_streams_at_once_all_finish():
+    """Jobs of several callers (host threads and stream tasks) share the pool: every part of
+    every job runs exactly once, nothing deadlocks, even with a pool of one thread."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 40, 40, 8)).astype(np.float32)
+    w = rng.standard_normal((16, 3, 3, 8)).astype(np.float32)
+    want = np.zeros((1, 40, 40, 16), np.float32)
+    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", padding=1, backend="CPU_REF"), [x, w], [want])
+    size = nnc.get_num_threads()
+    for pool in (1, 3):
+        nnc.set_num_threads(pool)
+        try:
+            errors = []
+            outs = [np.zeros_like(want) for _ in range(6)]
+
+            def host(k, outs=outs, errors=errors):
+                try:
+                    for _ in range(5):
+                        rc, ran_by = parallel_probe(20, 0.0002)
+                        assert rc == 0 and all(ran_by)
+                    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [outs[k]])
+                except Exception as e:  # reported below
+                    errors.append(e)
+
+            streams = [nnc.Stream() for _ in range(3)]
+            for k, s in enumerate(streams):
+                nnc.cmd_exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [outs[3 + k]], stream=s)
+            threads = [threading.Thread(target=host, args=(k,)) for k in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(DEADLINE)
+                assert not t.is_alive(), "a caller of nnc_parallel_for hung"
+            for s in streams:
+                s.wait(timeout=DEADLINE)
+            assert not errors, errors
+            for out in outs:
+                np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+        finally:
+            nnc.set_num_threads(size)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork")
+def test_a_forked_child_splits_commands_on_its_own_pool():
+    r, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                      # the child: report, then leave at once
+        try:
+            rc, ran_by = parallel_probe(8, 0.002)
+            ok = rc == 0 and all(ran_by)
+        except BaseException:
+            ok = False
+        os.write(wfd, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(wfd)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1" and status == 0
+    os.close(r)
