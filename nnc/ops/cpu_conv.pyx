@@ -26,7 +26,7 @@ from libc.string cimport memcpy, memset
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.cmd cimport ACTIVATION_RELU, nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
-from nnc.parallel cimport nnc_parallel_for
+from nnc.parallel cimport nnc_parallel_for, parallel_threads
 from nnc.tensor cimport nnc_tensor_t
 from nnc.workspace cimport nnc_workspace
 
@@ -40,6 +40,14 @@ cdef Py_ssize_t _part_bytes = 1 << 19
 # No part has fewer output pixels than this: GEMM packs the weights once per call, which a
 # part of few pixels would not amortise. Pointwise parts (no patches to keep hot) use it too.
 cdef Py_ssize_t _part_pixels = 512
+
+cdef enum:
+    # A convolution below this many multiply-adds runs whole on its thread: waking a helper
+    # (tens of microseconds) would cost more than it saves.
+    SPLIT_MACS = 4000000
+    # With fewer parts than this many per thread, the split is evened out to a multiple of
+    # the threads (or, for very few rows, made over output channels).
+    SPLIT_EVEN = 4
 
 
 def _tune(part_bytes, part_pixels):
@@ -65,6 +73,8 @@ ctypedef struct conv_t:
     int groups
     Py_ssize_t cg, og, k                # channels per group in and out; K = kh * kw * cg
     Py_ssize_t rows_per_part            # output rows (of wo pixels) per part
+    const char* patch                   # channel parts: every row's patches (NULL: pointwise)
+    Py_ssize_t chunk                    # channel parts: output channels per part
     Py_ssize_t rows                     # n * ho
     int pointwise
     int depthwise
@@ -83,16 +93,22 @@ cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssiz
     return r0 // ho == (r1 - 1) // ho or s_n == ho * s_h
 
 
-cdef void _gemm(const conv_t* cv, real* a, Py_ssize_t lda, Py_ssize_t m, Py_ssize_t g,
-                real* c, Py_ssize_t ldc) noexcept nogil:
-    """c[m, og] = a[m, K] . w_g[og, K]^T (group g's weights, its output channels at c)."""
-    cdef const real* wg = <const real*>cv.w + g * cv.og * cv.k
+cdef void _gemm_cols(const conv_t* cv, const real* a, Py_ssize_t lda, Py_ssize_t m,
+                     Py_ssize_t c0, Py_ssize_t n, real* c, Py_ssize_t ldc) noexcept nogil:
+    """c[m, c0:c0+n] = a[m, K] . w[c0:c0+n, K]^T (output channels c0.. of the weights)."""
+    cdef const real* w = <const real*>cv.w + c0 * cv.k
     if real is float:
-        nnc_sgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>cv.og, <int>cv.k, 1.0, a, <int>lda,
-                  wg, <int>cv.k, 0.0, c + g * cv.og, <int>ldc)
+        nnc_sgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>n, <int>cv.k, 1.0, a, <int>lda,
+                  w, <int>cv.k, 0.0, c + c0, <int>ldc)
     else:
-        nnc_dgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>cv.og, <int>cv.k, 1.0, a, <int>lda,
-                  wg, <int>cv.k, 0.0, c + g * cv.og, <int>ldc)
+        nnc_dgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>n, <int>cv.k, 1.0, a, <int>lda,
+                  w, <int>cv.k, 0.0, c + c0, <int>ldc)
+
+
+cdef inline void _gemm(const conv_t* cv, const real* a, Py_ssize_t lda, Py_ssize_t m,
+                       Py_ssize_t g, real* c, Py_ssize_t ldc) noexcept nogil:
+    """c[m, og] = a[m, K] . w_g[og, K]^T (group g's weights, its output channels at c)."""
+    _gemm_cols(cv, a, lda, m, g * cv.og, cv.og, c, ldc)
 
 
 cdef inline real* _out_row(const conv_t* cv, real* y0, Py_ssize_t r) noexcept nogil:
@@ -100,15 +116,17 @@ cdef inline real* _out_row(const conv_t* cv, real* y0, Py_ssize_t r) noexcept no
     return y0 + (r // cv.ho) * cv.os_n + (r % cv.ho) * cv.os_h
 
 
-cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
-    """Add the bias and apply the fused ReLU to rows r0..r1, while they are still in cache."""
-    cdef Py_ssize_t r, _q, j, o = cv.o, wo = cv.wo, os_w = cv.os_w
+cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
+                    Py_ssize_t c1) noexcept nogil:
+    """Add the bias and apply the fused ReLU to rows r0..r1, channels c0..c1, while they are
+    still in cache."""
+    cdef Py_ssize_t r, _q, j, o = c1 - c0, wo = cv.wo, os_w = cv.os_w
     cdef real* y
     cdef real v
-    cdef const real* b = <const real*>cv.bias
+    cdef const real* b = <const real*>cv.bias + c0 if cv.bias != NULL else NULL
     cdef bint relu = cv.relu
     for r in range(r0, r1):
-        y = _out_row(cv, y0, r)
+        y = _out_row(cv, y0, r) + c0
         for _q in range(wo):
             if b != NULL and relu:
                 for j in range(o):
@@ -258,8 +276,62 @@ cdef int _part_typed(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
     else:
         rc = _part_im2col(cv, y0, r0, r1, context)
     if rc == NNC_SUCCESS and (cv.bias != NULL or cv.relu):
-        _epilogue(cv, y0, r0, r1)
+        _epilogue(cv, y0, r0, r1, 0, cv.o)
     return rc
+
+
+cdef int _channel_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    """Output channels [part * chunk, ...) of every pixel: for convolutions with too few
+    output rows to split (17x17 and 8x8 layers), the caller made all the patches once."""
+    cdef const conv_t* cv = <const conv_t*>arg
+    cdef Py_ssize_t c0 = part * cv.chunk
+    cdef Py_ssize_t c1 = min(c0 + cv.chunk, cv.o)
+    if cv.dtype == NNC_32F:
+        _channels_typed(cv, <float*>cv.out, c0, c1)
+    else:
+        _channels_typed(cv, <double*>cv.out, c0, c1)
+    return NNC_SUCCESS
+
+
+cdef void _channels_typed(const conv_t* cv, real* y0, Py_ssize_t c0,
+                          Py_ssize_t c1) noexcept nogil:
+    cdef Py_ssize_t r
+    cdef const real* a
+    cdef bint even = _rows_even(0, cv.rows, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+    if cv.patch != NULL:
+        if even:
+            _gemm_cols(cv, <const real*>cv.patch, cv.k, cv.rows * cv.wo, c0, c1 - c0, y0,
+                       cv.os_w)
+        else:
+            for r in range(cv.rows):
+                _gemm_cols(cv, <const real*>cv.patch + r * cv.wo * cv.k, cv.k, cv.wo, c0,
+                           c1 - c0, _out_row(cv, y0, r), cv.os_w)
+    else:
+        even = even and _rows_even(0, cv.rows, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w)
+        for r in range(cv.rows if not even else 1):
+            a = <const real*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h
+            _gemm_cols(cv, a, cv.xs_w, cv.rows * cv.wo if even else cv.wo, c0, c1 - c0,
+                       _out_row(cv, y0, r), cv.os_w)
+    if cv.bias != NULL or cv.relu:
+        _epilogue(cv, y0, 0, cv.rows, c0, c1)
+
+
+cdef int _split_channels(conv_t* cv, int threads, Py_ssize_t itemsize, void* ctx) noexcept nogil:
+    """Too few output rows for every thread to get a part: copy every patch once (on the
+    caller, into its workspace, which no part touches), then split the output channels."""
+    cdef Py_ssize_t m = cv.rows * cv.wo
+    cv.patch = NULL
+    if not cv.pointwise:
+        cv.patch = <const char*>nnc_workspace(ctx, m * cv.k * itemsize)
+        if cv.patch == NULL:
+            return NNC_OOM
+        if cv.dtype == NNC_32F:
+            _im2col(cv, <float*>cv.patch, 0, cv.rows, 0)
+        else:
+            _im2col(cv, <double*>cv.patch, 0, cv.rows, 0)
+    # Chunks of whole 16-channel blocks (full vectors in the epilogue, aligned GEMM panels).
+    cv.chunk = ((cv.o + threads - 1) // threads + 15) // 16 * 16
+    return nnc_parallel_for((cv.o + cv.chunk - 1) // cv.chunk, _channel_part, cv, ctx)
 
 
 cdef bint _channels_last(const nnc_tensor_t* t, int dtype) noexcept nogil:
@@ -280,7 +352,8 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef nnc_tensor_t* b
     cdef nnc_tensor_t* y
     cdef int d, dtype, itemsize
-    cdef Py_ssize_t part_pixels
+    cdef Py_ssize_t part_pixels, parts
+    cdef int threads
     if n_in < 2 or n_in > 3 or n_out != 1 or inputs[0] == NULL or outputs[0] == NULL:
         return NNC_INVALID
     x, w, y = inputs[0], inputs[1], outputs[0]
@@ -337,8 +410,16 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     if not (cv.pointwise or cv.depthwise):
         part_pixels = max(part_pixels, _part_bytes // (cv.k * itemsize))
     cv.rows_per_part = max(1, part_pixels // cv.wo)
-    return nnc_parallel_for((cv.rows + cv.rows_per_part - 1) // cv.rows_per_part, _part, &cv,
-                            ctx)
+    parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
+    threads = parallel_threads()
+    if threads > 1 and parts < SPLIT_EVEN * threads and cv.rows * cv.wo * cv.o * cv.k >= SPLIT_MACS:
+        if parts < threads and cv.groups == 1 and cv.o >= 2 * 16:
+            return _split_channels(&cv, threads, itemsize, ctx)
+        # A few parts: a multiple of the threads, so none waits at the end for a lone part.
+        parts = (parts + threads - 1) // threads * threads
+        cv.rows_per_part = (cv.rows + parts - 1) // parts
+        parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
+    return nnc_parallel_for(parts, _part, &cv, ctx)
 
 
 def _accept(cmd, inputs, outputs):
