@@ -67,6 +67,7 @@ class OrtRun:
             self.binding.bind_cpu_input(name, a)
         for name, a in zip(self.output_names, self.outputs):
             self.binding.bind_output(name, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
+        self.version = str(ort.__version__)
         self.intra_op = intra_op
         self.inter_op = inter_op
         self.parallel = parallel

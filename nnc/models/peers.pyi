@@ -14,6 +14,7 @@ class OrtRun:
     output_names: list[str]
     outputs: list[npt.NDArray[Any]]
     binding: Any
+    version: str
     intra_op: int
     inter_op: int
     parallel: bool
