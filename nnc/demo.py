@@ -134,7 +134,7 @@ def _ort_run(g, x, outputs, threads, say):
     from nnc.models.peers import OrtRun, ort_version
 
     if ort_version() is None:
-        return None, "onnxruntime is not installed (pip install 'nnc[bench]')"
+        return None, "onnxruntime is not installed (pip install 'nnc-graph[bench]')"
     import nnc.onnx
 
     try:
