@@ -88,6 +88,91 @@ def measure_interleaved(fns, repeats, warmup=1, rewarm_below=0.05):
     return samples
 
 
+def machine_busy_seconds():
+    """CPU seconds the whole machine has spent busy (steal included), from /proc/stat; None
+    where that file does not exist. With ``os.times()`` it tells how much of a time span other
+    processes (or the hypervisor) took: see ``measure_rounds``."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal ...: everything but idle and iowait
+    ticks = [int(v) for v in fields[1:9]]
+    busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + ticks[7]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds():
+    t = os.times()
+    return t.user + t.system
+
+
+def measure_rounds(fns, repeat, pause=0.1, warmup=1):
+    """Time several callables in rounds, the way research/cpu_peers.md compared runtimes.
+
+    Each callable is called ``warmup`` times untimed; then each of ``repeat`` rounds calls
+    every callable once, in an order rotated by one place per round, and before each timed
+    call sleeps ``pause`` seconds (so a thread pool that spins after work, OpenBLAS's or
+    onnxruntime's, has gone idle and does not slow the next callable) and makes one untimed
+    call (so the timed one starts with its own data in cache). The garbage collector is off
+    while timing and runs, untimed, at the start of each round.
+
+    Returns ``(samples, others)``: name -> [seconds per round], and for each round the CPU
+    that other processes took while it ran, in cores (machine busy time minus this
+    process's, per wall second; None where /proc/stat is missing). ``quiet_rounds`` picks
+    the rounds to trust from it.
+    """
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    samples = {name: [] for name in names}
+    others = []
+    enabled = gc.isenabled()
+    try:
+        for k in range(repeat):
+            gc.enable()
+            gc.collect()
+            gc.disable()
+            busy0, own0, wall0 = machine_busy_seconds(), _own_seconds(), time.perf_counter()
+            for i in range(len(names)):
+                name = names[(i + k) % len(names)]
+                time.sleep(pause)
+                fns[name]()
+                t0 = time.perf_counter()
+                fns[name]()
+                samples[name].append(time.perf_counter() - t0)
+            busy1, own1, wall1 = machine_busy_seconds(), _own_seconds(), time.perf_counter()
+            if busy0 is None or busy1 is None:
+                others.append(None)
+            else:
+                taken = (busy1 - busy0) - (own1 - own0)
+                others.append(max(0.0, taken) / max(wall1 - wall0, 1e-9))
+    finally:
+        if enabled:
+            gc.enable()
+        else:
+            gc.disable()
+    return samples, others
+
+
+def quiet_rounds(others, threshold=0.1, least=3):
+    """Indices of the rounds to report: those during which other processes used at most
+    ``threshold`` cores, if there are at least ``least`` of them (or every round when fewer
+    were run); otherwise the quieter half (at least ``least``). Rounds with no load figure
+    count as quiet."""
+    n = len(others)
+    load = [0.0 if o is None else o for o in others]
+    quiet = [k for k in range(n) if load[k] <= threshold]
+    if len(quiet) >= min(least, n):
+        return quiet
+    keep = max(min(least, n), (n + 1) // 2)
+    return sorted(sorted(range(n), key=lambda k: load[k])[:keep])
+
+
 def median(values):
     return statistics.median(values)
 
@@ -121,7 +206,8 @@ def _git_commit():
 
 
 def machine_info(packages=("numpy",)):
-    """Platform, CPU, core counts, interpreter and package versions, BLAS threads, git commit."""
+    """Platform, CPU, core counts, interpreter and package versions, BLAS threads and nnc's
+    BLAS build, nnc's pool and intra-op threads, git commit."""
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -139,6 +225,13 @@ def machine_info(packages=("numpy",)):
         "git": _git_commit(),
         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
     }
+    try:
+        from nnc.ops import cpu_blas
+    except ImportError:  # pragma: no cover - an nnc without its C BLAS binding
+        cpu_blas = None
+    info["nnc_blas"] = getattr(cpu_blas, "config", None)
+    info["nnc_pool_threads"] = nnc.get_num_threads()
+    info["nnc_intra_op_threads"] = nnc.get_intra_op_threads()
     for name in packages:
         info[name] = _version(name)
     return info

@@ -1,162 +1,392 @@
-"""Inception-V3 batch 1: sequential vs statically scheduled on CPU streams.
+"""nnc's sequential and scheduled runs against what a user would pick instead, batch 1 on CPU.
 
-    python -m benchmarks.streams [--json] [--repeat R] [--size S]
+    python -m benchmarks.streams [--json] [--repeat R] [--size {299,75}]... [--models a,b]
+                                 [--threads T] [--max-streams S] [--pause P]
 
-Configurations, timed in interleaved rounds in one process on one graph:
+Networks: Inception-V3 as nnc's own graph (``nnc.models.inception``) at each ``--size``
+(default 299 and 75), and ResNet-50 and MobileNet-V2 at 224 from ``nnc/models/onnx_zoo.py``
+loaded with ``nnc.onnx.load``. T (``--threads``) is the usable core count by default; nnc's
+pool is sized to T (``nnc.set_num_threads``). Configurations, per network:
 
-- ``seq1``: ``g.run()`` on the calling thread, BLAS at 1 thread;
-- ``seq2``: the same at 2 BLAS threads (the best sequential run on 2 cores);
-- ``streams``: ``g.run(stream=s); s.wait()`` under the default schedule of
-  ``nnc.static_schedule(g)``, BLAS at 1 thread (so each stream's BLAS call uses one core);
-- ``streams_capped``: the same on a second copy of the graph scheduled with
-  ``max_streams=os.cpu_count()`` (no more worker threads than cores).
+- ``seq1``: ``g.run()`` with ``nnc.set_intra_op_threads(1)``: one thread does everything;
+- ``seqT`` (``seq2`` on 2 cores): ``g.run()`` with intra-op T: each large command splits its
+  work over the caller and T-1 pool threads (the best sequential run on T cores);
+- ``sched``: ``g.run(stream=s); s.wait()`` under ``nnc.static_schedule(g, max_streams=S)``
+  (S = T by default) with the default intra-op setting: branches on streams, and a command
+  whose stream finds a pool thread idle splits onto it;
+- ``sched_nosplit``: the same schedule at intra-op 1: branch concurrency alone;
+- each of the four again as ``*_tuned`` on a second copy of the graph after ``g.autotune()``
+  (run at intra-op 1), when autotune moves any node to another backend (the report lists them);
+- when onnxruntime is installed, on the same weights (Inception: ``nnc.onnx.save`` of the
+  graph above; the others: the ONNX model nnc loaded), ``ORT_ENABLE_ALL`` with IOBinding:
+  ``ort_seq1`` and ``ort_seqT`` (sequential mode, intra-op 1 / T, inter-op 1) and ``ort_par``
+  (parallel execution mode, inter-op T, intra-op 1);
+- when ``import torch`` works, ``torch_eager`` (benchmarks/_torch_eager.py, T threads).
 
-BLAS threads are switched with threadpoolctl. Reported: median wall time per inference, the
-median of the per-round ratios, the schedule's stream and signal counts, and the bound on
-branch concurrency, sum(op time) / critical path, from per-node times measured at 1 BLAS thread
-(``g.profile``) — with how close the measured speedup comes to it.
+Timing (``_util.measure_rounds``): interleaved rounds in one process, order rotated every
+round, a pause before each timed run so spinning pools go idle, and one untimed run right
+before it. Figures are medians over the *quiet* rounds (other processes used at most 0.1 core
+during the round, else the quieter half); ratios are medians of per-round ratios over the same
+rounds: ``x best seq`` = best sequential time / this time (above 1: faster than nnc's best
+sequential configuration), ``/ ORT best`` = this time / ORT's best configuration's time.
+
+Checks (a failed check prints FAIL and makes the exit status 1): every nnc configuration on the
+untuned graph gives the same bits as ``seq1``, and so does every tuned configuration as
+``seq1_tuned``; the tuned graph's outputs are within 1e-3 x max|output| of the untuned ones
+(Winograd rounds differently); ORT's and PyTorch's outputs are within 1e-4 x max|output| of
+nnc's (float32 summed in other orders; measured differences are near 1e-6).
+
+Targets (issue 14, Inception-V3, 2 cores): at 299 the best scheduled configuration is at least
+1.05x faster than the best sequential one, and nnc's best mode takes at most 1.25x ORT's best
+time; at 75 nnc's best takes at most 1.5x ORT's best and scheduled is no slower than sequential.
 """
 
 import os
 import sys
+from collections import Counter
 
 import numpy as np
 
 import nnc
+import nnc.onnx
 from benchmarks import _util
-from nnc.demo import critical_path
-from nnc.models.inception import build_inception_v3
+from nnc.models.peers import OrtRun, ort_version
 
-try:
-    from threadpoolctl import threadpool_limits
-except ImportError:  # pragma: no cover - pip install -e '.[bench]'
-    threadpool_limits = None
+MODELS = ("inception_v3", "resnet50", "mobilenet_v2")
+SIZES = (299, 75)
+TOL_PEER = 1e-4      # ORT / PyTorch vs nnc, relative to max|output|
+TOL_TUNED = 1e-3     # tuned graph vs untuned, relative to max|output|
+TARGETS = {          # size -> (scheduled / best sequential speedup, nnc best / ORT best time)
+    299: (1.05, 1.25),
+    75: (1.0, 1.5),
+}
 
-TARGET_SPEEDUP = 1.35
-TARGET_VS_SEQ2 = 0.85
+
+def _usable_cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
-def run(size, repeat, log=print):
-    if threadpool_limits is None:
-        raise SystemExit("benchmarks.streams needs threadpoolctl (pip install -e '.[bench]')")
-    g, x, out = build_inception_v3(size=size)
-    sched = nnc.static_schedule(g)
-    g_cap, _, out_cap = build_inception_v3(size=size)
-    cores = os.cpu_count() or 2
-    sched_cap = nnc.static_schedule(g_cap, max_streams=cores)
+class Net:
+    """One network: ``make()`` builds a fresh nnc graph -> (graph, input tensor, outputs);
+    ``onnx_model`` is the same network and weights for the peers."""
+
+    def __init__(self, name, label, make, onnx_model=None):
+        self.name, self.label, self.make, self.onnx_model = name, label, make, onnx_model
+
+
+def _inception(size, seed):
+    from nnc.models.inception import build_inception_v3_model
+
+    def make():
+        m = build_inception_v3_model(size=size, seed=seed)
+        return m.graph, m.input, [m.logits, m.output]
+
+    return Net(f"inception_v3_{size}", f"Inception-V3 {size}x{size} (nnc's own graph)", make)
+
+
+def _zoo(name, seed):
+    from nnc.models import onnx_zoo
+
+    model = getattr(onnx_zoo, name)(seed=seed)
+
+    def make():
+        g, inputs, outputs = nnc.onnx.load(model)
+        return g, inputs[0], list(outputs)
+
+    label = {"resnet50": "ResNet-50 224x224", "mobilenet_v2": "MobileNet-V2 224x224"}[name]
+    return Net(name, f"{label} (onnx_zoo via nnc.onnx.load)", make, model)
+
+
+def _rel_err(got, want):
+    scale = max(float(np.abs(want).max()), 1e-30)
+    return float(np.abs(got.astype(np.float64) - want).max() / scale)
+
+
+def _backend_changes(g, before):
+    """Counter of 'COMMAND: old -> new' over the nodes autotune moved."""
+    return Counter(f"{e.cmd.name}: {before[i]} -> {e.backend}"
+                   for i, e in enumerate(g.execs) if e.backend != before[i])
+
+
+def _nnc_configs(g, outputs, threads, max_streams, suffix, checks, say):
+    """The four nnc configurations of one graph, checked bit for bit against its seq1 run."""
+    sched = nnc.static_schedule(g, max_streams=max_streams)
     s = nnc.Stream("cpu")
-    with threadpool_limits(1, "blas"):
-        g.run()
-        expected = out.numpy().copy()
-        g.run(stream=s)
-        s.wait()
-        # Same graph, same tensors: the scheduled run must give the same bits.
-        same = bool(np.array_equal(out.numpy(), expected))
-        g_cap.run(stream=s)
-        s.wait()
-        same = same and bool(np.array_equal(out_cap.numpy(), expected))
-        profile = g.profile(repeat=3)
-    seconds = {e: t for e, t in profile}
-    total = sum(seconds.values())
-    path, nodes = critical_path(g, seconds)
-    log(f"graph: {len(g)} nodes; schedule: {sched.stream_count} streams, "
-        f"{sched.signal_count} signals; scheduled output identical: {same}")
 
-    def seq1():
-        with threadpool_limits(1, "blas"):
+    def seq(n):
+        def run():
+            nnc.set_intra_op_threads(n)
             g.run()
+        return run
 
-    def seq2():
-        with threadpool_limits(2, "blas"):
-            g.run()
-
-    def streams():
-        with threadpool_limits(1, "blas"):
+    def scheduled(n):
+        def run():
+            nnc.set_intra_op_threads(n)
             g.run(stream=s)
             s.wait()
+        return run
 
-    def streams_capped():
-        with threadpool_limits(1, "blas"):
-            g_cap.run(stream=s)
-            s.wait()
+    fns = {f"seq1{suffix}": seq(1)}
+    if threads > 1:
+        fns[f"seq{threads}{suffix}"] = seq(threads)
+    fns[f"sched{suffix}"] = scheduled(None)
+    fns[f"sched_nosplit{suffix}"] = scheduled(1)
+    want = None
+    for name, fn in fns.items():
+        for t in outputs:
+            t.numpy().fill(np.nan)
+        fn()
+        got = [t.numpy().copy() for t in outputs]
+        if want is None:
+            want = got
+            continue
+        same = all(np.array_equal(a, b) for a, b in zip(got, want))
+        checks.append({"check": f"{name} bit-identical to seq1{suffix}", "ok": same})
+    say(f"  schedule{suffix}: {sched.stream_count} streams, {sched.signal_count} signals "
+        f"(max_streams={max_streams})")
+    return fns, want, {"streams": sched.stream_count, "signals": sched.signal_count}
 
-    samples = _util.measure_interleaved(
-        {"seq1": seq1, "seq2": seq2, "streams": streams, "streams_capped": streams_capped},
-        repeat, warmup=1,
-    )
 
-    def per_round(a, b):
-        return [x / y for x, y in zip(samples[a], samples[b])]
+def _peer_configs(net, x, want, threads, checks, say):
+    """ORT (and PyTorch) on the same weights; (fns, {name: description}, {peer: why not})."""
+    fns, about, missing = {}, {}, {}
+    if ort_version() is None:
+        missing["onnxruntime"] = "not installed"
+    else:
+        feeds = {net.onnx_model.graph.input[0].name: x.numpy()}
+        runs = {"ort_seq1": dict(intra_op=1)}
+        if threads > 1:
+            runs[f"ort_seq{threads}"] = dict(intra_op=threads)
+            runs["ort_par"] = dict(intra_op=1, inter_op=threads, parallel=True)
+        for name, kw in runs.items():
+            r = OrtRun(net.onnx_model, feeds, **kw)
+            r()
+            err = _rel_err(r.outputs[0], want[0])
+            checks.append({"check": f"{name} output within {TOL_PEER:g} of nnc's",
+                           "ok": err <= TOL_PEER, "rel_err": err})
+            fns[name] = r
+            about[name] = r.describe()
+    from benchmarks._torch_eager import TorchEager, torch_version
 
-    ratios = {
-        "streams_vs_seq1": per_round("seq1", "streams"),
-        "streams_vs_seq2": per_round("seq2", "streams"),
-        "capped_vs_seq1": per_round("seq1", "streams_capped"),
-        "capped_vs_seq2": per_round("seq2", "streams_capped"),
-        "seq2_vs_seq1": per_round("seq1", "seq2"),
-    }
-    bound = total / path if path else float("nan")
-    best = max(("streams", "capped"), key=lambda k: _util.median(ratios[f"{k}_vs_seq1"]))
-    speedup = _util.median(ratios[f"{best}_vs_seq1"])
+    if torch_version() is None:
+        missing["torch"] = "not installed"
+    else:
+        try:
+            t = TorchEager(net.onnx_model, {net.onnx_model.graph.input[0].name: x.numpy()},
+                           threads)
+            t()
+        except NotImplementedError as e:
+            missing["torch"] = f"unsupported: {e}"
+        else:
+            err = _rel_err(t.outputs[0], want[0])
+            checks.append({"check": f"torch_eager output within {TOL_PEER:g} of nnc's",
+                           "ok": err <= TOL_PEER, "rel_err": err})
+            fns["torch_eager"] = t
+            about["torch_eager"] = t.describe()
+    for peer, why in missing.items():
+        say(f"  {peer}: {why}; its configurations are left out")
+    return fns, about, missing
+
+
+def _summarise(samples, others):
+    """Quiet-round medians, per-round ratios, best configurations."""
+    quiet = _util.quiet_rounds(others)
+    ms = {k: _util.median([v[i] for i in quiet]) * 1e3 for k, v in samples.items()}
+
+    def best(pred):
+        names = [k for k in ms if pred(k)]
+        return min(names, key=ms.get) if names else None
+
+    best_seq = best(lambda k: k.startswith("seq"))
+    best_sched = best(lambda k: k.startswith("sched"))
+    best_nnc = best(lambda k: k.startswith(("seq", "sched")))
+    best_ort = best(lambda k: k.startswith("ort_"))
+
+    def ratio(num, den):
+        return _util.median([samples[num][i] / samples[den][i] for i in quiet])
+
+    vs_seq = {k: ratio(best_seq, k) for k in samples}
+    vs_ort = {k: ratio(k, best_ort) for k in samples} if best_ort else None
     return {
+        "quiet_rounds": quiet,
+        "others_cores": others,
+        "ms": ms,
+        "samples_ms": {k: [t * 1e3 for t in v] for k, v in samples.items()},
+        "best": {"sequential": best_seq, "scheduled": best_sched, "nnc": best_nnc,
+                 "ort": best_ort},
+        "x_best_seq": vs_seq,
+        "per_ort_best": vs_ort,
+    }
+
+
+def _targets(net, size, summary):
+    if not net.name.startswith("inception_v3") or size not in TARGETS:
+        return {}
+    speedup_min, ort_max = TARGETS[size]
+    b = summary["best"]
+    sched = summary["x_best_seq"][b["scheduled"]]
+    out = {f"scheduled >= {speedup_min}x best sequential": {
+        "value": sched, "ok": sched >= speedup_min}}
+    key = f"nnc best <= {ort_max}x ORT best"
+    if b["ort"] is None:
+        out[key] = {"value": None, "ok": None, "why": "onnxruntime not installed"}
+    else:
+        v = summary["per_ort_best"][b["nnc"]]
+        out[key] = {"value": v, "ok": v <= ort_max}
+    return out
+
+
+def run_net(net, size, repeat, threads, max_streams, pause, seed, say):
+    say(f"{net.label}: building")
+    g, x, outputs = net.make()
+    x.numpy()[...] = np.random.default_rng(seed).standard_normal(x.shape).astype(x.dtype)
+    if net.onnx_model is None:
+        try:
+            net.onnx_model = nnc.onnx.save(g, None, inputs=[x], outputs=outputs)
+        except nnc.onnx.OnnxMissingError:
+            pass  # no onnx: no peers either (reported below)
+    checks = []
+    fns, want, sched_info = _nnc_configs(g, outputs, threads, max_streams, "", checks, say)
+
+    g_t, x_t, out_t = net.make()
+    x_t.numpy()[...] = x.numpy()
+    nnc.set_intra_op_threads(1)
+    g_t.run()
+    before = [e.backend for e in g_t.execs]
+    moved = g_t.autotune()
+    changes = _backend_changes(g_t, before)
+    tuned_info = None
+    if changes:
+        say(f"  autotune moved {sum(changes.values())} node(s): " + ", ".join(
+            f"{k} x{n}" for k, n in changes.most_common()))
+        t_fns, t_want, tuned_info = _nnc_configs(g_t, out_t, threads, max_streams, "_tuned",
+                                                 checks, say)
+        err = _rel_err(t_want[0], want[0])
+        checks.append({"check": f"tuned output within {TOL_TUNED:g} of untuned", "ok":
+                       err <= TOL_TUNED, "rel_err": err})
+        fns.update(t_fns)
+    else:
+        say(f"  autotune: every node keeps its backend (reported {moved} change(s))")
+        del g_t, x_t, out_t
+
+    if net.onnx_model is None:
+        peer_fns, about = {}, {}
+        missing = {"onnxruntime": "onnx not installed", "torch": "onnx not installed"}
+    else:
+        peer_fns, about, missing = _peer_configs(net, x, want, threads, checks, say)
+    fns.update(peer_fns)
+    for c in checks:
+        if not c["ok"]:
+            say(f"  FAIL: {c['check']}" + (f" (rel err {c['rel_err']:.2e})"
+                                           if "rel_err" in c else ""))
+    say(f"  timing {len(fns)} configurations, {repeat} rounds")
+    samples, others = _util.measure_rounds(fns, repeat, pause=pause)
+    nnc.set_intra_op_threads(None)
+    summary = _summarise(samples, others)
+    return {
+        "net": net.name,
+        "label": net.label,
         "size": size,
         "nodes": len(g),
-        "stream_count": sched.stream_count,
-        "signal_count": sched.signal_count,
-        "capped_stream_count": sched_cap.stream_count,
-        "capped_signal_count": sched_cap.signal_count,
-        "best": best,
-        "identical_output": same,
-        "ms": {k: _util.median(v) * 1e3 for k, v in samples.items()},
-        "samples_ms": {k: [t * 1e3 for t in v] for k, v in samples.items()},
-        "ratios": {k: _util.median(v) for k, v in ratios.items()},
-        "sum_op_ms": total * 1e3,
-        "critical_path_ms": path * 1e3,
-        "critical_path_nodes": len(nodes),
-        "bound": bound,
-        "fraction_of_bound": speedup / bound,
-        "targets": {
-            "speedup >= 1.35x over seq1": speedup >= TARGET_SPEEDUP,
-            "within 15% of seq2": _util.median(ratios[f"{best}_vs_seq2"]) >= TARGET_VS_SEQ2,
-        },
+        "schedule": sched_info,
+        "schedule_tuned": tuned_info,
+        "autotune_changes": dict(changes),
+        "peers": about,
+        "missing": missing,
+        "checks": checks,
+        **summary,
+        "targets": _targets(net, size, summary),
     }
+
+
+def run(models, sizes, repeat, threads, max_streams, pause, seed=0, say=print):
+    nnc.set_num_threads(threads)
+    rows = []
+    for name in models:
+        if name == "inception_v3":
+            for size in sizes:
+                rows.append(run_net(_inception(size, seed), size, repeat, threads, max_streams,
+                                    pause, seed, say))
+        else:
+            rows.append(run_net(_zoo(name, seed), 224, repeat, threads, max_streams, pause,
+                                seed, say))
+    return {"threads": threads, "max_streams": max_streams, "repeat": repeat, "pause_s": pause,
+            "tolerances": {"peer": TOL_PEER, "tuned": TOL_TUNED}, "rows": rows,
+            "ok": all(c["ok"] for r in rows for c in r["checks"])}
+
+
+def _x(v):
+    return "—" if v is None else f"{v:.2f}x"
 
 
 def render(r):
-    lines = [
-        f"Inception-V3 {r['size']}x{r['size']}, batch 1: {r['nodes']} nodes, "
-        f"{r['stream_count']} streams, {r['signal_count']} signals (capped: "
-        f"{r['capped_stream_count']} streams, {r['capped_signal_count']} signals)",
-        _util.table(
-            ["config", "ms / inference"],
-            [[k, _util.fmt(v)] for k, v in r["ms"].items()],
-        ),
-        f"streams / seq1 speedup: {r['ratios']['streams_vs_seq1']:.3f}x "
-        f"(target >= {TARGET_SPEEDUP}x)",
-        f"streams vs seq2:        {r['ratios']['streams_vs_seq2']:.3f} "
-        f"(target >= {TARGET_VS_SEQ2}: within 15 %)",
-        f"capped / seq1 speedup:  {r['ratios']['capped_vs_seq1']:.3f}x; capped vs seq2: "
-        f"{r['ratios']['capped_vs_seq2']:.3f}",
-        f"seq2 / seq1:            {r['ratios']['seq2_vs_seq1']:.3f}x",
-        f"bound sum/critical path: {r['sum_op_ms']:.1f} / {r['critical_path_ms']:.1f} ms = "
-        f"{r['bound']:.3f}x; the best stream run ({r['best']}) reaches "
-        f"{100 * r['fraction_of_bound']:.0f} % of it",
-        f"targets: {r['targets']}",
-    ]
-    return "\n".join(lines)
+    m = r["machine"]
+    out = [f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs; nnc {m['nnc']} "
+           f"({m['git']}), pool {r['threads']} threads, max_streams {r['max_streams']}; "
+           f"nnc BLAS: {m['nnc_blas']}; numpy {m['numpy']}, onnx {m['onnx']}, "
+           f"onnxruntime {m['onnxruntime']}, torch {m['torch'] or 'not installed'}"]
+    for row in r["rows"]:
+        q = row["quiet_rounds"]
+        loads = [o for o in row["others_cores"] if o is not None]
+        out.append("")
+        out.append(f"{row['label']}: {row['nodes']} nodes; {len(q)} quiet of "
+                   f"{len(row['others_cores'])} rounds"
+                   + (f" (others used {min(loads):.2f}-{max(loads):.2f} cores)" if loads
+                      else ""))
+        best = row["best"]
+        body = []
+        for k, ms in row["ms"].items():
+            mark = " <- best sequential" if k == best["sequential"] else (
+                " <- best scheduled" if k == best["scheduled"] else (
+                    " <- ORT best" if k == best["ort"] else ""))
+            vs_ort = row["per_ort_best"][k] if row["per_ort_best"] else None
+            body.append([k + mark, _util.fmt(ms), _x(row["x_best_seq"][k]), _x(vs_ort)])
+        out.append(_util.table(["config", "ms (quiet median)", "x best seq", "/ ORT best"],
+                               body))
+        if row["autotune_changes"]:
+            out.append("autotune: " + ", ".join(f"{k} x{n}"
+                                                for k, n in row["autotune_changes"].items()))
+        for peer, why in row["missing"].items():
+            out.append(f"{peer}: {why}")
+        for name, t in row["targets"].items():
+            verdict = "not measured" if t["ok"] is None else ("pass" if t["ok"] else "FAIL")
+            out.append(f"target {name}: {_x(t['value'])} {verdict}")
+        bad = [c for c in row["checks"] if not c["ok"]]
+        out.append(f"checks: {len(row['checks']) - len(bad)} of {len(row['checks'])} pass"
+                   + "".join(f"; FAIL {c['check']}" for c in bad))
+    return "\n".join(out)
 
 
 def main(argv=None):
-    p = _util.parser("Inception-V3: sequential vs CPU streams", repeat=9)
-    p.add_argument("--size", type=int, default=299)
-    args = p.parse_args(argv)
-    report = run(args.size, args.repeat, log=(lambda *a: None) if args.json else print)
-    report.update(machine=_util.machine_info(("numpy", "threadpoolctl")), date=_util.now(),
-                  command=_util.command_line())
-    if args.json:
-        _util.emit_json(report)
-    else:
-        print(render(report))
+    p = _util.parser("nnc sequential / scheduled vs onnxruntime and PyTorch", repeat=9)
+    p.add_argument("--size", type=int, action="append", choices=SIZES,
+                   help="Inception-V3 input size; repeat for several (default: 299 and 75)")
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
+    cpus = _usable_cpus()
+    p.add_argument("--threads", type=int, default=cpus,
+                   help=f"nnc pool size, intra-op threads of seqT, ORT's threads (default "
+                        f"{cpus}, the usable cores)")
+    p.add_argument("--max-streams", type=int, default=None,
+                   help="the schedule's stream cap (default: --threads)")
+    p.add_argument("--pause", type=float, default=0.1,
+                   help="seconds of idle before each timed run (default 0.1)")
+    a = p.parse_args(argv)
+    models = [m for m in a.models.split(",") if m]
+    bad = set(models) - set(MODELS)
+    if bad:
+        p.error(f"unknown models {sorted(bad)}; choose from {MODELS}")
+    if a.threads < 1 or a.repeat < 1 or a.pause < 0:
+        p.error("--threads and --repeat must be at least 1, --pause at least 0")
+    sizes = a.size or list(SIZES)
+    max_streams = a.threads if a.max_streams is None else a.max_streams
+    say = (lambda *x: print(*x, file=sys.stderr)) if a.json else print
+    report = run(models, sizes, a.repeat, a.threads, max_streams, a.pause, say=say)
+    _util.publish(report, "streams", render, a.json,
+                  packages=("numpy", "onnx", "onnxruntime", "torch"))
+    return 0 if report["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -6,8 +6,14 @@ running independent branches concurrently can gain: the sum of the node times (t
 critical path (the longest chain of node times along the graph's edges). Their ratio is the
 speedup an ideal scheduler with unlimited workers could reach from branch concurrency alone.
 
-Nothing global is changed: BLAS threads are whatever the environment says (the demo reports it).
-With ``--json`` the last line of stdout is one JSON object with every number printed above.
+nnc's commands call a private single-threaded BLAS; parallelism inside a command is nnc's own
+(``nnc.set_intra_op_threads``: a large command's parts go to idle threads of nnc's pool). The
+plain runs use the defaults (every pool thread may help); ``--streams`` compares, in interleaved
+rounds, the two sequential configurations (intra-op 1 thread and all of them), the statically
+scheduled run (streams, and parts on idle threads) and, when onnxruntime is installed, ORT's
+best sequential configuration on the same weights (``nnc.onnx.save`` of this graph), then puts
+the intra-op setting back as it was. With ``--json`` the last line of stdout is one JSON object
+with every number printed above.
 """
 
 from __future__ import annotations
@@ -45,40 +51,31 @@ def add_arguments(parser):
                              "count, one worker thread per core; 0: no cap)")
     parser.add_argument("--trace", metavar="FILE", default="run.json",
                         help="with --streams: Chrome-trace / Perfetto file (default run.json)")
+    parser.add_argument("--no-ort", dest="ort", action="store_false",
+                        help="with --streams: leave onnxruntime out even when it is installed")
     parser.set_defaults(func=main)
 
 
 def blas_info():
-    """How many threads NumPy's BLAS may use, without changing anything."""
+    """The BLAS nnc's commands call and the threads nnc gives a command; changes nothing."""
+    import nnc
+
     try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        pass
-    else:
-        pools = [
-            {"api": p.get("internal_api"), "threads": p.get("num_threads"),
-             "version": p.get("version")}
-            for p in threadpool_info() if p.get("user_api") == "blas"
-        ]
-        return {"source": "threadpoolctl", "pools": pools}
-    name = None
-    try:
-        name = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
-    except Exception:
-        pass
-    return {"source": "environment", "blas": name,
-            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}
+        from nnc.ops import cpu_blas
+        library = cpu_blas.config
+    except ImportError:  # pragma: no cover - an nnc built without its BLAS binding
+        library = None
+    return {"source": "nnc", "library": library, "blas_threads": 1,
+            "pool_threads": nnc.get_num_threads(),
+            "intra_op_threads": nnc.get_intra_op_threads()}
 
 
 def _blas_line(info):
-    if info["source"] == "threadpoolctl":
-        pools = ", ".join(f"{p['api']} {p['version']}: {p['threads']} threads"
-                          for p in info["pools"]) or "no BLAS pool found"
-        return f"BLAS (threadpoolctl): {pools}"
-    value = info["OPENBLAS_NUM_THREADS"]
-    value = "unset (OpenBLAS then uses one thread per core)" if value is None else repr(value)
-    return (f"BLAS: {info['blas'] or 'unknown'}; threadpoolctl is not installed; "
-            f"OPENBLAS_NUM_THREADS={value}; {os.cpu_count()} CPUs")
+    intra = info["intra_op_threads"]
+    intra = f"all {info['pool_threads']}" if intra is None else str(intra)
+    return (f"BLAS: {info['library'] or 'unknown'}, one thread inside each command; nnc's pool "
+            f"has {info['pool_threads']} threads and a command may split over {intra} "
+            f"(intra-op threads)")
 
 
 def critical_path(graph, seconds):
@@ -131,49 +128,134 @@ def _chain(path):
     return out
 
 
-def run_streams(g, output, sequential_ms, repeat, max_streams, trace_path, say):
-    """Schedule g on CPU streams, time it against the sequential median, write a timeline."""
+def _ort_run(g, x, outputs, threads, say):
+    """ORT's best sequential configuration (intra-op = ``threads``, all optimisations) on this
+    graph's weights, or (None, why not)."""
+    from nnc.models.peers import OrtRun, ort_version
+
+    if ort_version() is None:
+        return None, "onnxruntime is not installed (pip install 'nnc-graph[bench]')"
+    import nnc.onnx
+
+    try:
+        model = nnc.onnx.save(g, None, inputs=[x], outputs=outputs)
+    except nnc.onnx.OnnxError as e:
+        return None, f"the graph could not be exported to ONNX: {e}"
+    return OrtRun(model, {model.graph.input[0].name: x.numpy()}, intra_op=threads), None
+
+
+def _rounds(fns, repeat, pause):
+    """Interleaved timing (order rotated each round; a pause so spinning thread pools go idle,
+    then one untimed call, before each timed call); name -> [seconds]."""
+    names = list(fns)
+    for name in names:
+        fns[name]()
+    samples = {name: [] for name in names}
+    for k in range(repeat):
+        for i in range(len(names)):
+            name = names[(i + k) % len(names)]
+            time.sleep(pause)
+            fns[name]()
+            t0 = time.perf_counter()
+            fns[name]()
+            samples[name].append(time.perf_counter() - t0)
+    return samples
+
+
+def run_streams(g, x, output, logits, repeat, max_streams, trace_path, say, ort=True):
+    """Time the best sequential configuration, the scheduled run and (with ``ort`` and
+    onnxruntime installed) ORT's best on the same weights; write a timeline of the schedule."""
     import nnc
 
+    threads = nnc.get_num_threads()
+    before = nnc.get_intra_op_threads()
     expected = output.numpy().copy()
     sched = nnc.static_schedule(g, max_streams=max_streams)
     sched.verify()
     s = nnc.Stream("cpu")
-    output.numpy().fill(0)
-    g.run(stream=s)
-    s.wait()
-    identical = bool(np.array_equal(output.numpy(), expected))
-    # One BLAS thread per stream (each stream is a thread); the fair sequential comparison
-    # is then also at one BLAS thread. The default sequential run above used BLAS's default.
-    from threadpoolctl import threadpool_limits
 
-    seq1, times = [], []
-    with threadpool_limits(1, "blas"):
-        for _ in range(repeat):
-            t0 = time.perf_counter()
+    def sequential(n):
+        def run():
+            nnc.set_intra_op_threads(n)
             g.run()
-            seq1.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            g.run(stream=s)
-            s.wait()
-            times.append(time.perf_counter() - t0)
+        return run
+
+    def scheduled():
+        nnc.set_intra_op_threads(None)
+        g.run(stream=s)
+        s.wait()
+
+    seq_all = f"seq{threads}"
+    fns = {"seq1": sequential(1), seq_all: sequential(None), "scheduled": scheduled}
+    try:
+        identical = True
+        for fn in fns.values():
+            output.numpy().fill(0)
+            fn()
+            identical = identical and bool(np.array_equal(output.numpy(), expected))
+        peer, why = _ort_run(g, x, [logits, output], threads, say) if ort else (
+            None, "left out (--no-ort)")
+        rel_err = None
+        if peer is not None:
+            peer()
+            want = peer.outputs[0]
+            rel_err = float(np.abs(want - logits.numpy()).max() / np.abs(want).max())
+            fns["ort"] = peer
+        samples = _rounds(fns, repeat, pause=0.05)
+        nnc.set_intra_op_threads(None)
         with nnc.trace(trace_path):
             g.run(stream=s)
-    median_ms = statistics.median(times) * 1e3
-    seq1_ms = statistics.median(seq1) * 1e3
+    finally:
+        nnc.set_intra_op_threads(before)
+    ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+
+    def ratio(a, b):
+        """Median over rounds of time(a) / time(b)."""
+        return statistics.median(x / y for x, y in zip(samples[a], samples[b]))
+
+    best_seq = min(("seq1", seq_all), key=ms.get)
+    speedup = ratio(best_seq, "scheduled")
+    fastest = "scheduled" if ms["scheduled"] <= ms[best_seq] else best_seq
     say(f"streams: static schedule with {sched.stream_count} streams, {sched.signal_count} "
-        f"signals (max_streams={max_streams}); output identical to sequential: {identical}")
-    say(f"  at 1 BLAS thread: median {median_ms:.1f} ms per inference on streams, "
-        f"{seq1_ms:.1f} ms sequential ({seq1_ms / median_ms:.2f}x) over {repeat} run(s); "
-        f"the default sequential run above: {sequential_ms:.1f} ms")
+        f"signals (max_streams={max_streams}); every run's output identical to the first "
+        f"sequential run: {identical}")
+    say(f"  interleaved, median of {repeat} round(s), nnc pool of {threads} threads:")
+
+    def row(label, value, note=""):
+        say(f"    {label:<46}{value:8.1f} ms{'   ' + note if note else ''}")
+
+    row("sequential, 1 thread per command", ms["seq1"],
+        "<- best sequential" if best_seq == "seq1" else "")
+    row(f"sequential, up to {threads} threads per command", ms[seq_all],
+        "<- best sequential" if best_seq == seq_all else "")
+    row("scheduled (streams + split commands)", ms["scheduled"],
+        f"{speedup:.2f}x the best sequential, {ratio('seq1', 'scheduled'):.2f}x seq1")
+    ort_report = None
+    if peer is not None:
+        vs_ort = ratio("scheduled", "ort")
+        best_vs_ort = ratio(fastest, "ort")
+        row(f"onnxruntime {peer.version}, intra-op {threads}, ENABLE_ALL", ms["ort"],
+            f"nnc scheduled takes {vs_ort:.2f}x its time, nnc's fastest ({fastest}) "
+            f"{best_vs_ort:.2f}x")
+        say(f"    (onnxruntime runs this graph exported with nnc.onnx.save: the same weights; "
+            f"logits differ by {rel_err:.1e} of their largest magnitude)")
+        ort_report = {"version": peer.version, "config": peer.describe(), "median_ms":
+                      ms["ort"], "scheduled_vs_ort": vs_ort, "fastest_vs_ort": best_vs_ort,
+                      "rel_err": rel_err}
+    else:
+        say(f"    onnxruntime: {why}")
+    say(f"  fastest nnc mode: {fastest}")
     say(f"  timeline: wrote {trace_path} (open it in https://ui.perfetto.dev)")
     return {"stream_count": sched.stream_count, "signal_count": sched.signal_count,
-            "max_streams": max_streams, "identical": identical, "median_ms": median_ms,
-            "sequential_1blas_ms": seq1_ms, "speedup": seq1_ms / median_ms, "trace": trace_path}
+            "max_streams": max_streams, "identical": identical, "pool_threads": threads,
+            "median_ms": ms["scheduled"], "seq1_ms": ms["seq1"], "seq_all_ms": ms[seq_all],
+            "best_sequential": best_seq, "best_sequential_ms": ms[best_seq],
+            "speedup": speedup, "speedup_vs_seq1": ratio("seq1", "scheduled"),
+            "fastest": fastest, "ort": ort_report, "ort_missing": why, "trace": trace_path}
 
 
 def run_demo(size=299, batch=1, repeat=5, seed=0, autotune=False, dot=None, out=None,
-             streams=False, max_streams=0, trace="run.json"):
+             streams=False, max_streams=0, trace="run.json", ort=True):
     """Build, run and profile Inception-V3; print a report to ``out`` and return it as a dict."""
     from nnc.models.inception import build_inception_v3_model
 
@@ -260,7 +342,8 @@ def run_demo(size=299, batch=1, repeat=5, seed=0, autotune=False, dot=None, out=
 
     streamed = None
     if streams:
-        streamed = run_streams(g, m.output, median_s * 1e3, repeat, max_streams, trace, say)
+        streamed = run_streams(g, m.input, m.output, m.logits, repeat, max_streams, trace,
+                               say, ort=ort)
 
     probs = m.output.numpy()
     top5 = [int(i) for i in np.argsort(-probs[0], kind="stable")[:5]]
@@ -312,7 +395,7 @@ def main(args):
     try:
         result = run_demo(size=args.size, batch=args.batch, repeat=args.repeat, seed=args.seed,
                           autotune=args.autotune, dot=args.dot, streams=args.streams,
-                          max_streams=args.max_streams, trace=args.trace)
+                          max_streams=args.max_streams, trace=args.trace, ort=args.ort)
     except NNCError as e:
         print(f"nnc demo: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

@@ -13,12 +13,12 @@ def critical_path(
     graph: Graph, seconds: Mapping[GraphExec, float]
 ) -> tuple[float, list[GraphExec]]: ...
 def run_streams(
-    g: Graph, output: Tensor, sequential_ms: float, repeat: int, max_streams: int,
-    trace_path: str, say: Callable[[str], None],
+    g: Graph, x: Tensor, output: Tensor, logits: Tensor, repeat: int, max_streams: int,
+    trace_path: str, say: Callable[[str], None], ort: bool = True,
 ) -> dict[str, Any]: ...
 def run_demo(
     size: int = 299, batch: int = 1, repeat: int = 5, seed: int = 0, autotune: bool = False,
     dot: str | None = None, out: TextIO | None = None, streams: bool = False,
-    max_streams: int = 0, trace: str = "run.json",
+    max_streams: int = 0, trace: str = "run.json", ort: bool = True,
 ) -> dict[str, Any]: ...
 def main(args: argparse.Namespace) -> int: ...

@@ -203,9 +203,42 @@ def test_demo_streams_writes_a_timeline(tmp_path):
     from nnc.demo import run_demo
 
     path = tmp_path / "run.json"
-    report = run_demo(size=75, repeat=1, streams=True, max_streams=2, trace=str(path),
-                      out=io.StringIO())
-    assert report["streams"]["identical"] and report["streams"]["stream_count"] == 2
+    out = io.StringIO()
+    report = run_demo(size=75, repeat=1, streams=True, max_streams=2, trace=str(path), out=out)
+    st = report["streams"]
+    assert st["identical"] and st["stream_count"] == 2
+    # the best sequential configuration is one of the two measured, and the report says which
+    threads = nnc.get_num_threads()
+    assert st["best_sequential"] in ("seq1", f"seq{threads}")
+    assert st["best_sequential_ms"] == min(st["seq1_ms"], st["seq_all_ms"])
+    assert st["fastest"] in ("scheduled", st["best_sequential"])
+    assert st["median_ms"] > 0 and st["speedup"] > 0
+    text = out.getvalue()
+    assert "<- best sequential" in text and "threadpoolctl" not in text
+    if st["ort"] is None:  # onnxruntime is in the test extra, but may be missing elsewhere
+        assert "not installed" in st["ort_missing"]
+    else:
+        assert st["ort"]["rel_err"] <= 1e-4 and st["ort"]["median_ms"] > 0
+        assert "onnxruntime" in text
+    # the demo puts the intra-op setting back
+    assert nnc.get_intra_op_threads() is None
     events = json.loads(path.read_text())["traceEvents"]
     nodes = [e for e in events if e.get("cat") == "cmd" and e["name"].startswith("#")]
     assert len(nodes) == report["nodes"]
+
+
+def test_demo_streams_without_ort(tmp_path):
+    import io
+
+    from nnc.demo import run_demo
+
+    nnc.set_intra_op_threads(1)
+    try:
+        report = run_demo(size=75, repeat=1, streams=True, max_streams=2,
+                          trace=str(tmp_path / "run.json"), out=io.StringIO(), ort=False)
+        assert nnc.get_intra_op_threads() == 1
+    finally:
+        nnc.set_intra_op_threads(None)
+    st = report["streams"]
+    assert st["ort"] is None and "--no-ort" in st["ort_missing"]
+    assert report["blas"]["blas_threads"] == 1 and report["blas"]["library"]

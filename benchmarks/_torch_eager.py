@@ -1,0 +1,163 @@
+"""PyTorch eager on the same ONNX model, for benchmarks/streams.py (optional: torch is not in
+the ``bench`` extra; ``pip install torch`` to add this column).
+
+There is no ONNX importer in PyTorch itself, so this walks the model's nodes once and turns
+each into a call of ``torch.nn.functional`` with the model's own weights; a run is then a
+Python loop of eager calls under ``torch.inference_mode``, which is what a user running the
+network in PyTorch eager mode gets. Activations and convolution weights are kept in
+``channels_last`` (NHWC in memory), PyTorch's faster CPU layout for convolutions.
+
+Only the operators nnc's exports and ``nnc/models/onnx_zoo.py`` use are mapped; any other
+raises ``NotImplementedError`` naming it, and the benchmark reports the column as unsupported.
+"""
+
+
+def torch_version():
+    """torch's version string, or None when ``import torch`` fails."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return str(torch.__version__)
+
+
+def _attrs(node):
+    import onnx
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+class TorchEager:
+    """``model`` (an ONNX ModelProto) run op by op in PyTorch eager mode on ``threads``
+    intra-op threads. ``feeds`` maps input names to NumPy arrays (copied once); ``outputs``
+    holds the last run's outputs as NumPy arrays."""
+
+    def __init__(self, model, feeds, threads):
+        import numpy as np
+        import onnx.numpy_helper
+        import torch
+
+        self.torch = torch
+        torch.set_num_threads(threads)
+        self.threads = threads
+        self.consts = {t.name: torch.from_numpy(np.array(onnx.numpy_helper.to_array(t)))
+                       for t in model.graph.initializer}
+        self.inputs = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
+        self.output_names = [o.name for o in model.graph.output]
+        self.steps = [self._compile(n) for n in model.graph.node]
+        self.outputs = []
+
+    def _compile(self, node):
+        """(function of the value table, output names) for one ONNX node."""
+        torch = self.torch
+        F = torch.nn.functional
+        op, a, ins = node.op_type, _attrs(node), list(node.input)
+        if op == "Conv":
+            w = self.consts[ins[1]].contiguous(memory_format=torch.channels_last)
+            b = self.consts[ins[2]] if len(ins) > 2 and ins[2] else None
+            t, left, bottom, right = a.get("pads", [0, 0, 0, 0])
+            stride = tuple(a.get("strides", [1, 1]))
+            dil = tuple(a.get("dilations", [1, 1]))
+            groups = a.get("group", 1)
+            if (t, left) == (bottom, right):
+                def fn(v):
+                    return F.conv2d(v[ins[0]], w, b, stride, (t, left), dil, groups)
+            else:
+                def fn(v):
+                    x = F.pad(v[ins[0]], (left, right, t, bottom))
+                    return F.conv2d(x, w, b, stride, 0, dil, groups)
+        elif op == "Relu":
+            def fn(v):
+                return F.relu(v[ins[0]])
+        elif op == "Clip":
+            lo = float(self.consts[ins[1]]) if len(ins) > 1 and ins[1] else a.get("min")
+            hi = float(self.consts[ins[2]]) if len(ins) > 2 and ins[2] else a.get("max")
+
+            def fn(v):
+                return torch.clamp(v[ins[0]], lo, hi)
+        elif op in ("MaxPool", "AveragePool"):
+            k = tuple(a["kernel_shape"])
+            stride = tuple(a.get("strides", [1, 1]))
+            t, left, bottom, right = a.get("pads", [0, 0, 0, 0])
+            if (t, left) != (bottom, right) or t > k[0] // 2 or left > k[1] // 2:
+                raise NotImplementedError(f"{op} with pads {a.get('pads')}")
+            if op == "MaxPool":
+                def fn(v):
+                    return F.max_pool2d(v[ins[0]], k, stride, (t, left))
+            else:
+                include = bool(a.get("count_include_pad", 0))
+
+                def fn(v):
+                    return F.avg_pool2d(v[ins[0]], k, stride, (t, left),
+                                        count_include_pad=include)
+        elif op == "GlobalAveragePool":
+            def fn(v):
+                return F.adaptive_avg_pool2d(v[ins[0]], 1)
+        elif op == "ReduceMean":
+            axes = a.get("axes")
+            if axes is None and len(ins) > 1:
+                axes = [int(i) for i in self.consts[ins[1]].tolist()]
+            keep = bool(a.get("keepdims", 1))
+
+            def fn(v):
+                return torch.mean(v[ins[0]], dim=tuple(axes), keepdim=keep)
+        elif op == "Concat":
+            axis = a["axis"]
+
+            def fn(v):
+                return torch.cat([v[i] for i in ins], dim=axis)
+        elif op == "Flatten":
+            axis = a.get("axis", 1)
+
+            def fn(v):
+                return torch.flatten(v[ins[0]], axis)
+        elif op == "Gemm":
+            if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
+                raise NotImplementedError("Gemm with transA, alpha or beta")
+            w = self.consts[ins[1]]
+            w = w if a.get("transB", 0) else w.t().contiguous()
+            b = self.consts[ins[2]] if len(ins) > 2 and ins[2] else None
+
+            def fn(v):
+                return F.linear(v[ins[0]], w, b)
+        elif op == "Softmax":
+            axis = a.get("axis", -1)
+
+            def fn(v):
+                return torch.softmax(v[ins[0]], dim=axis)
+        elif op == "Add":
+            def fn(v):
+                return torch.add(v[ins[0]], v[ins[1]])
+        elif op == "BatchNormalization":
+            scale, bias, mean, var = (self.consts[i] for i in ins[1:5])
+            eps = a.get("epsilon", 1e-5)
+
+            def fn(v):
+                return F.batch_norm(v[ins[0]], mean, var, scale, bias, False, 0.0, eps)
+        elif op == "Transpose":
+            perm = tuple(a["perm"])
+
+            def fn(v):
+                return v[ins[0]].permute(perm)
+        elif op == "Reshape":
+            shape = [int(i) for i in self.consts[ins[1]].tolist()]
+
+            def fn(v):
+                return torch.reshape(v[ins[0]], shape)
+        else:
+            raise NotImplementedError(f"ONNX operator {op} (node {node.name!r})")
+        return fn, list(node.output)
+
+    def __call__(self):
+        torch = self.torch
+        with torch.inference_mode():
+            values = dict(self.consts)
+            for name, x in self.inputs.items():
+                values[name] = (x.contiguous(memory_format=torch.channels_last)
+                                if x.dim() == 4 else x)
+            for fn, outs in self.steps:
+                values[outs[0]] = fn(values)
+            self.outputs = [values[n].contiguous().numpy() for n in self.output_names]
+
+    def describe(self):
+        return f"PyTorch {torch_version()} eager, channels_last, {self.threads} thread(s)"

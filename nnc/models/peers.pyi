@@ -1,0 +1,27 @@
+"""The same network in onnxruntime, for side-by-side timings (nnc/models/peers.py)."""
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+def ort_version() -> str | None: ...
+
+class OrtRun:
+    session: Any
+    feeds: dict[str, npt.NDArray[Any]]
+    output_names: list[str]
+    outputs: list[npt.NDArray[Any]]
+    binding: Any
+    version: str
+    intra_op: int
+    inter_op: int
+    parallel: bool
+    optimize: bool
+    def __init__(
+        self, model: Any, feeds: Mapping[str, np.ndarray], *, intra_op: int,
+        inter_op: int = 1, parallel: bool = False, optimize: bool = True,
+    ) -> None: ...
+    def __call__(self) -> None: ...
+    def describe(self) -> str: ...

@@ -1,0 +1,88 @@
+"""The CPU benchmarks of issue 14 (benchmarks/streams.py, benchmarks/conv.py) run end to end on
+the smallest inputs, and their helpers choose rounds as documented. No timing is asserted:
+only that every configuration ran, the outputs agreed and the report has its fields."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks import _util
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(*args, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", *args, "--json"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_quiet_rounds():
+    # the rounds during which others used at most 0.1 core, when there are 3 of them
+    assert _util.quiet_rounds([0.0, 0.5, 0.05, 0.1, 2.0]) == [0, 2, 3]
+    # otherwise the quieter half, at least 3
+    assert _util.quiet_rounds([0.9, 0.5, 0.3, 0.2, 0.8, 0.4]) == [2, 3, 5]
+    assert _util.quiet_rounds([0.9, 0.5]) == [0, 1]
+    # no load figures (no /proc/stat): every round
+    assert _util.quiet_rounds([None, None, None, None]) == [0, 1, 2, 3]
+
+
+def test_measure_rounds_rotates_and_times_every_callable():
+    calls = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    samples, others = _util.measure_rounds(fns, 2, pause=0)
+    assert {k: len(v) for k, v in samples.items()} == {"a": 2, "b": 2, "c": 2}
+    assert len(others) == 2
+    # warm-up a b c; round 0: a a b b c c; round 1 starts one place later: b b c c a a
+    assert "".join(calls) == "abc" + "aabbcc" + "bbccaa"
+
+
+def test_streams_benchmark_smoke():
+    r = _bench("benchmarks.streams", "--size", "75", "--models", "inception_v3",
+               "--repeat", "1", "--pause", "0")
+    assert r["ok"] and r["benchmark"] == "streams"
+    (row,) = r["rows"]
+    assert row["net"] == "inception_v3_75" and row["nodes"] == 204
+    t = r["threads"]
+    names = {"seq1", "sched", "sched_nosplit"} | ({f"seq{t}"} if t > 1 else set())
+    assert names <= set(row["ms"])
+    assert all(c["ok"] for c in row["checks"])
+    assert row["best"]["sequential"].startswith("seq")
+    assert row["best"]["scheduled"].startswith("sched")
+    assert row["x_best_seq"][row["best"]["sequential"]] == 1.0
+    assert "scheduled >= 1.0x best sequential" in row["targets"]
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        assert row["missing"]["onnxruntime"] == "not installed"
+    else:
+        assert "ort_seq1" in row["ms"] and row["best"]["ort"].startswith("ort_")
+        assert row["per_ort_best"][row["best"]["ort"]] == 1.0
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert row["missing"]["torch"] == "not installed"
+    assert r["machine"]["nnc_blas"]
+
+
+def test_streams_benchmark_rejects_unknown_models():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "benchmarks.streams", "--models", "vgg"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown models" in r.stderr
+
+
+def test_conv_benchmark_smoke():
+    limit = 3
+    r = _bench("benchmarks.conv", "--size", "75", "--limit", str(limit), "--repeat", "1")
+    assert r["shapes"] == limit and len(r["rows"]) == limit
+    first = r["rows"][0]
+    # Conv2d_1a_3x3 at 75x75: 37x37 output pixels, 32 channels, K = 3*3*3
+    assert (first["M"], first["N"], first["K"]) == (37 * 37, 32, 27)
+    for row in r["rows"]:
+        assert row["gflops"]["conv"] > 0 and row["gflops"]["gemm"] > 0
+    assert r["winograd_errors_ok"]
