@@ -248,10 +248,13 @@ def run_net(net, size, repeat, threads, max_streams, pause, seed, say):
             net.onnx_model = nnc.onnx.save(g, None, inputs=[x], outputs=outputs)
         except nnc.onnx.OnnxMissingError:
             pass  # no onnx: no peers either (reported below)
+    # nnc's best form of the graph: each convolution with its ReLU fused (Graph.simplify).
+    say(f"  simplify: fused {g.simplify()} convolution + ReLU pair(s)")
     checks = []
     fns, want, sched_info = _nnc_configs(g, outputs, threads, max_streams, "", checks, say)
 
     g_t, x_t, out_t = net.make()
+    g_t.simplify()
     x_t.numpy()[...] = x.numpy()
     nnc.set_intra_op_threads(1)
     g_t.run()

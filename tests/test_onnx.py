@@ -355,6 +355,23 @@ def test_save_of_a_hand_built_graph_runs_in_ort():
     close(ort_run(m, {"img": x.numpy()})[0], z.numpy())
 
 
+def test_save_of_a_simplified_graph_writes_the_fused_relu():
+    """Graph.simplify's CONVOLUTION with activation="relu" saves as Conv + Relu (its RELU node,
+    now a NOOP, writes nothing)."""
+    g = nnc.Graph()
+    x = nnc.Tensor(RNG.standard_normal((1, 6, 6, 3)).astype(np.float32))
+    w = nnc.Tensor(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    y = nnc.Tensor.empty((1, 6, 6, 4), dtype="float32")
+    g.concat(g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y]),
+             g.exec(nnc.Cmd("RELU"), [y], [y]))
+    assert g.simplify() == 1
+    g.run()
+    assert y.numpy().min() == 0
+    m = nnc.onnx.save(g, None, inputs=[x], outputs=[y], input_names=["img"])
+    assert [n.op_type for n in m.graph.node].count("Relu") == 1
+    close(ort_run(m, {"img": x.numpy()})[0], y.numpy())
+
+
 # -- the three networks ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module", params=["resnet50", "inception_v3", "mobilenet_v2"])

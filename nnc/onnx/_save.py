@@ -146,6 +146,8 @@ class _Saver:
                 kh, kw = ins[1].shape[1:3]
                 z = self.node("Conv", args, group=p["groups"], kernel_shape=[kh, kw], pads=pads,
                               strides=list(p["stride"]), dilations=[1, 1])
+                if p.get("activation") == "relu":       # Graph.simplify's fused epilogue
+                    z = self.node("Relu", [z])
             elif name == "MAX_POOL":
                 z = self.node("MaxPool", [x], kernel_shape=list(p["size"]), pads=pads,
                               strides=list(p["stride"]))
