@@ -120,6 +120,8 @@ cdef void parallel_after_fork() noexcept nogil:
 
 cdef int parallel_threads() noexcept nogil:
     cdef int idle = _idle() if _idle != NULL else 0
+    if idle < 0:
+        idle = 0
     if _intra_op:
         return min(_intra_op, idle + 1)
     return idle + 1

@@ -670,7 +670,7 @@ cdef int _sleeping() noexcept nogil:
     """nnc.parallel: threads that may help a command now: the sleeping ones, but no more than
     size - 1, so a caller from outside the pool (a sequential run) and its helpers use no more
     threads than the pool has (a racy read: a hint for how many to invite)."""
-    return min(_pool.sleeping, _pool.size - 1)
+    return max(0, min(_pool.sleeping, _pool.size - 1))     # size is 0 until the pool starts
 
 
 parallel_install(_wake_helpers, _sleeping)

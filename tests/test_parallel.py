@@ -119,3 +119,23 @@ def test_a_forked_child_splits_commands_on_its_own_pool():
     _, status = os.waitpid(pid, 0)
     assert os.read(r, 1) == b"1" and status == 0
     os.close(r)
+
+
+def test_one_intra_op_thread_before_the_pool_ever_started():
+    """Regression: with intra-op threads at 1 a synchronous run does not start the pool, whose
+    size is then still 0; the split must still see one thread (it once saw 0 and divided by
+    it: SIGFPE). In a fresh process, so the pool really has not started."""
+    import subprocess
+
+    code = ("import numpy as np, nnc\n"
+            "nnc.set_intra_op_threads(1)\n"
+            "x = np.ones((1, 40, 40, 16), np.float32); w = np.ones((8, 1, 1, 16), np.float32)\n"
+            "y = np.zeros((1, 40, 40, 8), np.float32)\n"
+            "nnc.cmd_exec(nnc.Cmd('CONVOLUTION'), [x, w], [y])\n"
+            "assert (y == 16).all()\n"
+            "from nnc.parallel import parallel_probe\n"
+            "rc, ran = parallel_probe(4)\n"
+            "assert rc == 0 and len(set(ran)) == 1\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=DEADLINE)
+    assert done.returncode == 0, done.stderr

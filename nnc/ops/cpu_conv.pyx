@@ -406,19 +406,25 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                     and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0)
     cv.depthwise = cv.groups > 1 and cv.cg == 1 and cv.og == 1
     itemsize = 4 if dtype == NNC_32F else 8
-    part_pixels = _part_pixels
-    if not (cv.pointwise or cv.depthwise):
-        part_pixels = max(part_pixels, _part_bytes // (cv.k * itemsize))
-    cv.rows_per_part = max(1, part_pixels // cv.wo)
-    parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
     threads = parallel_threads()
-    if threads > 1 and parts < SPLIT_EVEN * threads and cv.rows * cv.wo * cv.o * cv.k >= SPLIT_MACS:
-        if parts < threads and cv.groups == 1 and cv.o >= 2 * 16:
+    if cv.rows * cv.wo * cv.o * cv.k < SPLIT_MACS:
+        threads = 1                     # too small to be worth waking a helper
+    if cv.pointwise:
+        # No patches to keep in cache: one GEMM per thread (one for the whole image alone).
+        parts = min(threads, cv.rows)
+    else:
+        part_pixels = _part_pixels
+        if not cv.depthwise:
+            part_pixels = max(part_pixels, _part_bytes // (cv.k * itemsize))
+        parts = (cv.rows + max(1, part_pixels // cv.wo) - 1) // max(1, part_pixels // cv.wo)
+    if threads > 1 and parts < SPLIT_EVEN * threads:
+        if cv.rows * cv.wo < _part_pixels * threads and cv.groups == 1 and cv.o >= 2 * 16:
+            # Too few pixels for each thread to get a GEMM worth the name (17x17, 8x8).
             return _split_channels(&cv, threads, itemsize, ctx)
         # A few parts: a multiple of the threads, so none waits at the end for a lone part.
         parts = (parts + threads - 1) // threads * threads
-        cv.rows_per_part = (cv.rows + parts - 1) // parts
-        parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
+    cv.rows_per_part = (cv.rows + parts - 1) // parts
+    parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
     return nnc_parallel_for(parts, _part, &cv, ctx)
 
 
