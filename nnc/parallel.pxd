@@ -20,18 +20,19 @@ cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
 # With the GIL, before a synchronous run: start the pool once, so idle threads can help.
 cdef int parallel_ready() except -1
 
-# Threads one command may use now (the caller included): 1 means parts run on the caller.
+# Threads one command may use (the caller included): 1 means parts run on the caller. Whether
+# helpers come depends on whether pool threads are free while the parts last.
 cdef int parallel_threads() noexcept nogil
 
 # For nnc.worker's pool threads. parallel_pending: some job has parts and room for a helper
-# (read under the pool's lock before a thread sleeps). parallel_help: take parts of open jobs
-# with the thread's private context until none is left; True if it ran any.
+# (read under the pool's lock before a thread sleeps). parallel_help: take parts of one open
+# job with the thread's private context until it has none left; True if there was one.
 cdef bint parallel_pending() noexcept nogil
 cdef bint parallel_help(void* context) noexcept nogil
 
 # The pool registers these (nnc.worker, when it loads): wake up to n sleeping pool threads, and
-# how many may help a command now (sleeping ones, at most the pool's size - 1).
+# how many threads may help one command (the pool's size - 1; 0 before it starts).
 ctypedef void (*parallel_wake_f)(int n) noexcept nogil
-ctypedef int (*parallel_idle_f)() noexcept nogil
-cdef void parallel_install(parallel_wake_f wake, parallel_idle_f idle) noexcept nogil
+ctypedef int (*parallel_helpers_f)() noexcept nogil
+cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noexcept nogil
 cdef void parallel_after_fork() noexcept nogil

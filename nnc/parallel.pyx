@@ -8,8 +8,11 @@ nothing else (OpenBLAS's threads, an OpenMP runtime) competes for them.
 How a call runs (``nnc_parallel_for``, parallel.pxd):
 
 - The caller posts a *job* (on its own stack) with room for up to ``intra_op_threads - 1``
-  helpers, no more than the pool threads that sleep right now, and wakes that many. If none
-  sleeps, or the job has one part, the caller runs every part itself: no lock, no wake-up.
+  helpers (at most the pool's size - 1 and the parts - 1) and wakes that many sleeping pool
+  threads, if that many sleep. A thread that finishes its stream's work later joins too, before
+  it would sleep: in a scheduled run, the thread whose stream waits for another stream's output
+  helps compute it. With room for none (one part, one thread) the caller runs every part
+  itself: no lock, no wake-up.
 - Parts are claimed one at a time with an atomic counter, by the caller and by helpers, so a
   slow part or a late helper does not make the others wait (the split need not be even).
 - The caller runs parts until none is left, then closes the job (no new helper may join) and
@@ -76,7 +79,7 @@ cdef job_t* _jobs = NULL                # open jobs, newest first (guarded by _l
 cdef int _open = 0                      # jobs in _jobs with room > 0 (written under _lock)
 cdef int _intra_op = 0                  # threads per command; 0: every pool thread
 cdef parallel_wake_f _wake = NULL       # registered by the pool
-cdef parallel_idle_f _idle = NULL
+cdef parallel_helpers_f _helpers = NULL
 cdef bint _started = False              # the pool was asked to start (with the GIL)
 _starter = None                         # the pool's start function (registered by nnc.worker)
 pthread_mutex_init(&_lock, NULL)
@@ -103,10 +106,10 @@ cdef int parallel_ready() except -1:
     return 0
 
 
-cdef void parallel_install(parallel_wake_f wake, parallel_idle_f idle) noexcept nogil:
-    global _wake, _idle
+cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noexcept nogil:
+    global _wake, _helpers
     _wake = wake
-    _idle = idle
+    _helpers = helpers
 
 
 cdef void parallel_after_fork() noexcept nogil:
@@ -119,12 +122,12 @@ cdef void parallel_after_fork() noexcept nogil:
 
 
 cdef int parallel_threads() noexcept nogil:
-    cdef int idle = _idle() if _idle != NULL else 0
-    if idle < 0:
-        idle = 0
+    cdef int helpers = _helpers() if _helpers != NULL else 0
+    if helpers < 0:
+        helpers = 0
     if _intra_op:
-        return min(_intra_op, idle + 1)
-    return idle + 1
+        return min(_intra_op, helpers + 1)
+    return helpers + 1
 
 
 cdef bint parallel_pending() noexcept nogil:
@@ -158,28 +161,33 @@ cdef void _close(job_t* j) noexcept nogil:
 
 
 cdef bint parallel_help(void* context) noexcept nogil:
+    """Take parts of one open job until it has none left; True if there was one. One job
+    only: the pool thread then looks at its ready list again (streams come first)."""
     cdef job_t* j
-    cdef bint helped = False
-    while True:
-        pthread_mutex_lock(&_lock)
-        j = _jobs
-        while j != NULL and (j.room == 0 or j.next >= j.parts):
-            j = j.link
-        if j == NULL:
-            pthread_mutex_unlock(&_lock)
-            return helped
-        j.room -= 1
-        if j.room == 0:
+    pthread_mutex_lock(&_lock)
+    j = _jobs
+    while j != NULL and (j.room == 0 or j.next >= j.parts):
+        if j.room > 0:
+            # Every part is taken: no room left for anyone, so parallel_pending stops saying
+            # there is (a pool thread would otherwise spin here until the caller closes it).
+            j.room = 0
             _add_int(&_open, -1)
-        j.inside += 1
+        j = j.link
+    if j == NULL:
         pthread_mutex_unlock(&_lock)
-        _run_parts(j, context)
-        helped = True
-        pthread_mutex_lock(&_lock)
-        j.inside -= 1
-        if j.inside == 0:
-            pthread_cond_signal(&j.done)
-        pthread_mutex_unlock(&_lock)
+        return False
+    j.room -= 1
+    if j.room == 0:
+        _add_int(&_open, -1)
+    j.inside += 1
+    pthread_mutex_unlock(&_lock)
+    _run_parts(j, context)
+    pthread_mutex_lock(&_lock)
+    j.inside -= 1
+    if j.inside == 0:
+        pthread_cond_signal(&j.done)
+    pthread_mutex_unlock(&_lock)
+    return True
 
 
 cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,

@@ -666,14 +666,15 @@ cdef void _wake_helpers(int n) noexcept nogil:
     pthread_mutex_unlock(&_pool.lock)
 
 
-cdef int _sleeping() noexcept nogil:
-    """nnc.parallel: threads that may help a command now: the sleeping ones, but no more than
-    size - 1, so a caller from outside the pool (a sequential run) and its helpers use no more
-    threads than the pool has (a racy read: a hint for how many to invite)."""
-    return max(0, min(_pool.sleeping, _pool.size - 1))     # size is 0 until the pool starts
+cdef int _helpers() noexcept nogil:
+    """nnc.parallel: how many threads may help one command: size - 1, so a caller from
+    outside the pool (a sequential run) and its helpers use no more threads than the pool has,
+    and a pool thread's command is helped by the others; 0 until the pool starts (a racy read
+    of an int: a limit, not a promise)."""
+    return max(0, min(_pool.running, _pool.size) - 1)
 
 
-parallel_install(_wake_helpers, _sleeping)
+parallel_install(_wake_helpers, _helpers)
 
 
 def _start_for_parts():
