@@ -82,13 +82,16 @@ typedef struct {
 /* Parameters a C backend reads (nnc/cmd.pxd). nnc_cmd_new() fills them from its parameter
  * string; a command's own normalisation decides which names it takes. */
 typedef struct {
-    double a;                           /* SCALAR_MUL's factor, SET's value */
+    double a;                           /* SCALAR_MUL's factor, SET's value, ADD's and MUL's p,
+                                           CLAMP's min (NaN: no lower bound) */
     int transpose_a;
     int transpose_b;
     int groups;
     int size[2];
     int stride[2];
     int pad[4];
+    double b;                           /* ADD's q, CLAMP's max (NaN: no upper bound) */
+    int count_include_pad;              /* AVG_POOL: 1 divides by the whole window */
 } nnc_cmd_param_t;
 
 /* A C command backend. Absent tensors are NULL. Returns NNC_SUCCESS or a negative NNC_* status.
