@@ -15,13 +15,15 @@ def register_builtins():
     for module in (basic, ew, softmax, gemm, conv, pool, reduce, blas, clamp, transpose):
         module.register()
     from nnc.ops import (
-        cpu_conv, cpu_gemm, cpu_opt, cpu_opt_blas, cpu_opt_reduce, cpu_opt_unary, cpu_pool,
+        cpu_conv,
+        cpu_gemm,
+        cpu_opt,
+        cpu_opt_blas,
+        cpu_opt_reduce,
+        cpu_opt_unary,
+        cpu_pool,
     )
 
-    cpu_conv.register()
-    cpu_gemm.register()
-    cpu_pool.register()
-    cpu_opt_blas.register()
-    cpu_opt.register()
-    cpu_opt_unary.register()
-    cpu_opt_reduce.register()
+    for module in (cpu_conv, cpu_gemm, cpu_pool, cpu_opt_blas, cpu_opt, cpu_opt_unary,
+                   cpu_opt_reduce):
+        module.register()

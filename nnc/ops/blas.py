@@ -11,8 +11,8 @@ Floats only, one dtype; the output may be exactly an input (in place).
 
 CPU_OPT is a C backend (ops/cpu_opt_blas.pyx, no GIL): contiguous float32/float64 tensors where
 one input has the output's shape and the other has it too, or is one trailing row of it (a
-per-channel vector [C] of an NHWC tensor, any leading 1s allowed) or a single element; every other
-case (strided views, middle-axis broadcasts, float16) runs CPU_REF.
+per-channel vector [C] of an NHWC tensor) or a single element, leading 1s of any shape aside;
+every other case (strided views, middle-axis broadcasts, float16) runs CPU_REF.
 """
 
 import math

@@ -7,8 +7,8 @@ ADD's p and q are ``a`` and ``b``, MUL's p is ``a``, CLAMP's min and max are ``a
 
 Cases taken (contiguous float32/float64 tensors of one dtype): ADD and MUL where one input has
 the output's shape and the other has it too, is one trailing row of it (a per-channel [C]
-vector of an NHWC tensor, leading 1s allowed) or is a single element, or is absent (out = p *
-a); CLAMP on any shape. Everything else (strided views, middle-axis broadcasts) is refused by
+vector of an NHWC tensor) or is a single element, or is absent (out = p * a), leading 1s
+aside; CLAMP on any shape. Everything else (strided views, middle-axis broadcasts) is refused by
 ``accept``, which asks these same checks, so CPU_REF runs it.
 
 Big tensors are cut into parts of about PART_ELEMENTS elements (whole rows when the other input
@@ -162,25 +162,29 @@ cdef int _go(ew_t* e, void* ctx) noexcept nogil:
     return nnc_parallel_for((e.count + e.chunk - 1) // e.chunk, _part, e, ctx)
 
 
+cdef int _lead(const nnc_tensor_t* t) noexcept nogil:
+    """How many leading axes of t have size 1."""
+    cdef int i = 0
+    while i < t.ndim and t.dim[i] == 1:
+        i += 1
+    return i
+
+
 cdef bint _same_shape(const nnc_tensor_t* t, const nnc_tensor_t* like) noexcept nogil:
-    cdef int i
-    if t.ndim != like.ndim:
+    """Equal shapes but for leading 1s: the same elements in the same (contiguous) order."""
+    cdef int i, s = _lead(t), u = _lead(like)
+    if t.ndim - s != like.ndim - u:
         return False
-    for i in range(t.ndim):
-        if t.dim[i] != like.dim[i]:
+    for i in range(t.ndim - s):
+        if t.dim[s + i] != like.dim[u + i]:
             return False
     return True
 
 
 cdef bint _row_of(const nnc_tensor_t* t, const nnc_tensor_t* y) noexcept nogil:
-    """t is [..., 1, 1, m] with m y's last axis: one row that broadcasts along y's others."""
-    cdef int i
-    if t.ndim < 1 or t.ndim > y.ndim or t.dim[t.ndim - 1] != y.dim[y.ndim - 1]:
-        return False
-    for i in range(t.ndim - 1):
-        if t.dim[i] != 1:
-            return False
-    return True
+    """t is [1, ..., 1, m] with m y's last axis: one row that broadcasts along y's others."""
+    return t.ndim >= 1 and y.ndim >= 1 and _lead(t) >= t.ndim - 1 \
+        and t.dim[t.ndim - 1] == y.dim[y.ndim - 1]
 
 
 cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
@@ -189,7 +193,6 @@ cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, i
     cdef nnc_tensor_t* y
     cdef nnc_tensor_t* a
     cdef nnc_tensor_t* b
-    cdef nnc_tensor_t* t
     if n_in < 1 or n_in > 2 or n_out != 1 or outputs[0] == NULL or inputs[0] == NULL:
         return NNC_INVALID
     y, a = outputs[0], inputs[0]
