@@ -118,13 +118,18 @@ def test_gemm_c_backend_takes_transposed_and_sliced_views_without_copies(dtype):
     want, got = ref_and_opt("GEMM", [a, w], (5, 6), dtype)
     assert_dot_close(got, want, dtype, 7)
     np.testing.assert_allclose(got, a_t.T.astype(np.float64) @ wide[:, 2:8], rtol=1e-5)
+    # One row is a GEMV: a vector a with a stride (a column of a_t) is its increment.
+    column = nnc.Tensor(a_t).view((7,), 1, (5,))
+    for w_op, tb in ((w, False), (nnc.Tensor(np.ascontiguousarray(wide[:, 2:8].T)), True)):
+        want, got = ref_and_opt("GEMM", [column, w_op], (6,), dtype, transpose_b=tb)
+        assert_dot_close(got, want, dtype, 7)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape", [
-    dict(batch_a=0, batch_w=0, m=300, k=70, n=90, ta=False, tb=True, bias=True, vector=False),
-    dict(batch_a=0, batch_w=0, m=1, k=600, n=1000, ta=False, tb=True, bias=True, vector=False),
-    dict(batch_a=0, batch_w=0, m=1, k=600, n=1000, ta=False, tb=False, bias=True, vector=True),
+    dict(batch_a=0, batch_w=0, m=600, k=70, n=90, ta=False, tb=True, bias=True, vector=False),
+    dict(batch_a=0, batch_w=0, m=1, k=2100, n=1000, ta=False, tb=True, bias=True, vector=False),
+    dict(batch_a=0, batch_w=0, m=1, k=2100, n=1000, ta=False, tb=False, bias=True, vector=True),
     dict(batch_a=3, batch_w=3, m=100, k=64, n=200, ta=True, tb=False, bias=False, vector=False),
     dict(batch_a=0, batch_w=4, m=40, k=50, n=300, ta=False, tb=True, bias=True, vector=False),
 ], ids=["rows", "columns", "vector", "batch", "shared_a"])

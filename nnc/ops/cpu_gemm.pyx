@@ -10,17 +10,20 @@ transpose_a / transpose_b, an optional bias.
   *view* costs no copy, just like the transpose flags). The output needs unit stride along N
   (a channel slice of a wider buffer is fine: its row stride is GEMM's ldc). Anything else is
   refused by ``accept`` (which runs these same checks), so CPU_REF or the NumPy backend runs it.
-- Work is cut into parts, each one single-threaded GEMM (nnc.ops.cpu_blas) on a block of rows
-  of one batch entry, or, when M is too small to split (a batch-1 fully connected layer, M = 1),
-  on a block of the output's columns; parts run on the caller and idle pool threads
-  (nnc.parallel). The bias is added by each part to its own block while it is hot.
+- Work is cut into as many parts as threads may help now (nnc.parallel), each one
+  single-threaded GEMM (nnc.ops.cpu_blas) on a block of rows of one batch entry, or, when M is
+  too small to split (a batch-1 fully connected layer, M = 1), on a block of the output's
+  columns; parts run on the caller and idle pool threads. One row is a GEMV (GEMM would pack
+  all of w first). The bias is added by each part to its own block while it is hot.
 """
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
 from nnc.cmd cimport Cmd, nnc_cmd_param_t, register_c_backend
-from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
+from nnc.ops.cpu_blas cimport (
+    BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_dgemv, nnc_sgemm, nnc_sgemv,
+)
 from nnc.ops.cpu_check cimport tensor_views
-from nnc.parallel cimport nnc_parallel_for
+from nnc.parallel cimport nnc_parallel_for, parallel_threads
 from nnc.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
@@ -28,10 +31,10 @@ ctypedef fused real:
     double
 
 cdef enum:
-    # Multiply-adds per part: about a tenth of a millisecond of one core's GEMM, so waking a
-    # helper thread is cheap beside it, and a layer of Inception's size makes several parts.
+    # Multiply-adds a part must have at least: about a tenth of a millisecond of one core's
+    # GEMM, so waking a helper thread is cheap beside it.
     PART_MACS = 1 << 20
-    MIN_PART_ROWS = 16                  # fewer rows than this and GEMM's packing dominates
+    MIN_PART_ROWS = 32                  # fewer rows than this and GEMM's packing dominates
     MIN_PART_COLS = 64
 
 
@@ -165,16 +168,33 @@ cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
 
 
 cdef void _split(gemm_t* g) noexcept nogil:
-    """Blocks of rows, or of columns when M is too small to split: about PART_MACS each."""
-    cdef Py_ssize_t row_macs = max(g.n * g.k, 1), col_macs = max(g.m * g.k, 1)
+    """As many parts as threads can take now (each about PART_MACS at least): blocks of rows,
+    or of columns when M is too small; a batch's entries are parts already. A GEMM split finer
+    than that would pack w once per part for nothing."""
+    cdef Py_ssize_t want = min(<Py_ssize_t>parallel_threads(),
+                               max(1, g.batch * g.m * g.n * g.k // PART_MACS))
+    want = (want + g.batch - 1) // g.batch          # parts per batch entry
     g.rows, g.cols = g.m, g.n
-    if g.m >= 2 * MIN_PART_ROWS:
-        g.rows = max(MIN_PART_ROWS, PART_MACS // row_macs)
-    elif g.n >= 2 * MIN_PART_COLS:
-        g.cols = max(MIN_PART_COLS, (PART_MACS // col_macs + 15) // 16 * 16)
+    if want > 1 and g.m >= want * MIN_PART_ROWS:
+        g.rows = ((g.m + want - 1) // want + 7) // 8 * 8
+    elif want > 1 and g.n >= want * MIN_PART_COLS:
+        g.cols = ((g.n + want - 1) // want + 15) // 16 * 16
     g.rows, g.cols = max(min(g.rows, g.m), 1), max(min(g.cols, g.n), 1)
     g.row_parts = (g.m + g.rows - 1) // g.rows
     g.col_parts = (g.n + g.cols - 1) // g.cols
+
+
+cdef void _gemv(const gemm_t* g, const real* a, const real* w, real* y,
+                Py_ssize_t n) noexcept nogil:
+    """y[n] = a[K] . w[K, n]: w^T a when w is stored [K, N], S a when stored S = [N, K]."""
+    cdef int inc = <int>g.a_sk if g.k > 1 else 1
+    cdef int trans = BLAS_TRANS if g.op_w.trans == BLAS_NO_TRANS else BLAS_NO_TRANS
+    cdef int rows = <int>g.k if trans == BLAS_TRANS else <int>n
+    cdef int cols = <int>n if trans == BLAS_TRANS else <int>g.k
+    if real is float:
+        nnc_sgemv(trans, rows, cols, 1.0, w, g.op_w.ld, a, inc, 0.0, y, 1)
+    else:
+        nnc_dgemv(trans, rows, cols, 1.0, w, g.op_w.ld, a, inc, 0.0, y, 1)
 
 
 cdef void _block(const gemm_t* g, const real* a, const real* w, const real* bias, real* y,
@@ -189,6 +209,8 @@ cdef void _block(const gemm_t* g, const real* a, const real* w, const real* bias
             row = y + i * g.o_sm
             for j in range(n):
                 row[j] = 0
+    elif m == 1:
+        _gemv(g, a, w, y, n)
     elif real is float:
         nnc_sgemm(g.op_a.trans, g.op_w.trans, <int>m, <int>n, <int>g.k, 1.0, a, g.op_a.ld,
                   w, g.op_w.ld, 0.0, y, ldc)
