@@ -31,6 +31,8 @@ MODULES = [
     ("nnc.parallel", "nnc/parallel.pyx"),
     ("nnc.ops.cpu_blas", "nnc/ops/cpu_blas.pyx"),
     ("nnc.ops.cpu_conv", "nnc/ops/cpu_conv.pyx"),
+    ("nnc.ops.cpu_gemm", "nnc/ops/cpu_gemm.pyx"),
+    ("nnc.ops.cpu_pool", "nnc/ops/cpu_pool.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.drain", "nnc/drain.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),

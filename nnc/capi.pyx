@@ -73,7 +73,10 @@ cdef int _layout_ok():
             and _at(&p.groups, &p) == _at(&q.groups, &q)
             and _at(&p.size, &p) == _at(&q.size, &q)
             and _at(&p.stride, &p) == _at(&q.stride, &q)
-            and _at(&p.pad, &p) == _at(&q.pad, &q))
+            and _at(&p.pad, &p) == _at(&q.pad, &q)
+            and _at(&p.b, &p) == _at(&q.b, &q)
+            and _at(&p.count_include_pad, &p) == _at(&q.count_include_pad, &q)
+            and _at(&p.activation, &p) == _at(&q.activation, &q))
 
 
 if not _layout_ok():

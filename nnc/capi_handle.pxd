@@ -33,6 +33,9 @@ cdef extern from "nnc_types.h":
         int size[2]
         int stride[2]
         int pad[4]
+        double b
+        int count_include_pad
+        int activation
     ctypedef int (*c_exec_f "nnc_cmd_exec_f")(
         const c_param_t*, c_tensor_t**, int, c_tensor_t**, int, void*) noexcept nogil
     ctypedef int (*c_while_f "nnc_graph_while_f")(

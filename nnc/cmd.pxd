@@ -15,13 +15,17 @@ cdef enum:
 # the same normalised dict when the Cmd is made, and neither can change after, so they never
 # disagree.
 ctypedef struct nnc_cmd_param_t:
-    double a                            # SCALAR_MUL's factor, SET's value
+    double a                            # SCALAR_MUL's factor, SET's value, ADD's and MUL's p,
+    #                                     CLAMP's min (NaN: no lower bound)
     int transpose_a                     # GEMM: use a's last two axes swapped
     int transpose_b                     # GEMM: use w's last two axes swapped (NNC's a.w^T + bias)
     int groups                          # CONVOLUTION groups (>= 1)
     int size[2]                         # pooling window (h, w)
     int stride[2]                       # (h, w), >= 1
     int pad[4]                          # (top, left, bottom, right), >= 0
+    # Appended after the fields above, so their offsets (the C ABI's) stay as they were.
+    double b                            # ADD's q, CLAMP's max (NaN: no upper bound)
+    int count_include_pad               # AVG_POOL: 1 divides by kh * kw, 0 by real elements
     int activation                      # CONVOLUTION: ACTIVATION_RELU applies max(0, .) last
 
 # A C command backend. Absent (None) tensors are NULL. Returns NNC_SUCCESS (0) or a negative

@@ -21,11 +21,11 @@ from libc.string cimport memset
 
 import pickle
 import time
-from collections.abc import Mapping
 
 import numpy as np
 
 from nnc._core import DATATYPE_NAMES, DATATYPES, STATUS_NAMES, CommandError
+from nnc.cmd_params import CmdParams
 from nnc.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
@@ -310,65 +310,8 @@ def command_info(command):
     return _lookup(command)
 
 
-_FROZEN_HOW = ("parameters are fixed when a Cmd is made (C backends and graph nodes copy them "
-               "then); build a new Cmd, e.g. nnc.Cmd(cmd.name, **{**cmd.params, 'a': 3.0}), "
-               "and a new node from it")
-
-
-class CmdParams(Mapping):
-    """A Cmd's parameters: a read-only mapping (reads like a dict, compares equal to one).
-
-    Read-only because a Cmd's values are copied into C (``nnc_cmd_param_t``) and into every
-    node built from it, as NNC's ccv_nnc_graph_exec_new copies the command by value; a
-    mutable dict let CPU_REF (which reads this mapping) and CPU_OPT (which reads the C copy)
-    compute different results from one command. Mutators raise CommandError.
-    """
-
-    __slots__ = ("_items",)
-
-    def __init__(self, items):
-        object.__setattr__(self, "_items", {k: _freeze(v) for k, v in dict(items).items()})
-
-    def __getitem__(self, key):
-        return self._items[key]
-
-    def __iter__(self):
-        return iter(self._items)
-
-    def __len__(self):
-        return len(self._items)
-
-    def __repr__(self):
-        return repr(self._items)
-
-    def __or__(self, other):
-        return {**self._items, **other}
-
-    def __reduce__(self):
-        return (CmdParams, (self._items,))
-
-    def _refuse(self, *args, **kwargs):
-        raise CommandError(f"cmd.params is read-only: {_FROZEN_HOW}")
-
-    __setitem__ = __delitem__ = __ior__ = __setattr__ = __delattr__ = _refuse
-    update = pop = popitem = clear = setdefault = _refuse
-
-
-def _freeze(value):
-    """value with its containers made immutable (lists become tuples, dicts CmdParams, arrays
-    read-only copies), so nothing reached through cmd.params can change after the Cmd is made."""
-    if type(value) is list or type(value) is tuple:
-        return tuple([_freeze(v) for v in value])
-    if isinstance(value, dict):
-        return CmdParams(value)
-    if isinstance(value, (set, frozenset)):
-        return frozenset([_freeze(v) for v in value])
-    if isinstance(value, bytearray):
-        return bytes(value)
-    if isinstance(value, np.ndarray):
-        value = value.copy()
-        value.flags.writeable = False
-    return value
+# Built-in commands whose scalars are not "a": the parameters that fill param.a and param.b.
+_SCALAR_KEYS = {"ADD": ("p", "q"), "MUL": ("p", None), "CLAMP": ("min", "max")}
 
 
 cdef class Cmd:
@@ -405,7 +348,11 @@ cdef class Cmd:
     def _fill_param(self):
         p = self.params
         try:
-            self.param.a = float(p.get("a", p.get("value", 0.0)))
+            a_key, b_key = _SCALAR_KEYS.get(self.info.name, ("a", None)) if self.info.builtin \
+                else ("a", None)
+            self.param.a = float(p.get(a_key, p.get("value", 0.0)))
+            self.param.b = float(p[b_key]) if b_key is not None and b_key in p else 0.0
+            self.param.count_include_pad = bool(p.get("count_include_pad", False))
             self.param.transpose_a = bool(p.get("transpose_a", False))
             self.param.transpose_b = bool(p.get("transpose_b", False))
             self.param.groups = int(p.get("groups", 1))

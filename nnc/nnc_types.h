@@ -16,7 +16,7 @@ extern "C" {
 
 /* Bumped whenever a struct below or a function's signature changes: nnc_init() refuses a
  * module built against another version. */
-#define NNC_ABI_VERSION 1
+#define NNC_ABI_VERSION 2
 
 #define NNC_MAX_DIM 12                  /* NNC's CCV_NNC_MAX_DIM_ALLOC */
 
@@ -82,13 +82,16 @@ typedef struct {
 /* Parameters a C backend reads (nnc/cmd.pxd). nnc_cmd_new() fills them from its parameter
  * string; a command's own normalisation decides which names it takes. */
 typedef struct {
-    double a;                           /* SCALAR_MUL's factor, SET's value */
+    double a;                           /* SCALAR_MUL's factor, SET's value, ADD's and MUL's p,
+                                           CLAMP's min (NaN: no lower bound) */
     int transpose_a;
     int transpose_b;
     int groups;
     int size[2];
     int stride[2];
     int pad[4];
+    double b;                           /* ADD's q, CLAMP's max (NaN: no upper bound) */
+    int count_include_pad;              /* AVG_POOL: 1 divides by the whole window */
     int activation;                     /* CONVOLUTION: 1 = ReLU fused into the epilogue */
 } nnc_cmd_param_t;
 

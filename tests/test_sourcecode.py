@@ -43,7 +43,7 @@ LAYERS = {
     # 1 tensor
     "nnc.tensor": 1, "nnc.dlpack": 1, "nnc.multiview": 1,
     # 2 command: commands, backends and the built-in ops
-    "nnc.cmd": 2, "nnc.ops": 2,
+    "nnc.cmd": 2, "nnc.cmd_params": 2, "nnc.ops": 2,
     # 3 stream: streams, signals, the worker pool; nnc.cuda beside them (it registers itself
     # into tensor and stream tables; layers 0-3 never import it)
     "nnc.stream": 3, "nnc.drain": 3, "nnc.worker": 3, "nnc.waiting": 3, "nnc.inbox": 3,

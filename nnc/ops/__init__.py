@@ -1,5 +1,5 @@
 """Built-in commands. Each module registers its commands, their CPU_REF backends and any Python
-CPU_OPT backends; the C backends of nnc/ops/cpu_opt*.pyx are registered after them. Registration
+backends; the C backends (nnc/ops/cpu_*.pyx) are registered after them. Registration
 is explicit and happens once, when nnc is imported."""
 
 from nnc.ops import basic, blas, clamp, conv, ew, gemm, pool, reduce, softmax, transpose
@@ -14,9 +14,16 @@ def register_builtins():
     _done = True
     for module in (basic, ew, softmax, gemm, conv, pool, reduce, blas, clamp, transpose):
         module.register()
-    from nnc.ops import cpu_conv, cpu_opt, cpu_opt_reduce, cpu_opt_unary
+    from nnc.ops import (
+        cpu_conv,
+        cpu_gemm,
+        cpu_opt,
+        cpu_opt_blas,
+        cpu_opt_reduce,
+        cpu_opt_unary,
+        cpu_pool,
+    )
 
-    cpu_conv.register()
-    cpu_opt.register()
-    cpu_opt_unary.register()
-    cpu_opt_reduce.register()
+    for module in (cpu_conv, cpu_gemm, cpu_pool, cpu_opt_blas, cpu_opt, cpu_opt_unary,
+                   cpu_opt_reduce):
+        module.register()

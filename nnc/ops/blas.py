@@ -9,10 +9,10 @@ output must have exactly the broadcast shape (it is never broadcast itself). ONN
 multidirectional broadcasting is the same rule, so an ONNX Add maps to one ADD node.
 Floats only, one dtype; the output may be exactly an input (in place).
 
-CPU_OPT (C loops in ops/cpu_opt_blas.pyx) takes contiguous float32/float64 tensors where one
-input has the output's shape and the other has it too, or is one trailing row of it (a
-per-channel vector [C] of an NHWC tensor, any leading 1s allowed) or a single element; every other
-case (strided views, middle-axis broadcasts, float16) runs CPU_REF.
+CPU_OPT is a C backend (ops/cpu_opt_blas.pyx, no GIL): contiguous float32/float64 tensors where
+one input has the output's shape and the other has it too, or is one trailing row of it (a
+per-channel vector [C] of an NHWC tensor) or a single element, leading 1s of any shape aside;
+every other case (strided views, middle-axis broadcasts, float16) runs CPU_REF.
 """
 
 import math
@@ -95,77 +95,8 @@ def _mul_ref(cmd, inputs, outputs):
     outputs[0][...] = acc
 
 
-def _row_form(full, other):
-    """True when ``other`` has ``full``'s shape, is one trailing row of it, or is 1 element."""
-    if other.size == 1 or tuple(other.shape) == tuple(full.shape):
-        return True
-    dims = list(other.shape)
-    while dims and dims[0] == 1:
-        dims.pop(0)
-    return len(dims) == 1 and full.ndim >= 1 and dims[0] == full.shape[-1]
-
-
-def _opt_operands(inputs, outputs):
-    """(full, row, swapped) for the C loop, or None when it does not apply."""
-    out = outputs[0]
-    if not out.is_contiguous or out.size == 0 or str(out.dtype) not in ("float32", "float64"):
-        return None
-    a = inputs[0]
-    b = inputs[1] if len(inputs) > 1 else None
-    if b is None:
-        return (a, None, False) if a.is_contiguous else None
-    if not (a.is_contiguous and b.is_contiguous):
-        return None
-    if tuple(a.shape) == tuple(out.shape) and _row_form(out, b):
-        return a, b, False
-    if tuple(b.shape) == tuple(out.shape) and _row_form(out, a):
-        return b, a, True
-    return None
-
-
-def _accept(cmd, inputs, outputs):
-    return _opt_operands(inputs, outputs) is not None
-
-
-def _flat(x):
-    return x.reshape(-1)
-
-
-def _add_opt(cmd, inputs, outputs):
-    from nnc.ops import cpu_opt_blas
-
-    a = inputs[0]
-    b = inputs[1] if len(inputs) > 1 else None
-    out = outputs[0]
-    p, q = cmd.params["p"], cmd.params["q"]
-    if b is None:
-        cpu_opt_blas.add_rows(_flat(out), _flat(a), _flat(a), p, 0.0, False)
-        return
-    if a.shape != out.shape:
-        a, b, p, q = b, a, q, p
-    cpu_opt_blas.add_rows(_flat(out), _flat(a), _flat(b), p, q, True)
-
-
-def _mul_opt(cmd, inputs, outputs):
-    from nnc.ops import cpu_opt_blas
-
-    a = inputs[0]
-    b = inputs[1] if len(inputs) > 1 else None
-    out = outputs[0]
-    if b is None:
-        cpu_opt_blas.add_rows(_flat(out), _flat(a), _flat(a), cmd.params["p"], 0.0, False)
-        return
-    if a.shape != out.shape:
-        a, b = b, a
-    cpu_opt_blas.mul_rows(_flat(out), _flat(a), _flat(b), cmd.params["p"])
-
-
 def register():
     register_command("ADD", inplace="allow", check=_binary_check, normalize=_add_normalize)
     register_backend("ADD", "CPU_REF", _add_ref)
-    register_backend("ADD", "CPU_OPT", _add_opt, datatypes=("float32", "float64"),
-                     accept=_accept)
     register_command("MUL", inplace="allow", check=_binary_check, normalize=_mul_normalize)
     register_backend("MUL", "CPU_REF", _mul_ref)
-    register_backend("MUL", "CPU_OPT", _mul_opt, datatypes=("float32", "float64"),
-                     accept=_accept)

@@ -3,8 +3,8 @@
 Parameters ``min`` and ``max`` default to NaN, which (as in NNC) means "no bound on that side";
 ``min=0, max=6`` is ReLU6. When both bounds are given, min <= max. A NaN element stays NaN.
 One input, one output of the same shape and dtype; the output may be the input (in place).
-CPU_OPT (ops/cpu_opt_blas.pyx) takes contiguous float32/float64 tensors; CPU_REF takes every
-float dtype and strided views (a channel slice of a concat buffer).
+CPU_OPT is a C backend (ops/cpu_opt_blas.pyx, no GIL) for contiguous float32/float64 tensors;
+CPU_REF takes every float dtype and strided views (a channel slice of a concat buffer).
 """
 
 import math
@@ -44,21 +44,7 @@ def _clamp_ref(cmd, inputs, outputs):
     outputs[0][...] = y
 
 
-def _clamp_accept(cmd, inputs, outputs):
-    return inputs[0].is_contiguous and outputs[0].is_contiguous
-
-
-def _clamp_opt(cmd, inputs, outputs):
-    from nnc.ops import cpu_opt_blas
-
-    lo, hi = cmd.params["min"], cmd.params["max"]
-    cpu_opt_blas.clamp(outputs[0].reshape(-1), inputs[0].reshape(-1), lo, hi,
-                       not math.isnan(lo), not math.isnan(hi))
-
-
 def register():
     register_command("CLAMP", inplace="allow", check=_check.elementwise(1, floats=True),
                      normalize=_clamp_normalize)
     register_backend("CLAMP", "CPU_REF", _clamp_ref)
-    register_backend("CLAMP", "CPU_OPT", _clamp_opt, datatypes=("float32", "float64"),
-                     accept=_clamp_accept)

@@ -16,3 +16,10 @@ cdef void nnc_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha,
 cdef void nnc_dgemm(int trans_a, int trans_b, int m, int n, int k, double alpha,
                     const double* a, int lda, const double* b, int ldb, double beta,
                     double* c, int ldc) noexcept nogil
+# y[m or n] = alpha * op(A)[.., ..] . x + beta * y, A row-major [m, n] with leading dimension
+# lda; BLAS_TRANS multiplies by A^T (x has m elements, y n). incx/incy: element strides. A
+# vector-matrix product: GEMM with one row would pack the whole matrix first.
+cdef void nnc_sgemv(int trans, int m, int n, float alpha, const float* a, int lda,
+                    const float* x, int incx, float beta, float* y, int incy) noexcept nogil
+cdef void nnc_dgemv(int trans, int m, int n, double alpha, const double* a, int lda,
+                    const double* x, int incx, double beta, double* y, int incy) noexcept nogil

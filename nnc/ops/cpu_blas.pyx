@@ -29,11 +29,20 @@ ctypedef void (*dgemm_f)(int order, int ta, int tb, int m, int n, int k, double 
                          const double* a, int lda, const double* b, int ldb, double beta,
                          double* c, int ldc) noexcept nogil
 
+ctypedef void (*sgemv_f)(int order, int ta, int m, int n, float alpha, const float* a, int lda,
+                         const float* x, int incx, float beta, float* y,
+                         int incy) noexcept nogil
+ctypedef void (*dgemv_f)(int order, int ta, int m, int n, double alpha, const double* a,
+                         int lda, const double* x, int incx, double beta, double* y,
+                         int incy) noexcept nogil
+
 cdef enum:
     ROW_MAJOR = 101                     # CblasRowMajor
 
 cdef sgemm_f _sgemm = NULL
 cdef dgemm_f _dgemm = NULL
+cdef sgemv_f _sgemv = NULL
+cdef dgemv_f _dgemv = NULL
 
 
 cdef void nnc_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha,
@@ -46,6 +55,16 @@ cdef void nnc_dgemm(int trans_a, int trans_b, int m, int n, int k, double alpha,
                     const double* a, int lda, const double* b, int ldb, double beta,
                     double* c, int ldc) noexcept nogil:
     _dgemm(ROW_MAJOR, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+
+cdef void nnc_sgemv(int trans, int m, int n, float alpha, const float* a, int lda,
+                    const float* x, int incx, float beta, float* y, int incy) noexcept nogil:
+    _sgemv(ROW_MAJOR, trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
+
+
+cdef void nnc_dgemv(int trans, int m, int n, double alpha, const double* a, int lda,
+                    const double* x, int incx, double beta, double* y, int incy) noexcept nogil:
+    _dgemv(ROW_MAJOR, trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
 
 
 def _load():
@@ -73,6 +92,10 @@ getattr(_lib, _prefix + "openblas_set_num_threads")(1)
 _sgemm = <sgemm_f><uintptr_t>ctypes.cast(getattr(_lib, _prefix + "cblas_sgemm"),
                                          ctypes.c_void_p).value
 _dgemm = <dgemm_f><uintptr_t>ctypes.cast(getattr(_lib, _prefix + "cblas_dgemm"),
+                                         ctypes.c_void_p).value
+_sgemv = <sgemv_f><uintptr_t>ctypes.cast(getattr(_lib, _prefix + "cblas_sgemv"),
+                                         ctypes.c_void_p).value
+_dgemv = <dgemv_f><uintptr_t>ctypes.cast(getattr(_lib, _prefix + "cblas_dgemv"),
                                          ctypes.c_void_p).value
 #: What nnc's C backends compute with, for reports (benchmarks, docs/benchmarks.md).
 config = ctypes.cast(getattr(_lib, _prefix + "openblas_get_config"),

@@ -3,7 +3,7 @@
 # loop relies on and returns NNC_INVALID instead. Inline only: nothing to build or import.
 
 from nnc._core cimport NNC_32F, NNC_64F
-from nnc.tensor cimport nnc_tensor_t
+from nnc.tensor cimport Tensor, nnc_tensor_t
 
 
 cdef inline bint tensor_plain(nnc_tensor_t* t) noexcept nogil:
@@ -33,3 +33,16 @@ cdef inline bint tensors_like(nnc_tensor_t** inputs, int n_in, nnc_tensor_t** ou
         if not tensor_like(outputs[i], like):
             return False
     return True
+
+
+cdef inline int tensor_views(list tensors, nnc_tensor_t** out, int cap) except -2:
+    """out[i] = the C view of tensors[i] (NULL for None): for an ``accept`` that asks the C
+    backend's own checks whether it would take these tensors. Their count, or -1 past cap."""
+    cdef int i
+    cdef Py_ssize_t n = len(tensors)
+    if n > cap:
+        return -1
+    for i in range(n):
+        x = tensors[i]
+        out[i] = NULL if x is None else &(<Tensor>x).t
+    return <int>n

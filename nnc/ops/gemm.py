@@ -11,6 +11,11 @@ fully connected layer ``a . w^T + bias`` is ``transpose_b=True``. Inputs ``(a, w
 - out: [B?, M?, N].
 
 Floats only, one dtype, and the output may not overlap an input.
+
+Backends: CPU_OPT is C (ops/cpu_gemm.pyx: single-threaded BLAS GEMMs split into parts on the
+pool, no GIL) for float32/64 operands whose matrices have a unit stride along one axis (any
+batch stride; transposed views are free) and an output with a unit stride along N; CPU_NUMPY
+(np.matmul, priority 15) takes the views it refuses; CPU_REF defines the semantics.
 """
 
 import numpy as np
@@ -93,7 +98,7 @@ def _gemm_ref(cmd, inputs, outputs):
     outputs[0][...] = acc
 
 
-def _gemm_opt(cmd, inputs, outputs):
+def _gemm_numpy(cmd, inputs, outputs):
     """BLAS through np.matmul writing straight into the output (any strides), then bias in place."""
     a = _op(inputs[0], cmd.params["transpose_a"])
     w = _op(inputs[1], cmd.params["transpose_b"])
@@ -107,4 +112,4 @@ def _gemm_opt(cmd, inputs, outputs):
 def register():
     register_command("GEMM", inplace="none", check=_gemm_check, normalize=_gemm_normalize)
     register_backend("GEMM", "CPU_REF", _gemm_ref)
-    register_backend("GEMM", "CPU_OPT", _gemm_opt, datatypes=("float32", "float64"))
+    register_backend("GEMM", "CPU_NUMPY", _gemm_numpy, datatypes=("float32", "float64"))

@@ -8,6 +8,10 @@ right)); each padding must be smaller than the window, so every window holds a r
 Padding never wins a max (it acts as -inf). AVG_POOL divides by the number of real (non-padding)
 elements under the window, as NNC does; ``count_include_pad=True`` divides by kh * kw instead.
 Floats only, one dtype, and the output may not overlap the input.
+
+Backends: CPU_OPT is C (ops/cpu_pool.pyx, no GIL, split into parts on the pool) for float32/64
+tensors whose channel axis is contiguous (any pixel strides: channel slices of a concat buffer);
+CPU_NUMPY (below, priority 15) takes the views it refuses; CPU_REF defines the semantics.
 """
 
 import numpy as np
@@ -99,7 +103,7 @@ def _taps(n_out, n_in, k, s, p):
     return taps
 
 
-def _pool_opt(cmd, inputs, outputs):
+def _pool_numpy(cmd, inputs, outputs):
     """Vectorised: one whole-image np.maximum / np.add per window tap (kh * kw NumPy calls)."""
     x, out = inputs[0], outputs[0]
     kh, kw = cmd.params["size"]
@@ -136,4 +140,4 @@ def register():
     for name, normalize in (("MAX_POOL", _max_normalize), ("AVG_POOL", _avg_normalize)):
         register_command(name, inplace="none", check=_pool_check, normalize=normalize)
         register_backend(name, "CPU_REF", _pool_ref)
-        register_backend(name, "CPU_OPT", _pool_opt, datatypes=("float32", "float64"))
+        register_backend(name, "CPU_NUMPY", _pool_numpy, datatypes=("float32", "float64"))

@@ -1,0 +1,3 @@
+"""GEMM's CPU_OPT C backend (nnc/ops/cpu_gemm.pyx)."""
+
+def register() -> None: ...
