@@ -454,3 +454,19 @@ def test_pool_bad_calls(kind, params, shapes, fragment):
     i = np.zeros((4, 4, 1), np.int32)
     with pytest.raises(nnc.CommandError, match="floating-point"):
         nnc.cmd_exec(nnc.Cmd(kind, size=2), [i], [np.zeros((2, 2, 1), np.int32)])
+
+
+@pytest.mark.parametrize("backend", ["CPU_OPT", "CPU_REF"])
+@pytest.mark.parametrize("k", [(3, 3), (1, 1)])
+def test_convolution_without_input_channels_is_the_bias(backend, k):
+    """Regression: no input channels (K = 0) once divided by K in CPU_OPT (SIGFPE); every sum
+    is empty, so the output is the bias (through a fused ReLU)."""
+    x = np.zeros((2, 5, 5, 0), np.float32)
+    w = np.zeros((3, *k, 0), np.float32)
+    bias = np.array([1.0, -2.0, 0.5], np.float32)
+    shape = (2, 6 - k[0], 6 - k[1], 3)
+    out = np.full(shape, 9.0, np.float32)
+    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend=backend), [x, w, bias], [out])
+    np.testing.assert_array_equal(out, np.broadcast_to(bias, shape))
+    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend=backend, activation="relu"), [x, w], [out])
+    assert (out == 0).all()

@@ -334,6 +334,18 @@ cdef int _split_channels(conv_t* cv, int threads, Py_ssize_t itemsize, void* ctx
     return nnc_parallel_for((cv.o + cv.chunk - 1) // cv.chunk, _channel_part, cv, ctx)
 
 
+cdef void _empty_sums(const conv_t* cv, real* y0) noexcept nogil:
+    cdef Py_ssize_t r, q, j
+    cdef real* y
+    for r in range(cv.rows):
+        for q in range(cv.wo):
+            y = _out_row(cv, y0, r) + q * cv.os_w
+            for j in range(cv.o):
+                y[j] = 0
+    if cv.bias != NULL or cv.relu:
+        _epilogue(cv, y0, 0, cv.rows, 0, cv.o)
+
+
 cdef bint _channels_last(const nnc_tensor_t* t, int dtype) noexcept nogil:
     """A CPU float tensor of ``dtype``, [n, h, w, c] or [h, w, c], channels contiguous."""
     return (t != NULL and t.device < 0 and t.datatype == dtype and 3 <= t.ndim <= 4
@@ -400,7 +412,15 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             and _fits_int(cv.n * cv.ho * cv.wo)):
         return NNC_INVALID
     cv.rows = cv.n * cv.ho
-    if cv.rows == 0 or cv.o == 0:
+    if cv.rows == 0 or cv.o == 0 or cv.wo == 0:
+        return NNC_SUCCESS
+    if cv.k == 0:
+        # No input channels: every sum is empty (BLAS refuses K = 0 with lda 0), so the output
+        # is the bias, through the ReLU.
+        if dtype == NNC_32F:
+            _empty_sums(&cv, <float*>cv.out)
+        else:
+            _empty_sums(&cv, <double*>cv.out)
         return NNC_SUCCESS
     cv.pointwise = (cv.kh == 1 and cv.kw == 1 and cv.sh == 1 and cv.sw == 1 and cv.pt == 0
                     and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0)
