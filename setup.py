@@ -31,6 +31,7 @@ MODULES = [
     ("nnc.parallel", "nnc/parallel.pyx"),
     ("nnc.ops.cpu_blas", "nnc/ops/cpu_blas.pyx"),
     ("nnc.ops.cpu_conv", "nnc/ops/cpu_conv.pyx"),
+    ("nnc.ops.cpu_winograd", "nnc/ops/cpu_winograd.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.drain", "nnc/drain.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),

@@ -14,9 +14,10 @@ def register_builtins():
     _done = True
     for module in (basic, ew, softmax, gemm, conv, pool, reduce, blas, clamp, transpose):
         module.register()
-    from nnc.ops import cpu_conv, cpu_opt, cpu_opt_reduce, cpu_opt_unary
+    from nnc.ops import cpu_conv, cpu_opt, cpu_opt_reduce, cpu_opt_unary, cpu_winograd
 
     cpu_conv.register()
+    cpu_winograd.register()
     cpu_opt.register()
     cpu_opt_unary.register()
     cpu_opt_reduce.register()
