@@ -32,6 +32,8 @@ channels, which are contiguous in x, the output, U, V and M: each inner loop is 
 of loads and stores that the compiler vectorises. Repeated runs allocate nothing.
 """
 
+from libc.string cimport memcpy
+
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
@@ -77,16 +79,26 @@ ctypedef struct wino_t:
     void* caller                        # the caller's context (its parts skip U)
 
 
+cdef inline void _scatter(const real* r, real* dst, Py_ssize_t plane,
+                          Py_ssize_t n) noexcept nogil:
+    """dst + l * plane <- r's row l (n elements), l < 6. The rows are computed into the
+    stack array r first: stores to six arbitrary rows in the loop that computes them would
+    keep the compiler from vectorising it (the rows might overlap)."""
+    cdef Py_ssize_t l
+    for l in range(6):
+        memcpy(dst + l * plane, r + l * CHUNK, n * sizeof(real))
+
+
 cdef void _weights_typed(const wino_t* wv, real* u, Py_ssize_t o0,
                          Py_ssize_t o1) noexcept nogil:
     """U[k*6 + l][o][c] = (G g G^T)[k][l] for g = w[o, :, :, c], o in [o0, o1)."""
     cdef real t[18 * CHUNK]             # G g: [6 rows][3 columns][chunk]
+    cdef real r[6 * CHUNK]              # a row of U: [6 columns][chunk]
     cdef const real* g
     cdef const real* g0
     cdef const real* g1
     cdef const real* g2
     cdef real* e
-    cdef real* dst
     cdef real a, b, d
     cdef Py_ssize_t o, q, c0, cl, c, j, k, C = wv.c, plane = wv.o * wv.c
     for o in range(o0, o1):
@@ -108,17 +120,17 @@ cdef void _weights_typed(const wino_t* wv, real* u, Py_ssize_t o0,
                     t[(5 * 3 + j) * CHUNK + c] = d
             for k in range(6):          # along each row: [t0 t1 t2] G^T
                 e = t + k * 3 * CHUNK
-                dst = u + (k * 6) * plane + o * C + c0
                 for c in range(cl):
                     a, b, d = e[c], e[CHUNK + c], e[2 * CHUNK + c]
-                    dst[c] = a * <real>0.25
-                    dst[plane + c] = (a + b + d) * <real>(-1.0 / 6.0)
-                    dst[2 * plane + c] = (a - b + d) * <real>(-1.0 / 6.0)
-                    dst[3 * plane + c] = (a * <real>(1.0 / 24.0) + b * <real>(1.0 / 12.0)
-                                          + d * <real>(1.0 / 6.0))
-                    dst[4 * plane + c] = (a * <real>(1.0 / 24.0) - b * <real>(1.0 / 12.0)
-                                          + d * <real>(1.0 / 6.0))
-                    dst[5 * plane + c] = d
+                    r[c] = a * <real>0.25
+                    r[CHUNK + c] = (a + b + d) * <real>(-1.0 / 6.0)
+                    r[2 * CHUNK + c] = (a - b + d) * <real>(-1.0 / 6.0)
+                    r[3 * CHUNK + c] = (a * <real>(1.0 / 24.0) + b * <real>(1.0 / 12.0)
+                                        + d * <real>(1.0 / 6.0))
+                    r[4 * CHUNK + c] = (a * <real>(1.0 / 24.0) - b * <real>(1.0 / 12.0)
+                                        + d * <real>(1.0 / 6.0))
+                    r[5 * CHUNK + c] = d
+                _scatter(r, u + (k * 6) * plane + o * C + c0, plane, cl)
 
 
 cdef int _weights_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
@@ -137,6 +149,7 @@ cdef void _input_tile(const wino_t* wv, real* v, Py_ssize_t m, Py_ssize_t row,
     """V[k*6 + l][row][:] = (B^T d B)[k][l] for the 6x6 input tile ``tile``; V's matrices are
     [m, C]."""
     cdef real t[36 * CHUNK]             # B^T d: [6 rows][6 columns][chunk]
+    cdef real r[6 * CHUNK]              # a row of B^T d B: [6 columns][chunk]
     cdef const real* p[36]
     cdef const real* x
     cdef const real* zeros = <const real*>_zeros
@@ -147,7 +160,6 @@ cdef void _input_tile(const wino_t* wv, real* v, Py_ssize_t m, Py_ssize_t row,
     cdef const real* d4
     cdef const real* d5
     cdef real* e
-    cdef real* dst
     cdef real a0, a1, a2, a3, a4, a5
     cdef Py_ssize_t C = wv.c, plane = m * wv.c, per_image = wv.th * wv.tw
     cdef Py_ssize_t img = tile // per_image, ty = (tile % per_image) // wv.tw, tx = tile % wv.tw
@@ -181,16 +193,16 @@ cdef void _input_tile(const wino_t* wv, real* v, Py_ssize_t m, Py_ssize_t row,
                 t[(5 * 6 + j) * CHUNK + c] = 4 * a1 - 5 * a3 + a5
         for k in range(6):              # along each row: [t0 .. t5] B
             e = t + k * 6 * CHUNK
-            dst = v + (k * 6) * plane + row * C + c0
             for c in range(cl):
                 a0, a1, a2 = e[c], e[CHUNK + c], e[2 * CHUNK + c]
                 a3, a4, a5 = e[3 * CHUNK + c], e[4 * CHUNK + c], e[5 * CHUNK + c]
-                dst[c] = 4 * a0 - 5 * a2 + a4
-                dst[plane + c] = -4 * (a1 + a2) + a3 + a4
-                dst[2 * plane + c] = 4 * (a1 - a2) - a3 + a4
-                dst[3 * plane + c] = 2 * (a3 - a1) - a2 + a4
-                dst[4 * plane + c] = 2 * (a1 - a3) - a2 + a4
-                dst[5 * plane + c] = 4 * a1 - 5 * a3 + a5
+                r[c] = 4 * a0 - 5 * a2 + a4
+                r[CHUNK + c] = -4 * (a1 + a2) + a3 + a4
+                r[2 * CHUNK + c] = 4 * (a1 - a2) - a3 + a4
+                r[3 * CHUNK + c] = 2 * (a3 - a1) - a2 + a4
+                r[4 * CHUNK + c] = 2 * (a1 - a3) - a2 + a4
+                r[5 * CHUNK + c] = 4 * a1 - 5 * a3 + a5
+            _scatter(r, v + (k * 6) * plane + row * C + c0, plane, cl)
 
 
 cdef void _output_tile(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_t row,
