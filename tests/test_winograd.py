@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cmd_nn import conv_ref, strided
 
 import nnc
 from nnc.ops.conv import conv_shape
-from test_cmd_nn import conv_ref, strided
 
 WINOGRAD = "CPU_OPT_WINOGRAD"
 # docs/commands.md, "CPU_OPT_WINOGRAD": this many times CPU_OPT's tolerance.

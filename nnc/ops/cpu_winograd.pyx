@@ -1,7 +1,9 @@
 """CONVOLUTION's CPU_OPT_WINOGRAD backend: 3x3 stride-1 convolutions by Winograd's F(4x4, 3x3).
 
-NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_4x4_3x3_winograd.c, which CPU_OPT uses for 3x3
-stride-1 convolutions. A 4x4 block of outputs needs a 6x6 block (a *tile*) of input; in the
+NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_4x4_3x3_winograd.c, one of CPU_OPT's algorithms
+(CCV_NNC_CMD_OPT_CONV_ALGO_WINOGRAD) that NNC's autotune chooses among; nnc has no algorithm
+field, so it is a backend of its own, below CPU_OPT in priority, that autotune keeps where it is
+faster. A 4x4 block of outputs needs a 6x6 block (a *tile*) of input; in the
 transformed domain the 3x3 window becomes an elementwise product of 6x6 blocks:
 
     Y = A^T [(G g G^T) * (B^T d B)] A       (g: 3x3 weights, d: 6x6 input tile, Y: 4x4 output)
@@ -81,12 +83,12 @@ ctypedef struct wino_t:
 
 cdef inline void _scatter(const real* r, real* dst, Py_ssize_t plane,
                           Py_ssize_t n) noexcept nogil:
-    """dst + l * plane <- r's row l (n elements), l < 6. The rows are computed into the
+    """dst + k * plane <- r's row k (n elements), k < 6. The rows are computed into the
     stack array r first: stores to six arbitrary rows in the loop that computes them would
     keep the compiler from vectorising it (the rows might overlap)."""
-    cdef Py_ssize_t l
-    for l in range(6):
-        memcpy(dst + l * plane, r + l * CHUNK, n * sizeof(real))
+    cdef Py_ssize_t k
+    for k in range(6):
+        memcpy(dst + k * plane, r + k * CHUNK, n * sizeof(real))
 
 
 cdef void _weights_typed(const wino_t* wv, real* u, Py_ssize_t o0,
@@ -221,16 +223,16 @@ cdef void _output_tile(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_
     cdef real* e
     cdef real* y
     cdef real a0, a1, a2, a3, a4, a5
-    cdef Py_ssize_t O = wv.o, plane = m * wv.o, per_image = wv.th * wv.tw
+    cdef Py_ssize_t oc = wv.o, plane = m * wv.o, per_image = wv.th * wv.tw
     cdef Py_ssize_t img = tile // per_image, ty = (tile % per_image) // wv.tw, tx = tile % wv.tw
     cdef Py_ssize_t rows = min(<Py_ssize_t>4, wv.ho - ty * 4), cols = min(<Py_ssize_t>4,
                                                                           wv.wo - tx * 4)
     cdef Py_ssize_t i, j, s, q, o0, cl, c
     cdef real* y0 = <real*>wv.out + img * wv.os_n + ty * 4 * wv.os_h + tx * 4 * wv.os_w
-    cdef const real* src = mm + row * O
-    for q in range((O + CHUNK - 1) // CHUNK):
+    cdef const real* src = mm + row * oc
+    for q in range((oc + CHUNK - 1) // CHUNK):
         o0 = q * CHUNK
-        cl = min(<Py_ssize_t>CHUNK, O - o0)
+        cl = min(<Py_ssize_t>CHUNK, oc - o0)
         for j in range(6):              # down each column: A^T [m0 .. m5]^T
             m0, m1, m2 = src + j * plane + o0, src + (6 + j) * plane + o0, \
                 src + (12 + j) * plane + o0
