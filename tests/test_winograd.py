@@ -107,6 +107,15 @@ def test_winograd_into_concat_slice_from_strided_input():
     assert (cat[..., :4] == -9).all() and (cat[..., 7] == -9).all()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_winograd_without_input_channels_gives_the_bias(dtype):
+    x, w = np.ones((2, 5, 6, 0), dtype), np.ones((3, 3, 3, 0), dtype)
+    bias = np.arange(3, dtype=dtype)
+    out = run(x, w, bias, 1, dtype)
+    np.testing.assert_array_equal(out, np.broadcast_to(bias, (2, 5, 6, 3)))
+    np.testing.assert_array_equal(run(x, w, None, (0, 1, 2, 0), dtype), 0)
+
+
 def test_winograd_sees_weights_overwritten_between_runs():
     """The weights are transformed on every run: a graph whose weights the user overwrites in
     place computes with the new ones."""

@@ -34,7 +34,7 @@ channels, which are contiguous in x, the output, U, V and M: each inner loop is 
 of loads and stores that the compiler vectorises. Repeated runs allocate nothing.
 """
 
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
@@ -263,12 +263,23 @@ cdef void _output_tile(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_
                         y[c] = r[s * CHUNK + c]
 
 
+cdef void _tiles_out(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_t t0,
+                     Py_ssize_t t1) noexcept nogil:
+    cdef Py_ssize_t tile
+    for tile in range(t0, t1):
+        _output_tile(wv, mm, m, tile - t0, tile)
+
+
 cdef void _tiles_typed(const wino_t* wv, real* v, Py_ssize_t t0, Py_ssize_t t1) noexcept nogil:
     cdef Py_ssize_t m = t1 - t0, xi, tile
     cdef real* mm = v + 36 * m * wv.c           # M after V
     cdef const real* u = <const real*>wv.u
     for tile in range(t0, t1):
         _input_tile(wv, v, m, tile - t0, tile)
+    if wv.c == 0:                               # no channels: BLAS refuses lda = 0
+        memset(mm, 0, 36 * m * wv.o * sizeof(real))
+        _tiles_out(wv, mm, m, t0, t1)
+        return
     for xi in range(36):                        # M_xi[m, O] = V_xi[m, C] . U_xi[O, C]^T
         if real is float:
             nnc_sgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>wv.o, <int>wv.c, 1.0,
@@ -278,8 +289,7 @@ cdef void _tiles_typed(const wino_t* wv, real* v, Py_ssize_t t0, Py_ssize_t t1) 
             nnc_dgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>wv.o, <int>wv.c, 1.0,
                       v + xi * m * wv.c, <int>wv.c, u + xi * wv.o * wv.c, <int>wv.c, 0.0,
                       mm + xi * m * wv.o, <int>wv.o)
-    for tile in range(t0, t1):
-        _output_tile(wv, mm, m, tile - t0, tile)
+    _tiles_out(wv, mm, m, t0, t1)
 
 
 cdef int _tiles_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
