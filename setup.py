@@ -33,6 +33,7 @@ MODULES = [
     ("nnc.ops.cpu_conv", "nnc/ops/cpu_conv.pyx"),
     ("nnc.ops.cpu_gemm", "nnc/ops/cpu_gemm.pyx"),
     ("nnc.ops.cpu_pool", "nnc/ops/cpu_pool.pyx"),
+    ("nnc.ops.cpu_winograd", "nnc/ops/cpu_winograd.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.drain", "nnc/drain.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),

@@ -535,6 +535,21 @@ cdef str _describe(list inputs, list outputs):
     return ", ".join(sorted(kinds)) or "no"
 
 
+cdef str _accept_rule(Backend b):
+    """'; ' and the first paragraph of b's accept predicate's docstring (what it requires,
+    e.g. "3x3 kernels, stride 1"), or '' when it has none: a refusal then says why."""
+    doc = getattr(b.accept, "__doc__", None) if b.accept is not None else None
+    if not isinstance(doc, str):
+        return ""
+    doc = doc.strip()
+    name = getattr(b.accept, "__name__", None)
+    if isinstance(name, str) and doc.startswith(name + "("):
+        doc = doc.partition("\n")[2].strip()   # Cython's embedded signature line
+    if not doc:
+        return ""
+    return "; " + " ".join(doc.split("\n\n")[0].split()).rstrip(".")
+
+
 cdef Backend cmd_select(Cmd cmd, list inputs, list outputs):
     """The backend a run uses: the pinned one (which must accept), else the default choice."""
     cdef Backend b
@@ -544,7 +559,8 @@ cdef Backend cmd_select(Cmd cmd, list inputs, list outputs):
             where = "" if b.device == "any" else f"{b.device} "
             raise CommandError(
                 f"backend {b.name} of {cmd.info.name} does not accept "
-                f"{_describe(inputs, outputs)} tensors (it takes {where}{b.datatype_names})"
+                f"{_describe(inputs, outputs)} tensors (it takes {where}{b.datatype_names}"
+                f"{_accept_rule(b)})"
             )
         return b
     for b in cmd.info.backends:

@@ -22,8 +22,9 @@ def register_builtins():
         cpu_opt_reduce,
         cpu_opt_unary,
         cpu_pool,
+        cpu_winograd,
     )
 
-    for module in (cpu_conv, cpu_gemm, cpu_pool, cpu_opt_blas, cpu_opt, cpu_opt_unary,
-                   cpu_opt_reduce):
+    for module in (cpu_conv, cpu_winograd, cpu_gemm, cpu_pool, cpu_opt_blas, cpu_opt,
+                   cpu_opt_unary, cpu_opt_reduce):
         module.register()
