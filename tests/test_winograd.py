@@ -228,3 +228,21 @@ def test_autotune_really_times_winograd():
     best = nnc.cmd_autotune(nnc.Cmd("CONVOLUTION", padding=1), [x, w],
                             [np.zeros((1, 40, 40, 32), np.float32)])
     assert best.name in ("CPU_OPT", WINOGRAD, "CPU_REF")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_winograd_applies_the_fused_relu(dtype):
+    """activation="relu" (Graph.simplify's fusion) is applied in the output transform: the
+    result is CPU_REF's conv + bias through max(0, .), and autotune may pick this backend for
+    a fused node without changing its output."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 13, 11, 7)).astype(dtype)
+    w = rng.standard_normal((9, 3, 3, 7)).astype(dtype)
+    bias = rng.standard_normal(9).astype(dtype)
+    for b in (bias, None):
+        want = np.maximum(conv_ref(x, w, b, (1, 1), (1, 1, 1, 1), 1), 0)
+        cmd = nnc.Cmd("CONVOLUTION", padding=1, activation="relu", backend=WINOGRAD)
+        out = np.full(want.shape, np.nan, dtype)
+        nnc.cmd_exec(cmd, [x, w] if b is None else [x, w, b], [out])
+        close_winograd(out, want, dtype, 7, x, w, b)
+        assert (out >= 0).all()

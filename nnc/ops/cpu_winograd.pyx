@@ -37,7 +37,7 @@ of loads and stores that the compiler vectorises. Repeated runs allocate nothing
 from libc.string cimport memcpy, memset
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
-from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
+from nnc.cmd cimport ACTIVATION_RELU, nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.parallel cimport nnc_parallel_for
 from nnc.tensor cimport nnc_tensor_t
@@ -66,6 +66,7 @@ ctypedef struct wino_t:
     const char* x
     const char* w                       # [O, 3, 3, C]
     const char* bias                    # NULL: none
+    int relu                            # activation="relu": max(0, .) after the bias
     char* out
     Py_ssize_t n, h, wd, c              # input [n, h, wd, c]
     Py_ssize_t xs_n, xs_h, xs_w         # input strides (channel stride is 1)
@@ -253,14 +254,19 @@ cdef void _output_tile(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_
                 r[CHUNK + c] = (a1 - a2) + 2 * (a3 - a4)
                 r[2 * CHUNK + c] = (a1 + a2) + 4 * (a3 + a4)
                 r[3 * CHUNK + c] = (a1 - a2) + 8 * (a3 - a4) + a5
+            if b != NULL:
+                for s in range(4):
+                    for c in range(cl):
+                        r[s * CHUNK + c] = r[s * CHUNK + c] + b[o0 + c]
+            if wv.relu:
+                for s in range(4):
+                    for c in range(cl):
+                        a0 = r[s * CHUNK + c]
+                        r[s * CHUNK + c] = 0 if a0 < 0 else a0   # NaN stays NaN, as RELU
             for s in range(cols):
                 y = y0 + i * wv.os_h + s * wv.os_w + o0
-                if b != NULL:
-                    for c in range(cl):
-                        y[c] = r[s * CHUNK + c] + b[o0 + c]
-                else:
-                    for c in range(cl):
-                        y[c] = r[s * CHUNK + c]
+                for c in range(cl):
+                    y[c] = r[s * CHUNK + c]
 
 
 cdef void _tiles_out(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_t t0,
@@ -355,6 +361,7 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     wv.dtype = dtype
     wv.x, wv.w, wv.out = <const char*>x.data, <const char*>w.data, <char*>y.data
     wv.bias = <const char*>b.data if b != NULL else NULL
+    wv.relu = p.activation == ACTIVATION_RELU
     wv.n = x.dim[0] if d else 1
     wv.xs_n = x.stride[0] if d else 0
     wv.h, wv.wd, wv.c = x.dim[d], x.dim[d + 1], x.dim[d + 2]
