@@ -10,8 +10,10 @@ ONNX model and the same input, timed in interleaved rounds in one process:
 - ``ort``: an onnxruntime CPU session (intra-op threads = T, inter-op 1, default graph
   optimisations, which fold BatchNormalization and fuse Conv + Relu).
 
-BLAS threads are set to T with threadpoolctl for nnc. Reported: median wall time per inference
-and nnc / ort ratios. Informative only (docs/benchmarks.md); nothing is tuned here.
+nnc's intra-op threads are set to T (``nnc.set_intra_op_threads``: nnc's C backends call a
+private single-threaded BLAS and split commands over nnc's pool). ``benchmarks.streams`` is the
+fuller comparison (more configurations, quiet rounds, targets). Reported: median wall time per
+inference and nnc / ort ratios. Informative only (docs/benchmarks.md); nothing is tuned here.
 """
 
 import sys
@@ -28,11 +30,10 @@ MODELS = ("resnet50", "inception_v3", "mobilenet_v2")
 def run(models, repeat, threads, log=print):
     try:
         import onnxruntime as ort
-        from threadpoolctl import threadpool_limits
 
         from nnc.models import onnx_zoo
     except ImportError as e:  # pragma: no cover - pip install -e '.[test,bench]'
-        raise SystemExit(f"benchmarks.onnx_models needs onnx, onnxruntime, threadpoolctl: {e}") \
+        raise SystemExit(f"benchmarks.onnx_models needs onnx, onnxruntime: {e}") \
             from e
     rows = []
     for name in models:
@@ -60,12 +61,16 @@ def run(models, repeat, threads, log=print):
         def onnxruntime(sess=sess, feeds=feeds):
             sess.run(None, feeds)
 
-        with threadpool_limits(threads, "blas"):
+        before = nnc.get_intra_op_threads()
+        nnc.set_intra_op_threads(threads)
+        try:
             want = sess.run(None, feeds)[0]
             g.run()
             err = float(np.abs(outputs[0].numpy() - want).max() / np.abs(want).max())
             samples = _util.measure_interleaved(
                 {"nnc_seq": seq, "nnc_streams": streams, "ort": onnxruntime}, repeat)
+        finally:
+            nnc.set_intra_op_threads(before)
         med = {k: _util.median(v) for k, v in samples.items()}
         rows.append({"model": name, "streams": sched.stream_count, "rel_err": err,
                      "median_s": med, "samples_s": samples,
@@ -83,13 +88,13 @@ def render(r):
              f"{x['median_s']['ort'] * 1e3:.0f} ms", f"{x['seq_vs_ort']:.1f}x",
              f"{x['streams_vs_ort']:.1f}x", x["streams"], f"{x['rel_err']:.1e}"]
             for x in r["rows"]]
-    return (f"batch 1, {r['threads']} thread(s) for BLAS and onnxruntime, median of "
+    return (f"batch 1, {r['threads']} thread(s) per command for nnc and onnxruntime, median of "
             f"{r['repeat']}\n" + _util.table(head, body))
 
 
 def main(argv=None):
     p = _util.parser("ONNX networks: nnc vs onnxruntime", repeat=5)
-    p.add_argument("--threads", type=int, default=2, help="BLAS and ORT intra-op threads")
+    p.add_argument("--threads", type=int, default=2, help="nnc and ORT intra-op threads")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     a = p.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
