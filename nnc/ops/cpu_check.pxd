@@ -46,3 +46,38 @@ cdef inline int tensor_views(list tensors, nnc_tensor_t** out, int cap) except -
         x = tensors[i]
         out[i] = NULL if x is None else &(<Tensor>x).t
     return <int>n
+
+
+cdef inline bint fits_int(Py_ssize_t v) noexcept nogil:
+    """v can be passed to BLAS as an int (a dimension or a leading dimension)."""
+    return 0 <= v <= 2147483647
+
+
+cdef inline bint conv_operands_ok(nnc_tensor_t** inputs, int n_in, nnc_tensor_t** outputs,
+                                  int n_out) noexcept nogil:
+    """A convolution's operands as its C backends need them: (x, w) or (x, w, bias) -> y, all
+    in CPU memory and of y's float dtype; x and y [n, h, w, c] or [h, w, c] (same rank) with
+    contiguous channels; w [O, kh, kw, C/groups] and bias [O] contiguous."""
+    cdef nnc_tensor_t* x
+    cdef nnc_tensor_t* w
+    cdef nnc_tensor_t* b
+    cdef nnc_tensor_t* y
+    cdef int dtype
+    if n_in < 2 or n_in > 3 or n_out != 1 or inputs[0] == NULL or outputs[0] == NULL:
+        return False
+    x, w, y = inputs[0], inputs[1], outputs[0]
+    b = inputs[2] if n_in == 3 else NULL
+    dtype = y.datatype
+    if not (dtype == NNC_32F or dtype == NNC_64F):
+        return False
+    if not (_channels_last(x, dtype) and _channels_last(y, dtype)) or y.ndim != x.ndim:
+        return False
+    if w == NULL or w.device >= 0 or w.datatype != dtype or not w.contiguous or w.ndim != 4:
+        return False
+    return b == NULL or (b.device < 0 and b.datatype == dtype and b.contiguous
+                         and b.count == w.dim[0])
+
+
+cdef inline bint _channels_last(const nnc_tensor_t* t, int dtype) noexcept nogil:
+    return (t != NULL and t.device < 0 and t.datatype == dtype and 3 <= t.ndim <= 4
+            and (t.dim[t.ndim - 1] == 1 or t.stride[t.ndim - 1] == 1))

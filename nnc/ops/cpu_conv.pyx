@@ -25,6 +25,7 @@ from libc.string cimport memcpy, memset
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.cmd cimport ACTIVATION_RELU, nnc_cmd_param_t, register_c_backend
+from nnc.ops.cpu_check cimport conv_operands_ok, fits_int
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.parallel cimport nnc_parallel_for, parallel_threads
 from nnc.tensor cimport nnc_tensor_t
@@ -362,16 +363,6 @@ cdef void _empty_sums(const conv_t* cv, real* y0) noexcept nogil:
         _epilogue(cv, y0, 0, cv.rows, 0, cv.o)
 
 
-cdef bint _channels_last(const nnc_tensor_t* t, int dtype) noexcept nogil:
-    """A CPU float tensor of ``dtype``, [n, h, w, c] or [h, w, c], channels contiguous."""
-    return (t != NULL and t.device < 0 and t.datatype == dtype and 3 <= t.ndim <= 4
-            and (t.dim[t.ndim - 1] == 1 or t.stride[t.ndim - 1] == 1))
-
-
-cdef bint _fits_int(Py_ssize_t v) noexcept nogil:
-    return 0 <= v <= 2147483647
-
-
 cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
     cdef conv_t cv
@@ -382,20 +373,11 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef int d, dtype, itemsize
     cdef Py_ssize_t part_pixels, parts
     cdef int threads
-    if n_in < 2 or n_in > 3 or n_out != 1 or inputs[0] == NULL or outputs[0] == NULL:
+    if not conv_operands_ok(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, w, y = inputs[0], inputs[1], outputs[0]
     b = inputs[2] if n_in == 3 else NULL
     dtype = y.datatype
-    if not (dtype == NNC_32F or dtype == NNC_64F) or not _channels_last(x, dtype):
-        return NNC_INVALID
-    if not _channels_last(y, dtype) or y.ndim != x.ndim:
-        return NNC_INVALID
-    if w == NULL or w.device >= 0 or w.datatype != dtype or not w.contiguous or w.ndim != 4:
-        return NNC_INVALID
-    if b != NULL and (b.device >= 0 or b.datatype != dtype or not b.contiguous
-                      or b.count != w.dim[0]):
-        return NNC_INVALID
     d = x.ndim - 3                      # 1 with a batch axis, 0 without
     cv.dtype = dtype
     cv.x, cv.w, cv.out = <char*>x.data, <const char*>w.data, <char*>y.data
@@ -424,8 +406,8 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             or cv.wo != (cv.wd + cv.pl + p.pad[3] - cv.kw) // cv.sw + 1
             or cv.h + cv.pt + p.pad[2] < cv.kh or cv.wd + cv.pl + p.pad[3] < cv.kw):
         return NNC_INVALID
-    if not (_fits_int(cv.k) and _fits_int(cv.o) and _fits_int(cv.xs_w) and _fits_int(cv.os_w)
-            and _fits_int(cv.n * cv.ho * cv.wo)):
+    if not (fits_int(cv.k) and fits_int(cv.o) and fits_int(cv.xs_w) and fits_int(cv.os_w)
+            and fits_int(cv.n * cv.ho * cv.wo)):
         return NNC_INVALID
     cv.rows = cv.n * cv.ho
     if cv.rows == 0 or cv.o == 0 or cv.wo == 0:

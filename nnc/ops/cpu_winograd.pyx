@@ -38,6 +38,7 @@ from libc.string cimport memcpy, memset
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.cmd cimport ACTIVATION_RELU, nnc_cmd_param_t, register_c_backend
+from nnc.ops.cpu_check cimport conv_operands_ok, fits_int
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.parallel cimport nnc_parallel_for
 from nnc.tensor cimport nnc_tensor_t
@@ -320,16 +321,6 @@ cdef int _tiles_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     return NNC_SUCCESS
 
 
-cdef bint _channels_last(const nnc_tensor_t* t, int dtype) noexcept nogil:
-    """A CPU float tensor of ``dtype``, [n, h, w, c] or [h, w, c], channels contiguous."""
-    return (t != NULL and t.device < 0 and t.datatype == dtype and 3 <= t.ndim <= 4
-            and (t.dim[t.ndim - 1] == 1 or t.stride[t.ndim - 1] == 1))
-
-
-cdef bint _fits_int(Py_ssize_t v) noexcept nogil:
-    return 0 <= v <= 2147483647
-
-
 cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                        nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
     cdef wino_t wv
@@ -339,20 +330,11 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     cdef nnc_tensor_t* y
     cdef int d, dtype, itemsize, rc
     cdef Py_ssize_t per_tile
-    if n_in < 2 or n_in > 3 or n_out != 1 or inputs[0] == NULL or outputs[0] == NULL:
+    if not conv_operands_ok(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, w, y = inputs[0], inputs[1], outputs[0]
     b = inputs[2] if n_in == 3 else NULL
     dtype = y.datatype
-    if not (dtype == NNC_32F or dtype == NNC_64F) or not _channels_last(x, dtype):
-        return NNC_INVALID
-    if not _channels_last(y, dtype) or y.ndim != x.ndim:
-        return NNC_INVALID
-    if w == NULL or w.device >= 0 or w.datatype != dtype or not w.contiguous or w.ndim != 4:
-        return NNC_INVALID
-    if b != NULL and (b.device >= 0 or b.datatype != dtype or not b.contiguous
-                      or b.count != w.dim[0]):
-        return NNC_INVALID
     # Only what F(4x4, 3x3) computes: a 3x3 window, stride 1, one group.
     if (w.dim[1] != 3 or w.dim[2] != 3 or p.stride[0] != 1 or p.stride[1] != 1
             or p.groups != 1):
@@ -376,7 +358,7 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     if (wv.pt < 0 or wv.pl < 0 or p.pad[2] < 0 or p.pad[3] < 0
             or wv.ho != wv.h + wv.pt + p.pad[2] - 2 or wv.wo != wv.wd + wv.pl + p.pad[3] - 2):
         return NNC_INVALID
-    if not (_fits_int(wv.c) and _fits_int(wv.o) and _fits_int(36 * wv.o * wv.c)):
+    if not (fits_int(wv.c) and fits_int(wv.o) and fits_int(36 * wv.o * wv.c)):
         return NNC_INVALID
     if wv.n == 0 or wv.ho <= 0 or wv.wo <= 0 or wv.o == 0:
         return NNC_SUCCESS
@@ -386,7 +368,7 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     per_tile = 36 * (wv.c + wv.o) * itemsize
     wv.tiles_per_part = max(<Py_ssize_t>MIN_TILES, PART_BYTES // per_tile)
     wv.tiles_per_part = min(wv.tiles_per_part, wv.tiles)
-    if not _fits_int(wv.tiles_per_part * max(wv.c, wv.o)):
+    if not fits_int(wv.tiles_per_part * max(wv.c, wv.o)):
         return NNC_INVALID
     wv.part_bytes = <size_t>(wv.tiles_per_part * per_tile)
     wv.u_bytes = <size_t>((36 * wv.o * wv.c * itemsize + 63) // 64 * 64)
