@@ -60,7 +60,7 @@ cdef extern from *:
 
 
 # One nnc_parallel_for call, on its caller's stack. fn/arg/parts never change; next and rc are
-# atomics any participant updates; room, inside, waiting and link are guarded by _lock. The
+# atomics any participant updates; room, inside and link are guarded by _lock. The
 # caller unlinks the job and waits for inside == 0 before its frame goes away.
 ctypedef struct job_t:
     nnc_part_f fn
