@@ -42,20 +42,24 @@ cdef Py_ssize_t _part_bytes = 1 << 19
 # part of few pixels would not amortise. Pointwise parts (no patches to keep hot) use it too.
 cdef Py_ssize_t _part_pixels = 512
 
+# A convolution below this many multiply-adds runs whole on its thread: waking a helper
+# (tens of microseconds) would cost more than it saves.
+cdef Py_ssize_t _split_macs = 4000000
+
 cdef enum:
-    # A convolution below this many multiply-adds runs whole on its thread: waking a helper
-    # (tens of microseconds) would cost more than it saves.
-    SPLIT_MACS = 4000000
     # With fewer parts than this many per thread, the split is evened out to a multiple of
     # the threads (or, for very few rows, made over output channels).
     SPLIT_EVEN = 4
 
 
-def _tune(part_bytes, part_pixels):
-    """Set the part sizes (for benchmarks.conv's sweep); returns the previous pair."""
-    global _part_bytes, _part_pixels
-    old = (_part_bytes, _part_pixels)
+def _tune(part_bytes, part_pixels, split_macs=None):
+    """Set the part sizes and the smallest convolution worth splitting (for sweeps in
+    benchmarks); returns the previous triple."""
+    global _part_bytes, _part_pixels, _split_macs
+    old = (_part_bytes, _part_pixels, _split_macs)
     _part_bytes, _part_pixels = max(1, part_bytes), max(1, part_pixels)
+    if split_macs is not None:
+        _split_macs = max(0, split_macs)
     return old
 
 
@@ -425,7 +429,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cv.depthwise = cv.groups > 1 and cv.cg == 1 and cv.og == 1
     itemsize = 4 if dtype == NNC_32F else 8
     threads = parallel_threads()
-    if cv.rows * cv.wo * cv.o * cv.k < SPLIT_MACS:
+    if cv.rows * cv.wo * cv.o * cv.k < _split_macs:
         threads = 1                     # too small to be worth waking a helper
     if cv.pointwise:
         # No patches to keep in cache: one GEMM per thread (one for the whole image alone).
