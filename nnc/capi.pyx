@@ -18,10 +18,10 @@ import numpy as np
 from nnc._core import DATATYPE_NAMES, GraphError, ScheduleError
 from nnc.capi_handle cimport (
     K_CMD, K_EXEC, K_GRAPH, K_SIGNAL, K_STREAM, K_TENSOR, NNC_ABI_VERSION,
-    NNC_BACKEND_CONTIGUOUS, NNC_ERROR_ABI, NNC_ERROR_MEMORY, NNC_ERROR_NULL, NNC_MAX_DIM_C,
-    NNC_PRIORITY_DEFAULT, arg_count,
+    NNC_BACKEND_CONTIGUOUS, NNC_ERROR_ABI, NNC_ERROR_ARGUMENT, NNC_ERROR_MEMORY, NNC_ERROR_NULL,
+    NNC_MAX_DIM_C, NNC_PRIORITY_DEFAULT, arg_count,
     arg_exec, arg_execs, arg_out, arg_tensors, arg_text, c_case_of_f, c_exec_f, c_param_t,
-    c_tensor_t, c_while_f, capi_fail, capi_message, capi_set_message, handle_clear,
+    c_part_f, c_tensor_t, c_while_f, capi_fail, capi_message, capi_set_message, handle_clear,
     handle_get, handle_new, handle_release, nnc_cmd_h, nnc_graph_exec_h, nnc_graph_h,
     nnc_signal_h, nnc_stream_h, nnc_tensor_h,
 )
@@ -29,6 +29,8 @@ from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.stream cimport Signal, Stream
 from nnc.tensor cimport Tensor, nnc_tensor_t
+from nnc.parallel cimport nnc_part_f
+from nnc.parallel cimport nnc_parallel_for as parallel_for
 from nnc.workspace cimport nnc_workspace
 
 from nnc.capi_handle import NullError, RangeError, live_handles, parse_params
@@ -108,6 +110,20 @@ cdef api int nnc_stream_workspace(void* context, size_t size, void** out) noexce
         return NNC_ERROR_MEMORY
     out[0] = p
     return 0
+
+
+cdef api int nnc_parallel_for(int64_t parts, c_part_f fn, void* arg,
+                              void* context) noexcept nogil:
+    """For C backends: run ``fn(arg, part, ctx)`` for every part in [0, parts) on the calling
+    thread and idle threads of nnc's pool (intra-op parallelism, nnc.parallel), returning once
+    all have run: 0, or the first failing part's status (parts not yet started are skipped).
+    ``context`` is the backend's own; each part gets its running thread's (``ctx``), so a part
+    may take scratch memory with nnc_stream_workspace. Needs no GIL."""
+    if fn == NULL:
+        return NNC_ERROR_NULL
+    if parts < 0:
+        return NNC_ERROR_ARGUMENT
+    return parallel_for(<Py_ssize_t>parts, <nnc_part_f>fn, arg, context)
 
 
 cdef api int nnc_shutdown() noexcept with gil:

@@ -38,6 +38,7 @@ cdef extern from "nnc_types.h":
         int activation
     ctypedef int (*c_exec_f "nnc_cmd_exec_f")(
         const c_param_t*, c_tensor_t**, int, c_tensor_t**, int, void*) noexcept nogil
+    ctypedef int (*c_part_f "nnc_part_f")(void*, int64_t, void*) noexcept nogil
     ctypedef int (*c_while_f "nnc_graph_while_f")(
         int64_t, c_tensor_t* const*, int, const void*) noexcept nogil
     ctypedef int (*c_case_of_f "nnc_graph_case_of_f")(

@@ -61,6 +61,8 @@ extern "C" {
       "int (char const *, char const *, nnc_cmd_exec_f, int, int, int)") \
     X(nnc_stream_workspace, (void* context, size_t size, void** out), (context, size, out), \
       "int (void *, size_t, void **)") \
+    X(nnc_parallel_for, (int64_t parts, nnc_part_f fn, void* arg, void* context), \
+      (parts, fn, arg, context), "int (int64_t, nnc_part_f, void *, void *)") \
     X(nnc_stream_new, (const char* kind, nnc_stream_h* out), (kind, out), \
       "int (char const *, nnc_stream_h *)") \
     X(nnc_stream_free, (nnc_stream_h stream), (stream), "int (nnc_stream_h)") \

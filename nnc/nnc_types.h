@@ -103,6 +103,11 @@ typedef int (*nnc_cmd_exec_f)(const nnc_cmd_param_t* param,
                               nnc_tensor_t** outputs, int output_size,
                               void* context);
 
+/* One part of a command split with nnc_parallel_for: part in [0, parts); context is the running
+ * thread's scratch-memory owner (for nnc_stream_workspace). Returns NNC_SUCCESS or a negative
+ * status; it runs without the GIL, must not call Python and must not wait for other work. */
+typedef int (*nnc_part_f)(void* arg, int64_t part, void* context);
+
 /* A while expression (NNC: ccv_nnc_graph_while_f, with the count passed explicitly): called
  * after the breakpoints of iteration `count` (0-based) ran. Returns 1 to run the rest of the
  * body and continue, 0 to end the loop, a negative value to fail the run. */

@@ -5,7 +5,8 @@
   reads a tensor (2.1090609) and the piece-wise case..of (case_of.tests.c), each scheduled and
   run on a CPU stream.
 - examples/embed/backend.c: C backends for a new and an existing command; two streams run the
-  new one on two threads at overlapping times (from timestamps the backend records).
+  new one on two threads at overlapping times (from timestamps the backend records); a backend
+  that splits its work over nnc's pool with nnc_parallel_for.
 - tests/c/safety.c: bad calls return error codes and messages; several C threads at once.
 
 The programs embed Python (nnc.embed gives the flags) and are told this interpreter through
@@ -68,6 +69,9 @@ def test_c_backend_runs_on_two_streams_at_once(build):
     assert "scheduled graph: 2 calls, threads different" in out, out
     assert "EWSUM through C_SUM: 6 8 10 12, 1 call(s)" in out, out
     assert "signal: s[1] computed 3 6 9 12" in out, out
+    # A C backend split with nnc_parallel_for: right results synchronously and on a stream,
+    # NULL and negative arguments refused (how many threads took parts depends on the pool).
+    assert "parallel_for: results ok," in out and "NULL fn -102, -1 parts -105" in out, out
 
 
 @needs_cc

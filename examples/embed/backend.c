@@ -89,6 +89,42 @@ static int ewsum_c(const nnc_cmd_param_t* param, nnc_tensor_t** inputs, int inpu
     return NNC_SUCCESS;
 }
 
+/* A C backend split into parts (nnc_parallel_for): y = 3 * x, 64 parts of contiguous slices,
+ * each part through its own thread's workspace; part_threads records which thread ran each. */
+#define PARTS 64
+static pthread_t part_threads[PARTS];
+typedef struct {
+    const float* x;
+    float* y;
+    ssize_t count;
+} triple_t;
+
+static int triple_part(void* arg, int64_t part, void* context) {
+    const triple_t* t = arg;
+    ssize_t lo = t->count * part / PARTS, hi = t->count * (part + 1) / PARTS, i;
+    float* scratch = NULL;
+    if (nnc_stream_workspace(context, sizeof(float) * (size_t)(hi - lo + 1), (void**)&scratch) !=
+        NNC_SUCCESS)
+        return NNC_INVALID;
+    for (i = lo; i < hi; i++) scratch[i - lo] = 3 * t->x[i];
+    memcpy(t->y + lo, scratch, sizeof(float) * (size_t)(hi - lo));
+    part_threads[part] = pthread_self();
+    return NNC_SUCCESS;
+}
+
+static int triple(const nnc_cmd_param_t* param, nnc_tensor_t** inputs, int input_size,
+                  nnc_tensor_t** outputs, int output_size, void* context) {
+    triple_t t;
+    (void)param;
+    if (input_size != 1 || output_size != 1 || !inputs[0] || !outputs[0] ||
+        inputs[0]->count != outputs[0]->count)
+        return NNC_INVALID;
+    t.x = inputs[0]->data;
+    t.y = outputs[0]->data;
+    t.count = inputs[0]->count;
+    return nnc_parallel_for(PARTS, triple_part, &t, context);
+}
+
 /* The two records of the last round ran on different threads (neither the caller's) and
  * overlapped in time. */
 static int check_overlap(const char* what, int first) {
@@ -160,6 +196,43 @@ int main(void) {
         int rc = nnc_stream_workspace(NULL, 16, &p);
         printf("workspace of no context: %d\n", rc);
         failures += rc != NNC_ERROR_NULL || p != NULL;
+    }
+
+    /* 3b. A backend that splits its work over nnc's pool (nnc_parallel_for), synchronously and
+     * on a stream; bad arguments are refused. */
+    {
+        enum { N = 1 << 16 };
+        static float big_in[N], big_out[N];
+        int64_t big_dim = N;
+        nnc_tensor_h bx, by;
+        nnc_cmd_h tri;
+        int k, ok = 1, threads = 0, j, rc_null, rc_neg;
+        for (k = 0; k < N; k++) big_in[k] = (float)k;
+        CHECK(nnc_cmd_register("TRIPLE", "none"));
+        CHECK(nnc_cmd_backend_register("TRIPLE", "CPU_C", triple, NNC_32F,
+                                       NNC_BACKEND_CONTIGUOUS, NNC_PRIORITY_DEFAULT));
+        CHECK(nnc_cmd_new(&tri, "TRIPLE", NULL));
+        CHECK(nnc_tensor_new(&bx, big_in, NNC_32F, 1, &big_dim));
+        CHECK(nnc_tensor_new(&by, big_out, NNC_32F, 1, &big_dim));
+        CHECK(nnc_cmd_exec(tri, &bx, 1, &by, 1, NULL));
+        for (k = 0; k < N; k++) ok &= big_out[k] == 3.0f * (float)k;
+        for (k = 0; k < PARTS; k++) {
+            for (j = 0; j < k && !pthread_equal(part_threads[j], part_threads[k]); j++) {}
+            threads += j == k;
+        }
+        memset(big_out, 0, sizeof big_out);
+        CHECK(nnc_cmd_exec(tri, &bx, 1, &by, 1, s[0]));
+        CHECK(nnc_stream_wait(s[0]));
+        for (k = 0; k < N; k++) ok &= big_out[k] == 3.0f * (float)k;
+        rc_null = nnc_parallel_for(4, NULL, NULL, NULL);
+        rc_neg = nnc_parallel_for(-1, triple_part, NULL, NULL);
+        printf("parallel_for: results %s, %d thread(s) ran the parts; NULL fn %d, -1 parts %d\n",
+               ok ? "ok" : "WRONG", threads, rc_null, rc_neg);
+        failures += !ok || threads < 1 || rc_null != NNC_ERROR_NULL ||
+                    rc_neg != NNC_ERROR_ARGUMENT;
+        CHECK(nnc_tensor_free(bx));
+        CHECK(nnc_tensor_free(by));
+        CHECK(nnc_cmd_free(tri));
     }
 
     /* 4. A signal orders two streams: s[1] reads what BUSY writes on s[0] 50 ms later. */
