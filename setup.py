@@ -36,6 +36,7 @@ MODULES = [
     ("nnc.ops.cpu_winograd", "nnc/ops/cpu_winograd.pyx"),
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.drain", "nnc/drain.pyx"),
+    ("nnc.record", "nnc/record.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),
     ("nnc.waiting", "nnc/waiting.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),

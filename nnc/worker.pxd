@@ -6,7 +6,6 @@
 from cpython.object cimport PyObject
 
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
-from nnc.debug cimport DEBUG_RECORDS, debug_count
 from nnc.sync cimport (
     CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, pthread_cond_t, pthread_mutex_lock,
     pthread_mutex_t, pthread_mutex_unlock, timespec,
@@ -15,31 +14,10 @@ from nnc.tensor cimport nnc_tensor_t
 from nnc.workspace cimport nnc_stream_context_t
 
 
-# One recorded emit of a signal (a CUDA event record). A wait captures the signal's latest record
-# when it is enqueued and blocks until that record is done; a signal never emitted has no record,
-# so waiting on it is a no-op. Fields are guarded by signal_lock.
-ctypedef struct signal_record_t:
-    int done                            # 1 once the emitting stream reached the emit
-    int reserved                        # made by Signal._reserve, its emit not enqueued yet
-    int refs                            # Signal.latest + queued tasks holding it; freed at 0
-    long long id                        # unique, for trace flow arrows
-    void* waiters                       # waiter_t list: parked streams and blocked host threads
-
-
-# Something waiting for a signal record: a parked stream (``stream`` set: the emit makes it
-# ready again, no thread sleeps) or a host thread (``stream`` NULL: it sleeps on ``cond``, on its
-# own stack). Linked into the record's list under signal_lock; record_done walks the list once,
-# under that lock, and empties it.
-ctypedef struct waiter_t:
-    pthread_cond_t cond                 # host waits only (initialised by the waiting thread)
-    void* stream                        # the parked stream_t, or NULL for a host wait
-    waiter_t* next
-
-
-# Guards every signal_record_t (all fields) and the record sequence. Lock order, everywhere:
-# signal_lock, then a stream's lock, then the pool's lock; the GIL is never taken while any of
-# them is held (docs/threading.md).
-cdef pthread_mutex_t signal_lock
+# Signal records, their waiters and signal_lock live in nnc.record (re-exported here).
+from nnc.record cimport (
+    record_after_fork, record_new, record_release, signal_lock, signal_record_t, waiter_t,
+)
 
 
 cdef enum:
@@ -146,14 +124,6 @@ cdef void record_done(signal_record_t* r) noexcept nogil
 cdef void task_release_owned(stream_task_t* t) noexcept nogil
 cdef int pool_start() except -1
 cdef bint pool_refusing() noexcept nogil
-
-
-# A new record (refs 1, not done, a fresh id), or NULL out of memory. Records are recycled
-# through a free list (guarded by signal_lock), so a graph run on streams, which emits the
-# same number of signals every time, allocates none after its first run.
-cdef signal_record_t* record_new() noexcept nogil
-# Drop one reference to r (NULL: nothing), recycling it at 0; takes signal_lock.
-cdef void record_release(signal_record_t* r) noexcept nogil
 
 
 cdef inline double mono_now() noexcept nogil:

@@ -92,7 +92,6 @@ ctypedef struct pool_t:
 
 
 cdef pool_t _pool
-pthread_mutex_init(&signal_lock, NULL)   # declared in worker.pxd, shared with nnc.stream
 pthread_mutex_init(&_pool.lock, NULL)
 pthread_cond_init(&_pool.work, NULL)
 pthread_cond_init(&_pool.quiet, NULL)
@@ -138,59 +137,6 @@ cdef bint _make_ready(stream_t* s) noexcept nogil:
     wake = _pool.sleeping > 0
     pthread_mutex_unlock(&_pool.lock)
     return wake
-
-
-cdef enum:
-    RECORDS_KEPT = 4096                 # recycled records kept; beyond, they are freed
-
-cdef signal_record_t* _records_free = NULL     # linked through .waiters; guarded by signal_lock
-cdef int _records_kept = 0
-cdef long long _record_seq = 0                 # guarded by signal_lock
-
-
-cdef signal_record_t* record_new() noexcept nogil:
-    global _records_free, _records_kept, _record_seq
-    cdef signal_record_t* r
-    pthread_mutex_lock(&signal_lock)
-    r = _records_free
-    if r != NULL:
-        _records_free = <signal_record_t*>r.waiters
-        _records_kept -= 1
-    else:
-        pthread_mutex_unlock(&signal_lock)
-        r = <signal_record_t*>malloc(sizeof(signal_record_t))
-        if r == NULL:
-            return NULL
-        pthread_mutex_lock(&signal_lock)
-    debug_count(DEBUG_RECORDS, 1)
-    r.done = 0
-    r.reserved = 0
-    r.refs = 1
-    r.waiters = NULL
-    _record_seq += 1
-    r.id = _record_seq
-    pthread_mutex_unlock(&signal_lock)
-    return r
-
-
-cdef void record_release(signal_record_t* r) noexcept nogil:
-    global _records_free, _records_kept
-    cdef bint drop = False
-    if r == NULL:
-        return
-    pthread_mutex_lock(&signal_lock)
-    r.refs -= 1
-    if r.refs == 0:
-        debug_count(DEBUG_RECORDS, -1)
-        if _records_kept < RECORDS_KEPT:
-            r.waiters = _records_free
-            _records_free = r
-            _records_kept += 1
-        else:
-            drop = True
-    pthread_mutex_unlock(&signal_lock)
-    if drop:
-        free(r)
 
 
 cdef inline void _wake_one() noexcept nogil:
@@ -811,11 +757,8 @@ def _after_fork_in_child():
     its mutexes may be held by threads that are gone. Start over: fresh mutexes, no thread, no
     ready stream, a new generation (streams of the parent refuse to be used). The pool starts
     again with the child's first stream."""
-    global _records_free, _records_kept
-    pthread_mutex_init(&signal_lock, NULL)
+    record_after_fork()
     pthread_mutex_init(&_pool.lock, NULL)
-    _records_free = NULL                # leaked in the child: records of the parent's threads
-    _records_kept = 0
     pthread_cond_init(&_pool.work, NULL)
     pthread_cond_init(&_pool.quiet, NULL)
     _pool.ready_head = NULL
