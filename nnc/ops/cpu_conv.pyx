@@ -3,23 +3,28 @@
 NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_opt.c, which packs input patches into scratch
 memory and multiplies them with the weights, split across threads by output rows. Here:
 
-- The output's pixels are cut into *parts* of whole output rows (about PART_BYTES of patch
-  matrix each, so a part's patches stay in cache between the copy and the GEMM). Each part
-  copies its patches into the running thread's workspace (nnc.workspace: allocated once, reused
-  run after run, so repeated runs allocate nothing), multiplies them by the weights with one
-  single-threaded GEMM per group (nnc.ops.cpu_blas), and adds the bias while the rows are hot.
+- The output's pixels are cut into *parts* of whole output rows (about 512 KiB of patch matrix
+  and at least 512 pixels each, so a part's patches stay in cache between the copy and the
+  GEMM, and each GEMM is long enough to amortise packing the weights). Each part copies its
+  patches into the running thread's workspace (nnc.workspace: allocated once, reused run after
+  run, so repeated runs allocate nothing), multiplies them by the weights with one
+  single-threaded GEMM per group (nnc.ops.cpu_blas), then adds the bias and applies the fused
+  ReLU (``activation="relu"``, Graph.simplify) while the rows are hot.
 - Parts are run through nnc_parallel_for (nnc.parallel): idle pool threads take some, so a
-  large convolution uses every core in a sequential run, and a scheduled run's streams keep
-  theirs. Parts write disjoint output rows; the weights are only read.
-- A pointwise (1x1, stride 1, no padding) convolution multiplies the input itself: no copy.
-  A depthwise one (groups = C = O) is a direct loop over taps, vectorised over channels: as a
-  GEMM it would be O matrices of one column each.
+  large convolution uses every core in a sequential run, and in a scheduled run a thread whose
+  stream waits helps the other stream's convolution. Parts write disjoint output rows; the
+  weights are only read. With few parts they are evened out to a multiple of the threads; with
+  too few pixels for every thread (17x17 and 8x8 layers) the caller copies every patch once and
+  the parts are ranges of output channels instead; below 4M multiply-adds nothing is split.
+- A pointwise (1x1, stride 1, no padding) convolution multiplies the input itself, one GEMM
+  per thread. A depthwise one (groups = C = O) is a direct loop over taps, vectorised over
+  channels (weights laid out tap by tap first): as a GEMM it would be O one-column products.
 - The output may be a channel slice of a wider buffer (a concat's part) and the input any view
   whose channels are contiguous: GEMM's leading dimensions take the pixel strides.
 
 Weights are [O, kh, kw, C/groups] (NNC's layout), i.e. one [O, K] row-major matrix per group
 with K ordered (i, j, c), the order each patch row is copied in, so they are used as they are.
-"""
+Part sizes were chosen by sweeping them (``_tune``) over Inception-V3's layers."""
 
 from libc.string cimport memcpy, memset
 
@@ -36,7 +41,7 @@ ctypedef fused real:
     double
 
 # Patch-matrix bytes per part: small enough to stay in L2 between copy and GEMM, large
-# enough that GEMM runs at full speed (measured: docs/benchmarks.md, "Convolution").
+# enough that GEMM runs at full speed (python -m benchmarks.conv; docs/benchmarks.md).
 cdef Py_ssize_t _part_bytes = 1 << 19
 # No part has fewer output pixels than this: GEMM packs the weights once per call, which a
 # part of few pixels would not amortise. Pointwise parts (no patches to keep hot) use it too.
