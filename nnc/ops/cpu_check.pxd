@@ -80,4 +80,4 @@ cdef inline bint conv_operands_ok(nnc_tensor_t** inputs, int n_in, nnc_tensor_t*
 
 cdef inline bint _channels_last(const nnc_tensor_t* t, int dtype) noexcept nogil:
     return (t != NULL and t.device < 0 and t.datatype == dtype and 3 <= t.ndim <= 4
-            and (t.dim[t.ndim - 1] == 1 or t.stride[t.ndim - 1] == 1))
+            and (t.dim[t.ndim - 1] <= 1 or t.stride[t.ndim - 1] == 1))

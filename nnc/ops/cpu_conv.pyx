@@ -29,8 +29,8 @@ Part sizes were chosen by sweeping them (``_tune``) over Inception-V3's layers."
 from libc.string cimport memcpy, memset
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
-from nnc.cmd cimport ACTIVATION_RELU, nnc_cmd_param_t, register_c_backend
-from nnc.ops.cpu_check cimport conv_operands_ok, fits_int
+from nnc.cmd cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.ops.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.parallel cimport nnc_parallel_for, parallel_threads
 from nnc.tensor cimport nnc_tensor_t
@@ -465,17 +465,13 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     return nnc_parallel_for(parts, _part, &cv, ctx)
 
 
-def _accept(cmd, inputs, outputs):
+def _accept(Cmd cmd, list inputs, list outputs):
     """Channels contiguous in x and the output (any pixel strides); w and bias contiguous."""
-    x, w, out = inputs[0], inputs[1], outputs[0]
-    bias = inputs[2] if len(inputs) > 2 else None
-
-    def channels_last(t):
-        last = len(t.shape) - 1
-        return t.shape[last] <= 1 or t.strides[last] == 1
-
-    return (channels_last(x) and channels_last(out) and w.is_contiguous
-            and (bias is None or bias.is_contiguous))
+    cdef nnc_tensor_t* io[4]
+    cdef int n_in = tensor_views(inputs, io, 3)
+    cdef int n_out = tensor_views(outputs, io + 3, 1)
+    # The backend's own operand check, on the Tensors' C views: the two cannot disagree.
+    return n_in >= 0 and n_out >= 0 and conv_operands_ok(io, n_in, io + 3, n_out)
 
 
 def register():

@@ -37,8 +37,8 @@ of loads and stores that the compiler vectorises. Repeated runs allocate nothing
 from libc.string cimport memcpy, memset
 
 from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
-from nnc.cmd cimport ACTIVATION_RELU, nnc_cmd_param_t, register_c_backend
-from nnc.ops.cpu_check cimport conv_operands_ok, fits_int
+from nnc.cmd cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.ops.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.parallel cimport nnc_parallel_for
 from nnc.tensor cimport nnc_tensor_t
@@ -321,6 +321,13 @@ cdef int _tiles_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     return NNC_SUCCESS
 
 
+cdef inline bint _winograd_shape(const nnc_cmd_param_t* p,
+                                 const nnc_tensor_t* w) noexcept nogil:
+    """Only what F(4x4, 3x3) computes: a 3x3 window, stride 1, one group."""
+    return (w.dim[1] == 3 and w.dim[2] == 3 and p.stride[0] == 1 and p.stride[1] == 1
+            and p.groups == 1)
+
+
 cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                        nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
     cdef wino_t wv
@@ -335,9 +342,7 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     x, w, y = inputs[0], inputs[1], outputs[0]
     b = inputs[2] if n_in == 3 else NULL
     dtype = y.datatype
-    # Only what F(4x4, 3x3) computes: a 3x3 window, stride 1, one group.
-    if (w.dim[1] != 3 or w.dim[2] != 3 or p.stride[0] != 1 or p.stride[1] != 1
-            or p.groups != 1):
+    if not _winograd_shape(p, w):
         return NNC_INVALID
     d = x.ndim - 3                      # 1 with a batch axis, 0 without
     wv.dtype = dtype
@@ -384,21 +389,15 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
                             _tiles_part, &wv, ctx)
 
 
-def _accept(cmd, inputs, outputs):
+def _accept(Cmd cmd, list inputs, list outputs):
     """3x3 kernels, stride 1, groups 1; channels contiguous in x and the output, w and bias
     contiguous"""
-    x, w, out = inputs[0], inputs[1], outputs[0]
-    bias = inputs[2] if len(inputs) > 2 else None
-    params = cmd.params
-
-    def channels_last(t):
-        last = len(t.shape) - 1
-        return t.shape[last] <= 1 or t.strides[last] == 1
-
-    return (len(w.shape) == 4 and tuple(w.shape[1:3]) == (3, 3)
-            and tuple(params["stride"]) == (1, 1) and params["groups"] == 1
-            and channels_last(x) and channels_last(out) and w.is_contiguous
-            and (bias is None or bias.is_contiguous))
+    cdef nnc_tensor_t* io[4]
+    cdef int n_in = tensor_views(inputs, io, 3)
+    cdef int n_out = tensor_views(outputs, io + 3, 1)
+    # The backend's own checks, on the Tensors' C views: the two cannot disagree.
+    return (n_in >= 0 and n_out >= 0 and conv_operands_ok(io, n_in, io + 3, n_out)
+            and _winograd_shape(&cmd.param, io[1]))
 
 
 def register():
