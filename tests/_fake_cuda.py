@@ -411,6 +411,8 @@ def _conv(a, dt, grid):
             acc[..., co] += np.where(mask, patch[..., ci], 0) @ wt[co, i, j, :].T
     if pb:
         acc += _contig(pb, dt, o)
+    if g["relu"]:
+        acc = np.where(acc < 0, 0.0, acc)       # NaN stays NaN, as in conv.cu
     out[...] = acc
 
 
@@ -440,8 +442,8 @@ SIGNATURES = {
     "ewexp": (_P, 8, _P, 8, 8, 8), "ewlog": (_P, 8, _P, 8, 8, 8), "relu": (_P, 8, _P, 8, 8, 8),
     "scalar_mul": ("T", _P, 8, _P, 8, 8, 8), "set": ("T", _P, 8, 8, 8),
     "softmax": (_P, _P, 8, 8),
-    "gemm": (88, _P, _P, _P, _P), "conv": (80, _P, _P, _P, _P), "max_pool": (80, _P, _P),
-    "avg_pool": (80, _P, _P),
+    "gemm": (88, _P, _P, _P, _P), "conv": (88, _P, _P, _P, _P), "max_pool": (88, _P, _P),
+    "avg_pool": (88, _P, _P),
 }
 
 EMULATE = {

@@ -252,12 +252,15 @@ CONV_CASES = [
 
 @pytest.mark.parametrize("case", CONV_CASES)
 @pytest.mark.parametrize("slice_out", [False, True])
-def test_convolution_matches_cpu_ref(env, case, slice_out):
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_convolution_matches_cpu_ref(env, case, slice_out, activation):
     rng = np.random.default_rng(3)
     x = rng.standard_normal(case["x"]).astype(np.float32)
     w = rng.standard_normal(case["w"]).astype(np.float32)
     bias = rng.standard_normal(case["w"][0]).astype(np.float32)
     params = {k: case[k] for k in ("stride", "padding", "groups")}
+    if activation:
+        params["activation"] = activation      # the fused epilogue of Graph.simplify
     from nnc.ops.conv import conv_shape
 
     shape = conv_shape(nnc.Cmd("CONVOLUTION", **params), x.shape, w.shape)
@@ -268,7 +271,7 @@ def test_convolution_matches_cpu_ref(env, case, slice_out):
         buf = nnc.Tensor.zeros(shape[:-1] + (shape[-1] + 3,), device="gpu")
         pixels = int(np.prod(shape[:-1]))
         out = buf.view(shape, offset=1, strides=_nhwc_strides(shape, shape[-1] + 3))
-        assert pixels and backends._pixel_stride(out) == shape[-1] + 3
+        assert pixels and backends.pixel_stride(out) == shape[-1] + 3
     else:
         out = nnc.Tensor.empty(shape, device="gpu")
     nnc.cmd_exec(nnc.Cmd("CONVOLUTION", **params), [gpu(x), gpu(w), gpu(bias)], [out])
@@ -309,21 +312,22 @@ def test_pooling_matches_cpu_ref(env, kind, params):
 
 def test_pixel_stride():
     t = nnc.Tensor.empty((2, 3, 4, 5))
-    assert backends._pixel_stride(t) == 5
-    assert backends._pixel_stride(t.view((2, 3, 4, 2), 1, (60, 20, 5, 1))) == 5
-    assert backends._pixel_stride(t.view((2, 3, 2, 5), 0, (60, 20, 10, 1))) == 10
-    assert backends._pixel_stride(t.view((2, 3, 4, 2), 0, (60, 20, 5, 2))) is None
-    assert backends._pixel_stride(t.view((2, 3, 4, 5), 0, (60, 20, 4, 1))) is None  # overlap
-    assert backends._pixel_stride(nnc.Tensor.empty((4, 5))) is None
+    assert backends.pixel_stride(t) == 5
+    assert backends.pixel_stride(t.view((2, 3, 4, 2), 1, (60, 20, 5, 1))) == 5
+    assert backends.pixel_stride(t.view((2, 3, 2, 5), 0, (60, 20, 10, 1))) == 10
+    assert backends.pixel_stride(t.view((2, 3, 4, 2), 0, (60, 20, 5, 2))) is None
+    assert backends.pixel_stride(t.view((2, 3, 4, 5), 0, (60, 20, 4, 1))) is None  # overlap
+    assert backends.pixel_stride(nnc.Tensor.empty((4, 5))) is None
 
 
 def test_struct_layouts_match_c():
     class Window(ctypes.Structure):
         _fields_ = [("n", ctypes.c_longlong)] + [(k, ctypes.c_int) for k in (
             "h", "w", "c", "ho", "wo", "o", "kh", "kw", "sh", "sw", "pt", "pl", "groups",
-            "count_include_pad")] + [("x_ps", ctypes.c_longlong), ("o_ps", ctypes.c_longlong)]
+            "count_include_pad", "relu")] + [("x_ps", ctypes.c_longlong),
+                                             ("o_ps", ctypes.c_longlong)]
 
-    assert backends.WINDOW_T.itemsize == ctypes.sizeof(Window) == 80
+    assert backends.WINDOW_T.itemsize == ctypes.sizeof(Window) == 88
     for name, _ in Window._fields_:
         assert backends.WINDOW_T.fields[name][1] == getattr(Window, name).offset, name
     params, keep = drv.pack_args([np.float32(2.5), np.uint64(0xDEADBEEF), np.int64(-3)])
@@ -574,6 +578,7 @@ def test_inception_on_gpu_matches_cpu(env):
     m = build_inception_v3_model(size=75)
     m.graph.run()
     want = m.output.numpy().copy()
+    m.graph.simplify()                  # the GPU runs the fused CONVOLUTION + ReLU nodes
     new, mapping = cgraph.to_gpu(m.graph)
     out = mapping[id(m.output._owner_object)]
     sched = nnc.static_schedule(new, stream_type="gpu")

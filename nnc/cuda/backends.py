@@ -22,7 +22,8 @@ from nnc._core import CommandError
 from nnc.cuda import memory, nvrtc
 from nnc.cuda.driver import check, device, driver, launch, pack_args
 
-__all__ = ["BACKEND", "register"]
+__all__ = ["BACKEND", "PREPARE", "operands", "pixel_stride", "register", "row_stride", "runner",
+           "same_gpu", "tensors_of"]
 
 BACKEND = "GPU_REF"
 FLOAT_TYPES = ("float32", "float64")
@@ -34,12 +35,12 @@ _SOFTMAX_THREADS = 256              # NNC_SOFTMAX_THREADS in softmax.cu
 _GEMM_TILE, _GEMM_ROWS = 32, 8      # NNC_TILE, NNC_ROWS in gemm.cu
 _MAX_GRID_Z = 65535
 
-# nnc_window_t in conv.cu, field by field (align=True gives the C layout: 80 bytes).
+# nnc_window_t in conv.cu, field by field (align=True gives the C layout: 88 bytes).
 WINDOW_T = np.dtype([("n", "<i8"), ("h", "<i4"), ("w", "<i4"), ("c", "<i4"), ("ho", "<i4"),
                      ("wo", "<i4"), ("o", "<i4"), ("kh", "<i4"), ("kw", "<i4"), ("sh", "<i4"),
                      ("sw", "<i4"), ("pt", "<i4"), ("pl", "<i4"), ("groups", "<i4"),
-                     ("count_include_pad", "<i4"), ("x_ps", "<i8"), ("o_ps", "<i8")],
-                    align=True)
+                     ("count_include_pad", "<i4"), ("relu", "<i4"), ("x_ps", "<i8"),
+                     ("o_ps", "<i8")], align=True)
 # nnc_gemm_t in gemm.cu: m, n, k, a_bs, a_ms, a_ks, w_bs, w_ks, w_ns, o_bs, o_ms (all int64).
 GEMM_FIELDS = ("m", "n", "k", "a_bs", "a_ms", "a_ks", "w_bs", "w_ks", "w_ns", "o_bs", "o_ms")
 
@@ -53,20 +54,20 @@ def _grid_1d(dev, n, threads=_THREADS):
     return (max(1, min((n + threads - 1) // threads, dev.sm_count * 32)),)
 
 
-def _tensors(inputs, outputs):
+def tensors_of(inputs, outputs):
     return [t for t in list(inputs) + list(outputs) if t is not None]
 
 
-def _same_gpu(ts):
+def same_gpu(ts):
     devices = {t.device for t in ts}
     return len(devices) == 1 and next(iter(devices)) != "cpu"
 
 
-def _pixel_stride(t):
+def pixel_stride(t):
     """For an NHWC tensor whose channels have unit stride and whose pixels are evenly spaced
     (a contiguous tensor, or a channel slice such as buf[..., c0:c1]): that pixel stride in
     elements. None for any other layout."""
-    return _row_stride(t) if t.ndim in (3, 4) else None
+    return row_stride(t) if t.ndim in (3, 4) else None
 
 
 def _spans(dims):
@@ -91,6 +92,9 @@ class _Now:
 
     def copy(self, dst, src):
         memory.copy(dst, src, self.stream)
+
+    def call(self, op):
+        op(self.stream)
 
 
 class _Launch:
@@ -123,33 +127,40 @@ class _Record:
     def copy(self, dst, src):
         self.ops.append(lambda stream: memory.copy(dst, src, stream))
 
+    def call(self, op):
+        self.ops.append(op)
+
 
 # GPU backend function -> its prepare(cmd, inputs, outputs, cuda_stream): what a GPU stream
 # (nnc/cuda/gpu_stream.pyx) uses to launch a graph node with parameters packed once.
 PREPARE = {}
 
 
-def _runner(body):
-    """Wrap ``body(dev, sink, cmd, inputs, outputs)`` as a GPU backend.
+def runner(body, name=BACKEND, peers=False):
+    """Wrap ``body(dev, sink, cmd, inputs, outputs)`` as GPU backend ``name``.
 
-    The backend runs it at once (onto a stream); its ``prepare(cmd, inputs, outputs)`` runs it
-    into a list of ops with every kernel's parameters packed, which a graph runner replays
-    for each run at the cost of one driver call per launch (a GPU nnc.Stream, :data:`PREPARE`).
+    The body sends its work to ``sink``: ``sink.kernel(f, grid, block, args)``,
+    ``sink.copy(dst, src)`` or ``sink.call(op)``, where ``op(cuda_stream)`` enqueues work
+    through a library (cuBLAS, cuDNN: nnc/cuda/gpu_opt.py). The backend runs the body at once
+    (onto a stream); its ``prepare(cmd, inputs, outputs)`` runs it into a list of ops with
+    every kernel's parameters packed, which a graph runner replays for each run at the cost of
+    one driver call per launch (a GPU nnc.Stream, :data:`PREPARE`). ``peers``: the tensors may
+    be on several devices (copies); otherwise they must be on the stream's.
     """
 
     def setup(cmd, inputs, outputs, stream):
-        ts = _tensors(inputs, outputs)
+        ts = tensors_of(inputs, outputs)
         if not all(hasattr(t, "data_ptr") and hasattr(t, "device") for t in ts):
-            raise CommandError(f"{cmd.name}/{BACKEND} runs on GPU tensors through nnc.cmd_exec, "
+            raise CommandError(f"{cmd.name}/{name} runs on GPU tensors through nnc.cmd_exec, "
                                "a CUDA stream or Graph.run(), not on ndarrays of a CPU stream")
         gpus = [t.device for t in ts if t.device != "cpu"]
         if not gpus:
-            raise CommandError(f"{cmd.name}/{BACKEND} needs at least one GPU tensor")
+            raise CommandError(f"{cmd.name}/{name} needs at least one GPU tensor")
         # A kernel runs on a stream of its tensors' GPU (modules and streams belong to one
         # context); copies may use any stream (peer copies name both contexts).
         dev = stream.device if stream is not None else device(gpus[0])
-        if body is not _transfer and gpus[0] != f"gpu:{dev.ordinal}":
-            raise CommandError(f"{cmd.name}/{BACKEND}: the tensors are on {gpus[0]} but the "
+        if not peers and gpus[0] != f"gpu:{dev.ordinal}":
+            raise CommandError(f"{cmd.name}/{name}: the tensors are on {gpus[0]} but the "
                                f"stream is on gpu:{dev.ordinal}")
         dev.make_current()
         return dev
@@ -217,10 +228,10 @@ def _row_layout(*ts):
     if all(t.is_contiguous for t in ts):
         return n, max(n, 1), [max(n, 1)] * len(ts)
     cols = ts[0].shape[-1]
-    return n, cols, [cols if t.is_contiguous else _row_stride(t) for t in ts]
+    return n, cols, [cols if t.is_contiguous else row_stride(t) for t in ts]
 
 
-def _row_stride(t):
+def row_stride(t):
     """The spacing of t's rows (its last axis has unit stride), or None if uneven."""
     if t.ndim < 2 or (t.strides[-1] != 1 and t.shape[-1] > 1):
         return None
@@ -267,8 +278,8 @@ def _set(dev, sink, cmd, inputs, outputs):
 
 
 def _rows_same_gpu(cmd, inputs, outputs):
-    ts = _tensors(inputs, outputs)
-    return _same_gpu(ts) and all(t.is_contiguous or _row_stride(t) is not None for t in ts)
+    ts = tensors_of(inputs, outputs)
+    return same_gpu(ts) and all(t.is_contiguous or row_stride(t) is not None for t in ts)
 
 
 def _softmax(dev, sink, cmd, inputs, outputs):
@@ -312,13 +323,13 @@ def gemm_geometry(cmd, a, w, out):
     return grid, g
 
 
-def _operands(inputs, outputs):
+def operands(inputs, outputs):
     """(x or a, w, bias or None, out) of GEMM and CONVOLUTION."""
     return inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, outputs[0]
 
 
 def _gemm(dev, sink, cmd, inputs, outputs):
-    a, w, bias, out = _operands(inputs, outputs)
+    a, w, bias, out = operands(inputs, outputs)
     if out.size == 0:
         return
     grid, g = gemm_geometry(cmd, a, w, out)
@@ -328,9 +339,9 @@ def _gemm(dev, sink, cmd, inputs, outputs):
 
 def _gemm_accept(cmd, inputs, outputs):
     out = outputs[0]
-    if not _same_gpu(_tensors(inputs, outputs)) or out.strides[-1] != 1 and out.shape[-1] > 1:
+    if not same_gpu(tensors_of(inputs, outputs)) or out.strides[-1] != 1 and out.shape[-1] > 1:
         return False
-    bias = _operands(inputs, outputs)[2]
+    bias = operands(inputs, outputs)[2]
     if bias is not None and not bias.is_contiguous:
         return False
     batch = max(t.shape[0] if t.ndim == 3 else 1 for t in inputs[:2])
@@ -353,12 +364,13 @@ def window_geometry(cmd, x, out, groups=1):
     g["sh"], g["sw"], g["pt"], g["pl"] = sh, sw, pt, pl
     g["groups"] = groups
     g["count_include_pad"] = int(bool(cmd.params.get("count_include_pad", False)))
-    g["x_ps"], g["o_ps"] = _pixel_stride(x), _pixel_stride(out)
+    g["relu"] = int(cmd.params.get("activation") == "relu")
+    g["x_ps"], g["o_ps"] = pixel_stride(x), pixel_stride(out)
     return g
 
 
 def _conv(dev, sink, cmd, inputs, outputs):
-    x, w, bias, out = _operands(inputs, outputs)
+    x, w, bias, out = operands(inputs, outputs)
     if out.size == 0:
         return
     g = window_geometry(cmd, x, out, cmd.params["groups"])
@@ -378,20 +390,20 @@ def _pool(kernel):
 
 
 def _window_accept(cmd, inputs, outputs):
-    if cmd.params.get("activation") is not None:
-        return False                    # the GPU_REF kernels have no fused epilogue
-    ts = _tensors(inputs, outputs)
-    if not _same_gpu(ts):
+    if cmd.params.get("activation") not in (None, "relu"):
+        return False                    # the kernels fuse ReLU only
+    ts = tensors_of(inputs, outputs)
+    if not same_gpu(ts):
         return False
     x, out = inputs[0], outputs[0]
-    if _pixel_stride(x) is None or _pixel_stride(out) is None:
+    if pixel_stride(x) is None or pixel_stride(out) is None:
         return False
     return all(t.is_contiguous for t in inputs[1:] if t is not None)
 
 
 def _contiguous_same_gpu(cmd, inputs, outputs):
-    ts = _tensors(inputs, outputs)
-    return _same_gpu(ts) and all(t.is_contiguous for t in ts)
+    ts = tensors_of(inputs, outputs)
+    return same_gpu(ts) and all(t.is_contiguous for t in ts)
 
 
 def _transfer(dev, sink, cmd, inputs, outputs):
@@ -412,8 +424,8 @@ def register():
     from nnc.cmd import register_backend
 
     def add(command, body, accept=_contiguous_same_gpu, device="gpu", datatypes=FLOAT_TYPES):
-        register_backend(command, BACKEND, _runner(body), datatypes=datatypes, accept=accept,
-                         device=device)
+        register_backend(command, BACKEND, runner(body, peers=body is _transfer),
+                         datatypes=datatypes, accept=accept, device=device)
 
     add("EWSUM", _ew_reduce("ewsum"))
     add("EWPROD", _ew_reduce("ewprod"))

@@ -1,17 +1,35 @@
 """GPU_REF: the GPU backends of the built-in commands (nnc/cuda/backends.py)."""
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
 from nnc.cmd import Cmd
 from nnc.tensor import Tensor
 
-__all__ = ["BACKEND", "register"]
+__all__ = ["BACKEND", "PREPARE", "operands", "pixel_stride", "register", "row_stride", "runner",
+           "same_gpu", "tensors_of"]
 
 BACKEND: str
 FLOAT_TYPES: tuple[str, ...]
 WINDOW_T: np.dtype[np.void]
 GEMM_FIELDS: tuple[str, ...]
+PREPARE: dict[Callable[..., None], Callable[..., list[Callable[[Any], None]]]]
+
+def tensors_of(
+    inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
+) -> list[Tensor]: ...
+def same_gpu(ts: Sequence[Tensor]) -> bool: ...
+def pixel_stride(t: Tensor) -> int | None: ...
+def row_stride(t: Tensor) -> int | None: ...
+def operands(
+    inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor]: ...
+def runner(
+    body: Callable[..., None], name: str = ..., peers: bool = ...
+) -> Callable[..., None]: ...
 
 def gemm_geometry(
     cmd: Cmd, a: Tensor, w: Tensor, out: Tensor

@@ -214,6 +214,12 @@ class CudaStream(Resource):
         cu = driver()
         self.handle = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                             "cuStreamCreate")
+        # Library state bound to this stream (cuBLAS / cuDNN handles, the scratch workspace of
+        # nnc.cuda.memory.workspace): key -> object with close(). Owned by the stream, made by
+        # whichever thread asks first, the dict guarded by _state_lock; closed after the
+        # stream drains, in close(), before the stream is destroyed.
+        self._state_lock = threading.Lock()
+        self._libraries = {}
 
     @property
     def kind(self):
@@ -245,6 +251,31 @@ class CudaStream(Resource):
             check(driver().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
         except CUDAError as e:
             raise StreamError(f"{self!r} failed: {e}") from e
+
+    def library(self, key, make):
+        """This stream's state for ``key`` (``make()`` on first use, e.g. a cuBLAS handle set
+        to this stream), an object with ``close()``: one per stream, so two streams never
+        share a handle's stream binding or workspace. The object guards its own use."""
+        with self._state_lock:
+            state = self._libraries.get(key)
+            if state is None:
+                if self.handle is None:
+                    raise CUDAError(f"{self!r} is closed")
+                state = self._libraries[key] = make()
+            return state
+
+    def close(self):
+        """Free the stream; library state made for it is closed first, once its work has
+        drained (a handle or workspace must outlive the launches that use it)."""
+        if self.handle is not None and self._libraries:
+            try:
+                self.wait()
+            finally:
+                with self._state_lock:
+                    states, self._libraries = list(self._libraries.values()), {}
+                for state in states:
+                    state.close()
+        super().close()
 
     def _destroy(self, handle):
         check(driver().cuStreamDestroy(handle), "cuStreamDestroy")

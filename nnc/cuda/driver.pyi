@@ -4,7 +4,7 @@ and stream capture. Driver handles (CUdevice, CUstream, ...) are cuda.bindings o
 
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +14,9 @@ from nnc.stream import Stream
 
 __all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "cuda_stream",
            "device", "driver"]
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
 
 def driver() -> ModuleType: ...
 def check(result: Sequence[Any], what: str) -> Any: ...

@@ -19,7 +19,7 @@ from nnc._core import CUDAError, TensorError
 from nnc.cuda.driver import Resource, check, device, driver
 
 __all__ = ["DeviceBuffer", "PinnedBuffer", "copy", "empty", "fill_zero", "from_numpy",
-           "pinned", "to_host"]
+           "pinned", "to_host", "workspace"]
 
 _staging_lock = threading.Lock()
 _staging = {}                       # ordinal -> PinnedBuffer, grown as needed, reused
@@ -46,6 +46,47 @@ class DeviceBuffer(Resource):
 
     def __repr__(self):
         return f"<nnc.cuda.DeviceBuffer {self.nbytes} bytes on gpu:{self.device.ordinal}>"
+
+
+class _Workspace:
+    """A stream's scratch buffer for library calls (its ``library("workspace")`` state).
+
+    Only grows: a smaller buffer is retired, not freed, because launches captured into a CUDA
+    graph keep its address (a captured graph keeps its streams alive); all are freed when the
+    stream closes. Work on one stream runs in order, so every call on it shares the buffer.
+    """
+
+    def __init__(self, dev):
+        self.device = dev
+        self._lock = threading.Lock()   # guards buf and retired (threads enqueue concurrently)
+        self.buf = None                 # the current DeviceBuffer; None until one is needed
+        self.retired = []
+
+    def get(self, nbytes):
+        with self._lock:
+            if self.buf is None or self.buf.nbytes < nbytes:
+                # Whole MiBs, so a few growing requests settle quickly.
+                grown = DeviceBuffer(self.device, -(-nbytes // (1 << 20)) << 20)
+                if self.buf is not None:
+                    self.retired.append(self.buf)
+                self.buf = grown
+            return self.buf.ptr
+
+    def close(self):
+        with self._lock:
+            bufs, self.retired, self.buf = self.retired + [self.buf], [], None
+        for b in bufs:
+            if b is not None:
+                b.close()
+
+
+def workspace(stream, nbytes):
+    """Device address of at least ``nbytes`` of scratch memory owned by CudaStream ``stream``
+    (0 for 0 bytes), for library calls enqueued on it (cuBLAS, cuDNN). Valid until the stream
+    closes."""
+    if nbytes <= 0:
+        return 0
+    return stream.library("workspace", lambda: _Workspace(stream.device)).get(int(nbytes))
 
 
 class PinnedBuffer(Resource):

@@ -10,6 +10,7 @@ struct nnc_window_t {
     int kh, kw, sh, sw, pt, pl;  // window, stride, top / left padding
     int groups;                  // CONVOLUTION only: C and O split into groups
     int count_include_pad;       // AVG_POOL only: divide by kh * kw
+    int relu;                    // CONVOLUTION only: fused ReLU (activation="relu")
     long long x_ps, o_ps;        // elements between consecutive pixels of x / out
 };
 
@@ -56,7 +57,8 @@ __device__ void conv_direct(nnc_window_t g, const T* x, const T* wt, const T* bi
             const T* wp = wo + ((long long)a * g.kw + b) * cg;
             for (int c = 0; c < cg; c++) acc += xp[c] * wp[c];
         });
-        out[at.p * g.o_ps + o] = acc;
+        // max(acc, 0) but NaN stays NaN, as the CPU epilogue and RELU do.
+        out[at.p * g.o_ps + o] = (g.relu && acc < (T)0) ? (T)0 : acc;
     }
 }
 
