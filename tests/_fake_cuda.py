@@ -63,6 +63,8 @@ class FakeDriver:
         self.modules = {}               # id -> cubin bytes
         self.functions = {}             # id -> kernel name
         self.capturing = None           # list of deferred calls while a stream captures
+        self.capture_thread = None      # the thread that began the capture (thread-local mode)
+        self.capture_invalidated = None  # the unsafe call that broke the capture, if any
         self.graphs = {}                # id -> list of deferred calls
         self.launches = []              # kernel names launched (executed)
         self.live_streams = set()
@@ -92,6 +94,18 @@ class FakeDriver:
         self.buffers[ptr] = buf
         return ptr
 
+    def unsafe(self, name):
+        """CUDA's rule for a capture in thread-local mode (the mode nnc uses): on the capturing
+        thread, calls that may synchronise or allocate (cuMemAlloc, cuMemFree, module loading,
+        synchronising or querying) are refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+        invalidate the capture (cuStreamEndCapture then fails). Other threads are unaffected.
+        Returns the error tuple to return, or None when the call is legal now. Fake libraries
+        (tests/_fake_cublas.py, _fake_cudnn.py) ask it for their allocating calls too."""
+        if self.capturing is None or threading.get_ident() != self.capture_thread:
+            return None
+        self.capture_invalidated = self.capture_invalidated or name
+        return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+
     def _run(self, fn):
         # Stream work runs at once, unless a stream is capturing: then it becomes a graph node.
         if self.capturing is not None:
@@ -120,6 +134,9 @@ class FakeDriver:
         return self.ok()
 
     def cuCtxSynchronize(self):
+        bad = self.unsafe("cuCtxSynchronize")
+        if bad:
+            return bad
         # Every stream runs its work at once, so the device is always idle here.
         return self.ok()
 
@@ -144,16 +161,28 @@ class FakeDriver:
 
     # -- memory
     def cuMemAlloc(self, n):
+        bad = self.unsafe("cuMemAlloc")
+        if bad:
+            return (*bad, None)
         return self.ok(self._h("CUdeviceptr", self._alloc(n)))
 
     def cuMemFree(self, ptr):
+        bad = self.unsafe("cuMemFree")
+        if bad:
+            return bad
         del self.buffers[int(ptr)]
         return self.ok()
 
     def cuMemHostAlloc(self, n, flags):
+        bad = self.unsafe("cuMemHostAlloc")
+        if bad:
+            return (*bad, None)
         return self.ok(self._alloc(n))
 
     def cuMemFreeHost(self, ptr):
+        bad = self.unsafe("cuMemFreeHost")
+        if bad:
+            return bad
         del self.buffers[int(ptr)]
         return self.ok()
 
@@ -188,6 +217,9 @@ class FakeDriver:
         return self.ok()
 
     def cuStreamSynchronize(self, s):
+        bad = self.unsafe("cuStreamSynchronize")
+        if bad:
+            return bad
         return self.ok()
 
     def cuStreamQuery(self, s):
@@ -224,6 +256,9 @@ class FakeDriver:
         return self.ok()
 
     def cuEventSynchronize(self, e):
+        bad = self.unsafe("cuEventSynchronize")
+        if bad:
+            return bad
         return self.ok()
 
     def cuStreamWaitEvent(self, s, e, flags):
@@ -231,11 +266,16 @@ class FakeDriver:
 
     def cuStreamBeginCapture(self, s, mode):
         self.capturing = []
+        self.capture_thread = threading.get_ident()
+        self.capture_invalidated = None
         return self.ok()
 
     def cuStreamEndCapture(self, s):
         g = self._id()
         self.graphs[g], self.capturing = self.capturing, None
+        self.capture_thread = None
+        if self.capture_invalidated:
+            return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
         return self.ok(self._h("CUgraph", g))
 
     def cuGraphInstantiate(self, g, flags):
@@ -255,6 +295,9 @@ class FakeDriver:
 
     # -- modules and kernels
     def cuModuleLoadData(self, image):
+        bad = self.unsafe("cuModuleLoadData")
+        if bad:
+            return (*bad, None)
         m = self._made(self._id())
         self.modules[m] = bytes(image)
         return self.ok(self._h("CUmodule", m))

@@ -450,6 +450,39 @@ def test_capture_records_and_replay_reruns(env):
     np.testing.assert_array_equal(x.numpy(), [8, 8, 8])
 
 
+def test_capture_refuses_unsafe_calls_and_the_stream_recovers(fake):
+    # As CUDA in thread-local capture mode: loading a module (or allocating) on the capturing
+    # thread is refused and invalidates the capture. capture(warmup=False) on a kernel never
+    # loaded hits exactly that; it must raise CUDAError, not record a broken graph.
+    x = gpu(np.ones(3, np.float32))
+    s = nnc.Stream("gpu")
+    cmd = nnc.Cmd("EWEXP")
+    g = nnc.Graph()
+    g.exec(cmd, [x], [x])
+    with pytest.raises(nnc.CUDAError, match="CAPTURE"):
+        cgraph.capture(g, s, warmup=False)
+    assert fake.capturing is None                     # capture ended
+    cg = cgraph.capture(g, s)                         # with warm-up: loaded before capture
+    cg.replay(s)
+    s.wait()
+    np.testing.assert_allclose(x.numpy(), np.exp(np.exp(np.ones(3))), rtol=1e-6)
+    # Another thread may allocate while this one captures (thread-local mode); a tensor that
+    # dies on the capturing thread is freed once the capture has ended, not during it.
+    live = len(fake.buffers)
+
+    def during_capture():
+        box = []
+        t = threading.Thread(target=lambda: box.append(nnc.Tensor.empty((4,), device="gpu")))
+        t.start()
+        t.join(10)
+        assert box and box[0].size == 4
+        box.clear()                                   # the last reference dies here
+        assert len(fake.buffers) == live + 1          # not freed yet
+
+    drv.CudaGraph.capture(s, during_capture).close()
+    assert len(fake.buffers) == live and fake.capture_invalidated is None
+
+
 def _diamond(dev="gpu"):
     """a -> (b, c) -> d on GPU tensors: y = 2x + (x + x); returns graph, x, y."""
     g = nnc.Graph()

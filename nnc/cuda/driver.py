@@ -69,6 +69,9 @@ class Resource:
     garbage collection closes it too. Subclasses set ``handle`` and define ``_destroy``."""
 
     handle = None
+    # Freeing it may synchronise (cuMemFree): illegal on a thread that is capturing a CUDA
+    # graph, where it would invalidate the capture. Such frees wait until the capture ends.
+    unsafe_in_capture = False
 
     def _destroy(self, handle):
         raise NotImplementedError
@@ -76,7 +79,11 @@ class Resource:
     def close(self):
         handle, self.handle = self.handle, None
         if handle is not None:
-            self._destroy(handle)
+            deferred = getattr(_tls, "deferred", None)
+            if self.unsafe_in_capture and deferred is not None:
+                deferred.append((self, handle))     # garbage collected mid-capture
+            else:
+                self._destroy(handle)
 
     def __del__(self):
         try:
@@ -303,19 +310,27 @@ class CudaGraph:
         stream = cuda_stream(stream)
         cu = driver()
         stream.device.make_current()
+        if getattr(_tls, "deferred", None) is not None:
+            raise CUDAError("this thread is already capturing a CUDA graph")
         # THREAD_LOCAL: other threads' unrelated CUDA calls are not capture violations.
         check(cu.cuStreamBeginCapture(
             stream.handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
             "cuStreamBeginCapture")
+        _tls.deferred = []
         try:
-            fn()
-        except BaseException:
-            # End the capture so the stream is usable again, and drop the partial graph.
-            result = cu.cuStreamEndCapture(stream.handle)
-            if int(result[0]) == 0 and len(result) > 1 and result[1] is not None:
-                cu.cuGraphDestroy(result[1])
-            raise
-        graph = check(cu.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
+            try:
+                fn()
+            except BaseException:
+                # End the capture so the stream is usable again, and drop the partial graph.
+                result = cu.cuStreamEndCapture(stream.handle)
+                if int(result[0]) == 0 and len(result) > 1 and result[1] is not None:
+                    cu.cuGraphDestroy(result[1])
+                raise
+            graph = check(cu.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
+        finally:
+            deferred, _tls.deferred = _tls.deferred, None
+            for resource, handle in deferred:
+                resource._destroy(handle)
         try:
             exec_handle = check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         except CUDAError:

@@ -28,6 +28,8 @@ _staging = {}                       # ordinal -> PinnedBuffer, grown as needed, 
 class DeviceBuffer(Resource):
     """``nbytes`` of device memory on one GPU, freed when the last tensor using it dies."""
 
+    unsafe_in_capture = True
+
     def __init__(self, dev, nbytes):
         self.device = device(dev)
         self.device.make_current()
@@ -91,6 +93,8 @@ def workspace(stream, nbytes):
 
 class PinnedBuffer(Resource):
     """Page-locked host memory (cuMemHostAlloc): the source or target of async copies."""
+
+    unsafe_in_capture = True
 
     def __init__(self, nbytes, dev=0):
         self.device = device(dev)
