@@ -639,6 +639,18 @@ def test_gpu_benchmark_runs_on_the_fake(fake):
     assert "host dispatch" in bench.render(r)
 
 
+def test_gpu_host_benchmark_runs_on_a_null_driver(monkeypatch):
+    from benchmarks import gpu_host
+
+    gpu_host.install_null_driver(monkeypatch.setattr)
+    r = gpu_host.run(size=75, repeat=2, log=lambda *a: None)
+    assert r["nodes"] > 200 and r["stream_count"] > 1 and "GPU_REF" in r["backends"]
+    assert set(r["us_per_node"]) == {"sequential", "eager", "replay"}
+    assert all(v > 0 for v in r["us_per_node"].values())
+    assert "host us / node" in gpu_host.render(r)
+    gc.collect()
+
+
 def test_coroutine_waits_on_a_cuda_stream_through_the_c_host_function(fake):
     from nnc.coro import Scheduler, WaitFor
 
