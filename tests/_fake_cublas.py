@@ -55,7 +55,7 @@ class cuBLASError(Exception):  # noqa: N801  (nvmath's name)
         self.status = status
 
 
-NOT_INITIALIZED, INVALID_VALUE, EXECUTION_FAILED = 1, 7, 13     # cublasStatus_t
+NOT_INITIALIZED, ALLOC_FAILED, INVALID_VALUE, EXECUTION_FAILED = 1, 3, 7, 13  # cublasStatus_t
 
 
 class _State:
@@ -105,6 +105,14 @@ class FakeCublas:
                                  f"current, made under {st.ctx}")
         return st
 
+    def _unsafe_in_capture(self, name, status):
+        # cublasCreate allocates and cublasDestroy synchronises: CUDA refuses both on a thread
+        # capturing a graph, and the capture is invalidated (the fake driver's rule, where it
+        # has one: FakeDriver.unsafe).
+        unsafe = getattr(self.driver, "unsafe", None)
+        if unsafe is not None and unsafe(name):
+            raise cuBLASError(status)
+
     def _inside(self, ptr, nbytes, what):
         for base, buf in self.driver.buffers.items():
             if base <= ptr and ptr + nbytes <= base + buf.nbytes:
@@ -118,6 +126,7 @@ class FakeCublas:
 
     def create(self):
         self._real("create")
+        self._unsafe_in_capture("cublasCreate", ALLOC_FAILED)
         if self._ctx() is None:
             raise cuBLASError(NOT_INITIALIZED)
         self._next += 16
@@ -127,6 +136,7 @@ class FakeCublas:
     def destroy(self, h):
         self._real("destroy", h)
         self._state(h)
+        self._unsafe_in_capture("cublasDestroy", EXECUTION_FAILED)
         del self.handles[h]
         self.destroyed.append(h)
 

@@ -501,3 +501,20 @@ def test_cublas_error_is_a_cuda_error(fake, monkeypatch):
 def test_real_check_is_active_without_a_driver():
     if _fake_cublas.real is not None:
         assert _fake_cublas.REAL_CHECK == (not _fake_cublas._driver_library_present())
+
+
+@pytest.mark.skipif(not hasattr(FakeDriver, "unsafe"), reason="the fake driver does not "
+                    "enforce CUDA's capture rules here")
+def test_first_gemm_on_a_stream_while_capturing_is_an_error(fake):
+    """Making a handle allocates, which capture forbids: a CUDAError, never a broken graph."""
+    a, w = gpu(np.ones((2, 2), np.float32)), gpu(np.ones((2, 2), np.float32))
+    out = nnc.Tensor.empty((2, 2), device="gpu")
+    s = nnc.Stream("gpu")
+    with pytest.raises(nnc.CUDAError, match="cublasCreate failed"):
+        drv.CudaGraph.capture(s, lambda: nnc.cmd_exec(nnc.Cmd("GEMM"), [a, w], [out], stream=s))
+    nnc.cmd_exec(nnc.Cmd("GEMM"), [a, w], [out], stream=s)      # made outside the capture
+    cg = drv.CudaGraph.capture(s, lambda: nnc.cmd_exec(nnc.Cmd("GEMM"), [a, w], [out], stream=s))
+    memory.fill_zero(out)
+    cg.replay(s)
+    s.wait()
+    np.testing.assert_array_equal(out.numpy(), np.full((2, 2), 2))
