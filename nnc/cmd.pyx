@@ -26,6 +26,7 @@ import numpy as np
 
 from nnc._core import DATATYPE_NAMES, DATATYPES, STATUS_NAMES, CommandError
 from nnc.cmd_params import CmdParams
+from nnc.device import gpu_memory
 from nnc.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
@@ -725,7 +726,9 @@ def _scratch(list inputs, list outputs):
             u = <Tensor>orig
             if tensor_same(&t.t, &u.t):
                 return dup
-        dup = Tensor(np.array(t.numpy(), copy=True, order="C"))
+        host = np.array(t.numpy(), copy=True, order="C")
+        # A GPU tensor's scratch copy stays on its GPU, so GPU backends are timed too.
+        dup = Tensor(host) if t.t.device < 0 else gpu_memory("from_host")(host, t.t.device)
         made.append((t, dup))
         return dup
 

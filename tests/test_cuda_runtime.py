@@ -228,7 +228,8 @@ def test_gemm_geometry_matches_cpu_ref(env, kind, ta, tb, bias):
     a = rng.standard_normal(_t(a_shape, ta)).astype(np.float32)
     w = rng.standard_normal(_t(w_shape, tb)).astype(np.float32)
     ins = [a, w] + ([rng.standard_normal(5).astype(np.float32)] if bias else [])
-    cmd = nnc.Cmd("GEMM", transpose_a=ta, transpose_b=tb)
+    # Pinned: where cuBLAS loads, GPU_OPT would be the default (tests/test_cuda_opt.py).
+    cmd = nnc.Cmd("GEMM", transpose_a=ta, transpose_b=tb, backend="GPU_REF")
     from nnc.ops.gemm import gemm_shape
 
     shape = gemm_shape(cmd, a.shape, w.shape)
