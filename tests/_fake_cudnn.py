@@ -251,7 +251,8 @@ class _Graph:
         np_dt = _NUMPY[self.dtype]
         for t, ptr in tensor_dict.items():
             assert type(ptr) is int and ptr, f"{t.name}: a device pointer is a plain int"
-            span = (sum((d - 1) * s for d, s in zip(t.dim, t.stride)) + 1) * np.dtype(np_dt).itemsize
+            span = sum((d - 1) * s for d, s in zip(t.dim, t.stride)) + 1
+            span *= np.dtype(np_dt).itemsize
             _inside(drv, ptr, span, t.name)
         if self.ws:
             assert type(workspace) is int, "workspace must be a device address"

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 import pytest
-from _fake_cuda import Checked, FakeDriver, real
+from _fake_cuda import Checked, FakeDriver, real, unfake_libraries
 from _fake_cudnn import FakeCudnn
 from _fake_cudnn import install as install_cudnn
 
@@ -46,6 +46,7 @@ def conv_drv(monkeypatch):
     monkeypatch.setattr(drv, "_devices", {})
     monkeypatch.setattr(drv, "_tls", threading.local())
     monkeypatch.setattr(memory, "_staging", {})
+    unfake_libraries(monkeypatch)           # GPU_OPT only through a fake library
     monkeypatch.setenv("NNC_CUDA_CACHE", "")
     if not _nvrtc_ok():
         monkeypatch.setattr(nvrtc, "compile_cubin", lambda *a, **k: b"fake")

@@ -1,5 +1,6 @@
 """GPU_OPT of CONVOLUTION through cuDNN's frontend (nnc/cuda/cudnn_conv.py)."""
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,10 +28,14 @@ class _Plan:
     bias: Any
     y: Any
     workspace: int
+    lock: threading.Lock
+    def __init__(self, graph: Any, x: Any, w: Any, bias: Any, y: Any, workspace: int) -> None: ...
 
 def available() -> bool: ...
 def unavailable_reason() -> str | None: ...
-def geometry(cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]) -> _Key: ...
+def geometry(
+    cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
+) -> _Key: ...
 def describe(cu: Any, key: _Key, handle: Any = None) -> tuple[Any, Any, Any, Any, Any]: ...
 def plan(
     dev: Device, cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
