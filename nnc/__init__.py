@@ -36,6 +36,7 @@ from nnc.cuda import available as cuda_available
 from nnc.cuda import unavailable_reason as cuda_unavailable_reason
 from nnc.cuda.backends import register as _register_gpu_backends
 from nnc.cuda.cublas_gemm import register as _register_cublas_gemm
+from nnc.cuda.cudnn_conv import register as _register_cudnn_conv
 from nnc.device import DeviceError
 from nnc.dlpack import DLPackError, from_dlpack
 from nnc.drain import drain_all as _drain_all  # noqa: F401  (registers the exit hook: nnc.drain)
@@ -62,6 +63,8 @@ _register_builtins()
 _register_gpu_backends()
 # GPU_OPT of GEMM (cuBLAS): registering imports neither nvmath nor cuda-bindings.
 _register_cublas_gemm()
+# GPU_OPT CONVOLUTION through cuDNN: registering imports neither cuda-bindings nor cudnn.
+_register_cudnn_conv()
 # From here on the commands registered above are built-in: never replaced by a re-registration.
 _seal_builtins()
 

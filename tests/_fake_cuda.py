@@ -537,4 +537,14 @@ def install(monkeypatch, count=1):
     monkeypatch.setattr(drv, "_devices", {})
     monkeypatch.setattr(drv, "_tls", threading.local())
     monkeypatch.setattr(memory, "_staging", {})
+    unfake_libraries(monkeypatch)
     return f
+
+
+def unfake_libraries(monkeypatch):
+    """Mark cuDNN unavailable while the fake driver is installed: a real frontend (where one
+    is installed, on a GPU machine too) would run on fake pointers. tests/_fake_cudnn.py's
+    install() replaces it with a fake."""
+    from nnc.cuda import cudnn_conv
+
+    monkeypatch.setattr(cudnn_conv, "_status", (None, "cuDNN is not faked (tests/_fake_cudnn.py)"))

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 import pytest
-from _fake_cuda import REAL_CHECK, Checked, FakeDriver, real
+from _fake_cuda import REAL_CHECK, Checked, FakeDriver, real, unfake_libraries
 
 import nnc
 from nnc import cuda
@@ -44,6 +44,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(drv, "_devices", {})
     monkeypatch.setattr(drv, "_tls", threading.local())
     monkeypatch.setattr(memory, "_staging", {})
+    unfake_libraries(monkeypatch)           # GPU_REF, not a real cuDNN on fake pointers
     monkeypatch.setenv("NNC_CUDA_CACHE", "")
     if not NVRTC:
         # Without NVRTC the fake module loads anything; with it, kernel names are looked up in

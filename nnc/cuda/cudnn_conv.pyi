@@ -1,0 +1,43 @@
+"""GPU_OPT of CONVOLUTION through cuDNN's frontend (nnc/cuda/cudnn_conv.py)."""
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from nnc.cmd import Cmd
+from nnc.cuda.driver import Device
+from nnc.tensor import Tensor
+
+__all__ = ["ALIGN", "BACKEND", "HINT", "LIBRARY", "PRIORITY", "available", "describe", "geometry",
+           "plan", "register", "unavailable_reason"]
+
+BACKEND: str
+PRIORITY: int
+HINT: str
+ALIGN: int
+LIBRARY: str
+
+# (dtype, N, H, W, C, x pixel stride, O, kh, kw, C/groups, Ho, Wo, out pixel stride,
+#  (sh, sw), (top, left, bottom, right), bias?, relu?)
+_Key = tuple[Any, ...]
+
+class _Plan:
+    graph: Any
+    x: Any
+    w: Any
+    bias: Any
+    y: Any
+    workspace: int
+    lock: threading.Lock
+    def __init__(self, graph: Any, x: Any, w: Any, bias: Any, y: Any, workspace: int) -> None: ...
+
+def available() -> bool: ...
+def unavailable_reason() -> str | None: ...
+def geometry(
+    cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
+) -> _Key: ...
+def describe(cu: Any, key: _Key, handle: Any = None) -> tuple[Any, Any, Any, Any, Any]: ...
+def plan(
+    dev: Device, cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
+) -> _Plan | None: ...
+def register() -> None: ...

@@ -1,0 +1,320 @@
+"""A fake of the cudnn-frontend surface nnc.cuda.cudnn_conv uses, over tests/_fake_cuda.py.
+
+It accepts exactly the calls and keywords nnc makes (tests/test_cuda_opt.py checks each one
+against the real frontend where ``cudnn`` is importable), enforces the frontend's call order
+(validate, build_operation_graph, create_execution_plans, check_support, build_plans before
+get_workspace_size and execute), and emulates conv_fprop (+ bias, + ReLU) in NumPy on the fake
+device memory through FakeDriver._run, so a capturing stream records it and replay reruns it.
+Each execute checks the variant pack (exactly the graph's operands, each a plain int inside a
+fake device buffer large enough for its declared dims and strides), the workspace (the size
+the plan asked for, inside a device buffer), and the handle (live, bound to a live stream of
+the context it was made in). ``refuse(desc) -> reason or None`` makes check_support decline.
+"""
+
+import enum
+import threading
+import weakref
+
+import numpy as np
+from _fake_cuda import _arr
+
+
+class data_type(enum.Enum):  # noqa: N801  (the frontend's names)
+    FLOAT = 0
+    DOUBLE = 1
+
+
+class heur_mode(enum.Enum):  # noqa: N801
+    A = 0
+    B = 1
+    FALLBACK = 2
+
+
+class numerical_note(enum.Enum):  # noqa: N801
+    TENSOR_CORE = 0
+    DOWN_CONVERT_INPUTS = 1
+    REDUCED_PRECISION_REDUCTION = 2
+    FFT = 3
+    NONDETERMINISTIC = 4
+    WINOGRAD = 5
+    WINOGRAD_TILE_4x4 = 6
+    WINOGRAD_TILE_6x6 = 7
+    WINOGRAD_TILE_13x13 = 8
+    STRICT_NAN_PROP = 9
+
+
+class cudnnGraphNotSupportedError(Exception):  # noqa: N801, N818
+    pass
+
+
+_NUMPY = {data_type.FLOAT: np.float32, data_type.DOUBLE: np.float64}
+
+
+class Handle:
+    def __init__(self, backend_handle, ctx):
+        self.backend_handle, self.ctx, self.stream = backend_handle, ctx, 0
+
+
+class Tensor:
+    def __init__(self, name, dim, stride, dtype, virtual):
+        self.name, self.dim, self.stride = name, list(dim), list(stride) if stride else None
+        self.data_type, self.is_virtual, self.output = dtype, virtual, False
+
+    def set_output(self, value):
+        self.output = bool(value)
+        self.is_virtual = not value
+        return self
+
+    def set_dim(self, dim):
+        self.dim = [int(d) for d in dim]
+        return self
+
+    def set_stride(self, stride):
+        self.stride = [int(s) for s in stride]
+        return self
+
+    def set_data_type(self, dtype):
+        assert isinstance(dtype, data_type), dtype
+        self.data_type = dtype
+        return self
+
+
+def _ints(v, n, what):
+    assert isinstance(v, list) and len(v) == n and all(type(i) is int for i in v), (what, v)
+    return v
+
+
+class FakeCudnn:
+    """The ``cudnn`` module as nnc sees it; one per test (``install``)."""
+
+    data_type = data_type
+    heur_mode = heur_mode
+    numerical_note = numerical_note
+    cudnnGraphNotSupportedError = cudnnGraphNotSupportedError
+
+    def __init__(self, driver, workspace=4096, refuse=None):
+        self.driver = driver
+        self.workspace = workspace      # bytes every plan asks for
+        self.refuse = refuse            # desc -> reason (str) or None
+        self.lock = threading.Lock()
+        self.handles = []               # every Handle made, in order
+        self.builds = []                # desc of every graph built (build_plans)
+        self.deselected = []            # numerical notes deselected per build
+        self.executions = []            # (handle, stream, workspace ptr, desc) as enqueued
+        fake = self
+
+        class pygraph(_Graph):  # noqa: N801
+            cudnn = fake
+
+        self.pygraph = pygraph
+
+    def backend_version(self):
+        return 92000
+
+    def create_handle(self):
+        ctx = getattr(self.driver._current, "ctx", None)
+        assert ctx is not None, "cudnn.create_handle with no current CUDA context"
+        with self.lock:
+            h = Handle(0x7000 + len(self.handles), ctx)
+            self.handles.append(h)
+        return h
+
+    def set_stream(self, handle, stream):
+        assert isinstance(handle, Handle) and handle.backend_handle is not None
+        assert type(stream) is int, f"set_stream takes the stream as an int, not {stream!r}"
+        assert stream in self.driver.live_streams, "set_stream to a stream that is not live"
+        assert self.driver.ctx_of[stream] == handle.ctx, "the stream is on another device"
+        handle.stream = stream
+
+    def get_stream(self, handle):
+        return handle.stream
+
+    def destroy_handle(self, handle):
+        assert isinstance(handle, Handle) and handle.backend_handle is not None, "destroyed twice"
+        handle.backend_handle = None
+        handle.stream = None
+
+
+class _Graph:
+    cudnn = None                        # the FakeCudnn (set by the per-fake subclass)
+
+    def __init__(self, name="test_graph", io_data_type=None, intermediate_data_type=None,
+                 compute_data_type=None, handle=None):
+        for dt in (io_data_type, intermediate_data_type, compute_data_type):
+            assert isinstance(dt, data_type), dt
+        assert handle is None or isinstance(handle, Handle)
+        self.handle, self.dtype = handle, io_data_type
+        self.tensors, self.conv, self.bias_t, self.relu_on, self.y = [], None, None, False, None
+        self.stage = "open"
+        self.ws = None
+
+    def tensor(self, dim, stride=None, data_type=None, name=""):
+        assert name and data_type is not None
+        _ints(dim, 4, "dim")
+        _ints(stride, 4, "stride")
+        t = Tensor(name, dim, stride, data_type, False)
+        self.tensors.append(t)
+        return t
+
+    def _virtual(self, name, dim):
+        t = Tensor(name, dim, None, None, True)
+        self.tensors.append(t)
+        return t
+
+    def conv_fprop(self, image, weight, pre_padding, post_padding, stride, dilation,
+                   compute_data_type=None, name=""):
+        assert self.conv is None and compute_data_type is not None
+        for v, what in ((pre_padding, "pre"), (post_padding, "post"), (stride, "stride"),
+                        (dilation, "dilation")):
+            _ints(v, 2, what)
+        x, w = image, weight
+        outs = [(x.dim[2 + i] + pre_padding[i] + post_padding[i] - w.dim[2 + i]) // stride[i] + 1
+                for i in range(2)]
+        self.conv = dict(x=x, w=w, pre=pre_padding, post=post_padding, stride=stride,
+                         dilation=dilation)
+        self.y = self._virtual(f"{name}::Y", [x.dim[0], w.dim[0], *outs])
+        return self.y
+
+    def bias(self, input, bias, compute_data_type=None, name=""):  # noqa: A002
+        assert input is self.y and self.bias_t is None and not self.relu_on
+        self.bias_t = bias
+        self.y = self._virtual(f"{name}::OUT", input.dim)
+        return self.y
+
+    def relu(self, input, compute_data_type=None, name=""):  # noqa: A002
+        assert input is self.y and not self.relu_on
+        self.relu_on = True
+        self.y = self._virtual(f"{name}::OUT", input.dim)
+        return self.y
+
+    def _step(self, before, after):
+        assert self.stage == before, f"{after} called after {self.stage}, not after {before}"
+        self.stage = after
+
+    def validate(self):
+        self._step("open", "validated")
+        assert self.y.output and self.y.stride and self.y.data_type == self.dtype
+        for t in self.tensors:
+            if not t.is_virtual:
+                assert all(d > 0 for d in t.dim), f"{t.name}: dims must be positive: {t.dim}"
+        c = self.conv
+        x, w = c["x"], c["w"]
+        assert x.dim[1] % w.dim[1] == 0 and w.dim[0] % (x.dim[1] // w.dim[1]) == 0
+
+    def build_operation_graph(self):
+        self._step("validated", "graph")
+
+    def create_execution_plans(self, heuristics=None):
+        self._step("graph", "plans")
+        assert heuristics and all(isinstance(h, heur_mode) for h in heuristics)
+        self.notes = []
+
+    def deselect_numeric_notes(self, notes):
+        assert self.stage == "plans", "note filters need the plans made"
+        assert all(isinstance(n, numerical_note) for n in notes)
+        self.notes.extend(notes)
+        return self
+
+    def desc(self):
+        c = self.conv
+        return dict(x=(c["x"].dim, c["x"].stride), w=(c["w"].dim, c["w"].stride),
+                    y=(self.y.dim, self.y.stride), pre=c["pre"], post=c["post"],
+                    stride=c["stride"], groups=c["x"].dim[1] // c["w"].dim[1],
+                    bias=self.bias_t is not None, relu=self.relu_on, dtype=self.dtype)
+
+    def check_support(self):
+        self._step("plans", "supported")
+        reason = self.cudnn.refuse(self.desc()) if self.cudnn.refuse else None
+        if reason:
+            self.stage = "refused"
+            raise cudnnGraphNotSupportedError(reason)
+
+    def build_plans(self):
+        self._step("supported", "built")
+        with self.cudnn.lock:
+            self.cudnn.builds.append(self.desc())
+            self.cudnn.deselected.append(list(self.notes))
+        self.ws = self.cudnn.workspace
+
+    def get_workspace_size(self):
+        assert self.stage == "built"
+        return self.ws
+
+    def execute(self, tensor_dict, workspace=None, handle=None):
+        assert self.stage == "built", "execute before build_plans"
+        fake, drv = self.cudnn, self.cudnn.driver
+        assert isinstance(handle, Handle) and handle.backend_handle is not None, "bad handle"
+        assert handle.stream in drv.live_streams, "the handle's stream is not live"
+        assert getattr(drv._current, "ctx", None) == handle.ctx, "not in the handle's context"
+        operands = [t for t in self.tensors if not t.is_virtual]
+        assert set(tensor_dict) == set(operands), "the variant pack is not the graph's operands"
+        np_dt = _NUMPY[self.dtype]
+        for t, ptr in tensor_dict.items():
+            assert type(ptr) is int and ptr, f"{t.name}: a device pointer is a plain int"
+            span = sum((d - 1) * s for d, s in zip(t.dim, t.stride)) + 1
+            span *= np.dtype(np_dt).itemsize
+            _inside(drv, ptr, span, t.name)
+        if self.ws:
+            assert type(workspace) is int, "workspace must be a device address"
+            _inside(drv, workspace, self.ws, "workspace")
+        with fake.lock:
+            fake.executions.append((handle, handle.stream, workspace, self.desc()))
+        ptrs = {t.name: p for t, p in tensor_dict.items()}
+        views = {t.name: (t.dim, t.stride) for t in operands}
+        bias = self.bias_t.name if self.bias_t is not None else None
+        yname = self.y.name
+        conv, relu = self.conv, self.relu_on
+
+        def run():
+            x = _view(ptrs, views, conv["x"].name, np_dt).astype(np.float64)
+            w = _view(ptrs, views, conv["w"].name, np_dt).astype(np.float64)
+            acc = _conv_nchw(x, w, conv["pre"], conv["post"], conv["stride"])
+            if bias is not None:
+                acc += _view(ptrs, views, bias, np_dt).astype(np.float64)
+            if relu:
+                acc = np.where(acc < 0, 0.0, acc)
+            _view(ptrs, views, yname, np_dt)[...] = acc
+
+        drv._run(run)
+
+
+def _inside(drv, ptr, nbytes, what):
+    for base, buf in drv.buffers.items():
+        if base <= ptr and ptr + nbytes <= base + buf.nbytes:
+            return
+    raise AssertionError(f"{what}: [{ptr:#x}, +{nbytes}) is not inside one device buffer")
+
+
+def _view(ptrs, views, name, dt):
+    dim, stride = views[name]
+    return _arr(ptrs[name], dt, dim, stride)
+
+
+def _conv_nchw(x, w, pre, post, stride):
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    groups, og = c // cg, o // (c // cg)
+    xp = np.zeros((n, c, h + pre[0] + post[0], wd + pre[1] + post[1]))
+    xp[:, :, pre[0]:pre[0] + h, pre[1]:pre[1] + wd] = x
+    ho = (xp.shape[2] - kh) // stride[0] + 1
+    wo = (xp.shape[3] - kw) // stride[1] + 1
+    acc = np.zeros((n, o, ho, wo))
+    for g in range(groups):
+        ci, co = slice(g * cg, (g + 1) * cg), slice(g * og, (g + 1) * og)
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, ci, i:i + stride[0] * (ho - 1) + 1:stride[0],
+                           j:j + stride[1] * (wo - 1) + 1:stride[1]]
+                acc[:, co] += np.einsum("nchw,oc->nohw", patch, w[co, :, i, j])
+    return acc
+
+
+def install(monkeypatch, driver, **config):
+    """Make nnc.cuda.cudnn_conv use a new FakeCudnn over FakeDriver ``driver`` until the test
+    ends (fresh plan caches and handles); returns it."""
+    from nnc.cuda import cudnn_conv
+
+    fake = FakeCudnn(driver, **config)
+    monkeypatch.setattr(cudnn_conv, "_status", (fake, None))
+    monkeypatch.setattr(cudnn_conv, "_devices", weakref.WeakKeyDictionary())
+    return fake
