@@ -192,7 +192,8 @@ class TorchEager:
 
     def describe(self):
         if self.device.type == "cpu":
-            return f"PyTorch {torch_version()} eager, channels_last, {self.threads} thread(s)"
+            threads = "torch's default" if self.threads is None else self.threads
+            return f"PyTorch {torch_version()} eager, channels_last, {threads} thread(s)"
         bench = "on" if self.torch.backends.cudnn.benchmark else "off"
         return (f"PyTorch {torch_version()} eager on {self.device}, channels_last, "
                 f"inference_mode, cudnn.benchmark {bench}")

@@ -331,7 +331,7 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
         fns.update(st.fns())
     fns.update(found)
     rounds, per_round = _estimate_rounds(fns, repeat, budget, sets)
-    say(f"timing {len(fns)} configurations: {rounds} rounds of about {per_round:.3f} s")
+    say(f"timing {len(fns)} configurations: {rounds} round(s) of about {per_round:.3f} s")
     t_setup = time.perf_counter() - t_start
     samples = _util.measure_interleaved(fns, rounds)
     dispatch = {}
@@ -402,7 +402,7 @@ def render(r):
            f"{d['cuda_bindings']}, NVRTC {d['nvrtc']}; nnc {r['nnc']}; {r.get('date', '')}",
            f"Inception-V3 {r['settings']['size']}x{r['settings']['size']} batch 1, "
            f"{r['inception']['nodes']} nodes; {r['settings']['kernels']} independent kernels "
-           f"on {r['independent']['streams']} streams; {r['settings']['rounds']} rounds"]
+           f"on {r['independent']['streams']} streams; {r['settings']['rounds']} round(s)"]
     for name, st in r["inception"]["sets"].items():
         if st["status"] == "ok":
             out.append(f"{name}: {st['streams']} streams, {st['signals']} signals; "
