@@ -2,9 +2,9 @@
 and stream capture. Driver handles (CUdevice, CUstream, ...) are cuda.bindings objects, typed
 ``Any`` here: cuda-bindings is an optional dependency."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +17,8 @@ __all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check"
 
 class _Closable(Protocol):
     def close(self) -> None: ...
+
+_C = TypeVar("_C", bound=_Closable)
 
 def driver() -> ModuleType: ...
 def check(result: Sequence[Any], what: str) -> Any: ...
@@ -58,6 +60,7 @@ class CudaStream(Resource):
     def wait_signal(self, event: CudaEvent) -> None: ...
     def query(self) -> bool: ...
     def wait(self) -> None: ...
+    def library(self, key: Hashable, make: Callable[[], _C]) -> _C: ...
 
 class CudaGraph:
     graph: Any
