@@ -7,6 +7,12 @@ Python loop of eager calls under ``torch.inference_mode``, which is what a user 
 network in PyTorch eager mode gets. Activations and convolution weights are kept in
 ``channels_last`` (NHWC in memory), PyTorch's faster CPU layout for convolutions.
 
+On a GPU (``device="cuda"``, for benchmarks/gpu.py) the weights and inputs are copied to the
+device once; a call runs the same eager loop there and waits for the device
+(``torch.cuda.synchronize``) but leaves the outputs on the device: ``fetch_outputs()`` copies
+them to the host. ``step()`` is the loop alone, which benchmarks/_gpu_peers.py captures into a
+CUDA graph. On the CPU a call also converts the outputs to NumPy, as it always did.
+
 Only the operators nnc's exports and ``nnc/models/onnx_zoo.py`` use are mapped; any other
 raises ``NotImplementedError`` naming it, and the benchmark reports the column as unsupported.
 """
@@ -28,24 +34,30 @@ def _attrs(node):
 
 
 class TorchEager:
-    """``model`` (an ONNX ModelProto) run op by op in PyTorch eager mode on ``threads``
-    intra-op threads. ``feeds`` maps input names to NumPy arrays (copied once); ``outputs``
-    holds the last run's outputs as NumPy arrays."""
+    """``model`` (an ONNX ModelProto) run op by op in PyTorch eager mode on ``device`` ("cpu",
+    "cuda" or "cuda:N"), with ``threads`` intra-op threads (None: leave torch's setting).
+    ``feeds`` maps input names to NumPy arrays (copied once, to the device). On the CPU
+    ``outputs`` holds the last run's outputs as NumPy arrays; ``fetch_outputs()`` returns them
+    on any device."""
 
-    def __init__(self, model, feeds, threads):
+    def __init__(self, model, feeds, threads, device="cpu"):
         import numpy as np
         import onnx.numpy_helper
         import torch
 
         self.torch = torch
-        torch.set_num_threads(threads)
+        self.device = torch.device(device)
+        if threads is not None:
+            torch.set_num_threads(threads)
         self.threads = threads
         self.consts = {t.name: torch.from_numpy(np.array(onnx.numpy_helper.to_array(t)))
-                       for t in model.graph.initializer}
-        self.inputs = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}
+                       .to(self.device) for t in model.graph.initializer}
+        self.inputs = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device)
+                       for k, v in feeds.items()}
         self.output_names = [o.name for o in model.graph.output]
         self.steps = [self._compile(n) for n in model.graph.node]
         self.outputs = []
+        self.device_outputs = []
 
     def _compile(self, node):
         """(function of the value table, output names) for one ONNX node."""
@@ -66,6 +78,9 @@ class TorchEager:
                 def fn(v):
                     x = F.pad(v[ins[0]], (left, right, t, bottom))
                     return F.conv2d(x, w, b, stride, 0, dil, groups)
+        elif op == "Identity":
+            def fn(v):
+                return v[ins[0]]
         elif op == "Relu":
             def fn(v):
                 return F.relu(v[ins[0]])
@@ -148,7 +163,9 @@ class TorchEager:
             raise NotImplementedError(f"ONNX operator {op} (node {node.name!r})")
         return fn, list(node.output)
 
-    def __call__(self):
+    def step(self):
+        """One run's eager calls, enqueued; returns the output tensors (on the device, not
+        waited for)."""
         torch = self.torch
         with torch.inference_mode():
             values = dict(self.consts)
@@ -157,7 +174,26 @@ class TorchEager:
                                 if x.dim() == 4 else x)
             for fn, outs in self.steps:
                 values[outs[0]] = fn(values)
-            self.outputs = [values[n].contiguous().numpy() for n in self.output_names]
+            return [values[n] for n in self.output_names]
+
+    def __call__(self):
+        out = self.step()
+        if self.device.type == "cpu":
+            self.outputs = [t.contiguous().numpy() for t in out]
+        else:
+            self.torch.cuda.synchronize(self.device)
+            self.device_outputs = out
+
+    def fetch_outputs(self):
+        """The last run's outputs as NumPy arrays (copied from the device off the CPU)."""
+        if self.device.type != "cpu":
+            self.outputs = [t.contiguous().cpu().numpy() for t in self.device_outputs]
+        return self.outputs
 
     def describe(self):
-        return f"PyTorch {torch_version()} eager, channels_last, {self.threads} thread(s)"
+        if self.device.type == "cpu":
+            threads = "torch's default" if self.threads is None else self.threads
+            return f"PyTorch {torch_version()} eager, channels_last, {threads} thread(s)"
+        bench = "on" if self.torch.backends.cudnn.benchmark else "off"
+        return (f"PyTorch {torch_version()} eager on {self.device}, channels_last, "
+                f"inference_mode, cudnn.benchmark {bench}")

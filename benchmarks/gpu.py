@@ -1,35 +1,104 @@
-"""GPU: CUDA streams, static schedules and captured replay (docs/gpu.md).
+"""GPU: CUDA streams, static schedules, captured replay, and the peers (issue 15; docs/gpu.md).
 
-    python -m benchmarks.gpu [--json] [--repeat R] [--size S] [--kernels N]
+    python -m benchmarks.gpu [--json] [--quick] [--repeat R] [--budget S] [--size S]
+                             [--kernels N] [--max-streams M] [--peers a,b,c]
+                             [--cudnn-benchmark {on,off}]
 
-Everything runs through ``nnc.cuda``: graphs are CPU-built, copied to the GPU with
-``nnc.cuda.graph.to_gpu`` and run with ``g.run(stream=nnc.Stream("gpu"))`` then
-``stream.wait()``, so each measurement is the wall time of one run, host and device.
+nnc's side runs through ``nnc.cuda``: CPU-built graphs copied to the GPU with
+``nnc.cuda.graph.to_gpu`` and run with ``g.run(stream=s); s.wait()`` on ``nnc.Stream("gpu")``,
+so each measurement is the wall time of one run, host and device.
 
-- (a) ``independent``: N independent SCALAR_MUL nodes on 4096-element float32 tensors, scheduled
-  on one stream (``max_streams=1``) versus the default schedule (N streams);
-- (b) ``inception``: Inception-V3 batch 1 on one stream, on its static schedule's streams, and
-  replayed from a CUDA graph captured from that schedule;
-- (c) ``dispatch``: host time per node to enqueue a run (eager: ``g.run(stream=s)``, measured
-  without waiting) and to replay it (``CudaGraph.replay``), divided by the node count.
+- (a) ``independent``: N independent SCALAR_MUL nodes on 4096-element float32 tensors on one
+  stream (``max_streams=1``) vs the default schedule (N streams);
+- (b) ``inception``: Inception-V3 batch 1 (``nnc.models.inception``, ``g.simplify()`` applied
+  as the CPU benchmarks do) on one stream, on its static schedule's streams, and replayed from
+  a CUDA graph captured from that schedule, for two backend sets: ``GPU_REF`` (every node that
+  has a GPU_REF backend pinned to it: nnc's reference kernels) and ``GPU_OPT`` (each node's
+  default backend: GPU_OPT where a library backend is installed and takes the node). The
+  GPU_OPT set is skipped, with the reason, when no node of the graph picks GPU_OPT;
+- (c) ``dispatch``: host time per node to enqueue a run (``g.run(stream=s)``, timed without
+  waiting) and to replay one (``CudaGraph.replay``), for each set;
+- (d) peers on the same weights (``nnc.onnx.save`` of the graph, as benchmarks/streams.py
+  does): PyTorch eager on CUDA, PyTorch replaying a CUDA graph of that eager step, and
+  onnxruntime's CUDA execution provider; benchmarks/_gpu_peers.py says how each is set up
+  (cudnn.benchmark on by default, TF32 off). A peer that cannot run is reported as
+  ``unavailable: <reason>``.
 
-Targets (H100/H200, issue 5): Inception multi-stream >= 1.3x over one stream; dispatch
-<= 5 us/node eager and <= 0.2 us/node replayed. Reported, never asserted. Without a GPU the
-benchmark prints ``no GPU: <reason>`` (with ``--json``, ``{"gpu": null, "reason": ...}``) and
-exits 0.
+Timing: every configuration in the same interleaved rounds (``_util.measure_interleaved``),
+medians and medians of per-round ratios. Each configuration is warmed up (compilation, cuDNN's
+search, capture) before its cost is estimated; then the rounds are ``--repeat`` or fewer, as many
+as fit in ``--budget`` seconds (at least 3). ``--quick`` is a smoke run: 75x75, 8 kernels, at
+most 5 rounds, a 20 s budget.
+
+Checks (a failed one prints FAIL and makes the exit status 1): the logits of every nnc
+configuration (zeroed on the device before its checked run) and of every peer are within
+``TOLERANCE`` x max|logits| of nnc's CPU run of the same graph.
+
+Targets (issue 15, H100/H200; reported, never asserted): Inception-V3 with GPU_OPT, multi-stream
+>= 1.3x over one stream; dispatch <= 5 us/node eager and <= 0.2 us/node replayed; replayed
+latency <= 1.2x PyTorch's with CUDA graphs. Without a GPU the benchmark prints
+``no GPU: <reason>`` (with ``--json``, ``{"gpu": null, "reason": ...}``) and exits 0.
 """
 
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 
 import nnc
 from benchmarks import _util
+from benchmarks._gpu_peers import PEERS, make_peers
 
 TARGET_MULTI_STREAM = 1.3
 TARGET_EAGER_US = 5.0
 TARGET_REPLAY_US = 0.2
+TARGET_VS_TORCH_GRAPHS = 1.2
+TOLERANCE = 1e-3        # |logits - CPU logits| / max|CPU logits|
+SETS = ("GPU_REF", "GPU_OPT")
+QUICK = {"size": 75, "repeat": 5, "kernels": 8, "budget": 20.0}
+PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "torch", "cuda-bindings",
+            "nvidia-cuda-nvrtc", "nvmath-python", "nvidia-cudnn-frontend")
+
+
+def _nvidia_driver():
+    """The NVIDIA driver's version ("580.159.04"), from the kernel module or NVML; else None."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            for word in f.readline().split():
+                if word[:1].isdigit() and word.count(".") >= 1:
+                    return word
+    except OSError:
+        pass
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # no NVML here: the report says None
+        return None
+
+
+def device_info(ordinal=0):
+    """Name, compute capability, SMs, driver and CUDA versions of GPU ``ordinal``."""
+    from nnc.cuda import driver, nvrtc
+
+    dev = driver.device(ordinal)
+    cuda_major, cuda_minor = driver.driver_version()
+    try:
+        major, minor = nvrtc.nvrtc_version()
+        nvrtc_v = f"{major}.{minor}"
+    except nnc.CUDAError as e:
+        nvrtc_v = f"unavailable: {e}"
+    try:
+        from cuda.bindings import __version__ as bindings
+    except ImportError:  # the fake driver's tests run without it too
+        bindings = None
+    return {"ordinal": ordinal, "name": dev.name, "compute_capability": f"{dev.arch // 10}."
+            f"{dev.arch % 10}", "sm_count": dev.sm_count, "nvidia_driver": _nvidia_driver(),
+            "cuda_driver": f"{cuda_major}.{cuda_minor}", "cuda_bindings": bindings,
+            "nvrtc": nvrtc_v}
 
 
 def _independent_graph(n, size=4096):
@@ -40,135 +109,371 @@ def _independent_graph(n, size=4096):
     return g
 
 
-def _runs(cpu_graph):
-    """(GPU copy scheduled on 1 stream, GPU copy on the default schedule): two copies, since
-    a graph has one default schedule."""
+def _gpu_copy(cpu_graph, max_streams, pin_ref):
+    """A GPU copy of ``cpu_graph`` with its static schedule (``max_streams`` 0: no cap);
+    ``pin_ref``: every node that has a GPU_REF backend is pinned to it."""
     from nnc.cuda.graph import to_gpu
 
-    one, _ = to_gpu(cpu_graph)
-    nnc.static_schedule(one, stream_type="gpu", max_streams=1)
-    many, _ = to_gpu(cpu_graph)
-    nnc.static_schedule(many, stream_type="gpu")
-    return one, many
+    g, _ = to_gpu(cpu_graph)
+    if pin_ref:
+        for e in g.execs:
+            if e.backend != "GPU_REF" and "GPU_REF" in nnc.backends(e.cmd.name, device="gpu"):
+                e.backend = "GPU_REF"
+    nnc.static_schedule(g, stream_type="gpu", max_streams=max_streams)
+    return g
 
 
-def _timed(g, s):
+def _backends(g):
+    return dict(Counter(f"{e.cmd.name}/{e.backend}" for e in g.execs).most_common())
+
+
+def _run(g, s):
     def fn():
         g.run(stream=s)
         s.wait()
-
     return fn
 
 
-def _dispatch_us(enqueue, s, nodes, repeat):
-    """Median host microseconds per node for ``enqueue()`` (the device work is waited for
-    outside the timed region)."""
-    samples = []
-    for _ in range(repeat):
-        s.wait()
+def _rel_err(got, want):
+    scale = max(float(np.abs(want).max()), 1e-30)
+    diff = float(np.abs(got.astype(np.float64) - want).max())
+    return diff, diff / scale
+
+
+class _Set:
+    """One backend set of Inception on the GPU: ``one`` (a copy on one stream), ``many`` (a
+    copy on its schedule's streams) and ``cg`` (a CUDA graph captured from ``many``)."""
+
+    def __init__(self, name, one, many, s, out_index):
+        from nnc.cuda.graph import capture
+
+        self.name, self.one, self.many, self.s = name, one, many, s
+        self.cg = capture(many, s)          # runs ``many`` once first (compiles the kernels)
+        self.out = {"one": one.execs[out_index].outputs[0],
+                    "many": many.execs[out_index].outputs[0]}
+
+    def fns(self):
+        s, cg = self.s, self.cg
+
+        def replay():
+            cg.replay(s)
+            s.wait()
+        return {f"inception_{self.name}_1_stream": _run(self.one, s),
+                f"inception_{self.name}_streams": _run(self.many, s),
+                f"inception_{self.name}_replay": replay}
+
+    def check(self, want, checks):
+        """Each configuration's logits, zeroed on the device first, against the CPU's."""
+        from nnc.cuda import memory
+
+        errs = {}
+        for config, (fn, out) in {"1_stream": (_run(self.one, self.s), self.out["one"]),
+                                  "streams": (_run(self.many, self.s), self.out["many"]),
+                                  "replay": (self.fns()[f"inception_{self.name}_replay"],
+                                             self.out["many"])}.items():
+            memory.fill_zero(out)
+            fn()
+            diff, rel = _rel_err(out.numpy(), want)
+            errs[config] = diff
+            checks.append({"check": f"inception_{self.name}_{config} logits within "
+                           f"{TOLERANCE:g} of the CPU's", "ok": rel <= TOLERANCE,
+                           "max_abs_error": diff, "rel_error": rel})
+        return errs
+
+    def dispatch(self, rounds):
+        """Host microseconds per node: (eager enqueue, replay enqueue), medians."""
+        s, nodes = self.s, len(self.many)
+
+        def per_node(enqueue):
+            samples = []
+            for _ in range(rounds):
+                s.wait()
+                t0 = time.perf_counter()
+                enqueue()
+                samples.append(time.perf_counter() - t0)
+                s.wait()
+            return _util.median(samples) / nodes * 1e6
+
+        return (per_node(lambda: self.many.run(stream=s)),
+                per_node(lambda: self.cg.replay(s)))
+
+
+def _build_sets(cpu_graph, out_index, max_streams, s, checks, say):
+    """{set name: _Set}, and {set name: why it was skipped or failed}."""
+    sets, skipped = {}, {}
+    for name in SETS:
+        try:
+            many = _gpu_copy(cpu_graph, max_streams, name == "GPU_REF")
+            if name == "GPU_OPT" and not any(e.backend == "GPU_OPT" for e in many.execs):
+                have = [c for c in nnc.commands() if "GPU_OPT" in nnc.backends(c, device="gpu")]
+                skipped[name] = ("skipped: no node's default backend is GPU_OPT (GPU_OPT "
+                                 + (f"is registered for {', '.join(have)} but takes none of "
+                                    "this graph's nodes)" if have else
+                                    "is not registered: its libraries are not importable)"))
+                say(f"{name}: {skipped[name]}")
+                continue
+            one = _gpu_copy(cpu_graph, 1, name == "GPU_REF")
+            sets[name] = _Set(name, one, many, s, out_index)
+        except Exception as e:  # a set that cannot run is reported; the others still run
+            import traceback
+
+            say("".join(traceback.format_exception(e)).rstrip())
+            skipped[name] = f"failed: {type(e).__name__}: {e}"
+            checks.append({"check": f"inception_{name} runs", "ok": False,
+                           "error": skipped[name]})
+            continue
+        sched = many.schedule
+        say(f"{name}: {len(many)} nodes on {sched.stream_count} streams, "
+            f"{sched.signal_count} signals; backends {_backends(many)}")
+    return sets, skipped
+
+
+def _estimate_rounds(fns, repeat, budget, sets):
+    """How many rounds fit in ``budget`` seconds: one untimed call of each configuration,
+    after a warm-up call, gives its cost; a call under 50 ms is made twice a round (see
+    _util.measure_interleaved); each set's dispatch measurement adds one eager run and one
+    replay per round. At least 3 rounds (or ``repeat``, if fewer), at most ``repeat``."""
+    cost = {}
+    for name, fn in fns.items():
+        fn()
         t0 = time.perf_counter()
-        enqueue()
-        samples.append(time.perf_counter() - t0)
-        s.wait()
-    return _util.median(samples) / nodes * 1e6
+        fn()
+        cost[name] = time.perf_counter() - t0
+    per_round = sum(2 * c if c < 0.05 else c for c in cost.values())
+    per_round += sum(cost[f"inception_{n}_streams"] + cost[f"inception_{n}_replay"]
+                     for n in sets)
+    fit = int(budget / max(per_round, 1e-9))
+    return max(min(3, repeat), min(repeat, fit)), per_round
 
 
-def run(size=299, repeat=7, kernels=64, log=print):
-    from nnc.cuda import driver
-    from nnc.cuda.graph import capture
+def _ratio(samples, a, b):
+    """Median over rounds of time(a) / time(b): above 1, b is faster."""
+    return _util.median([x / y for x, y in zip(samples[a], samples[b])])
+
+
+def _target(value, ok, **more):
+    return {"value": value, "ok": ok if value is not None else None, **more}
+
+
+def _targets(sets, skipped, ratios, dispatch, peers_missing):
+    main = "GPU_OPT" if "GPU_OPT" in sets else "GPU_REF"
+    out = {}
+    key = f"inception multi-stream >= {TARGET_MULTI_STREAM}x over one stream (GPU_OPT)"
+    if "GPU_OPT" in sets:
+        v = ratios["inception_GPU_OPT_1_stream / streams"]
+        out[key] = _target(v, v >= TARGET_MULTI_STREAM, set="GPU_OPT")
+    else:
+        out[key] = _target(None, None, set="GPU_OPT", why=skipped.get("GPU_OPT", "not run"))
+    d = dispatch.get(main)
+    for what, limit in (("eager", TARGET_EAGER_US), ("replay", TARGET_REPLAY_US)):
+        v = d[what] if d else None
+        out[f"{what} dispatch <= {limit} us/node"] = _target(
+            v, v is not None and v <= limit, set=main)
+    key = f"replay latency <= {TARGET_VS_TORCH_GRAPHS}x PyTorch CUDA graphs"
+    k = f"inception_{main}_replay / torch_cuda_graphs"
+    if k in ratios:
+        v = ratios[k]
+        out[key] = _target(v, v <= TARGET_VS_TORCH_GRAPHS, set=main)
+    else:
+        why = peers_missing.get("torch_cuda_graphs", f"inception_{main} did not run")
+        out[key] = _target(None, None, set=main, why=why)
+    return out
+
+
+def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEERS,
+        cudnn_benchmark=True, seed=0, say=print):
+    """Measure everything above on gpu:0; returns the report (see docs/benchmarks.md)."""
+    import nnc.onnx
     from nnc.models.inception import build_inception_v3_model
 
-    dev = driver.device(0)
+    t_start = time.perf_counter()
+    dev = device_info(0)
+    say(f"device: {dev['name']} (sm {dev['compute_capability']}, {dev['sm_count']} SMs), "
+        f"NVIDIA driver {dev['nvidia_driver']}, CUDA {dev['cuda_driver']}, cuda-bindings "
+        f"{dev['cuda_bindings']}, NVRTC {dev['nvrtc']}")
     s = nnc.Stream("gpu:0")
-    log(f"device: gpu:0 sm_{dev.arch}, {dev.sm_count} SMs")
+    checks = []
 
-    ind_one, ind_many = _runs(_independent_graph(kernels))
-    m = build_inception_v3_model(size=size)
-    m.graph.run()
-    want = m.output.numpy().copy()
-    one, inc = _runs(m.graph)
-    many = inc
-    cg = capture(inc, s)
-    log(f"inception: {len(inc)} nodes, {many.schedule.stream_count} streams, "
-        f"{many.schedule.signal_count} signals")
+    # (a) independent kernels: GPU_REF's SCALAR_MUL, one stream vs the default schedule
+    cpu_ind = _independent_graph(kernels)
+    ind_one = _gpu_copy(cpu_ind, 1, True)
+    ind_many = _gpu_copy(cpu_ind, 0, True)
 
-    samples = _util.measure_interleaved({
-        "independent_1_stream": _timed(ind_one, s),
-        "independent_n_streams": _timed(ind_many, s),
-        "inception_1_stream": _timed(one, s),
-        "inception_streams": _timed(many, s),
-        "inception_replay": lambda: (cg.replay(s), s.wait()),
-    }, repeat)
-    # The output after all those runs (every run recomputes it from the same input).
-    out = [t for e in inc.execs if e.name == "softmax" for t in e.outputs][0].numpy()
-    max_err = float(np.max(np.abs(out - want)))
+    # (b) Inception: the CPU reference, the ONNX export for the peers, then the GPU copies
+    m = build_inception_v3_model(size=size, seed=seed)
+    cpu = m.graph
+    x = m.input.numpy().copy()
+    try:
+        model = nnc.onnx.save(cpu, None, inputs=[m.input], outputs=[m.logits, m.output])
+    except nnc.onnx.OnnxMissingError as e:
+        model, no_onnx = None, f"onnx is not installed ({e})"
+    fused = cpu.simplify()
+    cpu.run()
+    want = m.logits.numpy().astype(np.float64)
+    out_index = next(i for i, e in enumerate(cpu.execs)
+                     if any(t is not None and t.data_ptr == m.logits.data_ptr
+                            for t in e.outputs))
+    say(f"Inception-V3 {size}x{size} batch 1: {len(cpu)} nodes ({fused} conv+ReLU fused)")
+    sets, skipped = _build_sets(cpu, out_index, max_streams, s, checks, say)
 
-    def ratio(a, b):
-        return _util.median([x / y for x, y in zip(samples[a], samples[b])])
+    # (d) peers
+    if model is None:
+        found, missing, torch_settings = {}, dict.fromkeys(peers, no_onnx), None
+    else:
+        found, missing, torch_settings = make_peers(
+            model, {model.graph.input[0].name: x}, 0, peers, cudnn_benchmark, say)
+    for name in peers:
+        if name in missing:
+            say(f"{name}: unavailable: {missing[name]}")
 
-    eager = _dispatch_us(lambda: many.run(stream=s), s, len(inc), repeat)
-    replay = _dispatch_us(lambda: cg.replay(s), s, len(inc), repeat)
-    multi = ratio("inception_1_stream", "inception_streams")
+    fns = {"independent_1_stream": _run(ind_one, s), "independent_n_streams": _run(ind_many, s)}
+    for st in sets.values():
+        fns.update(st.fns())
+    fns.update(found)
+    rounds, per_round = _estimate_rounds(fns, repeat, budget, sets)
+    say(f"timing {len(fns)} configurations: {rounds} round(s) of about {per_round:.3f} s")
+    t_setup = time.perf_counter() - t_start
+    samples = _util.measure_interleaved(fns, rounds)
+    dispatch = {}
+    for name, st in sets.items():
+        eager, replay = st.dispatch(rounds)
+        dispatch[name] = {"eager": eager, "replay": replay}
+
+    errors = {name: st.check(want, checks) for name, st in sets.items()}
+    peer_report = {}
+    for name in peers:
+        if name not in found:
+            peer_report[name] = {"status": f"unavailable: {missing[name]}"}
+            continue
+        p = found[name]
+        diff, rel = _rel_err(p.fetch_outputs()[0], want)
+        checks.append({"check": f"{name} logits within {TOLERANCE:g} of nnc's CPU run",
+                       "ok": rel <= TOLERANCE, "max_abs_error": diff, "rel_error": rel})
+        peer_report[name] = {"status": "ok", "describe": p.describe(), "max_abs_error": diff}
+
+    ratios = {"independent_1_stream / n_streams":
+              _ratio(samples, "independent_1_stream", "independent_n_streams")}
+    for name in sets:
+        k = f"inception_{name}"
+        ratios[f"{k}_1_stream / streams"] = _ratio(samples, f"{k}_1_stream", f"{k}_streams")
+        ratios[f"{k}_1_stream / replay"] = _ratio(samples, f"{k}_1_stream", f"{k}_replay")
+        ratios[f"{k}_streams / replay"] = _ratio(samples, f"{k}_streams", f"{k}_replay")
+        for p in found:
+            ratios[f"{k}_replay / {p}"] = _ratio(samples, f"{k}_replay", p)
     return {
-        "gpu": f"sm_{dev.arch}",
-        "size": size,
-        "kernels": kernels,
-        "nodes": len(inc),
-        "stream_count": many.schedule.stream_count,
-        "signal_count": many.schedule.signal_count,
+        "benchmark": "gpu",
+        "gpu": dev["name"],
+        "device": dev,
+        "nnc": nnc.__version__,
+        "settings": {"size": size, "kernels": kernels, "repeat": repeat, "rounds": rounds,
+                     "budget_s": budget, "max_streams": max_streams, "peers": list(peers),
+                     "tolerance": TOLERANCE, "torch": torch_settings},
+        "independent": {"kernels": kernels, "streams": ind_many.schedule.stream_count},
+        "inception": {
+            "nodes": len(cpu), "fused": fused,
+            "sets": {name: {"status": "ok", "backends": _backends(st.many),
+                            "streams": st.many.schedule.stream_count,
+                            "signals": st.many.schedule.signal_count,
+                            "max_abs_error": errors[name]} for name, st in sets.items()}
+            | {name: {"status": why} for name, why in skipped.items()},
+        },
+        "peers": peer_report,
         "ms": {k: _util.median(v) * 1e3 for k, v in samples.items()},
         "samples_ms": {k: [t * 1e3 for t in v] for k, v in samples.items()},
-        "ratios": {
-            "independent_n_vs_1": ratio("independent_1_stream", "independent_n_streams"),
-            "inception_streams_vs_1": multi,
-            "inception_replay_vs_1": ratio("inception_1_stream", "inception_replay"),
-            "inception_replay_vs_streams": ratio("inception_streams", "inception_replay"),
-        },
-        "dispatch_us_per_node": {"eager": eager, "replay": replay},
-        "max_abs_error_vs_cpu": max_err,
-        "targets": {
-            f"inception multi-stream >= {TARGET_MULTI_STREAM}x": multi >= TARGET_MULTI_STREAM,
-            f"eager dispatch <= {TARGET_EAGER_US} us/node": eager <= TARGET_EAGER_US,
-            f"replay dispatch <= {TARGET_REPLAY_US} us/node": replay <= TARGET_REPLAY_US,
-        },
+        "ratios": ratios,
+        "dispatch_us_per_node": dispatch,
+        "checks": checks,
+        "targets": _targets(sets, skipped, ratios, dispatch, missing),
+        "seconds": {"setup": t_setup, "total": time.perf_counter() - t_start},
+        "ok": all(c["ok"] for c in checks),
     }
 
 
+def _verdict(t):
+    if t["ok"] is None:
+        return f"not measured ({t.get('why', '')})"
+    return f"{_util.fmt(t['value'])}: {'met' if t['ok'] else 'MISSED'} ({t['set']})"
+
+
 def render(r):
-    return "\n".join([
-        f"{r['gpu']}: Inception-V3 {r['size']}x{r['size']} batch 1, {r['nodes']} nodes, "
-        f"{r['stream_count']} streams, {r['signal_count']} signals; {r['kernels']} "
-        "independent kernels",
-        _util.table(["config", "ms / run"], [[k, _util.fmt(v)] for k, v in r["ms"].items()]),
-        _util.table(["ratio", "x"], [[k, _util.fmt(v)] for k, v in r["ratios"].items()]),
-        f"host dispatch: {_util.fmt(r['dispatch_us_per_node']['eager'])} us/node eager, "
-        f"{_util.fmt(r['dispatch_us_per_node']['replay'])} us/node replayed",
-        f"max |GPU - CPU| of the softmax output: {r['max_abs_error_vs_cpu']:.3g}",
-        f"targets: {r['targets']}",
-    ])
+    d = r["device"]
+    out = [f"{d['name']}: compute capability {d['compute_capability']}, {d['sm_count']} SMs; "
+           f"NVIDIA driver {d['nvidia_driver']}, CUDA {d['cuda_driver']} (driver), cuda-bindings "
+           f"{d['cuda_bindings']}, NVRTC {d['nvrtc']}; nnc {r['nnc']}; {r.get('date', '')}",
+           f"Inception-V3 {r['settings']['size']}x{r['settings']['size']} batch 1, "
+           f"{r['inception']['nodes']} nodes; {r['settings']['kernels']} independent kernels "
+           f"on {r['independent']['streams']} streams; {r['settings']['rounds']} round(s)"]
+    for name, st in r["inception"]["sets"].items():
+        if st["status"] == "ok":
+            out.append(f"{name}: {st['streams']} streams, {st['signals']} signals; "
+                       f"backends {st['backends']}")
+        else:
+            out.append(f"{name}: {st['status']}")
+    for name, p in r["peers"].items():
+        out.append(f"{name}: {p.get('describe') or p['status']}")
+    out.append(_util.table(["config", "ms / run (median)"],
+                           [[k, _util.fmt(v)] for k, v in r["ms"].items()]))
+    out.append(_util.table(["ratio (median of per-round)", "x"],
+                           [[k, _util.fmt(v)] for k, v in r["ratios"].items()]))
+    for name, d in r["dispatch_us_per_node"].items():
+        out.append(f"host dispatch ({name}): {_util.fmt(d['eager'])} us/node eager, "
+                   f"{_util.fmt(d['replay'])} us/node replayed")
+    for c in r["checks"]:
+        err = f" (max abs error {c['max_abs_error']:.3g})" if "max_abs_error" in c else ""
+        out.append(f"{'ok' if c['ok'] else 'FAIL'}: {c['check']}{err}"
+                   + (f": {c['error']}" if "error" in c else ""))
+    for name, t in r["targets"].items():
+        out.append(f"target {name}: {_verdict(t)}")
+    out.append(f"setup {r['seconds']['setup']:.1f} s, total {r['seconds']['total']:.1f} s")
+    return "\n".join(out)
 
 
 def main(argv=None):
-    p = _util.parser("GPU: one stream vs scheduled streams vs captured replay", repeat=7)
-    p.add_argument("--size", type=int, default=299)
-    p.add_argument("--kernels", type=int, default=64)
-    args = p.parse_args(argv)
+    p = _util.parser("GPU: one stream vs scheduled streams vs captured replay, and the peers",
+                     repeat=50)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 75x75, 8 kernels, at most 5 rounds, 20 s budget")
+    p.add_argument("--size", type=int, default=None, help="Inception-V3 input (default 299)")
+    p.add_argument("--kernels", type=int, default=None, help="independent kernels (default 64)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds for the timed rounds (default 120)")
+    p.add_argument("--max-streams", type=int, default=0,
+                   help="the schedule's stream cap (default 0: none)")
+    p.add_argument("--peers", default=",".join(PEERS),
+                   help=f"comma-separated subset of {','.join(PEERS)} ('' for none)")
+    p.add_argument("--cudnn-benchmark", choices=("on", "off"), default="on",
+                   help="torch.backends.cudnn.benchmark for the PyTorch peers (default on)")
+    a = p.parse_args(argv)
+    peers = tuple(x for x in a.peers.split(",") if x)
+    if set(peers) - set(PEERS):
+        p.error(f"unknown peers {sorted(set(peers) - set(PEERS))}; choose from {PEERS}")
+    base = QUICK if a.quick else {"size": 299, "repeat": a.repeat, "kernels": 64,
+                                  "budget": 120.0}
+    size = a.size or base["size"]
+    repeat = min(a.repeat, base["repeat"])
+    kernels = a.kernels or base["kernels"]
+    budget = base["budget"] if a.budget is None else a.budget
+    if repeat < 1 or kernels < 1 or budget <= 0 or a.max_streams < 0:
+        p.error("--repeat and --kernels must be at least 1, --budget above 0, "
+                "--max-streams at least 0")
     if not nnc.cuda_available():
         reason = nnc.cuda_unavailable_reason()
         print(f"no GPU: {reason}")
-        if args.json:
-            _util.emit_json({"gpu": None, "reason": reason, "date": _util.now(),
+        if a.json:
+            _util.emit_json({"benchmark": "gpu", "gpu": None, "reason": reason,
+                             "nnc": nnc.__version__, "date": _util.now(),
                              "command": _util.command_line()})
         return 0
-    report = run(args.size, args.repeat, args.kernels,
-                 log=(lambda *a: None) if args.json else print)
-    report.update(machine=_util.machine_info(("numpy", "cuda-bindings", "nvidia-cuda-nvrtc")),
-                  date=_util.now(), command=_util.command_line())
-    if args.json:
+    say = (lambda *x: print(*x, file=sys.stderr, flush=True)) if a.json else \
+        (lambda *x: print(*x, flush=True))
+    report = run(size, repeat, kernels, budget, a.max_streams, peers, a.cudnn_benchmark == "on",
+                 say=say)
+    report.update(date=_util.now(), command=_util.command_line(),
+                  machine=_util.machine_info(PACKAGES))
+    print(render(report), flush=True)
+    if a.json:
         _util.emit_json(report)
-    else:
-        print(render(report))
-    return 0
+    return 0 if report["ok"] else 1
 
 
 if __name__ == "__main__":

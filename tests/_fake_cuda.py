@@ -126,6 +126,11 @@ class FakeDriver:
     def cuDeviceGet(self, ordinal):
         return self.ok(self._h("CUdevice", ordinal))
 
+    def cuDeviceGetName(self, length, dev):
+        # Like the real bindings: the whole buffer of ``length`` bytes, the name NUL-terminated.
+        name = f"Fake GPU {int(dev)}".encode()[:length - 1] + b"\0"
+        return self.ok(name + b" " * (length - len(name)))
+
     def cuDevicePrimaryCtxRetain(self, dev):
         return self.ok(self._h("CUcontext", 0x1000 + int(dev)))
 

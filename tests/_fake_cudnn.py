@@ -1,6 +1,6 @@
 """A fake of the cudnn-frontend surface nnc.cuda.cudnn_conv uses, over tests/_fake_cuda.py.
 
-It accepts exactly the calls and keywords nnc makes (tests/test_cuda_opt.py checks each one
+It accepts exactly the calls and keywords nnc makes (tests/test_cuda_cudnn.py checks each one
 against the real frontend where ``cudnn`` is importable), enforces the frontend's call order
 (validate, build_operation_graph, create_execution_plans, check_support, build_plans before
 get_workspace_size and execute), and emulates conv_fprop (+ bias, + ReLU) in NumPy on the fake

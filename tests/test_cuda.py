@@ -248,3 +248,4 @@ def test_gpu_benchmark_without_gpu_says_why_and_exits_0():
     assert out.stdout.startswith("no GPU: CUDA disabled by NNC_DISABLE_CUDA=1")
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["gpu"] is None and "NNC_DISABLE_CUDA" in report["reason"]
+    assert report["benchmark"] == "gpu" and report["nnc"] and report["date"]

@@ -121,6 +121,21 @@ def test_memory_is_freed_with_the_last_tensor(fake):
     assert len(fake.buffers) == n - 1
 
 
+def test_device_name_and_driver_version(env):
+    d = drv.device(0)
+    assert isinstance(d.name, str) and d.name and "\0" not in d.name and d.name == d.name.strip()
+    major, minor = drv.driver_version()
+    assert major >= 12 and 0 <= minor < 100
+    if env is not None:
+        assert d.name == "Fake GPU 0" and (major, minor) == (13, 0)
+        calls = fake_calls(env, "cuDeviceGetName")
+        assert drv.device(0).name == "Fake GPU 0"
+        assert fake_calls(env, "cuDeviceGetName") == calls        # asked once per device
+        env.cuDeviceGetName = lambda n, dev: (real.CUresult.CUDA_ERROR_INVALID_DEVICE, b"")
+        with pytest.raises(nnc.CUDAError, match="cuDeviceGetName failed"):
+            _ = drv.device(1).name
+
+
 def test_contexts_are_made_current_per_thread(fake):
     nnc.Tensor.empty((4,), device="gpu")
     before = fake.calls.count("cuCtxSetCurrent")
@@ -229,7 +244,7 @@ def test_gemm_geometry_matches_cpu_ref(env, kind, ta, tb, bias):
     a = rng.standard_normal(_t(a_shape, ta)).astype(np.float32)
     w = rng.standard_normal(_t(w_shape, tb)).astype(np.float32)
     ins = [a, w] + ([rng.standard_normal(5).astype(np.float32)] if bias else [])
-    # Pinned: where cuBLAS loads, GPU_OPT would be the default (tests/test_cuda_opt.py).
+    # Pinned: where cuBLAS loads, GPU_OPT would be the default (tests/test_cuda_cublas.py).
     cmd = nnc.Cmd("GEMM", transpose_a=ta, transpose_b=tb, backend="GPU_REF")
     from nnc.ops.gemm import gemm_shape
 
@@ -630,15 +645,6 @@ def test_inception_on_gpu_matches_cpu(env):
     cg.replay(s)
     s.wait()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-3, atol=1e-6)
-
-
-def test_gpu_benchmark_runs_on_the_fake(fake):
-    from benchmarks import gpu as bench
-
-    r = bench.run(size=75, repeat=1, kernels=4, log=lambda *a: None)
-    assert r["max_abs_error_vs_cpu"] < 1e-4 and r["stream_count"] > 1
-    assert set(r["dispatch_us_per_node"]) == {"eager", "replay"}
-    assert "host dispatch" in bench.render(r)
 
 
 def test_gpu_host_benchmark_runs_on_a_null_driver(monkeypatch):

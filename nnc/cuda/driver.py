@@ -29,7 +29,7 @@ from nnc import cuda as _detect
 from nnc._core import CUDAError, StreamError
 
 __all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "cuda_stream",
-           "device", "driver"]
+           "device", "driver", "driver_version"]
 
 _driver = None                      # the cuda.bindings.driver module (or a test's fake)
 _lock = threading.Lock()
@@ -48,6 +48,13 @@ def driver():
                             f"{e}") from None
         _driver = cu
     return _driver
+
+
+def driver_version():
+    """The CUDA version the installed driver supports, ``(major, minor)`` (``cuDriverGetVersion``,
+    which needs no ``cuInit``): what a report names beside the device."""
+    v = int(check(driver().cuDriverGetVersion(), "cuDriverGetVersion"))
+    return v // 1000, v % 1000 // 10
 
 
 def _name(err):
@@ -123,6 +130,17 @@ class Device:
         self._modules = {}          # kernel file -> CUmodule
         self._functions = {}        # C kernel name -> CUfunction
         self._sync = {}             # thread id -> CudaStream for synchronous work
+        self._name = None           # the device's name, asked for on first use
+
+    @property
+    def name(self):
+        """The device's name as the driver reports it (``cuDeviceGetName``), e.g. "NVIDIA H100
+        80GB HBM3"; asked once, on first use, since only reports need it."""
+        if self._name is None:
+            # The bindings return the whole buffer: the name, its NUL, then whatever was after.
+            raw = check(driver().cuDeviceGetName(256, self.handle), "cuDeviceGetName")
+            self._name = bytes(raw).split(b"\0", 1)[0].decode("ascii", "replace").strip()
+        return self._name
 
     def make_current(self):
         """Make this device's context current on the calling thread (cheap when it is)."""

@@ -10,12 +10,34 @@ would run instead. To make the comparison about the runtimes and nothing else:
 - inputs and outputs are bound once to preallocated NumPy arrays (IOBinding), so a timed call
   is the inference alone: no feed dictionary, no output allocation, no copy.
 
+On a GPU (``device="cuda"``, for benchmarks/gpu.py) the session uses onnxruntime's CUDA
+execution provider (the onnxruntime-gpu package has it) with TF32 off, so its float32 math is
+nnc's, and the inputs and outputs are bound to device memory (OrtValues made once), so a timed
+call copies nothing between host and device.
+
 onnxruntime is optional (the ``bench`` extra); ``ort_version()`` says whether it is importable.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from nnc._core import NNCError
+
+
+class PeerUnavailableError(NNCError, RuntimeError):
+    """A peer configuration cannot run here (onnxruntime without its CUDA provider); the
+    message says why, for the benchmark's report."""
+
+
+def _cuda_ordinal(device):
+    """None for "cpu", N for "cuda" (0) or "cuda:N"; ValueError for anything else."""
+    if device == "cpu":
+        return None
+    kind, sep, n = str(device).partition(":")
+    if kind != "cuda" or (sep and not n.isdigit()):
+        raise ValueError(f"OrtRun: device must be 'cpu', 'cuda' or 'cuda:N', not {device!r}")
+    return int(n) if sep else 0
 
 
 def ort_version():
@@ -36,14 +58,29 @@ class OrtRun:
     ``ORT_PARALLEL`` execution mode (branches on the inter-op pool) instead of sequential;
     ``optimize`` False turns graph optimisations off (``ORT_DISABLE_ALL``; default
     ``ORT_ENABLE_ALL``). Calling the object runs one inference into ``outputs``.
+
+    ``device`` "cuda" or "cuda:N" runs on that GPU through the CUDA execution provider (TF32
+    off): a call runs on device memory bound once and returns when the outputs are ready;
+    ``fetch_outputs()`` copies them into ``outputs``. PeerUnavailableError when this
+    onnxruntime has no CUDA provider or the session could not use it.
     """
 
-    def __init__(self, model, feeds, *, intra_op, inter_op=1, parallel=False, optimize=True):
+    def __init__(self, model, feeds, *, intra_op, inter_op=1, parallel=False, optimize=True,
+                 device="cpu"):
         import onnxruntime as ort
 
         for name, n in (("intra_op", intra_op), ("inter_op", inter_op)):
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ValueError(f"OrtRun: {name} must be an int >= 1, not {n!r}")
+        gpu = _cuda_ordinal(device)
+        providers = ["CPUExecutionProvider"]
+        if gpu is not None:
+            have = ort.get_available_providers()
+            if "CUDAExecutionProvider" not in have:
+                raise PeerUnavailableError(
+                    f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (it has "
+                    f"{', '.join(have)}); the onnxruntime-gpu package has it")
+            providers.insert(0, ("CUDAExecutionProvider", {"device_id": gpu, "use_tf32": 0}))
         data = model if isinstance(model, bytes) else model.SerializeToString()
         so = ort.SessionOptions()
         so.intra_op_num_threads = intra_op
@@ -52,21 +89,39 @@ class OrtRun:
                              else ort.ExecutionMode.ORT_SEQUENTIAL)
         so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-        self.session = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(data, so, providers=providers)
+        if gpu is not None and "CUDAExecutionProvider" not in self.session.get_providers():
+            # onnxruntime falls back to the CPU, with a log line, when the provider's CUDA
+            # libraries do not load: timing that as "CUDA" would be wrong.
+            raise PeerUnavailableError(
+                f"onnxruntime {ort.__version__} could not use its CUDAExecutionProvider "
+                f"(the session has {', '.join(self.session.get_providers())})")
         names = [i.name for i in self.session.get_inputs()]
         if sorted(names) != sorted(feeds):
             raise ValueError(f"OrtRun: the model's inputs are {names}, feeds give {list(feeds)}")
         self.feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
         # One plain run learns the output shapes and dtypes; then every output gets its own
-        # array, bound by pointer, which each later call overwrites.
+        # array (or device buffer), bound once, which each later call overwrites.
         first = self.session.run(None, self.feeds)
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.outputs = [np.empty_like(a) for a in first]
         self.binding = self.session.io_binding()
-        for name, a in self.feeds.items():
-            self.binding.bind_cpu_input(name, a)
-        for name, a in zip(self.output_names, self.outputs):
-            self.binding.bind_output(name, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
+        self.device = device
+        self.device_inputs, self.device_outputs = {}, []     # OrtValues on the GPU
+        if gpu is None:
+            for name, a in self.feeds.items():
+                self.binding.bind_cpu_input(name, a)
+            for name, a in zip(self.output_names, self.outputs):
+                self.binding.bind_output(name, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
+        else:
+            self.device_inputs = {k: ort.OrtValue.ortvalue_from_numpy(a, "cuda", gpu)
+                                  for k, a in self.feeds.items()}
+            self.device_outputs = [ort.OrtValue.ortvalue_from_shape_and_type(
+                list(a.shape), a.dtype.type, "cuda", gpu) for a in first]
+            for name, v in self.device_inputs.items():
+                self.binding.bind_ortvalue_input(name, v)
+            for name, v in zip(self.output_names, self.device_outputs):
+                self.binding.bind_ortvalue_output(name, v)
         self.version = str(ort.__version__)
         self.intra_op = intra_op
         self.inter_op = inter_op
@@ -75,10 +130,21 @@ class OrtRun:
 
     def __call__(self):
         self.session.run_with_iobinding(self.binding)
+        if self.device_outputs:
+            self.binding.synchronize_outputs()      # the outputs are ready when a call returns
+
+    def fetch_outputs(self):
+        """The last call's outputs as NumPy arrays (``outputs``; copied from the device on a
+        GPU)."""
+        if self.device_outputs:
+            self.outputs = [v.numpy() for v in self.device_outputs]
+        return self.outputs
 
     def describe(self):
         """A short description of the configuration, for reports."""
         mode = (f"parallel mode, inter-op {self.inter_op}" if self.parallel
                 else f"sequential, intra-op {self.intra_op}")
         level = "ENABLE_ALL" if self.optimize else "DISABLE_ALL"
-        return f"onnxruntime {level}, {mode}"
+        where = ("" if self.device == "cpu"
+                 else f", CUDAExecutionProvider on {self.device}, TF32 off")
+        return f"onnxruntime {level}, {mode}{where}"

@@ -6,6 +6,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from nnc._core import NNCError
+
+class PeerUnavailableError(NNCError, RuntimeError): ...
+
 def ort_version() -> str | None: ...
 
 class OrtRun:
@@ -19,9 +23,13 @@ class OrtRun:
     inter_op: int
     parallel: bool
     optimize: bool
+    device: str
+    device_inputs: dict[str, Any]
+    device_outputs: list[Any]
     def __init__(
         self, model: Any, feeds: Mapping[str, np.ndarray], *, intra_op: int,
-        inter_op: int = 1, parallel: bool = False, optimize: bool = True,
+        inter_op: int = 1, parallel: bool = False, optimize: bool = True, device: str = "cpu",
     ) -> None: ...
     def __call__(self) -> None: ...
+    def fetch_outputs(self) -> list[npt.NDArray[Any]]: ...
     def describe(self) -> str: ...
