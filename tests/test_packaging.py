@@ -77,6 +77,14 @@ def test_extras_name_what_nnc_imports():
     sources = "".join(p.read_text() for p in (ROOT / "nnc" / "cuda").glob("*.py"))
     imported = set(re.findall(r"^\s*(?:from|import) (cuda\.\w+)", sources, re.M))
     assert imported == {"cuda.bindings"}, imported
+    # GPU_OPT imports nvmath (cuBLAS) and cudnn (the frontend); the extra brings them and the
+    # CUDA 13 libraries they load.
+    names = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0] for r in extras["gpu-opt"]}
+    assert {"nvmath-python", "nvidia-cublas", "nvidia-cudnn-frontend", "nvidia-cudnn-cu13",
+            "nnc-graph"} <= names, names
+    libraries = set(re.findall(r"^\s*from (nvmath\.bindings) import|^\s*import (cudnn)\b",
+                               sources, re.M))
+    assert {x for pair in libraries for x in pair if x} == {"nvmath.bindings", "cudnn"}
 
 
 def test_install_hints_name_the_distribution():

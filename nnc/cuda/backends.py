@@ -22,8 +22,8 @@ from nnc._core import CommandError
 from nnc.cuda import memory, nvrtc
 from nnc.cuda.driver import check, device, driver, launch, pack_args
 
-__all__ = ["BACKEND", "PREPARE", "operands", "pixel_stride", "register", "row_stride", "runner",
-           "same_gpu", "tensors_of"]
+__all__ = ["BACKEND", "PREPARE", "conv_body", "operands", "pixel_stride", "register",
+           "row_stride", "runner", "same_gpu", "tensors_of"]
 
 BACKEND = "GPU_REF"
 FLOAT_TYPES = ("float32", "float64")
@@ -141,11 +141,12 @@ def runner(body, name=BACKEND, peers=False):
 
     The body sends its work to ``sink``: ``sink.kernel(f, grid, block, args)``,
     ``sink.copy(dst, src)`` or ``sink.call(op)``, where ``op(cuda_stream)`` enqueues work
-    through a library (cuBLAS, cuDNN: nnc/cuda/gpu_opt.py). The backend runs the body at once
-    (onto a stream); its ``prepare(cmd, inputs, outputs)`` runs it into a list of ops with
-    every kernel's parameters packed, which a graph runner replays for each run at the cost of
-    one driver call per launch (a GPU nnc.Stream, :data:`PREPARE`). ``peers``: the tensors may
-    be on several devices (copies); otherwise they must be on the stream's.
+    through a library (cuBLAS, cuDNN: nnc/cuda/cublas_gemm.py, cudnn_conv.py). The backend runs
+    the body at once (onto a stream); its ``prepare(cmd, inputs, outputs)`` runs it into a
+    list of ops with every kernel's parameters packed, which a graph runner replays for each
+    run at the cost of one driver call per launch (a GPU nnc.Stream, :data:`PREPARE`).
+    ``peers``: the tensors may be on several devices (copies); otherwise they must be on the
+    stream's.
     """
 
     def setup(cmd, inputs, outputs, stream):
@@ -369,7 +370,8 @@ def window_geometry(cmd, x, out, groups=1):
     return g
 
 
-def _conv(dev, sink, cmd, inputs, outputs):
+def conv_body(dev, sink, cmd, inputs, outputs):
+    """GPU_REF's CONVOLUTION: the direct kernel (GPU_OPT runs it where cuDNN has no plan)."""
     x, w, bias, out = operands(inputs, outputs)
     if out.size == 0:
         return
@@ -437,7 +439,7 @@ def register():
     add("SET", _set, accept=_rows_same_gpu)
     add("SOFTMAX", _softmax)
     add("GEMM", _gemm, accept=_gemm_accept)
-    add("CONVOLUTION", _conv, accept=_window_accept)
+    add("CONVOLUTION", conv_body, accept=_window_accept)
     add("MAX_POOL", _pool("max_pool"), accept=_window_accept)
     add("AVG_POOL", _pool("avg_pool"), accept=_window_accept)
     add("DATA_TRANSFER", _transfer, accept=_transfer_accept, device="any", datatypes=None)

@@ -9,8 +9,8 @@ import numpy.typing as npt
 from nnc.cmd import Cmd
 from nnc.tensor import Tensor
 
-__all__ = ["BACKEND", "PREPARE", "operands", "pixel_stride", "register", "row_stride", "runner",
-           "same_gpu", "tensors_of"]
+__all__ = ["BACKEND", "PREPARE", "conv_body", "operands", "pixel_stride", "register",
+           "row_stride", "runner", "same_gpu", "tensors_of"]
 
 BACKEND: str
 FLOAT_TYPES: tuple[str, ...]
@@ -27,6 +27,10 @@ def row_stride(t: Tensor) -> int | None: ...
 def operands(
     inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor]: ...
+def conv_body(
+    dev: Any, sink: Any, cmd: Cmd, inputs: Sequence[Tensor | None],
+    outputs: Sequence[Tensor | None],
+) -> None: ...
 def runner(
     body: Callable[..., None], name: str = ..., peers: bool = ...
 ) -> Callable[..., None]: ...

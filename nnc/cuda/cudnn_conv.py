@@ -43,7 +43,7 @@ import numpy as np
 
 from nnc._core import CUDAError
 from nnc.cuda import memory
-from nnc.cuda.backends import _conv as _reference_conv
+from nnc.cuda.backends import conv_body as _reference_conv
 from nnc.cuda.backends import operands, pixel_stride, runner, same_gpu, tensors_of
 from nnc.cuda.driver import device
 
