@@ -16,8 +16,9 @@ Measured: Inception-V3 batch 1 (``g.simplify()``, as the CPU benchmarks), copied
 GPU with ``to_gpu`` and statically scheduled on GPU streams; eager = host seconds of
 ``g.run(stream=s)`` (enqueue only; the wait is outside the timed region) per node, replay = host
 seconds of ``CudaGraph.replay`` per node; sequential = ``g.run(stream=s)`` with one stream.
-Backends: the default choice (GPU_REF, or GPU_CUBLAS/GPU_CUDNN where their fakes are
-installed by the caller). Needs cuda-bindings (for the enums) and a checkout (tests/ on disk).
+Backends: GPU_REF (the library backends are marked unavailable: a real cuBLAS or cuDNN must not
+run on the null driver's pointers). Needs cuda-bindings (for the enums) and a checkout (tests/
+on disk).
 """
 
 import os
@@ -25,6 +26,7 @@ import queue
 import sys
 import threading
 import time
+import types
 
 import nnc
 from benchmarks import _util
@@ -80,6 +82,10 @@ def install_null_driver(setattr=setattr):
     setattr(drv, "_devices", {})
     setattr(drv, "_tls", threading.local())
     setattr(memory, "_staging", {})
+    # GPU_REF only: a real cuBLAS / cuDNN (on a GPU machine) must never see fake pointers.
+    from _fake_cuda import unfake_libraries
+
+    unfake_libraries(types.SimpleNamespace(setattr=setattr))
     return d
 
 

@@ -531,10 +531,13 @@ class Checked:
 
 def install(monkeypatch, count=1):
     """Make nnc.cuda use a new FakeDriver with ``count`` GPUs until the test ends; returns it.
-    Call gc.collect() before the test returns so fake buffers are freed while it is installed."""
-    from nnc import cuda
+
+    The library backends (GPU_OPT) are marked unavailable (see unfake_libraries); the kernel
+    cache is off, and where NVRTC is missing the fake loads any module. Call gc.collect()
+    before the test returns so fake buffers are freed while it is installed."""
+    from nnc import CUDAError, cuda
     from nnc.cuda import driver as drv
-    from nnc.cuda import memory
+    from nnc.cuda import memory, nvrtc
 
     f = FakeDriver(count=count)
     monkeypatch.setattr(cuda, "_status", (count, None))
@@ -543,13 +546,22 @@ def install(monkeypatch, count=1):
     monkeypatch.setattr(drv, "_tls", threading.local())
     monkeypatch.setattr(memory, "_staging", {})
     unfake_libraries(monkeypatch)
+    monkeypatch.setenv("NNC_CUDA_CACHE", "")
+    try:
+        nvrtc.nvrtc_version()
+    except CUDAError:
+        # Without NVRTC the fake module loads anything; with it, kernel names are looked up
+        # in the real cubin (cuModuleGetFunction fails for a name the sources do not define).
+        monkeypatch.setattr(nvrtc, "compile_cubin", lambda *a, **k: b"fake")
     return f
 
 
 def unfake_libraries(monkeypatch):
-    """Mark cuDNN unavailable while the fake driver is installed: a real frontend (where one
-    is installed, on a GPU machine too) would run on fake pointers. tests/_fake_cudnn.py's
-    install() replaces it with a fake."""
-    from nnc.cuda import cudnn_conv
+    """Mark cuBLAS and cuDNN unavailable while a fake driver is installed: a real library
+    (where one is installed, on a GPU machine too) would run on fake pointers.
+    tests/_fake_cublas.py's and _fake_cudnn.py's install() replace them with fakes."""
+    from nnc.cuda import cublas_gemm, cudnn_conv
 
+    monkeypatch.setattr(cublas_gemm, "_probed",
+                        (None, "cuBLAS is not faked (tests/_fake_cublas.py)"))
     monkeypatch.setattr(cudnn_conv, "_status", (None, "cuDNN is not faked (tests/_fake_cudnn.py)"))

@@ -14,13 +14,13 @@ import types
 import _fake_cublas
 import numpy as np
 import pytest
-from _fake_cuda import Checked, FakeDriver, real
+from _fake_cuda import FakeDriver, install, real
 from test_cuda_runtime import GEMM_CASES, GEMM_SHAPES, _t
 
 import nnc
 from nnc import cuda
 from nnc.cmd import cmd_backends_for
-from nnc.cuda import cublas_gemm, memory, nvrtc
+from nnc.cuda import cublas_gemm, memory
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
 from nnc.ops.gemm import gemm_shape
@@ -31,26 +31,11 @@ pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not insta
 TIMEOUT = 60                            # seconds: bound on every thread join
 
 
-def _nvrtc_ok():
-    try:
-        nvrtc.nvrtc_version()
-    except nnc.CUDAError:
-        return False
-    return True
-
 
 @pytest.fixture
 def fake(monkeypatch):
     """The fake driver with two GPUs; ``fake.cublas``: the fake cuBLAS GPU_OPT uses."""
-    f = FakeDriver(count=2)
-    monkeypatch.setattr(cuda, "_status", (2, None))
-    monkeypatch.setattr(drv, "_driver", Checked(f))
-    monkeypatch.setattr(drv, "_devices", {})
-    monkeypatch.setattr(drv, "_tls", threading.local())
-    monkeypatch.setattr(memory, "_staging", {})
-    monkeypatch.setenv("NNC_CUDA_CACHE", "")
-    if not _nvrtc_ok():
-        monkeypatch.setattr(nvrtc, "compile_cubin", lambda *a, **k: b"fake")
+    f = install(monkeypatch, count=2)
     f.cublas = _fake_cublas.install(monkeypatch, f)
     yield f
     gc.collect()        # free fake buffers while the fake driver is still installed

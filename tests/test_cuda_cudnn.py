@@ -11,14 +11,14 @@ import threading
 
 import numpy as np
 import pytest
-from _fake_cuda import Checked, FakeDriver, real, unfake_libraries
+from _fake_cuda import install, real
 from _fake_cudnn import FakeCudnn
 from _fake_cudnn import install as install_cudnn
 
 import nnc
 from nnc import cuda
 from nnc.cmd import cmd_backends_for
-from nnc.cuda import cudnn_conv, memory, nvrtc
+from nnc.cuda import cudnn_conv, memory
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
 from nnc.ops.conv import conv_shape
@@ -27,28 +27,11 @@ _no_bindings = pytest.mark.skipif(real is None, reason="cuda-bindings is not ins
                                   "driver borrows its enums and handle types)")
 
 
-def _nvrtc_ok():
-    try:
-        nvrtc.nvrtc_version()
-    except nnc.CUDAError:
-        return False
-    return True
-
 
 @pytest.fixture
 def conv_drv(monkeypatch):
     """The fake CUDA driver (two GPUs), as tests/test_cuda_runtime.py's ``fake``."""
-    f = FakeDriver(count=2)
-    monkeypatch.setattr(cuda, "_status", (2, None))
-    monkeypatch.setattr(drv, "_driver", Checked(f))
-    monkeypatch.setattr(drv, "_devices", {})
-    monkeypatch.setattr(drv, "_tls", threading.local())
-    monkeypatch.setattr(memory, "_staging", {})
-    unfake_libraries(monkeypatch)           # GPU_OPT only through a fake library
-    monkeypatch.setenv("NNC_CUDA_CACHE", "")
-    if not _nvrtc_ok():
-        monkeypatch.setattr(nvrtc, "compile_cubin", lambda *a, **k: b"fake")
-    yield f
+    yield install(monkeypatch, count=2)
     gc.collect()        # free fake buffers while the fake driver is still installed
 
 

@@ -13,11 +13,11 @@ import threading
 
 import numpy as np
 import pytest
-from _fake_cuda import REAL_CHECK, Checked, FakeDriver, real, unfake_libraries
+from _fake_cuda import REAL_CHECK, install, real
 
 import nnc
 from nnc import cuda
-from nnc.cuda import backends, memory, nvrtc
+from nnc.cuda import backends, memory
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
 
@@ -25,32 +25,12 @@ pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not insta
                                 "driver borrows its enums and handle types)")
 
 
-def _nvrtc_ok():
-    try:
-        nvrtc.nvrtc_version()
-    except nnc.CUDAError:
-        return False
-    return True
-
-
-NVRTC = _nvrtc_ok()
-
 
 @pytest.fixture
 def fake(monkeypatch):
-    f = FakeDriver(count=2)
-    monkeypatch.setattr(cuda, "_status", (2, None))
-    monkeypatch.setattr(drv, "_driver", Checked(f))
-    monkeypatch.setattr(drv, "_devices", {})
-    monkeypatch.setattr(drv, "_tls", threading.local())
-    monkeypatch.setattr(memory, "_staging", {})
-    unfake_libraries(monkeypatch)           # GPU_REF, not a real cuDNN on fake pointers
-    monkeypatch.setenv("NNC_CUDA_CACHE", "")
-    if not NVRTC:
-        # Without NVRTC the fake module loads anything; with it, kernel names are looked up in
-        # the real cubin (cuModuleGetFunction fails for a name the sources do not define).
-        monkeypatch.setattr(nvrtc, "compile_cubin", lambda *a, **k: b"fake")
-    yield f
+    # GPU_REF only: the library backends are marked unavailable (no real library may run on
+    # fake pointers; tests/test_cuda_cublas.py and test_cuda_cudnn.py fake them).
+    yield install(monkeypatch, count=2)
     gc.collect()        # free fake buffers while the fake driver is still installed
 
 

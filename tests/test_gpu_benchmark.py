@@ -8,16 +8,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-from _fake_cuda import Checked, FakeDriver, real
+from _fake_cuda import install, real
 
 import nnc
-from nnc import cuda
-from nnc.cuda import driver as drv
-from nnc.cuda import memory, nvrtc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,18 +23,7 @@ pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not insta
 
 @pytest.fixture
 def fake(monkeypatch):
-    f = FakeDriver(count=1)
-    monkeypatch.setattr(cuda, "_status", (1, None))
-    monkeypatch.setattr(drv, "_driver", Checked(f))
-    monkeypatch.setattr(drv, "_devices", {})
-    monkeypatch.setattr(drv, "_tls", threading.local())
-    monkeypatch.setattr(memory, "_staging", {})
-    monkeypatch.setenv("NNC_CUDA_CACHE", "")
-    try:
-        nvrtc.nvrtc_version()
-    except nnc.CUDAError:
-        monkeypatch.setattr(nvrtc, "compile_cubin", lambda *a, **k: b"fake")
-    yield f
+    yield install(monkeypatch, count=1)
     import gc
 
     gc.collect()        # free fake buffers while the fake driver is still installed
