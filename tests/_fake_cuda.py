@@ -399,6 +399,14 @@ def _set(a, dt, grid):
     _arr(y, dt, (n // cols, cols), (ys, 1))[...] = v
 
 
+def _bias_act(a, dt, grid):
+    pb, relu, y, ys, n, cols = _ptr(a[0]), _scalar(a[1], ctypes.c_int), _ptr(a[2]), _i64(a[3]), \
+        _i64(a[4]), _i64(a[5])
+    v = _arr(y, dt, (n // cols, cols), (ys, 1))
+    acc = v + _contig(pb, dt, cols) if pb else v.copy()
+    v[...] = np.where(acc < 0, 0, acc) if relu else acc      # NaN stays NaN
+
+
 def _softmax(a, dt, grid):
     x, y, rows, cols = _ptr(a[0]), _ptr(a[1]), _i64(a[2]), _i64(a[3])
     v = _arr(x, dt, (rows, cols), (cols, 1)).astype(np.float64)
@@ -489,7 +497,7 @@ SIGNATURES = {
     "ewsum": (64, 4, _P, 8), "ewprod": (64, 4, _P, 8), "ewdiv": (_P, _P, _P, 8),
     "ewexp": (_P, 8, _P, 8, 8, 8), "ewlog": (_P, 8, _P, 8, 8, 8), "relu": (_P, 8, _P, 8, 8, 8),
     "scalar_mul": ("T", _P, 8, _P, 8, 8, 8), "set": ("T", _P, 8, 8, 8),
-    "softmax": (_P, _P, 8, 8),
+    "softmax": (_P, _P, 8, 8), "bias_act": (_P, 4, _P, 8, 8, 8),
     "gemm": (88, _P, _P, _P, _P), "conv": (88, _P, _P, _P, _P), "max_pool": (88, _P, _P),
     "avg_pool": (88, _P, _P),
 }
@@ -497,8 +505,8 @@ SIGNATURES = {
 EMULATE = {
     "ewsum": _ew_reduce(False), "ewprod": _ew_reduce(True), "ewdiv": _ewdiv,
     "ewexp": _unary(np.exp), "ewlog": _unary(np.log), "relu": _unary(lambda v: np.maximum(v, 0)),
-    "scalar_mul": _scalar_mul, "set": _set, "softmax": _softmax, "gemm": _gemm, "conv": _conv,
-    "max_pool": _pool(True), "avg_pool": _pool(False),
+    "scalar_mul": _scalar_mul, "set": _set, "softmax": _softmax, "bias_act": _bias_act,
+    "gemm": _gemm, "conv": _conv, "max_pool": _pool(True), "avg_pool": _pool(False),
 }
 
 

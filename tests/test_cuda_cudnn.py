@@ -268,6 +268,32 @@ def test_refused_configuration_falls_back_to_gpu_ref(dnn):
     assert not dnn.builds                                   # refused once, remembered
 
 
+@pytest.mark.parametrize("activation", [None, "relu"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_declined_fusion_runs_the_bare_convolution_and_nncs_epilogue(dnn, activation, with_bias):
+    # cuDNN may decline every fused float32 engine (they can all be ones _build excludes):
+    # the bare convolution through cuDNN, then nnc's bias_act kernel, on the same stream.
+    dnn.refuse = lambda d: "no fused engine" if d["bias"] or d["relu"] else None
+    x, w, b = _case((2, 7, 6, 4), (6, 3, 3, 4), bias=with_bias)
+    params = dict(padding=1, activation=activation)
+    shape = (2, 7, 6, 6)
+    buf = nnc.Tensor.zeros((2, 7, 6, 10), device="gpu")          # a concat slice as output
+    out = buf.view(shape, offset=4, strides=_nhwc_strides(shape, 10))
+    _run_conv(params, x, w, b, out=out)
+    np.testing.assert_allclose(out.numpy(), _ref(params, x, w, b), **_tol(x, w, b))
+    fused = with_bias or activation
+    assert len(dnn.executions) == 1
+    assert all(not d["bias"] and not d["relu"] for d in dnn.builds)
+    assert ("nnc_bias_act_f32" in dnn.driver.launches) == bool(fused)
+    assert "nnc_conv_f32" not in dnn.driver.launches        # not GPU_REF's kernel
+    full = buf.numpy()
+    assert (full[..., :4] == 0).all()                        # the epilogue stays in its slice
+    # A second epilogue of the same geometry reuses the bare plan.
+    builds = len(dnn.builds)
+    _run_conv(dict(padding=1, activation="relu"), x, w, b, out=out)
+    assert len(dnn.builds) == builds
+
+
 def test_misaligned_slice_falls_back(dnn):
     x, w, b = _case((2, 7, 6, 4), (6, 3, 3, 4))
     shape = (2, 7, 6, 6)

@@ -22,7 +22,7 @@ from nnc._core import CommandError
 from nnc.cuda import memory, nvrtc
 from nnc.cuda.driver import check, device, driver, launch, pack_args
 
-__all__ = ["BACKEND", "PREPARE", "conv_body", "operands", "pixel_stride", "register",
+__all__ = ["BACKEND", "PREPARE", "bias_act", "conv_body", "operands", "pixel_stride", "register",
            "row_stride", "runner", "same_gpu", "tensors_of"]
 
 BACKEND = "GPU_REF"
@@ -368,6 +368,18 @@ def window_geometry(cmd, x, out, groups=1):
     g["relu"] = int(cmd.params.get("activation") == "relu")
     g["x_ps"], g["o_ps"] = pixel_stride(x), pixel_stride(out)
     return g
+
+
+def bias_act(dev, sink, bias, relu, out):
+    """Enqueue ``out += bias`` (per channel; bias may be None) then ReLU if ``relu``, in place:
+    the epilogue of a library convolution that could not fuse it (nnc/cuda/cudnn_conv.py).
+    out: NHWC, pixels evenly spaced with unit channel stride (a concat slice too)."""
+    if out.size == 0 or (bias is None and not relu):
+        return
+    cols = out.shape[-1]
+    sink.kernel(_fn(dev, "bias_act", out), _grid_1d(dev, out.size), (_THREADS,),
+                [_ptr(bias), np.int32(bool(relu)), _ptr(out), np.int64(pixel_stride(out)),
+                 np.int64(out.size), np.int64(cols)])
 
 
 def conv_body(dev, sink, cmd, inputs, outputs):

@@ -9,7 +9,7 @@ import numpy.typing as npt
 from nnc.cmd import Cmd
 from nnc.tensor import Tensor
 
-__all__ = ["BACKEND", "PREPARE", "conv_body", "operands", "pixel_stride", "register",
+__all__ = ["BACKEND", "PREPARE", "bias_act", "conv_body", "operands", "pixel_stride", "register",
            "row_stride", "runner", "same_gpu", "tensors_of"]
 
 BACKEND: str
@@ -27,6 +27,7 @@ def row_stride(t: Tensor) -> int | None: ...
 def operands(
     inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor]: ...
+def bias_act(dev: Any, sink: Any, bias: Tensor | None, relu: bool, out: Tensor) -> None: ...
 def conv_body(
     dev: Any, sink: Any, cmd: Cmd, inputs: Sequence[Tensor | None],
     outputs: Sequence[Tensor | None],

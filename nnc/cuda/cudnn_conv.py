@@ -43,8 +43,8 @@ import numpy as np
 
 from nnc._core import CUDAError
 from nnc.cuda import memory
+from nnc.cuda.backends import bias_act, operands, pixel_stride, runner, same_gpu, tensors_of
 from nnc.cuda.backends import conv_body as _reference_conv
-from nnc.cuda.backends import operands, pixel_stride, runner, same_gpu, tensors_of
 from nnc.cuda.driver import device
 
 __all__ = ["ALIGN", "BACKEND", "HINT", "LIBRARY", "PRIORITY", "available", "describe", "geometry",
@@ -105,14 +105,17 @@ def _module():
 
 class _Plan:
     """One built cuDNN graph and its operand tensors; ``lock`` serialises execute calls,
-    since the frontend keeps per-graph state in Python that it does not guard."""
+    since the frontend keeps per-graph state in Python that it does not guard. ``epilogue``:
+    cuDNN declined the fused bias / ReLU, so this plan is the bare convolution and nnc's
+    bias_act kernel finishes the node."""
 
-    __slots__ = ("graph", "x", "w", "bias", "y", "workspace", "lock")
+    __slots__ = ("graph", "x", "w", "bias", "y", "workspace", "lock", "epilogue")
 
-    def __init__(self, graph, x, w, bias, y, workspace):
+    def __init__(self, graph, x, w, bias, y, workspace, epilogue=False):
         self.graph, self.x, self.w, self.bias, self.y = graph, x, w, bias, y
         self.workspace = int(workspace)
         self.lock = threading.Lock()
+        self.epilogue = epilogue
 
 
 class _DeviceState:
@@ -192,24 +195,40 @@ def _declined(cu):
     return (cu.cudnnGraphNotSupportedError, NotImplementedError, RuntimeError)
 
 
+def _plan_of(cu, st, dev, key):
+    """The plan of geometry ``key`` (built once, under st.lock), or the reason cuDNN
+    declined it. Fused bias / ReLU that cuDNN declines falls back to the bare convolution
+    (whose plan is shared by every epilogue of that geometry) plus nnc's epilogue kernel:
+    cuDNN's fused float32 engines may all be ones whose numerics _build excludes."""
+    found = st.plans.get(key)
+    if found is None:
+        dev.make_current()
+        g, x, w, bias, y = describe(cu, key, st.build_handle)
+        try:
+            found = _Plan(g, x, w, bias, y, _build(cu, g, key))
+        except _declined(cu) as e:
+            found = f"{type(e).__name__}: {e}"
+            bare = key[:-2] + (False, False)
+            if bare != key:
+                base = _plan_of(cu, st, dev, bare)
+                if isinstance(base, _Plan):
+                    found = _Plan(base.graph, base.x, base.w, None, base.y, base.workspace,
+                                  epilogue=True)
+                    found.lock = base.lock      # one graph: one lock
+        st.plans[key] = found
+    return found
+
+
 def plan(dev, cmd, inputs, outputs):
     """The device's plan for this convolution (built on first use), or None when cuDNN
-    declines the configuration."""
+    declines the configuration, fused or bare."""
     cu = _module()
     st = _state(cu, dev)
     key = geometry(cmd, inputs, outputs)
     found = st.plans.get(key)
     if found is None:
         with st.lock:
-            found = st.plans.get(key)
-            if found is None:
-                dev.make_current()
-                g, x, w, bias, y = describe(cu, key, st.build_handle)
-                try:
-                    found = _Plan(g, x, w, bias, y, _build(cu, g, key))
-                except _declined(cu) as e:
-                    found = f"{type(e).__name__}: {e}"
-                st.plans[key] = found
+            found = _plan_of(cu, st, dev, key)
     return found if isinstance(found, _Plan) else None
 
 
@@ -265,9 +284,12 @@ def _body(dev, sink, cmd, inputs, outputs):
         _reference_conv(dev, sink, cmd, inputs, outputs)
         return
     pack = {p.x: x.data_ptr, p.w: w.data_ptr, p.y: out.data_ptr}
-    if bias is not None:
+    if bias is not None and not p.epilogue:
         pack[p.bias] = bias.data_ptr
     sink.call(_Execute(p, pack))
+    if p.epilogue:
+        # Same stream, after the convolution: stream order is all the ordering needed.
+        bias_act(dev, sink, bias, cmd.params.get("activation") == "relu", out)
 
 
 def _accept(cmd, inputs, outputs):

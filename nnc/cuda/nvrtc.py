@@ -25,7 +25,8 @@ __all__ = ["KERNELS", "KERNEL_FILES", "compile_cubin", "kernel_source", "nvrtc_v
 _DIR = pathlib.Path(__file__).resolve().parent / "kernels"
 # Kernel file -> the kernels it defines; each exists as nnc_<name>_f32 and nnc_<name>_f64.
 KERNELS = {
-    "ew.cu": ("ewsum", "ewprod", "ewdiv", "ewexp", "ewlog", "relu", "scalar_mul", "set"),
+    "ew.cu": ("ewsum", "ewprod", "ewdiv", "ewexp", "ewlog", "relu", "scalar_mul", "set",
+              "bias_act"),
     "softmax.cu": ("softmax",),
     "gemm.cu": ("gemm",),
     "conv.cu": ("conv", "max_pool", "avg_pool"),

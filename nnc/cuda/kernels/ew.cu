@@ -61,6 +61,19 @@ __device__ void set_value(T value, T* y, long long ys, long long n, long long co
     NNC_GRID_STRIDE(i, n) { NNC_ROWS_AT(y, ys, i, cols) = value; }
 }
 
+// The epilogue of a convolution whose library call could not fuse it (nnc/cuda/cudnn_conv.py):
+// y = y + bias[c] (bias may be NULL), then ReLU if relu, in place over rows of `cols` channels
+// spaced ys apart (a concat slice as output). NaN stays NaN, as in ew_relu and conv_direct.
+template <typename T>
+__device__ void bias_act(const T* bias, int relu, T* y, long long ys, long long n,
+                         long long cols) {
+    NNC_GRID_STRIDE(i, n) {
+        T v = NNC_ROWS_AT(y, ys, i, cols);
+        if (bias) v += bias[i % cols];
+        NNC_ROWS_AT(y, ys, i, cols) = (relu && v < (T)0) ? (T)0 : v;
+    }
+}
+
 #define NNC_EW(T, S)                                                                        \
 extern "C" __global__ void nnc_ewsum_##S(nnc_ptrs in, int count, T* y, long long n) {      \
     ew_reduce<T, false>(in, count, y, n); }                                                 \
@@ -78,7 +91,10 @@ extern "C" __global__ void nnc_scalar_mul_##S(T a, NNC_UNARY_ARGS(T)) {         
     scalar_mul<T>(a, x, xs, y, ys, n, cols); }                                              \
 extern "C" __global__ void nnc_set_##S(T value, T* y, long long ys, long long n,           \
                                        long long cols) {                                    \
-    set_value<T>(value, y, ys, n, cols); }
+    set_value<T>(value, y, ys, n, cols); }                                                  \
+extern "C" __global__ void nnc_bias_act_##S(const T* bias, int relu, T* y, long long ys,   \
+                                            long long n, long long cols) {                  \
+    bias_act<T>(bias, relu, y, ys, n, cols); }
 
 NNC_EW(float, f32)
 NNC_EW(double, f64)
