@@ -1,0 +1,25 @@
+# The DAG a scheduling policy sees (issue 16: nnc.static_schedule(g, policy=...)). The rank
+# builder (nnc/graph/rank.pyx) makes it from the graph's run order, with every edge the
+# schedule must enforce (graph edges, a loop body's head-to-tail edges, the edges that order a
+# control node and the nodes touching the tensors it re-points), and hands it to the policy.
+# Nodes are *positions* 0 .. m-1 of the run order, a topological order: every edge u -> v has
+# u < v. Owned by the builder, read-only for the policy, valid only during the call.
+
+cdef struct dag_t:
+    int m                           # nodes (positions)
+    const int* sstart               # [m + 1] successors of k: sidx[sstart[k] : sstart[k + 1]]
+    const int* sidx
+    const int* pstart               # [m + 1] predecessors of k: pidx[pstart[k] : pstart[k + 1]]
+    const int* pidx                 # (ascending within a row)
+    const int* cmd                  # [m] command id of each node (NNC's tie-break key)
+    const double* cost              # [m] seconds per node; NULL: every node costs 1
+
+
+# A policy assigns streams: it writes stream[k] for every position k, with streams numbered
+# densely from 0 and, when max_streams > 0, stream[k] < max_streams. A stream runs its nodes in
+# position order, so any assignment is deadlock-free; the builder then places signals and the
+# fewest waits that enforce every edge. A policy that needs more order than the edges give (a
+# barrier between RAF's waves or IOS's stages) appends extra edges u -> v (u < v) to `extra`
+# as (u, v) tuples; the builder enforces them like graph edges. Returns the stream count.
+ctypedef int (*policy_assign_f)(const dag_t* d, int max_streams, int* stream,
+                                list extra) except -1
