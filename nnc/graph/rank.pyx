@@ -22,6 +22,8 @@ than CLOCK_SLOTS live streams.
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
+import operator
+
 from nnc._core import NNCError, ScheduleError
 
 from nnc.cmd cimport Cmd
@@ -617,7 +619,7 @@ cdef int _assign(_Builder b, Policy p, Graph g, const int* order, int max_stream
                                 "(streams must be numbered densely from 0)")
     for edge in more:
         try:
-            u, v = edge
+            u, v = [operator.index(x) for x in edge]   # ints only: 0.5 must not become 0
         except (TypeError, ValueError, OverflowError):
             raise ScheduleError(f"scheduling policy {p.name!r} asked for the extra edge "
                                 f"{edge!r}, not a pair of node positions") from None

@@ -13,7 +13,7 @@ class Policy:
     """A registered scheduling policy (made by its module's register_policy)."""
     @property
     def name(self) -> str: ...
-    def __init__(self) -> None: ...  # raises TypeError
+    def __init__(self, *args: object, **kwargs: object) -> None: ...  # raises TypeError
 
 # The registry: policy name -> Policy, None for "rank" (the builder's own).
 POLICIES: dict[str, Policy | None]

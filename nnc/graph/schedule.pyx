@@ -58,7 +58,7 @@ cdef class Policy:
                                 f"streams for {d.m} nodes")
         for k in range(d.m):
             try:
-                stream[k] = streams[k]
+                stream[k] = operator.index(streams[k])
             except (TypeError, OverflowError):
                 raise ScheduleError(f"scheduling policy {self.name!r} gave node position {k} "
                                     f"the stream {streams[k]!r}, not an int") from None
