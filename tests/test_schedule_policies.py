@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_case_of import piecewise_expr, piecewise_branches
+from test_case_of import piecewise_branches, piecewise_expr
 from test_graph import scalar
 from test_run import random_sum_graph
 from test_schedule import build, check, dags, random_graph

@@ -497,7 +497,6 @@ cdef class _Builder(_Scratch):
             self.visited(k)
         return 0
 
-
     cdef int run_assigned(self, int streams) except -1:
         """Signals and waits for the streams a policy put in ``st`` (checked: dense, in range).
         A stream runs its nodes in position order, a topological order of every edge, so any

@@ -19,7 +19,13 @@ class Policy:
 POLICIES: dict[str, Policy | None]
 
 # Node costs in seconds, as static_schedule takes them.
-_Costs = Mapping[GraphExec | int, float] | Callable[[GraphExec], float] | Literal["profile"]
+_Costs = (
+    Mapping[GraphExec, float]
+    | Mapping[int, float]
+    | Mapping[GraphExec | int, float]
+    | Callable[[GraphExec], float]
+    | Literal["profile"]
+)
 
 # A stream kind: "cpu", "gpu" or "gpu:N".
 _StreamType = str
