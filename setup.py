@@ -43,6 +43,8 @@ MODULES = [
     ("nnc.graph.tools", "nnc/graph/tools.pyx"),
     ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),
     ("nnc.graph.rank", "nnc/graph/rank.pyx"),
+    ("nnc.graph.costs", "nnc/graph/costs.pyx"),
+    ("nnc.graph.policy_list", "nnc/graph/policy_list.pyx"),
     ("nnc.graph.verify", "nnc/graph/verify.pyx"),
     ("nnc.graph.hazard", "nnc/graph/hazard.pyx"),
     ("nnc.graph.run", "nnc/graph/run.pyx"),

@@ -1,5 +1,13 @@
-from nnc.graph.graph import Graph
+from collections.abc import Callable
+
+from nnc.graph.graph import Graph, GraphExec
 from nnc.graph.schedule import Schedule
 
-def build_rank(g: Graph, stream_type: str, max_streams: int, policy: str) -> Schedule: ...
+def build_rank(
+    g: Graph,
+    stream_type: str,
+    max_streams: int,
+    policy: str,
+    costs: dict[GraphExec, float] | Callable[[GraphExec], float] | None = None,
+) -> Schedule: ...
 def _set_clock_slots(slots: int | None = ...) -> int: ...

@@ -1,5 +1,9 @@
-"""The "rank" scheduling policy: the builder behind static_schedule (NNC: ccv_nnc_graph.c,
+"""The builder behind static_schedule and its "rank" policy (NNC: ccv_nnc_graph.c,
 _ccv_nnc_graph_static_schedule_new and _ccv_nnc_graph_schedule_assign_signals).
+
+Any other policy (schedule.POLICIES) only assigns streams: the builder hands it the DAG
+(nnc/graph/dag.pxd), checks its answer, adds the edges it asks for, and places signals and
+waits for its streams exactly as for the rank policy's (run_assigned).
 
 We port the algorithm NNC's doc/nnc-schd.rst describes (longest-chain ranks, command tie-break,
 no redundant waits), not the upstream code's degenerate ranks; docs/schedule.md has the rules,
@@ -18,10 +22,16 @@ than CLOCK_SLOTS live streams.
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
+import operator
+
+from nnc._core import NNCError, ScheduleError
+
 from nnc.cmd cimport Cmd
 from nnc.graph.control cimport WhileNode
+from nnc.graph.costs cimport fill_costs
+from nnc.graph.dag cimport dag_t
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
-from nnc.graph.schedule cimport Schedule, _Scratch
+from nnc.graph.schedule cimport Policy, Schedule, _Scratch, policy_of
 
 cdef int _clock_slots = 256             # CLOCK_SLOTS: most streams with exact clocks at once
 
@@ -80,6 +90,7 @@ cdef inline int* cref(int* c) noexcept nogil:
 cdef class _Builder(_Scratch):
     """State of one build. Arrays are by run-order position, or by stream (at most m)."""
     cdef int m, max_streams
+    cdef bint assigned                  # a policy assigned the streams (run_assigned)
     cdef int* pos                       # [node_count] node index -> position, -1 off the run
     cdef int* sstart                    # successors (positions, edge order): CSR
     cdef int* sidx
@@ -465,7 +476,7 @@ cdef class _Builder(_Scratch):
                         ipush(&self.free_slots, self.slot[s])
                         self.owner[self.slot[s]] = -1
                         self.slot[s] = -1
-                    if self.max_streams == 0:   # never reused: its clock is garbage
+                    if self.max_streams == 0 or self.assigned:  # never reused: garbage
                         crelease(self.K[s])
                         self.K[s] = NULL
             i = self.it_next.v[i]
@@ -483,6 +494,34 @@ cdef class _Builder(_Scratch):
             self.waits(k)
             if self.remaining[k] > 0:
                 self.snap[k] = cref(self.K[t])
+            self.visited(k)
+        return 0
+
+    cdef int run_assigned(self, int streams) except -1:
+        """Signals and waits for the streams a policy put in ``st`` (checked: dense, in range).
+        A stream runs its nodes in position order, a topological order of every edge, so any
+        assignment is deadlock-free: the earliest node not yet run always has its predecessors
+        done and is next on its stream. A stream takes a clock slot at its first node and
+        retires once its last node and every successor of its nodes have been visited."""
+        cdef int k, t
+        cdef int* last = self.ints(streams, -1)
+        self.S = streams
+        for k in range(self.m):
+            t = self.st[k]
+            last[t] = k
+            self.need[t] = max(self.need[t], self.maxsucc[k])
+            if self.first[t] < 0:
+                self.first[t] = k
+        for k in range(self.m):
+            t = self.st[k]
+            if self.first[t] == k:
+                self.slot[t] = self.new_slot(t)
+            self.tail[t] = k
+            self.waits(k)
+            if self.remaining[k] > 0:
+                self.snap[k] = cref(self.K[t])
+            if last[t] == k:
+                self.item(self.ret_head, max(k, self.need[t]), t)
             self.visited(k)
         return 0
 
@@ -541,8 +580,62 @@ cdef list _exits(_Builder b, int* prev, int* last, char* mark, int* stack):
     return exits
 
 
-cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy):
+cdef int _assign(_Builder b, Policy p, Graph g, const int* order, int max_streams,
+                 object costs, dict extra) except -1:
+    """Ask policy p for the streams of b's DAG (into b.st) and check its answer; its extra
+    edges go into ``extra`` (position -> later positions). Returns the stream count. A bad
+    answer raises ScheduleError naming the policy: nothing it wrote is trusted unchecked."""
+    cdef dag_t d
+    cdef int m = b.m, k, n, u, v
+    cdef double* cost = <double*>b.raw(sizeof(double) * m)
+    cdef char* used
+    cdef list more = []
+    d.m = m
+    d.sstart, d.sidx, d.pstart, d.pidx, d.cmd = b.sstart, b.sidx, b.pstart, b.pidx, b.cmd
+    d.cost = cost if fill_costs(g, costs, order, m, cost) else NULL
+    for k in range(m):
+        b.st[k] = -1
+    try:
+        n = p.assign(&d, max_streams, b.st, more)
+    except NNCError:
+        raise
+    except Exception as exc:
+        raise ScheduleError(f"scheduling policy {p.name!r} failed: {exc!r}") from exc
+    if m == 0:
+        return 1
+    if n < 1 or n > m or (max_streams and n > max_streams):
+        raise ScheduleError(f"scheduling policy {p.name!r} reported {n} streams for {m} nodes"
+                            + (f" (max_streams={max_streams})" if max_streams else ""))
+    used = <char*>b.raw(n)
+    for k in range(m):
+        if b.st[k] < 0 or b.st[k] >= n:
+            raise ScheduleError(f"scheduling policy {p.name!r} gave node position {k} the "
+                                f"stream {b.st[k]}, outside 0 .. {n - 1}")
+        used[b.st[k]] = 1
+    for k in range(n):
+        if not used[k]:
+            raise ScheduleError(f"scheduling policy {p.name!r} left stream {k} of {n} unused "
+                                "(streams must be numbered densely from 0)")
+    for edge in more:
+        try:
+            u, v = [operator.index(x) for x in edge]   # ints only: 0.5 must not become 0
+        except (TypeError, ValueError, OverflowError):
+            raise ScheduleError(f"scheduling policy {p.name!r} asked for the extra edge "
+                                f"{edge!r}, not a pair of node positions") from None
+        if not 0 <= u < v < m:
+            raise ScheduleError(f"scheduling policy {p.name!r} asked for the extra edge "
+                                f"{edge!r}: it needs 0 <= u < v < {m}")
+        if v not in extra.get(u, ()):
+            extra.setdefault(u, []).append(v)
+    return n
+
+
+cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, object costs):
     cdef _Builder b = _Builder.__new__(_Builder)
+    cdef _Builder b0
+    cdef Policy p = policy_of(policy)
+    cdef dict extra
+    cdef int streams, added
     cdef Schedule sched = Schedule.__new__(Schedule)
     cdef int m, k, s, i, j, w, split
     cdef int* order
@@ -560,8 +653,22 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy):
         for k in range(m):
             order[k] = loop_order[k]
     b.max_streams = max_streams
-    b.setup(g, order, m, split, _moved_edges(g, order, m, split) if max_streams != 1 else {})
-    b.run()
+    extra = _moved_edges(g, order, m, split) if max_streams != 1 else {}
+    b.setup(g, order, m, split, extra)
+    if p is None or m == 0:
+        b.run()
+    else:
+        added = sum(len(v) for v in extra.values())
+        streams = _assign(b, p, g, order, max_streams, costs, extra)
+        if sum(len(v) for v in extra.values()) > added:
+            # The policy's edges join the DAG the waits enforce: set it up again with them
+            # (b0 keeps the loop order and the streams alive while b copies them).
+            b0, b = b, _Builder.__new__(_Builder)
+            b.max_streams = max_streams
+            b.setup(g, order, m, split, extra)
+            memcpy(b.st, b0.st, sizeof(int) * m)
+        b.assigned = True
+        b.run_assigned(streams)
     # 5. Entry: streams != 0 whose first node has no predecessor wait on the begin signal.
     # Exit: stream 0 waits on the last node of each other stream it does not already know to
     # have finished (for a loop body also after the head, from the head's last nodes).
@@ -628,6 +735,7 @@ cdef dict _moved_edges(Graph g, const int* order, int m, int split):
     return extra
 
 
-def build_rank(Graph g not None, str stream_type, int max_streams, str policy):
-    """A Schedule of g by the rank policy (static_schedule checked the arguments)."""
-    return _build(g, stream_type, max_streams, policy)
+def build_rank(Graph g not None, str stream_type, int max_streams, str policy, costs=None):
+    """A Schedule of g by a registered policy; costs as costs.normalize_costs left them
+    (static_schedule checked the arguments)."""
+    return _build(g, stream_type, max_streams, policy, costs)

@@ -8,6 +8,7 @@
 # runtime of streams that runs one (nnc.graph.run.RunState); a schedule holds its graph only
 # weakly, so a dropped graph frees its schedule and streams at once, without the collector.
 
+from nnc.graph.dag cimport dag_t, policy_assign_f
 from nnc.graph.graph cimport Graph
 
 # Owner of the malloc'd blocks of one build or verification (freed when collected).
@@ -25,7 +26,7 @@ cdef class Schedule:
     cdef readonly long version          # graph.version at build time; differs => stale
     cdef readonly str stream_type       # "cpu", "gpu" or "gpu:N": the kind of every stream
     cdef readonly int max_streams       # the cap it was built with (0: none)
-    cdef readonly str policy            # "rank" (the only policy)
+    cdef readonly str policy            # the name it was built with (a key of POLICIES)
     cdef object _mem                    # owns every array below (freed with the Schedule)
     cdef int node_count                 # graph node count at build time (per-node array size)
     cdef int order_size                 # nodes that run (the graph's run order at build time)
@@ -70,3 +71,19 @@ cdef class ScheduleState:
 
 cdef ScheduleState schedule_state(Graph g)
 cdef dict schedule_args(Graph g)        # the default schedule's arguments, or None
+
+
+# One scheduling policy of the registry (POLICIES: name -> Policy, None for "rank", which the
+# builder runs itself). ``fn`` is the C entry point; ``py`` a Python function instead (testing
+# hook _register_python_policy), called with (successor lists, max_streams) and returning
+# (streams, extra edges). Exactly one of the two is set; immutable once registered.
+cdef class Policy:
+    cdef readonly str name
+    cdef policy_assign_f fn
+    cdef object py
+    cdef int assign(self, const dag_t* d, int max_streams, int* stream, list extra) except -1
+
+
+# A policy module registers itself at import (nnc/__init__.py imports it): one line.
+cdef int register_policy(str name, policy_assign_f fn) except -1
+cdef Policy policy_of(str name)         # the registered policy; None for "rank"

@@ -1,14 +1,31 @@
 """Static schedules (nnc/graph/schedule.pyx). NNC: ccv_nnc_graph_static_schedule_new."""
 
-from collections.abc import Mapping, Sequence
-from typing import Literal, NamedTuple, TypedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, NamedTuple, TypedDict, final
 
 from typing_extensions import disjoint_base
 
 from nnc._core import DEBUG as DEBUG
 from nnc.graph.graph import Graph, GraphExec
 
-POLICIES: tuple[str, ...]
+@final
+class Policy:
+    """A registered scheduling policy (made by its module's register_policy)."""
+    @property
+    def name(self) -> str: ...
+    def __init__(self, *args: object, **kwargs: object) -> None: ...  # raises TypeError
+
+# The registry: policy name -> Policy, None for "rank" (the builder's own).
+POLICIES: dict[str, Policy | None]
+
+# Node costs in seconds, as static_schedule takes them.
+_Costs = (
+    Mapping[GraphExec, float]
+    | Mapping[int, float]
+    | Mapping[GraphExec | int, float]
+    | Callable[[GraphExec], float]
+    | Literal["profile"]
+)
 
 # A stream kind: "cpu", "gpu" or "gpu:N".
 _StreamType = str
@@ -23,7 +40,8 @@ class _Tables(TypedDict):
 class _ScheduleArgs(TypedDict):
     stream_type: _StreamType
     max_streams: int
-    policy: Literal["rank"]
+    policy: str
+    costs: dict[GraphExec, float] | Callable[[GraphExec], float] | None
 
 class ExecSchedule(NamedTuple):
     streams: tuple[int, ...]
@@ -40,7 +58,7 @@ class Schedule:
     @property
     def max_streams(self) -> int: ...
     @property
-    def policy(self) -> Literal["rank"]: ...
+    def policy(self) -> str: ...
     @property
     def stream_count(self) -> int: ...
     @property
@@ -79,9 +97,15 @@ def static_schedule(
     graph: Graph,
     stream_type: _StreamType = "cpu",
     max_streams: int = 0,
-    policy: Literal["rank"] = "rank",
+    policy: str = "rank",
+    costs: _Costs | None = None,
 ) -> Schedule: ...
 def graph_schedule(g: Graph) -> Schedule | None: ...
 def flow_schedule(g: Graph, args: _ScheduleArgs | None) -> Schedule: ...
 @disjoint_base
 class ScheduleState: ...
+def _register_python_policy(
+    name: str,
+    fn: Callable[[list[list[int]], int], tuple[Sequence[int], Sequence[tuple[int, int]]]],
+) -> None: ...
+def _unregister_policy(name: str) -> None: ...

@@ -2,8 +2,10 @@
 stream depends on get a signal, and each node lists the signals it waits on.
 
 NNC: ccv_nnc_graph_static_schedule_t and ccv_nnc_graph_set_default_static_schedule. This module
-holds the result (Schedule: C arrays indexed by node, schedule.pxd) and the public entry points;
-the "rank" policy that builds it lives in nnc/graph/rank.pyx, the verifier in verify.pyx.
+holds the result (Schedule: C arrays indexed by node, schedule.pxd), the public entry points and
+the registry of policies (POLICIES); the builder, which runs the "rank" policy itself and any
+other policy through its registered assignment function, lives in nnc/graph/rank.pyx, node
+costs in costs.pyx, the verifier in verify.pyx.
 """
 
 cimport cython
@@ -21,13 +23,88 @@ from nnc.graph.graph import register_scheduler
 
 from nnc.cmd cimport Cmd
 from nnc.graph.control cimport ControlNode, WhileNode
+from nnc.graph.costs cimport normalize_costs
+from nnc.graph.dag cimport dag_t, policy_assign_f
 from nnc.graph.graph cimport EXEC_CONTROL, GraphExec
 
 ExecSchedule = namedtuple("ExecSchedule", ["streams", "signals", "waits"])
 ExecSchedule.__doc__ = """One node's part of a schedule: the streams it runs on (empty: it does
 not run), the signals it emits after running and the signals it waits on before."""
 
-POLICIES = ("rank",)
+# The registry of scheduling policies: name -> Policy, or None for "rank" (the builder's own).
+# Policy modules add themselves at import with register_policy (nnc/__init__.py imports them),
+# so a new policy is one registration line; read-only for everyone else.
+POLICIES = {"rank": None}
+
+
+cdef class Policy:
+    """A registered scheduling policy (fields: schedule.pxd)."""
+
+    def __init__(self):
+        raise TypeError("policies are registered by their modules (register_policy)")
+
+    def __repr__(self):
+        return f"<nnc.graph.schedule.Policy {self.name!r}>"
+
+    cdef int assign(self, const dag_t* d, int max_streams, int* stream, list extra) except -1:
+        cdef int k, j
+        if self.fn != NULL:
+            return self.fn(d, max_streams, stream, extra)
+        succ = [[d.sidx[j] for j in range(d.sstart[k], d.sstart[k + 1])] for k in range(d.m)]
+        streams, more = self.py(succ, max_streams)
+        streams = list(streams)
+        if len(streams) != d.m:
+            raise ScheduleError(f"scheduling policy {self.name!r} assigned {len(streams)} "
+                                f"streams for {d.m} nodes")
+        for k in range(d.m):
+            try:
+                stream[k] = operator.index(streams[k])
+            except (TypeError, OverflowError):
+                raise ScheduleError(f"scheduling policy {self.name!r} gave node position {k} "
+                                    f"the stream {streams[k]!r}, not an int") from None
+        extra.extend(more)
+        return max(streams, default=-1) + 1
+
+
+cdef int _add_policy(str name, Policy p) except -1:
+    if not name or name in POLICIES:
+        raise ScheduleError(f"scheduling policy {name!r} is empty or already registered")
+    if p is not None:
+        p.name = name
+    POLICIES[name] = p
+    return 0
+
+
+cdef int register_policy(str name, policy_assign_f fn) except -1:
+    """Register a policy written in Cython against nnc/graph/dag.pxd (at its module's import)."""
+    cdef Policy p = Policy.__new__(Policy)
+    if fn == NULL:
+        raise ScheduleError(f"scheduling policy {name!r} has no assignment function")
+    p.fn = fn
+    return _add_policy(name, p)
+
+
+def _register_python_policy(str name not None, fn):
+    """Testing hook: register a policy written in Python. ``fn(succ, max_streams)`` gets the
+    DAG as successor lists by position and returns ``(streams, extra)``: a stream per position
+    and extra edges (u, v), u < v. The builder checks both as it does a C policy's output."""
+    cdef Policy p = Policy.__new__(Policy)
+    if not callable(fn):
+        raise ScheduleError(f"scheduling policy {name!r} needs a callable, not {fn!r}")
+    p.py = fn
+    _add_policy(name, p)
+
+
+def _unregister_policy(str name not None):
+    """Testing hook: remove a policy registered with _register_python_policy."""
+    p = POLICIES.get(name)
+    if p is None or (<Policy>p).py is None:
+        raise ScheduleError(f"{name!r} is not a policy registered from Python")
+    del POLICIES[name]
+
+
+cdef Policy policy_of(str name):
+    return POLICIES[name]
 
 
 cdef int* _ints(Py_ssize_t count, int fill) except NULL:
@@ -72,17 +149,19 @@ cdef class _Scratch:
         return p
 
 
-cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy):
+cdef Schedule _build(Graph g, dict args):
     from nnc.graph.rank import build_rank
 
-    return build_rank(g, stream_type, max_streams, policy)
+    return build_rank(g, args["stream_type"], args["max_streams"], args["policy"],
+                      args["costs"])
 
 
 def _check_args(graph, stream_type, max_streams, policy):
     if not isinstance(graph, Graph):
         raise ScheduleError(f"static_schedule needs an nnc.Graph, not {type(graph).__name__}")
-    if policy not in POLICIES:
-        raise ScheduleError(f"unknown scheduling policy {policy!r}; expected one of {POLICIES}")
+    if not isinstance(policy, str) or policy not in POLICIES:
+        raise ScheduleError(f"unknown scheduling policy {policy!r}; expected one of "
+                            f"{tuple(POLICIES)}")
     require_device(parse_device(stream_type), f"stream_type={stream_type!r}")
     try:
         cap = -1 if isinstance(max_streams, bool) else operator.index(max_streams)
@@ -93,22 +172,30 @@ def _check_args(graph, stream_type, max_streams, policy):
     return 0 if cap > 2**31 - 1 else cap
 
 
-def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank"):
+def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank", costs=None):
     """Build the graph's static schedule and make it the graph's default (``graph.schedule``).
 
     Every node of the run order gets one stream, signals go to nodes that another stream
     waits on, and no wait is redundant (docs/schedule.md). ``max_streams=0`` means no limit.
     ``stream_type`` ("cpu", "gpu" or "gpu:N") says what kind of stream each index becomes when
-    the graph runs. The sub-graphs of while and case..of nodes are scheduled too, with the same
-    arguments: each such node has one stream, which is stream 0 of its sub-graphs. Raises
-    ScheduleError for bad arguments and GraphError for a cyclic graph.
-    NNC: ccv_nnc_graph_set_default_static_schedule.
+    the graph runs. ``policy`` names who picks the streams (a key of POLICIES, "rank" by
+    default); ``costs`` gives the cost-aware ones each node's seconds: None (every node costs
+    1), a dict {GraphExec or node index: seconds}, a callable(GraphExec) -> seconds, or
+    "profile" (measured now with ``graph.profile()``). The sub-graphs of while and case..of
+    nodes are scheduled too, with the same arguments: each such node has one stream, which is
+    stream 0 of its sub-graphs. Raises ScheduleError for bad arguments and GraphError for a
+    cyclic graph. NNC: ccv_nnc_graph_set_default_static_schedule.
     """
     max_streams = _check_args(graph, stream_type, max_streams, policy)
     cdef Graph g = graph
     g._check_idle("schedule it")
-    args = dict(stream_type=stream_type, max_streams=max_streams, policy=policy)
-    sched = _build(g, stream_type, max_streams, policy)
+    args = dict(stream_type=stream_type, max_streams=max_streams, policy=policy,
+                costs=normalize_costs(g, costs))
+    return _schedule(g, args)
+
+
+cdef Schedule _schedule(Graph g, dict args):
+    sched = _build(g, args)
     if DEBUG:                   # NNC_DEBUG=1: check the builder and the graph's edges
         sched.verify()
         _warn_hazards(g)
@@ -116,7 +203,8 @@ def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank"):
     st.default = sched
     st.args = args
     for sub in _subgraphs(g):
-        static_schedule(sub, **args)
+        (<Graph>sub)._check_idle("schedule it")
+        _schedule(sub, args)
     return sched
 
 
@@ -169,8 +257,7 @@ def graph_schedule(Graph g not None):
     cdef ScheduleState st = g._sched_state
     if st is None or st.default is None or _current(g, st.default):
         return None if st is None else st.default
-    args = st.args
-    st.default = _build(g, args["stream_type"], args["max_streams"], args["policy"])
+    st.default = _build(g, st.args)
     return st.default
 
 
@@ -182,11 +269,11 @@ def flow_schedule(Graph g not None, dict args):
     if st.default is not None:
         return graph_schedule(g)
     if args is not None:
-        st.default = _build(g, args["stream_type"], args["max_streams"], args["policy"])
+        st.default = _build(g, args)
         st.args = args
         return st.default
     if st.flow is None or not _current(g, st.flow):
-        st.flow = _build(g, "cpu", 1, "rank")
+        st.flow = _build(g, dict(stream_type="cpu", max_streams=1, policy="rank", costs=None))
     return st.flow
 
 
