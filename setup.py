@@ -43,6 +43,7 @@ MODULES = [
     ("nnc.graph.tools", "nnc/graph/tools.pyx"),
     ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),
     ("nnc.graph.rank", "nnc/graph/rank.pyx"),
+    ("nnc.graph.policy_nimble", "nnc/graph/policy_nimble.pyx"),
     ("nnc.graph.verify", "nnc/graph/verify.pyx"),
     ("nnc.graph.hazard", "nnc/graph/hazard.pyx"),
     ("nnc.graph.run", "nnc/graph/run.pyx"),
