@@ -1,11 +1,7 @@
-from typing import Iterable, Sequence, TypedDict
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-class NimbleInfo(TypedDict):
-    meg_edges: list[tuple[int, int]]
-    matching: list[tuple[int, int]]
-    chains: list[list[int]]
-    waits_bound: int
-
+def _rows_of(succ: Sequence[Iterable[int]]) -> tuple[list[list[int]], list[list[int]]]: ...
 def nimble_streams(
     succ: Sequence[Iterable[int]], max_streams: int = ...
-) -> tuple[list[int], NimbleInfo]: ...
+) -> tuple[list[int], dict[str, Any]]: ...
