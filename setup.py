@@ -45,6 +45,7 @@ MODULES = [
     ("nnc.graph.rank", "nnc/graph/rank.pyx"),
     ("nnc.graph.costs", "nnc/graph/costs.pyx"),
     ("nnc.graph.policy_list", "nnc/graph/policy_list.pyx"),
+    ("nnc.graph.policy_nimble", "nnc/graph/policy_nimble.pyx"),
     ("nnc.graph.verify", "nnc/graph/verify.pyx"),
     ("nnc.graph.hazard", "nnc/graph/hazard.pyx"),
     ("nnc.graph.run", "nnc/graph/run.pyx"),

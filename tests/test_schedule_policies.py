@@ -46,9 +46,9 @@ def python_policy():
 
 # -- the registry ------------------------------------------------------------------------------
 
-def test_registry_lists_rank_and_list():
+def test_registry_lists_the_policies():
     assert POLICIES["rank"] is None
-    assert POLICIES["list"].name == "list"
+    assert POLICIES["list"].name == "list" and POLICIES["nimble"].name == "nimble"
     g, _ = noop_graph(4, DIAMOND)
     for name in POLICIES:
         sched = nnc.static_schedule(g, policy=name)
@@ -202,21 +202,27 @@ def test_list_fills_the_cap_and_starts_each_node_as_early_as_it_can():
     assert unlimited.stream_count == 6
 
 
+# Every policy besides "rank" (tests/test_schedule.py pins rank's own output).
+POLICY_NAMES = ["list", "nimble"]
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dags(), st.booleans())
-def test_list_on_random_dags_verifies_within_the_cap(case, weighted):
+def test_policy_on_random_dags_verifies_within_the_cap(policy, case, weighted):
     n, edges, cmds, max_streams = case
     g = build(n, edges, cmds)
     costs = (lambda e: float(1 + (e.index * 7919) % 13)) if weighted else None
-    sched = nnc.static_schedule(g, policy="list", max_streams=max_streams, costs=costs)
+    sched = nnc.static_schedule(g, policy=policy, max_streams=max_streams, costs=costs)
     sched.verify()
     assert 1 <= sched.stream_count <= (max_streams or n)
     assert sorted({sched.stream_of(i) for i in range(n)}) == list(range(sched.stream_count))
 
 
+@pytest.mark.parametrize("policy", POLICY_NAMES)
 @settings(max_examples=25, deadline=None)
 @given(st.data())
-def test_list_runs_equal_sequential_bit_for_bit(data):
+def test_policy_runs_equal_sequential_bit_for_bit(policy, data):
     n = data.draw(st.integers(1, 40))
     pairs = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)),
                                max_size=3 * n))
@@ -227,7 +233,7 @@ def test_list_runs_equal_sequential_bit_for_bit(data):
     expected = [y.numpy().copy() for y in ys]
     for y in ys:
         y.numpy().fill(0)
-    sched = nnc.static_schedule(g, max_streams=max_streams, policy="list",
+    sched = nnc.static_schedule(g, max_streams=max_streams, policy=policy,
                                 costs=lambda e: float(e.index % 5))
     sched.verify()
     s = Stream()
@@ -243,9 +249,11 @@ def _run_scheduled(g):
     s.wait()
 
 
-def test_list_schedules_while_and_case_of_bodies():
-    """while (count < 4) { case..of piecewise on x } then z = 0.3 x, scheduled by "list": the
-    body and each branch get "list" schedules too, and the run gives the documented values."""
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_policy_schedules_while_and_case_of_bodies(policy):
+    """while (count < 4) { case..of piecewise on x } then z = 0.3 x, scheduled by each policy:
+    the body and each branch get that policy's schedules too, and the run gives the documented
+    values."""
     x, z = scalar(1.226), scalar(0)
     g, body = nnc.Graph(), nnc.Graph()
     noop = body.exec(nnc.Cmd("NOOP"))
@@ -258,9 +266,9 @@ def test_list_schedules_while_and_case_of_bodies():
     body.set_while_expr(lambda count: count < 4, [], [noop])
     loop = g.while_(body)
     g.concat(loop, g.exec(nnc.Cmd("SCALAR_MUL", a=0.3), [x], [z]))
-    nnc.static_schedule(g, policy="list", max_streams=2, costs=lambda e: 1e-3)
+    nnc.static_schedule(g, policy=policy, max_streams=2, costs=lambda e: 1e-3)
     for sub in (g, body, *branches):
-        assert sub.schedule.policy == "list"
+        assert sub.schedule.policy == policy
         sub.schedule.verify()
     _run_scheduled(g)
     assert x.numpy()[0] == pytest.approx(1.014125, abs=1e-5)
@@ -284,10 +292,10 @@ def test_list_with_profiled_costs_runs_a_loop():
     assert body.schedule.policy == "list"
 
 
-def test_list_on_a_100k_node_random_dag_is_fast():
+def test_policies_on_a_100k_node_random_dag():
     """Timing printed, never asserted (docs/schedule.md quotes it)."""
     g = random_graph(100_000, window=64, seed=3)
-    for policy in ("rank", "list"):
+    for policy in ["rank", *POLICY_NAMES]:
         t0 = time.perf_counter()
         sched = nnc.static_schedule(g, policy=policy)
         dt = time.perf_counter() - t0
