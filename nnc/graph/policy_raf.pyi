@@ -1,11 +1,10 @@
 """RAF's "wavefront" and "asap" stream assignments (nnc/graph/policy_raf.pyx)."""
 
-from collections.abc import Sequence
 from typing import Any
 
 def wavefront_streams(
-    succ: Sequence[Sequence[int]], max_streams: int = 0
+    succ: list[list[int]] | tuple[list[int], ...], max_streams: int = 0
 ) -> tuple[list[int], dict[str, Any]]: ...
 def asap_streams(
-    succ: Sequence[Sequence[int]], max_streams: int = 0
+    succ: list[list[int]] | tuple[list[int], ...], max_streams: int = 0
 ) -> tuple[list[int], dict[str, Any]]: ...

@@ -18,7 +18,7 @@ from nnc.graph.dag cimport dag_t
 
 # Most nodes one ASAP chain head searches back through for a stream end that reaches it; past
 # it the head takes a new stream (never a wrong order: one more stream at worst).
-cdef int ASAP_SEARCH = 4096
+cdef int ASAP_SEARCH = 512
 
 
 cdef int _cmp_int(const void* a, const void* b) noexcept nogil:
@@ -201,7 +201,7 @@ cdef int _heavy(const dag_t* d, int* hchild, int* hparent) except -1:
 
 cdef int _asap(const dag_t* d, int max_streams, int* stream, list chains,
                list light) except -1:
-    cdef int m = d.m, k, i, u, s, best, S = 0, top, seen, lo = 0, nq = 0
+    cdef int m = d.m, k, i, u, best, S = 0, top, seen, lo = 0, nq = 0
     cdef int* hchild = _ints(m)
     cdef int* hparent = _ints(m)
     cdef int* endof = _ints(m)      # stream whose free chain end this node is, else -1
