@@ -51,6 +51,7 @@ MODULES = [
     ("nnc.graph.run", "nnc/graph/run.pyx"),
     ("nnc.graph.control", "nnc/graph/control.pyx"),
     ("nnc.graph.flow", "nnc/graph/flow.pyx"),
+    ("nnc.graph.policy_raf", "nnc/graph/policy_raf.pyx"),
     ("nnc.invariants", "nnc/invariants.pyx"),
     ("nnc.capi_handle", "nnc/capi_handle.pyx"),
     ("nnc.capi", "nnc/capi.pyx"),
