@@ -53,6 +53,7 @@ LAYERS = {
     "nnc.graph": 4, "nnc.graph.graph": 4, "nnc.graph.control": 4,
     # 5 schedule: static schedules and what reads them
     "nnc.graph.schedule": 5, "nnc.graph.rank": 5, "nnc.graph.hazard": 5, "nnc.graph.verify": 5,
+    "nnc.graph.simulate": 5,
     # 6 run: runs on streams, control flow on coroutines, profile / autotune / dot
     "nnc.graph.run": 6, "nnc.graph.flow": 6, "nnc.graph.tools": 6,
     # nnc.cuda.graph captures and replays graph runs (and copies graphs to a GPU): a runner

@@ -7,6 +7,7 @@ from typing_extensions import disjoint_base
 
 from nnc._core import DEBUG as DEBUG
 from nnc.graph.graph import Graph, GraphExec
+from nnc.graph.simulate import SimResult, _Costs
 
 POLICIES: tuple[str, ...]
 
@@ -73,6 +74,15 @@ class Schedule:
         exit_waits: Sequence[int] = (),
         stream_type: _StreamType = "cpu",
     ) -> Schedule: ...
+    def simulate(
+        self,
+        costs: _Costs,
+        *,
+        cores: int | None = None,
+        streams_overlap: bool = True,
+        signal_cost: float = 0.0,
+        launch_cost: float = 0.0,
+    ) -> SimResult: ...
     def verify(self, hazards: bool = False) -> None: ...
 
 def static_schedule(
