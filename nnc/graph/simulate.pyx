@@ -96,10 +96,10 @@ cdef struct sim_t:
     const double* cost          # [m] seconds
     const int* next_on          # [m] next position on the same stream, or -1
     const int* prev_on          # [m] previous position on the same stream, or -1
-    const int* dstart           # [m + 1] waiters of p (positions waiting on p's signal):
-    const int* didx             #   didx[dstart[p] : dstart[p + 1]], all > p
+    const int* dstart           # [m + 1] waiters of p (positions waiting on p's signal)
+    const int* didx             # didx[dstart[p] : dstart[p + 1]], all > p
     const int* wstart           # [m + 1] emitters p waits on: widx[wstart[p] : wstart[p + 1]]
-    const int* widx             #   (positions < p; waits that are no-ops are left out)
+    const int* widx             # all < p (waits that are no-ops are left out)
     const int* nwaits           # [m] waits of p as the schedule lists them (host cost)
     int cores                   # 0: no limit
     double launch_cost
@@ -271,8 +271,8 @@ def schedule_simulate(Schedule sched not None, costs, *, cores=None, streams_ove
     if not isinstance(streams_overlap, (bool, np.bool_)):
         raise ScheduleError(f"streams_overlap must be a bool, not {streams_overlap!r}")
     cdef bint overlap = bool(streams_overlap)
-    cdef double sig = _option(signal_cost, "signal_cost"), launch = _option(launch_cost,
-                                                                             "launch_cost")
+    cdef double sig = _option(signal_cost, "signal_cost")
+    cdef double launch = _option(launch_cost, "launch_cost")
     cdef int m = sched.order_size, n = sched.node_count, p, i, k, w, q, ns = sched.stream_count
     cdef _Scratch mem = _Scratch.__new__(_Scratch)
     cdef double* cost = <double*>mem.raw(sizeof(double) * (m + 1))
@@ -445,8 +445,9 @@ class SimResult:
                 src = emitter.get(sg)
                 if src is None or not self.finish[src.index] <= t0:
                     continue        # a no-op wait (no earlier emit) draws no arrow
+                emitted = float(self.finish[src.index]) * us
                 out.append({"ph": "s", "id": sg, "name": "signal", "cat": "signal", "pid": 1,
-                            "tid": tables["streams"][src], "ts": float(self.finish[src.index]) * us})
+                            "tid": tables["streams"][src], "ts": emitted})
                 out.append({"ph": "f", "bp": "e", "id": sg, "name": "signal", "cat": "signal",
                             "pid": 1, "tid": st, "ts": t0 * us})
         return {"traceEvents": out, "displayTimeUnit": "ms"}
