@@ -279,3 +279,28 @@ def test_the_simulated_makespan_is_near_a_measured_run():
     print(f"simulated {sim.makespan * 1e3:.1f} ms, measured {best * 1e3:.1f} ms, "
           f"ratio {ratio:.2f}")
     assert 0.3 < ratio < 1.5        # sleeps overshoot, never undershoot; a loose sanity bound
+
+
+def test_the_benchmark_runs_end_to_end():
+    """benchmarks/simulate.py on the small input, one round: every field there, no timing
+    asserted."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "benchmarks.simulate", "--size", "75",
+                        "--repeat", "1", "--profiles", "1", "--pause", "0", "--json"],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    (res,) = report["results"]
+    assert res["size"] == 75 and res["nodes"] == 204
+    rows = {row["config"]: row for row in res["rows"]}
+    assert set(rows) == {"seq", "rank_T", "rank"}
+    for row in rows.values():
+        assert row["critical_path_ms"] <= row["simulated_ms"] <= row["work_ms"] + 1e-9
+        assert row["measured_ms"] > 0 and row["sim_over_measured"] > 0
+    assert rows["seq"]["simulated_ms"] == pytest.approx(rows["seq"]["work_ms"])

@@ -1,0 +1,149 @@
+"""The schedule simulator against measured runs: Inception-V3 on CPU streams, batch 1.
+
+    python -m benchmarks.simulate [--json] [--repeat R] [--size {299,75}]... [--threads T]
+                                  [--profiles P] [--pause S]
+
+Networks: Inception-V3 as nnc's own graph (``nnc.models.inception``) at each ``--size`` (default
+75 and 299). nnc's pool has T threads (``--threads``, default the usable cores) and every run is
+at intra-op 1 (``nnc.set_intra_op_threads(1)``), so that a node holds one core, as the
+simulator's model says. Per network, two copies of the graph:
+
+- ``rank_T``: ``nnc.static_schedule(g, max_streams=T)``, run with ``g.run(stream=s); s.wait()``;
+- ``rank``: the uncapped schedule (``max_streams=0``), run the same way;
+- ``seq``: ``g.run()`` on the first copy (one thread, the order of the run).
+
+Costs: each node's median over P ``g.profile()`` passes (one node at a time, in the calling
+thread), per copy. Simulated: ``sched.simulate(costs, cores=T)`` for the scheduled runs and
+``streams_overlap=False`` for ``seq``. Measured (``_util.measure_rounds``): interleaved rounds,
+order rotated each round, a pause before each timed run and one untimed run right before it;
+medians over the quiet rounds. ``sim / measured`` is the median over those rounds of the
+per-round ratio. Target (issue 16): the simulated makespan within 15 % of the measured wall time
+for the CPU runs; a miss prints MISS (the exit status stays 0: it is a measurement, not a
+check). Also reported: each node's host overhead, (measured seq - sum of costs) / nodes, and the
+scheduled runs simulated again with that overhead added to every node's cost.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+import nnc
+from benchmarks import _util
+
+SIZES = (75, 299)
+TARGET = 0.15
+
+
+def _usable_cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _costs(g, passes):
+    """node index -> median seconds over ``passes`` profile passes."""
+    runs = [dict((e.index, t) for e, t in g.profile()) for _ in range(passes)]
+    return {i: float(np.median([r[i] for r in runs])) for i in runs[0]}
+
+
+def run_size(size, threads, repeat, passes, pause, log):
+    from nnc.models.inception import build_inception_v3_model
+
+    log(f"  Inception-V3 {size}: building, scheduling, profiling ...", file=sys.stderr)
+    nnc.set_intra_op_threads(1)
+    graphs = {"rank_T": build_inception_v3_model(size=size).graph,
+              "rank": build_inception_v3_model(size=size).graph}
+    scheds = {"rank_T": nnc.static_schedule(graphs["rank_T"], max_streams=threads),
+              "rank": nnc.static_schedule(graphs["rank"])}
+    s = nnc.Stream("cpu")
+    for g in graphs.values():
+        g.run()                                 # first touch: workspaces, page faults
+    costs = {name: _costs(g, passes) for name, g in graphs.items()}
+
+    def scheduled(g):
+        def fn():
+            g.run(stream=s)
+            s.wait()
+        return fn
+
+    fns = {"seq": graphs["rank_T"].run, "rank_T": scheduled(graphs["rank_T"]),
+           "rank": scheduled(graphs["rank"])}
+    log(f"  Inception-V3 {size}: timing {repeat} rounds ...", file=sys.stderr)
+    samples, others = _util.measure_rounds(fns, repeat, pause=pause)
+    quiet = _util.quiet_rounds(others)
+    nodes = len(scheds["rank_T"].order)
+    sims = {"seq": scheds["rank_T"].simulate(costs["rank_T"], streams_overlap=False)}
+    for name in ("rank_T", "rank"):
+        sims[name] = scheds[name].simulate(costs[name], cores=threads)
+    seq_ms = _util.median([samples["seq"][k] for k in quiet])
+    overhead = max(0.0, (seq_ms - sims["seq"].work) / nodes)
+    rows = []
+    for name in ("seq", "rank_T", "rank"):
+        measured = _util.median([samples[name][k] for k in quiet])
+        ratio = _util.median([sims[name].makespan / samples[name][k] for k in quiet])
+        row = {"config": name, "streams": scheds["rank_T" if name == "seq" else name]
+               .stream_count, "simulated_ms": sims[name].makespan * 1e3,
+               "measured_ms": measured * 1e3, "samples_ms": [t * 1e3 for t in samples[name]],
+               "sim_over_measured": ratio,
+               "critical_path_ms": sims[name].critical_path * 1e3,
+               "work_ms": sims[name].work * 1e3, "simulated_overhead_ms": None,
+               "overhead_ratio": None}
+        if name != "seq":
+            c = costs[name]
+            with_overhead = scheds[name].simulate({i: t + overhead for i, t in c.items()},
+                                                  cores=threads)
+            row["simulated_overhead_ms"] = with_overhead.makespan * 1e3
+            row["overhead_ratio"] = with_overhead.makespan / measured
+            row["within_target"] = abs(ratio - 1.0) <= TARGET
+        rows.append(row)
+    return {"size": size, "nodes": nodes, "threads": threads, "quiet_rounds": quiet,
+            "others_cores": others, "host_overhead_us_per_node": overhead * 1e6, "rows": rows}
+
+
+def render(report):
+    out = [f"Simulated vs measured makespan, Inception-V3 batch 1, CPU streams, "
+           f"{report['threads']} threads, intra-op 1 ({report['date']})"]
+    for r in report["results"]:
+        out.append(f"\nInception-V3 {r['size']}x{r['size']}: {r['nodes']} nodes, host overhead "
+                   f"{_util.fmt(r['host_overhead_us_per_node'])} us/node, quiet rounds "
+                   f"{len(r['quiet_rounds'])}/{len(r['others_cores'])}")
+        table = []
+        for row in r["rows"]:
+            verdict = ""
+            if "within_target" in row:
+                verdict = "ok" if row["within_target"] else "MISS"
+            table.append([row["config"], row["streams"], _util.fmt(row["critical_path_ms"]),
+                          _util.fmt(row["work_ms"]), _util.fmt(row["simulated_ms"]),
+                          _util.fmt(row["measured_ms"]), _util.fmt(row["sim_over_measured"]),
+                          verdict, _util.fmt(row["simulated_overhead_ms"]),
+                          _util.fmt(row["overhead_ratio"])])
+        out.append(_util.table(["config", "streams", "crit ms", "work ms", "sim ms",
+                                "measured ms", "sim/meas", "15%", "sim+ovh ms", "ratio"],
+                               table))
+    return "\n".join(out)
+
+
+def main(argv=None):
+    p = _util.parser(__doc__.splitlines()[0], repeat=9)
+    p.add_argument("--size", type=int, action="append", choices=SIZES,
+                   help="Inception-V3 input size (repeatable; default 75 and 299)")
+    p.add_argument("--threads", type=int, default=None, help="pool threads (default: cores)")
+    p.add_argument("--profiles", type=int, default=5, help="profile passes per graph")
+    p.add_argument("--pause", type=float, default=0.1, help="seconds before each timed run")
+    args = p.parse_args(argv)
+    threads = args.threads or _usable_cpus()
+    if args.repeat < 1 or args.profiles < 1 or threads < 1 or args.pause < 0:
+        p.error("need --repeat, --profiles, --threads >= 1 and --pause >= 0")
+    nnc.set_num_threads(threads)
+    sizes = args.size or list(SIZES)
+    results = [run_size(n, threads, args.repeat, args.profiles, args.pause, print)
+               for n in sizes]
+    report = {"threads": threads, "repeat": args.repeat, "profiles": args.profiles,
+              "target": TARGET, "results": results}
+    _util.publish(report, "simulate", render, args.json)
+
+
+if __name__ == "__main__":
+    main()
