@@ -13,11 +13,13 @@ simulator's model says. Per network, two copies of the graph:
 - ``seq``: ``g.run()`` on the first copy (one thread, the order of the run).
 
 Costs: each node's median over P ``g.profile()`` passes (one node at a time, in the calling
-thread), per copy. Simulated: ``sched.simulate(costs, cores=T)`` for the scheduled runs and
-``streams_overlap=False`` for ``seq``. Measured (``_util.measure_rounds``): interleaved rounds,
-order rotated each round, a pause before each timed run and one untimed run right before it;
-medians over the quiet rounds. ``sim / measured`` is the median over those rounds of the
-per-round ratio. Target (issue 16): the simulated makespan within 15 % of the measured wall time
+thread), per copy, measured *in every round* beside the runs (a shared machine's load drifts:
+costs from one moment and wall times from another do not compare). Simulated:
+``sched.simulate(costs, cores=T)`` for the scheduled runs and ``streams_overlap=False`` for
+``seq``, with the round's costs. Measured (``_util.measure_rounds``): interleaved rounds, order
+rotated each round, a pause before each timed call and one untimed call right before it; medians
+over the quiet rounds. ``sim / measured`` is the median over those rounds of the per-round
+ratio. Target (issue 16): the simulated makespan within 15 % of the measured wall time
 for the CPU runs; a miss prints MISS (the exit status stays 0: it is a measurement, not a
 check). Also reported: each node's host overhead, (measured seq - sum of costs) / nodes, and the
 scheduled runs simulated again with that overhead added to every node's cost.
@@ -42,25 +44,25 @@ def _usable_cpus():
         return os.cpu_count() or 1
 
 
-def _costs(g, passes):
-    """node index -> median seconds over ``passes`` profile passes."""
-    runs = [dict((e.index, t) for e, t in g.profile()) for _ in range(passes)]
-    return {i: float(np.median([r[i] for r in runs])) for i in runs[0]}
+def _profiler(g, passes, out):
+    """A callable that appends node index -> median seconds over ``passes`` profile passes
+    to ``out`` (timed in the rounds, so each round has costs measured next to its runs)."""
+    def fn():
+        runs = [dict((e.index, t) for e, t in g.profile()) for _ in range(passes)]
+        out.append({i: float(np.median([r[i] for r in runs])) for i in runs[0]})
+    return fn
 
 
 def run_size(size, threads, repeat, passes, pause, log):
     from nnc.models.inception import build_inception_v3_model
 
-    log(f"  Inception-V3 {size}: building, scheduling, profiling ...", file=sys.stderr)
+    log(f"  Inception-V3 {size}: building and scheduling ...", file=sys.stderr)
     nnc.set_intra_op_threads(1)
     graphs = {"rank_T": build_inception_v3_model(size=size).graph,
               "rank": build_inception_v3_model(size=size).graph}
     scheds = {"rank_T": nnc.static_schedule(graphs["rank_T"], max_streams=threads),
               "rank": nnc.static_schedule(graphs["rank"])}
     s = nnc.Stream("cpu")
-    for g in graphs.values():
-        g.run()                                 # first touch: workspaces, page faults
-    costs = {name: _costs(g, passes) for name, g in graphs.items()}
 
     def scheduled(g):
         def fn():
@@ -68,35 +70,49 @@ def run_size(size, threads, repeat, passes, pause, log):
             s.wait()
         return fn
 
+    profiles = {name: [] for name in graphs}
     fns = {"seq": graphs["rank_T"].run, "rank_T": scheduled(graphs["rank_T"]),
            "rank": scheduled(graphs["rank"])}
-    log(f"  Inception-V3 {size}: timing {repeat} rounds ...", file=sys.stderr)
+    fns.update({f"profile_{name}": _profiler(g, passes, profiles[name])
+                for name, g in graphs.items()})
+    log(f"  Inception-V3 {size}: timing {repeat} rounds (profiles in each) ...",
+        file=sys.stderr)
     samples, others = _util.measure_rounds(fns, repeat, pause=pause)
     quiet = _util.quiet_rounds(others)
     nodes = len(scheds["rank_T"].order)
-    sims = {"seq": scheds["rank_T"].simulate(costs["rank_T"], streams_overlap=False)}
-    for name in ("rank_T", "rank"):
-        sims[name] = scheds[name].simulate(costs[name], cores=threads)
-    seq_ms = _util.median([samples["seq"][k] for k in quiet])
-    overhead = max(0.0, (seq_ms - sims["seq"].work) / nodes)
+    # Round k's profile is its timed call's: after the warm-up and 2k + 1 calls.
+    costs = {name: [p[2 * k + 2] for k in range(repeat)] for name, p in profiles.items()}
+
+    def simulate(name, k, extra=0.0):
+        sched = scheds["rank_T" if name == "seq" else name]
+        c = costs["rank_T" if name == "seq" else name][k]
+        if extra:
+            c = {i: t + extra for i, t in c.items()}
+        if name == "seq":
+            return sched.simulate(c, streams_overlap=False)
+        return sched.simulate(c, cores=threads)
+
+    # Per-node overhead of a real run that profile() does not see: from the sequential runs.
+    overhead = max(0.0, _util.median([(samples["seq"][k] - simulate("seq", k).work) / nodes
+                                      for k in quiet]))
     rows = []
     for name in ("seq", "rank_T", "rank"):
+        sims = [simulate(name, k) for k in range(repeat)]
         measured = _util.median([samples[name][k] for k in quiet])
-        ratio = _util.median([sims[name].makespan / samples[name][k] for k in quiet])
         row = {"config": name, "streams": scheds["rank_T" if name == "seq" else name]
-               .stream_count, "simulated_ms": sims[name].makespan * 1e3,
+               .stream_count,
+               "simulated_ms": _util.median([sims[k].makespan for k in quiet]) * 1e3,
                "measured_ms": measured * 1e3, "samples_ms": [t * 1e3 for t in samples[name]],
-               "sim_over_measured": ratio,
-               "critical_path_ms": sims[name].critical_path * 1e3,
-               "work_ms": sims[name].work * 1e3, "simulated_overhead_ms": None,
-               "overhead_ratio": None}
+               "sim_over_measured": _util.median([sims[k].makespan / samples[name][k]
+                                                  for k in quiet]),
+               "critical_path_ms": _util.median([sims[k].critical_path for k in quiet]) * 1e3,
+               "work_ms": _util.median([sims[k].work for k in quiet]) * 1e3,
+               "simulated_overhead_ms": None, "overhead_ratio": None}
         if name != "seq":
-            c = costs[name]
-            with_overhead = scheds[name].simulate({i: t + overhead for i, t in c.items()},
-                                                  cores=threads)
-            row["simulated_overhead_ms"] = with_overhead.makespan * 1e3
-            row["overhead_ratio"] = with_overhead.makespan / measured
-            row["within_target"] = abs(ratio - 1.0) <= TARGET
+            ovh = [simulate(name, k, overhead).makespan for k in range(repeat)]
+            row["simulated_overhead_ms"] = _util.median([ovh[k] for k in quiet]) * 1e3
+            row["overhead_ratio"] = _util.median([ovh[k] / samples[name][k] for k in quiet])
+            row["within_target"] = abs(row["sim_over_measured"] - 1.0) <= TARGET
         rows.append(row)
     return {"size": size, "nodes": nodes, "threads": threads, "quiet_rounds": quiet,
             "others_cores": others, "host_overhead_us_per_node": overhead * 1e6, "rows": rows}
