@@ -151,6 +151,38 @@ def test_a_stale_schedule_is_refused():
         sched.simulate(lambda e: 1.0)
 
 
+def test_edge_cases_empty_graphs_idle_nodes_and_hand_made_schedules():
+    empty = nnc.Graph()
+    r = nnc.static_schedule(empty).simulate([], cores=2)
+    assert (r.makespan, r.critical_path, r.work, len(r.start)) == (0.0, 0.0, 0.0, 0)
+    # A node on no source-to-destination path does not run: NaN, and it needs no cost.
+    g, ex = chain_graph("abx", [("a", "b")])
+    g.sources, g.destinations = [ex["a"]], [ex["b"]]
+    r = nnc.static_schedule(g).simulate({ex["a"]: 1.0, ex["b"]: 1.0})
+    assert r.makespan == 2.0 and math.isnan(r.start[ex["x"].index])
+    # from_tables: a node left without a stream is refused, with or without overlap.
+    g, ex = diamond()
+    sched = nnc.Schedule.from_tables(g, {ex["N1"]: 0, ex["N2"]: 0, ex["N4"]: 0})
+    for overlap in (True, False):
+        with pytest.raises(nnc.ScheduleError, match="N3.*stream -1"):
+            sched.simulate(lambda e: 1.0, streams_overlap=overlap)
+    # A wait on a signal nobody emits earlier is a no-op (CUDA event semantics): N3 waits on
+    # N4's signal, which comes later, so it starts at once.
+    sched = nnc.Schedule.from_tables(g, {ex["N1"]: 0, ex["N2"]: 0, ex["N3"]: 1, ex["N4"]: 0},
+                                     signals={ex["N4"]: 0}, waits={ex["N3"]: [0]})
+    r = sched.simulate(lambda e: 1.0)
+    assert r.start[ex["N3"].index] == 0.0
+    # A freed graph: its schedule cannot name nodes any more.
+    g, ex = diamond()
+    sched = nnc.static_schedule(g)
+    del g, ex
+    import gc
+
+    gc.collect()
+    with pytest.raises(nnc.ScheduleError, match="freed"):
+        sched.simulate(lambda e: 1.0)
+
+
 def test_profile_costs_and_the_trace_file(tmp_path):
     a = nnc.Tensor(np.ones((64, 64), np.float32))
     b, c, d = (nnc.Tensor.empty((64, 64)) for _ in range(3))

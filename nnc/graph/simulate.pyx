@@ -294,10 +294,12 @@ def schedule_simulate(Schedule sched not None, costs, *, cores=None, streams_ove
         sg = sched.signal[i]
         if 0 <= sg < sched.signal_count and emit_pos[sg] < 0:
             emit_pos[sg] = p
-        st = sched.stream[i] if overlap else 0
+        st = sched.stream[i]
         if st < 0 or st >= ns:
             raise ScheduleError(f"node {GraphExec._new(g, i)!r} has stream {st}, outside "
                                 f"0 .. {ns - 1}")
+        if not overlap:
+            st = 0
         if last_on[st] >= 0:
             prev_on[p] = last_on[st]
             next_on[last_on[st]] = p
