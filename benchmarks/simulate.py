@@ -12,7 +12,7 @@ simulator's model says. Per network, two copies of the graph:
 - ``rank``: the uncapped schedule (``max_streams=0``), run the same way;
 - ``seq``: ``g.run()`` on the first copy (one thread, the order of the run).
 
-Costs: each node's median over P ``g.profile()`` passes (one node at a time, in the calling
+Costs: each node's mean over P ``g.profile()`` passes (one node at a time, in the calling
 thread), per copy, measured *in every round* beside the runs (a shared machine's load drifts:
 costs from one moment and wall times from another do not compare). Simulated:
 ``sched.simulate(costs, cores=T)`` for the scheduled runs and ``streams_overlap=False`` for
@@ -45,11 +45,14 @@ def _usable_cpus():
 
 
 def _profiler(g, passes, out):
-    """A callable that appends node index -> median seconds over ``passes`` profile passes
-    to ``out`` (timed in the rounds, so each round has costs measured next to its runs)."""
+    """A callable that appends node index -> mean seconds over ``passes`` profile passes to
+    ``out`` (timed in the rounds, so each round has costs measured next to its runs). The mean,
+    not the median: a run's time is the sum of its nodes', and on a busy machine a per-node
+    median drops the preemptions that every whole run pays (the sum of the means is the mean
+    of the sums)."""
     def fn():
         runs = [dict((e.index, t) for e, t in g.profile()) for _ in range(passes)]
-        out.append({i: float(np.median([r[i] for r in runs])) for i in runs[0]})
+        out.append({i: float(np.mean([r[i] for r in runs])) for i in runs[0]})
     return fn
 
 
