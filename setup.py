@@ -48,6 +48,7 @@ MODULES = [
     ("nnc.graph.policy_nimble", "nnc/graph/policy_nimble.pyx"),
     ("nnc.graph.verify", "nnc/graph/verify.pyx"),
     ("nnc.graph.hazard", "nnc/graph/hazard.pyx"),
+    ("nnc.graph.simulate", "nnc/graph/simulate.pyx"),
     ("nnc.graph.run", "nnc/graph/run.pyx"),
     ("nnc.graph.control", "nnc/graph/control.pyx"),
     ("nnc.graph.flow", "nnc/graph/flow.pyx"),

@@ -7,6 +7,8 @@ from typing_extensions import disjoint_base
 
 from nnc._core import DEBUG as DEBUG
 from nnc.graph.graph import Graph, GraphExec
+from nnc.graph.simulate import SimResult
+from nnc.graph.simulate import _Costs as _SimCosts
 
 @final
 class Policy:
@@ -91,6 +93,15 @@ class Schedule:
         exit_waits: Sequence[int] = (),
         stream_type: _StreamType = "cpu",
     ) -> Schedule: ...
+    def simulate(
+        self,
+        costs: _SimCosts,
+        *,
+        cores: int | None = None,
+        streams_overlap: bool = True,
+        signal_cost: float = 0.0,
+        launch_cost: float = 0.0,
+    ) -> SimResult: ...
     def verify(self, hazards: bool = False) -> None: ...
 
 def static_schedule(

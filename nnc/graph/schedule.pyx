@@ -472,6 +472,22 @@ cdef class Schedule:
         c.signal_count = max(used_signals) + 1
         return c
 
+    # -- simulation ----------------------------------------------------------------------------
+
+    def simulate(self, costs, *, cores=None, streams_overlap=True, signal_cost=0.0,
+                 launch_cost=0.0):
+        """Simulate one run of this schedule with per-node ``costs`` (seconds); returns a
+        SimResult (makespan, start / finish per node, busy time per stream, critical path,
+        ``trace(path)``). ``costs``: a mapping {GraphExec or node index: s}, a
+        callable(GraphExec) -> s, a sequence by node index, or "profile" (graph.profile()).
+        ``cores``: nodes that may run at once (None: no limit); ``streams_overlap=False``:
+        one node at a time, in enqueue order; ``signal_cost`` / ``launch_cost``: host seconds
+        per wait / per node enqueued. The model: docs/schedule.md, "Simulator"."""
+        from nnc.graph.simulate import schedule_simulate
+
+        return schedule_simulate(self, costs, cores=cores, streams_overlap=streams_overlap,
+                                 signal_cost=signal_cost, launch_cost=launch_cost)
+
     # -- verification --------------------------------------------------------------------------
 
     def verify(self, hazards=False):
