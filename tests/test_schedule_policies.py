@@ -48,8 +48,8 @@ def python_policy():
 
 def test_registry_lists_the_policies():
     assert POLICIES["rank"] is None
-    assert [p.name for p in list(POLICIES.values())[1:]] == ["list", "nimble", "wavefront",
-                                                               "asap", "ios"]
+    assert [p.name for p in list(POLICIES.values())[1:]] == ["ios", "list", "nimble",
+                                                               "wavefront", "asap"]
     g, _ = noop_graph(4, DIAMOND)
     for name in POLICIES:
         sched = nnc.static_schedule(g, policy=name)

@@ -34,7 +34,7 @@ cdef int BLOCK_SIZE = 20
 cdef int MAX_STAGE_OPS = 10
 cdef int MAX_NUM_GROUPS = 0         # 0: max_streams, or 5 when max_streams is 0
 cdef int MAX_GROUP_SIZE = 0         # 0: no limit
-cdef int MAX_STATES = 1024
+cdef int MAX_STATES = 512
 cdef double STAGE_OVERHEAD = 5e-6   # seconds a stage barrier costs in the model
 
 
@@ -310,7 +310,7 @@ cdef list _blocks(const dag_t* d, int size):
 
 cdef int _ios(const dag_t* d, int max_streams, int* stream, list extra, dict info) except -1:
     cdef block_t* b = <block_t*>calloc(1, sizeof(block_t))
-    cdef int S = 1, s, gi, hi, groups
+    cdef int S = 1, gi, hi, groups
     cdef double total = 0
     if b == NULL:
         raise MemoryError()
@@ -343,7 +343,7 @@ cdef int _ios(const dag_t* d, int max_streams, int* stream, list extra, dict inf
         free(b.used)
         free(b)
     prev = None
-    for s, stage in enumerate(stages):
+    for stage in stages:
         lat = 0.0
         for gi, group in enumerate(stage):
             c = 0.0
