@@ -60,7 +60,8 @@ def test_registry_lists_the_policies():
 @pytest.mark.parametrize("bad", ["IOS", "", None, 3, "RANK"])
 def test_unknown_policy_lists_the_registered_ones(bad):
     g, _ = noop_graph(2, [(0, 1)])
-    with pytest.raises(nnc.ScheduleError, match=r"unknown scheduling policy.*'rank', 'list'"):
+    with pytest.raises(nnc.ScheduleError,
+                       match=r"unknown scheduling policy.*'rank', 'ios', 'list'"):
         nnc.static_schedule(g, policy=bad)
 
 
