@@ -42,6 +42,7 @@ from nnc.dlpack import DLPackError, from_dlpack
 from nnc.drain import drain_all as _drain_all  # noqa: F401  (registers the exit hook: nnc.drain)
 from nnc.graph import control as _control  # noqa: F401
 from nnc.graph import flow as _flow  # noqa: F401
+from nnc.graph import policy_ios as _policy_ios  # noqa: F401  (registers policy "ios")
 from nnc.graph import policy_list as _policy_list  # noqa: F401  (registers policy "list")
 from nnc.graph import policy_nimble as _policy_nimble  # noqa: F401  (registers policy "nimble")
 from nnc.graph import policy_raf as _policy_raf  # noqa: F401  (registers "wavefront", "asap")

@@ -278,7 +278,7 @@ def test_empty_graph_has_one_stream():
 
 def test_bad_input():
     g, _ = make(DIAMOND)
-    for bad in (dict(policy="ios"), dict(max_streams=-1), dict(max_streams=1.5),
+    for bad in (dict(policy="IOS"), dict(max_streams=-1), dict(max_streams=1.5),
                 dict(max_streams=True)):
         with pytest.raises(nnc.ScheduleError):
             nnc.static_schedule(g, **bad)
