@@ -110,7 +110,7 @@ def _own_seconds():
     return t.user + t.system
 
 
-def measure_rounds(fns, repeat, pause=0.1, warmup=1):
+def measure_rounds(fns, repeat, pause=0.1, warmup=1, prepare=None, round_start=None):
     """Time several callables in rounds, the way research/cpu_peers.md compared runtimes.
 
     Each callable is called ``warmup`` times untimed; then each of ``repeat`` rounds calls
@@ -120,13 +120,21 @@ def measure_rounds(fns, repeat, pause=0.1, warmup=1):
     call (so the timed one starts with its own data in cache). The garbage collector is off
     while timing and runs, untimed, at the start of each round.
 
+    ``prepare`` (name -> callable, optional) runs, untimed, before a callable's warm-up and
+    before each of its rounds (to switch a shared graph's schedule, say); ``round_start()``
+    (optional) runs at the start of each round, inside its load window (to measure per-round
+    costs beside the runs).
+
     Returns ``(samples, others)``: name -> [seconds per round], and for each round the CPU
     that other processes took while it ran, in cores (machine busy time minus this
     process's, per wall second; None where /proc/stat is missing). ``quiet_rounds`` picks
     the rounds to trust from it.
     """
     names = list(fns)
+    prepare = prepare or {}
     for name in names:
+        if name in prepare:
+            prepare[name]()
         for _ in range(warmup):
             fns[name]()
     samples = {name: [] for name in names}
@@ -138,8 +146,12 @@ def measure_rounds(fns, repeat, pause=0.1, warmup=1):
             gc.collect()
             gc.disable()
             busy0, own0, wall0 = machine_busy_seconds(), _own_seconds(), time.perf_counter()
+            if round_start is not None:
+                round_start()
             for i in range(len(names)):
                 name = names[(i + k) % len(names)]
+                if name in prepare:
+                    prepare[name]()
                 time.sleep(pause)
                 fns[name]()
                 t0 = time.perf_counter()

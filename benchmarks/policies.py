@@ -37,7 +37,6 @@ benchmark prints ``no GPU: <reason>`` (JSON ``"gpu": null``), as benchmarks/gpu.
 10,000-node DAG.
 """
 
-import gc
 import os
 import sys
 import time
@@ -156,7 +155,15 @@ def run_net(name, threads, repeat, passes, pause, log):
         for n in intra:
             fns[policy, cap, n] = scheduled(build, n)
     log(f"  {label}: {len(fns)} configurations x {repeat} rounds ...", file=sys.stderr)
-    samples, others, costs = _rounds(fns, repeat, pause, lambda: profile_costs(g, passes))
+    costs = []
+
+    def round_start():              # this round's costs, measured beside its runs
+        nnc.set_intra_op_threads(1)
+        costs.append(profile_costs(g, passes))
+
+    samples, others = _util.measure_rounds(
+        {name: fn for name, (_, fn) in fns.items()}, repeat, pause=pause,
+        prepare={name: prep for name, (prep, _) in fns.items()}, round_start=round_start)
     quiet = _util.quiet_rounds(others)
     seq_sim = [configs[next(iter(configs))][1].simulate(c, streams_overlap=False).makespan
                for c in costs]
@@ -184,56 +191,6 @@ def run_net(name, threads, repeat, passes, pause, log):
     return {"net": name, "label": label, "nodes": len(g.schedule.order), "threads": threads,
             "intra_op": list(intra), "quiet_rounds": quiet, "others_cores": others,
             "rows": out_rows}
-
-
-def _rounds(fns, repeat, pause, profile):
-    """``_util.measure_rounds`` with a per-configuration untimed ``prepare()`` (switching the
-    graph's default schedule and the intra-op threads) and ``profile()`` timed in each round.
-    Returns (samples, others, costs per round)."""
-    names = list(fns)
-    for name in names:
-        prepare, fn = fns[name]
-        prepare()
-        fn()
-    samples = {name: [] for name in names}
-    others, costs = [], []
-    enabled = gc.isenabled()
-    try:
-        for k in range(repeat):
-            gc.enable()
-            gc.collect()
-            gc.disable()
-            busy0, own0, wall0 = (_util.machine_busy_seconds(), _own_seconds(),
-                                  time.perf_counter())
-            nnc.set_intra_op_threads(1)
-            costs.append(profile())
-            for i in range(len(names)):
-                name = names[(i + k) % len(names)]
-                prepare, fn = fns[name]
-                prepare()
-                time.sleep(pause)
-                fn()
-                t0 = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - t0)
-            busy1, own1, wall1 = (_util.machine_busy_seconds(), _own_seconds(),
-                                  time.perf_counter())
-            if busy0 is None or busy1 is None:
-                others.append(None)
-            else:
-                taken = (busy1 - busy0) - (own1 - own0)
-                others.append(max(0.0, taken) / max(wall1 - wall0, 1e-9))
-    finally:
-        if enabled:
-            gc.enable()
-        else:
-            gc.disable()
-    return samples, others, costs
-
-
-def _own_seconds():
-    t = os.times()
-    return t.user + t.system
 
 
 def run_dag(n, threads, repeat, log):
