@@ -40,6 +40,7 @@ def test_policies_benchmark_quick():
         if row["max_streams"]:
             assert row["streams"] <= row["max_streams"]
         assert row["build_ms"] > 0 and row["simulated_ms"] > 0
+        assert 0 < row["simulated_build_costs_ms"] <= seq["simulated_build_costs_ms"] * (1 + 1e-9)
         # a schedule's makespan is at least its longest path of measured costs
         assert row["simulated_ms"] >= row["critical_path_ms"] * (1 - 1e-9)
         assert set(row["measured_ms"]) == set(intra) == set(row["sim_over_measured"])

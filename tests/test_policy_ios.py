@@ -16,7 +16,7 @@ from nnc.graph.policy_ios import ios_stages, set_ios_options
 
 # IOS's README sample: input -> four 3x3 convs -> concat. Costs (ours): the convs are two cheap
 # (1) and two costly (3), the input and concat 1, a stage costs 0.5 more, two streams. One stage
-# of all four must merge them into two groups of two (smallest first: 1+1 | 3+3, 6.5); two
+# of all four must merge them into two groups (cheapest first: 1+1, then 2+3 | 3, 5.5); two
 # stages pair like with like: (1 | 1) + 0.5 then (3 | 3) + 0.5 = 5.
 SAMPLE = [[1, 2, 3, 4], [5], [5], [5], [5], []]
 SAMPLE_COSTS = [1, 1, 1, 3, 3, 1]
@@ -26,16 +26,40 @@ def test_readme_sample_finds_two_stages_of_two_groups():
     streams, info = ios_stages(SAMPLE, SAMPLE_COSTS, max_streams=2, stage_overhead=0.5)
     assert info["stages"] == [[[0]], [[1], [2]], [[3], [4]], [[5]]]
     assert info["latency"] == pytest.approx(1.5 + 1.5 + 3.5 + 1.5)
+    # Each group continues the stream of its predecessor that finishes last (a tie: the
+    # lower stream), so the chain 0 -> 1 -> 3 -> 5 needs no signal.
     assert streams == [0, 0, 1, 0, 1, 0]
-    # The barrier: each group of a stage before the groups of the next on another stream.
-    assert sorted(info["extra"]) == [(0, 2), (1, 4), (2, 3), (4, 5)]
+    assert info["order"] == [0, 1, 2, 3, 4, 5] and info["extra"] == []
     assert info["blocks"] == [(0, 6)]
+    # IOS's own runtime: a barrier from each group to the next stage's groups on other streams.
+    _, info = ios_stages(SAMPLE, SAMPLE_COSTS, max_streams=2, stage_overhead=0.5, barriers=True)
+    assert sorted(info["extra"]) == [(0, 2), (1, 4), (2, 3), (4, 5)]
 
 
 def test_sample_without_a_cap_runs_the_four_convs_in_one_stage():
-    _, info = ios_stages(SAMPLE, SAMPLE_COSTS, stage_overhead=0.5)
+    """With a core per group; on 2 cores the four would be two groups (the model's spread)."""
+    _, info = ios_stages(SAMPLE, SAMPLE_COSTS, stage_overhead=0.5, cores=8)
     assert info["stages"] == [[[0]], [[1], [2], [3], [4]], [[5]]]
     assert info["latency"] == pytest.approx(1.5 + 3.5 + 1.5)
+    _, info = ios_stages(SAMPLE, SAMPLE_COSTS, stage_overhead=0.5, cores=2)
+    assert info["stages"] == [[[0]], [[1], [2]], [[3], [4]], [[5]]]
+
+
+def test_more_groups_than_cores_spread_longest_first():
+    """Four groups on 2 cores cost LPT's 4 (3+1 | 3+1), not the largest group's 3: one stage of
+    four (4 + 0.5) beats two stages of two (1 + 3 + 2 x 0.5)."""
+    _, info = ios_stages(SAMPLE, SAMPLE_COSTS, stage_overhead=0.5, cores=2, max_num_groups=4)
+    assert info["stages"] == [[[0]], [[1], [2], [3], [4]], [[5]]]
+    assert info["latency"] == pytest.approx(1.5 + 4.5 + 1.5)
+
+
+def test_cheap_followers_join_their_unit():
+    """A node at most 1 % of the chain it alone follows is scheduled with it (a fused ReLU's
+    NOOP): the unit counts once against max_stage_ops and is never split across stages."""
+    succ = [[1, 3], [2], [5], [4], [5], []]
+    costs = [1.0, 5.0, 0.01, 5.0, 0.04, 1.0]
+    _, info = ios_stages(succ, costs, max_streams=2, cores=2, max_stage_ops=2)
+    assert info["stages"] == [[[0]], [[1, 2], [3, 4]], [[5]]]
 
 
 def test_a_chain_is_one_group_and_a_costly_overhead_merges_stages():
@@ -52,9 +76,19 @@ def test_group_size_and_stage_ops_prune_endings():
     assert [sum(map(len, s)) for s in info["stages"]] == [1, 3]
 
 
-def _greedy_latency(succ, costs, groups, ops, overhead):
+def _spread(loads, cores):
+    """The model's stage time: the largest group with a core each, else longest-first."""
+    if len(loads) <= cores:
+        return max(loads)
+    cores_load = [0.0] * cores
+    for x in sorted(loads, reverse=True):
+        cores_load[cores_load.index(min(cores_load))] += x
+    return max(cores_load)
+
+
+def _greedy_latency(succ, costs, groups, ops, overhead, cores):
     """IOS's greedy baseline: each stage takes the ready nodes (at most min(groups, ops), lowest
-    positions first), one per group; latency = max cost + overhead per stage."""
+    positions first), one per group; latency = the model's spread + overhead per stage."""
     n = len(succ)
     preds = [0] * n
     for row in succ:
@@ -63,7 +97,7 @@ def _greedy_latency(succ, costs, groups, ops, overhead):
     done, total = set(), 0.0
     while len(done) < n:
         ready = [k for k in range(n) if k not in done and preds[k] == 0][:min(groups, ops)]
-        total += max(costs[k] for k in ready) + overhead
+        total += _spread([costs[k] for k in ready], cores) + overhead
         for k in ready:
             done.add(k)
             for v in succ[k]:
@@ -76,14 +110,16 @@ def _random_dag(rng, n, p):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 11), st.floats(0.0, 0.6), st.integers(0, 10_000), st.sampled_from([0, 2, 3]))
-def test_never_worse_than_the_greedy_stage_schedule(n, p, seed, cap):
+@given(st.integers(1, 11), st.floats(0.0, 0.6), st.integers(0, 10_000), st.sampled_from([0, 2, 3]),
+       st.sampled_from([1, 2, 8]))
+def test_never_worse_than_the_greedy_stage_schedule(n, p, seed, cap, cores):
     rng = random.Random(seed)
     succ = _random_dag(rng, n, p)
     costs = [float(1 + (k * 7919 + seed) % 5) for k in range(n)]      # deterministic model
-    _, info = ios_stages(succ, costs, max_streams=cap, stage_overhead=0.25, max_states=4096)
+    _, info = ios_stages(succ, costs, max_streams=cap, stage_overhead=0.25, max_states=4096,
+                         cores=cores, max_num_groups=cap or 5)
     groups = cap or 5
-    greedy = _greedy_latency(succ, costs, groups, 10, 0.25)
+    greedy = _greedy_latency(succ, costs, groups, 10, 0.25, cores)
     assert info["latency"] <= greedy + 1e-9
     # The stages partition the nodes and respect every edge (a node after its predecessors).
     stage_of = {k: s for s, stage in enumerate(info["stages"]) for g in stage for k in g}
@@ -93,10 +129,11 @@ def test_never_worse_than_the_greedy_stage_schedule(n, p, seed, cap):
 
 
 def test_dp_is_optimal_over_all_stage_sequences_on_a_small_dag():
-    """Brute force: every sequence of endings of a 6-node DAG, the same latency model."""
+    """Brute force: every sequence of endings of a 6-node DAG, the same latency model (two
+    groups on two cores: the largest group)."""
     succ = [[2, 3], [3], [4, 5], [5], [], []]
     costs = [2.0, 1.0, 3.0, 1.0, 2.0, 1.0]
-    _, info = ios_stages(succ, costs, max_streams=2, stage_overhead=0.5)
+    _, info = ios_stages(succ, costs, max_streams=2, stage_overhead=0.5, cores=2)
     n = len(succ)
 
     def lat(E):                     # connected parts, merged smallest first down to 2
@@ -108,7 +145,7 @@ def test_dp_is_optimal_over_all_stage_sequences_on_a_small_dag():
             parts = [g for g in parts if g not in touching] + [merged]
         parts.sort(key=min)
         while len(parts) > 2:
-            a, b = sorted(parts, key=lambda g: (len(g), min(g)))[:2]
+            a, b = sorted(parts, key=lambda g: (sum(costs[k] for k in g), min(g)))[:2]
             parts = sorted([g for g in parts if g is not a and g is not b] + [a | b], key=min)
         return max(sum(costs[k] for k in g) for g in parts) + 0.5
 
@@ -150,7 +187,8 @@ def test_options_are_checked_and_restored():
     try:
         assert set_ios_options()["block_size"] == 10
         for bad in [{"block_size": 0}, {"block_size": 65}, {"max_stage_ops": True},
-                    {"max_group_size": -1}, {"stage_overhead": float("nan")}, {"speed": 1}]:
+                    {"max_group_size": -1}, {"stage_overhead": float("nan")}, {"speed": 1},
+                    {"cores": -1}, {"cores": 65}, {"barriers": 1}]:
             with pytest.raises(nnc.ScheduleError):
                 set_ios_options(**bad)
         assert set_ios_options()["block_size"] == 10

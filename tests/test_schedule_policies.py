@@ -102,6 +102,53 @@ def test_extra_edges_are_enforced(python_policy):
     assert sched[ex[1]].waits == sched[ex[0]].signals and sched.entry_streams == ()
 
 
+def test_a_policy_may_give_its_own_run_order(python_policy):
+    """Independent nodes 1 and 2 of a diamond run in the policy's order (2 before 1, on one
+    stream); streams and extra edges are by the builder's positions."""
+    python_policy("swap", lambda succ, cap: ([0, 1, 0, 0], [], [0, 2, 1, 3]))
+    g, ex = noop_graph(4, DIAMOND)
+    sched = nnc.static_schedule(g, policy="swap")
+    check(sched)
+    assert [e.index for e in sched.order] == [0, 2, 1, 3]
+    assert [e.name for e in sched.nodes_on(0)] == ["n0", "n2", "n3"]
+    assert [sched.stream_of(e.index) for e in ex] == [0, 1, 0, 0]
+    assert sched[ex[2]].waits == () and sched[ex[1]].waits == sched[ex[0]].signals
+    assert sched[ex[3]].waits == sched[ex[1]].signals
+    # An extra edge 1 -> 2 (old positions) cannot be kept by the order 2 before 1.
+    python_policy("against", lambda succ, cap: ([0, 1, 1, 0], [(1, 2)], [0, 2, 1, 3]))
+    with pytest.raises(nnc.ScheduleError, match=r"'against'.*position 2 before 1, against "
+                                                r"the extra edge 1 -> 2"):
+        nnc.static_schedule(g, policy="against")
+
+
+def test_a_policy_run_order_runs_bit_identically():
+    """Every policy's order on random graphs, run on streams, equals the sequential run."""
+    for seed in range(3):
+        for policy in POLICIES:
+            g = random_graph(60, window=8, seed=seed)
+            sched = nnc.static_schedule(g, policy=policy, max_streams=2)
+            sched.verify()
+            assert sorted(e.index for e in sched.order) == sorted(e.index for e in g.execs)
+
+
+BAD_ORDERS = [
+    ([0, 1, 2], "run order of 3 positions for 4 nodes"),
+    ([0, 1, 1, 3], r"not a permutation of the positions 0 .. 3 \(entry 2: 1\)"),
+    ([0, 1, 2, 4], r"not a permutation.*entry 3: 4"),
+    ([3, 1, 2, 0], "ordered position 1 before its predecessor 0"),
+    ([0, 3, 1, 2], "ordered position 3 before its predecessor 1"),
+]
+
+
+@pytest.mark.parametrize("order, message", BAD_ORDERS)
+def test_a_bad_run_order_raises_naming_the_policy(python_policy, order, message):
+    python_policy("bad_order", lambda succ, cap: ([0, 0, 0, 0], [], order))
+    g, _ = noop_graph(4, DIAMOND)
+    with pytest.raises(nnc.ScheduleError, match=rf"policy 'bad_order'.*{message}"):
+        nnc.static_schedule(g, policy="bad_order")
+    assert g.schedule is None
+
+
 BAD_ANSWERS = [
     (lambda succ, cap: ([0, 0, 3, 0], []), 0, "left stream 1 of 4 unused"),
     (lambda succ, cap: ([0, -1, 0, 0], []), 0, "position 1 the stream -1, outside 0 .. 0"),

@@ -11,6 +11,8 @@ def set_ios_options(
     max_group_size: int = ...,
     max_states: int = ...,
     stage_overhead: float = ...,
+    cores: int = ...,
+    barriers: bool = ...,
 ) -> dict[str, Any]: ...
 def ios_stages(
     succ: Sequence[Sequence[int]],
@@ -23,4 +25,6 @@ def ios_stages(
     max_group_size: int = ...,
     max_states: int = ...,
     stage_overhead: float = ...,
+    cores: int = ...,
+    barriers: bool = ...,
 ) -> tuple[list[int], dict[str, Any]]: ...

@@ -511,13 +511,14 @@ def nimble_streams(succ, max_streams=0):
             k += 1
         sstart[v + 1] = k
     cdef dag_t d
-    d.m = n
+    d.m = d.split = n
     d.sstart = sstart
     d.sidx = sidx
     d.pstart = pstart
     d.pidx = pidx
     d.cmd = keep.ints(n, 0)
     d.cost = NULL
+    d.reorder = NULL
     cdef int* out = keep.ints(n, -1)
     cdef _Nimble nb = _Nimble()
     nb.assign(&d, max_streams, out)

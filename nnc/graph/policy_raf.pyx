@@ -335,13 +335,14 @@ cdef class _Dag:
             for i in range(sstart[k], sstart[k + 1]):
                 pidx[fill[sidx[i]]] = k
                 fill[sidx[i]] += 1
-        self.d.m = m
+        self.d.m = self.d.split = m
         self.d.sstart = sstart
         self.d.sidx = sidx
         self.d.pstart = pstart
         self.d.pidx = pidx
         self.d.cmd = fill               # unused by these policies; any m ints
         self.d.cost = NULL
+        self.d.reorder = NULL
         return 0
 
 

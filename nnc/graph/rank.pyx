@@ -580,19 +580,24 @@ cdef list _exits(_Builder b, int* prev, int* last, char* mark, int* stack):
     return exits
 
 
-cdef int _assign(_Builder b, Policy p, Graph g, const int* order, int max_streams,
-                 object costs, dict extra) except -1:
+cdef int _assign(_Builder b, Policy p, Graph g, const int* order, int split, int max_streams,
+                 object costs, dict extra, int** perm) except -1:
     """Ask policy p for the streams of b's DAG (into b.st) and check its answer; its extra
-    edges go into ``extra`` (position -> later positions). Returns the stream count. A bad
-    answer raises ScheduleError naming the policy: nothing it wrote is trusted unchecked."""
+    edges go into ``extra`` (position -> later positions), its own run order, if it gave one,
+    into ``perm`` (a permutation of positions, owned by b; else NULL). Returns the stream
+    count. A bad answer raises ScheduleError naming the policy: nothing it wrote is trusted
+    unchecked."""
     cdef dag_t d
     cdef int m = b.m, k, n, u, v
     cdef double* cost = <double*>b.raw(sizeof(double) * m)
     cdef char* used
     cdef list more = []
     d.m = m
+    d.split = split
     d.sstart, d.sidx, d.pstart, d.pidx, d.cmd = b.sstart, b.sidx, b.pstart, b.pidx, b.cmd
     d.cost = cost if fill_costs(g, costs, order, m, cost) else NULL
+    d.reorder = b.ints(m, -1)
+    perm[0] = NULL
     for k in range(m):
         b.st[k] = -1
     try:
@@ -616,18 +621,54 @@ cdef int _assign(_Builder b, Policy p, Graph g, const int* order, int max_stream
         if not used[k]:
             raise ScheduleError(f"scheduling policy {p.name!r} left stream {k} of {n} unused "
                                 "(streams must be numbered densely from 0)")
+    if d.reorder[0] >= 0:
+        used = <char*>b.raw(m)
+        for k in range(m):
+            u = d.reorder[k]
+            if not 0 <= u < m or used[u]:
+                raise ScheduleError(f"scheduling policy {p.name!r} gave a run order that is not "
+                                    f"a permutation of the positions 0 .. {m - 1} (entry {k}: "
+                                    f"{u})")
+            used[u] = 1
+        perm[0] = d.reorder
     for edge in more:
         try:
             u, v = [operator.index(x) for x in edge]   # ints only: 0.5 must not become 0
         except (TypeError, ValueError, OverflowError):
             raise ScheduleError(f"scheduling policy {p.name!r} asked for the extra edge "
                                 f"{edge!r}, not a pair of node positions") from None
-        if not 0 <= u < v < m:
+        # Against the given run order u < v; with the policy's own order, _reorder checks it.
+        if not (0 <= u < v < m or (perm[0] != NULL and 0 <= v < m and 0 <= u < m and u != v)):
             raise ScheduleError(f"scheduling policy {p.name!r} asked for the extra edge "
                                 f"{edge!r}: it needs 0 <= u < v < {m}")
         if v not in extra.get(u, ()):
             extra.setdefault(u, []).append(v)
     return n
+
+
+cdef int _reorder(_Builder b, Policy p, const int* perm, dict extra, int* inv) except -1:
+    """Check that the run order ``perm`` (from policy p) keeps every edge of b's DAG and of
+    ``extra``; fills inv (position -> new position) and renumbers ``extra`` in place to the new
+    positions. A loop body's head stays first: setup's head-to-tail edges are DAG edges."""
+    cdef int m = b.m, k, j, v
+    for k in range(m):
+        inv[perm[k]] = k
+    for k in range(m):
+        for j in range(b.sstart[k], b.sstart[k + 1]):
+            v = b.sidx[j]
+            if inv[v] < inv[k]:
+                raise ScheduleError(f"scheduling policy {p.name!r} ordered position {v} before "
+                                    f"its predecessor {k}")
+    moved = {}
+    for k, vs in extra.items():
+        for v in vs:
+            if inv[v] < inv[k]:
+                raise ScheduleError(f"scheduling policy {p.name!r} ordered position {v} before "
+                                    f"{k}, against the extra edge {k} -> {v}")
+            moved.setdefault(inv[k], []).append(inv[v])
+    extra.clear()
+    extra.update(moved)
+    return 0
 
 
 cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, object costs):
@@ -639,6 +680,9 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, obje
     cdef Schedule sched = Schedule.__new__(Schedule)
     cdef int m, k, s, i, j, w, split
     cdef int* order
+    cdef int* perm = NULL
+    cdef int* inv
+    cdef int* neworder
     cdef list entry = [], exits, head_exits = []
     cdef long loop_key = -1
     if g._dirty:
@@ -659,8 +703,21 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, obje
         b.run()
     else:
         added = sum(len(v) for v in extra.values())
-        streams = _assign(b, p, g, order, max_streams, costs, extra)
-        if sum(len(v) for v in extra.values()) > added:
+        streams = _assign(b, p, g, order, split, max_streams, costs, extra, &perm)
+        if perm != NULL:
+            # The policy's run order: renumber everything by it (b0 keeps the old arrays alive).
+            inv = b.ints(m, -1)
+            _reorder(b, p, perm, extra, inv)
+            neworder = b.ints(m, -1)
+            for k in range(m):
+                neworder[k] = order[perm[k]]
+            order = neworder
+            b0, b = b, _Builder.__new__(_Builder)
+            b.max_streams = max_streams
+            b.setup(g, order, m, split, extra)
+            for k in range(m):
+                b.st[k] = b0.st[perm[k]]
+        elif sum(len(v) for v in extra.values()) > added:
             # The policy's edges join the DAG the waits enforce: set it up again with them
             # (b0 keeps the loop order and the streams alive while b copies them).
             b0, b = b, _Builder.__new__(_Builder)

@@ -51,8 +51,14 @@ cdef class Policy:
         if self.fn != NULL:
             return self.fn(d, max_streams, stream, extra)
         succ = [[d.sidx[j] for j in range(d.sstart[k], d.sstart[k + 1])] for k in range(d.m)]
-        streams, more = self.py(succ, max_streams)
-        streams = list(streams)
+        answer = tuple(self.py(succ, max_streams))
+        streams, more = list(answer[0]), answer[1]
+        if len(answer) > 2 and d.reorder != NULL:   # its own run order
+            if len(answer[2]) != d.m:
+                raise ScheduleError(f"scheduling policy {self.name!r} gave a run order of "
+                                    f"{len(answer[2])} positions for {d.m} nodes")
+            for k in range(d.m):
+                d.reorder[k] = operator.index(answer[2][k])
         if len(streams) != d.m:
             raise ScheduleError(f"scheduling policy {self.name!r} assigned {len(streams)} "
                                 f"streams for {d.m} nodes")
@@ -87,7 +93,8 @@ cdef int register_policy(str name, policy_assign_f fn) except -1:
 def _register_python_policy(str name not None, fn):
     """Testing hook: register a policy written in Python. ``fn(succ, max_streams)`` gets the
     DAG as successor lists by position and returns ``(streams, extra)``: a stream per position
-    and extra edges (u, v), u < v. The builder checks both as it does a C policy's output."""
+    and extra edges (u, v), u < v; or ``(streams, extra, order)`` with its own run order (a
+    permutation of the positions). The builder checks them as it does a C policy's output."""
     cdef Policy p = Policy.__new__(Policy)
     if not callable(fn):
         raise ScheduleError(f"scheduling policy {name!r} needs a callable, not {fn!r}")
