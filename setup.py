@@ -46,6 +46,7 @@ MODULES = [
     ("nnc.graph.costs", "nnc/graph/costs.pyx"),
     ("nnc.graph.policy_list", "nnc/graph/policy_list.pyx"),
     ("nnc.graph.policy_nimble", "nnc/graph/policy_nimble.pyx"),
+    ("nnc.graph.dag", "nnc/graph/dag.pyx"),
     ("nnc.graph.policy_ios", "nnc/graph/policy_ios.pyx"),
     ("nnc.graph.verify", "nnc/graph/verify.pyx"),
     ("nnc.graph.hazard", "nnc/graph/hazard.pyx"),

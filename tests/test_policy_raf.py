@@ -130,14 +130,14 @@ def test_empty_and_single_node_graphs():
                                   [[1.0], []], [[True], []], "ab", [5], None])
 def test_bad_successor_lists_raise_graph_error(succ):
     for policy in (wavefront_streams, asap_streams):
-        with pytest.raises(nnc.GraphError):
+        with pytest.raises(nnc.ScheduleError):
             policy(succ)
 
 
 @pytest.mark.parametrize("cap", [-1, True, 1.5, "2", 2 ** 40])
 def test_bad_max_streams_raises_graph_error(cap):
     for policy in (wavefront_streams, asap_streams):
-        with pytest.raises(nnc.GraphError, match="max_streams"):
+        with pytest.raises(nnc.ScheduleError, match="max_streams"):
             policy(SIMPLE, cap)
 
 

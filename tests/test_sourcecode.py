@@ -53,8 +53,8 @@ LAYERS = {
     "nnc.graph": 4, "nnc.graph.graph": 4, "nnc.graph.control": 4,
     # 5 schedule: static schedules and what reads them
     "nnc.graph.schedule": 5, "nnc.graph.rank": 5, "nnc.graph.hazard": 5, "nnc.graph.verify": 5,
-    "nnc.graph.costs": 5, "nnc.graph.policy_list": 5, "nnc.graph.policy_nimble": 5,
-    "nnc.graph.policy_raf": 5, "nnc.graph.policy_ios": 5,
+    "nnc.graph.costs": 5, "nnc.graph.dag": 5, "nnc.graph.policy_list": 5,
+    "nnc.graph.policy_nimble": 5, "nnc.graph.policy_raf": 5, "nnc.graph.policy_ios": 5,
     "nnc.graph.simulate": 5,
     # 6 run: runs on streams, control flow on coroutines, profile / autotune / dot
     "nnc.graph.run": 6, "nnc.graph.flow": 6, "nnc.graph.tools": 6,

@@ -32,3 +32,15 @@ cdef struct dag_t:
 # count.
 ctypedef int (*policy_assign_f)(const dag_t* d, int max_streams, int* stream,
                                 list extra) except -1
+
+
+# A dag_t built from Python successor lists (the policies' test wrappers: ios_stages,
+# wavefront_streams, asap_streams, nimble_streams). Owns the arrays; d is valid while it lives.
+cdef class DagBuffer:
+    cdef dag_t d
+    cdef int* buf                       # sstart, pstart, cmd, sidx, pidx (one block)
+    cdef double* cost                   # [m], or NULL (unit costs)
+    cdef int load(self, object succ, object costs=*) except -1
+
+
+cdef int dag_max_streams(object max_streams) except -1

@@ -25,7 +25,7 @@ from libc.stdlib cimport calloc, free, malloc
 
 from nnc._core import ScheduleError
 
-from nnc.graph.dag cimport dag_t
+from nnc.graph.dag cimport DagBuffer, dag_max_streams, dag_t
 from nnc.graph.schedule cimport register_policy
 
 cdef enum:
@@ -575,88 +575,13 @@ def set_ios_options(**options):
     return old
 
 
-cdef class _Csr:
-    """A dag_t over Python successor lists (positions u < v) and optional costs."""
-    cdef dag_t d
-    cdef int* buf
-    cdef double* cost
-
-    def __dealloc__(self):
-        free(self.buf)
-        free(self.cost)
-
-    cdef int load(self, succ, costs) except -1:
-        cdef int m, k, e = 0, i
-        if not isinstance(succ, (list, tuple)):
-            raise ScheduleError(f"succ must be a list of successor lists, not "
-                                f"{type(succ).__name__}")
-        m = len(succ)
-        rows = []
-        for k in range(m):
-            if not isinstance(succ[k], (list, tuple)):
-                raise ScheduleError(f"successors of {k} must be a list, not {succ[k]!r}")
-            for x in succ[k]:
-                if isinstance(x, bool) or not isinstance(x, int) or not k < x < m:
-                    raise ScheduleError(f"edge {k} -> {x!r}: successors must be positions "
-                                        f"after {k} and below {m}")
-            rows.append(sorted(set(succ[k])))
-            e += len(rows[k])
-        self.buf = <int*>malloc((4 * (m + 1) + 2 * e + 1) * sizeof(int))
-        if self.buf == NULL:
-            raise MemoryError()
-        cdef int* sstart = self.buf
-        cdef int* pstart = sstart + m + 1
-        cdef int* fill = pstart + m + 1
-        cdef int* sidx = fill + m + 1
-        cdef int* pidx = sidx + e
-        sstart[0] = 0
-        for k in range(m + 1):
-            pstart[k] = 0
-        for k in range(m):
-            sstart[k + 1] = sstart[k] + len(rows[k])
-            for i, v in enumerate(rows[k]):
-                sidx[sstart[k] + i] = v
-                pstart[v + 1] += 1
-        for k in range(m):
-            pstart[k + 1] += pstart[k]
-            fill[k] = pstart[k]
-        for k in range(m):
-            for i in range(sstart[k], sstart[k + 1]):
-                pidx[fill[sidx[i]]] = k
-                fill[sidx[i]] += 1
-        self.d.m = self.d.split = m
-        self.d.sstart = sstart
-        self.d.sidx = sidx
-        self.d.pstart = pstart
-        self.d.pidx = pidx
-        self.d.cmd = fill
-        self.d.cost = NULL
-        self.d.reorder = NULL
-        if costs is not None:
-            if not isinstance(costs, (list, tuple)) or len(costs) != m:
-                raise ScheduleError(f"costs must be a list of {m} numbers, not {costs!r}")
-            self.cost = <double*>malloc((m if m else 1) * sizeof(double))
-            if self.cost == NULL:
-                raise MemoryError()
-            for k in range(m):
-                x = costs[k]
-                if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < 1e300:
-                    raise ScheduleError(f"cost of node {k} must be a finite number >= 0, "
-                                        f"not {x!r}")
-                self.cost[k] = x
-            self.d.cost = self.cost
-        return 0
-
-
 def ios_stages(succ, costs=None, max_streams=0, **options):
     """Run "ios" on ``succ`` (successor lists over positions, every u -> v with u < v) with
     ``costs`` (one per node, None: unit) and, for this call only, the given options:
     ``(streams, {"stages": [[group, ...], ...], "latency": modelled, "blocks": [(b0, b1), ...],
     "extra": [(u, v), ...], "stream_count": S})``; a group is a list of positions."""
-    if (isinstance(max_streams, bool) or not isinstance(max_streams, int)
-            or not 0 <= max_streams < 2 ** 31):
-        raise ScheduleError(f"max_streams must be an int >= 0 (0: no limit), not {max_streams!r}")
-    cdef _Csr g = _Csr.__new__(_Csr)
+    dag_max_streams(max_streams)
+    cdef DagBuffer g = DagBuffer.__new__(DagBuffer)
     g.load(succ, costs)
     cdef int* stream = <int*>malloc((2 * g.d.m + 1) * sizeof(int))
     if stream == NULL:

@@ -24,6 +24,7 @@ from libc.string cimport memset
 
 from nnc._core import ScheduleError
 
+from nnc.graph.dag cimport DagBuffer, dag_max_streams
 from nnc.graph.schedule cimport register_policy
 
 # Words of reachability bitset per transitive-reduction pass (n rows of W words): 32 MiB.
@@ -461,23 +462,6 @@ cdef int nimble_assign(const dag_t* d, int max_streams, int* stream, list extra)
     return nb.assign(d, max_streams, stream)
 
 
-def _rows_of(succ):
-    """Successor and predecessor lists of `succ`, checked: every edge goes forward."""
-    rows = [list(r) for r in succ]
-    n = len(rows)
-    if n >= 2 ** 31 - 1:
-        raise ScheduleError(f"{n} nodes is too many")
-    preds = [[] for _ in range(n)]
-    for u, r in enumerate(rows):
-        for w in r:
-            if isinstance(w, bool) or not isinstance(w, int):
-                raise ScheduleError(f"successor {w!r} of {u} is not a position")
-            if not u < w < n:
-                raise ScheduleError(f"edge {u} -> {w} does not go forward within 0 .. {n - 1}")
-            preds[w].append(u)
-    return rows, [sorted(p) for p in preds]
-
-
 def nimble_streams(succ, max_streams=0):
     """Test wrapper: the nimble assignment of a DAG given as successor lists over positions.
 
@@ -488,40 +472,14 @@ def nimble_streams(succ, max_streams=0):
     (|E_MEG| - |matching|, the paper's minimum synchronisation count).
     ScheduleError for an edge that does not go forward or a bad ``max_streams``.
     """
-    if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 0:
-        raise ScheduleError(f"max_streams must be an int >= 0 (0: no limit), not {max_streams!r}")
-    rows, preds = _rows_of(succ)
-    n = len(rows)
-    cdef _Nimble keep = _Nimble()                  # owns the DAG's arrays as well
-    cdef int e = sum(len(p) for p in preds)
-    cdef int* pstart = keep.ints(n + 1, 0)
-    cdef int* pidx = keep.ints(e, 0)
-    cdef int* sstart = keep.ints(n + 1, 0)
-    cdef int* sidx = keep.ints(e, 0)
-    cdef int k = 0, v, i
-    for v in range(n):
-        for u in preds[v]:
-            pidx[k] = u
-            k += 1
-        pstart[v + 1] = k
-    k = 0
-    for v in range(n):
-        for u in rows[v]:
-            sidx[k] = u
-            k += 1
-        sstart[v + 1] = k
-    cdef dag_t d
-    d.m = d.split = n
-    d.sstart = sstart
-    d.sidx = sidx
-    d.pstart = pstart
-    d.pidx = pidx
-    d.cmd = keep.ints(n, 0)
-    d.cost = NULL
-    d.reorder = NULL
+    dag_max_streams(max_streams)
+    cdef DagBuffer g = DagBuffer.__new__(DagBuffer)
+    g.load(succ)
+    cdef int n = g.d.m, i, v
+    cdef _Nimble keep = _Nimble()                  # owns the output array
     cdef int* out = keep.ints(n, -1)
     cdef _Nimble nb = _Nimble()
-    nb.assign(&d, max_streams, out)
+    nb.assign(&g.d, max_streams, out)
     streams = [out[i] for i in range(n)]
     meg, matching = [], []
     for v in range(n):

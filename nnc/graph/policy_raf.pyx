@@ -14,7 +14,7 @@ from libc.stdlib cimport free, malloc, qsort
 
 from nnc._core import GraphError
 
-from nnc.graph.dag cimport dag_t
+from nnc.graph.dag cimport DagBuffer, dag_max_streams, dag_t
 from nnc.graph.schedule cimport register_policy
 
 # Most nodes one ASAP chain head searches back through for a stream end that reaches it; past
@@ -285,79 +285,11 @@ cdef int asap_assign(const dag_t* d, int max_streams, int* stream, list extra) e
 
 # ---- test wrappers --------------------------------------------------------------------------
 
-cdef class _Dag:
-    """A dag_t over Python successor lists (positions u < v), with its arrays."""
-    cdef dag_t d
-    cdef int* buf
-
-    def __dealloc__(self):
-        free(self.buf)
-
-    cdef int load(self, succ) except -1:
-        cdef int m, k, i, e = 0, v
-        cdef int* sstart
-        cdef int* sidx
-        cdef int* pstart
-        cdef int* pidx
-        cdef int* fill
-        rows = []
-        if not isinstance(succ, (list, tuple)):
-            raise GraphError(f"succ must be a list of successor lists, not {type(succ).__name__}")
-        m = len(succ)
-        for k in range(m):
-            if not isinstance(succ[k], (list, tuple)):
-                raise GraphError(f"successors of {k} must be a list, not {succ[k]!r}")
-            for x in succ[k]:
-                if isinstance(x, bool) or not isinstance(x, int) or not k < x < m:
-                    raise GraphError(f"edge {k} -> {x!r}: successors must be positions after "
-                                     f"{k} and below {m}")
-            row = sorted(set(succ[k]))
-            rows.append(row)
-            e += len(row)
-        self.buf = _ints(4 * (m + 1) + 2 * e + m)
-        sstart = self.buf
-        pstart = sstart + m + 1
-        fill = pstart + m + 1
-        sidx = fill + m + 1
-        pidx = sidx + e
-        for k in range(m + 1):
-            pstart[k] = 0
-        sstart[0] = 0
-        for k in range(m):
-            sstart[k + 1] = sstart[k] + len(rows[k])
-            for i, v in enumerate(rows[k]):
-                sidx[sstart[k] + i] = v
-                pstart[v + 1] += 1
-        for k in range(m):
-            pstart[k + 1] += pstart[k]
-            fill[k] = pstart[k]
-        for k in range(m):              # sources in ascending order: rows stay ascending
-            for i in range(sstart[k], sstart[k + 1]):
-                pidx[fill[sidx[i]]] = k
-                fill[sidx[i]] += 1
-        self.d.m = self.d.split = m
-        self.d.sstart = sstart
-        self.d.sidx = sidx
-        self.d.pstart = pstart
-        self.d.pidx = pidx
-        self.d.cmd = fill               # unused by these policies; any m ints
-        self.d.cost = NULL
-        self.d.reorder = NULL
-        return 0
-
-
-cdef int _cap(max_streams) except -1:
-    if (isinstance(max_streams, bool) or not isinstance(max_streams, int)
-            or not 0 <= max_streams < 2 ** 31):
-        raise GraphError(f"max_streams must be an int >= 0 (0: no limit), not {max_streams!r}")
-    return max_streams
-
-
 def wavefront_streams(succ, max_streams=0):
     """Run "wavefront" on ``succ`` (successor lists over positions, every u -> v with u < v):
     ``(streams, {"waves": [[chain, ...], ...], "extra": [(u, v), ...], "stream_count": S})``."""
-    cdef int cap = _cap(max_streams)
-    cdef _Dag g = _Dag.__new__(_Dag)
+    cdef int cap = dag_max_streams(max_streams)
+    cdef DagBuffer g = DagBuffer.__new__(DagBuffer)
     g.load(succ)
     cdef int* stream = _ints(g.d.m)
     extra, waves = [], []
@@ -372,8 +304,8 @@ def wavefront_streams(succ, max_streams=0):
 def asap_streams(succ, max_streams=0):
     """Run "asap" on ``succ`` (as wavefront_streams): ``(streams, {"chains": [[node, ...], ...],
     "light": [(u, v), ...], "stream_count": S})``; chains in head order, heavy edges inside."""
-    cdef int cap = _cap(max_streams)
-    cdef _Dag g = _Dag.__new__(_Dag)
+    cdef int cap = dag_max_streams(max_streams)
+    cdef DagBuffer g = DagBuffer.__new__(DagBuffer)
     g.load(succ)
     cdef int* stream = _ints(g.d.m)
     chains, light = [], []

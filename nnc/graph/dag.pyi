@@ -1,0 +1,3 @@
+"""The policies' DAG built from successor lists (nnc/graph/dag.pyx); its methods are C-level."""
+
+class DagBuffer: ...
