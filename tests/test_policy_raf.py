@@ -305,3 +305,30 @@ def test_100k_node_dag_timing_is_printed():
         dt = time.perf_counter() - t
         print(f"{policy.__name__}: 100k nodes, {info['stream_count']} streams, {dt:.3f} s")
         assert len(streams) == 100_000 and dense(streams)
+
+
+def test_static_schedule_issues_the_waves_in_order():
+    """Through static_schedule, "wavefront" gives RAF's issue order (wave by wave) as the run
+    order, and each wave happens after every chain end of the wave before it."""
+    g = nnc.Graph()
+    ex = [g.exec(nnc.Cmd("NOOP"), name=f"n{i}") for i in range(len(BRANCH))]
+    for u, row in enumerate(BRANCH):
+        for v in row:
+            g.concat(ex[u], ex[v])
+    sched = nnc.static_schedule(g, policy="wavefront")
+    sched.verify()
+    _, info = wavefront_streams(BRANCH)
+    assert [e.index for e in sched.order] == [k for wave in info["waves"] for chain in wave
+                                              for k in chain]
+    # Happens-before of the schedule: stream order and signal waits, closed transitively.
+    emitter = {s: e.index for e in sched.order for s in sched[e].signals}
+    last, before = {}, {}
+    for e in sched.order:
+        direct = {emitter[s] for s in sched[e].waits}
+        if sched.stream_of(e.index) in last:
+            direct.add(last[sched.stream_of(e.index)])
+        before[e.index] = set(direct).union(*(before[p] for p in direct))
+        last[sched.stream_of(e.index)] = e.index
+    for prev, wave in zip(info["waves"], info["waves"][1:]):
+        for chain in wave:
+            assert {c[-1] for c in prev} <= before[chain[0]]

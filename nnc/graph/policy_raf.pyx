@@ -136,10 +136,20 @@ cdef int _wavefront(const dag_t* d, int max_streams, int* stream, list extra,
                 for k in range(cs[ws[w] + j], cs[ws[w] + j + 1]):
                     stream[nodes[k]] = j
         S = _fold(m, S, max_streams, stream)
+        if d.reorder != NULL:
+            # RAF's issue order, wave by wave (chains are dataflow paths and a chain's other
+            # inputs are in earlier waves, so it is topological): a barrier is then always one
+            # edge per pair of chains, the end of one to the head of the other.
+            for k in range(m):
+                d.reorder[k] = nodes[k]
         for w in range(nw - 1):
             for a in range(ws[w], ws[w + 1]):
                 for b in range(ws[w + 1], ws[w + 2]):
-                    if stream[nodes[cs[a]]] != stream[nodes[cs[b]]]:
+                    if stream[nodes[cs[a]]] == stream[nodes[cs[b]]]:
+                        continue
+                    if d.reorder != NULL:
+                        extra.append((nodes[cs[a + 1] - 1], nodes[cs[b]]))
+                    else:
                         _barrier(nodes, cs[a], cs[a + 1], cs[b], cs[b + 1], extra)
         if waves is not None:
             for w in range(nw):
