@@ -75,6 +75,9 @@ _seal_builtins()
 # nnc.onnx (layer 8) imports the onnx package only when load/save are called.
 from nnc import onnx  # noqa: E402, F401
 
+# nnc.pipeline (layer 8): TVM's pipeline executor on streams (docs/pipeline.md).
+from nnc import pipeline  # noqa: E402, F401
+
 __all__ = [
     "MAX_DIM",
     "Backend",
