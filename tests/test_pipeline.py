@@ -466,3 +466,42 @@ def test_stages_cost_no_threads():
     assert [pm.get_output(timeout=T)[0][0] for _ in range(10)] == [k + 30 for k in range(10)]
     assert threading.active_count() <= max(before, nnc.get_num_threads() + 1)
     pm.close()
+
+
+def test_stream_take_errors():
+    """The stream hook graph stages use: failures recorded so far, taken without waiting."""
+    s = nnc.Stream()
+    s.add_callback(lambda: 1 / 0)
+    s._drain()
+    (where, exc), = s._take_errors()
+    assert isinstance(exc, ZeroDivisionError)
+    assert s._take_errors() == []
+    assert s.wait(timeout=T)            # taken: wait() has nothing left to raise
+
+
+def test_a_run_that_cannot_be_enqueued():
+    """If enqueueing a stage fails half way (here: its graph refuses to run), run() raises,
+    the stages already enqueued finish, and the pipeline stays usable."""
+    cfg, _ = rfc_config()
+    pm = pipeline.build(cfg, depth=2)
+    pm.set_input("data_a", np.ones((3, 3), np.float32))
+    pm.set_input("data_b", np.ones((3, 3), np.float32))
+
+    class Refusing:
+        def run(self, stream=None):
+            raise nnc.GraphError("refused")
+
+    load, graph, store = pm._tasks[1]
+    pm._tasks[1] = (load, Refusing(), store)
+    with pytest.raises(PipelineError, match="enqueueing input #0 on stage mod2") as info:
+        pm.run(timeout=T)
+    assert isinstance(info.value.__cause__, nnc.GraphError)
+    deadline = time.monotonic() + T
+    while pm.num_executing() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pm.num_executing() == 0 and not pm.has_next_output()
+    pm._tasks[1] = (load, graph, store)
+    pm.run(timeout=T)
+    out = pm.get_output(timeout=T)
+    np.testing.assert_allclose(out[0], closed_form(np.ones((3, 3)), np.ones((3, 3)))[0])
+    pm.close()

@@ -161,10 +161,12 @@ def test_global_output_as_source():
         cfg.connect(cfg, 0, m4, "x")
 
 
-def test_global_input_to_global_output():
+def test_global_input_to_global_output_or_input():
     cfg, _ = rfc_config()
-    with raises("only module inputs", "global input 'data_a'", "global output"):
+    with raises("only module inputs", "global input 'data_a'", "global output 2"):
         cfg.outputs.append((cfg, "data_a"))
+    with raises("only module inputs", "global input 'data_a'", "global input 'data_b'"):
+        cfg.connect(cfg, "data_a", cfg, "data_b")
 
 
 def test_output_to_output():
@@ -306,6 +308,12 @@ def test_module_construction_errors():
         pipeline.Module.function(abs, inputs={"x": ("nope", None)}, outputs=[])
     with pytest.raises(PipelineError, match="dimension"):
         pipeline.Module.function(abs, inputs={"x": (None, (3, -1))}, outputs=[])
+    with pytest.raises(PipelineError, match="outputs must be a list"):
+        pipeline.Module(g, inputs={"x": x}, outputs=None)
+    with pytest.raises(PipelineError, match="outputs must be a list"):
+        pipeline.Module.function(abs, inputs={}, outputs=None)
+    with pytest.raises(PipelineError, match="inputs must be a dict"):
+        pipeline.Module.function(abs, inputs=["x"], outputs=[])
     with pytest.raises(PipelineError, match="expected \\(dtype, shape\\)"):
         pipeline.Module.function(abs, inputs={}, outputs=["float32"])
     m = pipeline.Module(g, inputs={"x": x}, outputs=[y], name="scale")

@@ -150,6 +150,8 @@ class Module:
                 raise PipelineError(f"{what}: that tensor is not an input of any node of "
                                     "the graph")
             self.input_tensors[key] = t
+        if not isinstance(outputs, (list, tuple)):
+            raise PipelineError(f"module {self.name}: outputs must be a list of Tensors")
         self.output_tensors = list(outputs)
         for i, t in enumerate(self.output_tensors):
             what = f"module {self.name} output {i}"
@@ -192,6 +194,9 @@ class Module:
             what = f"module {self.name} input {key!r}"
             _check_port_name(key, what)
             self.input_specs[key] = _spec(spec, what)
+        if not isinstance(outputs, (list, tuple)):
+            raise PipelineError(f"module {self.name}: outputs must be a list of "
+                                "(dtype, shape)")
         self.output_specs = [_spec(s, f"module {self.name} output {i}")
                              for i, s in enumerate(outputs)]
         return self
@@ -424,8 +429,7 @@ class PipelineConfig:
             if isinstance(src_port, int):
                 raise PipelineError(f"{what}: a global output cannot be a source")
             if dst is self:
-                raise PipelineError(f"{what}: a global input can feed only module inputs, "
-                                    "not a global output")
+                raise PipelineError(f"{what}: a global input can feed only module inputs")
         elif isinstance(src_port, str):
             raise PipelineError(f"{what}: a module input ({src.name}.{src_port}) cannot be a "
                                 "source; bind a module output or a global input to it")
