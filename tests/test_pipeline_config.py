@@ -360,3 +360,28 @@ def test_build_arguments():
 def test_modules_of_the_helper_are_distinct():
     # mod1/mod2/mod3 build fresh graphs each call: two configs never share tensors.
     assert mod1().graph is not mod1().graph and mod2().name == "mod2"
+
+
+def test_module_run_once():
+    """Module.run: one synchronous run of a stage with the pipeline's checks (what an executor
+    running a stage elsewhere reuses)."""
+    m1 = mod1()
+    a = np.arange(9, dtype=np.float32).reshape(3, 3)
+    o0, o1, plus1 = m1.run({"data_0": a})
+    np.testing.assert_array_equal(o0, 3 * (a + 1))
+    np.testing.assert_array_equal(o1, 3 * (a - 2))
+    np.testing.assert_array_equal(plus1, a + 1)
+    o0[...] = 0                                  # fresh copies, not the tensors
+    assert m1.output_tensors[0].numpy()[0, 0] == 3
+    with pytest.raises(PipelineError, match="takes inputs \\['data_0'\\], got \\['x'\\]"):
+        m1.run({"x": a})
+    with pytest.raises(PipelineError, match="mod1.data_0 declared float32\\(3, 3\\)"):
+        m1.run({"data_0": a.astype(np.float64)})
+    with pytest.raises(PipelineError, match="not an ndarray"):
+        m1.run({"data_0": [1, 2, 3]})
+    f = pipeline.Module.function(lambda x, y: (x + y, x - y), inputs={"x": None, "y": None},
+                                 outputs=[None, ("int64", None)], name="f")
+    s, d = f.run({"x": np.array([3]), "y": np.array([1])})
+    assert s.tolist() == [4] and d.tolist() == [2]
+    with pytest.raises(PipelineError, match="f output 1 declared int64"):
+        f.run({"x": np.array([3.0]), "y": np.array([1.0])})

@@ -201,6 +201,67 @@ class Module:
                              for i, s in enumerate(outputs)]
         return self
 
+    def check_inputs(self, arrays):
+        """``arrays`` (input name -> array) checked against this stage's declarations: the
+        same dict, or PipelineError naming the input."""
+        if not isinstance(arrays, dict) or set(arrays) != set(self.input_specs):
+            got = sorted(arrays) if isinstance(arrays, dict) else type(arrays).__name__
+            raise PipelineError(f"module {self.name} takes inputs {list(self.input_names)}, "
+                                f"got {got}")
+        for key, a in arrays.items():
+            spec = self.input_specs[key]
+            why = array_mismatch(spec, a) if isinstance(a, np.ndarray) else "not an ndarray"
+            if why:
+                desc = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise PipelineError(f"{self.name}.{key} declared {spec_str(spec)}, got "
+                                    f"{desc}: {why}")
+        return arrays
+
+    def call(self, arrays):
+        """A function stage's work on checked ``arrays``: the function gets read-only views
+        (other consumers may read the same arrays); its results are checked and copied (it
+        may reuse its buffers). Returns the list of output arrays."""
+        args = {}
+        for key, a in arrays.items():
+            v = a.view()
+            v.flags.writeable = False
+            args[key] = v
+        r = self.fn(**args)
+        outs = list(r) if isinstance(r, (tuple, list)) else [r]
+        if len(outs) != self.num_outputs:
+            raise PipelineError(f"{self.name} returned {len(outs)} value(s), declared "
+                                f"{self.num_outputs}")
+        result = []
+        for j, o in enumerate(outs):
+            a = np.array(o, copy=True)
+            why = array_mismatch(self.output_specs[j], a)
+            if why:
+                raise PipelineError(f"{self.name} output {j} declared "
+                                    f"{spec_str(self.output_specs[j])}: {why}")
+            result.append(a)
+        return result
+
+    def load(self, arrays):
+        """A graph stage: copy checked ``arrays`` into the input tensors."""
+        for key, a in arrays.items():
+            np.copyto(self.input_tensors[key].numpy(), a)
+
+    def store(self):
+        """A graph stage: fresh copies of the output tensors."""
+        return [t.numpy().copy() for t in self.output_tensors]
+
+    def run(self, arrays):
+        """Run this stage once, synchronously on the calling thread (``graph.run()``, or
+        the function), with the checks a pipeline makes: ``arrays`` maps every input name to
+        an array; returns the output arrays. For executors that run a stage elsewhere (a Ray
+        actor) and for reference runs; not while a pipeline built from it is running."""
+        arrays = self.check_inputs(arrays)
+        if self.graph is None:
+            return self.call(arrays)
+        self.load(arrays)
+        self.graph.run()
+        return self.store()
+
     @property
     def input_names(self):
         return tuple(self.input_specs)
