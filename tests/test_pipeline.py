@@ -505,3 +505,26 @@ def test_a_run_that_cannot_be_enqueued():
     out = pm.get_output(timeout=T)
     np.testing.assert_allclose(out[0], closed_form(np.ones((3, 3)), np.ones((3, 3)))[0])
     pm.close()
+
+
+def test_ctrl_c_interrupts_a_blocked_run():
+    import signal
+
+    gate = threading.Event()
+    pm = chain(lambda x: (gate.wait(T), x)[1], depth=1)
+    pm.set_input("in", np.array([1]))
+    pm.run()
+    main = threading.main_thread().ident
+    if threading.get_ident() != main:   # pragma: no cover - signals reach the main thread only
+        pytest.skip("not on the main thread")
+    timer = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        pm.run(timeout=T)               # full: blocks until Ctrl-C
+    assert time.monotonic() - t0 < T / 2
+    timer.join(T)
+    gate.set()
+    assert pm.get_output(timeout=T)[0][0] == 1
+    assert pm.num_executing() == 0      # the interrupted run enqueued nothing
+    pm.close(timeout=T)
