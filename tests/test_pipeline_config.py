@@ -316,6 +316,12 @@ def test_module_construction_errors():
         pipeline.Module.function(abs, inputs=["x"], outputs=[])
     with pytest.raises(PipelineError, match="expected \\(dtype, shape\\)"):
         pipeline.Module.function(abs, inputs={}, outputs=["float32"])
+    # A tensor whose view a node reads (or the view of one it reads) is fine.
+    base = nnc.Tensor(np.zeros(6, np.float32))
+    g2 = nnc.Graph()
+    out = nnc.Tensor(np.zeros(3, np.float32))
+    g2.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [base.view((3,), offset=3)], [out])
+    assert pipeline.Module(g2, inputs={"x": base}, outputs=[out]).input_specs["x"][1] == (6,)
     m = pipeline.Module(g, inputs={"x": x}, outputs=[y], name="scale")
     assert m.input_specs == {"x": (np.dtype("float32"), (3,))}
     assert m.output_specs == [(np.dtype("float32"), (3,))]

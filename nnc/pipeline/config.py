@@ -134,36 +134,23 @@ class Module:
         self.name = _module_name(name, _names)
         self.graph = graph
         self.fn = None
-        read, written = set(), set()
+        read, written = [], []
         for e in graph.execs:
-            read.update(id(t) for t in e.inputs if t is not None)
-            written.update(id(t) for t in e.outputs if t is not None)
+            read.extend(t for t in e.inputs if t is not None)
+            written.extend(t for t in e.outputs if t is not None)
         if not isinstance(inputs, dict):
             raise PipelineError(f"module {self.name}: inputs must be a dict name -> Tensor")
+        if not isinstance(outputs, (list, tuple)):
+            raise PipelineError(f"module {self.name}: outputs must be a list of Tensors")
         self.input_tensors = {}
         for key, t in inputs.items():
             what = f"module {self.name} input {key!r}"
             _check_port_name(key, what)
-            if not isinstance(t, Tensor):
-                raise PipelineError(f"{what}: {type(t).__name__} is not an nnc.Tensor")
-            if id(t) not in read:
-                raise PipelineError(f"{what}: that tensor is not an input of any node of "
-                                    "the graph")
+            _check_tensor(t, read, what, "an input of")
             self.input_tensors[key] = t
-        if not isinstance(outputs, (list, tuple)):
-            raise PipelineError(f"module {self.name}: outputs must be a list of Tensors")
         self.output_tensors = list(outputs)
         for i, t in enumerate(self.output_tensors):
-            what = f"module {self.name} output {i}"
-            if not isinstance(t, Tensor):
-                raise PipelineError(f"{what}: {type(t).__name__} is not an nnc.Tensor")
-            if id(t) not in written:
-                raise PipelineError(f"{what}: that tensor is not an output of any node of "
-                                    "the graph")
-        for t in [*self.input_tensors.values(), *self.output_tensors]:
-            if t.device != "cpu":
-                raise PipelineError(f"module {self.name}: tensor on {t.device}: pipeline "
-                                    "stages take CPU tensors only (docs/pipeline.md)")
+            _check_tensor(t, written, f"module {self.name} output {i}", "an output of")
         self.input_specs = {k: (t.dtype, tuple(t.shape))
                             for k, t in self.input_tensors.items()}
         self.output_specs = [(t.dtype, tuple(t.shape)) for t in self.output_tensors]
@@ -282,6 +269,22 @@ def _module_name(name, n, fallback=None):
     if not isinstance(name, str) or not name:
         raise PipelineError(f"a module name must be a non-empty str, not {name!r}")
     return name
+
+
+def _check_tensor(t, used, what, role):
+    """A graph stage's tensor: a CPU nnc.Tensor that nodes use (itself, or memory a node's
+    tensor overlaps: a view of it, or a tensor it is a view of)."""
+    if not isinstance(t, Tensor):
+        raise PipelineError(f"{what}: {type(t).__name__} is not an nnc.Tensor")
+    if t.device != "cpu":
+        raise PipelineError(f"{what}: a tensor on {t.device}: pipeline stages take CPU "
+                            "tensors only (docs/pipeline.md)")
+    if any(t is u for u in used):
+        return
+    a = t.numpy()
+    if not any(u.device == "cpu" and np.may_share_memory(a, u.numpy()) for u in used):
+        raise PipelineError(f"{what}: that tensor (or its memory) is not {role} any node of "
+                            "the graph")
 
 
 def _check_port_name(key, what):
