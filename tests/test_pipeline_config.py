@@ -339,6 +339,12 @@ def test_two_modules_one_graph_or_one_name():
     cfg.inputs["in"] = (a, "x")
     with raises("share one graph", "'a'", "'b'"):
         cfg.connect(a, 0, b, "x")
+    g2 = nnc.Graph()
+    z = nnc.Tensor(np.zeros(3, np.float32))
+    g2.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [y], [z])
+    c = pipeline.Module(g2, inputs={"y": y}, outputs=[z], name="c")
+    with raises("share a tensor", "'a'", "'c'"):
+        cfg.connect(a, 0, c, "y")
     twin = fn("a", spec=None)
     with raises("two different modules are named 'a'", "a.output(0)"):
         cfg.connect(a, 0, twin, "x")

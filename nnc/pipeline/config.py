@@ -472,6 +472,11 @@ class PipelineConfig:
             if m.graph is not None and x.graph is m.graph:
                 raise PipelineError(f"{what}: modules {x.name!r} and {m.name!r} share one "
                                     "graph (a stage owns its graph's tensors)")
+            mine = [*m.input_tensors.values(), *m.output_tensors]
+            theirs = [*x.input_tensors.values(), *x.output_tensors]
+            if any(t is u for t in mine for u in theirs):
+                raise PipelineError(f"{what}: modules {x.name!r} and {m.name!r} share a "
+                                    "tensor (stages run at once: each needs its own)")
         self._modules.append(m)
 
     def _check_side(self, owner, what):
