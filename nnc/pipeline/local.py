@@ -74,12 +74,15 @@ class LocalPipeline(PipelineModule):
                         s.add_callback(functools.partial(tasks[2], job))
                         reporters += 1
                 s.emit(self._signals[i])
-        except Exception as e:
+        except BaseException as e:
             # Stages not enqueued will never report: count them done here (the lock is
-            # reentrant), so the job still completes, failed, once the queued tasks ran.
+            # reentrant), so the job still completes, failed, once the queued tasks ran, and
+            # close() never waits for it. A Ctrl-C landing here goes on as it is.
             job.fail(current, e)
             for _ in range(len(stages) - reporters):
                 self._stage_done(job)
+            if not isinstance(e, Exception):
+                raise
             raise PipelineError(f"run: enqueueing input #{job.seq} on stage {current} "
                                 f"failed: {e!r}") from e
 
