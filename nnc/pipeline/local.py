@@ -135,8 +135,9 @@ class LocalPipeline(PipelineModule):
                 self._stage_done(job)
 
     def _shutdown(self):
-        for s in self._streams:
-            s._drain()
+        # Every input is done; what may still be queued is the last emit of each stage, which
+        # the pool runs without us (it holds busy streams). Not waiting for it keeps close()
+        # safe on a pool thread (inside another pipeline's stage).
         self._streams = []
         self._signals = []
         self._tasks = []
