@@ -528,3 +528,21 @@ def test_ctrl_c_interrupts_a_blocked_run():
     assert pm.get_output(timeout=T)[0][0] == 1
     assert pm.num_executing() == 0      # the interrupted run enqueued nothing
     pm.close(timeout=T)
+
+
+def test_closing_an_idle_pipeline_inside_a_stage():
+    other = chain(lambda x: x)
+    other.set_input("in", np.array([5]))
+    other.run()
+    assert other.get_output(timeout=T)[0][0] == 5
+
+    def stage(x):
+        other.close()                   # idle: nothing to wait for, allowed on a pool thread
+        return x
+
+    with chain(stage) as pm:
+        pm.set_input("in", np.array([1]))
+        pm.run()
+        assert pm.get_output(timeout=T)[0][0] == 1
+    with pytest.raises(PipelineError, match="closed"):
+        other.run()
