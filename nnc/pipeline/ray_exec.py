@@ -10,23 +10,24 @@ is read without a copy; the stage copies it into its input tensor (the graph's m
 and returns views of its output tensors, which Ray serialises into the store as the call returns.
 
 Each actor runs its calls one at a time in submission order (Ray's default for an actor), so
-stage k of input n+1 runs while stage k+1 runs input n: the pipeline. ``depth`` bounds the inputs
-in flight as in the local executor: ``run()`` refuses a new input while ``depth`` are
-outstanding. An exception in a stage fails that input's ObjectRefs (and, through Ray, those of
-the stages that take them); ``get_output`` raises it for that input as a ``PipelineError`` and
-the later inputs go on.
-
-State (driver side): ``_actors`` (one handle per stage, None once closed), ``_inputs`` (global
-input name -> the array given by ``set_input`` since the last ``run``), ``_flight`` (one entry
-per input run and not yet returned, oldest first: the ObjectRefs of the global outputs).
+stage k of input n+1 runs while stage k+1 runs input n: the pipeline. The caller's side
+(``set_input``, ``run`` with its ``depth`` back-pressure, ``get_output`` in input order,
+``close``) is the local executor's: :class:`RayPipelineModule` subclasses
+nnc/pipeline/runtime.py's ``PipelineModule`` and only submits and watches. Each stage call
+returns its outputs and a small status; a watcher thread waits on the statuses with
+``ray.wait`` (without pulling data to the driver), fetches only the global outputs, and reports
+each finished stage. An exception in a stage fails that input's ObjectRefs (and, through Ray,
+those of the stages that take them): ``get_output`` raises it for that input as a
+``PipelineError`` naming the stage, and later inputs go on.
 """
 
-import collections
+import threading
 
 import numpy as np
 
-from nnc.pipeline.config import PipelineError
+from nnc.pipeline.config import PipelineError, array_mismatch, spec_str
 from nnc.pipeline.graph_pack import graph_pack, graph_unpack
+from nnc.pipeline.runtime import _WAIT_SLICE, PipelineModule
 
 START_TIMEOUT = 120.0   # seconds an actor may take to start and rebuild its stage at build time
 
@@ -38,11 +39,11 @@ class StageWorker:
     the graph runs) or ``"function"`` (payload: ``fn``, called as the local executor calls it).
     """
 
-    def __init__(self, name, kind, payload, input_names, n_outputs):
-        self.name = name                  # the stage's module name, for error messages
+    def __init__(self, name, kind, payload, input_names, output_specs):
+        self.name = name                  # the stage's module name
         self.kind = kind
         self.input_names = input_names    # the order of run()'s arguments
-        self.n_outputs = n_outputs
+        self.output_specs = output_specs  # declared (dtype, shape) per output; None: unknown
         if kind == "graph":
             self.graph, inputs, self.outputs = graph_unpack(payload)
             self.inputs = [inputs[n] for n in input_names]
@@ -53,38 +54,38 @@ class StageWorker:
         return True
 
     def run(self, *arrays):
-        try:
-            if self.kind == "graph":
-                for name, t, a in zip(self.input_names, self.inputs, arrays):
-                    a = np.asarray(a)
-                    if a.shape != t.shape or a.dtype != t.dtype:
-                        raise PipelineError(f"input {name!r} is {a.dtype}{list(a.shape)}, the "
-                                            f"stage takes {t.dtype}{list(t.shape)}")
-                    np.copyto(t.numpy(), a)
-                self.graph.run()
-                outs = [t.numpy() for t in self.outputs]
-            else:
-                outs = _call_function(self.fn, arrays, self.n_outputs)
-        except PipelineError as e:
-            raise PipelineError(f"stage {self.name!r}: {e}") from e
-        except Exception as e:
-            raise PipelineError(f"stage {self.name!r} failed: {e!r}") from e
-        if self.n_outputs == 1:
-            return outs[0]
-        if self.n_outputs == 0:
-            return None
-        return tuple(outs)
+        """One input: the outputs, then True. An exception goes to the driver as it is (the
+        driver names the stage), failing every return of this call."""
+        if self.kind == "graph":
+            for name, t, a in zip(self.input_names, self.inputs, arrays):
+                a = np.asarray(a)
+                if a.shape != t.shape or a.dtype != t.dtype:
+                    raise PipelineError(f"input {name!r} is {a.dtype}{list(a.shape)}, the "
+                                        f"stage takes {t.dtype}{list(t.shape)}")
+                np.copyto(t.numpy(), a)
+            self.graph.run()
+            outs = [t.numpy() for t in self.outputs]
+        else:
+            outs = _call_function(self.fn, dict(zip(self.input_names, arrays)),
+                                  self.output_specs)
+        return (*outs, True)
 
 
-def _call_function(fn, arrays, n_outputs):
-    """A function stage's outputs as a list of arrays, checked for count."""
-    result = fn(*arrays)
-    if n_outputs == 1 and not isinstance(result, (tuple, list)):
+def _call_function(fn, arrays, specs):
+    """A function stage's outputs (``fn(**arrays)``, as the local executor calls it): a list
+    of arrays, checked against the declared output specs."""
+    result = fn(**{k: np.asarray(a) for k, a in arrays.items()})
+    if not isinstance(result, (tuple, list)):
         result = [result]
-    result = list(result) if result is not None else []
-    if len(result) != n_outputs:
-        raise PipelineError(f"the function returned {len(result)} outputs, not {n_outputs}")
-    return [np.asarray(r) for r in result]
+    if len(result) != len(specs):
+        raise PipelineError(f"the function returned {len(result)} outputs, not {len(specs)}")
+    outs = [np.asarray(r) for r in result]
+    for i, (spec, a) in enumerate(zip(specs, outs)):
+        why = array_mismatch(spec, a)
+        if why:
+            raise PipelineError(f"output {i} is {spec_str((a.dtype, a.shape))}, declared "
+                                f"{spec_str(spec)}: {why}")
+    return outs
 
 
 def _import_ray():
@@ -95,150 +96,163 @@ def _import_ray():
     return ray
 
 
-class RayPipelineModule:
-    """A built pipeline whose stages run on Ray actors; the API of the local PipelineModule."""
+def build(plan, depth=4, resources=None, start_timeout=START_TIMEOUT):
+    """``pipeline.build(cfg, executor="ray", ...)``: a :class:`RayPipelineModule` for ``plan``
+    (``cfg.plan()``). ``resources``: stage module name -> options of its actor;
+    ``start_timeout``: seconds the actors may take to start and rebuild their stages."""
+    return RayPipelineModule(plan, depth, resources, start_timeout)
 
-    def __init__(self, stages, input_specs, outputs, depth, resources=None,
-                 start_timeout=START_TIMEOUT):
-        """``stages``: in topological order, each ``(name, kind, payload, [(input name, source)],
-        n_outputs)`` where a source is ``("input", global name)`` or ``("stage", k, index)``;
-        ``input_specs``: global name -> (dtype, shape); ``outputs``: [(stage k, index)]."""
+
+class RayPipelineModule(PipelineModule):
+    """A built pipeline whose stages run on Ray actors (the caller's side is the local
+    executor's: nnc/pipeline/runtime.py).
+
+    Beside the base state: ``_actors`` (one handle per stage, in plan order), ``_watch`` (the
+    (job, stage position, ObjectRef) of every stage call not yet seen finished, guarded by
+    ``_cond``'s lock), and one watcher thread that waits on them with ``ray.wait`` and reports
+    each finished stage to the base (``job.fail`` first if it raised).
+    """
+
+    def __init__(self, plan, depth, resources=None, start_timeout=START_TIMEOUT):
         ray = _import_ray()
+        super().__init__(plan, depth)
         self._ray = ray
-        self._stages = stages
-        self._input_specs = input_specs
-        self._outputs = outputs
-        self._depth = depth
-        self._inputs = {}
-        self._flight = collections.deque()
         self._actors = []
+        self._watch = []
+        self._stop = False
+        self._watcher = None
+        if resources is not None and not isinstance(resources, dict):
+            raise PipelineError(f"resources must be a dict stage name -> Ray options, not "
+                                f"{resources!r}")
         resources = dict(resources or {})
-        names = {s[0] for s in stages}
-        for key in resources:
+        names = [st.module.name for st in plan.stages]
+        for key, opts in resources.items():
             if key not in names:
                 raise PipelineError(f"resources name {key!r}, which is no stage "
-                                    f"(stages: {sorted(names)})")
+                                    f"(stages: {', '.join(names)})")
+            if not isinstance(opts, dict):
+                raise PipelineError(f"resources[{key!r}] must be a dict of Ray actor "
+                                    f"options, not {opts!r}")
+        payloads = []
+        for st in plan.stages:
+            m = st.module
+            if m.graph is not None:
+                payloads.append(("graph", graph_pack(m.graph, m.input_tensors,
+                                                     m.output_tensors,
+                                                     what=f"stage {m.name!r}")))
+            else:
+                payloads.append(("function", m.fn))
+        # Which outputs the driver fetches: only the global ones come back from the store.
+        self._fetch = [[] for _ in plan.stages]
+        for stage, index in plan.outputs:
+            if index not in self._fetch[stage]:
+                self._fetch[stage].append(index)
         if not ray.is_initialized():
             ray.init(include_dashboard=False, log_to_driver=False)
         remote = ray.remote(StageWorker)
         try:
-            for name, kind, payload, ins, n_out in stages:
+            for st, (kind, payload) in zip(plan.stages, payloads):
+                m = st.module
                 options = {"num_cpus": 0}
-                options.update(resources.get(name, {}))
+                options.update(resources.get(m.name, {}))
                 try:
                     actor = remote.options(**options).remote(
-                        name, kind, payload, [n for n, _ in ins], n_out)
+                        m.name, kind, payload, [n for n, _ in st.inputs], m.output_specs)
                 except (TypeError, ValueError) as e:
-                    raise PipelineError(f"stage {name!r}: bad Ray resources {options!r}: "
-                                        f"{e}") from e
+                    raise PipelineError(f"stage {m.name!r}: bad Ray actor options "
+                                        f"{options!r}: {e}") from e
                 self._actors.append(actor)
             ready = [a.ready.remote() for a in self._actors]
-            done, pending = ray.wait(ready, num_returns=len(ready), timeout=start_timeout)
+            _, pending = ray.wait(ready, num_returns=len(ready), timeout=start_timeout)
             if pending:
-                late = [stages[ready.index(p)][0] for p in pending]
+                late = [names[ready.index(p)] for p in pending]
                 raise PipelineError(f"the Ray actors of stages {late} did not start within "
-                                    f"{start_timeout:g} s (resources they ask for: "
+                                    f"{start_timeout:g} s (their options: "
                                     f"{[resources.get(n, {'num_cpus': 0}) for n in late]})")
-            for ref, stage in zip(ready, stages):
+            for ref, name in zip(ready, names):
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayError as e:
-                    raise PipelineError(f"stage {stage[0]!r} could not be rebuilt in its Ray "
-                                        f"actor: {e}") from e
+                    raise PipelineError(f"stage {name!r} could not be rebuilt in its Ray "
+                                        f"actor: {_cause(e)}") from e
         except BaseException:
-            self.close()
+            self._kill()
             raise
+        self._watcher = threading.Thread(target=self._watch_loop, daemon=True,
+                                         name="nnc-pipeline-ray")
+        self._watcher.start()
 
-    def _check_open(self):
-        if self._actors is None:
-            raise PipelineError("the pipeline is closed")
-
-    def set_input(self, name, array):
-        self._check_open()
-        spec = self._input_specs.get(name)
-        if spec is None:
-            raise PipelineError(f"no global input {name!r} (inputs: "
-                                f"{sorted(self._input_specs)})")
-        dtype, shape = spec
-        a = np.asarray(array)
-        if a.dtype != np.dtype(dtype) or a.shape != tuple(shape):
-            raise PipelineError(f"input {name!r} takes {np.dtype(dtype)}{list(shape)}, not "
-                                f"{a.dtype}{list(a.shape)}")
-        self._inputs[name] = np.array(a, copy=True)
-
-    def run(self):
-        """Submit one input through every stage; returns at once."""
-        self._check_open()
-        missing = sorted(set(self._input_specs) - set(self._inputs))
-        if missing:
-            raise PipelineError(f"run() before set_input for {missing}")
-        if len(self._flight) >= self._depth:
-            raise PipelineError(f"{len(self._flight)} inputs are in flight (depth "
-                                f"{self._depth}); take outputs with get_output() first")
+    def _submit(self, job):
+        """Submit every stage of ``job`` at once (lock held; ``.remote()`` does not block)."""
         ray = self._ray
-        put = {name: ray.put(a) for name, a in self._inputs.items()}
-        self._inputs = {}
+        put = {name: ray.put(a) for name, a in job.inputs.items()}
         refs = []
-        for (name, _, _, ins, n_out), actor in zip(self._stages, self._actors):
-            args = [put[src[1]] if src[0] == "input" else refs[src[1]][src[2]]
-                    for _, src in ins]
-            out = actor.run.options(num_returns=max(n_out, 1)).remote(*args)
-            refs.append([out] if n_out <= 1 else list(out))
-        self._flight.append([refs[k][i] for k, i in self._outputs])
+        for k, (st, actor) in enumerate(zip(self.plan.stages, self._actors)):
+            args = [put[src.name] if src.stage < 0 else refs[src.stage][src.output]
+                    for _, src in st.inputs]
+            # the outputs, then a status (True): small, so the watcher learns of a failure
+            # without pulling a stage's data to the driver
+            out = actor.run.options(num_returns=st.module.num_outputs + 1).remote(*args)
+            refs.append(list(out))
+            self._watch.append((job, k, refs[-1]))
+        self._cond.notify_all()
 
-    def has_next_output(self):
-        self._check_open()
-        if not self._flight:
-            return False
-        first = self._flight[0]
-        ready, _ = self._ray.wait(first, num_returns=len(first), timeout=0)
-        return len(ready) == len(first)
+    def _watch_loop(self):
+        """Report finished stage calls to the base, in the order Ray finishes them."""
+        ray = self._ray
+        while True:
+            with self._cond:
+                while not self._watch and not self._stop:
+                    self._cond.wait(_WAIT_SLICE)
+                if self._stop and not self._watch:
+                    return
+                heads = [refs[-1] for _, _, refs in self._watch]
+            done, _ = ray.wait(heads, num_returns=1, timeout=_WAIT_SLICE, fetch_local=False)
+            if not done:
+                continue
+            finished = set(done)
+            with self._cond:
+                items = [w for w in self._watch if w[2][-1] in finished]
+                self._watch = [w for w in self._watch if w[2][-1] not in finished]
+            for job, k, refs in items:
+                self._finish(job, k, refs)
 
-    def get_output(self, block=False, timeout=None):
-        """The outputs of the oldest input still in flight, or None if they are not ready
-        (``block=False``) or nothing is in flight; raises that input's stage error."""
-        self._check_open()
-        if not self._flight:
-            return None
-        first = self._flight[0]
-        wait = (timeout if timeout is not None else None) if block else 0
-        ready, _ = self._ray.wait(first, num_returns=len(first), timeout=wait)
-        if len(ready) < len(first):
-            return None
-        self._flight.popleft()
+    def _finish(self, job, k, refs):
+        """Stage k of job is done: read its status (small), then fetch its global outputs;
+        or record its error for this input."""
+        ray = self._ray
+        name = self.plan.stages[k].module.name
         try:
-            return list(self._ray.get(first))
-        except self._ray.exceptions.RayError as e:
-            cause = getattr(e, "cause", None)
-            raise PipelineError(str(cause) if cause is not None else str(e)) from e
+            ray.get(refs[-1])
+            if job.error is None:
+                for index in self._fetch[k]:
+                    # a private, writable array like the local executor's (the store's is
+                    # read-only and lives only as long as the ObjectRef)
+                    job.values[(k, index)] = np.array(ray.get(refs[index]))
+        except ray.exceptions.RayError as e:
+            job.fail(name, _cause(e))
+        except Exception as e:      # noqa: BLE001 - reported for this input, never lost
+            job.fail(name, e)
+        self._stage_done(job)
 
-    def num_executing(self):
-        self._check_open()
-        return len(self._flight)
-
-    def close(self):
-        """Kill the actors; idempotent. Outputs not yet taken are dropped."""
-        if self._actors is None:
-            return
-        actors, self._actors = self._actors, None
-        self._flight.clear()
-        for a in actors:
+    def _kill(self):
+        for a in self._actors:
             try:
                 self._ray.kill(a)
-            except Exception:   # noqa: BLE001 - an actor that already died needs no kill
+            except Exception:       # noqa: BLE001 - an actor that already died needs no kill
                 pass
+        self._actors = []
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_actors", None) and getattr(self, "_ray", None) is not None:
-            self.close()
+    def _shutdown(self):
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join()
+        self._kill()
 
 
-def pack_graph_stage(name, graph, inputs, outputs):
-    """A graph stage's payload for its actor; PipelineError naming the stage if it cannot go."""
-    return graph_pack(graph, inputs, outputs, what=f"stage {name!r}")
+def _cause(e):
+    """The exception a Ray error carries from the actor (ours names the stage), or e."""
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, BaseException) else e

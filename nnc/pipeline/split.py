@@ -26,7 +26,8 @@ import numbers
 
 import numpy as np
 
-from nnc.graph.graph import Graph, GraphExec
+from nnc.cmd import Cmd
+from nnc.graph.graph import Graph
 from nnc.pipeline.config import Module, PipelineConfig, PipelineError
 from nnc.tensor import Tensor
 
@@ -367,6 +368,8 @@ def split(graph, stages=2, costs=None, inputs=None, outputs=None):
         s = g.stages[-1]
         finals.append((s, _output_index(stage_outputs[s], memory[s].remap(t, g))))
 
+    for s in range(stages):
+        _anchor(graphs[s], stage_inputs[s].values(), stage_outputs[s])
     modules = [Module(graphs[s], inputs=stage_inputs[s], outputs=stage_outputs[s],
                       name=f"stage{s}") for s in range(stages)]
     cfg = PipelineConfig()
@@ -377,6 +380,31 @@ def split(graph, stages=2, costs=None, inputs=None, outputs=None):
     for a, index, b, iname in links:
         cfg.connect(modules[a], index, modules[b], iname)
     return cfg
+
+
+def _anchor(g, inputs, outputs):
+    """Give a stage's hand-off tensors a node that reads (inputs) or writes (outputs) them
+    where no node does by identity: a group's content moves whole, as its covering tensor, but
+    the nodes may touch only views of it (a concat's branches write views of its buffer; a
+    stage may pass a group on untouched). A NOOP node first (reading the inputs) and one last
+    (declaring the outputs) keep pipeline.Module's checks true and order nothing wrongly.
+    """
+    execs = g.execs
+    read = {id(t) for e in execs for t in e.inputs if t is not None}
+    written = {id(t) for e in execs for t in e.outputs if t is not None}
+    ins = [t for t in inputs if id(t) not in read]
+    outs = [t for t in outputs if id(t) not in written]
+    if ins:
+        first = g.exec(Cmd("NOOP"), inputs=ins, name="split.in")
+        has_pred = {b.index for e in execs for b in e.outgoings}
+        for e in execs:
+            if e.index not in has_pred:
+                g.concat(first, e)
+    if outs:
+        last = g.exec(Cmd("NOOP"), inputs=outs, outputs=outs, name="split.out")
+        for e in execs:
+            if not e.outgoings:
+                g.concat(e, last)
 
 
 def _output_index(outs, t):
