@@ -72,8 +72,9 @@ _register_cudnn_conv()
 # From here on the commands registered above are built-in: never replaced by a re-registration.
 _seal_builtins()
 
-# nnc.onnx (layer 8) imports the onnx package only when load/save are called.
-from nnc import onnx  # noqa: E402, F401
+# nnc.onnx (layer 8) imports the onnx package only when load/save are called; nnc.pipeline
+# (layer 8) is TVM's pipeline executor on streams (docs/pipeline.md).
+from nnc import onnx, pipeline  # noqa: E402, F401
 
 __all__ = [
     "MAX_DIM",

@@ -383,6 +383,15 @@ cdef class Stream:
         self.kick()
         stream_drain(self.s)
 
+    def _take_errors(self):
+        """The failures recorded and not raised yet, as [(where, exc)], taken (as wait()
+        takes them; wait()s in progress still see them). Never blocks: a task enqueued on this
+        stream after some work (nnc.pipeline's stages) reads the failures of that work."""
+        cdef list errors = <list>self.s.errors
+        found = list(errors)
+        del errors[:]
+        return found
+
     def _raise_errors(self, list found):
         raise self._error(found)
 

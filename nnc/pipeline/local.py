@@ -1,0 +1,165 @@
+"""The local executor: every stage on its own nnc CPU stream in this process
+(``build(cfg, executor="local")``, docs/pipeline.md).
+
+Streams are serial queues run by nnc's worker pool, so a pipeline of any number of stages
+costs no thread of its own. ``run()`` enqueues one input's whole trip at once, stage by stage
+in the plan's topological order; on stage ``i``'s stream:
+
+1. wait on the signal of every stage it reads from (emitted after that stage's hand-over for
+   this input: a stream parks on a signal without holding a pool thread);
+2. a graph stage: a task copies the input arrays into the stage's input tensors, then the
+   graph's run is enqueued (``graph.run(stream=s)``: on the graph's static schedule's streams
+   if it has one), then a task takes that run's failures (``Stream._take_errors``) and copies
+   the output tensors into fresh arrays, the hand-over slot of this input; a function stage:
+   one task calls the function and checks what it returns;
+3. emit stage ``i``'s signal.
+
+So each stage handles inputs one at a time, in input order (a graph has one set of tensors),
+while different stages work on different inputs at once. A stage that fails records the
+failure on the input (``Job.fail``); later stages skip that input (a graph stage's enqueued
+run still runs, on stale inputs, and its result is dropped), later inputs are unaffected.
+Every task reports itself done to the front end (``_stage_done``), so an input always
+completes, failed or not.
+"""
+
+import functools
+
+import numpy as np
+
+from nnc.pipeline.config import PipelineError, array_mismatch, spec_str
+from nnc.pipeline.runtime import PipelineModule, stage_scope
+from nnc.stream import Signal, Stream
+
+
+def build(plan, *, depth):
+    """The local executor's :class:`LocalPipeline` for ``plan`` (see nnc.pipeline.build)."""
+    return LocalPipeline(plan, depth)
+
+
+class LocalPipeline(PipelineModule):
+    """A pipeline whose stages run on nnc CPU streams of this process."""
+
+    def __init__(self, plan, depth):
+        super().__init__(plan, depth)
+        self._streams = [Stream("cpu") for _ in plan.stages]    # stage i's stream
+        self._signals = [Signal("cpu") for _ in plan.stages]    # emitted after stage i
+        self._tasks = [self._stage_tasks(i) for i in range(len(plan.stages))]
+
+    def _stage_tasks(self, i):
+        st = self.plan.stages[i]
+        if st.module.graph is None:
+            return (functools.partial(self._call, i),)
+        return (functools.partial(self._load, i), st.module.graph,
+                functools.partial(self._store, i))
+
+    def _submit(self, job):
+        # Called with the front end's lock held: jobs enqueue in input order on every stream.
+        stages = self.plan.stages
+        reporters = 0                   # stages whose reporting task (store or call) is queued
+        current = stages[0].module.name
+        try:
+            for i, st in enumerate(stages):
+                current = st.module.name
+                s = self._streams[i]
+                for p in st.producers:
+                    s.wait_signal(self._signals[p])
+                tasks = self._tasks[i]
+                s.add_callback(functools.partial(tasks[0], job))
+                if len(tasks) == 1:
+                    reporters += 1
+                else:
+                    try:
+                        tasks[1].run(stream=s)
+                    finally:
+                        # The load task is queued: the store task must follow it whatever
+                        # happened, since it reports the stage done.
+                        s.add_callback(functools.partial(tasks[2], job))
+                        reporters += 1
+                s.emit(self._signals[i])
+        except Exception as e:
+            # Stages not enqueued will never report: count them done here (the lock is
+            # reentrant), so the job still completes, failed, once the queued tasks ran.
+            job.fail(current, e)
+            for _ in range(len(stages) - reporters):
+                self._stage_done(job)
+            raise PipelineError(f"run: enqueueing input #{job.seq} on stage {current} "
+                                f"failed: {e!r}") from e
+
+    def _inputs(self, i, job):
+        """Stage i's input arrays for ``job``, checked against the declared specs."""
+        st = self.plan.stages[i]
+        m = st.module
+        out = {}
+        for key, src in st.inputs:
+            a = job.inputs[src.name] if src.stage < 0 else job.values[(src.stage, src.output)]
+            why = array_mismatch(m.input_specs[key], a)
+            if why:
+                raise PipelineError(f"{m.name}.{key} declared {spec_str(m.input_specs[key])} "
+                                    f"got {a.dtype}{a.shape}: {why}")
+            out[key] = a
+        return out
+
+    def _load(self, i, job):
+        """On stage i's stream, before its graph runs: copy the inputs into its tensors."""
+        m = self.plan.stages[i].module
+        with stage_scope():
+            try:
+                if job.error is None:
+                    for key, a in self._inputs(i, job).items():
+                        np.copyto(m.input_tensors[key].numpy(), a)
+            except Exception as e:
+                job.fail(m.name, e)
+
+    def _store(self, i, job):
+        """On stage i's stream, after its graph's run: take the run's failures, hand the
+        outputs over, and count the stage done."""
+        m = self.plan.stages[i].module
+        s = self._streams[i]
+        with stage_scope():
+            try:
+                errors = s._take_errors()
+                if errors:
+                    job.fail(m.name, s._error(errors))
+                elif job.error is None:
+                    for j, t in enumerate(m.output_tensors):
+                        job.values[(i, j)] = t.numpy().copy()
+            except Exception as e:
+                job.fail(m.name, e)
+            finally:
+                self._stage_done(job)
+
+    def _call(self, i, job):
+        """On stage i's stream: call a function stage and hand its results over."""
+        m = self.plan.stages[i].module
+        with stage_scope():
+            try:
+                if job.error is None:
+                    args = {}
+                    for key, a in self._inputs(i, job).items():
+                        v = a.view()
+                        v.flags.writeable = False   # other consumers read the same array
+                        args[key] = v
+                    r = m.fn(**args)
+                    outs = list(r) if isinstance(r, (tuple, list)) else [r]
+                    if len(outs) != m.num_outputs:
+                        raise PipelineError(f"{m.name} returned {len(outs)} value(s), "
+                                            f"declared {m.num_outputs}")
+                    for j, o in enumerate(outs):
+                        # A copy: the function may reuse or change its array later.
+                        a = np.array(o, copy=True)
+                        why = array_mismatch(m.output_specs[j], a)
+                        if why:
+                            raise PipelineError(f"{m.name} output {j} declared "
+                                                f"{spec_str(m.output_specs[j])}: {why}")
+                        job.values[(i, j)] = a
+            except Exception as e:
+                job.fail(m.name, e)
+            finally:
+                self._stage_done(job)
+
+    def _shutdown(self):
+        for s in self._streams:
+            s._drain()
+        self._streams = []
+        self._signals = []
+        self._tasks = []
