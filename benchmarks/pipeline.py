@@ -137,9 +137,9 @@ def run_net(name, args, log):
         prepare[f"seq intra-op {k}"] = _intra(k, lambda: None)
         for policy in ("rank", "list"):
             # static_schedule makes its schedule the graph's default: untimed, before each round
-            name = f"sched {policy} intra-op {k}"
-            fns[name] = sched_run
-            prepare[name] = _intra(k, lambda policy=policy: nnc.static_schedule(
+            key = f"sched {policy} intra-op {k}"
+            fns[key] = sched_run
+            prepare[key] = _intra(k, lambda policy=policy: nnc.static_schedule(
                 g, max_streams=args.cores, policy=policy, costs=costs))
     local = pipeline.build(cfg, depth=DEPTH)
     checks = {}

@@ -96,7 +96,7 @@ def _import_ray():
     return ray
 
 
-def build(plan, depth=4, resources=None, start_timeout=START_TIMEOUT):
+def build(plan, *, depth=4, resources=None, start_timeout=START_TIMEOUT):
     """``pipeline.build(cfg, executor="ray", ...)``: a :class:`RayPipelineModule` for ``plan``
     (``cfg.plan()``). ``resources``: stage module name -> options of its actor;
     ``start_timeout``: seconds the actors may take to start and rebuild their stages."""
