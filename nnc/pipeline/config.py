@@ -103,7 +103,7 @@ def spec_mismatch(a, b):
     if a[1] is not None and b[1] is not None:
         if len(a[1]) != len(b[1]) or any(x is not None and y is not None and x != y
                                          for x, y in zip(a[1], b[1])):
-            return f"shape {spec_str((None, a[1]))} != {spec_str((None, b[1]))}"
+            return f"shape {spec_str((None, a[1]))[1:]} != {spec_str((None, b[1]))[1:]}"
     return None
 
 
@@ -323,23 +323,25 @@ class _GlobalOutputs:
         self._cfg = cfg
         self._items = []
 
-    def _check(self, value, where):
+    def _check(self, value, i):
         if not isinstance(value, tuple) or len(value) != 2:
-            raise PipelineError(f"{where}: expected (module, output index), not {value!r}")
-        self._cfg._check_edge(value[0], value[1], self._cfg, where)
+            raise PipelineError(f"global output {i}: expected (module, output index), not "
+                                f"{value!r}")
+        what = f"connecting {_end(value[0], value[1], self._cfg)} -> global output {i}"
+        self._cfg._check_edge(value[0], value[1], self._cfg, what)
         return value
 
     def append(self, value):
-        self._items.append(self._check(value, f"global output {len(self._items)}"))
+        self._items.append(self._check(value, len(self._items)))
 
     def insert(self, i, value):
-        self._items.insert(i, self._check(value, f"global output {i}"))
+        self._items.insert(i, self._check(value, i))
 
     def __setitem__(self, i, value):
         if not isinstance(i, int):
             raise PipelineError(f"global output index must be an int, not {i!r}")
         self._items[i]                  # IndexError for a slot that does not exist
-        self._items[i] = self._check(value, f"global output {i}")
+        self._items[i] = self._check(value, i)
 
     def __getitem__(self, i):
         return self._items[i]
@@ -404,11 +406,11 @@ class PipelineConfig:
         self._modules.append(m)
 
     def _check_side(self, owner, what):
+        if isinstance(owner, PipelineConfig) and owner is not self:
+            raise PipelineError(f"{what}: the global side of another config")
         if owner is not self and not isinstance(owner, Module):
             raise PipelineError(f"{what}: {owner!r} is neither a pipeline.Module nor this "
                                 "config (the global side)")
-        if isinstance(owner, PipelineConfig) and owner is not self:
-            raise PipelineError(f"{what}: the global side of another config")
 
     def _check_edge(self, src, src_port, dst, what, dst_port=None):
         """Raise PipelineError if src.src_port -> dst(.dst_port) is illegal. ``dst is self``
@@ -432,6 +434,9 @@ class PipelineConfig:
                 raise PipelineError(f"{what}: {src.name} has no output {src_port} (it has "
                                     f"{src.num_outputs})")
         if dst is self:
+            if isinstance(dst_port, str):
+                raise PipelineError(f"{what}: a global input can be fed only by the caller "
+                                    "(set_input), not by a module output")
             self._add_module(src, what)
             return
         if not isinstance(dst_port, (str, int)) or isinstance(dst_port, bool):
@@ -448,11 +453,10 @@ class PipelineConfig:
         if dst_port not in dst.input_specs:
             raise PipelineError(f"{what}: {dst.name} has no input {dst_port!r} (its inputs: "
                                 f"{', '.join(dst.input_names) or 'none'})")
-        old = self._sources.get((id(dst), dst_port))
-        if old is not None:
-            raise PipelineError(f"{what}: {dst.name}.{dst_port} is already bound to "
-                                f"{_end(old[0], old[1], self)}")
         want = dst.input_specs[dst_port]
+        if src is not self and self._reaches(dst, src):
+            raise PipelineError(f"{what}: would make a cycle ({src.name} already depends "
+                                f"on {dst.name})")
         if src is self:
             for m, key in self.inputs._targets.get(src_port, []):
                 why = spec_mismatch(m.input_specs[key], want)
@@ -463,9 +467,10 @@ class PipelineConfig:
             why = spec_mismatch(src.output_specs[src_port], want)
             if why:
                 raise PipelineError(f"{what}: {why}")
-            if self._reaches(dst, src):
-                raise PipelineError(f"{what}: would make a cycle ({src.name} already depends "
-                                    f"on {dst.name})")
+        old = self._sources.get((id(dst), dst_port))
+        if old is not None:
+            raise PipelineError(f"{what}: {dst.name}.{dst_port} is already bound to "
+                                f"{_end(old[0], old[1], self)}")
         for m in (src, dst):
             if m is not self:
                 self._add_module(m, what)

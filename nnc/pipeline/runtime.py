@@ -220,22 +220,20 @@ class PipelineModule:
         ``block=False``: None if they are not ready. Blocking: waits at most ``timeout``
         seconds (then None). A stage that failed on that input raises PipelineError naming
         the stage (the failure as ``__cause__``); later inputs are unaffected. With no input
-        in flight there is nothing to wait for: None without blocking, PipelineError when
-        blocking.
+        in flight, a blocking call with a timeout waits for another thread's run; without a
+        timeout it raises PipelineError (nothing could ever arrive).
         """
         deadline = _deadline(timeout)
         with self._cond:
             self._check_open("get_output")
-            if not self._jobs:
+            if not self._jobs and block and deadline is None:
+                raise PipelineError("get_output: no input in flight (run() first, or give "
+                                    "a timeout to wait for another thread's run)")
+            if not (self._jobs and self._jobs[0].done):
                 if not block:
                     return None
-                raise PipelineError("get_output: no input in flight (run() first)")
-            if not self._jobs[0].done:
-                if not block:
-                    return None
-                first = self._jobs[0]
-                if not self._wait(lambda: self._closed or first.done, deadline,
-                                  "get_output()"):
+                if not self._wait(lambda: self._closed or (self._jobs and self._jobs[0].done),
+                                  deadline, "get_output()"):
                     return None
                 self._check_open("get_output")
             job = self._jobs.popleft()
@@ -255,6 +253,9 @@ class PipelineModule:
         new work; call close() again to finish)."""
         deadline = _deadline(timeout)
         with self._cond:
+            if self._executing and _in_a_stage():
+                raise PipelineError("close() would wait inside a pipeline stage, which could "
+                                    "be waiting for itself")
             self._closed = True
             self._cond.notify_all()
             if self._executing and not self._wait(lambda: self._executing == 0, deadline,
