@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from _pipeline_rfc import closed_form, rfc_config, run_sequential
 
 import nnc
 from nnc import pipeline
@@ -60,34 +61,6 @@ def cluster():
         ray.shutdown()
 
 
-def _rfc_config():
-    """TVM's RFC test shape: mod1 feeds mod2 and mod3, mod2 feeds mod3; data_a -> mod1,
-    data_b -> mod2 (3x3 float32 graphs)."""
-    def t():
-        return nnc.Tensor.zeros((3, 3), "float32")
-
-    g1, a, t1, t2 = nnc.Graph(), t(), t(), t()
-    e = g1.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [a], [t1])
-    g1.concat(e, g1.exec(nnc.Cmd("EWSUM"), [t1, a], [t2]))
-    m1 = pipeline.Module(g1, inputs={"data_0": a}, outputs=[t1, t2], name="mod1")
-    g2, x, b, y = nnc.Graph(), t(), t(), t()
-    g2.exec(nnc.Cmd("EWSUM"), [x, b], [y])
-    m2 = pipeline.Module(g2, inputs={"x": x, "data_1": b}, outputs=[y], name="mod2")
-    g3, p, q, z, w = nnc.Graph(), t(), t(), t(), t()
-    e = g3.exec(nnc.Cmd("EWSUM"), [p, q], [z])
-    g3.concat(e, g3.exec(nnc.Cmd("SCALAR_MUL", a=0.5), [z], [w]))
-    m3 = pipeline.Module(g3, inputs={"p": p, "q": q}, outputs=[w], name="mod3")
-    cfg = pipeline.PipelineConfig()
-    cfg.inputs["data_a"] = (m1, "data_0")
-    cfg.inputs["data_b"] = (m2, "data_1")
-    cfg.connect(m1, 0, m2, "x")
-    cfg.connect(m1, 1, m3, "p")
-    cfg.connect(m2, 0, m3, "q")
-    cfg.outputs.append((m3, 0))
-    cfg.outputs.append((m1, 1))
-    return cfg
-
-
 def _feed(pm, feeds):
     """Run every input (at most depth in flight) and return the outputs in input order."""
     outs = []
@@ -103,23 +76,24 @@ def _feed(pm, feeds):
 
 
 @pytest.mark.usefixtures("cluster")
-def test_rfc_graph_matches_local_and_numpy():
+def test_rfc_graph_matches_local_and_sequential():
+    """The RFC network, 5 rounds: Ray's outputs equal the local executor's and running the
+    three modules one after another."""
     rng = np.random.default_rng(0)
     feeds = [{"data_a": rng.standard_normal((3, 3)).astype(np.float32),
               "data_b": rng.standard_normal((3, 3)).astype(np.float32)} for _ in range(5)]
-    cfg = _rfc_config()
+    cfg, mods = rfc_config()
     with pipeline.build(cfg, executor="ray", depth=2) as pm:
         got = _feed(pm, feeds)
         assert pm.num_executing() == 0 and not pm.has_next_output()
     with pipeline.build(cfg) as pm:
         want = _feed(pm, feeds)
-    for f, g_out, l_out in zip(feeds, got, want):
-        a, b = f["data_a"], f["data_b"]
-        t2 = 3 * a
-        expect = [0.5 * (t2 + (2 * a + b)), t2]
-        for x, y, e in zip(g_out, l_out, expect):
+    for f, ray_out, local_out in zip(feeds, got, want):
+        seq = run_sequential(mods, f["data_a"], f["data_b"])
+        for x, y, z, c in zip(ray_out, local_out, seq, closed_form(f["data_a"], f["data_b"])):
             np.testing.assert_array_equal(x, y)
-            np.testing.assert_allclose(x, e, rtol=1e-6)
+            np.testing.assert_array_equal(x, z)
+            np.testing.assert_allclose(x, c, rtol=1e-5)
             assert x.flags.writeable
 
 
