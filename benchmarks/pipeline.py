@@ -253,6 +253,10 @@ def render(report):
         else:
             out.append(f"ray: {r['ray_reason']}")
         out.append(f"outputs equal to g.run(): {r['checks']}")
+        load = [o for o in r["others"] if o is not None]
+        if load:
+            out.append(f"load: other processes took {min(load):.1f}-{max(load):.1f} cores "
+                       "during the rounds (from /proc/stat)")
     h = report["hops"]
     out.append(f"\nHand-off through {h['hops']} empty function stages (us per input per hop):")
     out.append(_util.table(["executor", "us/hop"],

@@ -30,6 +30,7 @@ from nnc.pipeline.graph_pack import graph_pack, graph_unpack
 from nnc.pipeline.runtime import _WAIT_SLICE, PipelineModule
 
 START_TIMEOUT = 120.0   # seconds an actor may take to start and rebuild its stage at build time
+_INLINE_BYTES = 100 * 1024      # Ray's own limit for passing an argument inline
 
 
 class StageWorker:
@@ -185,7 +186,10 @@ class RayPipelineModule(PipelineModule):
     def _submit(self, job):
         """Submit every stage of ``job`` at once (lock held; ``.remote()`` does not block)."""
         ray = self._ray
-        put = {name: ray.put(a) for name, a in job.inputs.items()}
+        # A large input goes into the object store once (stages on other nodes fetch it from
+        # there); a small one rides inline with each call, which saves a round trip.
+        put = {name: ray.put(a) if a.nbytes >= _INLINE_BYTES else a
+               for name, a in job.inputs.items()}
         refs = []
         for k, (st, actor) in enumerate(zip(self.plan.stages, self._actors)):
             args = [put[src.name] if src.stage < 0 else refs[src.stage][src.output]
