@@ -466,3 +466,83 @@ def test_stages_cost_no_threads():
     assert [pm.get_output(timeout=T)[0][0] for _ in range(10)] == [k + 30 for k in range(10)]
     assert threading.active_count() <= max(before, nnc.get_num_threads() + 1)
     pm.close()
+
+
+def test_stream_take_errors():
+    """The stream hook graph stages use: failures recorded so far, taken without waiting."""
+    s = nnc.Stream()
+    s.add_callback(lambda: 1 / 0)
+    s._drain()
+    (where, exc), = s._take_errors()
+    assert isinstance(exc, ZeroDivisionError)
+    assert s._take_errors() == []
+    assert s.wait(timeout=T)            # taken: wait() has nothing left to raise
+
+
+def test_a_run_that_cannot_be_enqueued():
+    """If enqueueing a stage fails half way (here: its graph refuses to run), run() raises,
+    the stages already enqueued finish, and the pipeline stays usable."""
+    cfg, _ = rfc_config()
+    pm = pipeline.build(cfg, depth=2)
+    pm.set_input("data_a", np.ones((3, 3), np.float32))
+    pm.set_input("data_b", np.ones((3, 3), np.float32))
+
+    class Refusing:
+        def run(self, stream=None):
+            raise nnc.GraphError("refused")
+
+    load, graph, store = pm._tasks[1]
+    pm._tasks[1] = (load, Refusing(), store)
+    with pytest.raises(PipelineError, match="enqueueing input #0 on stage mod2") as info:
+        pm.run(timeout=T)
+    assert isinstance(info.value.__cause__, nnc.GraphError)
+    deadline = time.monotonic() + T
+    while pm.num_executing() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pm.num_executing() == 0 and not pm.has_next_output()
+    pm._tasks[1] = (load, graph, store)
+    pm.run(timeout=T)
+    out = pm.get_output(timeout=T)
+    np.testing.assert_allclose(out[0], closed_form(np.ones((3, 3)), np.ones((3, 3)))[0])
+    pm.close()
+
+
+def test_ctrl_c_interrupts_a_blocked_run():
+    import signal
+
+    gate = threading.Event()
+    pm = chain(lambda x: (gate.wait(T), x)[1], depth=1)
+    pm.set_input("in", np.array([1]))
+    pm.run()
+    main = threading.main_thread().ident
+    if threading.get_ident() != main:   # pragma: no cover - signals reach the main thread only
+        pytest.skip("not on the main thread")
+    timer = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        pm.run(timeout=T)               # full: blocks until Ctrl-C
+    assert time.monotonic() - t0 < T / 2
+    timer.join(T)
+    gate.set()
+    assert pm.get_output(timeout=T)[0][0] == 1
+    assert pm.num_executing() == 0      # the interrupted run enqueued nothing
+    pm.close(timeout=T)
+
+
+def test_closing_an_idle_pipeline_inside_a_stage():
+    other = chain(lambda x: x)
+    other.set_input("in", np.array([5]))
+    other.run()
+    assert other.get_output(timeout=T)[0][0] == 5
+
+    def stage(x):
+        other.close()                   # idle: nothing to wait for, allowed on a pool thread
+        return x
+
+    with chain(stage) as pm:
+        pm.set_input("in", np.array([1]))
+        pm.run()
+        assert pm.get_output(timeout=T)[0][0] == 1
+    with pytest.raises(PipelineError, match="closed"):
+        other.run()

@@ -161,10 +161,12 @@ def test_global_output_as_source():
         cfg.connect(cfg, 0, m4, "x")
 
 
-def test_global_input_to_global_output():
+def test_global_input_to_global_output_or_input():
     cfg, _ = rfc_config()
-    with raises("only module inputs", "global input 'data_a'", "global output"):
+    with raises("only module inputs", "global input 'data_a'", "global output 2"):
         cfg.outputs.append((cfg, "data_a"))
+    with raises("only module inputs", "global input 'data_a'", "global input 'data_b'"):
+        cfg.connect(cfg, "data_a", cfg, "data_b")
 
 
 def test_output_to_output():
@@ -306,8 +308,20 @@ def test_module_construction_errors():
         pipeline.Module.function(abs, inputs={"x": ("nope", None)}, outputs=[])
     with pytest.raises(PipelineError, match="dimension"):
         pipeline.Module.function(abs, inputs={"x": (None, (3, -1))}, outputs=[])
+    with pytest.raises(PipelineError, match="outputs must be a list"):
+        pipeline.Module(g, inputs={"x": x}, outputs=None)
+    with pytest.raises(PipelineError, match="outputs must be a list"):
+        pipeline.Module.function(abs, inputs={}, outputs=None)
+    with pytest.raises(PipelineError, match="inputs must be a dict"):
+        pipeline.Module.function(abs, inputs=["x"], outputs=[])
     with pytest.raises(PipelineError, match="expected \\(dtype, shape\\)"):
         pipeline.Module.function(abs, inputs={}, outputs=["float32"])
+    # A tensor whose view a node reads (or the view of one it reads) is fine.
+    base = nnc.Tensor(np.zeros(6, np.float32))
+    g2 = nnc.Graph()
+    out = nnc.Tensor(np.zeros(3, np.float32))
+    g2.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [base.view((3,), offset=3)], [out])
+    assert pipeline.Module(g2, inputs={"x": base}, outputs=[out]).input_specs["x"][1] == (6,)
     m = pipeline.Module(g, inputs={"x": x}, outputs=[y], name="scale")
     assert m.input_specs == {"x": (np.dtype("float32"), (3,))}
     assert m.output_specs == [(np.dtype("float32"), (3,))]
@@ -325,6 +339,12 @@ def test_two_modules_one_graph_or_one_name():
     cfg.inputs["in"] = (a, "x")
     with raises("share one graph", "'a'", "'b'"):
         cfg.connect(a, 0, b, "x")
+    g2 = nnc.Graph()
+    z = nnc.Tensor(np.zeros(3, np.float32))
+    g2.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [y], [z])
+    c = pipeline.Module(g2, inputs={"y": y}, outputs=[z], name="c")
+    with raises("share a tensor", "'a'", "'c'"):
+        cfg.connect(a, 0, c, "y")
     twin = fn("a", spec=None)
     with raises("two different modules are named 'a'", "a.output(0)"):
         cfg.connect(a, 0, twin, "x")
@@ -352,3 +372,28 @@ def test_build_arguments():
 def test_modules_of_the_helper_are_distinct():
     # mod1/mod2/mod3 build fresh graphs each call: two configs never share tensors.
     assert mod1().graph is not mod1().graph and mod2().name == "mod2"
+
+
+def test_module_run_once():
+    """Module.run: one synchronous run of a stage with the pipeline's checks (what an executor
+    running a stage elsewhere reuses)."""
+    m1 = mod1()
+    a = np.arange(9, dtype=np.float32).reshape(3, 3)
+    o0, o1, plus1 = m1.run({"data_0": a})
+    np.testing.assert_array_equal(o0, 3 * (a + 1))
+    np.testing.assert_array_equal(o1, 3 * (a - 2))
+    np.testing.assert_array_equal(plus1, a + 1)
+    o0[...] = 0                                  # fresh copies, not the tensors
+    assert m1.output_tensors[0].numpy()[0, 0] == 3
+    with pytest.raises(PipelineError, match="takes inputs \\['data_0'\\], got \\['x'\\]"):
+        m1.run({"x": a})
+    with pytest.raises(PipelineError, match="mod1.data_0 declared float32\\(3, 3\\)"):
+        m1.run({"data_0": a.astype(np.float64)})
+    with pytest.raises(PipelineError, match="not an ndarray"):
+        m1.run({"data_0": [1, 2, 3]})
+    f = pipeline.Module.function(lambda x, y: (x + y, x - y), inputs={"x": None, "y": None},
+                                 outputs=[None, ("int64", None)], name="f")
+    s, d = f.run({"x": np.array([3]), "y": np.array([1])})
+    assert s.tolist() == [4] and d.tolist() == [2]
+    with pytest.raises(PipelineError, match="f output 1 declared int64"):
+        f.run({"x": np.array([3.0]), "y": np.array([1.0])})

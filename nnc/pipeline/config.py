@@ -134,34 +134,23 @@ class Module:
         self.name = _module_name(name, _names)
         self.graph = graph
         self.fn = None
-        read, written = set(), set()
+        read, written = [], []
         for e in graph.execs:
-            read.update(id(t) for t in e.inputs if t is not None)
-            written.update(id(t) for t in e.outputs if t is not None)
+            read.extend(t for t in e.inputs if t is not None)
+            written.extend(t for t in e.outputs if t is not None)
         if not isinstance(inputs, dict):
             raise PipelineError(f"module {self.name}: inputs must be a dict name -> Tensor")
+        if not isinstance(outputs, (list, tuple)):
+            raise PipelineError(f"module {self.name}: outputs must be a list of Tensors")
         self.input_tensors = {}
         for key, t in inputs.items():
             what = f"module {self.name} input {key!r}"
             _check_port_name(key, what)
-            if not isinstance(t, Tensor):
-                raise PipelineError(f"{what}: {type(t).__name__} is not an nnc.Tensor")
-            if id(t) not in read:
-                raise PipelineError(f"{what}: that tensor is not an input of any node of "
-                                    "the graph")
+            _check_tensor(t, read, what, "an input of")
             self.input_tensors[key] = t
         self.output_tensors = list(outputs)
         for i, t in enumerate(self.output_tensors):
-            what = f"module {self.name} output {i}"
-            if not isinstance(t, Tensor):
-                raise PipelineError(f"{what}: {type(t).__name__} is not an nnc.Tensor")
-            if id(t) not in written:
-                raise PipelineError(f"{what}: that tensor is not an output of any node of "
-                                    "the graph")
-        for t in [*self.input_tensors.values(), *self.output_tensors]:
-            if t.device != "cpu":
-                raise PipelineError(f"module {self.name}: tensor on {t.device}: pipeline "
-                                    "stages take CPU tensors only (docs/pipeline.md)")
+            _check_tensor(t, written, f"module {self.name} output {i}", "an output of")
         self.input_specs = {k: (t.dtype, tuple(t.shape))
                             for k, t in self.input_tensors.items()}
         self.output_specs = [(t.dtype, tuple(t.shape)) for t in self.output_tensors]
@@ -192,9 +181,73 @@ class Module:
             what = f"module {self.name} input {key!r}"
             _check_port_name(key, what)
             self.input_specs[key] = _spec(spec, what)
+        if not isinstance(outputs, (list, tuple)):
+            raise PipelineError(f"module {self.name}: outputs must be a list of "
+                                "(dtype, shape)")
         self.output_specs = [_spec(s, f"module {self.name} output {i}")
                              for i, s in enumerate(outputs)]
         return self
+
+    def check_inputs(self, arrays):
+        """``arrays`` (input name -> array) checked against this stage's declarations: the
+        same dict, or PipelineError naming the input."""
+        if not isinstance(arrays, dict) or set(arrays) != set(self.input_specs):
+            got = sorted(arrays) if isinstance(arrays, dict) else type(arrays).__name__
+            raise PipelineError(f"module {self.name} takes inputs {list(self.input_names)}, "
+                                f"got {got}")
+        for key, a in arrays.items():
+            spec = self.input_specs[key]
+            why = array_mismatch(spec, a) if isinstance(a, np.ndarray) else "not an ndarray"
+            if why:
+                desc = f"{a.dtype}{a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise PipelineError(f"{self.name}.{key} declared {spec_str(spec)}, got "
+                                    f"{desc}: {why}")
+        return arrays
+
+    def call(self, arrays):
+        """A function stage's work on checked ``arrays``: the function gets read-only views
+        (other consumers may read the same arrays); its results are checked and copied (it
+        may reuse its buffers). Returns the list of output arrays."""
+        args = {}
+        for key, a in arrays.items():
+            v = a.view()
+            v.flags.writeable = False
+            args[key] = v
+        r = self.fn(**args)
+        outs = list(r) if isinstance(r, (tuple, list)) else [r]
+        if len(outs) != self.num_outputs:
+            raise PipelineError(f"{self.name} returned {len(outs)} value(s), declared "
+                                f"{self.num_outputs}")
+        result = []
+        for j, o in enumerate(outs):
+            a = np.array(o, copy=True)
+            why = array_mismatch(self.output_specs[j], a)
+            if why:
+                raise PipelineError(f"{self.name} output {j} declared "
+                                    f"{spec_str(self.output_specs[j])}: {why}")
+            result.append(a)
+        return result
+
+    def load(self, arrays):
+        """A graph stage: copy checked ``arrays`` into the input tensors."""
+        for key, a in arrays.items():
+            np.copyto(self.input_tensors[key].numpy(), a)
+
+    def store(self):
+        """A graph stage: fresh copies of the output tensors."""
+        return [t.numpy().copy() for t in self.output_tensors]
+
+    def run(self, arrays):
+        """Run this stage once, synchronously on the calling thread (``graph.run()``, or
+        the function), with the checks a pipeline makes: ``arrays`` maps every input name to
+        an array; returns the output arrays. For executors that run a stage elsewhere (a Ray
+        actor) and for reference runs; not while a pipeline built from it is running."""
+        arrays = self.check_inputs(arrays)
+        if self.graph is None:
+            return self.call(arrays)
+        self.load(arrays)
+        self.graph.run()
+        return self.store()
 
     @property
     def input_names(self):
@@ -216,6 +269,22 @@ def _module_name(name, n, fallback=None):
     if not isinstance(name, str) or not name:
         raise PipelineError(f"a module name must be a non-empty str, not {name!r}")
     return name
+
+
+def _check_tensor(t, used, what, role):
+    """A graph stage's tensor: a CPU nnc.Tensor that nodes use (itself, or memory a node's
+    tensor overlaps: a view of it, or a tensor it is a view of)."""
+    if not isinstance(t, Tensor):
+        raise PipelineError(f"{what}: {type(t).__name__} is not an nnc.Tensor")
+    if t.device != "cpu":
+        raise PipelineError(f"{what}: a tensor on {t.device}: pipeline stages take CPU "
+                            "tensors only (docs/pipeline.md)")
+    if any(t is u for u in used):
+        return
+    a = t.numpy()
+    if not any(u.device == "cpu" and np.may_share_memory(a, u.numpy()) for u in used):
+        raise PipelineError(f"{what}: that tensor (or its memory) is not {role} any node of "
+                            "the graph")
 
 
 def _check_port_name(key, what):
@@ -403,6 +472,11 @@ class PipelineConfig:
             if m.graph is not None and x.graph is m.graph:
                 raise PipelineError(f"{what}: modules {x.name!r} and {m.name!r} share one "
                                     "graph (a stage owns its graph's tensors)")
+            mine = [*m.input_tensors.values(), *m.output_tensors]
+            theirs = [*x.input_tensors.values(), *x.output_tensors]
+            if any(t is u for t in mine for u in theirs):
+                raise PipelineError(f"{what}: modules {x.name!r} and {m.name!r} share a "
+                                    "tensor (stages run at once: each needs its own)")
         self._modules.append(m)
 
     def _check_side(self, owner, what):
@@ -424,8 +498,7 @@ class PipelineConfig:
             if isinstance(src_port, int):
                 raise PipelineError(f"{what}: a global output cannot be a source")
             if dst is self:
-                raise PipelineError(f"{what}: a global input can feed only module inputs, "
-                                    "not a global output")
+                raise PipelineError(f"{what}: a global input can feed only module inputs")
         elif isinstance(src_port, str):
             raise PipelineError(f"{what}: a module input ({src.name}.{src_port}) cannot be a "
                                 "source; bind a module output or a global input to it")

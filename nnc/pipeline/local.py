@@ -24,9 +24,7 @@ completes, failed or not.
 
 import functools
 
-import numpy as np
-
-from nnc.pipeline.config import PipelineError, array_mismatch, spec_str
+from nnc.pipeline.config import PipelineError
 from nnc.pipeline.runtime import PipelineModule, stage_scope
 from nnc.stream import Signal, Stream
 
@@ -76,28 +74,24 @@ class LocalPipeline(PipelineModule):
                         s.add_callback(functools.partial(tasks[2], job))
                         reporters += 1
                 s.emit(self._signals[i])
-        except Exception as e:
+        except BaseException as e:
             # Stages not enqueued will never report: count them done here (the lock is
-            # reentrant), so the job still completes, failed, once the queued tasks ran.
+            # reentrant), so the job still completes, failed, once the queued tasks ran, and
+            # close() never waits for it. A Ctrl-C landing here goes on as it is.
             job.fail(current, e)
             for _ in range(len(stages) - reporters):
                 self._stage_done(job)
+            if not isinstance(e, Exception):
+                raise
             raise PipelineError(f"run: enqueueing input #{job.seq} on stage {current} "
                                 f"failed: {e!r}") from e
 
     def _inputs(self, i, job):
         """Stage i's input arrays for ``job``, checked against the declared specs."""
         st = self.plan.stages[i]
-        m = st.module
-        out = {}
-        for key, src in st.inputs:
-            a = job.inputs[src.name] if src.stage < 0 else job.values[(src.stage, src.output)]
-            why = array_mismatch(m.input_specs[key], a)
-            if why:
-                raise PipelineError(f"{m.name}.{key} declared {spec_str(m.input_specs[key])} "
-                                    f"got {a.dtype}{a.shape}: {why}")
-            out[key] = a
-        return out
+        return st.module.check_inputs({
+            key: job.inputs[src.name] if src.stage < 0 else job.values[(src.stage, src.output)]
+            for key, src in st.inputs})
 
     def _load(self, i, job):
         """On stage i's stream, before its graph runs: copy the inputs into its tensors."""
@@ -105,8 +99,7 @@ class LocalPipeline(PipelineModule):
         with stage_scope():
             try:
                 if job.error is None:
-                    for key, a in self._inputs(i, job).items():
-                        np.copyto(m.input_tensors[key].numpy(), a)
+                    m.load(self._inputs(i, job))
             except Exception as e:
                 job.fail(m.name, e)
 
@@ -121,8 +114,8 @@ class LocalPipeline(PipelineModule):
                 if errors:
                     job.fail(m.name, s._error(errors))
                 elif job.error is None:
-                    for j, t in enumerate(m.output_tensors):
-                        job.values[(i, j)] = t.numpy().copy()
+                    for j, a in enumerate(m.store()):
+                        job.values[(i, j)] = a
             except Exception as e:
                 job.fail(m.name, e)
             finally:
@@ -134,23 +127,7 @@ class LocalPipeline(PipelineModule):
         with stage_scope():
             try:
                 if job.error is None:
-                    args = {}
-                    for key, a in self._inputs(i, job).items():
-                        v = a.view()
-                        v.flags.writeable = False   # other consumers read the same array
-                        args[key] = v
-                    r = m.fn(**args)
-                    outs = list(r) if isinstance(r, (tuple, list)) else [r]
-                    if len(outs) != m.num_outputs:
-                        raise PipelineError(f"{m.name} returned {len(outs)} value(s), "
-                                            f"declared {m.num_outputs}")
-                    for j, o in enumerate(outs):
-                        # A copy: the function may reuse or change its array later.
-                        a = np.array(o, copy=True)
-                        why = array_mismatch(m.output_specs[j], a)
-                        if why:
-                            raise PipelineError(f"{m.name} output {j} declared "
-                                                f"{spec_str(m.output_specs[j])}: {why}")
+                    for j, a in enumerate(m.call(self._inputs(i, job))):
                         job.values[(i, j)] = a
             except Exception as e:
                 job.fail(m.name, e)
@@ -158,8 +135,9 @@ class LocalPipeline(PipelineModule):
                 self._stage_done(job)
 
     def _shutdown(self):
-        for s in self._streams:
-            s._drain()
+        # Every input is done; what may still be queued is the last emit of each stage, which
+        # the pool runs without us (it holds busy streams). Not waiting for it keeps close()
+        # safe on a pool thread (inside another pipeline's stage).
         self._streams = []
         self._signals = []
         self._tasks = []
