@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from nnc.pipeline.config import PipelineError, array_mismatch, spec_str
+from nnc.pipeline.config import Module, PipelineError
 from nnc.pipeline.graph_pack import graph_pack, graph_unpack
 from nnc.pipeline.runtime import _WAIT_SLICE, PipelineModule
 
@@ -34,59 +34,39 @@ _INLINE_BYTES = 100 * 1024      # Ray's own limit for passing an argument inline
 
 
 class StageWorker:
-    """The body of one stage's actor (``ray.remote`` wraps it at build time).
+    """The body of one stage's actor (``ray.remote`` wraps it at build time): the stage rebuilt
+    as a ``pipeline.Module`` of this process, run with the checks the local executor makes
+    (``Module.check_inputs``, ``load``, ``call``).
 
-    ``kind`` is ``"graph"`` (payload: a GraphPack; inputs are copied into its input tensors and
-    the graph runs) or ``"function"`` (payload: ``fn``, called as the local executor calls it).
+    ``kind`` is ``"graph"`` (payload: a GraphPack) or ``"function"`` (payload: the function,
+    with the declared ``input_specs`` and ``output_specs``).
     """
 
-    def __init__(self, name, kind, payload, input_names, output_specs):
-        self.name = name                  # the stage's module name
-        self.kind = kind
+    def __init__(self, name, kind, payload, input_names, input_specs, output_specs):
         self.input_names = input_names    # the order of run()'s arguments
-        self.output_specs = output_specs  # declared (dtype, shape) per output; None: unknown
         if kind == "graph":
-            self.graph, inputs, self.outputs = graph_unpack(payload)
-            self.inputs = [inputs[n] for n in input_names]
+            graph, inputs, outputs = graph_unpack(payload)
+            self.module = Module(graph, inputs=inputs, outputs=outputs, name=name)
         else:
-            self.fn = payload
+            self.module = Module.function(payload, inputs=input_specs,
+                                          outputs=output_specs, name=name)
 
     def ready(self):
         return True
 
     def run(self, *arrays):
         """One input: the outputs, then True. An exception goes to the driver as it is (the
-        driver names the stage), failing every return of this call."""
-        if self.kind == "graph":
-            for name, t, a in zip(self.input_names, self.inputs, arrays):
-                a = np.asarray(a)
-                if a.shape != t.shape or a.dtype != t.dtype:
-                    raise PipelineError(f"input {name!r} is {a.dtype}{list(a.shape)}, the "
-                                        f"stage takes {t.dtype}{list(t.shape)}")
-                np.copyto(t.numpy(), a)
-            self.graph.run()
-            outs = [t.numpy() for t in self.outputs]
+        driver names the stage and the input), failing every return of this call."""
+        m = self.module
+        checked = m.check_inputs(dict(zip(self.input_names, arrays)))
+        if m.graph is None:
+            outs = m.call(checked)
         else:
-            outs = _call_function(self.fn, dict(zip(self.input_names, arrays)),
-                                  self.output_specs)
+            m.load(checked)
+            m.graph.run()
+            # views: Ray copies each return value into its store as this call returns
+            outs = [t.numpy() for t in m.output_tensors]
         return (*outs, True)
-
-
-def _call_function(fn, arrays, specs):
-    """A function stage's outputs (``fn(**arrays)``, as the local executor calls it): a list
-    of arrays, checked against the declared output specs."""
-    result = fn(**{k: np.asarray(a) for k, a in arrays.items()})
-    if not isinstance(result, (tuple, list)):
-        result = [result]
-    if len(result) != len(specs):
-        raise PipelineError(f"the function returned {len(result)} outputs, not {len(specs)}")
-    outs = [np.asarray(r) for r in result]
-    for i, (spec, a) in enumerate(zip(specs, outs)):
-        why = array_mismatch(spec, a)
-        if why:
-            raise PipelineError(f"output {i} is {spec_str((a.dtype, a.shape))}, declared "
-                                f"{spec_str(spec)}: {why}")
-    return outs
 
 
 def _import_ray():
@@ -158,7 +138,8 @@ class RayPipelineModule(PipelineModule):
                 options.update(resources.get(m.name, {}))
                 try:
                     actor = remote.options(**options).remote(
-                        m.name, kind, payload, [n for n, _ in st.inputs], m.output_specs)
+                        m.name, kind, payload, [n for n, _ in st.inputs], m.input_specs,
+                        m.output_specs)
                 except (TypeError, ValueError) as e:
                     raise PipelineError(f"stage {m.name!r}: bad Ray actor options "
                                         f"{options!r}: {e}") from e

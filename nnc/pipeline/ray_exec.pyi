@@ -2,19 +2,17 @@
 
 from typing import Any, Literal
 
-from nnc.pipeline.config import Plan, _Spec
+from nnc.pipeline.config import Module, Plan, _Spec
 from nnc.pipeline.runtime import Job, PipelineModule
 
 START_TIMEOUT: float
 
 class StageWorker:
-    name: str
-    kind: Literal["graph", "function"]
     input_names: list[str]
-    output_specs: list[_Spec]
+    module: Module
     def __init__(
         self, name: str, kind: Literal["graph", "function"], payload: Any,
-        input_names: list[str], output_specs: list[_Spec],
+        input_names: list[str], input_specs: dict[str, _Spec], output_specs: list[_Spec],
     ) -> None: ...
     def ready(self) -> bool: ...
     def run(self, *arrays: Any) -> tuple[Any, ...]: ...
