@@ -22,8 +22,10 @@ Inception-V3 299 (``nnc.models.inception``) and ResNet-50 224 (``onnx_zoo.resnet
   throughput (``seq`` and ``sched`` rows); Ray >= 70 % of local.
 
 Hand-off overhead: a pipeline of H empty function stages (each returns its 4-float input) moves
-N inputs through; seconds per input per hop, local and Ray, minus nothing (the stages do no
-work). Ray needs the ``ray`` package (the ``ray`` extra): without it the Ray columns read
+4N inputs through, one at a time (depth 1: the latency of a hop) and 4 at a time; seconds per
+input per hop, local and Ray (the stages do no work), beside ``raw ray``: the same chain of
+plain Ray actor calls passing ObjectRefs, without nnc (what Ray itself costs per hop).
+Ray needs the ``ray`` package (the ``ray`` extra): without it the Ray columns read
 ``ray missing``. ``--quick`` (a smoke run, about a minute): Inception-V3 at 75x75 only, one
 round, N = 4, H = 2.
 """
@@ -199,6 +201,29 @@ def hop_chain(hops):
     return cfg
 
 
+class _Echo:
+    def echo(self, x):
+        return x
+
+
+def _raw_ray_chain(hops):
+    """Ray alone, for comparison: one input through ``hops`` trivial actors, each call taking
+    the previous call's ObjectRef, then ``ray.get`` of the last (what one pipeline input costs
+    Ray without nnc's front end)."""
+    import ray
+
+    actors = [ray.remote(_Echo).options(num_cpus=0).remote() for _ in range(hops)]
+
+    def one(x):
+        ref = x
+        for a in actors:
+            ref = a.echo.remote(ref)
+        return ray.get(ref)
+
+    one(np.zeros(4, np.float32))
+    return one
+
+
 def run_hops(args, log):
     """Seconds per input per hop through empty stages, one input at a time (latency) and
     ``DEPTH`` at a time (the hand-off cost when stages overlap)."""
@@ -217,6 +242,9 @@ def run_hops(args, log):
         for ex, pm in built.items():
             fns[f"{ex} depth 1"] = lambda pm=pm: pump(pm, "x", x, n, depth=1)
             fns[f"{ex} depth {DEPTH}"] = lambda pm=pm: pump(pm, "x", x, n)
+        raw = _raw_ray_chain(args.hops) if "ray" in built else None
+        if raw is not None:
+            fns["raw ray depth 1"] = lambda: [raw(x) for _ in range(n)]
         samples, _ = _util.measure_rounds(fns, args.repeat, pause=args.pause)
     finally:
         for pm in built.values():
