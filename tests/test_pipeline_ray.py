@@ -201,3 +201,29 @@ def test_closed_pipeline_refuses_calls():
         pm.set_input("x", np.zeros(3, np.float32))
     with pytest.raises(PipelineError, match="closed"):
         pm.run()
+
+
+@pytest.mark.usefixtures("cluster")
+def test_ray_shut_down_under_a_pipeline_fails_its_inputs():
+    """ray.shutdown() while an input is in flight: it fails (no hang) and close() returns.
+    (A later test's build would start a local cluster again by itself.)"""
+    import ray
+
+    spec = ("float32", (2,))
+
+    def slow(x):
+        import time
+        time.sleep(0.5)
+        return x
+
+    m = pipeline.Module.function(slow, inputs={"x": spec}, outputs=[spec], name="slow")
+    cfg = pipeline.PipelineConfig()
+    cfg.inputs["x"] = (m, "x")
+    cfg.outputs.append((m, 0))
+    pm = pipeline.build(cfg, executor="ray")
+    pm.set_input("x", np.zeros(2, np.float32))
+    pm.run(timeout=30)
+    ray.shutdown()
+    with pytest.raises(PipelineError):
+        pm.get_output(timeout=30)
+    pm.close(timeout=30)

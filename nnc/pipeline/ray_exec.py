@@ -192,7 +192,18 @@ class RayPipelineModule(PipelineModule):
                 if self._stop and not self._watch:
                     return
                 heads = [refs[-1] for _, _, refs in self._watch]
-            done, _ = ray.wait(heads, num_returns=1, timeout=_WAIT_SLICE, fetch_local=False)
+            try:
+                done, _ = ray.wait(heads, num_returns=1, timeout=_WAIT_SLICE,
+                                   fetch_local=False)
+            except BaseException as e:  # noqa: BLE001 - Ray went away (ray.shutdown() makes
+                # its calls raise SystemExit); the thread must still complete every input
+                with self._cond:
+                    items, self._watch = self._watch, []
+                for job, k, _ in items:
+                    job.fail(self.plan.stages[k].module.name,
+                             PipelineError(f"Ray stopped under the pipeline: {e!r}"))
+                    self._stage_done(job)
+                continue
             if not done:
                 continue
             finished = set(done)
@@ -216,7 +227,8 @@ class RayPipelineModule(PipelineModule):
                     job.values[(k, index)] = np.array(ray.get(refs[index]))
         except ray.exceptions.RayError as e:
             job.fail(name, _cause(e))
-        except Exception as e:      # noqa: BLE001 - reported for this input, never lost
+        except BaseException as e:  # noqa: BLE001 - reported for this input, never lost (Ray
+            # raises SystemExit once shut down)
             job.fail(name, e)
         self._stage_done(job)
 
