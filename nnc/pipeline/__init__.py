@@ -25,11 +25,13 @@ from nnc.pipeline.config import (
     StagePlan,
 )
 from nnc.pipeline.runtime import PipelineModule
+from nnc.pipeline.split import partition, split
 
 # executor name -> module whose build(plan, depth=..., **options) returns a PipelineModule.
 # Imported on first use, so an executor's optional dependencies load only when it is asked for.
 EXECUTORS = {
     "local": "nnc.pipeline.local",
+    "ray": "nnc.pipeline.ray_exec",
 }
 
 
@@ -38,7 +40,9 @@ def build(cfg, *, depth=4, executor="local", **options):
 
     ``depth``: how many inputs may be in flight at once (``run()`` blocks, or with
     ``block=False`` raises, while that many are); ``executor``: ``"local"`` (every stage on
-    its own nnc stream in this process); ``options`` go to the executor.
+    its own nnc stream in this process) or ``"ray"`` (every stage on its own Ray actor:
+    options ``resources`` {stage name: Ray actor options} and ``start_timeout`` seconds; needs
+    the ``ray`` extra); ``options`` go to the executor.
     """
     if not isinstance(cfg, PipelineConfig):
         raise PipelineError(f"build needs a pipeline.PipelineConfig, not {type(cfg).__name__}")
@@ -62,4 +66,6 @@ __all__ = [
     "Source",
     "StagePlan",
     "build",
+    "partition",
+    "split",
 ]

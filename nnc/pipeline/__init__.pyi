@@ -8,6 +8,8 @@ from nnc.pipeline.config import Sink as Sink
 from nnc.pipeline.config import Source as Source
 from nnc.pipeline.config import StagePlan as StagePlan
 from nnc.pipeline.runtime import PipelineModule as PipelineModule
+from nnc.pipeline.split import partition as partition
+from nnc.pipeline.split import split as split
 
 EXECUTORS: dict[str, str]
 
@@ -26,4 +28,6 @@ __all__ = [
     "Source",
     "StagePlan",
     "build",
+    "partition",
+    "split",
 ]
