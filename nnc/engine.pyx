@@ -440,7 +440,7 @@ cdef size_t _c_arg(object arg) except? 0:
     if arg is None:
         return 0
     if isinstance(arg, int) and not isinstance(arg, bool):
-        if arg < 0 or arg >= 2 ** (8 * sizeof(void*)):
+        if arg < 0 or arg > 0xFFFFFFFFFFFFFFFF:
             raise EngineError(f"arg={arg} is not an address")
         return <size_t>arg
     if isinstance(arg, _PTR_TYPES):
@@ -523,13 +523,13 @@ cdef class Engine:
         cdef Py_ssize_t i
         cdef op_t* c
         cdef long long load, best_load = -1
-        for l in range(self.n_lanes):
-            if nnc_engine_state(&self.lane_s[l].state) == STREAM_IDLE:
-                return l
         for i in range(nc):
             c = <op_t*>self.cand[i]
             if c.lane >= 0 and self.lane_tail[c.lane] == c.seq:
                 return c.lane
+        for l in range(self.n_lanes):
+            if nnc_engine_state(&self.lane_s[l].state) == STREAM_IDLE:
+                return l
         for l in range(self.n_lanes):
             load = (nnc_engine_load(&self.lane_s[l].submitted)
                     - nnc_engine_load(&self.lane_s[l].completed))
@@ -642,6 +642,9 @@ cdef class Engine:
         if lane >= 0:
             self.lane_tail[lane] = seq
         nnc_engine_add(&e.refs, 1)      # the op's, until it is handed back
+        if q == NULL and op.kind == OP_PY:
+            op_run(op)                  # naive, Python: keep the GIL (op_run takes it anyway)
+            return 0
         if q == NULL:
             with nogil:
                 op_run(op)
@@ -661,7 +664,9 @@ cdef class Engine:
         """Check read= and mutate= (MXNet's rule: no var twice, none in both lists, none of
         another engine or deleted); returns them as tuples."""
         cdef tuple reads = _var_tuple(read, "read"), muts = _var_tuple(mutate, "mutate")
-        cdef long long stamp = 2 * (self.e.pushed + 1)
+        cdef long long stamp
+        self._stamp += 2
+        stamp = self._stamp
         for v in reads:
             self._check_var(v, "read")
             if (<EngineVar>v).v.stamp == stamp:
