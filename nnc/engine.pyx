@@ -746,7 +746,7 @@ cdef class Engine:
             Py_IncRef(op.name)
         self._commit(op, reads, muts, stream)
         if self._recording is not None:
-            self._recording.append(("c" if kind == OP_C else "py", fn, arg, reads, muts))
+            self._recording.append(("c" if kind == OP_C else "py", fn, arg, reads, muts, name))
         self._finish_push(stream)
 
     def var_of(self, tensor):
@@ -833,7 +833,7 @@ cdef class Engine:
         Py_IncRef(op.name)
         self._commit(op, reads, muts, stream)
         if self._recording is not None:
-            self._recording.append(("cmd", cmd, (ins, outs), reads, muts))
+            self._recording.append(("cmd", cmd, (ins, outs), reads, muts, name))
         self._finish_push(stream)
 
     def delete_var(self, v, on_delete=None):
@@ -858,7 +858,7 @@ cdef class Engine:
         self._commit(op, reads, muts, None)
         (<EngineVar>v).v.deleted = 1
         if self._recording is not None:
-            self._recording.append(("delete", on_delete, None, reads, muts))
+            self._recording.append(("delete", on_delete, None, reads, muts, "delete_var"))
         self._finish_push(None)
 
     def wait_for_var(self, v, timeout=None):
