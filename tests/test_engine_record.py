@@ -5,12 +5,11 @@ import random
 
 import numpy as np
 import pytest
+from _engine_lib import engine_lib
+from test_engine import T, rand_workloads, read_vars, serial_sum
 
 import nnc
 from nnc.engine_record import direct_deps, reduce_edges
-
-from _engine_lib import engine_lib
-from test_engine import T, rand_workloads, read_vars, serial_sum
 
 
 def test_edges_are_the_var_conflicts_transitively_reduced():
