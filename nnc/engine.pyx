@@ -924,13 +924,15 @@ cdef class Engine:
     cdef bint _drain(self, double limit) except -1:
         """Wait for every op pushed so far: each lane and caller's stream, in turn."""
         cdef double end = mono_now() + limit, left = limit
+        cdef long long pushed = self.e.pushed
         stream_check_not_worker("Engine.wait_all()")
         for s in self._lanes + list(self._streams.values()):
             if not stream_drain((<Stream>s).s, left):
                 return False
             if limit >= 0:
                 left = max(0.0, end - mono_now())
-        self._streams.clear()
+        if self.e.pushed == pushed:     # no push meanwhile (another thread) on a stream
+            self._streams.clear()       # drained before it: forget them
         _reclaim(self.e)
         _trash_flush(self.e)
         return True
