@@ -201,11 +201,13 @@ cdef class Engine:
         if need > self.cap_cand:
             grown = <void**>realloc(self.cand, sizeof(void*) * (need + 16))
             if grown == NULL:
+                op_discard(e, op)       # nothing changed yet: the push simply fails
                 raise MemoryError()
             self.cand, self.cap_cand = grown, need + 16
         if need + 1 > self.cap_tasks:
             tgrown = <stream_task_t*>realloc(self.tasks, sizeof(stream_task_t) * (need + 17))
             if tgrown == NULL:
+                op_discard(e, op)
                 raise MemoryError()
             self.tasks, self.cap_tasks = tgrown, need + 17
         e.pushed += 1
