@@ -26,7 +26,9 @@ M = 500, R = D = 1, S = 2) a few seconds. Results: docs/benchmarks.md, "Engine".
 """
 
 import functools
+import os
 import sys
+import time
 
 import nnc
 from benchmarks import _engine_peers as peers
@@ -253,6 +255,18 @@ def _node_count(g):
         return None
 
 
+def _others_load(fn, *args):
+    """``fn(*args)`` and the CPU other processes took meanwhile, in cores (machine busy time
+    from /proc/stat minus this process's, per wall second; None without /proc/stat)."""
+    busy0, t0, w0 = _util.machine_busy_seconds(), os.times(), time.perf_counter()
+    result = fn(*args)
+    busy1, t1, w1 = _util.machine_busy_seconds(), os.times(), time.perf_counter()
+    if busy0 is None or busy1 is None:
+        return result, None
+    own = (t1.user + t1.system) - (t0.user + t0.system)
+    return result, max(0.0, (busy1 - busy0) - own) / max(w1 - w0, 1e-9)
+
+
 def targets(report):
     out = []
 
@@ -319,6 +333,8 @@ def render(r):
     for t in r["targets"]:
         state = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
         out.append(f"  {t['name']}: {f(t['value'])} ({state})")
+    load = ", ".join(f"{k} {f(v, 2)}" for k, v in r["others_cores"].items())
+    out.append(f"others' load while timing, cores: {load}")
     for note in r["notes"]:
         out.append(f"note: {note}")
     out.append("all correctness checks passed" if r["ok"] else "CORRECTNESS CHECK FAILED")
@@ -363,15 +379,16 @@ def main(argv=None):
     seed_list = list(range(seeds))
     report = {"quick": quick, "repeat": repeat, "peer_repeat": peer_repeat,
               "threads": args.threads, "c_missing": c_missing, "notes": notes}
-    report["floor"] = floor(engines, c_ops, CFUNC, n, repeat, peer_repeat, args.threads,
-                            seed_list[0])
+    load = report["others_cores"] = {}
+    report["floor"], load["floor"] = _others_load(
+        floor, engines, c_ops, CFUNC, n, repeat, peer_repeat, args.threads, seed_list[0])
     if c_ops is None:
         report["randsum"] = report["replay"] = None
     else:
-        report["randsum"] = randsum(engines, c_ops, CFUNC, m, repeat, peer_repeat,
-                                    args.threads, seed_list)
-        report["replay"] = replay(engines["nnc"], c_ops, CFUNC, m, repeat, args.threads,
-                                  seed_list[0])
+        report["randsum"], load["randsum"] = _others_load(
+            randsum, engines, c_ops, CFUNC, m, repeat, peer_repeat, args.threads, seed_list)
+        report["replay"], load["replay"] = _others_load(
+            replay, engines["nnc"], c_ops, CFUNC, m, repeat, args.threads, seed_list[0])
     report["targets"] = targets(report)
     report["ok"] = correct(report)
     _util.publish(report, "engine", render, args.json, packages=("numpy", "dask"))
