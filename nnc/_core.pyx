@@ -56,6 +56,12 @@ class ScheduleError(NNCError, RuntimeError):
     """A schedule does not enforce a dependency of its graph."""
 
 
+class EngineError(NNCError, RuntimeError):
+    """nnc.Engine: a bad push (a var twice, in both lists, of another engine or deleted; a fn
+    that is neither callable nor an nnc.engine.CFUNC), or an op that failed: raised by
+    wait_for_var / wait_all, naming the op, with the original exception as ``__cause__``."""
+
+
 class HazardWarning(UserWarning):
     """Debug mode (NNC_DEBUG=1): a graph being scheduled has unordered nodes whose memory
     overlaps, one of them writing (nnc.graph_hazards). A warning, not an error, because such a

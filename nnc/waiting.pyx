@@ -41,12 +41,12 @@ def signal_wait(Signal sig not None, timeout=None):
     if r == NULL:
         return True
     try:
-        return _record_wait(r, limit)
+        return record_wait(r, limit)
     finally:
         record_release(r)
 
 
-cdef bint _record_wait(signal_record_t* r, double limit) except -1:
+cdef bint record_wait(signal_record_t* r, double limit) except -1:
     """Sleep until r is done, as a worker's wait task does but in slices of at most 100 ms
     (Ctrl-C, the timeout); unlink our waiter from r before returning, since it lives on this
     stack. Emits signal waiters under the lock, so we are never signalled after unlinking."""

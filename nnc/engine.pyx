@@ -1,0 +1,948 @@
+"""MXNet's mutation-aware dependency engine on nnc's streams and signal records.
+
+MXNet: include/mxnet/engine.h (NewVariable, PushAsync, WaitForVar, WaitForAll, DeleteVariable)
+in its "Async" form: instead of per-var queues released at completion, every op gets a signal
+record, and at push time it is enqueued on a *lane* (a CPU stream of this engine) behind waits
+on the records of the ops it depends on. Var state is updated at push time by the host only
+(GIL held), so workers touch no var list and take no engine lock but one to hand the op back.
+docs/engine.md explains the design, the error rule and who owns what.
+"""
+
+import ctypes
+import os
+import weakref
+
+from nnc._core import EngineError
+
+from cpython.object cimport PyObject
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memset
+
+from nnc.cmd cimport (
+    BOUND_C, BOUND_DEVICE, BOUND_NONE, Backend, Cmd, PyObject_Call, cmd_bind, cmd_select,
+    cmd_validate, nnc_bound_t, tensor_list,
+)
+from nnc.engine cimport (
+    LANES_MAX, OP_C, OP_CMD_C, OP_NONE, OP_PY, engine_t, op_t, var_t,
+)
+from nnc.stream cimport Stream, timeout_seconds
+from nnc.debug cimport DEBUG_TASKS, debug_count
+from nnc.sync cimport (
+    pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock,
+)
+from nnc.tensor cimport Tensor
+from nnc.waiting cimport record_wait
+from nnc.worker cimport (
+    STREAM_IDLE, TASK_CALL, TASK_WAIT, mono_now, record_done, record_new, record_release,
+    signal_lock, stream_check_not_worker, stream_drain, stream_enqueue, stream_t,
+)
+from nnc.workspace cimport thread_context
+
+
+cdef extern from *:
+    """
+    static inline int nnc_engine_add(int* p, int v) {
+        return __atomic_add_fetch(p, v, __ATOMIC_ACQ_REL);
+    }
+    static inline void nnc_engine_bump(long long* p) {
+        __atomic_add_fetch(p, 1, __ATOMIC_RELEASE);
+    }
+    static inline long long nnc_engine_load(long long* p) {
+        return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    }
+    static inline int nnc_engine_state(int* p) {
+        return __atomic_load_n(p, __ATOMIC_RELAXED);
+    }
+    """
+    int nnc_engine_add(int* p, int v) noexcept nogil
+    void nnc_engine_bump(long long* p) noexcept nogil
+    long long nnc_engine_load(long long* p) noexcept nogil
+    int nnc_engine_state(int* p) noexcept nogil
+
+
+# A C function an op may run: int fn(void* arg), 0 on success (MXNet's PushAsync callbacks,
+# reduced to what a C function needs). ctypes caches the type, so any
+# ctypes.CFUNCTYPE(c_int, c_void_p) made elsewhere is this very class.
+CFUNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+cdef object _CFuncPtr = ctypes._CFuncPtr
+cdef tuple _PTR_TYPES = (ctypes.c_void_p, ctypes.c_char_p, ctypes._Pointer)
+cdef tuple _EMPTY = ()
+
+
+cdef extern from "Python.h":
+    void Py_IncRef(PyObject*)           # NULL-safe, and no temporary reference in between
+    void Py_DecRef(PyObject*)
+
+
+# -- workers: running one op ----------------------------------------------------------------
+
+cdef str _op_label(op_t* op):
+    """The op's name for errors: its name=, else what it runs."""
+    if op.name != NULL:
+        return <str>op.name
+    if op.kind == OP_C:
+        return f"C function at {<size_t>op.cfn:#x}"
+    if op.fn != NULL:
+        fn = <object>op.fn
+        return getattr(fn, "__qualname__", None) or repr(fn)
+    return "op"
+
+
+cdef void _op_fail(op_t* op, object exc, str what) noexcept:
+    """Store a failure on op (GIL held): an EngineError naming it, chained to ``exc``, also
+    recorded for wait_all. Never raises."""
+    cdef engine_t* e = <engine_t*>op.engine
+    try:
+        err = EngineError(f"engine op {_op_label(op)!r} failed: {what}")
+        err.__cause__ = exc
+        op.err = <PyObject*>err
+        Py_IncRef(op.err)
+        op.failed = 1
+        (<list>e.errors).append(err)
+    except BaseException:
+        op.failed = 1                   # out of memory: still a failure, without its object
+
+
+cdef void _op_rc(op_t* op, int rc) noexcept with gil:
+    _op_fail(op, None, f"{'C function' if op.kind == OP_C else 'backend'} returned {rc}")
+
+
+cdef void _op_py(op_t* op) noexcept with gil:
+    try:
+        PyObject_Call(op.fn, op.args, NULL)
+    except BaseException as exc:
+        _op_fail(op, exc, repr(exc))
+
+
+cdef void _op_skip(op_t* op, op_t* bad) noexcept with gil:
+    """op reads a var whose last write failed: it does not run, and carries that error."""
+    Py_IncRef(bad.err)
+    op.err = bad.err
+    op.failed = 1
+
+
+
+
+cdef void _engine_free(engine_t* e) noexcept with gil:
+    """The last reference to e is gone (no Engine, var or op uses it): free the ops it holds."""
+    cdef op_t* op = e.retired
+    cdef op_t* nxt
+    e.retired = NULL
+    while op != NULL:                   # orphaned by the Engine: nobody reclaims them now
+        nxt = op.next
+        _op_reclaim_refs(op)
+        _op_clear(op)
+        free(op.buf)
+        free(op)
+        op = nxt
+    op = e.free_ops
+    while op != NULL:
+        nxt = op.next
+        free(op.buf)
+        free(op)
+        op = nxt
+    e.free_ops = NULL
+    _trash_flush(e)
+    free(e.trash)
+    Py_DecRef(e.errors)
+    pthread_mutex_destroy(&e.lock)
+    free(e)
+
+
+cdef inline void _engine_unref(engine_t* e) noexcept nogil:
+    if nnc_engine_add(&e.refs, -1) == 0:
+        _engine_free(e)
+
+
+cdef void op_run(void* p) noexcept nogil:
+    """Run one op (a TASK_CALL on its lane, or inline for the naive engine): skip it if a var
+    it reads carries an error, else run it; bump its vars' versions, mark its record done and
+    hand it back to the host. Takes the GIL only for Python work and failures."""
+    cdef op_t* op = <op_t*>p
+    cdef engine_t* e = <engine_t*>op.engine
+    cdef op_t* bad = NULL
+    cdef int i, rc = 0
+    for i in range(op.n_deps):
+        if op.deps[i].failed:
+            bad = op.deps[i]
+            break
+    if bad != NULL:
+        _op_skip(op, bad)
+    elif op.kind == OP_C:
+        rc = op.cfn(op.arg)
+        if rc != 0:
+            _op_rc(op, rc)
+    elif op.kind == OP_CMD_C:
+        rc = op.c_exec(op.param, op.io, op.n_in, op.io + op.n_in, op.n_out, op.context)
+        if rc != 0:
+            _op_rc(op, rc)
+    elif op.kind == OP_PY:
+        _op_py(op)
+    for i in range(op.n_muts):
+        nnc_engine_bump(&op.muts[i].version)
+    pthread_mutex_lock(&signal_lock)
+    record_done(op.record)
+    pthread_mutex_unlock(&signal_lock)
+    pthread_mutex_lock(&e.lock)
+    op.next = e.retired
+    e.retired = op
+    pthread_mutex_unlock(&e.lock)
+    _engine_unref(e)
+
+
+# -- host: op lifetime (GIL held) ----------------------------------------------------------
+
+cdef void _trash(engine_t* e, PyObject* obj) noexcept:
+    """Queue one reference for _trash_flush (NULL: nothing)."""
+    cdef PyObject** grown
+    cdef Py_ssize_t cap
+    if obj == NULL:
+        return
+    if e.n_trash == e.cap_trash:
+        cap = max(64, 2 * e.cap_trash)
+        grown = <PyObject**>realloc(e.trash, sizeof(PyObject*) * cap)
+        if grown == NULL:
+            Py_DecRef(obj)      # out of memory: drop it now (cannot lose it)
+            return
+        e.trash = grown
+        e.cap_trash = cap
+    e.trash[e.n_trash] = obj
+    e.n_trash += 1
+
+
+cdef void _trash_flush(engine_t* e) noexcept:
+    """Drop the queued references. Each may run Python code, which may push (and queue more):
+    the loop takes them one at a time from the end, so it sees those too."""
+    cdef PyObject* obj
+    while e.n_trash > 0:
+        e.n_trash -= 1
+        obj = e.trash[e.n_trash]
+        Py_DecRef(obj)
+
+
+cdef void _op_reclaim_refs(op_t* op) noexcept:
+    """Drop what a completed op needed only to run: its deps, vars and Python references."""
+    cdef engine_t* e = <engine_t*>op.engine
+    cdef int i
+    for i in range(op.n_deps):
+        _op_unref(e, op.deps[i])
+    op.n_deps = 0
+    for i in range(op.n_muts):
+        _trash(e, op.muts[i].owner)
+    op.n_muts = 0
+    _trash(e, op.fn)
+    _trash(e, op.args)
+    _trash(e, op.keep)
+    _trash(e, op.name)
+    op.fn = op.args = op.keep = op.name = NULL
+
+
+cdef void _op_clear(op_t* op) noexcept:
+    _trash(<engine_t*>op.engine, op.err)
+    op.err = NULL
+    record_release(op.record)
+    op.record = NULL
+
+
+cdef void _op_unref(engine_t* e, op_t* op) noexcept:
+    op.refs -= 1
+    if op.refs == 0:
+        _op_clear(op)
+        op.next = e.free_ops
+        e.free_ops = op
+
+
+cdef void _reclaim(engine_t* e) noexcept:
+    """Take back the ops workers finished: drop their run-time references and the in-flight
+    one. Python references dropped here may run arbitrary code (a __del__), which is why this
+    runs before a push touches any state, never in the middle."""
+    cdef op_t* op
+    cdef op_t* nxt
+    if e.retired == NULL:               # racy peek: a miss is taken next time
+        return
+    pthread_mutex_lock(&e.lock)
+    op = e.retired
+    e.retired = NULL
+    pthread_mutex_unlock(&e.lock)
+    while op != NULL:
+        nxt = op.next
+        _op_reclaim_refs(op)
+        _op_unref(e, op)
+        op = nxt
+
+
+cdef op_t* _op_new(engine_t* e, Py_ssize_t slots) except NULL:
+    """A clean op (refs 1, a fresh record) with room for ``slots`` pointers in buf."""
+    cdef op_t* op = e.free_ops
+    cdef void** buf
+    if op != NULL:
+        e.free_ops = op.next
+    else:
+        op = <op_t*>malloc(sizeof(op_t))
+        if op == NULL:
+            raise MemoryError()
+        op.buf = NULL
+        op.buf_cap = 0
+    buf = op.buf
+    slots = max(slots, 8)
+    if op.buf_cap < slots:
+        buf = <void**>realloc(op.buf, sizeof(void*) * slots)
+        if buf == NULL:
+            op.next = e.free_ops
+            e.free_ops = op
+            raise MemoryError()
+        op.buf_cap = slots
+    slots = op.buf_cap
+    memset(op, 0, sizeof(op_t))
+    op.buf = buf
+    op.buf_cap = slots
+    op.record = record_new()
+    if op.record == NULL:
+        op.next = e.free_ops
+        e.free_ops = op
+        raise MemoryError()
+    op.refs = 1
+    op.engine = e
+    return op
+
+
+cdef int _readers_add(engine_t* e, var_t* v, op_t* op) except -1:
+    """Append op to v's readers; when the list is full, first drop readers already done (a
+    var read many times between writes keeps only the readers a write must still wait for)."""
+    cdef Py_ssize_t i, n = 0
+    cdef void* tmp
+    cdef void** grown
+    if v.n_readers == v.cap_readers:
+        pthread_mutex_lock(&signal_lock)
+        for i in range(v.n_readers):     # partition: running readers first, done ones after
+            if not (<op_t*>v.readers[i]).record.done:
+                tmp = v.readers[n]
+                v.readers[n] = v.readers[i]
+                v.readers[i] = tmp
+                n += 1
+        pthread_mutex_unlock(&signal_lock)
+        for i in range(n, v.n_readers):  # outside the lock: recycling releases a record
+            _op_unref(e, <op_t*>v.readers[i])
+        v.n_readers = n
+    if v.n_readers == v.cap_readers:
+        grown = <void**>realloc(v.readers, sizeof(void*) * max(8, 2 * v.cap_readers))
+        if grown == NULL:
+            raise MemoryError()
+        v.readers = grown
+        v.cap_readers = max(8, 2 * v.cap_readers)
+    op.refs += 1
+    v.readers[v.n_readers] = op
+    v.n_readers += 1
+    return 0
+
+
+cdef void _op_discard(engine_t* e, op_t* op) noexcept:
+    """Give back an op that was never committed (its push failed validation late)."""
+    _op_reclaim_refs(op)
+    _op_clear(op)
+    op.next = e.free_ops
+    e.free_ops = op
+
+
+cdef void _op_abort(op_t* op, object exc) noexcept:
+    """An op whose tasks could not be enqueued (out of memory, interpreter exiting): it fails
+    with ``exc`` and completes at once, so ops depending on it are skipped, never stuck."""
+    cdef engine_t* e = <engine_t*>op.engine
+    _op_fail(op, exc, f"could not be enqueued: {exc!r}")
+    pthread_mutex_lock(&signal_lock)
+    record_done(op.record)
+    pthread_mutex_unlock(&signal_lock)
+    pthread_mutex_lock(&e.lock)
+    op.next = e.retired
+    e.retired = op
+    pthread_mutex_unlock(&e.lock)
+    _engine_unref(e)
+
+
+cdef engine_t* _engine_new() except NULL:
+    cdef engine_t* e = <engine_t*>malloc(sizeof(engine_t))
+    if e == NULL:
+        raise MemoryError()
+    memset(e, 0, sizeof(engine_t))
+    pthread_mutex_init(&e.lock, NULL)
+    errors = []
+    e.errors = <PyObject*>errors
+    Py_IncRef(e.errors)
+    e.refs = 1
+    return e
+
+
+cdef class EngineVar:
+    """A dependency tag of one :class:`Engine` (MXNet's VarHandle): ops name the vars they read
+    and mutate. Made by :meth:`Engine.new_var` or :meth:`Engine.var_of`."""
+
+    def __cinit__(self):
+        memset(&self.v, 0, sizeof(var_t))
+        self.v.owner = <PyObject*>self
+        self.e = NULL
+
+    def __init__(self):
+        raise TypeError("make vars with Engine.new_var()")
+
+    @property
+    def version(self):
+        """Writes to this var completed so far (MXNet's var version)."""
+        return nnc_engine_load(&self.v.version)
+
+    @property
+    def deleted(self):
+        """True once delete_var was pushed for it."""
+        return bool(self.v.deleted)
+
+    def __repr__(self):
+        state = " deleted" if self.v.deleted else ""
+        return f"<nnc.EngineVar #{self.id} version={self.version}{state}>"
+
+    def __dealloc__(self):
+        cdef engine_t* e = self.e
+        cdef Py_ssize_t i
+        if e == NULL:
+            return
+        if self.v.last_writer != NULL:
+            _op_unref(e, <op_t*>self.v.last_writer)
+        for i in range(self.v.n_readers):
+            _op_unref(e, <op_t*>self.v.readers[i])
+        free(self.v.readers)
+        self.v.readers = NULL
+        self.v.n_readers = 0
+        self.v.last_writer = NULL
+        self.e = NULL
+        _engine_unref(e)
+
+
+cdef inline EngineVar _new_var(Engine eng):
+    cdef EngineVar v = EngineVar.__new__(EngineVar)
+    nnc_engine_add(&eng.e.refs, 1)
+    v.e = eng.e
+    v.id = eng.n_vars
+    eng.n_vars += 1
+    return v
+
+
+cdef object _c_address(object fn):
+    """The function pointer a CFUNC holds, checked."""
+    if type(fn) is not CFUNC:
+        raise EngineError(f"a C fn must be an nnc.engine.CFUNC (ctypes.CFUNCTYPE(c_int, "
+                          f"c_void_p)), not {type(fn).__name__}")
+    cdef size_t p = (<size_t*><size_t>ctypes.addressof(fn))[0]
+    if p == 0:
+        raise EngineError("a C fn is a NULL function pointer")
+    return p
+
+
+cdef size_t _c_arg(object arg) except? 0:
+    """arg= as the void* a C fn gets: None, an int address, or a ctypes pointer."""
+    if arg is None:
+        return 0
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        if arg < 0 or arg > 0xFFFFFFFFFFFFFFFF:
+            raise EngineError(f"arg={arg} is not an address")
+        return <size_t>arg
+    if isinstance(arg, _PTR_TYPES):
+        return ctypes.cast(arg, ctypes.c_void_p).value or 0
+    raise EngineError(f"arg must be None, an int address or a ctypes pointer, not "
+                      f"{type(arg).__name__}")
+
+
+cdef tuple _var_tuple(object seq, str what):
+    if isinstance(seq, EngineVar):
+        raise EngineError(f"{what} must be a list of EngineVars, not one EngineVar")
+    try:
+        return tuple(seq)
+    except TypeError:
+        raise EngineError(f"{what} must be a list of EngineVars, not "
+                          f"{type(seq).__name__}") from None
+
+
+cdef class Engine:
+    """MXNet's dependency engine: ``push`` ops tagged with the vars they read and mutate; they
+    run in parallel on nnc's pool, in an order that respects read-after-write, write-after-read
+    and write-after-write on every var (docs/engine.md)."""
+
+    def __cinit__(self):
+        self.e = NULL
+        self.cand = NULL
+        self.tasks = NULL
+
+    def __init__(self, naive=False):
+        from nnc.worker import get_num_threads
+
+        if self.e != NULL:
+            raise EngineError("Engine.__init__ called twice")
+        env = os.environ.get("NNC_ENGINE", "")
+        if env not in ("", "naive", "threaded"):
+            raise EngineError(f"NNC_ENGINE={env!r}: expected 'naive' or 'threaded'")
+        self.naive = bool(naive) or env == "naive"
+        self._lanes = []
+        self._streams = {}
+        self._buffers = {}
+        self._recording = None
+        if not self.naive:
+            n = min(LANES_MAX, max(4, 2 * get_num_threads()))
+            for i in range(n):
+                lane = Stream("cpu")
+                self._lanes.append(lane)
+                self.lane_s[i] = (<Stream>lane).s
+                self.lane_tail[i] = 0
+            self.n_lanes = n
+        self.e = _engine_new()
+
+    def __dealloc__(self):
+        cdef engine_t* e = self.e
+        free(self.cand)
+        free(self.tasks)
+        if e != NULL:
+            self.e = NULL
+            _reclaim(e)
+            _trash_flush(e)
+            _engine_unref(e)
+
+    def __repr__(self):
+        kind = "naive" if self.naive else f"{self.n_lanes} lanes"
+        return f"<nnc.Engine {kind}{' closed' if self.closed else ''}>"
+
+    cdef int _check_var(self, object v, str what) except -1:
+        if not isinstance(v, EngineVar):
+            raise EngineError(f"{what}: expected an EngineVar, not {type(v).__name__}")
+        if (<EngineVar>v).e != self.e:
+            raise EngineError(f"{what}: {v!r} belongs to another engine")
+        if (<EngineVar>v).v.deleted:
+            raise EngineError(f"{what}: {v!r} was deleted (delete_var)")
+        return 0
+
+    cdef int _pick_lane(self, Py_ssize_t nc) noexcept:
+        """The lane for the next op (correctness never depends on it: see docs/engine.md):
+        an idle lane; else one whose last op is a dependency (stream order then replaces a
+        wait); else the one with the fewest tasks queued."""
+        cdef int l, best = 0
+        cdef Py_ssize_t i
+        cdef op_t* c
+        cdef long long load, best_load = -1
+        for i in range(nc):
+            c = <op_t*>self.cand[i]
+            if c.lane >= 0 and self.lane_tail[c.lane] == c.seq:
+                return c.lane
+        for l in range(self.n_lanes):
+            if nnc_engine_state(&self.lane_s[l].state) == STREAM_IDLE:
+                return l
+        for l in range(self.n_lanes):
+            load = (nnc_engine_load(&self.lane_s[l].submitted)
+                    - nnc_engine_load(&self.lane_s[l].completed))
+            if best_load < 0 or load < best_load:
+                best, best_load = l, load
+        return best
+
+    cdef int _commit(self, op_t* op, tuple reads, tuple muts, object stream) except -1:
+        """Make op depend on the vars' earlier ops, update the vars, enqueue it (or run it, naive).
+        No Python code runs from here to the enqueue (nothing is allocated or released: the
+        GIL alone keeps pushes from several threads apart, see docs/engine.md)."""
+        cdef engine_t* e = self.e
+        cdef Py_ssize_t nr = len(reads), nm = len(muts), nc = 0, need = nr, i, j, nw = 0
+        cdef EngineVar v
+        cdef op_t* w
+        cdef long long seq
+        cdef stream_t* q = NULL
+        cdef int lane = -1
+        cdef void** grown
+        cdef stream_task_t* tgrown
+        _reclaim(e)
+        for v in muts:
+            need += 1 + v.v.n_readers
+        if need > self.cap_cand:
+            grown = <void**>realloc(self.cand, sizeof(void*) * (need + 16))
+            if grown == NULL:
+                raise MemoryError()
+            self.cand, self.cap_cand = grown, need + 16
+        if need + 1 > self.cap_tasks:
+            tgrown = <stream_task_t*>realloc(self.tasks, sizeof(stream_task_t) * (need + 17))
+            if tgrown == NULL:
+                raise MemoryError()
+            self.tasks, self.cap_tasks = tgrown, need + 17
+        e.pushed += 1
+        seq = e.pushed
+        op.seq = seq
+        op.mark = seq
+        op.lane = -1
+        op.deps = <op_t**>op.buf
+        op.muts = <var_t**>(op.buf + nr)
+        # Dependencies: the last writer of each var read (RAW; kept for the error check), then
+        # the last writer and the readers since of each var mutated (WAW, WAR).
+        for v in reads:
+            w = <op_t*>v.v.last_writer
+            if w != NULL and w.mark != seq:
+                w.mark = seq
+                w.refs += 1
+                op.deps[op.n_deps] = w
+                op.n_deps += 1
+                self.cand[nc] = w
+                nc += 1
+        for v in muts:
+            w = <op_t*>v.v.last_writer
+            if w != NULL and w.mark != seq:
+                w.mark = seq
+                self.cand[nc] = w
+                nc += 1
+            for j in range(v.v.n_readers):
+                w = <op_t*>v.v.readers[j]
+                if w.mark != seq:
+                    w.mark = seq
+                    self.cand[nc] = w
+                    nc += 1
+        if stream is not None:
+            q = (<Stream>stream).s
+        elif not self.naive:
+            lane = self._pick_lane(nc)
+            q = self.lane_s[lane]
+        # Waits on the records of unfinished deps on other queues (stream order covers ours).
+        if q != NULL:
+            pthread_mutex_lock(&signal_lock)
+            for i in range(nc):
+                w = <op_t*>self.cand[i]
+                if w.record.done or w.queue == <void*>q:
+                    continue
+                w.record.refs += 1
+                memset(&self.tasks[nw], 0, sizeof(stream_task_t))
+                self.tasks[nw].kind = TASK_WAIT
+                self.tasks[nw].record = w.record
+                self.tasks[nw].node = -1
+                self.tasks[nw].label = -1
+                nw += 1
+            pthread_mutex_unlock(&signal_lock)
+            memset(&self.tasks[nw], 0, sizeof(stream_task_t))
+            self.tasks[nw].kind = TASK_CALL
+            self.tasks[nw].call = op_run
+            self.tasks[nw].arg = op
+            self.tasks[nw].node = -1
+            self.tasks[nw].label = -1
+            nw += 1
+            op.context = &q.context
+        else:
+            op.context = thread_context()
+        # The vars now name this op.
+        for v in reads:
+            _readers_add(e, &v.v, op)
+        for v in muts:
+            if v.v.last_writer != NULL:
+                _op_unref(e, <op_t*>v.v.last_writer)
+            for j in range(v.v.n_readers):
+                _op_unref(e, <op_t*>v.v.readers[j])
+            v.v.n_readers = 0
+            op.refs += 1
+            v.v.last_writer = op
+            Py_IncRef(v.v.owner)
+            op.muts[op.n_muts] = &v.v
+            op.n_muts += 1
+        op.queue = q
+        op.lane = lane
+        if lane >= 0:
+            self.lane_tail[lane] = seq
+        nnc_engine_add(&e.refs, 1)      # the op's, until it is handed back
+        if q == NULL and op.kind == OP_PY:
+            op_run(op)                  # naive, Python: keep the GIL (op_run takes it anyway)
+            return 0
+        if q == NULL:
+            with nogil:
+                op_run(op)
+            return 0
+        debug_count(DEBUG_TASKS, nw)
+        try:
+            stream_enqueue(q, self.tasks, nw)
+        except BaseException as exc:
+            debug_count(DEBUG_TASKS, -nw)
+            for i in range(nw - 1):
+                record_release(self.tasks[i].record)
+            _op_abort(op, exc)
+            raise
+        return 0
+
+    cdef tuple _vars(self, object read, object mutate):
+        """Check read= and mutate= (MXNet's rule: no var twice, none in both lists, none of
+        another engine or deleted); returns them as tuples."""
+        cdef tuple reads = _var_tuple(read, "read"), muts = _var_tuple(mutate, "mutate")
+        cdef long long stamp
+        self._stamp += 2
+        stamp = self._stamp
+        for v in reads:
+            self._check_var(v, "read")
+            if (<EngineVar>v).v.stamp == stamp:
+                raise EngineError(f"{v!r} appears twice in read")
+            (<EngineVar>v).v.stamp = stamp
+        for v in muts:
+            self._check_var(v, "mutate")
+            if (<EngineVar>v).v.stamp == stamp:
+                raise EngineError(f"{v!r} is in both read and mutate")
+            if (<EngineVar>v).v.stamp == stamp + 1:
+                raise EngineError(f"{v!r} appears twice in mutate")
+            (<EngineVar>v).v.stamp = stamp + 1
+        return reads, muts
+
+    cdef object _check_stream(self, object stream):
+        if self.closed:
+            raise EngineError("the engine is closed: push refused")
+        if stream is None:
+            return None
+        if not isinstance(stream, Stream) or (<Stream>stream)._device is not None:
+            raise EngineError(f"stream must be a CPU nnc.Stream, not {stream!r}")
+        self._streams[id(stream)] = stream
+        return stream
+
+    cdef int _finish_push(self, object stream) except -1:
+        _trash_flush(self.e)
+        if self.naive and stream is not None:
+            stream_drain((<Stream>stream).s, -1)
+        return 0
+
+    def new_var(self):
+        """A new var (MXNet: NewVariable); version 0, never written."""
+        return _new_var(self)
+
+    def push(self, fn, read=(), mutate=(), *, stream=None, name=None, priority=0, arg=None):
+        """Run ``fn`` once every earlier op it conflicts with is done; returns at once.
+
+        ``fn``: a Python callable ``fn()`` (runs under the GIL on a pool thread), or an
+        :data:`CFUNC` called ``fn(arg)`` without the GIL (nonzero return: failure). ``read``
+        and ``mutate``: the vars it reads and writes. ``stream``: a CPU Stream to run it on.
+        ``priority`` is accepted for MXNet's signature; lanes run in push order.
+        """
+        cdef op_t* op
+        cdef int kind
+        cdef size_t cfn = 0, carg = 0
+        stream = self._check_stream(stream)
+        reads, muts = self._vars(read, mutate)
+        if isinstance(fn, _CFuncPtr):
+            cfn = _c_address(fn)
+            carg = _c_arg(arg)
+            kind = OP_C
+        elif callable(fn):
+            if arg is not None:
+                raise EngineError("arg= is for C functions; a Python fn takes no argument")
+            kind = OP_PY
+        else:
+            raise EngineError(f"fn must be callable or an nnc.engine.CFUNC, not "
+                              f"{type(fn).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise EngineError(f"name must be a str, not {type(name).__name__}")
+        if not isinstance(priority, int):
+            raise EngineError(f"priority must be an int, not {type(priority).__name__}")
+        op = _op_new(self.e, len(reads) + len(muts))
+        op.kind = kind
+        op.cfn = <int (*)(void*) noexcept nogil>cfn
+        op.arg = <void*>carg
+        op.fn = <PyObject*>fn
+        Py_IncRef(op.fn)
+        if kind == OP_PY:
+            op.args = <PyObject*>_EMPTY
+            Py_IncRef(op.args)
+        elif arg is not None:
+            op.keep = <PyObject*>arg
+            Py_IncRef(op.keep)
+        if name is not None:
+            op.name = <PyObject*>name
+            Py_IncRef(op.name)
+        self._commit(op, reads, muts, stream)
+        if self._recording is not None:
+            self._recording.append(("c" if kind == OP_C else "py", fn, arg, reads, muts))
+        self._finish_push(stream)
+
+    def var_of(self, tensor):
+        """The var push_cmd uses for ``tensor``: one per root buffer (the memory its owner
+        covers), shared by every view and every tensor over that buffer."""
+        return self._buffer(tensor)[0]
+
+    cdef list _buffer(self, object tensor):
+        """[var, vars]: the buffer's own var and every var whose buffer overlaps it."""
+        cdef Tensor t
+        if not isinstance(tensor, Tensor):
+            raise EngineError(f"expected an nnc.Tensor, not {type(tensor).__name__}")
+        t = <Tensor>tensor
+        key = (t.t.device, <size_t>t._lo, <size_t>t._hi)
+        entry = self._buffers.get(key)
+        if entry is not None:
+            return entry
+        v = _new_var(self)
+        entry = [v, [v]]
+        for (dev, lo, hi), other in self._buffers.items():
+            if dev == key[0] and lo < key[2] and key[1] < hi:
+                other[1].append(v)
+                entry[1].append(other[0])
+        buffers = self._buffers
+        try:
+            entry.append(weakref.ref(t._owner, lambda _, k=key, ent=entry:
+                                     _forget(buffers, k, ent)))
+        except TypeError:
+            pass                        # an owner without weak references: kept for good
+        self._buffers[key] = entry
+        return entry
+
+    def push_cmd(self, Cmd cmd not None, inputs=(), outputs=(), *, stream=None, name=None):
+        """Run an nnc command as an op: it reads the vars of its inputs' buffers and mutates
+        those of its outputs' (see var_of); C backends run without the GIL."""
+        cdef list ins = tensor_list(inputs, "inputs"), outs = tensor_list(outputs, "outputs")
+        cdef nnc_bound_t bound
+        cdef op_t* op
+        cdef Py_ssize_t nr, nm
+        stream = self._check_stream(stream)
+        for t in ins + outs:
+            if t is not None and (<Tensor>t).t.device >= 0:
+                raise EngineError(f"push_cmd runs CPU tensors only, not {t!r}")
+        cmd_validate(cmd, ins, outs)
+        b = cmd_select(cmd, ins, outs)
+        mut_list = []
+        for t in outs:
+            if t is not None:
+                for v in self._buffer(t)[1]:
+                    if v not in mut_list:
+                        mut_list.append(v)
+        read_list = []
+        for t in ins:
+            if t is not None:
+                for v in self._buffer(t)[1]:
+                    if v not in mut_list and v not in read_list:
+                        read_list.append(v)
+        reads, muts = self._vars(read_list, mut_list)
+        nr, nm = len(reads), len(muts)
+        op = _op_new(self.e, nr + nm + len(ins) + len(outs) + 1)
+        try:
+            call = cmd_bind(cmd, b, ins, outs, <nnc_tensor_t**>(op.buf + nr + nm), &bound)
+            if bound.flags & BOUND_DEVICE:
+                raise EngineError(f"{cmd.name}/{(<Backend>b).name} is a GPU backend")
+        except BaseException:
+            _op_discard(self.e, op)
+            raise
+        op.kind = (OP_CMD_C if bound.kind == BOUND_C else
+                   OP_NONE if bound.kind == BOUND_NONE else OP_PY)
+        op.c_exec = bound.c_exec
+        op.param = bound.param
+        op.io = bound.io
+        op.n_in = bound.input_size
+        op.n_out = bound.output_size
+        keep = (cmd, tuple(ins + outs), call)
+        op.keep = <PyObject*>keep
+        Py_IncRef(op.keep)
+        op.fn = bound.fn
+        op.args = bound.args
+        Py_IncRef(op.fn)
+        Py_IncRef(op.args)
+        label = name if name is not None else cmd.name
+        op.name = <PyObject*>label
+        Py_IncRef(op.name)
+        self._commit(op, reads, muts, stream)
+        if self._recording is not None:
+            self._recording.append(("cmd", cmd, (ins, outs), reads, muts))
+        self._finish_push(stream)
+
+    def delete_var(self, v, on_delete=None):
+        """Delete ``v`` (MXNet: DeleteVariable): a write after every earlier reader and writer,
+        which then calls ``on_delete()`` (memory recycling). Any later use of v is an error."""
+        cdef op_t* op
+        self._check_stream(None)
+        self._check_var(v, "delete_var")
+        if on_delete is not None and not callable(on_delete):
+            raise EngineError(f"on_delete must be callable, not {type(on_delete).__name__}")
+        reads, muts = self._vars((), (v,))
+        op = _op_new(self.e, 1)
+        op.kind = OP_PY if on_delete is not None else OP_NONE
+        if on_delete is not None:
+            op.fn = <PyObject*>on_delete
+            op.args = <PyObject*>_EMPTY
+            Py_IncRef(op.fn)
+            Py_IncRef(op.args)
+        label = f"delete_var({v!r})"
+        op.name = <PyObject*>label
+        Py_IncRef(op.name)
+        self._commit(op, reads, muts, None)
+        (<EngineVar>v).v.deleted = 1
+        if self._recording is not None:
+            self._recording.append(("delete", on_delete, None, reads, muts))
+        self._finish_push(None)
+
+    def wait_for_var(self, v, timeout=None):
+        """Block until every op pushed so far that mutates ``v`` is done (MXNet: WaitForVar);
+        True, or False if ``timeout`` seconds passed first. Raises the EngineError ``v``
+        carries if its last write failed (docs/engine.md, "Errors")."""
+        cdef double limit = timeout_seconds(timeout)
+        cdef op_t* w
+        cdef bint done
+        self._check_var(v, "wait_for_var")
+        stream_check_not_worker("Engine.wait_for_var()")
+        w = <op_t*>(<EngineVar>v).v.last_writer
+        if w == NULL:
+            return True
+        w.refs += 1                     # another thread may push a write meanwhile
+        try:
+            done = record_wait(w.record, limit)
+            err = None
+            if done and w.failed:
+                err = <object>w.err if w.err != NULL else EngineError(
+                    "an engine op failed (out of memory while recording its error)")
+        finally:
+            _reclaim(self.e)
+            _op_unref(self.e, w)
+            _trash_flush(self.e)
+        if err is not None:
+            raise err
+        return done
+
+    cdef bint _drain(self, double limit) except -1:
+        """Wait for every op pushed so far: each lane and caller's stream, in turn."""
+        cdef double end = mono_now() + limit, left = limit
+        stream_check_not_worker("Engine.wait_all()")
+        for s in self._lanes + list(self._streams.values()):
+            if not stream_drain((<Stream>s).s, left):
+                return False
+            if limit >= 0:
+                left = max(0.0, end - mono_now())
+        self._streams.clear()
+        _reclaim(self.e)
+        _trash_flush(self.e)
+        return True
+
+    def wait_all(self, timeout=None):
+        """Block until every op pushed so far is done (MXNet: WaitForAll); True, or False if
+        ``timeout`` seconds passed first. Raises the first EngineError recorded since the last
+        wait_all (and forgets the others)."""
+        if not self._drain(timeout_seconds(timeout)):
+            return False
+        errors = <list>self.e.errors
+        if errors:
+            first = errors[0]
+            del errors[:]
+            raise first
+        return True
+
+    def close(self):
+        """Wait for everything pushed, then refuse new pushes. Errors stay for wait_all."""
+        self._drain(-1)
+        self.closed = True
+
+    def record(self):
+        """``with engine.record() as g:`` — the ops pushed inside also become nodes of the
+        Graph g, with the edges their vars imply (transitively reduced): a dynamic program
+        traced once, to schedule statically and replay (docs/engine.md, "Record")."""
+        from nnc.engine_record import Recording
+
+        return Recording(self)
+
+    def _record_start(self):
+        if self._recording is not None:
+            raise EngineError("this engine is already recording")
+        self._recording = []
+
+    def _record_stop(self):
+        entries, self._recording = self._recording, None
+        return entries if entries is not None else []
+
+
+def _forget(dict buffers, key, entry):
+    """A buffer's owner died: no op can still use it (ops keep their tensors), so its var goes
+    from the registry (and from the lists of the buffers it overlapped)."""
+    if buffers.get(key) is entry:
+        del buffers[key]
+        for other in buffers.values():
+            if entry[0] in other[1]:
+                other[1].remove(entry[0])
