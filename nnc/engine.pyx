@@ -121,8 +121,6 @@ cdef void _op_skip(op_t* op, op_t* bad) noexcept with gil:
     op.failed = 1
 
 
-
-
 cdef void _engine_free(engine_t* e) noexcept with gil:
     """The last reference to e is gone (no Engine, var or op uses it): free the ops it holds."""
     cdef op_t* op = e.retired
@@ -519,7 +517,7 @@ cdef class Engine:
         """The lane for the next op (correctness never depends on it: see docs/engine.md):
         an idle lane; else one whose last op is a dependency (stream order then replaces a
         wait); else the one with the fewest tasks queued."""
-        cdef int l, best = 0
+        cdef int lane, best = 0
         cdef Py_ssize_t i
         cdef op_t* c
         cdef long long load, best_load = -1
@@ -527,14 +525,14 @@ cdef class Engine:
             c = <op_t*>self.cand[i]
             if c.lane >= 0 and self.lane_tail[c.lane] == c.seq:
                 return c.lane
-        for l in range(self.n_lanes):
-            if nnc_engine_state(&self.lane_s[l].state) == STREAM_IDLE:
-                return l
-        for l in range(self.n_lanes):
-            load = (nnc_engine_load(&self.lane_s[l].submitted)
-                    - nnc_engine_load(&self.lane_s[l].completed))
+        for lane in range(self.n_lanes):
+            if nnc_engine_state(&self.lane_s[lane].state) == STREAM_IDLE:
+                return lane
+        for lane in range(self.n_lanes):
+            load = (nnc_engine_load(&self.lane_s[lane].submitted)
+                    - nnc_engine_load(&self.lane_s[lane].completed))
             if best_load < 0 or load < best_load:
-                best, best_load = l, load
+                best, best_load = lane, load
         return best
 
     cdef int _commit(self, op_t* op, tuple reads, tuple muts, object stream) except -1:
@@ -542,7 +540,7 @@ cdef class Engine:
         No Python code runs from here to the enqueue (nothing is allocated or released: the
         GIL alone keeps pushes from several threads apart, see docs/engine.md)."""
         cdef engine_t* e = self.e
-        cdef Py_ssize_t nr = len(reads), nm = len(muts), nc = 0, need = nr, i, j, nw = 0
+        cdef Py_ssize_t nr = len(reads), nc = 0, need = nr, i, j, nw = 0
         cdef EngineVar v
         cdef op_t* w
         cdef long long seq
@@ -746,7 +744,7 @@ cdef class Engine:
             Py_IncRef(op.name)
         self._commit(op, reads, muts, stream)
         if self._recording is not None:
-            self._recording.append(("c" if kind == OP_C else "py", fn, arg, reads, muts))
+            self._recording.append(("c" if kind == OP_C else "py", fn, arg, reads, muts, name))
         self._finish_push(stream)
 
     def var_of(self, tensor):
@@ -833,7 +831,7 @@ cdef class Engine:
         Py_IncRef(op.name)
         self._commit(op, reads, muts, stream)
         if self._recording is not None:
-            self._recording.append(("cmd", cmd, (ins, outs), reads, muts))
+            self._recording.append(("cmd", cmd, (ins, outs), reads, muts, name))
         self._finish_push(stream)
 
     def delete_var(self, v, on_delete=None):
@@ -858,7 +856,7 @@ cdef class Engine:
         self._commit(op, reads, muts, None)
         (<EngineVar>v).v.deleted = 1
         if self._recording is not None:
-            self._recording.append(("delete", on_delete, None, reads, muts))
+            self._recording.append(("delete", on_delete, None, reads, muts, "delete_var"))
         self._finish_push(None)
 
     def wait_for_var(self, v, timeout=None):

@@ -47,15 +47,15 @@ class _PyCall:
 
 
 def _node(g: Graph, entry: tuple[Any, ...]) -> GraphExec:
-    kind, what, extra = entry[0], entry[1], entry[2]
+    kind, what, extra, name = entry[0], entry[1], entry[2], entry[5]
     if kind == "cmd":
         ins, outs = extra
-        return g.exec(what, ins, outs)
+        return g.exec(what, ins, outs, name=name)
     if kind == "c":
-        return g.exec(Cmd.custom(_CCall(what, extra), name="ENGINE_C"), [], [])
+        return g.exec(Cmd.custom(_CCall(what, extra)), [], [], name=name)
     if what is None:                    # delete_var without on_delete
-        return g.exec(Cmd("NOOP"), [], [])
-    return g.exec(Cmd.custom(_PyCall(what), name="ENGINE_PY"), [], [])
+        return g.exec(Cmd("NOOP"), [], [], name=name)
+    return g.exec(Cmd.custom(_PyCall(what)), [], [], name=name)
 
 
 def direct_deps(entries: list[tuple[Any, ...]]) -> list[set[int]]:

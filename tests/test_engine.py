@@ -13,11 +13,10 @@ import time
 
 import numpy as np
 import pytest
+from _engine_lib import engine_lib
 
 import nnc
 from nnc.engine import CFUNC
-
-from _engine_lib import engine_lib
 
 T = 60                                  # seconds: the bound on every wait
 
@@ -54,22 +53,27 @@ def timed(log, key, seconds, fn=None):
 
 # -- the lecture's examples ------------------------------------------------------------------
 
+def _abcd_once():
+    e = nnc.Engine()
+    a, b, c, d = (e.new_var() for _ in range(4))
+    val, log = {}, {}
+    e.push(lambda: val.__setitem__("A", 2), mutate=[a])
+    e.push(timed(log, "B", 0.2, lambda: val.__setitem__("B", val["A"] + 1)),
+           read=[a], mutate=[b])
+    e.push(timed(log, "C", 0.2, lambda: val.__setitem__("C", val["A"] + 2)),
+           read=[a], mutate=[c])
+    e.push(lambda: val.__setitem__("D", val["B"] * val["C"]), read=[b, c], mutate=[d])
+    assert e.wait_for_var(d, timeout=T)
+    assert val == {"A": 2, "B": 3, "C": 4, "D": 12}
+    assert (a.version, b.version, c.version, d.version) == (1, 1, 1, 1)
+    return log
+
+
 def test_lecture_abcd_with_b_and_c_overlapping():
     """A = 2; B = A + 1; C = A + 2; D = B * C: D = 12, and B and C (both read A only) run at
     the same time (each sleeps, releasing the GIL). Retried: a loaded machine may delay one."""
     for _attempt in range(3):
-        e = nnc.Engine()
-        a, b, c, d = (e.new_var() for _ in range(4))
-        val, log = {}, {}
-        e.push(lambda: val.__setitem__("A", 2), mutate=[a])
-        e.push(timed(log, "B", 0.2, lambda: val.__setitem__("B", val["A"] + 1)),
-               read=[a], mutate=[b])
-        e.push(timed(log, "C", 0.2, lambda: val.__setitem__("C", val["A"] + 2)),
-               read=[a], mutate=[c])
-        e.push(lambda: val.__setitem__("D", val["B"] * val["C"]), read=[b, c], mutate=[d])
-        assert e.wait_for_var(d, timeout=T)
-        assert val == {"A": 2, "B": 3, "C": 4, "D": 12}
-        assert (a.version, b.version, c.version, d.version) == (1, 1, 1, 1)
+        log = _abcd_once()
         if overlap(log["B"], log["C"]):
             return
     pytest.fail(f"B and C never overlapped: {log}")
@@ -189,7 +193,7 @@ def test_rand_sum_expr_python_functions_bit_identical(naive):
         vals = [1.0] * 100
         vs = [e.new_var() for _ in range(100)]
 
-        def op(target, reads):
+        def op(target, reads, vals=vals):
             def run():
                 s = 0.0
                 for i in reads:
@@ -225,7 +229,7 @@ def test_readers_overlap_writers_serialise(lib):
     stamps = np.zeros((8, 3))
     stamps[:, 0] = 0.03
     ptr = stamps.ctypes.data
-    for attempt in range(3):
+    for _attempt in range(3):
         for i in range(4):
             e.push(lib.stamp, read=[v], arg=ptr + 24 * i)
         for i in range(4, 8):
