@@ -62,16 +62,19 @@ def _pusher(engine, shape, nvars, fns, args=None):
     var = [engine.new_var() for _ in range(nvars)]
     ops = [([var[r] for r in reads], [var[w] for w in writes]) for reads, writes in shape]
     push = engine.push
+    clock = time.perf_counter
     if args is None:
-        def run():
-            for fn, (read, mutate) in zip(fns, ops):
-                push(fn, read=read, mutate=mutate)
-            engine.wait_all()
-    else:
-        def run():
-            for fn, (read, mutate), arg in zip(fns, ops, args):
-                push(fn, read=read, mutate=mutate, arg=arg)
-            engine.wait_all()
+        args = [None] * len(ops)
+
+    def run():
+        t0 = clock()
+        for fn, (read, mutate), arg in zip(fns, ops, args):
+            push(fn, read=read, mutate=mutate, arg=arg)
+        run.push_s.append(clock() - t0)
+        engine.wait_all()
+    # seconds until the last push returned, for every call (warm-ups too): the pushing
+    # thread's share of a run
+    run.push_s = []
     return run
 
 
@@ -90,8 +93,8 @@ def floor(engines, c_ops, cfunc, n, repeat, peer_repeat, threads, seed):
         deps = work.dependencies(shape)
         pool = peers.FuturesRun([_empty] * n, None, deps, threads)
         try:
-            order_ok, samples = _floor_shape(engines, c_ops, cfunc, shape, nvars, deps, pool,
-                                             repeat, peer_repeat, threads)
+            order_ok, samples, push_us = _floor_shape(
+                engines, c_ops, cfunc, shape, nvars, deps, pool, repeat, peer_repeat, threads)
         finally:
             pool.close()
         us = {k: _util.median(v) / n * 1e6 for k, v in samples.items()}
@@ -102,8 +105,8 @@ def floor(engines, c_ops, cfunc, n, repeat, peer_repeat, threads, seed):
                 ratios["dask / nnc C"] = us["dask"] / us["nnc C"]
         ratios["futures / nnc py"] = us["futures"] / us["nnc py"]
         rows.append({"shape": name, "ops": n, "edges": sum(len(d) for d in deps),
-                     "us_per_op": us, "ratios": ratios, "order_ok": order_ok,
-                     "samples_s": samples})
+                     "us_per_op": us, "push_us_per_op": push_us, "ratios": ratios,
+                     "order_ok": order_ok, "samples_s": samples})
     return rows
 
 
@@ -126,7 +129,14 @@ def _floor_shape(engines, c_ops, cfunc, shape, nvars, deps, pool, repeat, peer_r
         fns["nnc C"] = _pusher(engines["nnc"], shape, nvars, [noop] * n)
         fns["naive C"] = _pusher(engines["naive"], shape, nvars, [noop] * n)
     repeats = {k: peer_repeat if k in ("dask", "futures") else repeat for k in fns}
-    return order_ok, _util.measure_interleaved(fns, repeats)
+    samples = _util.measure_interleaved(fns, repeats)
+    return order_ok, samples, _push_us(fns, n)
+
+
+def _push_us(fns, n):
+    """µs per op that the pushing thread spent in push() (median over calls), per pusher."""
+    return {k: _util.median(fn.push_s) / n * 1e6 for k, fn in fns.items()
+            if getattr(fn, "push_s", None)}
 
 
 def _with_bodies(pool, bodies):
@@ -152,6 +162,7 @@ def randsum(engines, c_ops, cfunc, m, repeat, peer_repeat, threads, seeds):
             def run():
                 buf.reset()
                 inner()
+            run.push_s = getattr(inner, "push_s", None)
             out[name] = (buf, run)
 
         add("serial C", lambda b: functools.partial(c_ops.serial, b.ops, len(workloads)))
@@ -198,11 +209,13 @@ def randsum(engines, c_ops, cfunc, m, repeat, peer_repeat, threads, seeds):
     for name, (buf, _) in runs.items():   # the last timed run of each, too
         identical[name] = identical[name] and buf.values() == serial
     ms = {k: _util.median(v) * 1e3 for k, v in samples.items()}
+    push_us = _push_us(fns, m)
     base = ms["serial C"]
     return {"ops": m, "seeds": list(seeds), "spin_us": [1, 9],
             "work_ms": sum(w[2] for w in workloads) / 1e6,
             "spin_check_ns": {str(ns): c_ops.spin_check_ns(ns) for ns in (1000, 5000, 9000)},
-            "ms": ms, "x_serial": {k: base / v for k, v in ms.items()},
+            "ms": ms, "push_us_per_op": push_us,
+            "x_serial": {k: base / v for k, v in ms.items()},
             "bit_identical": identical, "serial_equals_python": reference_ok,
             "samples_s": samples}
 
@@ -306,20 +319,24 @@ def render(r):
     f = _util.fmt
     cols = ["nnc C", "nnc py", "naive C", "naive py", "dask", "futures"]
     rows = [[row["shape"], *(f(row["us_per_op"].get(c)) for c in cols),
+             f(row["push_us_per_op"].get("nnc C")), f(row["push_us_per_op"].get("nnc py")),
              f(row["ratios"].get("dask / nnc py")), f(row["ratios"].get("dask / nnc C")),
              "yes" if all(row["order_ok"].values()) else "NO"] for row in r["floor"]]
     out = [f"1. floor: push + completion of {r['floor'][0]['ops']} empty ops, µs per op "
-           f"(median), {r['threads']} threads",
-           _util.table(["shape", *cols, "dask/nnc py", "dask/nnc C", "order ok"], rows)]
+           f"(median), {r['threads']} threads; push: the pushing thread's part",
+           _util.table(["shape", *cols, "push C", "push py", "dask/nnc py", "dask/nnc C",
+                        "order ok"], rows)]
     rs = r["randsum"]
     if rs is None:
         out.append(f"2. randsum: skipped ({r['c_missing']})")
     else:
-        rows = [[k, f(ms), f(ms / rs["ops"] * 1e3), f(rs["x_serial"][k]),
-                 "yes" if rs["bit_identical"][k] else "NO"] for k, ms in rs["ms"].items()]
+        rows = [[k, f(ms), f(ms / rs["ops"] * 1e3), f(rs["push_us_per_op"].get(k)),
+                 f(rs["x_serial"][k]), "yes" if rs["bit_identical"][k] else "NO"]
+                for k, ms in rs["ms"].items()]
         out += ["", f"2. randsum: {rs['ops']} ops, 1-9 µs of C work each "
                 f"({f(rs['work_ms'])} ms in all), seeds {rs['seeds']}",
-                _util.table(["executor", "ms", "µs/op", "x serial C", "bit-identical"], rows)]
+                _util.table(["executor", "ms", "µs/op", "push µs/op", "x serial C",
+                             "bit-identical"], rows)]
     rp = r["replay"]
     if rp is None:
         out.append(f"3. replay: skipped ({r['c_missing']})")
