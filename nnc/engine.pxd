@@ -111,6 +111,8 @@ cdef class Engine:
     cdef stream_task_t* tasks           # push scratch: the tasks it enqueues
     cdef Py_ssize_t cap_tasks
     cdef int n_vars
+    cdef object _last_cfn               # the last C fn pushed (a CFUNC), and its address
+    cdef size_t _last_addr
     cdef long long _stamp               # bumped by 2 per _vars call: var_t.stamp values
     cdef dict _streams                  # caller's streams used since the last wait_all
     cdef dict _buffers                  # (device, lo, hi) -> [var, vars it overlaps]

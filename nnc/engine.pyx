@@ -70,6 +70,7 @@ cdef tuple _EMPTY = ()
 
 
 cdef extern from "Python.h":
+    tuple PyList_AsTuple(object)
     void Py_IncRef(PyObject*)           # NULL-safe, and no temporary reference in between
     void Py_DecRef(PyObject*)
 
@@ -437,7 +438,7 @@ cdef size_t _c_arg(object arg) except? 0:
     """arg= as the void* a C fn gets: None, an int address, or a ctypes pointer."""
     if arg is None:
         return 0
-    if isinstance(arg, int) and not isinstance(arg, bool):
+    if type(arg) is int or (isinstance(arg, int) and not isinstance(arg, bool)):
         if arg < 0 or arg > 0xFFFFFFFFFFFFFFFF:
             raise EngineError(f"arg={arg} is not an address")
         return <size_t>arg
@@ -448,6 +449,10 @@ cdef size_t _c_arg(object arg) except? 0:
 
 
 cdef tuple _var_tuple(object seq, str what):
+    if type(seq) is tuple:
+        return <tuple>seq
+    if type(seq) is list:
+        return PyList_AsTuple(seq)
     if isinstance(seq, EngineVar):
         raise EngineError(f"{what} must be a list of EngineVars, not one EngineVar")
     try:
@@ -619,7 +624,7 @@ cdef class Engine:
             self.tasks[nw].label = -1
             nw += 1
             op.context = &q.context
-        else:
+        elif op.kind == OP_CMD_C:
             op.context = thread_context()
         # The vars now name this op.
         for v in reads:
@@ -712,10 +717,15 @@ cdef class Engine:
         cdef size_t cfn = 0, carg = 0
         stream = self._check_stream(stream)
         reads, muts = self._vars(read, mutate)
-        if isinstance(fn, _CFuncPtr):
+        if fn is self._last_cfn:        # the same C function again: skip the ctypes calls
+            cfn = self._last_addr
+            carg = _c_arg(arg)
+            kind = OP_C
+        elif isinstance(fn, _CFuncPtr):
             cfn = _c_address(fn)
             carg = _c_arg(arg)
             kind = OP_C
+            self._last_cfn, self._last_addr = fn, cfn
         elif callable(fn):
             if arg is not None:
                 raise EngineError("arg= is for C functions; a Python fn takes no argument")
