@@ -22,7 +22,8 @@ dask and the thread pool, slower by far, get D runs), with T threads everywhere
    against pushing it again; the values again checked against the serial loop.
 
 The default run (N = M = 10,000, R = 7, D = 3, S = 5) takes about 2 minutes on a 2-vCPU VM,
-most of it dask's; ``--quick`` (N = M = 500, R = D = 1, S = 2) a few seconds. Results: docs/benchmarks.md, "Engine".
+most of it dask's; ``--quick`` (N = M = 500, R = D = 1, S = 2) a few seconds. Results:
+docs/benchmarks.md, "Engine".
 """
 
 import functools
