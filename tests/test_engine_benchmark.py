@@ -15,8 +15,9 @@ from benchmarks import _engine_work as work
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def _run(*args, timeout=300, **env_extra):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               **env_extra)
     return subprocess.run([sys.executable, "-m", "benchmarks.engine", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -114,3 +115,17 @@ def test_engine_benchmark_rejects_bad_arguments():
     assert r.returncode == 2 and "--ops must be at least 1" in r.stderr
     r = _run("--threads", "0", timeout=60)
     assert r.returncode == 2 and "--threads" in r.stderr
+
+
+def test_engine_benchmark_without_a_compiler():
+    # no C compiler on PATH: the C rows and parts are skipped, with the reason printed
+    r = _run("--quick", "--json", "--ops", "50", "--seeds", "1", PATH=str(ROOT / "no-such-dir"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    assert rep["ok"] is True and rep["c_missing"].startswith("no C compiler found")
+    assert "no C compiler found" in r.stderr and "randsum: skipped (no C compiler" in r.stdout
+    assert rep["randsum"] is None and rep["replay"] is None
+    for row in rep["floor"]:
+        assert "nnc C" not in row["us_per_op"] and all(row["order_ok"].values())
+    missing = [t for t in rep["targets"] if t["met"] is None]
+    assert len(missing) == 3 + 2   # the C floor in each shape, randsum and replay
