@@ -83,6 +83,9 @@ cdef struct engine_t:
     op_t* free_ops                      # recycled ops; host only (GIL)
     PyObject* errors                    # list of EngineErrors since the last wait_all; GIL
     long long pushed                    # ops ever pushed; host only
+    int orphan                          # atomic: the Engine is gone, so whoever retires an
+    #                                     op reclaims it (with the GIL): a retired op holds
+    #                                     its vars, which hold this struct (a cycle otherwise)
     # References to drop once the host's state is consistent again (GIL, host only): dropping
     # one may run any Python code, even a push, so reclaiming moves them here instead.
     PyObject** trash

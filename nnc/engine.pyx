@@ -10,6 +10,7 @@ docs/engine.md explains the design, the error rule and who owns what.
 
 import ctypes
 import os
+import traceback
 import weakref
 
 from nnc._core import EngineError
@@ -50,6 +51,9 @@ cdef extern from *:
     static inline long long nnc_engine_load(long long* p) {
         return __atomic_load_n(p, __ATOMIC_ACQUIRE);
     }
+    static inline void nnc_engine_set(int* p) {
+        __atomic_store_n(p, 1, __ATOMIC_SEQ_CST);
+    }
     static inline int nnc_engine_state(int* p) {
         return __atomic_load_n(p, __ATOMIC_RELAXED);
     }
@@ -58,6 +62,7 @@ cdef extern from *:
     void nnc_engine_bump(long long* p) noexcept nogil
     long long nnc_engine_load(long long* p) noexcept nogil
     int nnc_engine_state(int* p) noexcept nogil
+    void nnc_engine_set(int* p) noexcept nogil
 
 
 # A C function an op may run: int fn(void* arg), 0 on success (MXNet's PushAsync callbacks,
@@ -94,6 +99,17 @@ cdef void _op_fail(op_t* op, object exc, str what) noexcept:
     recorded for wait_all. Never raises."""
     cdef engine_t* e = <engine_t*>op.engine
     try:
+        if exc is not None and exc.__traceback__ is not None:
+            # The error is kept by C (the op), out of the cycle collector's sight, and a
+            # traceback's frames reach their locals and callers (the engine, in the naive
+            # engine the pushing code): a cycle nobody would free. So the cause keeps where it
+            # failed as text, in a note, and drops the frames.
+            where = "engine op traceback:\n" + "".join(traceback.format_tb(exc.__traceback__))
+            exc.__traceback__ = None
+            if hasattr(exc, "add_note"):
+                exc.add_note(where)
+            else:                       # Python 3.10: __notes__ is just an attribute
+                exc.__notes__ = [*getattr(exc, "__notes__", ()), where]
         err = EngineError(f"engine op {_op_label(op)!r} failed: {what}")
         err.__cause__ = exc
         op.err = <PyObject*>err
@@ -186,7 +202,15 @@ cdef void op_run(void* p) noexcept nogil:
     op.next = e.retired
     e.retired = op
     pthread_mutex_unlock(&e.lock)
+    if nnc_engine_state(&e.orphan):
+        _reclaim_orphan(e)
     _engine_unref(e)
+
+
+cdef void _reclaim_orphan(engine_t* e) noexcept with gil:
+    """The Engine is gone: nobody else will reclaim what this worker just retired."""
+    _reclaim(e)
+    _trash_flush(e)
 
 
 # -- host: op lifetime (GIL held) ----------------------------------------------------------
@@ -501,6 +525,7 @@ cdef class Engine:
         free(self.tasks)
         if e != NULL:
             self.e = NULL
+            nnc_engine_set(&e.orphan)
             _reclaim(e)
             _trash_flush(e)
             _engine_unref(e)
@@ -893,19 +918,21 @@ cdef class Engine:
             _op_unref(self.e, w)
             _trash_flush(self.e)
         if err is not None:
-            raise err
+            _raise_copy(err)
         return done
 
     cdef bint _drain(self, double limit) except -1:
         """Wait for every op pushed so far: each lane and caller's stream, in turn."""
         cdef double end = mono_now() + limit, left = limit
+        cdef long long pushed = self.e.pushed
         stream_check_not_worker("Engine.wait_all()")
         for s in self._lanes + list(self._streams.values()):
             if not stream_drain((<Stream>s).s, left):
                 return False
             if limit >= 0:
                 left = max(0.0, end - mono_now())
-        self._streams.clear()
+        if self.e.pushed == pushed:     # no push meanwhile (another thread) on a stream
+            self._streams.clear()       # drained before it: forget them
         _reclaim(self.e)
         _trash_flush(self.e)
         return True
@@ -920,7 +947,7 @@ cdef class Engine:
         if errors:
             first = errors[0]
             del errors[:]
-            raise first
+            _raise_copy(first)
         return True
 
     def close(self):
@@ -944,6 +971,14 @@ cdef class Engine:
     def _record_stop(self):
         entries, self._recording = self._recording, None
         return entries if entries is not None else []
+
+
+cdef int _raise_copy(object err) except -1:
+    """Raise a copy of a stored error: raising the stored object would attach the caller's
+    frames to it, and through them whatever they reference (the engine), in a cycle through
+    C that the collector cannot see."""
+    copy = EngineError(*err.args)
+    raise copy from err.__cause__
 
 
 def _forget(dict buffers, key, entry):
