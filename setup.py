@@ -57,6 +57,7 @@ MODULES = [
     ("nnc.invariants", "nnc/invariants.pyx"),
     ("nnc.capi_handle", "nnc/capi_handle.pyx"),
     ("nnc.capi", "nnc/capi.pyx"),
+    ("nnc.engine_op", "nnc/engine_op.pyx"),
     ("nnc.engine", "nnc/engine.pyx"),
     # Needs no CUDA header (only pthread and semaphore.h), so it is always built.
     ("nnc.cuda._hostfn", "nnc/cuda/_hostfn.pyx"),

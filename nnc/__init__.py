@@ -41,7 +41,8 @@ from nnc.cuda.cudnn_conv import register as _register_cudnn_conv
 from nnc.device import DeviceError
 from nnc.dlpack import DLPackError, from_dlpack
 from nnc.drain import drain_all as _drain_all  # noqa: F401  (registers the exit hook: nnc.drain)
-from nnc.engine import Engine, EngineVar
+from nnc.engine import Engine
+from nnc.engine_op import EngineVar
 from nnc.graph import control as _control  # noqa: F401
 from nnc.graph import flow as _flow  # noqa: F401
 from nnc.graph import policy_ios as _policy_ios  # noqa: F401  (registers policy "ios")

@@ -7,22 +7,12 @@ from typing import Any
 from typing_extensions import disjoint_base
 
 from nnc.cmd import Cmd
+from nnc.engine_op import EngineVar
 from nnc.engine_record import Recording
 from nnc.stream import Stream
 from nnc.tensor import Tensor
 
 CFUNC: type[ctypes._CFunctionType]
-
-@disjoint_base
-class EngineVar:
-    @property
-    def id(self) -> int:
-        """Creation number within its engine."""
-    @property
-    def version(self) -> int: ...
-    @property
-    def deleted(self) -> bool: ...
-    def __init__(self, *args: object, **kwargs: object) -> None: ...  # raises TypeError
 
 @disjoint_base
 class Engine:

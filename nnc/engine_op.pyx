@@ -1,0 +1,384 @@
+"""The C state of nnc.Engine: vars, ops and the engine's shared state, and running one op.
+
+MXNet: ThreadedVar and OprBlock (src/engine/threaded_engine.h), reshaped for nnc's signal
+records: an op is made and recycled by the host, run once by a worker (op_run), and handed
+back on its engine's retired list. nnc.engine builds the Engine (push, wait, record) on this;
+docs/engine.md, "Who owns what", says which thread touches which field under which lock.
+"""
+
+import traceback
+
+from nnc._core import EngineError
+
+from cpython.object cimport PyObject
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memset
+
+from nnc.cmd cimport PyObject_Call
+from nnc.sync cimport (
+    pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock,
+)
+from nnc.worker cimport record_done, record_new, record_release, signal_lock
+
+
+cdef extern from "Python.h":
+    void Py_IncRef(PyObject*)           # NULL-safe, and no temporary reference in between
+    void Py_DecRef(PyObject*)
+
+
+# -- workers: running one op ----------------------------------------------------------------
+
+cdef str _op_label(op_t* op):
+    """The op's name for errors: its name=, else what it runs."""
+    if op.name != NULL:
+        return <str>op.name
+    if op.kind == OP_C:
+        return f"C function at {<size_t>op.cfn:#x}"
+    if op.fn != NULL:
+        fn = <object>op.fn
+        return getattr(fn, "__qualname__", None) or repr(fn)
+    return "op"
+
+
+cdef void _op_fail(op_t* op, object exc, str what) noexcept:
+    """Store a failure on op (GIL held): an EngineError naming it, chained to ``exc``, also
+    recorded for wait_all. Never raises."""
+    cdef engine_t* e = <engine_t*>op.engine
+    try:
+        if exc is not None and exc.__traceback__ is not None:
+            # The error is kept by C (the op), out of the cycle collector's sight, and a
+            # traceback's frames reach their locals and callers (the engine, in the naive
+            # engine the pushing code): a cycle nobody would free. So the cause keeps where it
+            # failed as text, in a note, and drops the frames.
+            where = "engine op traceback:\n" + "".join(traceback.format_tb(exc.__traceback__))
+            exc.__traceback__ = None
+            if hasattr(exc, "add_note"):
+                exc.add_note(where)
+            else:                       # Python 3.10: __notes__ is just an attribute
+                exc.__notes__ = [*getattr(exc, "__notes__", ()), where]
+        err = EngineError(f"engine op {_op_label(op)!r} failed: {what}")
+        err.__cause__ = exc
+        op.err = <PyObject*>err
+        Py_IncRef(op.err)
+        op.failed = 1
+        (<list>e.errors).append(err)
+    except BaseException:
+        op.failed = 1                   # out of memory: still a failure, without its object
+
+
+cdef void _op_rc(op_t* op, int rc) noexcept with gil:
+    _op_fail(op, None, f"{'C function' if op.kind == OP_C else 'backend'} returned {rc}")
+
+
+cdef void _op_py(op_t* op) noexcept with gil:
+    try:
+        PyObject_Call(op.fn, op.args, NULL)
+    except BaseException as exc:
+        _op_fail(op, exc, repr(exc))
+
+
+cdef void _op_skip(op_t* op, op_t* bad) noexcept with gil:
+    """op reads a var whose last write failed: it does not run, and carries that error."""
+    Py_IncRef(bad.err)
+    op.err = bad.err
+    op.failed = 1
+
+
+cdef void _engine_free(engine_t* e) noexcept with gil:
+    """The last reference to e is gone (no Engine, var or op uses it): free the ops it holds."""
+    cdef op_t* op = e.retired
+    cdef op_t* nxt
+    e.retired = NULL
+    while op != NULL:                   # orphaned by the Engine: nobody reclaims them now
+        nxt = op.next
+        _op_reclaim_refs(op)
+        _op_clear(op)
+        free(op.buf)
+        free(op)
+        op = nxt
+    op = e.free_ops
+    while op != NULL:
+        nxt = op.next
+        free(op.buf)
+        free(op)
+        op = nxt
+    e.free_ops = NULL
+    trash_flush(e)
+    free(e.trash)
+    Py_DecRef(e.errors)
+    pthread_mutex_destroy(&e.lock)
+    free(e)
+
+
+cdef void engine_unref(engine_t* e) noexcept nogil:
+    if nnc_engine_add(&e.refs, -1) == 0:
+        _engine_free(e)
+
+
+cdef void op_run(void* p) noexcept nogil:
+    """Run one op (a TASK_CALL on its lane, or inline for the naive engine): skip it if a var
+    it reads carries an error, else run it; bump its vars' versions, mark its record done and
+    hand it back to the host. Takes the GIL only for Python work and failures."""
+    cdef op_t* op = <op_t*>p
+    cdef engine_t* e = <engine_t*>op.engine
+    cdef op_t* bad = NULL
+    cdef int i, rc = 0
+    for i in range(op.n_deps):
+        if op.deps[i].failed:
+            bad = op.deps[i]
+            break
+    if bad != NULL:
+        _op_skip(op, bad)
+    elif op.kind == OP_C:
+        rc = op.cfn(op.arg)
+        if rc != 0:
+            _op_rc(op, rc)
+    elif op.kind == OP_CMD_C:
+        rc = op.c_exec(op.param, op.io, op.n_in, op.io + op.n_in, op.n_out, op.context)
+        if rc != 0:
+            _op_rc(op, rc)
+    elif op.kind == OP_PY:
+        _op_py(op)
+    for i in range(op.n_muts):
+        nnc_engine_bump(&op.muts[i].version)
+    pthread_mutex_lock(&signal_lock)
+    record_done(op.record)
+    pthread_mutex_unlock(&signal_lock)
+    pthread_mutex_lock(&e.lock)
+    op.next = e.retired
+    e.retired = op
+    pthread_mutex_unlock(&e.lock)
+    if nnc_engine_state(&e.orphan):
+        _reclaim_orphan(e)
+    engine_unref(e)
+
+
+cdef void _reclaim_orphan(engine_t* e) noexcept with gil:
+    """The Engine is gone: nobody else will reclaim what this worker just retired."""
+    reclaim(e)
+    trash_flush(e)
+
+
+# -- host: op lifetime (GIL held) ----------------------------------------------------------
+
+cdef void _trash(engine_t* e, PyObject* obj) noexcept:
+    """Queue one reference for trash_flush (NULL: nothing)."""
+    cdef PyObject** grown
+    cdef Py_ssize_t cap
+    if obj == NULL:
+        return
+    if e.n_trash == e.cap_trash:
+        cap = max(64, 2 * e.cap_trash)
+        grown = <PyObject**>realloc(e.trash, sizeof(PyObject*) * cap)
+        if grown == NULL:
+            Py_DecRef(obj)      # out of memory: drop it now (cannot lose it)
+            return
+        e.trash = grown
+        e.cap_trash = cap
+    e.trash[e.n_trash] = obj
+    e.n_trash += 1
+
+
+cdef void trash_flush(engine_t* e) noexcept:
+    """Drop the queued references. Each may run Python code, which may push (and queue more):
+    the loop takes them one at a time from the end, so it sees those too."""
+    cdef PyObject* obj
+    while e.n_trash > 0:
+        e.n_trash -= 1
+        obj = e.trash[e.n_trash]
+        Py_DecRef(obj)
+
+
+cdef void _op_reclaim_refs(op_t* op) noexcept:
+    """Drop what a completed op needed only to run: its deps, vars and Python references."""
+    cdef engine_t* e = <engine_t*>op.engine
+    cdef int i
+    for i in range(op.n_deps):
+        op_unref(e, op.deps[i])
+    op.n_deps = 0
+    for i in range(op.n_muts):
+        _trash(e, op.muts[i].owner)
+    op.n_muts = 0
+    _trash(e, op.fn)
+    _trash(e, op.args)
+    _trash(e, op.keep)
+    _trash(e, op.name)
+    op.fn = op.args = op.keep = op.name = NULL
+
+
+cdef void _op_clear(op_t* op) noexcept:
+    _trash(<engine_t*>op.engine, op.err)
+    op.err = NULL
+    record_release(op.record)
+    op.record = NULL
+
+
+cdef void op_unref(engine_t* e, op_t* op) noexcept:
+    op.refs -= 1
+    if op.refs == 0:
+        _op_clear(op)
+        op.next = e.free_ops
+        e.free_ops = op
+
+
+cdef void reclaim(engine_t* e) noexcept:
+    """Take back the ops workers finished: drop their run-time references and the in-flight
+    one. Python references dropped here may run arbitrary code (a __del__), which is why this
+    runs before a push touches any state, never in the middle."""
+    cdef op_t* op
+    cdef op_t* nxt
+    if e.retired == NULL:               # racy peek: a miss is taken next time
+        return
+    pthread_mutex_lock(&e.lock)
+    op = e.retired
+    e.retired = NULL
+    pthread_mutex_unlock(&e.lock)
+    while op != NULL:
+        nxt = op.next
+        _op_reclaim_refs(op)
+        op_unref(e, op)
+        op = nxt
+
+
+cdef op_t* op_new(engine_t* e, Py_ssize_t slots) except NULL:
+    """A clean op (refs 1, a fresh record) with room for ``slots`` pointers in buf."""
+    cdef op_t* op = e.free_ops
+    cdef void** buf
+    if op != NULL:
+        e.free_ops = op.next
+    else:
+        op = <op_t*>malloc(sizeof(op_t))
+        if op == NULL:
+            raise MemoryError()
+        op.buf = NULL
+        op.buf_cap = 0
+    buf = op.buf
+    slots = max(slots, 8)
+    if op.buf_cap < slots:
+        buf = <void**>realloc(op.buf, sizeof(void*) * slots)
+        if buf == NULL:
+            op.next = e.free_ops
+            e.free_ops = op
+            raise MemoryError()
+        op.buf_cap = slots
+    slots = op.buf_cap
+    memset(op, 0, sizeof(op_t))
+    op.buf = buf
+    op.buf_cap = slots
+    op.record = record_new()
+    if op.record == NULL:
+        op.next = e.free_ops
+        e.free_ops = op
+        raise MemoryError()
+    op.refs = 1
+    op.engine = e
+    return op
+
+
+cdef int readers_add(engine_t* e, var_t* v, op_t* op) except -1:
+    """Append op to v's readers; when the list is full, first drop readers already done (a
+    var read many times between writes keeps only the readers a write must still wait for)."""
+    cdef Py_ssize_t i, n = 0
+    cdef void* tmp
+    cdef void** grown
+    if v.n_readers == v.cap_readers:
+        pthread_mutex_lock(&signal_lock)
+        for i in range(v.n_readers):     # partition: running readers first, done ones after
+            if not (<op_t*>v.readers[i]).record.done:
+                tmp = v.readers[n]
+                v.readers[n] = v.readers[i]
+                v.readers[i] = tmp
+                n += 1
+        pthread_mutex_unlock(&signal_lock)
+        for i in range(n, v.n_readers):  # outside the lock: recycling releases a record
+            op_unref(e, <op_t*>v.readers[i])
+        v.n_readers = n
+    if v.n_readers == v.cap_readers:
+        grown = <void**>realloc(v.readers, sizeof(void*) * max(8, 2 * v.cap_readers))
+        if grown == NULL:
+            raise MemoryError()
+        v.readers = grown
+        v.cap_readers = max(8, 2 * v.cap_readers)
+    op.refs += 1
+    v.readers[v.n_readers] = op
+    v.n_readers += 1
+    return 0
+
+
+cdef void op_discard(engine_t* e, op_t* op) noexcept:
+    """Give back an op that was never committed (its push failed validation late)."""
+    _op_reclaim_refs(op)
+    _op_clear(op)
+    op.next = e.free_ops
+    e.free_ops = op
+
+
+cdef void op_abort(op_t* op, object exc) noexcept:
+    """An op whose tasks could not be enqueued (out of memory, interpreter exiting): it fails
+    with ``exc`` and completes at once, so ops depending on it are skipped, never stuck."""
+    cdef engine_t* e = <engine_t*>op.engine
+    _op_fail(op, exc, f"could not be enqueued: {exc!r}")
+    pthread_mutex_lock(&signal_lock)
+    record_done(op.record)
+    pthread_mutex_unlock(&signal_lock)
+    pthread_mutex_lock(&e.lock)
+    op.next = e.retired
+    e.retired = op
+    pthread_mutex_unlock(&e.lock)
+    engine_unref(e)
+
+
+cdef engine_t* engine_new() except NULL:
+    cdef engine_t* e = <engine_t*>malloc(sizeof(engine_t))
+    if e == NULL:
+        raise MemoryError()
+    memset(e, 0, sizeof(engine_t))
+    pthread_mutex_init(&e.lock, NULL)
+    errors = []
+    e.errors = <PyObject*>errors
+    Py_IncRef(e.errors)
+    e.refs = 1
+    return e
+
+
+cdef class EngineVar:
+    """A dependency tag of one :class:`Engine` (MXNet's VarHandle): ops name the vars they read
+    and mutate. Made by :meth:`Engine.new_var` or :meth:`Engine.var_of`."""
+
+    def __cinit__(self):
+        memset(&self.v, 0, sizeof(var_t))
+        self.v.owner = <PyObject*>self
+        self.e = NULL
+
+    def __init__(self):
+        raise TypeError("make vars with Engine.new_var()")
+
+    @property
+    def version(self):
+        """Writes to this var completed so far (MXNet's var version)."""
+        return nnc_engine_load(&self.v.version)
+
+    @property
+    def deleted(self):
+        """True once delete_var was pushed for it."""
+        return bool(self.v.deleted)
+
+    def __repr__(self):
+        state = " deleted" if self.v.deleted else ""
+        return f"<nnc.EngineVar #{self.id} version={self.version}{state}>"
+
+    def __dealloc__(self):
+        cdef engine_t* e = self.e
+        cdef Py_ssize_t i
+        if e == NULL:
+            return
+        if self.v.last_writer != NULL:
+            op_unref(e, <op_t*>self.v.last_writer)
+        for i in range(self.v.n_readers):
+            op_unref(e, <op_t*>self.v.readers[i])
+        free(self.v.readers)
+        self.v.readers = NULL
+        self.v.n_readers = 0
+        self.v.last_writer = NULL
+        self.e = NULL
+        engine_unref(e)
