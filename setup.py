@@ -60,6 +60,7 @@ MODULES = [
     ("nnc.capi", "nnc/capi.pyx"),
     ("nnc.engine_op", "nnc/engine_op.pyx"),
     ("nnc.engine", "nnc/engine.pyx"),
+    ("nnc.engine_call", "nnc/engine_call.pyx"),
     # Needs no CUDA header (only pthread and semaphore.h), so it is always built.
     ("nnc.cuda._hostfn", "nnc/cuda/_hostfn.pyx"),
     ("nnc.cuda.gpu_stream", "nnc/cuda/gpu_stream.pyx"),

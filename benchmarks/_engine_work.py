@@ -34,18 +34,20 @@ def shape_chain(n):
     return [((), (0,))] * n
 
 
-def randsum_workloads(n, seed, spin_us=(1, 9)):
+def randsum_workloads(n, seed, spin_us=(1, 9), sleep=False):
     """MXNet's RandSumExpr (research/peers.md §5): ``n`` workloads over 100 variables, each a
     uniformly drawn target, 2-19 uniformly drawn reads (which may repeat and may include the
     target) and ``spin_us`` microseconds of work, drawn uniformly between the two bounds
-    (``(0, 0)``: none). Returns ``[(target, reads, spin_ns)]``."""
+    (``(0, 0)``: none): busy-waiting, or with ``sleep`` a sleep, as MXNet's test does (the
+    value is then negative: engine_ops.c sleeps -spin_ns). Returns
+    ``[(target, reads, spin_ns)]``."""
     rng = random.Random(seed)
     lo, hi = spin_us
     out = []
     for _ in range(n):
         target = rng.randrange(RANDSUM_VARS)
         reads = tuple(rng.randrange(RANDSUM_VARS) for _ in range(rng.randint(2, MAX_READS)))
-        out.append((target, reads, rng.randint(lo, hi) * 1000))
+        out.append((target, reads, rng.randint(lo, hi) * (-1000 if sleep else 1000)))
     return out
 
 

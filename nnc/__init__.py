@@ -7,6 +7,7 @@ See docs/design.md for the layers and README.md for a tour.
 # "Registries"): nnc.invariants the checks of nnc.debug.check(); nnc.cuda the GPU table of
 # nnc.device; control (while_, case_of ...), schedule, run, flow (run(stream=)) and tools
 # Graph's methods. So ``import nnc`` fills every table.
+from nnc import engine_call as _engine_call  # noqa: F401  (registers ENGINE_CALL: recorded C ops)
 from nnc import invariants as _invariants  # noqa: F401
 from nnc._core import (
     MAX_DIM,

@@ -398,7 +398,8 @@ cdef class Engine:
             Py_IncRef(op.name)
         self._commit(op, reads, muts, stream)
         if self._recording is not None:
-            self._recording.append(("c" if kind == OP_C else "py", fn, arg, reads, muts, name))
+            self._recording.append(("c" if kind == OP_C else "py", fn, arg, reads, muts, name,
+                                    <size_t>cfn, carg))
         self._finish_push(stream)
 
     def var_of(self, tensor):

@@ -8,11 +8,10 @@ the region without the engine. docs/engine.md, "Record".
 
 from __future__ import annotations
 
-import ctypes
 from typing import TYPE_CHECKING, Any
 
-from nnc._core import EngineError
 from nnc.cmd import Cmd
+from nnc.engine_call import call_tensor
 from nnc.graph.graph import Graph, GraphExec
 
 if TYPE_CHECKING:
@@ -21,19 +20,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from nnc.engine import Engine
-
-
-class _CCall:
-    """A recorded C fn op: calls it through ctypes (which drops the GIL for the call)."""
-
-    def __init__(self, fn: Any, arg: Any) -> None:
-        self.fn = fn
-        self.arg = arg.value if isinstance(arg, ctypes.c_void_p) else arg
-
-    def __call__(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray | None]) -> None:
-        rc = self.fn(self.arg)
-        if rc != 0:
-            raise EngineError(f"recorded C function returned {rc}")
 
 
 class _PyCall:
@@ -51,8 +37,9 @@ def _node(g: Graph, entry: tuple[Any, ...]) -> GraphExec:
     if kind == "cmd":
         ins, outs = extra
         return g.exec(what, ins, outs, name=name)
-    if kind == "c":
-        return g.exec(Cmd.custom(_CCall(what, extra)), [], [], name=name)
+    if kind == "c":                     # a C node: called without the GIL on replay
+        call = call_tensor(entry[6], entry[7], keep=(what, extra))
+        return g.exec(Cmd("ENGINE_CALL"), [call], [], name=name)
     if what is None:                    # delete_var without on_delete
         return g.exec(Cmd("NOOP"), [], [], name=name)
     return g.exec(Cmd.custom(_PyCall(what)), [], [], name=name)

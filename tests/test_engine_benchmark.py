@@ -93,19 +93,21 @@ def test_engine_benchmark_quick():
         assert all(v > 0 for v in row["us_per_op"].values())
     assert rep["floor"][0]["edges"] == 0 and rep["floor"][1]["edges"] == 499
     if has_c:
-        rs = rep["randsum"]
-        assert rs["ops"] == 500 and rs["seeds"] == [0, 1] and rs["serial_equals_python"]
-        expected = {"serial C", "serial py→C", "nnc", "naive", "futures"}
-        assert set(rs["bit_identical"]) == expected | ({"dask"} if has_dask else set())
-        assert all(rs["bit_identical"].values())
-        assert rs["x_serial"]["serial C"] == 1.0
+        for key, sleep in (("randsum", False), ("randsum_sleep", True)):
+            rs = rep[key]
+            assert rs["ops"] == 500 and rs["seeds"] == [0, 1] and rs["serial_equals_python"]
+            assert rs["sleep"] is sleep
+            expected = {"serial C", "serial py→C", "nnc", "naive", "futures"}
+            assert set(rs["bit_identical"]) == expected | ({"dask"} if has_dask else set())
+            assert all(rs["bit_identical"].values())
+            assert rs["x_serial"]["serial C"] == 1.0
         rp = rep["replay"]
         assert rp["equal"] is True and rp["streams"] >= 1 and rp["x"] > 0
         assert set(rp["ms"]) == {"push again", "replay"}
     else:
-        assert rep["randsum"] is None and rep["replay"] is None
+        assert rep["randsum"] is None and rep["randsum_sleep"] is None and rep["replay"] is None
         assert rep["c_missing"] in r.stdout and rep["c_missing"] in r.stderr
-    assert len(rep["targets"]) == 3 * 3 + 2
+    assert len(rep["targets"]) == 3 * 3 + 3
     assert all(t["met"] in (True, False, None) for t in rep["targets"])
     assert "targets:" in r.stdout
 
@@ -124,8 +126,8 @@ def test_engine_benchmark_without_a_compiler():
     rep = json.loads(r.stdout.strip().splitlines()[-1])
     assert rep["ok"] is True and rep["c_missing"].startswith("no C compiler found")
     assert "no C compiler found" in r.stderr and "randsum: skipped (no C compiler" in r.stdout
-    assert rep["randsum"] is None and rep["replay"] is None
+    assert rep["randsum"] is None and rep["randsum_sleep"] is None and rep["replay"] is None
     for row in rep["floor"]:
         assert "nnc C" not in row["us_per_op"] and all(row["order_ok"].values())
     missing = [t for t in rep["targets"] if t["met"] is None]
-    assert len(missing) == 3 + 2   # the C floor in each shape, randsum and replay
+    assert len(missing) == 3 + 3   # the C floor in each shape, two randsums and replay

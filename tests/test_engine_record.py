@@ -1,6 +1,7 @@
 """Engine.record(): a region of pushed ops becomes a Graph with transitively reduced edges;
 static_schedule + run(stream=) replays it with the engine's results (docs/engine.md)."""
 
+import json
 import random
 
 import numpy as np
@@ -82,8 +83,9 @@ def test_record_replay_rand_sum_python_equals_engine_run():
     assert vals == engine_vals
 
 
-def test_record_replay_c_functions_and_commands():
-    """C fn ops (replayed through ctypes) and push_cmd ops (replayed as the same commands)."""
+def test_record_replay_c_functions_and_commands(tmp_path):
+    """C fn ops (replayed as ENGINE_CALL nodes, from C without the GIL) and push_cmd ops
+    (replayed as the same commands)."""
     lib = engine_lib()
     if lib is None:
         pytest.skip("no C compiler (sysconfig CC or cc) found")
@@ -116,6 +118,41 @@ def test_record_replay_c_functions_and_commands():
     g.run(stream=s)
     assert s.wait(timeout=T)
     assert vals.tolist() == engine_vals and x.numpy().tolist() == engine_x
+    assert {n.cmd.name for n in g.execs[:len(work)]} == {"ENGINE_CALL"}
+    path = tmp_path / "t.json"          # C tasks: the worker never takes the GIL for them
+    with nnc.trace(path):
+        g.run(stream=s)
+        assert s.wait(timeout=T)
+    calls = {n.index for n in g.execs if n.cmd.name == "ENGINE_CALL"}
+    kinds = {ev["args"]["task"] for ev in json.loads(path.read_text())["traceEvents"]
+             if ev["ph"] == "X" and ev.get("cat") == "cmd" and ev["args"].get("node") in calls}
+    assert kinds == {"C"}
+
+
+def test_a_recorded_c_failure_is_reported_and_engine_call_takes_only_its_own_calls():
+    lib = engine_lib()
+    if lib is None:
+        pytest.skip("no C compiler (sysconfig CC or cc) found")
+    e = nnc.Engine()
+    v = e.new_var()
+    status = np.array([7], np.int32)            # eng_status returns *arg: 7, a failure
+    with e.record() as g:
+        e.push(lib.status, mutate=[v], arg=status.ctypes.data, name="fails")
+    with pytest.raises(nnc.EngineError, match="fails"):
+        e.wait_all(timeout=T)
+    s = nnc.Stream()
+    g.run(stream=s)
+    with pytest.raises(nnc.StreamError):
+        s.wait(timeout=T)
+    status[0] = 0
+    g.run(stream=s)
+    assert s.wait(timeout=T)                    # the stream stays usable
+    forged = nnc.Tensor(np.array([1, 0], np.int64))
+    h = nnc.Graph()
+    with pytest.raises(nnc.CommandError, match="only call tensors made by"):
+        h.exec(nnc.Cmd("ENGINE_CALL"), [forged], [])
+    with pytest.raises(nnc.CommandError, match="one input"):
+        h.exec(nnc.Cmd("ENGINE_CALL"), [], [])
 
 
 def test_record_rules():

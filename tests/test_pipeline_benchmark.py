@@ -29,6 +29,7 @@ def test_pipeline_benchmark_quick():
         assert rows[key] > 0
     assert net["checks"]["local_equal"] is True
     assert isinstance(net["above_single"], bool) and net["pct_of_bound"] > 0
+    assert net["pct_of_bound_whole"] > 0 and set(net["steady"]) <= {"local", "ray"}
     hops = rep["hops"]
     assert hops["checks"]["local"] is True and hops["per_hop_s"]["local depth 1"] > 0
     if net["ray_reason"] is None:           # Ray installed: its rows and checks too

@@ -63,6 +63,7 @@ LAYERS = {
     # 7 top: the package, the C API, formats, models, tools that see every layer
     "nnc": 7, "nnc.capi": 7, "nnc.capi_handle": 7, "nnc.onnx": 7, "nnc.models": 7,
     "nnc.pipeline": 7, "nnc.engine": 7, "nnc.engine_op": 7, "nnc.engine_record": 7,
+    "nnc.engine_call": 7,
     "nnc.demo": 7, "nnc.trace": 7, "nnc.embed": 7, "nnc.__main__": 7, "nnc.invariants": 7,
 }
 LAYER_NAMES = ["base", "tensor", "command", "stream", "graph", "schedule", "run", "top"]
