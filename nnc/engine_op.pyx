@@ -115,6 +115,18 @@ cdef void engine_unref(engine_t* e) noexcept nogil:
         _engine_free(e)
 
 
+cdef inline void _op_retire(engine_t* e, op_t* op) noexcept nogil:
+    """The op is complete: mark its record done (un-parking the lanes waiting on it), then
+    hand it back on its engine's retired list for the host to reclaim."""
+    pthread_mutex_lock(&signal_lock)
+    record_done(op.record)
+    pthread_mutex_unlock(&signal_lock)
+    pthread_mutex_lock(&e.lock)
+    op.next = e.retired
+    e.retired = op
+    pthread_mutex_unlock(&e.lock)
+
+
 cdef void op_run(void* p) noexcept nogil:
     """Run one op (a TASK_CALL on its lane, or inline for the naive engine): skip it if a var
     it reads carries an error, else run it; bump its vars' versions, mark its record done and
@@ -141,13 +153,7 @@ cdef void op_run(void* p) noexcept nogil:
         _op_py(op)
     for i in range(op.n_muts):
         nnc_engine_bump(&op.muts[i].version)
-    pthread_mutex_lock(&signal_lock)
-    record_done(op.record)
-    pthread_mutex_unlock(&signal_lock)
-    pthread_mutex_lock(&e.lock)
-    op.next = e.retired
-    e.retired = op
-    pthread_mutex_unlock(&e.lock)
+    _op_retire(e, op)
     if nnc_engine_state(&e.orphan):
         _reclaim_orphan(e)
     engine_unref(e)
@@ -318,13 +324,7 @@ cdef void op_abort(op_t* op, object exc) noexcept:
     with ``exc`` and completes at once, so ops depending on it are skipped, never stuck."""
     cdef engine_t* e = <engine_t*>op.engine
     _op_fail(op, exc, f"could not be enqueued: {exc!r}")
-    pthread_mutex_lock(&signal_lock)
-    record_done(op.record)
-    pthread_mutex_unlock(&signal_lock)
-    pthread_mutex_lock(&e.lock)
-    op.next = e.retired
-    e.retired = op
-    pthread_mutex_unlock(&e.lock)
+    _op_retire(e, op)
     engine_unref(e)
 
 

@@ -23,12 +23,14 @@ from nnc.tensor import Tensor
 _ALIGN = 64             # each group keeps its address modulo this in the copy
 
 
-def _extent(t, where):
-    """[lo, hi) bytes of a CPU tensor's elements and the address of element 0."""
+def tensor_extent(t, where):
+    """[lo, hi) bytes of a CPU tensor's elements and the address of element 0 (also
+    nnc.pipeline.split's, which groups overlapping tensors the same way); ``where`` starts the
+    PipelineError for anything else."""
     if not isinstance(t, Tensor):
-        raise PipelineError(f"{where}: {t!r} is not an nnc.Tensor, so it cannot be packed")
+        raise PipelineError(f"{where}: {t!r} is not an nnc.Tensor")
     if t.device != "cpu":
-        raise PipelineError(f"{where}: {t!r} is on {t.device}; only CPU graphs can be packed")
+        raise PipelineError(f"{where}: {t!r} is on {t.device}; pipeline stages are CPU graphs")
     item = t.dtype.itemsize
     lo = hi = first = t.data_ptr
     if t.size == 0:
@@ -72,12 +74,12 @@ def graph_pack(graph, inputs, outputs, what="graph"):
                                 "process (its sub-graphs and expressions live in this one)")
         for t in (*e.inputs, *e.outputs):
             if t is not None:
-                _extent(t, f"{what}: node {e!r}")
+                tensor_extent(t, f"{what}: node {e!r}")
                 tensors.setdefault(id(t), t)
     for t in (*inputs.values(), *outputs):
-        _extent(t, f"{what}: an input or output")
+        tensor_extent(t, f"{what}: an input or output")
         tensors.setdefault(id(t), t)
-    spans = sorted((_extent(t, what), key) for key, t in tensors.items())
+    spans = sorted((tensor_extent(t, what), key) for key, t in tensors.items())
     groups = []                          # [lo, hi] per group
     group_of = {}
     for (lo, hi, _), key in spans:
@@ -92,7 +94,7 @@ def graph_pack(graph, inputs, outputs, what="graph"):
     records = []
     for key, t in tensors.items():
         gi = group_of[key]
-        _, _, first = _extent(t, what)
+        _, _, first = tensor_extent(t, what)
         index[key] = len(records)
         records.append((gi, first - groups[gi][0], t.shape, t.dtype.str, t.strides))
     position = {e.index: k for k, e in enumerate(execs)}

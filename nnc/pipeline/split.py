@@ -29,6 +29,7 @@ import numpy as np
 from nnc.cmd import Cmd
 from nnc.graph.graph import Graph
 from nnc.pipeline.config import Module, PipelineConfig, PipelineError
+from nnc.pipeline.graph_pack import tensor_extent
 from nnc.tensor import Tensor
 
 _ALIGN = 64             # a copy keeps each group's address modulo this (SIMD loads care)
@@ -114,20 +115,7 @@ def _node_costs(graph, order, costs):
 
 
 def _extent(t):
-    """The byte range [lo, hi) of a CPU tensor's elements, and the address of element 0."""
-    if t.device != "cpu":
-        raise PipelineError(f"split works on CPU graphs; {t!r} is on {t.device}")
-    item = t.dtype.itemsize
-    lo = hi = t.data_ptr
-    if t.size == 0:
-        return lo, lo, lo
-    for n, s in zip(t.shape, t.strides):
-        step = (n - 1) * s * item
-        if step < 0:
-            lo += step
-        else:
-            hi += step
-    return lo, hi + item, t.data_ptr
+    return tensor_extent(t, "split")
 
 
 class _Group:
