@@ -162,8 +162,11 @@ cdef class Engine:
 
     cdef int _pick_lane(self, Py_ssize_t nc) noexcept:
         """The lane for the next op (correctness never depends on it: see docs/engine.md):
-        an idle lane; else one whose last op is a dependency (stream order then replaces a
-        wait); else the one with the fewest tasks queued."""
+        the lane whose last op is a dependency (stream order then replaces a wait); else an
+        idle lane; else the one with the fewest tasks queued. (Sending ops to busy lanes
+        instead of waking an idle one was measured: fewer wake-ups for empty ops, but ops that
+        sleep or block then queue behind each other — MXNet's sleeping RandSumExpr fell from
+        1.7x to 1.2x the serial loop.)"""
         cdef int lane, best = 0
         cdef Py_ssize_t i
         cdef op_t* c
