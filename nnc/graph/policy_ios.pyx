@@ -404,16 +404,19 @@ cdef int _cores() except -1:
     return CORES if CORES > 0 else max(1, min(get_num_threads(), MAX_BLOCK))
 
 
-cdef int _emit(const dag_t* d, list stages, int groups, int* stream, list extra) except -1:
-    """Streams, run order and (with BARRIERS) barrier edges for the DP's stages. A group
+cdef int _emit(const dag_t* d, list stages, int groups, int cores, int* stream, list extra,
+               double* total) except -1:
+    """Streams, run order and (with BARRIERS) barrier edges for the DP's stages, and in
+    ``total`` their modelled latency (the DP's objective); returns the stream count. A group
     continues the stream of the predecessor that finishes it (its first node's latest
     predecessor), when no other group of the stage took that stream, so a chain across stages
     needs no signal; else it takes the lowest stream free in the stage (the ids stay dense).
     The run order is stage by stage, a stage's nodes by position: a topological order, since
     a stage holds no node whose predecessor is in a later stage and the edges inside a stage
     stay inside one group."""
-    cdef int k, j, s, p, best, i = 0
+    cdef int k, j, s, p, best, i = 0, S = 1
     cdef double t0 = 0, t, lat
+    cdef double gc[MAX_BLOCK]
     cdef char* taken = <char*>calloc(groups + 1, 1)
     cdef double* end = <double*>malloc((d.m + 1) * sizeof(double))  # modelled finish time
     if taken == NULL or end == NULL:
@@ -450,8 +453,11 @@ cdef int _emit(const dag_t* d, list stages, int groups, int* stream, list extra)
                     stream[k] = ids[gi]
                     t += 1.0 if d.cost == NULL else d.cost[k]
                     end[k] = t
+                gc[gi] = t - t0
                 lat = t - t0 if t - t0 > lat else lat
             t0 += lat
+            total[0] += _spread(gc, len(stage), cores) + STAGE_OVERHEAD
+            S = len(stage) if len(stage) > S else S
             for k in sorted([k for group in stage for k in group]):
                 if d.reorder != NULL:
                     d.reorder[i] = k
@@ -465,12 +471,12 @@ cdef int _emit(const dag_t* d, list stages, int groups, int* stream, list extra)
     finally:
         free(taken)
         free(end)
-    return 0
+    return S
 
 
 cdef int _ios(const dag_t* d, int max_streams, int* stream, list extra, dict info) except -1:
     cdef block_t* b = <block_t*>calloc(1, sizeof(block_t))
-    cdef int S = 1, gi, groups, k, b_cores
+    cdef int S, groups, b_cores
     cdef double total = 0
     if b == NULL:
         raise MemoryError()
@@ -507,15 +513,7 @@ cdef int _ios(const dag_t* d, int max_streams, int* stream, list extra, dict inf
         free(b.val)
         free(b.used)
         free(b)
-    _emit(d, stages, groups, stream, extra)
-    cdef double gc[MAX_BLOCK]
-    for stage in stages:
-        for gi, group in enumerate(stage):
-            gc[gi] = 0
-            for k in group:
-                gc[gi] += 1.0 if d.cost == NULL else d.cost[k]
-        total += _spread(gc, len(stage), b_cores) + STAGE_OVERHEAD
-        S = len(stage) if len(stage) > S else S
+    S = _emit(d, stages, groups, b_cores, stream, extra, &total)
     if info is not None:
         info["stages"] = stages
         info["latency"] = total
