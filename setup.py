@@ -63,6 +63,7 @@ MODULES = [
     ("nnc.engine_call", "nnc/engine_call.pyx"),
     # Needs no CUDA header (only pthread and semaphore.h), so it is always built.
     ("nnc.cuda._hostfn", "nnc/cuda/_hostfn.pyx"),
+    ("nnc.cuda._ccall", "nnc/cuda/_ccall.pyx"),
     ("nnc.cuda.gpu_stream", "nnc/cuda/gpu_stream.pyx"),
 ]
 

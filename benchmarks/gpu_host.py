@@ -7,10 +7,10 @@ On a GPU, ``benchmarks.gpu`` measures the whole cost (nnc plus cuda.bindings plu
 This benchmark isolates the first part, which a machine without a GPU can measure: the CUDA
 driver is replaced by tests/_fake_cuda.py's fake with every stream operation turned into a no-op
 (kernels are not emulated, copies not made; host functions run on one thread), so a timed
-``g.run(stream=s)`` is nnc's runner, the GPU stream's enqueue logic, the prepared launches'
-Python and the argument conversion of the (fake) driver calls - everything but the driver's own
-work. What remains for the real driver is the cost of each ``cuLaunchKernel`` /
-``cuEventRecord`` / ``cuStreamWaitEvent`` through cuda.bindings on the device.
+``g.run(stream=s)`` is nnc's runner and the GPU stream's enqueue logic - everything but the
+driver's own work. The per-node calls (``cuLaunchKernel``, ``cuEventRecord``,
+``cuStreamWaitEvent``) go from C to entry points that return at once (nnc/cuda/_ccall.pyx), as
+they go to libcuda's on a GPU; the rest through cuda.bindings' argument conversion to the fake.
 
 Measured: Inception-V3 batch 1 (``g.simplify()``, as the CPU benchmarks), copied to the (fake)
 GPU with ``to_gpu`` and statically scheduled on GPU streams; eager = host seconds of
@@ -51,6 +51,12 @@ def _null_driver_class():
 
         def __getattr__(self, name):         # enums and handle types: the real module's
             return getattr(real, name)
+
+        def c_entry_points(self):
+            # The per-node calls nnc makes from C on a real driver, doing nothing here.
+            from nnc.cuda._ccall import null_entry_points
+
+            return null_entry_points()
 
         def _host_thread(self):
             while True:

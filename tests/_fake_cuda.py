@@ -59,6 +59,7 @@ class FakeDriver:
         self.count, self.arch = count, arch
         self.driver_version = driver_version    # what cuDriverGetVersion says (CUDA 13.0)
         self.calls = []                 # names of driver calls made, in order
+        self.c_errors = []              # (name, exception) raised inside a C entry point
         self.buffers = {}               # ptr -> backing ndarray (device and pinned memory)
         self.modules = {}               # id -> cubin bytes
         self.functions = {}             # id -> kernel name
@@ -515,6 +516,16 @@ class Checked:
 
     def __init__(self, fake):
         self.fake = fake
+        self._c = None
+
+    def c_entry_points(self):
+        """{name: address} of the calls nnc makes from C (nnc/cuda/_ccall.pyx): the fake's
+        own, so the suite runs that path without a GPU."""
+        if self._c is None:
+            self._c = {"cuLaunchKernel": _c_entry(self, "cuLaunchKernel", _LAUNCH_T),
+                       "cuEventRecord": _c_entry(self, "cuEventRecord", _RECORD_T),
+                       "cuStreamWaitEvent": _c_entry(self, "cuStreamWaitEvent", _WAIT_T)}
+        return {n: ctypes.cast(f, ctypes.c_void_p).value for n, f in self._c.items()}
 
     def __getattr__(self, name):
         target = getattr(self.fake, name, None)
@@ -535,6 +546,27 @@ class Checked:
             return target(*args)
 
         return call
+
+
+_LAUNCH_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7,
+                             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_RECORD_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_WAIT_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
+
+
+def _c_entry(checked, name, ctype):
+    """A C function pointer that makes call ``name`` on the fake, recorded as the Python calls
+    are (nnc/cuda/_ccall.pyx calls it without the GIL; ctypes takes it). A NULL pointer comes
+    as None; an exception becomes CUDA_ERROR_UNKNOWN, so nnc raises instead of going on."""
+    def entry(*args):
+        try:
+            checked.fake.calls.append(name)
+            result = getattr(checked.fake, name)(*[0 if a is None else a for a in args])
+            return int(result[0])
+        except BaseException as e:  # noqa: BLE001 - must not unwind through C
+            checked.fake.c_errors.append((name, e))
+            return 999
+    return ctype(entry)
 
 
 def install(monkeypatch, count=1):

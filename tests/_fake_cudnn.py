@@ -56,7 +56,10 @@ class Handle:
 
 
 class Tensor:
+    _uids = iter(range(1, 1 << 62))      # as the frontend's: distinct positive ints
+
     def __init__(self, name, dim, stride, dtype, virtual):
+        self.uid = next(Tensor._uids)
         self.name, self.dim, self.stride = name, list(dim), list(stride) if stride else None
         self.data_type, self.is_virtual, self.output = dtype, virtual, False
 
@@ -101,6 +104,7 @@ class FakeCudnn:
         self.builds = []                # desc of every graph built (build_plans)
         self.deselected = []            # numerical notes deselected per build
         self.executions = []            # (handle, stream, workspace ptr, desc) as enqueued
+        self.ordered_calls = 0          # executes that passed buffers in tensor_uids order
         fake = self
 
         class pygraph(_Graph):  # noqa: N801
@@ -240,8 +244,14 @@ class _Graph:
         assert self.stage == "built"
         return self.ws
 
-    def execute(self, tensor_dict, workspace=None, handle=None):
+    def execute(self, tensor_dict, workspace=None, handle=None, tensor_uids=None):
         assert self.stage == "built", "execute before build_plans"
+        if tensor_uids is not None:     # the ordered form: buffers in tensor_uids' order
+            assert type(tensor_dict) is list and len(tensor_dict) == len(tensor_uids)
+            assert len(set(tensor_uids)) == len(tensor_uids), "repeated uids"
+            by_uid = {t.uid: t for t in self.tensors}
+            tensor_dict = {by_uid[u]: p for u, p in zip(tensor_uids, tensor_dict)}
+            self.cudnn.ordered_calls += 1
         fake, drv = self.cudnn, self.cudnn.driver
         assert isinstance(handle, Handle) and handle.backend_handle is not None, "bad handle"
         assert handle.stream in drv.live_streams, "the handle's stream is not live"

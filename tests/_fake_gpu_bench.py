@@ -11,11 +11,12 @@ the process, which is why this runs in a child process and not inside the test s
 
 import os
 import sys
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
 
-from _fake_cuda import Checked, FakeDriver  # noqa: E402
+from _fake_cuda import Checked, FakeDriver, unfake_libraries  # noqa: E402
 
 import nnc  # noqa: E402
 from nnc import cuda  # noqa: E402
@@ -27,6 +28,8 @@ def install():
     os.environ["NNC_CUDA_CACHE"] = ""
     cuda._status = (1, None)
     drv._driver = Checked(FakeDriver(count=1))
+    # GPU_REF only: a real cuBLAS / cuDNN (on a GPU machine) must never see fake pointers.
+    unfake_libraries(types.SimpleNamespace(setattr=setattr))
     try:
         nvrtc.nvrtc_version()
     except nnc.CUDAError:

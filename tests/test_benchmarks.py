@@ -70,7 +70,7 @@ def test_streams_benchmark_smoke():
 
 
 def test_streams_benchmark_rejects_unknown_models():
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-m", "benchmarks.streams", "--models", "vgg"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "unknown models" in r.stderr

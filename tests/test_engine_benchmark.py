@@ -129,5 +129,5 @@ def test_engine_benchmark_without_a_compiler():
     assert rep["randsum"] is None and rep["randsum_sleep"] is None and rep["replay"] is None
     for row in rep["floor"]:
         assert "nnc C" not in row["us_per_op"] and all(row["order_ok"].values())
-    missing = [t for t in rep["targets"] if t["met"] is None]
+    missing = [t for t in rep["targets"] if t["met"] is None and "dask" not in t["name"]]
     assert len(missing) == 3 + 3   # the C floor in each shape, two randsums and replay

@@ -201,8 +201,8 @@ def test_cmd_exec_errors_on_a_stream():
 
 
 def test_bad_stream_and_signal_kinds():
-    with pytest.raises(nnc.CUDAError):  # unavailable here, or not wired to nnc.Stream yet
-        Stream("gpu:0")
+    with pytest.raises(nnc.CUDAError):  # no such GPU: without a driver, or beyond the count
+        Stream("gpu:99")
     with pytest.raises(nnc.NNCError, match="unknown stream kind"):
         Stream("tpu")
     with pytest.raises(nnc.NNCError, match="unknown stream kind"):

@@ -22,8 +22,8 @@ from nnc._core import CommandError
 from nnc.cuda import memory, nvrtc
 from nnc.cuda.driver import check, device, driver, launch, pack_args
 
-__all__ = ["BACKEND", "PREPARE", "bias_act", "conv_body", "operands", "pixel_stride", "register",
-           "row_stride", "runner", "same_gpu", "tensors_of"]
+__all__ = ["BACKEND", "PREPARE", "Launch", "bias_act", "conv_body", "operands", "pixel_stride",
+           "register", "row_stride", "runner", "same_gpu", "tensors_of"]
 
 BACKEND = "GPU_REF"
 FLOAT_TYPES = ("float32", "float64")
@@ -97,7 +97,7 @@ class _Now:
         op(self.stream)
 
 
-class _Launch:
+class Launch:
     """A kernel launch with its parameters packed once; ``op(stream)`` enqueues it."""
 
     __slots__ = ("f", "dims", "params", "keep", "ptr")
@@ -122,7 +122,7 @@ class _Record:
         self.ops = []
 
     def kernel(self, f, grid, block, args):
-        self.ops.append(_Launch(f, grid, block, args))
+        self.ops.append(Launch(f, grid, block, args))
 
     def copy(self, dst, src):
         self.ops.append(lambda stream: memory.copy(dst, src, stream))

@@ -9,14 +9,24 @@ import numpy.typing as npt
 from nnc.cmd import Cmd
 from nnc.tensor import Tensor
 
-__all__ = ["BACKEND", "PREPARE", "bias_act", "conv_body", "operands", "pixel_stride", "register",
-           "row_stride", "runner", "same_gpu", "tensors_of"]
+__all__ = ["BACKEND", "PREPARE", "Launch", "bias_act", "conv_body", "operands", "pixel_stride",
+           "register", "row_stride", "runner", "same_gpu", "tensors_of"]
 
 BACKEND: str
 FLOAT_TYPES: tuple[str, ...]
 WINDOW_T: np.dtype[np.void]
 GEMM_FIELDS: tuple[str, ...]
 PREPARE: dict[Callable[..., None], Callable[..., list[Callable[[Any], None]]]]
+
+class Launch:
+    f: Any
+    dims: tuple[int, int, int, int, int, int]
+    params: np.ndarray[Any, Any]
+    keep: list[np.ndarray[Any, Any]]
+    ptr: int
+    def __init__(self, f: Any, grid: Sequence[int], block: Sequence[int],
+                 args: Sequence[Any]) -> None: ...
+    def __call__(self, stream: Any) -> None: ...
 
 def tensors_of(
     inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]

@@ -83,7 +83,17 @@ class Resource:
     def _destroy(self, handle):
         raise NotImplementedError
 
+    def foreign(self):
+        """True when the driver that made this handle is no longer the one in use (a test put
+        a fake driver in place, or took it away): the handle means nothing to the driver now
+        in use, and handing it over would crash the real one, so it is dropped, not freed."""
+        dev = getattr(self, "device", None)
+        return dev is not None and dev.cu is not _driver
+
     def close(self):
+        if self.foreign():
+            self.handle = None
+            return
         handle, self.handle = self.handle, None
         if handle is not None:
             deferred = getattr(_tls, "deferred", None)
@@ -113,6 +123,7 @@ class Device:
     def __init__(self, ordinal):
         _detect.require(ordinal, f"gpu:{ordinal}")
         cu = driver()
+        self.cu = cu                # the driver whose handles these are (Resource.foreign)
         self.ordinal = ordinal
         self.handle = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
         # The primary context is the one the runtime API and other libraries share.
@@ -131,6 +142,9 @@ class Device:
         self._functions = {}        # C kernel name -> CUfunction
         self._sync = {}             # thread id -> CudaStream for synchronous work
         self._name = None           # the device's name, asked for on first use
+        # nnc.cuda._ccall.calls_of's answer for this device's driver: False until asked, then
+        # its CCalls or None (set once; a race sets an equal one).
+        self.ccalls = False
 
     @property
     def name(self):
@@ -292,7 +306,7 @@ class CudaStream(Resource):
     def close(self):
         """Free the stream; library state made for it is closed first, once its work has
         drained (a handle or workspace must outlive the launches that use it)."""
-        if self.handle is not None and self._libraries:
+        if self.handle is not None and self._libraries and not self.foreign():
             try:
                 self.wait()
             finally:
@@ -366,6 +380,8 @@ class CudaGraph:
 
     def close(self):
         cu = driver()
+        if self.device.cu is not cu:    # made by a driver no longer in use (Resource.foreign)
+            self.exec_handle = self.graph = None
         if self.exec_handle is not None:
             cu.cuGraphExecDestroy(self.exec_handle)
             cu.cuGraphDestroy(self.graph)

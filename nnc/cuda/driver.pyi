@@ -27,10 +27,13 @@ def driver_version() -> tuple[int, int]: ...
 class Resource:
     handle: Any
     unsafe_in_capture: bool
+    def foreign(self) -> bool: ...
     def close(self) -> None: ...
     def __del__(self) -> None: ...
 
 class Device:
+    cu: ModuleType
+    ccalls: object
     ordinal: int
     handle: Any
     context: Any

@@ -17,6 +17,10 @@ later; a GPU stream decides at enqueue time, on the enqueueing thread:
   it to nnc's one watcher thread (nnc/cuda/_hostfn.pyx), which runs it with the GIL;
 - emit is ``cuEventRecord``, wait_signal ``cuStreamWaitEvent``.
 
+Prepared launches, emits and waits - what every node costs - call the driver from C without
+the GIL where the driver offers entry points (nnc/cuda/_ccall.pyx); the rest goes through
+cuda-bindings.
+
 A CUDA event cannot be waited on before it is recorded, but the coroutine runner reserves the
 end signal of a run with control flow and makes the caller's stream wait on it before the
 scheduler thread emits it (nnc/graph/flow.pyx). A GPU stream waiting on a *reserved* signal
@@ -43,8 +47,11 @@ from nnc.worker cimport (
     stream_task_t, task_release_owned,
 )
 
+from nnc.cuda._ccall cimport CCalls, CLaunch, calls_of
+
 from nnc.cuda import _hostfn
 from nnc.cuda.backends import PREPARE   # backend function -> prepare: never found by name
+from nnc.cuda.backends import Launch
 from nnc.cuda.driver import CudaEvent, CudaStream, check, driver
 
 __all__ = ["GpuSignal", "GpuStream", "capturing", "device_half", "set_capturing"]
@@ -118,6 +125,7 @@ class GpuSignal:
 
     def __init__(self, kind):
         self.event = CudaEvent(kind)
+        self.ptr = int(self.event.handle)  # the CUevent's address, for the C calls
         self.kind = kind
         self.host = []                  # _HostTask tokens the latest emit came after
         self.reserved = False           # an emit is promised; waiting streams hold their work
@@ -194,12 +202,16 @@ cdef class GpuStream(DeviceStream):
     cdef list held                      # [(owner, op)] held behind gate, in push order
     cdef list host                      # _HostTask tokens later work and wait() depend on
     cdef dict prepared                  # id(node args) -> (args, ops): prepared launches
+    cdef CCalls c                       # the driver's C entry points; None: Python calls
+    cdef void* handle                   # the CUstream, for c (valid while cuda is open)
 
     def __init__(self, kind):
         self.cuda = CudaStream(kind)
         self.held = []
         self.host = []
         self.prepared = {}
+        self.c = calls_of(self.cuda.device)
+        self.handle = <void*><uintptr_t>int(self.cuda.handle)
 
     cdef int push(self, Stream owner, stream_task_t* t) except -1:
         cdef int kind = t.kind
@@ -273,11 +285,22 @@ cdef class GpuStream(DeviceStream):
                 else:
                     if len(self.prepared) >= _PREPARED_MAX:
                         self.prepared.clear()
+                    ops = prepare(cmd, ins, outs, self.cuda)
+                    if self.c is not None:
+                        ops = [CLaunch(op) if type(op) is Launch else op for op in ops]
                     # The entry holds args, so id(args) is not reused while it is cached.
-                    hit = self.prepared[id(args)] = (args, prepare(cmd, ins, outs, self.cuda))
+                    hit = self.prepared[id(args)] = (args, ops)
             if hit is not None:
-                for launch in hit[1]:
-                    launch(self.cuda)
+                if self.c is None:
+                    for op in hit[1]:
+                        op(self.cuda)
+                    return 0
+                self._c_ready()
+                for op in hit[1]:
+                    if type(op) is CLaunch:
+                        (<CLaunch>op).fire(self.c, self.handle)
+                    else:
+                        op(self.cuda)
                 return 0
         fn(*args, stream=self.cuda)
         return 0
@@ -307,15 +330,31 @@ cdef class GpuStream(DeviceStream):
         self.host = _undone(self.host) + [call.token]
         return 0
 
+    cdef int _c_ready(self) except -1:
+        """Before a C call: the stream is open and its context current on this thread."""
+        if self.cuda.handle is None:
+            raise CUDAError(f"{self.cuda!r} is closed")
+        self.cuda.device.make_current()
+        return 0
+
     cdef int _record(self, signal) except -1:
-        self.cuda.emit(signal.event)
+        if self.c is None:
+            self.cuda.emit(signal.event)
+        else:
+            self._c_ready()
+            self.c.record(<void*><uintptr_t>signal.ptr, self.handle)
+            signal.event.emitted = True
         signal.host = _undone(self.host)
         if signal.reserved:
             signal._release(True)
         return 0
 
     cdef int _wait_event(self, signal) except -1:
-        self.cuda.wait_signal(signal.event)
+        if self.c is None:
+            self.cuda.wait_signal(signal.event)
+        else:
+            self._c_ready()
+            self.c.wait_event(self.handle, <void*><uintptr_t>signal.ptr)
         self.host = _undone(self.host) + _undone(signal.host)
         return 0
 
