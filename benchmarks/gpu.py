@@ -15,7 +15,8 @@ so each measurement is the wall time of one run, host and device.
   CUDA graphs captured from each (``1_stream_replay``, ``replay``), for two backend sets:
   ``GPU_REF`` (every node that has a GPU_REF backend pinned to it: nnc's reference kernels) and
   ``GPU_OPT`` (each node's default backend: GPU_OPT where a library backend is installed and
-  takes the node). The GPU_OPT set is skipped, with the reason, when no node of the graph picks GPU_OPT;
+  takes the node). The GPU_OPT set is skipped, with the reason, when no node of the graph
+  picks GPU_OPT;
 - (c) ``dispatch``: host time per node to enqueue a run (``g.run(stream=s)``, timed without
   waiting) and to replay one (``CudaGraph.replay``), for each set;
 - (d) peers on the same weights (``nnc.onnx.save`` of the graph, as benchmarks/streams.py

@@ -24,6 +24,13 @@ cdef int parallel_ready() except -1
 # helpers come depends on whether pool threads are free while the parts last.
 cdef int parallel_threads() noexcept nogil
 
+# How many ways a backend cuts a command worth splitting where its size does not ask for more:
+# the pool's size (set_num_threads), never the intra-op setting nor how many threads are idle,
+# so a command gives the same bits sequentially or scheduled, at any intra-op setting (a part
+# is the same BLAS call whichever thread makes it; a different cut would not be). A pool of
+# another size may differ in the last bits (docs/threading.md, "Same bits ...").
+cdef int parallel_width() noexcept nogil
+
 # For nnc.worker's pool threads. parallel_pending: some job has parts and room for a helper
 # (read under the pool's lock before a thread sleeps). parallel_help: take parts of one open
 # job with the thread's private context until it has none left; True if there was one.
@@ -35,4 +42,6 @@ cdef bint parallel_help(void* context) noexcept nogil
 ctypedef void (*parallel_wake_f)(int n) noexcept nogil
 ctypedef int (*parallel_helpers_f)() noexcept nogil
 cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noexcept nogil
+# The pool tells parallel_width its size whenever it is set (nnc.worker).
+cdef void parallel_set_width(int width) noexcept nogil
 cdef void parallel_after_fork() noexcept nogil

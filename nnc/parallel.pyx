@@ -78,6 +78,9 @@ cdef pthread_mutex_t _lock
 cdef job_t* _jobs = NULL                # open jobs, newest first (guarded by _lock)
 cdef int _open = 0                      # jobs in _jobs with room > 0 (written under _lock)
 cdef int _intra_op = 0                  # threads per command; 0: every pool thread
+# parallel_width: the pool's size, set by nnc.worker whenever it changes (a racy int: a
+# command reads it once, when it plans its parts); 1 until the worker module sets it.
+cdef int _width = 1
 cdef parallel_wake_f _wake = NULL       # registered by the pool
 cdef parallel_helpers_f _helpers = NULL
 cdef bint _started = False              # the pool was asked to start (with the GIL)
@@ -128,6 +131,15 @@ cdef int parallel_threads() noexcept nogil:
     if _intra_op:
         return min(_intra_op, helpers + 1)
     return helpers + 1
+
+
+cdef int parallel_width() noexcept nogil:
+    return _width
+
+
+cdef void parallel_set_width(int width) noexcept nogil:
+    global _width
+    _width = max(1, width)
 
 
 cdef bint parallel_pending() noexcept nogil:

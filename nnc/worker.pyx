@@ -47,7 +47,7 @@ from nnc.sync cimport (
 from nnc.parallel import parallel_install_starter
 
 from nnc.parallel cimport (
-    parallel_after_fork, parallel_help, parallel_install, parallel_pending,
+    parallel_after_fork, parallel_help, parallel_install, parallel_pending, parallel_set_width,
 )
 from nnc.workspace cimport nnc_context_free, nnc_stream_context_t
 
@@ -621,6 +621,11 @@ cdef int _helpers() noexcept nogil:
 
 
 parallel_install(_wake_helpers, _helpers)
+try:
+    # Commands cut before the pool starts are cut as they will be after (parallel_width).
+    parallel_set_width(_default_size())
+except NNCError:
+    pass                                # a bad NNC_NUM_THREADS: reported when the pool starts
 
 
 def _start_for_parts():
@@ -656,6 +661,7 @@ cdef int _grow() except -1:
             _pool.running -= 1
             _pool.size = max(1, _pool.running)
             pthread_mutex_unlock(&_pool.lock)
+            parallel_set_width(_pool.size)
             raise StreamError(f"could not start nnc worker thread {id}: {e}") from e
         _threads.append(t)
 
@@ -668,6 +674,7 @@ cdef int pool_start() except -1:
                           "worker pool): no new stream can be created")
     if _pool.size == 0:
         _pool.size = _default_size()
+        parallel_set_width(_pool.size)
     if _pool.running < _pool.size:
         _grow()
     return 0
@@ -685,6 +692,7 @@ def set_num_threads(n):
     _pool.size = n
     pthread_cond_broadcast(&_pool.work)
     pthread_mutex_unlock(&_pool.lock)
+    parallel_set_width(n)
     _grow()
     _reap()
 

@@ -139,3 +139,66 @@ def test_one_intra_op_thread_before_the_pool_ever_started():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=DEADLINE)
     assert done.returncode == 0, done.stderr
+
+
+def test_same_bits_at_any_intra_op_setting():
+    """A command is cut into parts by its size and the pool's size alone, so the intra-op
+    setting and a schedule's idle threads never change its result: Inception-V3 (75x75: its
+    7x7 convolutions split by channels, the larger ones by rows) on a pool of 16, sequential at
+    intra-op 1, 2, 5 and 16 and scheduled on 4 streams at intra-op 1 and at the default, gives
+    one set of bits. (Cut by the threads a command may use, intra-op 16 changed the last bits.)"""
+    from nnc.models.inception import build_inception_v3_model
+
+    size = nnc.get_num_threads()
+    m = build_inception_v3_model(size=75, seed=0)
+    g = m.graph
+    g.simplify()
+    outs = {}
+    try:
+        nnc.set_num_threads(16)
+        for n in (1, 2, 5, 16):
+            nnc.set_intra_op_threads(n)
+            g.run()
+            outs[f"seq{n}"] = m.logits.numpy().copy()
+        nnc.static_schedule(g, max_streams=4)
+        s = nnc.Stream()
+        for n in (1, None, None):
+            nnc.set_intra_op_threads(n)
+            g.run(stream=s)
+            s.wait(timeout=DEADLINE)
+            outs[f"sched{len(outs)}"] = m.logits.numpy().copy()
+    finally:
+        nnc.set_intra_op_threads(None)
+        nnc.set_num_threads(size)
+    for name, out in outs.items():
+        assert np.array_equal(out, outs["seq1"]), name
+
+
+@pytest.mark.parametrize("case", ["conv3x3_7x7", "conv1x1_7x7", "conv3x3_35x35", "gemm"])
+def test_a_split_command_gives_the_bits_of_one_thread(case):
+    """Each kind of cut (channels, pointwise, rows, GEMM blocks) on a pool of 16."""
+    rng = np.random.default_rng(1)
+    if case == "gemm":
+        ins = [rng.standard_normal((300, 256)).astype(np.float32),
+               rng.standard_normal((256, 200)).astype(np.float32)]
+        cmd, shape = nnc.Cmd("GEMM"), (300, 200)
+    else:
+        hw, k, c, o = {"conv3x3_7x7": (7, 3, 96, 96), "conv1x1_7x7": (7, 1, 288, 64),
+                       "conv3x3_35x35": (35, 3, 64, 96)}[case]
+        ins = [rng.standard_normal((1, hw, hw, c)).astype(np.float32),
+               rng.standard_normal((o, k, k, c)).astype(np.float32),
+               rng.standard_normal(o).astype(np.float32)]
+        cmd, shape = nnc.Cmd("CONVOLUTION", padding=k // 2, activation="relu"), (1, hw, hw, o)
+    size = nnc.get_num_threads()
+    outs = []
+    try:
+        nnc.set_num_threads(16)
+        for n in (1, 3, 16):
+            nnc.set_intra_op_threads(n)
+            out = np.zeros(shape, np.float32)
+            nnc.cmd_exec(cmd, ins, [out])
+            outs.append(out)
+    finally:
+        nnc.set_intra_op_threads(None)
+        nnc.set_num_threads(size)
+    assert all(np.array_equal(o, outs[0]) for o in outs[1:])

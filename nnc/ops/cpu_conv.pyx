@@ -13,9 +13,12 @@ memory and multiplies them with the weights, split across threads by output rows
 - Parts are run through nnc_parallel_for (nnc.parallel): idle pool threads take some, so a
   large convolution uses every core in a sequential run, and in a scheduled run a thread whose
   stream waits helps the other stream's convolution. Parts write disjoint output rows; the
-  weights are only read. With few parts they are evened out to a multiple of the threads; with
-  too few pixels for every thread (17x17 and 8x8 layers) the caller copies every patch once and
-  the parts are ranges of output channels instead; below 4M multiply-adds nothing is split.
+  weights are only read. With few parts they are evened out to a multiple of
+  ``parallel_width`` (the pool's size); with too few pixels for that many parts (17x17 and 8x8
+  layers) the caller copies every patch once and the parts are ranges of output channels
+  instead; below 4M multiply-adds nothing is split. The cut never depends on how many threads
+  run it (the intra-op setting, idle threads), so sequential and scheduled runs at any intra-op
+  setting give the same bits: each part is the same GEMM.
 - A pointwise (1x1, stride 1, no padding) convolution multiplies the input itself, one GEMM
   per thread. A depthwise one (groups = C = O) is a direct loop over taps, vectorised over
   channels (weights laid out tap by tap first): as a GEMM it would be O one-column products.
@@ -32,7 +35,7 @@ from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.cmd cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
-from nnc.parallel cimport nnc_parallel_for, parallel_threads
+from nnc.parallel cimport nnc_parallel_for, parallel_width
 from nnc.tensor cimport nnc_tensor_t
 from nnc.workspace cimport nnc_workspace
 
@@ -52,8 +55,8 @@ cdef Py_ssize_t _part_pixels = 512
 cdef Py_ssize_t _split_macs = 4000000
 
 cdef enum:
-    # With fewer parts than this many per thread, the split is evened out to a multiple of
-    # the threads (or, for very few rows, made over output channels).
+    # With fewer parts than this many per parallel_width, the split is evened out to a
+    # multiple of it (or, for very few rows, made over output channels).
     SPLIT_EVEN = 4
 
 
@@ -342,9 +345,9 @@ cdef void _channels_typed(const conv_t* cv, real* y0, Py_ssize_t c0,
         _epilogue(cv, y0, 0, cv.rows, c0, c1)
 
 
-cdef int _split_channels(conv_t* cv, int threads, Py_ssize_t itemsize, void* ctx) noexcept nogil:
-    """Too few output rows for every thread to get a part: copy every patch once (on the
-    caller, into its workspace, which no part touches), then split the output channels."""
+cdef int _split_channels(conv_t* cv, int width, Py_ssize_t itemsize, void* ctx) noexcept nogil:
+    """Too few output rows for ``width`` parts: copy every patch once (on the caller, into its
+    workspace, which no part touches), then split the output channels."""
     cdef Py_ssize_t m = cv.rows * cv.wo
     cv.patch = NULL
     if not cv.pointwise:
@@ -356,7 +359,7 @@ cdef int _split_channels(conv_t* cv, int threads, Py_ssize_t itemsize, void* ctx
         else:
             _im2col(cv, <double*>cv.patch, 0, cv.rows, 0)
     # Chunks of whole 16-channel blocks (full vectors in the epilogue, aligned GEMM panels).
-    cv.chunk = ((cv.o + threads - 1) // threads + 15) // 16 * 16
+    cv.chunk = ((cv.o + width - 1) // width + 15) // 16 * 16
     return nnc_parallel_for((cv.o + cv.chunk - 1) // cv.chunk, _channel_part, cv, ctx)
 
 
@@ -381,7 +384,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef nnc_tensor_t* y
     cdef int d, dtype, itemsize
     cdef Py_ssize_t part_pixels, parts
-    cdef int threads
+    cdef int width
     if not conv_operands_ok(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, w, y = inputs[0], inputs[1], outputs[0]
@@ -433,23 +436,23 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                     and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0)
     cv.depthwise = cv.groups > 1 and cv.cg == 1 and cv.og == 1
     itemsize = 4 if dtype == NNC_32F else 8
-    threads = parallel_threads()
+    width = parallel_width()
     if cv.rows * cv.wo * cv.o * cv.k < _split_macs:
-        threads = 1                     # too small to be worth waking a helper
+        width = 1                       # too small to be worth waking a helper
     if cv.pointwise:
-        # No patches to keep in cache: one GEMM per thread (one for the whole image alone).
-        parts = min(threads, cv.rows)
+        # No patches to keep in cache: one GEMM per part (one for the whole image alone).
+        parts = min(width, cv.rows)
     else:
         part_pixels = _part_pixels
         if not cv.depthwise:
             part_pixels = max(part_pixels, _part_bytes // (cv.k * itemsize))
         parts = (cv.rows + max(1, part_pixels // cv.wo) - 1) // max(1, part_pixels // cv.wo)
-    if threads > 1 and parts < SPLIT_EVEN * threads:
-        if cv.rows * cv.wo < _part_pixels * threads and cv.groups == 1 and cv.o >= 2 * 16:
-            # Too few pixels for each thread to get a GEMM worth the name (17x17, 8x8).
-            return _split_channels(&cv, threads, itemsize, ctx)
-        # A few parts: a multiple of the threads, so none waits at the end for a lone part.
-        parts = (parts + threads - 1) // threads * threads
+    if width > 1 and parts < SPLIT_EVEN * width:
+        if cv.rows * cv.wo < _part_pixels * width and cv.groups == 1 and cv.o >= 2 * 16:
+            # Too few pixels for each part to be a GEMM worth the name (17x17, 8x8).
+            return _split_channels(&cv, width, itemsize, ctx)
+        # A few parts: a multiple of the width, so no thread waits at the end for a lone part.
+        parts = (parts + width - 1) // width * width
     cv.rows_per_part = (cv.rows + parts - 1) // parts
     parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
     if cv.depthwise:

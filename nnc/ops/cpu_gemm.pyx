@@ -23,7 +23,7 @@ from nnc.ops.cpu_blas cimport (
     BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_dgemv, nnc_sgemm, nnc_sgemv,
 )
 from nnc.ops.cpu_check cimport tensor_views
-from nnc.parallel cimport nnc_parallel_for, parallel_threads
+from nnc.parallel cimport nnc_parallel_for, parallel_width
 from nnc.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
@@ -168,10 +168,11 @@ cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
 
 
 cdef void _split(gemm_t* g) noexcept nogil:
-    """As many parts as threads can take now (each about PART_MACS at least): blocks of rows,
-    or of columns when M is too small; a batch's entries are parts already. A GEMM split finer
-    than that would pack w once per part for nothing."""
-    cdef Py_ssize_t want = min(<Py_ssize_t>parallel_threads(),
+    """Up to parallel_width parts (each about PART_MACS at least): blocks of rows, or of
+    columns when M is too small; a batch's entries are parts already. A GEMM split finer than
+    that would pack w once per part for nothing. The cut does not depend on the threads that
+    run it, so every intra-op setting and schedule gives the same bits."""
+    cdef Py_ssize_t want = min(<Py_ssize_t>parallel_width(),
                                max(1, g.batch * g.m * g.n * g.k // PART_MACS))
     want = (want + g.batch - 1) // g.batch          # parts per batch entry
     g.rows, g.cols = g.m, g.n
