@@ -72,13 +72,15 @@ CHILD = textwrap.dedent("""
         gs.run(stream=s)
         s.wait()
     for name, run in (("sequential", seq), ("scheduled", sched)):
-        # Warm until a run grows nothing: a pool thread's workspace grows the first time it
-        # takes a part that needs more, and with many threads (16 on a GPU machine) some
-        # take their first parts only after a few runs.
-        for _ in range(30):
+        # Warm for 3 runs and then until two runs in a row grow nothing: a pool thread's
+        # workspace grows the first time it takes a part that needs more, and with many
+        # threads (16 on a GPU machine) some take their first parts only after a few runs.
+        quiet = 0
+        for i in range(40):
             b = big()
             run()
-            if big() == b:
+            quiet = quiet + 1 if big() == b else 0
+            if i >= 2 and quiet >= 2:
                 break
         c0, b0 = calls(), big()
         for _ in range(10):

@@ -13,7 +13,7 @@ from nnc import cuda
 from nnc.cuda import _ccall, memory
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
-from nnc.cuda.gpu_stream import device_half
+from nnc.cuda.gpu_stream import device_half, signal_half
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                 "driver borrows its enums and handle types)")
@@ -82,43 +82,28 @@ def test_both_paths_agree_call_for_call(monkeypatch):
     assert seqs[0] == seqs[1]
 
 
-def test_a_failed_c_launch_raises_and_the_stream_recovers(monkeypatch):
+@pytest.mark.parametrize("name, code", [
+    ("cuLaunchKernel", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"),
+    ("cuEventRecord", "CUDA_ERROR_INVALID_HANDLE"),
+    ("cuStreamWaitEvent", "CUDA_ERROR_INVALID_HANDLE"),
+])
+def test_a_failed_c_call_raises_and_the_stream_recovers(monkeypatch, name, code):
     f = install(monkeypatch)
     g, y = _diamond()
     s = nnc.Stream("gpu")
     g.run(stream=s)
     s.wait()
-    launch = f.cuLaunchKernel
-    f.cuLaunchKernel = lambda *a: (real.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,)
-    with pytest.raises(nnc.CUDAError, match="cuLaunchKernel failed: "
-                       "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
+    good = getattr(f, name)
+    setattr(f, name, lambda *a: (getattr(real.CUresult, code),))
+    with pytest.raises(nnc.CUDAError, match=f"{name} failed: {code}"):
         g.run(stream=s)
-    f.cuLaunchKernel = launch
+    setattr(f, name, good)
     s.wait(timeout=10)
     memory.fill_zero(y)
     g.run(stream=s)
     s.wait()
     np.testing.assert_array_equal(y.numpy(), 4 * np.arange(6))
     assert f.c_errors == []
-    gc.collect()
-
-
-def test_a_failed_c_record_and_wait_raise(monkeypatch):
-    f = install(monkeypatch)
-    g, y = _diamond()
-    s = nnc.Stream("gpu")
-    g.run(stream=s)
-    s.wait()
-    for name in ("cuEventRecord", "cuStreamWaitEvent"):
-        good = getattr(f, name)
-        setattr(f, name, lambda *a: (real.CUresult.CUDA_ERROR_INVALID_HANDLE,))
-        with pytest.raises(nnc.CUDAError, match=f"{name} failed: CUDA_ERROR_INVALID_HANDLE"):
-            g.run(stream=s)
-        setattr(f, name, good)
-        s.wait(timeout=10)
-    g.run(stream=s)
-    s.wait()
-    np.testing.assert_array_equal(y.numpy(), 4 * np.arange(6))
     gc.collect()
 
 
@@ -133,6 +118,24 @@ def test_a_closed_cuda_stream_is_an_error_not_a_crash(monkeypatch):
     with pytest.raises(nnc.CUDAError, match="closed"):
         g.run(stream=gs)
     assert f.c_errors == [] and s.query()
+    gc.collect()
+
+
+def test_a_closed_cuda_event_is_an_error_not_a_crash(monkeypatch):
+    f = install(monkeypatch)
+    g, _ = _diamond()
+    s = nnc.Stream("gpu")
+    g.run(stream=s)
+    s.wait()
+    sig = nnc.Signal("gpu")
+    signal_half(sig).event.close()
+    with pytest.raises(nnc.CUDAError, match="closed"):
+        s.emit(sig)
+    with pytest.raises(nnc.CUDAError, match="closed"):
+        s.wait_signal(sig)
+    g.run(stream=s)
+    s.wait()
+    assert f.c_errors == []
     gc.collect()
 
 

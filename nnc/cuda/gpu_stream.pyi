@@ -5,15 +5,16 @@ from typing import Self
 from typing_extensions import disjoint_base
 
 from nnc.cuda.driver import CudaEvent, CudaStream
-from nnc.stream import DeviceStream, Stream
+from nnc.stream import DeviceStream, Signal, Stream
 
-__all__ = ["GpuSignal", "GpuStream", "capturing", "device_half", "set_capturing"]
+__all__ = ["GpuSignal", "GpuStream", "capturing", "device_half", "set_capturing", "signal_half"]
 
 def capturing() -> bool: ...
 def set_capturing(on: bool) -> None: ...
 
 class GpuSignal:
     event: CudaEvent
+    ptr: int
     kind: str
     host: list[object]
     reserved: bool
@@ -34,3 +35,4 @@ class GpuStream(DeviceStream):
     def __init__(self, kind: str) -> None: ...
 
 def device_half(s: Stream) -> GpuStream: ...
+def signal_half(sig: Signal) -> GpuSignal: ...

@@ -54,7 +54,7 @@ from nnc.cuda.backends import PREPARE   # backend function -> prepare: never fou
 from nnc.cuda.backends import Launch
 from nnc.cuda.driver import CudaEvent, CudaStream, check, driver
 
-__all__ = ["GpuSignal", "GpuStream", "capturing", "device_half", "set_capturing"]
+__all__ = ["GpuSignal", "GpuStream", "capturing", "device_half", "set_capturing", "signal_half"]
 
 _PREPARED_MAX = 4096                    # prepared nodes kept per stream before starting over
 
@@ -330,10 +330,13 @@ cdef class GpuStream(DeviceStream):
         self.host = _undone(self.host) + [call.token]
         return 0
 
-    cdef int _c_ready(self) except -1:
-        """Before a C call: the stream is open and its context current on this thread."""
+    cdef int _c_ready(self, signal=None) except -1:
+        """Before a C call: the stream (and the signal's event) open, the context current on
+        this thread. A closed handle's address may be reused: passing it would not fail."""
         if self.cuda.handle is None:
             raise CUDAError(f"{self.cuda!r} is closed")
+        if signal is not None and signal.event.handle is None:
+            raise CUDAError(f"the CUDA event of {signal!r} is closed")
         self.cuda.device.make_current()
         return 0
 
@@ -341,7 +344,7 @@ cdef class GpuStream(DeviceStream):
         if self.c is None:
             self.cuda.emit(signal.event)
         else:
-            self._c_ready()
+            self._c_ready(signal)
             self.c.record(<void*><uintptr_t>signal.ptr, self.handle)
             signal.event.emitted = True
         signal.host = _undone(self.host)
@@ -353,7 +356,7 @@ cdef class GpuStream(DeviceStream):
         if self.c is None:
             self.cuda.wait_signal(signal.event)
         else:
-            self._c_ready()
+            self._c_ready(signal)
             self.c.wait_event(self.handle, <void*><uintptr_t>signal.ptr)
         self.host = _undone(self.host) + _undone(signal.host)
         return 0
@@ -408,6 +411,13 @@ cdef class GpuStream(DeviceStream):
         if self.held or _undone(self.host):
             return 0
         return 1 if self.cuda.query() else 0
+
+
+def signal_half(Signal sig not None):
+    """The GpuSignal of a GPU nnc.Signal (StreamError for a CPU signal)."""
+    if not isinstance(sig._device, GpuSignal):
+        raise StreamError(f"{sig!r} is not a GPU signal; use nnc.Signal('gpu')")
+    return sig._device
 
 
 def device_half(Stream s not None):
