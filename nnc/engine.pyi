@@ -1,4 +1,4 @@
-"""MXNet's dependency engine on nnc's streams (nnc/engine.pyx, docs/engine.md)."""
+"""MXNet's dependency engine on nnc's worker pool (nnc/engine.pyx, docs/engine.md)."""
 
 import ctypes
 from collections.abc import Callable, Iterable

@@ -1,11 +1,11 @@
-"""MXNet's mutation-aware dependency engine on nnc's streams and signal records.
+"""MXNet's mutation-aware dependency engine on nnc's worker pool.
 
 MXNet: include/mxnet/engine.h (NewVariable, PushAsync, WaitForVar, WaitForAll, DeleteVariable)
-in its "Async" form: instead of per-var queues released at completion, every op gets a signal
-record, and at push time it is enqueued on a *lane* (a CPU stream of this engine) behind waits
-on the records of the ops it depends on. Var state is updated at push time by the host only
-(GIL held), so workers touch no var list and take no engine lock but one to hand the op back.
-docs/engine.md explains the design, the error rule and who owns what.
+with ThreadedEngine's completion-time dispatch: an op is handed to the pool only once nothing it
+depends on is running; until then it waits, linked into the successor list of one earlier op,
+whose completion releases it (nnc/engine_op.pyx). Var state is updated at push time by the host
+only (GIL held), so workers touch no var list and take no engine lock. docs/engine.md explains
+the design, the error rule and who owns what.
 """
 
 import ctypes
@@ -16,26 +16,28 @@ from nnc._core import EngineError
 
 from cpython.object cimport PyObject
 from libc.stdlib cimport free, realloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from nnc.cmd cimport (
     BOUND_C, BOUND_DEVICE, BOUND_NONE, Backend, Cmd, cmd_bind, cmd_select, cmd_validate,
     nnc_bound_t, tensor_list,
 )
 from nnc.debug cimport DEBUG_TASKS, debug_count
-from nnc.engine cimport LANES_MAX
 from nnc.engine_op cimport (
     OP_C, OP_CMD_C, OP_NONE, OP_PY, EngineVar, engine_new, engine_t, engine_unref,
-    nnc_engine_add, nnc_engine_load, nnc_engine_set, nnc_engine_state, op_abort, op_discard,
-    op_new, op_run, op_t, op_unref, readers_add, reclaim, trash_flush, var_t,
+    nnc_engine_add, nnc_engine_set, op_abort, op_discard, op_new, op_park,
+    op_record, op_reserve_deps, op_run, op_t, op_unref, readers_add, reclaim, trash_flush,
+    var_t,
 )
 from nnc.stream cimport Stream, timeout_seconds
 from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock
 from nnc.tensor cimport Tensor, nnc_tensor_t
+from nnc.record cimport signal_record_t
 from nnc.waiting cimport record_wait
 from nnc.worker cimport (
-    STREAM_IDLE, TASK_CALL, TASK_WAIT, mono_now, record_release, signal_lock,
-    stream_check_not_worker, stream_drain, stream_enqueue, stream_t,
+    TASK_CALL, TASK_WAIT, mono_now, pool_generation, pool_refusing, pool_start, pool_submit,
+    record_release, signal_lock, stream_check_not_worker, stream_drain, stream_enqueue,
+    stream_t,
 )
 from nnc.workspace cimport thread_context
 
@@ -49,8 +51,11 @@ cdef tuple _PTR_TYPES = (ctypes.c_void_p, ctypes.c_char_p, ctypes._Pointer)
 cdef tuple _EMPTY = ()
 
 
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
+
 cdef extern from "Python.h":
-    tuple PyList_AsTuple(object)
     void Py_IncRef(PyObject*)           # NULL-safe, and no temporary reference in between
     void Py_DecRef(PyObject*)
 
@@ -89,11 +94,11 @@ cdef size_t _c_arg(object arg) except? 0:
                       f"{type(arg).__name__}")
 
 
-cdef tuple _var_tuple(object seq, str what):
-    if type(seq) is tuple:
-        return <tuple>seq
-    if type(seq) is list:
-        return PyList_AsTuple(seq)
+cdef object _var_seq(object seq, str what):
+    """read= or mutate= as a list or tuple (itself when it is one: a push iterates it without
+    running Python code in between, so no other thread can change it meanwhile)."""
+    if type(seq) is tuple or type(seq) is list:
+        return seq
     if isinstance(seq, EngineVar):
         raise EngineError(f"{what} must be a list of EngineVars, not one EngineVar")
     try:
@@ -103,6 +108,19 @@ cdef tuple _var_tuple(object seq, str what):
                           f"{type(seq).__name__}") from None
 
 
+cdef inline void _newest_first(op_t** out, op_t** deps, int n) noexcept:
+    """out = deps with the newest (the highest push number) first, the others in their order:
+    the one an op parks on at push (a full sort cost more than it saved)."""
+    cdef int i, best = 0
+    if n == 0:
+        return
+    memcpy(out, deps, sizeof(op_t*) * n)
+    for i in range(1, n):
+        if deps[i].seq > deps[best].seq:
+            best = i
+    out[0], out[best] = deps[best], deps[0]
+
+
 cdef class Engine:
     """MXNet's dependency engine: ``push`` ops tagged with the vars they read and mutate; they
     run in parallel on nnc's pool, in an order that respects read-after-write, write-after-read
@@ -110,45 +128,36 @@ cdef class Engine:
 
     def __cinit__(self):
         self.e = NULL
-        self.cand = NULL
         self.tasks = NULL
 
     def __init__(self, naive=False):
-        from nnc.worker import get_num_threads
-
         if self.e != NULL:
             raise EngineError("Engine.__init__ called twice")
         env = os.environ.get("NNC_ENGINE", "")
         if env not in ("", "naive", "threaded"):
             raise EngineError(f"NNC_ENGINE={env!r}: expected 'naive' or 'threaded'")
         self.naive = bool(naive) or env == "naive"
-        self._lanes = []
-        self._streams = {}
         self._buffers = {}
         self._recording = None
+        self.generation = pool_generation()
         if not self.naive:
-            n = min(LANES_MAX, max(4, 2 * get_num_threads()))
-            for i in range(n):
-                lane = Stream("cpu")
-                self._lanes.append(lane)
-                self.lane_s[i] = (<Stream>lane).s
-                self.lane_tail[i] = 0
-            self.n_lanes = n
+            pool_start()
         self.e = engine_new()
 
     def __dealloc__(self):
         cdef engine_t* e = self.e
-        free(self.cand)
         free(self.tasks)
         if e != NULL:
             self.e = NULL
+            nnc_engine_add(&e.refs, -self.credit)   # never the last: the Engine's is left
+            self.credit = 0
             nnc_engine_set(&e.orphan)
             reclaim(e)
             trash_flush(e)
             engine_unref(e)
 
     def __repr__(self):
-        kind = "naive" if self.naive else f"{self.n_lanes} lanes"
+        kind = "naive" if self.naive else "threaded"
         return f"<nnc.Engine {kind}{' closed' if self.closed else ''}>"
 
     cdef int _check_var(self, object v, str what) except -1:
@@ -160,68 +169,43 @@ cdef class Engine:
             raise EngineError(f"{what}: {v!r} was deleted (delete_var)")
         return 0
 
-    cdef int _pick_lane(self, Py_ssize_t nc) noexcept:
-        """The lane for the next op (correctness never depends on it: see docs/engine.md):
-        the lane whose last op is a dependency (stream order then replaces a wait); else an
-        idle lane; else the one with the fewest tasks queued. (Sending ops to busy lanes
-        instead of waking an idle one was measured: fewer wake-ups for empty ops, but ops that
-        sleep or block then queue behind each other — MXNet's sleeping RandSumExpr fell from
-        1.7x to 1.2x the serial loop.)"""
-        cdef int lane, best = 0
-        cdef Py_ssize_t i
-        cdef op_t* c
-        cdef long long load, best_load = -1
-        for i in range(nc):
-            c = <op_t*>self.cand[i]
-            if c.lane >= 0 and self.lane_tail[c.lane] == c.seq:
-                return c.lane
-        for lane in range(self.n_lanes):
-            if nnc_engine_state(&self.lane_s[lane].state) == STREAM_IDLE:
-                return lane
-        for lane in range(self.n_lanes):
-            load = (nnc_engine_load(&self.lane_s[lane].submitted)
-                    - nnc_engine_load(&self.lane_s[lane].completed))
-            if best_load < 0 or load < best_load:
-                best, best_load = lane, load
-        return best
-
-    cdef int _commit(self, op_t* op, tuple reads, tuple muts, object stream) except -1:
-        """Make op depend on the vars' earlier ops, update the vars, enqueue it (or run it, naive).
-        No Python code runs from here to the enqueue (nothing is allocated or released: the
-        GIL alone keeps pushes from several threads apart, see docs/engine.md)."""
+    cdef int _commit(self, op_t* op, object reads, object muts, object stream) except -1:
+        """Make op depend on the vars' earlier ops, update the vars, then dispatch it: on the
+        pool once nothing it depends on is running (completion-time dispatch, MXNet's), on
+        ``stream`` behind waits, or inline (naive). No Python code runs from here to the
+        dispatch (nothing is allocated or released: the GIL alone keeps pushes from several
+        threads apart, see docs/engine.md)."""
         cdef engine_t* e = self.e
-        cdef Py_ssize_t nr = len(reads), nc = 0, need = nr, i, j, nw = 0
+        cdef Py_ssize_t nr = len(reads), need = nr, i, j, nw = 0
         cdef EngineVar v
         cdef op_t* w
         cdef long long seq
         cdef stream_t* q = NULL
-        cdef int lane = -1
-        cdef void** grown
+        cdef signal_record_t* r
         cdef stream_task_t* tgrown
-        reclaim(e)
+        if e.pushed & 15 == 0 or e.free_ops == NULL:
+            reclaim(e)                  # every 16 pushes: each take moves a shared line
         for v in muts:
             need += 1 + v.v.n_readers
-        if need > self.cap_cand:
-            grown = <void**>realloc(self.cand, sizeof(void*) * (need + 16))
-            if grown == NULL:
-                op_discard(e, op)       # nothing changed yet: the push simply fails
-                raise MemoryError()
-            self.cand, self.cap_cand = grown, need + 16
-        if need + 1 > self.cap_tasks:
-            tgrown = <stream_task_t*>realloc(self.tasks, sizeof(stream_task_t) * (need + 17))
-            if tgrown == NULL:
-                op_discard(e, op)
-                raise MemoryError()
-            self.tasks, self.cap_tasks = tgrown, need + 17
+        try:
+            op_reserve_deps(e, op, need)
+            if stream is not None and need + 1 > self.cap_tasks:
+                tgrown = <stream_task_t*>realloc(self.tasks,
+                                                 sizeof(stream_task_t) * (need + 17))
+                if tgrown == NULL:
+                    raise MemoryError()
+                self.tasks, self.cap_tasks = tgrown, need + 17
+        except MemoryError:
+            op_discard(e, op)           # nothing changed yet: the push simply fails
+            raise
         e.pushed += 1
         seq = e.pushed
         op.seq = seq
         op.mark = seq
-        op.lane = -1
-        op.deps = <op_t**>op.buf
         op.muts = <var_t**>(op.buf + nr)
-        # Dependencies: the last writer of each var read (RAW; kept for the error check), then
-        # the last writer and the readers since of each var mutated (WAW, WAR).
+        # Dependencies, each referenced until op is reclaimed: the last writer of each var
+        # read (RAW; their errors skip op), then the last writer and the readers since of
+        # each var mutated (WAW, WAR). Those not done yet go in op.wait.
         for v in reads:
             w = <op_t*>v.v.last_writer
             if w != NULL and w.mark != seq:
@@ -229,40 +213,51 @@ cdef class Engine:
                 w.refs += 1
                 op.deps[op.n_deps] = w
                 op.n_deps += 1
-                self.cand[nc] = w
-                nc += 1
+        op.n_reads = op.n_deps
         for v in muts:
             w = <op_t*>v.v.last_writer
             if w != NULL and w.mark != seq:
                 w.mark = seq
-                self.cand[nc] = w
-                nc += 1
+                w.refs += 1
+                op.deps[op.n_deps] = w
+                op.n_deps += 1
             for j in range(v.v.n_readers):
                 w = <op_t*>v.v.readers[j]
                 if w.mark != seq:
                     w.mark = seq
-                    self.cand[nc] = w
-                    nc += 1
+                    w.refs += 1
+                    op.deps[op.n_deps] = w
+                    op.n_deps += 1
+        # What op may still wait for: all of them, newest first (op_park skips those done).
+        _newest_first(op.wait, op.deps, op.n_deps)
+        op.n_wait = op.n_deps
         if stream is not None:
+            # A stream op keeps its place in the stream's order: enqueued now, behind waits
+            # on the records of unfinished deps on other queues (stream order covers ours).
             q = (<Stream>stream).s
-        elif not self.naive:
-            lane = self._pick_lane(nc)
-            q = self.lane_s[lane]
-        # Waits on the records of unfinished deps on other queues (stream order covers ours).
-        if q != NULL:
-            pthread_mutex_lock(&signal_lock)
-            for i in range(nc):
-                w = <op_t*>self.cand[i]
-                if w.record.done or w.queue == <void*>q:
-                    continue
-                w.record.refs += 1
-                memset(&self.tasks[nw], 0, sizeof(stream_task_t))
-                self.tasks[nw].kind = TASK_WAIT
-                self.tasks[nw].record = w.record
-                self.tasks[nw].node = -1
-                self.tasks[nw].label = -1
-                nw += 1
-            pthread_mutex_unlock(&signal_lock)
+            try:
+                for i in range(op.n_wait):
+                    w = op.wait[i]
+                    if w.queue == <void*>q:
+                        continue
+                    r = op_record(w)
+                    if r == NULL:
+                        continue
+                    pthread_mutex_lock(&signal_lock)
+                    r.refs += 1
+                    pthread_mutex_unlock(&signal_lock)
+                    memset(&self.tasks[nw], 0, sizeof(stream_task_t))
+                    self.tasks[nw].kind = TASK_WAIT
+                    self.tasks[nw].record = r
+                    self.tasks[nw].node = -1
+                    self.tasks[nw].label = -1
+                    nw += 1
+            except MemoryError:
+                for i in range(nw):
+                    record_release(self.tasks[i].record)
+                self._unwind(op)
+                raise
+            op.n_wait = 0               # stream order and the waits replace parking
             memset(&self.tasks[nw], 0, sizeof(stream_task_t))
             self.tasks[nw].kind = TASK_CALL
             self.tasks[nw].call = op_run
@@ -272,7 +267,7 @@ cdef class Engine:
             nw += 1
             op.context = &q.context
         elif op.kind == OP_CMD_C:
-            op.context = thread_context()
+            op.context = thread_context()   # used only if it runs inline (naive)
         # The vars now name this op.
         for v in reads:
             readers_add(e, &v.v, op)
@@ -288,32 +283,54 @@ cdef class Engine:
             op.muts[op.n_muts] = &v.v
             op.n_muts += 1
         op.queue = q
-        op.lane = lane
-        if lane >= 0:
-            self.lane_tail[lane] = seq
-        nnc_engine_add(&e.refs, 1)      # the op's, until it is handed back
-        if q == NULL and op.kind == OP_PY:
-            op_run(op)                  # naive, Python: keep the GIL (op_run takes it anyway)
+        op.live_prev = e.live_tail
+        if e.live_tail != NULL:
+            e.live_tail.live_next = op
+        else:
+            e.live_head = op
+        e.live_tail = op
+        if self.credit == 0:
+            nnc_engine_add(&e.refs, 64)
+            self.credit = 64
+        self.credit -= 1                # the op's reference to e, until it is handed back
+        if q != NULL:
+            debug_count(DEBUG_TASKS, nw)
+            try:
+                stream_enqueue(q, self.tasks, nw)
+            except BaseException as exc:
+                debug_count(DEBUG_TASKS, -nw)
+                for i in range(nw - 1):
+                    record_release(self.tasks[i].record)
+                op_abort(op, exc)
+                raise
             return 0
-        if q == NULL:
+        if op_park(op):
+            # Something it depends on still runs (only the threaded engine, or a naive push
+            # racing a push from another thread): that op's completer dispatches it.
+            if self.naive:
+                self._naive_wait(op)
+            return 0
+        if not self.naive:
+            pool_submit(&op.job)
+        elif op.kind == OP_PY:
+            op_run(op)                  # naive, Python: keep the GIL (op_run takes it anyway)
+        else:
             with nogil:
                 op_run(op)
-            return 0
-        debug_count(DEBUG_TASKS, nw)
-        try:
-            stream_enqueue(q, self.tasks, nw)
-        except BaseException as exc:
-            debug_count(DEBUG_TASKS, -nw)
-            for i in range(nw - 1):
-                record_release(self.tasks[i].record)
-            op_abort(op, exc)
-            raise
         return 0
 
-    cdef tuple _vars(self, object read, object mutate):
-        """Check read= and mutate= (MXNet's rule: no var twice, none in both lists, none of
-        another engine or deleted); returns them as tuples."""
-        cdef tuple reads = _var_tuple(read, "read"), muts = _var_tuple(mutate, "mutate")
+    cdef void _unwind(self, op_t* op) noexcept:
+        """Give back an op whose push failed before any var named it: drop the references to
+        its deps (the push number it took stays used)."""
+        cdef int i
+        for i in range(op.n_deps):
+            op_unref(self.e, op.deps[i])
+        op.n_deps = op.n_reads = op.n_wait = 0
+        op_discard(self.e, op)
+
+    cdef int _check_vars(self, object reads, object muts) except -1:
+        """Check read= and mutate= (lists or tuples; MXNet's rule: no var twice, none in both
+        lists, none of another engine or deleted). Runs no Python code but on errors."""
         cdef long long stamp
         self._stamp += 2
         stamp = self._stamp
@@ -329,17 +346,37 @@ cdef class Engine:
             if (<EngineVar>v).v.stamp == stamp + 1:
                 raise EngineError(f"{v!r} appears twice in mutate")
             (<EngineVar>v).v.stamp = stamp + 1
-        return reads, muts
+        return 0
 
     cdef object _check_stream(self, object stream):
         if self.closed:
             raise EngineError("the engine is closed: push refused")
+        if self.generation != pool_generation():
+            raise EngineError("this engine was made before the process forked; its ops may "
+                              "be running on threads the child does not have: make a new "
+                              "engine in the child")
+        if pool_refusing():
+            raise EngineError("the interpreter is exiting (nnc's exit hook stopped the worker "
+                              "pool): push refused")
         if stream is None:
             return None
         if not isinstance(stream, Stream) or (<Stream>stream)._device is not None:
             raise EngineError(f"stream must be a CPU nnc.Stream, not {stream!r}")
-        self._streams[id(stream)] = stream
         return stream
+
+    cdef int _naive_wait(self, op_t* op) except -1:
+        """A naive push whose op depends on one still running (pushed by another thread):
+        the op's completer runs it on the pool; this push returns once it is done."""
+        cdef signal_record_t* r
+        pool_start()
+        op.refs += 1
+        try:
+            r = op_record(op)
+            if r != NULL:
+                record_wait(r, -1)
+        finally:
+            op_unref(self.e, op)
+        return 0
 
     cdef int _finish_push(self, object stream) except -1:
         trash_flush(self.e)
@@ -357,13 +394,13 @@ cdef class Engine:
         ``fn``: a Python callable ``fn()`` (runs under the GIL on a pool thread), or an
         :data:`CFUNC` called ``fn(arg)`` without the GIL (nonzero return: failure). ``read``
         and ``mutate``: the vars it reads and writes. ``stream``: a CPU Stream to run it on.
-        ``priority`` is accepted for MXNet's signature; lanes run in push order.
+        ``priority`` is accepted for MXNet's signature; ops start as they become ready.
         """
         cdef op_t* op
         cdef int kind
         cdef size_t cfn = 0, carg = 0
         stream = self._check_stream(stream)
-        reads, muts = self._vars(read, mutate)
+        reads, muts = _var_seq(read, "read"), _var_seq(mutate, "mutate")
         if fn is self._last_cfn:        # the same C function again: skip the ctypes calls
             cfn = self._last_addr
             carg = _c_arg(arg)
@@ -384,6 +421,8 @@ cdef class Engine:
             raise EngineError(f"name must be a str, not {type(name).__name__}")
         if not isinstance(priority, int):
             raise EngineError(f"priority must be an int, not {type(priority).__name__}")
+        # From the check to the commit no Python code runs: the lists cannot change between.
+        self._check_vars(reads, muts)
         op = op_new(self.e, len(reads) + len(muts))
         op.kind = kind
         op.cfn = <int (*)(void*) noexcept nogil>cfn
@@ -401,8 +440,8 @@ cdef class Engine:
             Py_IncRef(op.name)
         self._commit(op, reads, muts, stream)
         if self._recording is not None:
-            self._recording.append(("c" if kind == OP_C else "py", fn, arg, reads, muts, name,
-                                    <size_t>cfn, carg))
+            self._recording.append(("c" if kind == OP_C else "py", fn, arg, tuple(reads),
+                                    tuple(muts), name, <size_t>cfn, carg))
         self._finish_push(stream)
 
     def var_of(self, tensor):
@@ -460,13 +499,15 @@ cdef class Engine:
                 for v in self._buffer(t)[1]:
                     if v not in mut_list and v not in read_list:
                         read_list.append(v)
-        reads, muts = self._vars(read_list, mut_list)
+        reads, muts = read_list, mut_list
         nr, nm = len(reads), len(muts)
         op = op_new(self.e, nr + nm + len(ins) + len(outs) + 1)
         try:
             call = cmd_bind(cmd, b, ins, outs, <nnc_tensor_t**>(op.buf + nr + nm), &bound)
             if bound.flags & BOUND_DEVICE:
                 raise EngineError(f"{cmd.name}/{(<Backend>b).name} is a GPU backend")
+            # Last, after any Python code: another thread may have deleted a var meanwhile.
+            self._check_vars(reads, muts)
         except BaseException:
             op_discard(self.e, op)
             raise
@@ -489,7 +530,7 @@ cdef class Engine:
         Py_IncRef(op.name)
         self._commit(op, reads, muts, stream)
         if self._recording is not None:
-            self._recording.append(("cmd", cmd, (ins, outs), reads, muts, name))
+            self._recording.append(("cmd", cmd, (ins, outs), tuple(reads), tuple(muts), name))
         self._finish_push(stream)
 
     def delete_var(self, v, on_delete=None):
@@ -500,7 +541,9 @@ cdef class Engine:
         self._check_var(v, "delete_var")
         if on_delete is not None and not callable(on_delete):
             raise EngineError(f"on_delete must be callable, not {type(on_delete).__name__}")
-        reads, muts = self._vars((), (v,))
+        reads, muts = (), (v,)
+        label = f"delete_var({v!r})"
+        self._check_vars(reads, muts)
         op = op_new(self.e, 1)
         op.kind = OP_PY if on_delete is not None else OP_NONE
         if on_delete is not None:
@@ -508,7 +551,6 @@ cdef class Engine:
             op.args = <PyObject*>_EMPTY
             Py_IncRef(op.fn)
             Py_IncRef(op.args)
-        label = f"delete_var({v!r})"
         op.name = <PyObject*>label
         Py_IncRef(op.name)
         self._commit(op, reads, muts, None)
@@ -523,7 +565,8 @@ cdef class Engine:
         carries if its last write failed (docs/engine.md, "Errors")."""
         cdef double limit = timeout_seconds(timeout)
         cdef op_t* w
-        cdef bint done
+        cdef signal_record_t* r
+        cdef bint done = True
         self._check_var(v, "wait_for_var")
         stream_check_not_worker("Engine.wait_for_var()")
         w = <op_t*>(<EngineVar>v).v.last_writer
@@ -531,7 +574,9 @@ cdef class Engine:
             return True
         w.refs += 1                     # another thread may push a write meanwhile
         try:
-            done = record_wait(w.record, limit)
+            r = op_record(w)            # NULL: done already
+            if r != NULL:
+                done = record_wait(r, limit)
             err = None
             if done and w.failed:
                 err = <object>w.err if w.err != NULL else EngineError(
@@ -545,20 +590,39 @@ cdef class Engine:
         return done
 
     cdef bint _drain(self, double limit) except -1:
-        """Wait for every op pushed so far: each lane and caller's stream, in turn."""
+        """Wait for every op pushed so far (ops pushed meanwhile by other threads are not
+        waited for): while one is not reclaimed, wait for the newest such op, which ops mostly
+        finish before, so that a drain of many ops wakes this thread a few times, not once per
+        op."""
         cdef double end = mono_now() + limit, left = limit
-        cdef long long pushed = self.e.pushed
+        cdef long long last = self.e.pushed
+        cdef op_t* h
+        cdef signal_record_t* r
+        cdef bint done = True
         stream_check_not_worker("Engine.wait_all()")
-        for s in self._lanes + list(self._streams.values()):
-            if not stream_drain((<Stream>s).s, left):
+        while True:
+            reclaim(self.e)
+            trash_flush(self.e)
+            h = self.e.live_head
+            if h == NULL or h.seq > last:
+                return True
+            h = self.e.live_tail
+            while h.seq > last:
+                h = h.live_prev
+            h.refs += 1                 # another thread may reclaim it while this one waits
+            try:
+                r = op_record(h)
+                if r != NULL:
+                    done = record_wait(r, left)
+                else:                   # done, and its completer about to retire it
+                    with nogil:
+                        sched_yield()
+            finally:
+                op_unref(self.e, h)
+            if not done:
                 return False
             if limit >= 0:
                 left = max(0.0, end - mono_now())
-        if self.e.pushed == pushed:     # no push meanwhile (another thread) on a stream
-            self._streams.clear()       # drained before it: forget them
-        reclaim(self.e)
-        trash_flush(self.e)
-        return True
 
     def wait_all(self, timeout=None):
         """Block until every op pushed so far is done (MXNet: WaitForAll); True, or False if

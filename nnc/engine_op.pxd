@@ -5,8 +5,9 @@ from cpython.object cimport PyObject
 
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
 from nnc.record cimport signal_record_t
-from nnc.sync cimport pthread_mutex_t
 from nnc.tensor cimport nnc_tensor_t
+from nnc.worker cimport pool_job_t
+from nnc.workspace cimport nnc_stream_context_t
 
 
 # Atomics on fields several threads touch (see each struct): GCC/Clang builtins.
@@ -27,12 +28,36 @@ cdef extern from *:
     static inline int nnc_engine_state(int* p) {
         return __atomic_load_n(p, __ATOMIC_RELAXED);
     }
+    static inline int nnc_engine_done(int* p) {
+        return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    }
+    static inline void nnc_engine_store(int* p, int v) {
+        __atomic_store_n(p, v, __ATOMIC_RELEASE);
+    }
+    /* An op's succ once it completed. */
+    #define NNC_OP_DONE ((void*)1)
+    /* Lock-free lists of ops and edges (a Treiber stack each): push by compare-and-swap,
+       take the whole list by exchange. */
+    static inline void* nnc_engine_peek(void** p) {
+        return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    }
+    static inline void* nnc_engine_take(void** p, void* v) {
+        return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL);
+    }
+    static inline int nnc_engine_cas(void** p, void** expected, void* v) {
+        return __atomic_compare_exchange_n(p, expected, v, 1, __ATOMIC_ACQ_REL,
+                                           __ATOMIC_ACQUIRE);
+    }
     """
     int nnc_engine_add(int* p, int v) noexcept nogil
     void nnc_engine_bump(long long* p) noexcept nogil
     long long nnc_engine_load(long long* p) noexcept nogil
     int nnc_engine_state(int* p) noexcept nogil
     void nnc_engine_set(int* p) noexcept nogil
+    void* OP_DONE "NNC_OP_DONE"
+    void* nnc_engine_peek(void** p) noexcept nogil
+    void* nnc_engine_take(void** p, void* v) noexcept nogil
+    bint nnc_engine_cas(void** p, void** expected, void* v) noexcept nogil
 
 
 cdef enum:
@@ -57,56 +82,90 @@ ctypedef struct var_t:
     PyObject* owner                     # the EngineVar holding this struct (borrowed)
 
 
+# A later op (or, with op NULL, the earlier op's own signal record) waiting for an earlier op:
+# an entry of the earlier op's ``succ`` list. An op waits on one earlier op at a time, so it has
+# one edge (``wait_edge``); an op's record has one too (``record_edge``). Whoever takes the list
+# reads ``next`` before it releases ``op``, after which the edge may be reused.
+cdef struct edge_t:
+    op_t* op
+    edge_t* next
+
+
 # One pushed operation. Made and recycled by the host (GIL held, through its engine's free
-# list); run once by a worker (or the pushing thread, naive engine), which writes only
-# ``failed``, ``err`` and the versions, then marks ``record`` done and hands the op back on its
-# engine's retired list. Invariant: refs counts 1 while not yet reclaimed by the host + each
-# var naming it (last_writer, readers) + each op not yet reclaimed that holds it in deps;
-# only the host changes refs.
+# list); run once by a worker (or the pushing thread, naive engine). The fields workers write
+# come first, on their own cache line, so the host's bookkeeping does not bounce with them.
+# Invariant: refs counts 1 while not yet reclaimed by the host + each var naming it
+# (last_writer, readers) + each op not yet reclaimed that holds it in deps; only the host
+# changes refs.
 cdef struct op_t:
-    int refs
-    int kind                            # OP_*
-    int failed                          # 1: failed or skipped; err is then set (worker writes
-    #                                     it before the record is done, readers read it after)
+    # -- line 0, written by workers (atomics, or owned by the one thread that runs or
+    #    releases the op); ops are 64-byte aligned --
+    pool_job_t job                      # the pool job that runs it (op_job): first member
+    # Later ops (and this op's record) waiting for it: a lock-free list, or OP_DONE once it
+    # completed; its completer swaps OP_DONE in and releases what it took.
+    edge_t* succ
+    edge_t wait_edge                    # this op's entry in the succ list of the op it waits on
+    op_t* next                          # free list (host) or retired list (lock-free)
     PyObject* err                       # the EngineError (owned), or NULL
-    signal_record_t* record             # done once the op has completed (owned reference)
-    void* engine                        # engine_t* (the op holds a reference while in flight)
-    void* queue                         # stream_t* it was enqueued on (compared, never used)
+    int failed                          # 1: failed or skipped; err is then set (the worker
+    #                                     writes both before succ becomes OP_DONE)
+    int wait_at                         # wait[:wait_at] are done; moved on by whoever parks
+    #                                     it (op_park), one thread at a time
+    # -- written by the host at push, read by workers --
     long long seq                       # push number within its engine
-    long long mark                      # host scratch: dedupes deps within one push
-    int lane                            # the engine lane it went to, or -1
+    op_t** wait                         # earlier ops it may still wait for: its deps, newest
+    int n_wait                          # first
+    int kind                            # OP_*
+    int n_reads                         # deps[:n_reads] wrote what it reads (errors skip it)
+    op_t** deps                         # earlier ops it depends on, referenced (RAW, WAW, WAR)
+    var_t** muts                        # vars this writes (their EngineVars referenced)
+    int n_muts
+    int n_in
     int (*cfn)(void*) noexcept nogil    # OP_C
     void* arg                           # OP_C
     nnc_cmd_exec_f c_exec               # OP_CMD_C
     const nnc_cmd_param_t* param
     nnc_tensor_t** io                   # OP_CMD_C: into buf
-    int n_in
     int n_out
-    void* context                       # OP_CMD_C: the running stream's workspace context
+    void* context                       # OP_CMD_C on a stream or inline: the workspace context
+    void* engine                        # engine_t* (the op holds a reference while in flight)
     PyObject* fn                        # OP_PY callable (owned) or NULL
     PyObject* args                      # OP_PY argument tuple (owned) or NULL
+    edge_t record_edge                  # in succ while a record waits for this op
+    signal_record_t* record             # made on demand by the host (op_record), or NULL
+    # A line apart: what the host changes whenever a later op names this one.
+    char _apart[64]
+    # -- host only (GIL) --
+    int refs
+    int n_deps
+    long long mark                      # host scratch: dedupes deps within one push
+    int cap_deps                        # deps and wait: malloc'd, kept across reuse
+    int cap_wait
+    void* queue                         # stream_t* of a stream= op (compared, never used)
     PyObject* keep                      # what must outlive the run (owned) or NULL
     PyObject* name                      # the op's name (owned str) or NULL
-    op_t** deps                         # ops whose vars this reads (referenced; error check)
-    int n_deps
-    var_t** muts                        # vars this writes (their EngineVars referenced)
-    int n_muts
-    void** buf                          # storage for deps, muts and io; kept across reuse
+    void** buf                          # storage for muts and io; kept across reuse
     Py_ssize_t buf_cap
-    op_t* next                          # free list (host) or retired list (engine lock)
+    op_t* live_prev                     # the engine's list of ops not yet reclaimed, in push
+    op_t* live_next                     # order (host, GIL): wait_all waits on its head
 
 
 # An engine's shared C state: outlives its Engine object while ops are in flight.
 cdef struct engine_t:
-    int refs                            # atomic: the Engine + every EngineVar + ops in flight
-    pthread_mutex_t lock                # guards retired only
+    # -- shared with workers (atomics) --
+    int refs                            # the Engine + every EngineVar + ops in flight (the
+    #                                     Engine takes them 64 at a time: Engine.credit)
+    int orphan                          # the Engine is gone, so whoever retires an op
+    #                                     reclaims it (with the GIL): a retired op holds its
+    #                                     vars, which hold this struct (a cycle otherwise)
     op_t* retired                       # completed ops the host has not reclaimed yet
+    #                                     (lock-free: workers push, the host takes them all)
+    char _apart[64]                     # -- host only (GIL), a cache line apart --
+    op_t* live_head                     # pushed and not reclaimed, oldest first; host (GIL)
+    op_t* live_tail
     op_t* free_ops                      # recycled ops; host only (GIL)
     PyObject* errors                    # list of EngineErrors since the last wait_all; GIL
     long long pushed                    # ops ever pushed; host only
-    int orphan                          # atomic: the Engine is gone, so whoever retires an
-    #                                     op reclaims it (with the GIL): a retired op holds
-    #                                     its vars, which hold this struct (a cycle otherwise)
     # References to drop once the host's state is consistent again (GIL, host only): dropping
     # one may run any Python code, even a push, so reclaiming moves them here instead.
     PyObject** trash
@@ -120,13 +179,19 @@ cdef class EngineVar:
     cdef readonly int id                # creation number within its engine
 
 
-# Workers: run one op (a TASK_CALL's function, or called inline by the naive engine).
+# Workers: run one op, release the ops waiting for it and hand it back: op_run as a stream
+# task (TASK_CALL) or inline, op_job as a pool job (which may go on with an op it released).
 cdef void op_run(void* p) noexcept nogil
+cdef void op_job(pool_job_t* job, nnc_stream_context_t* context) noexcept nogil
 # Host (GIL held): an engine's C state, ops and their recycling. None of these runs Python
 # code; references they let go of wait on the engine's trash list until trash_flush.
 cdef engine_t* engine_new() except NULL
 cdef void engine_unref(engine_t* e) noexcept nogil
 cdef op_t* op_new(engine_t* e, Py_ssize_t slots) except NULL
+cdef int op_reserve_deps(engine_t* e, op_t* op, Py_ssize_t n) except -1
+cdef bint op_is_done(op_t* op) noexcept nogil
+cdef bint op_park(op_t* op) noexcept nogil
+cdef signal_record_t* op_record(op_t* op) except? NULL
 cdef void op_unref(engine_t* e, op_t* op) noexcept
 cdef void op_discard(engine_t* e, op_t* op) noexcept
 cdef void op_abort(op_t* op, object exc) noexcept

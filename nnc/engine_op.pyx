@@ -1,9 +1,11 @@
 """The C state of nnc.Engine: vars, ops and the engine's shared state, and running one op.
 
-MXNet: ThreadedVar and OprBlock (src/engine/threaded_engine.h), reshaped for nnc's signal
-records: an op is made and recycled by the host, run once by a worker (op_run), and handed
-back on its engine's retired list. nnc.engine builds the Engine (push, wait, record) on this;
-docs/engine.md, "Who owns what", says which thread touches which field under which lock.
+MXNet: ThreadedVar and OprBlock (src/engine/threaded_engine.h), reshaped around lock-free
+successor lists: an op is made and recycled by the host, waits on one earlier op at a time
+(op_park), runs once on a pool thread when ready (op_job, or op_run on a stream or inline),
+releases the ops waiting for it and is handed back on its engine's retired list. nnc.engine
+builds the Engine (push, wait, record) on this; docs/engine.md, "Who owns what", says which
+thread touches which field under which lock.
 """
 
 import traceback
@@ -12,13 +14,15 @@ from nnc._core import EngineError
 
 from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc, realloc
+from posix.stdlib cimport posix_memalign
 from libc.string cimport memset
 
 from nnc.cmd cimport PyObject_Call
-from nnc.sync cimport (
-    pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock,
+from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock
+from nnc.worker cimport (
+    pool_job_t, pool_submit, record_done, record_new, record_release, signal_lock,
 )
-from nnc.worker cimport record_done, record_new, record_release, signal_lock
+from nnc.workspace cimport nnc_stream_context_t
 
 
 cdef extern from "Python.h":
@@ -94,19 +98,22 @@ cdef void _engine_free(engine_t* e) noexcept with gil:
         _op_reclaim_refs(op)
         _op_clear(op)
         free(op.buf)
+        free(op.deps)
+        free(op.wait)
         free(op)
         op = nxt
     op = e.free_ops
     while op != NULL:
         nxt = op.next
         free(op.buf)
+        free(op.deps)
+        free(op.wait)
         free(op)
         op = nxt
     e.free_ops = NULL
     trash_flush(e)
     free(e.trash)
     Py_DecRef(e.errors)
-    pthread_mutex_destroy(&e.lock)
     free(e)
 
 
@@ -115,27 +122,16 @@ cdef void engine_unref(engine_t* e) noexcept nogil:
         _engine_free(e)
 
 
-cdef inline void _op_retire(engine_t* e, op_t* op) noexcept nogil:
-    """The op is complete: mark its record done (un-parking the lanes waiting on it), then
-    hand it back on its engine's retired list for the host to reclaim."""
-    pthread_mutex_lock(&signal_lock)
-    record_done(op.record)
-    pthread_mutex_unlock(&signal_lock)
-    pthread_mutex_lock(&e.lock)
-    op.next = e.retired
-    e.retired = op
-    pthread_mutex_unlock(&e.lock)
+cdef enum:
+    GO_ON_MAX = 64                      # ops a pool job runs in a row before it queues the next
 
 
-cdef void op_run(void* p) noexcept nogil:
-    """Run one op (a TASK_CALL on its lane, or inline for the naive engine): skip it if a var
-    it reads carries an error, else run it; bump its vars' versions, mark its record done and
-    hand it back to the host. Takes the GIL only for Python work and failures."""
-    cdef op_t* op = <op_t*>p
-    cdef engine_t* e = <engine_t*>op.engine
+cdef inline void _op_exec(op_t* op, void* context) noexcept nogil:
+    """Skip op if a var it reads carries an error, else run it; then bump its vars' versions.
+    Takes the GIL only for Python work and failures."""
     cdef op_t* bad = NULL
     cdef int i, rc = 0
-    for i in range(op.n_deps):
+    for i in range(op.n_reads):
         if op.deps[i].failed:
             bad = op.deps[i]
             break
@@ -146,17 +142,105 @@ cdef void op_run(void* p) noexcept nogil:
         if rc != 0:
             _op_rc(op, rc)
     elif op.kind == OP_CMD_C:
-        rc = op.c_exec(op.param, op.io, op.n_in, op.io + op.n_in, op.n_out, op.context)
+        rc = op.c_exec(op.param, op.io, op.n_in, op.io + op.n_in, op.n_out, context)
         if rc != 0:
             _op_rc(op, rc)
     elif op.kind == OP_PY:
         _op_py(op)
     for i in range(op.n_muts):
         nnc_engine_bump(&op.muts[i].version)
-    _op_retire(e, op)
+
+
+cdef bint op_is_done(op_t* op) noexcept nogil:
+    return nnc_engine_peek(<void**>&op.succ) == OP_DONE
+
+
+cdef bint op_park(op_t* op) noexcept nogil:
+    """Make op wait for the next earlier op in its wait list that is not done yet (the newest
+    comes first: the one likely to finish last, and once it has, the others mostly have too);
+    True once parked there, False when nothing it waits for is left (it may run).
+    Called by the host at push, then by each completer that releases it: one thread at a time,
+    which owns wait_at meanwhile (the exchange that took op's edge orders the previous owner's
+    writes before it). Each dependency is looked at about once. (MXNet registers an op with
+    every var's queue at once; one registration at a time costs a completer one edge per op
+    instead of one per dependency, about 20 in RandSumExpr.)"""
+    cdef op_t* w
+    cdef int i = op.wait_at
+    cdef void* head
+    op.wait_edge.op = op
+    while i < op.n_wait:
+        w = op.wait[i]
+        # Before the edge is published: once it is, w's completer may park op elsewhere at
+        # once. w is done by the time op is released, or is skipped now.
+        op.wait_at = i + 1
+        head = nnc_engine_peek(<void**>&w.succ)
+        while head != OP_DONE:
+            op.wait_edge.next = <edge_t*>head
+            if nnc_engine_cas(<void**>&w.succ, &head, &op.wait_edge):
+                return True
+        i += 1
+    return False
+
+
+cdef op_t* _op_complete(op_t* op, bint go_on) noexcept nogil:
+    """op ran: mark it done, release what waits for it and hand it back to the host. A
+    released op parks on the next op it waits for, or is ready: dispatched on the pool, except
+    the first when ``go_on``, which is returned for the caller to run next (a chain then stays
+    on one thread, with no hand-over). op must not be touched once it is on the retired list:
+    the host may recycle it."""
+    cdef engine_t* e = <engine_t*>op.engine
+    cdef edge_t* edge = <edge_t*>nnc_engine_take(<void**>&op.succ, OP_DONE)
+    cdef edge_t* nxt_edge
+    cdef op_t* ready
+    cdef op_t* keep = NULL
+    cdef signal_record_t* record = NULL
+    cdef void* head
+    # The edges belong to the waiting ops (and to op, for its record): read each one's next
+    # before releasing its op, which may park it elsewhere at once.
+    while edge != NULL:
+        nxt_edge = edge.next
+        ready = edge.op
+        if ready == NULL:
+            record = op.record          # op_record gave the completer a reference
+        elif not op_park(ready):
+            if go_on and keep == NULL:
+                keep = ready
+            else:
+                pool_submit(&ready.job)
+        edge = nxt_edge
+    head = nnc_engine_peek(<void**>&e.retired)
+    while True:
+        op.next = <op_t*>head
+        if nnc_engine_cas(<void**>&e.retired, &head, op):
+            break
+    if record != NULL:                  # after retiring: a woken host finds op reclaimable
+        pthread_mutex_lock(&signal_lock)
+        record_done(record)
+        pthread_mutex_unlock(&signal_lock)
+        record_release(record)
     if nnc_engine_state(&e.orphan):
         _reclaim_orphan(e)
-    engine_unref(e)
+    engine_unref(e)                     # the op's reference; ops it released hold their own
+    return keep
+
+
+cdef void op_run(void* p) noexcept nogil:
+    """Run one op as a stream task (TASK_CALL) or inline (naive engine), with its context."""
+    cdef op_t* op = <op_t*>p
+    _op_exec(op, op.context)
+    _op_complete(op, False)
+
+
+cdef void op_job(pool_job_t* job, nnc_stream_context_t* context) noexcept nogil:
+    """Run one ready op as a pool job (the thread's own scratch context), then, up to
+    GO_ON_MAX in a row, an op its completion made ready (MXNet runs a released op on the
+    completing thread too, when it can)."""
+    cdef op_t* op = <op_t*>job
+    cdef int n = 0
+    while op != NULL:
+        _op_exec(op, context)
+        n += 1
+        op = _op_complete(op, n < GO_ON_MAX)
 
 
 cdef void _reclaim_orphan(engine_t* e) noexcept with gil:
@@ -233,31 +317,45 @@ cdef void reclaim(engine_t* e) noexcept:
     runs before a push touches any state, never in the middle."""
     cdef op_t* op
     cdef op_t* nxt
-    if e.retired == NULL:               # racy peek: a miss is taken next time
+    if nnc_engine_peek(<void**>&e.retired) == NULL:
         return
-    pthread_mutex_lock(&e.lock)
-    op = e.retired
-    e.retired = NULL
-    pthread_mutex_unlock(&e.lock)
+    op = <op_t*>nnc_engine_take(<void**>&e.retired, NULL)
     while op != NULL:
         nxt = op.next
+        _live_unlink(e, op)
         _op_reclaim_refs(op)
         op_unref(e, op)
         op = nxt
 
 
+cdef inline void _live_unlink(engine_t* e, op_t* op) noexcept:
+    if op.live_prev != NULL:
+        op.live_prev.live_next = op.live_next
+    else:
+        e.live_head = op.live_next
+    if op.live_next != NULL:
+        op.live_next.live_prev = op.live_prev
+    else:
+        e.live_tail = op.live_prev
+    op.live_prev = op.live_next = NULL
+
+
 cdef op_t* op_new(engine_t* e, Py_ssize_t slots) except NULL:
-    """A clean op (refs 1, a fresh record) with room for ``slots`` pointers in buf."""
+    """A clean op (refs 1, no record yet) with room for ``slots`` pointers in buf."""
     cdef op_t* op = e.free_ops
     cdef void** buf
+    cdef op_t** wait
+    cdef op_t** deps
+    cdef int cap_wait, cap_deps
     if op != NULL:
         e.free_ops = op.next
     else:
-        op = <op_t*>malloc(sizeof(op_t))
-        if op == NULL:
+        if posix_memalign(<void**>&op, 64, sizeof(op_t)) != 0:
             raise MemoryError()
         op.buf = NULL
         op.buf_cap = 0
+        op.wait = op.deps = NULL
+        op.cap_wait = op.cap_deps = 0
     buf = op.buf
     slots = max(slots, 8)
     if op.buf_cap < slots:
@@ -268,17 +366,63 @@ cdef op_t* op_new(engine_t* e, Py_ssize_t slots) except NULL:
             raise MemoryError()
         op.buf_cap = slots
     slots = op.buf_cap
+    wait, cap_wait, deps, cap_deps = op.wait, op.cap_wait, op.deps, op.cap_deps
     memset(op, 0, sizeof(op_t))
     op.buf = buf
     op.buf_cap = slots
-    op.record = record_new()
-    if op.record == NULL:
-        op.next = e.free_ops
-        e.free_ops = op
-        raise MemoryError()
+    op.wait, op.cap_wait, op.deps, op.cap_deps = wait, cap_wait, deps, cap_deps
+    op.job.run = op_job
     op.refs = 1
     op.engine = e
     return op
+
+
+cdef int _reserve(op_t*** arr, int* cap, Py_ssize_t n) except -1:
+    """Room for n entries in arr[0] (capacity cap[0]): at least doubled, 16 at least."""
+    cdef op_t** grown
+    if n > cap[0]:
+        n = max(n, 16, 2 * cap[0])
+        grown = <op_t**>realloc(arr[0], sizeof(op_t*) * n)
+        if grown == NULL:
+            raise MemoryError()
+        arr[0], cap[0] = grown, <int>n
+    return 0
+
+
+cdef int op_reserve_deps(engine_t* e, op_t* op, Py_ssize_t n) except -1:
+    """Room for n ops in op.deps and op.wait (host, before a push changes any state)."""
+    _reserve(&op.deps, &op.cap_deps, n)
+    _reserve(&op.wait, &op.cap_wait, n)
+    return 0
+
+
+cdef signal_record_t* op_record(op_t* op) except? NULL:
+    """op's signal record, done once op has completed (host, GIL): made on first demand (a
+    wait_for_var, wait_all, or a stream= op waiting for op); NULL if op is done already.
+    MemoryError if none can be made."""
+    cdef signal_record_t* r = op.record
+    cdef void* head
+    if r != NULL:
+        return r
+    if op_is_done(op):
+        return NULL
+    r = record_new()
+    if r == NULL:
+        raise MemoryError()
+    r.refs = 2                          # op's, and its completer's (not published yet)
+    op.record = r
+    op.record_edge.op = NULL
+    head = nnc_engine_peek(<void**>&op.succ)
+    while head != OP_DONE:
+        op.record_edge.next = <edge_t*>head
+        if nnc_engine_cas(<void**>&op.succ, &head, &op.record_edge):
+            return r
+    # op completed meanwhile, without seeing the record: mark it done here.
+    pthread_mutex_lock(&signal_lock)
+    record_done(r)
+    pthread_mutex_unlock(&signal_lock)
+    record_release(r)                   # the completer's reference, unused
+    return r
 
 
 cdef int readers_add(engine_t* e, var_t* v, op_t* op) except -1:
@@ -288,15 +432,13 @@ cdef int readers_add(engine_t* e, var_t* v, op_t* op) except -1:
     cdef void* tmp
     cdef void** grown
     if v.n_readers == v.cap_readers:
-        pthread_mutex_lock(&signal_lock)
         for i in range(v.n_readers):     # partition: running readers first, done ones after
-            if not (<op_t*>v.readers[i]).record.done:
+            if not op_is_done(<op_t*>v.readers[i]):
                 tmp = v.readers[n]
                 v.readers[n] = v.readers[i]
                 v.readers[i] = tmp
                 n += 1
-        pthread_mutex_unlock(&signal_lock)
-        for i in range(n, v.n_readers):  # outside the lock: recycling releases a record
+        for i in range(n, v.n_readers):
             op_unref(e, <op_t*>v.readers[i])
         v.n_readers = n
     if v.n_readers == v.cap_readers:
@@ -322,10 +464,8 @@ cdef void op_discard(engine_t* e, op_t* op) noexcept:
 cdef void op_abort(op_t* op, object exc) noexcept:
     """An op whose tasks could not be enqueued (out of memory, interpreter exiting): it fails
     with ``exc`` and completes at once, so ops depending on it are skipped, never stuck."""
-    cdef engine_t* e = <engine_t*>op.engine
     _op_fail(op, exc, f"could not be enqueued: {exc!r}")
-    _op_retire(e, op)
-    engine_unref(e)
+    _op_complete(op, False)
 
 
 cdef engine_t* engine_new() except NULL:
@@ -333,7 +473,6 @@ cdef engine_t* engine_new() except NULL:
     if e == NULL:
         raise MemoryError()
     memset(e, 0, sizeof(engine_t))
-    pthread_mutex_init(&e.lock, NULL)
     errors = []
     e.errors = <PyObject*>errors
     Py_IncRef(e.errors)

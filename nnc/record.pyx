@@ -9,9 +9,9 @@ none (tests/test_alloc.py). nnc.worker marks records done and wakes their waiter
 from libc.stdlib cimport free, malloc
 
 from nnc.debug cimport DEBUG_RECORDS, debug_count
-from nnc.sync cimport pthread_mutex_init, pthread_mutex_lock, pthread_mutex_unlock
+from nnc.sync cimport mutex_init_spinning, pthread_mutex_lock, pthread_mutex_unlock
 
-pthread_mutex_init(&signal_lock, NULL)
+mutex_init_spinning(&signal_lock)
 
 
 cdef enum:
@@ -69,6 +69,6 @@ cdef void record_release(signal_record_t* r) noexcept nogil:
 
 cdef void record_after_fork() noexcept nogil:
     global _records_free, _records_kept
-    pthread_mutex_init(&signal_lock, NULL)
+    mutex_init_spinning(&signal_lock)
     _records_free = NULL                # leaked in the child: records of the parent's threads
     _records_kept = 0

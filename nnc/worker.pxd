@@ -114,6 +114,16 @@ ctypedef struct trace_event_t:
     long long record
 
 
+# A unit of work bound to no stream: any pool thread runs it, as soon as one is free (a
+# libdispatch-style concurrent queue: nnc.engine's ready ops). Owned by whoever submitted it
+# until ``run`` is called; ``next`` is the pool's (its lock) while queued. ``run`` gets the
+# running thread's scratch context, is called without the GIL, and must not touch the job after
+# handing it to another thread.
+ctypedef struct pool_job_t:
+    void (*run)(pool_job_t* job, nnc_stream_context_t* context) noexcept nogil
+    pool_job_t* next
+
+
 cdef stream_t* stream_new(int index) except NULL
 cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except -1
 cdef void stream_release(stream_t* s) noexcept
@@ -124,6 +134,8 @@ cdef void record_done(signal_record_t* r) noexcept nogil
 cdef void task_release_owned(stream_task_t* t) noexcept nogil
 cdef int pool_start() except -1
 cdef bint pool_refusing() noexcept nogil
+cdef int pool_generation() noexcept nogil
+cdef void pool_submit(pool_job_t* job) noexcept nogil
 
 
 cdef inline double mono_now() noexcept nogil:

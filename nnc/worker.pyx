@@ -41,7 +41,7 @@ from nnc._core import NNCError, StreamError
 from nnc.debug cimport DEBUG_STREAMS, DEBUG_TASKS, DEBUG_WORKERS, debug_count
 from nnc.sync cimport (
     pthread_cond_broadcast, pthread_cond_destroy, pthread_cond_init, pthread_cond_signal,
-    pthread_cond_timedwait, pthread_cond_wait, pthread_mutex_destroy, pthread_mutex_init,
+    pthread_cond_timedwait, pthread_cond_wait, mutex_init_spinning, pthread_mutex_destroy,
     pthread_mutex_lock, pthread_mutex_unlock, timespec,
 )
 from nnc.parallel import parallel_install_starter
@@ -50,6 +50,10 @@ from nnc.parallel cimport (
     parallel_after_fork, parallel_help, parallel_install, parallel_pending, parallel_set_width,
 )
 from nnc.workspace cimport nnc_context_free, nnc_stream_context_t
+
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
 
 
 cdef extern from "Python.h":
@@ -62,11 +66,30 @@ cdef extern from "Python.h":
 cdef extern from *:
     """
     static __thread void* nnc__current_stream = NULL;
+    static __thread int nnc__pool_thread = 0;
     static inline void nnc__set_current_stream(void* s) { nnc__current_stream = s; }
+    static inline void nnc__set_pool_thread(void) { nnc__pool_thread = 1; }
+    static inline int nnc__is_pool_thread(void) { return nnc__pool_thread; }
     static inline void* nnc__get_current_stream(void) { return nnc__current_stream; }
+    /* A spinning thread's unlocked peeks at the pool (a stale value costs one more turn; the
+       lock is taken before anything is taken from the pool). */
+    static inline void* nnc__peek(void** p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+    static inline int nnc__peek_int(int* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+    static inline void nnc__cpu_relax(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
     """
     void _set_current "nnc__set_current_stream"(void* s) noexcept nogil
     void* _get_current "nnc__get_current_stream"() noexcept nogil
+    void _set_pool_thread "nnc__set_pool_thread"() noexcept nogil
+    int _is_pool_thread "nnc__is_pool_thread"() noexcept nogil
+    void* _peek "nnc__peek"(void** p) noexcept nogil
+    int _peek_int "nnc__peek_int"(int* p) noexcept nogil
+    void _cpu_relax "nnc__cpu_relax"() noexcept nogil
 
 
 cdef enum:
@@ -83,16 +106,20 @@ ctypedef struct pool_t:
     pthread_cond_t quiet                # broadcast when busy drops to 0
     stream_t* ready_head                # FIFO of QUEUED streams, linked by ready_next
     stream_t* ready_tail
+    pool_job_t* job_head                # FIFO of submitted jobs (pool_submit), linked by next
+    pool_job_t* job_tail
     int size                            # threads wanted; any thread beyond it exits
     int running                         # threads started and not yet exited
     int sleeping                        # threads waiting on work
-    int busy                            # streams not IDLE (QUEUED, RUNNING or PARKED)
+    int spinning                        # threads looking for work before they sleep (<= 1)
+    # busy: streams not IDLE (QUEUED, RUNNING or PARKED) + jobs submitted and not yet finished
+    int busy
     int stopping                        # the exit hook: every thread exits once all is done
     int generation                      # bumped in a forked child (whose pool starts anew)
 
 
 cdef pool_t _pool
-pthread_mutex_init(&_pool.lock, NULL)
+mutex_init_spinning(&_pool.lock)
 pthread_cond_init(&_pool.work, NULL)
 pthread_cond_init(&_pool.quiet, NULL)
 _threads = []                           # threading.Thread of every pool thread not yet joined
@@ -119,6 +146,32 @@ def _default_size():
 _pool.size = 0                          # 0 until the first stream: then _default_size()
 
 
+def _default_spin():
+    """NNC_SPIN_US if set (0 to 10,000 microseconds), else 50."""
+    text = os.environ.get("NNC_SPIN_US", "").strip()
+    if not text:
+        return 50
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 10000:
+        raise NNCError(f"NNC_SPIN_US={text!r}: expected microseconds from 0 to 10000")
+    return n
+
+
+# How long a pool thread that has just run work looks for more before it sleeps (seconds; one
+# thread at a time). A sleeping thread costs whoever hands it work a futex wake-up and a
+# context switch, several microseconds on a loaded 2-core machine: more than an engine op or a
+# small node. Read once, at import; NNC_SPIN_US=0 turns spinning off (an oversubscribed
+# machine, where a spinning thread takes a core another process wants).
+cdef double _spin_s = 50e-6
+try:
+    _spin_s = _default_spin() * 1e-6
+except NNCError:
+    pass                                # a bad NNC_SPIN_US: reported when the pool starts
+
+
 # -- the ready list, and signal records waking parked streams --------------------------------
 
 cdef bint _make_ready(stream_t* s) noexcept nogil:
@@ -134,7 +187,7 @@ cdef bint _make_ready(stream_t* s) noexcept nogil:
     else:
         (<stream_t*>_pool.ready_tail).ready_next = s
     _pool.ready_tail = s
-    wake = _pool.sleeping > 0
+    wake = _pool.sleeping > 0 and _pool.spinning == 0   # a spinning thread will find s
     pthread_mutex_unlock(&_pool.lock)
     return wake
 
@@ -185,7 +238,7 @@ cdef stream_t* stream_new(int index) except NULL:
     if s.ring == NULL:
         free(s)
         raise MemoryError()
-    pthread_mutex_init(&s.lock, NULL)
+    mutex_init_spinning(&s.lock)
     pthread_cond_init(&s.idle, NULL)
     s.park.stream = s                   # a stream waiter: its cond is never used
     errors = []
@@ -251,6 +304,11 @@ cdef int stream_check_not_worker(str what="wait()") except -1:
             f"{what} on a stream worker thread (a callback or command running on nnc stream "
             f"#{me.index}): it could be waiting for its own queue and never return; wait on a "
             "host thread, or order the work with signals")
+    if _is_pool_thread():
+        raise StreamError(
+            f"{what} on an nnc pool thread (an engine op or a command's part running there): "
+            "it could be waiting for work that needs this very thread and never return; wait "
+            "on a host thread")
     return 0
 
 
@@ -560,44 +618,121 @@ cdef void _serve(stream_t* s) noexcept nogil:
             _free_from_pool(s)
 
 
+cdef bint _spin() noexcept nogil:
+    """Look for work without the pool's lock for up to _spin_s (the caller has just run some
+    and counted itself in ``spinning``); True if some turned up."""
+    cdef double end = mono_now() + _spin_s
+    cdef int _turn
+    while True:
+        for _turn in range(64):
+            if (_peek(<void**>&_pool.ready_head) != NULL
+                    or _peek(<void**>&_pool.job_head) != NULL or parallel_pending()):
+                return True
+            _cpu_relax()
+        if (_peek_int(&_pool.stopping) or _peek_int(&_pool.running) > _peek_int(&_pool.size)
+                or mono_now() > end):
+            return False
+        # Give the core to a thread waiting for it, if any (the pushing host thread, when
+        # there are more threads than cores): a spinner only waits for work others make.
+        sched_yield()
+
+
 cdef void _pool_main() noexcept nogil:
-    """A pool thread: take the oldest ready stream, serve it, repeat; with no stream ready,
-    help with the parts of commands split by nnc_parallel_for (nnc.parallel); exit when the
-    pool has more threads than its size, or when it stops and nothing is left to run."""
+    """A pool thread: take the oldest ready stream and serve it, else the oldest job and run
+    it, repeat; with neither, help with the parts of commands split by nnc_parallel_for
+    (nnc.parallel); with nothing at all, spin a little if it has just worked and no other
+    thread spins, then sleep. Exit when the pool has more threads than its size, or when it
+    stops and nothing is left to run."""
     cdef stream_t* s
-    # Scratch memory for the parts this thread helps with (streams bring their own).
+    cdef pool_job_t* job
+    cdef bint worked = False, wake
+    # Scratch memory for the jobs and parts this thread runs (streams bring their own).
     cdef nnc_stream_context_t helper
     helper.workspace = NULL
     helper.workspace_size = 0
+    _set_pool_thread()
     pthread_mutex_lock(&_pool.lock)
     # Any thread beyond the pool's size exits (set_num_threads shrank it), whichever its id.
     while _pool.running <= _pool.size:
         s = <stream_t*>_pool.ready_head
-        if s == NULL:
-            # Read under the pool's lock: a poster bumps it before waking us, so either we
-            # see it here or its wake-up finds us asleep.
-            if parallel_pending():
-                pthread_mutex_unlock(&_pool.lock)
-                parallel_help(&helper)
-                pthread_mutex_lock(&_pool.lock)
-                continue
-            if _pool.stopping:
-                break
-            _pool.sleeping += 1
-            pthread_cond_wait(&_pool.work, &_pool.lock)
-            _pool.sleeping -= 1
+        if s != NULL:
+            _pool.ready_head = <stream_t*>s.ready_next
+            wake = (_pool.ready_head != NULL or _pool.job_head != NULL) and (
+                _pool.sleeping > 0 and _pool.spinning == 0)
+            if _pool.ready_head == NULL:
+                _pool.ready_tail = NULL
+            s.ready_next = NULL
+            pthread_mutex_unlock(&_pool.lock)
+            if wake:
+                _wake_one()
+            _serve(s)
+            worked = True
+            pthread_mutex_lock(&_pool.lock)
             continue
-        _pool.ready_head = <stream_t*>s.ready_next
-        if _pool.ready_head == NULL:
-            _pool.ready_tail = NULL
-        s.ready_next = NULL
-        pthread_mutex_unlock(&_pool.lock)
-        _serve(s)
-        pthread_mutex_lock(&_pool.lock)
+        job = _pool.job_head
+        if job != NULL:
+            _pool.job_head = job.next
+            # More work waits, and whoever queued it may have woken nobody (it saw a spinner,
+            # maybe this thread): pass the wake-up on, so that a burst reaches idle threads.
+            wake = _pool.job_head != NULL and _pool.sleeping > 0 and _pool.spinning == 0
+            if _pool.job_head == NULL:
+                _pool.job_tail = NULL
+            pthread_mutex_unlock(&_pool.lock)
+            if wake:
+                _wake_one()
+            job.run(job, &helper)
+            worked = True
+            pthread_mutex_lock(&_pool.lock)
+            _pool.busy -= 1
+            if _pool.busy == 0:
+                pthread_cond_broadcast(&_pool.quiet)
+            continue
+        # Read under the pool's lock: a poster bumps it before waking us, so either we see it
+        # here or its wake-up finds us asleep.
+        if parallel_pending():
+            pthread_mutex_unlock(&_pool.lock)
+            parallel_help(&helper)
+            pthread_mutex_lock(&_pool.lock)
+            continue
+        if _pool.stopping:
+            break
+        if worked and _pool.spinning == 0 and _spin_s > 0:
+            worked = False
+            _pool.spinning += 1
+            pthread_mutex_unlock(&_pool.lock)
+            _spin()
+            pthread_mutex_lock(&_pool.lock)
+            _pool.spinning -= 1
+            continue
+        worked = False
+        _pool.sleeping += 1
+        pthread_cond_wait(&_pool.work, &_pool.lock)
+        _pool.sleeping -= 1
     _pool.running -= 1
     pthread_cond_broadcast(&_pool.quiet)
     pthread_mutex_unlock(&_pool.lock)
     nnc_context_free(&helper)
+
+
+cdef void pool_submit(pool_job_t* job) noexcept nogil:
+    """Queue ``job`` for the next free pool thread (no lock held by the caller; the pool must
+    have started). Wakes a sleeping thread unless one is spinning, which will find the job
+    (and wake another if more are queued). Never refuses: a job submitted by a running job
+    after the exit hook stopped the pool still runs, since threads exit only once no job is
+    left; host code checks pool_refusing() first."""
+    cdef bint wake
+    job.next = NULL
+    pthread_mutex_lock(&_pool.lock)
+    if _pool.job_tail == NULL:
+        _pool.job_head = job
+    else:
+        _pool.job_tail.next = job
+    _pool.job_tail = job
+    _pool.busy += 1
+    wake = _pool.sleeping > 0 and _pool.spinning == 0
+    pthread_mutex_unlock(&_pool.lock)
+    if wake:
+        _wake_one()
 
 
 cdef void _wake_helpers(int n) noexcept nogil:
@@ -669,12 +804,15 @@ cdef int _grow() except -1:
 cdef int pool_start() except -1:
     """Start the pool at its default size unless it runs (with the GIL); StreamError if a
     thread cannot start, so that nnc.Stream() fails before any work is enqueued."""
+    global _spin_s
     if _pool.stopping:
         raise StreamError("the interpreter is exiting (nnc's exit hook already stopped the "
                           "worker pool): no new stream can be created")
     if _pool.size == 0:
+        spin = _default_spin() * 1e-6   # a bad NNC_SPIN_US is refused before anything changes
         _pool.size = _default_size()
         parallel_set_width(_pool.size)
+        _spin_s = spin
     if _pool.running < _pool.size:
         _grow()
     return 0
@@ -737,7 +875,8 @@ def pool_wait_quiet(double timeout):
 
 
 def pool_busy():
-    """Streams with work queued, running or parked (dropped streams included)."""
+    """Streams with work queued, running or parked (dropped streams included), plus jobs not
+    yet finished."""
     return _pool.busy
 
 
@@ -754,6 +893,11 @@ def pool_stop():
     _threads[:] = []
 
 
+cdef int pool_generation() noexcept nogil:
+    """Bumped in every forked child: what was made before a fork compares it (with the GIL)."""
+    return _pool.generation
+
+
 cdef bint pool_refusing() noexcept nogil:
     """True once the exit hook stopped the pool: nothing may be enqueued any more (set and
     read with the GIL, so no task slips in after the threads have exited)."""
@@ -766,13 +910,16 @@ def _after_fork_in_child():
     ready stream, a new generation (streams of the parent refuse to be used). The pool starts
     again with the child's first stream."""
     record_after_fork()
-    pthread_mutex_init(&_pool.lock, NULL)
+    mutex_init_spinning(&_pool.lock)
     pthread_cond_init(&_pool.work, NULL)
     pthread_cond_init(&_pool.quiet, NULL)
     _pool.ready_head = NULL
     _pool.ready_tail = NULL
+    _pool.job_head = NULL               # the parent's jobs: their engines refuse the child
+    _pool.job_tail = NULL
     _pool.running = 0
     _pool.sleeping = 0
+    _pool.spinning = 0
     _pool.busy = 0
     _pool.generation += 1
     _threads[:] = []

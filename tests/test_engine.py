@@ -485,3 +485,68 @@ def test_dropping_an_engine_with_work_in_flight(lib):
     while stamp[2] == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert stamp[2] > 0
+
+
+# -- completion-time dispatch (docs/engine.md, "Design") ---------------------------------------
+
+def test_wait_all_waits_for_what_was_pushed_before_it():
+    """Ops another thread pushes while wait_all waits are not waited for (a steady pusher
+    cannot keep wait_all from returning)."""
+    e = nnc.Engine()
+    v, w = e.new_var(), e.new_var()
+    first_may_end, second_may_end = threading.Event(), threading.Event()
+    e.push(lambda: first_may_end.wait(T), mutate=[v])
+
+    def other_thread():
+        e.push(lambda: second_may_end.wait(T), mutate=[w])
+        first_may_end.set()
+
+    pusher = threading.Timer(0.2, other_thread)
+    pusher.start()
+    try:
+        assert e.wait_all(timeout=T)
+        assert v.version == 1 and w.version == 0 and not second_may_end.is_set()
+    finally:
+        second_may_end.set()
+        first_may_end.set()
+        pusher.join(T)
+    assert e.wait_all(timeout=T) and w.version == 1
+
+
+def test_naive_push_waits_for_an_op_another_thread_is_running(lib):
+    """A naive push whose op depends on one still running (pushed by another thread, which
+    runs it inline without the GIL) returns only once its own op ran, after that one."""
+    e = nnc.Engine(naive=True)
+    v, w = e.new_var(), e.new_var()
+    stamp = np.array([0.3, 0.0, 0.0])
+    first = threading.Thread(target=e.push, args=(lib.stamp,),
+                             kwargs={"mutate": [v], "arg": stamp.ctypes.data})
+    first.start()
+    deadline = time.monotonic() + T
+    while stamp[1] == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert stamp[1] > 0
+    seen = []
+    e.push(lambda: seen.append(time.perf_counter()), read=[v], mutate=[w])
+    assert len(seen) == 1 and seen[0] >= stamp[2] > 0 and w.version == 1
+    first.join(T)
+    assert not first.is_alive() and v.version == 1
+
+
+def test_long_dependency_lists_and_wide_fans(lib):
+    """One writer read by 300 ops, then one op writing it (waits on 300 readers), then a
+    chain through a var read by everything: every op runs once, in a legal order."""
+    e = nnc.Engine()
+    src, sink = e.new_var(), e.new_var()
+    outs = [e.new_var() for _ in range(300)]
+    order = []
+    e.push(lambda: order.append("src"), mutate=[src])
+    for i, o in enumerate(outs):
+        e.push(lambda i=i: order.append(i), read=[src], mutate=[o])
+    e.push(lambda: order.append("rewrite"), mutate=[src])
+    e.push(lambda: order.append("sink"), read=outs, mutate=[sink])
+    assert e.wait_all(timeout=T)
+    assert len(order) == 303 and order[0] == "src"
+    pos = {x: k for k, x in enumerate(order)}
+    assert all(pos[i] < pos["rewrite"] and pos[i] < pos["sink"] for i in range(300))
+    assert src.version == 2 and sink.version == 1 and all(o.version == 1 for o in outs)

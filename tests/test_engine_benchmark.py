@@ -101,13 +101,15 @@ def test_engine_benchmark_quick():
             assert set(rs["bit_identical"]) == expected | ({"dask"} if has_dask else set())
             assert all(rs["bit_identical"].values())
             assert rs["x_serial"]["serial C"] == 1.0
-        rp = rep["replay"]
-        assert rp["equal"] is True and rp["streams"] >= 1 and rp["x"] > 0
-        assert set(rp["ms"]) == {"push again", "replay"}
+        for key, spin in (("replay", [1, 9]), ("replay_empty", [0, 0])):
+            rp = rep[key]
+            assert rp["equal"] is True and rp["streams"] >= 1 and rp["x"] > 0
+            assert set(rp["ms"]) == {"push again", "replay"} and rp["spin_us"] == spin
     else:
         assert rep["randsum"] is None and rep["randsum_sleep"] is None and rep["replay"] is None
+        assert rep["replay_empty"] is None
         assert rep["c_missing"] in r.stdout and rep["c_missing"] in r.stderr
-    assert len(rep["targets"]) == 3 * 3 + 3
+    assert len(rep["targets"]) == 3 * 3 + 4
     assert all(t["met"] in (True, False, None) for t in rep["targets"])
     assert "targets:" in r.stdout
 
@@ -127,7 +129,8 @@ def test_engine_benchmark_without_a_compiler():
     assert rep["ok"] is True and rep["c_missing"].startswith("no C compiler found")
     assert "no C compiler found" in r.stderr and "randsum: skipped (no C compiler" in r.stdout
     assert rep["randsum"] is None and rep["randsum_sleep"] is None and rep["replay"] is None
+    assert rep["replay_empty"] is None
     for row in rep["floor"]:
         assert "nnc C" not in row["us_per_op"] and all(row["order_ok"].values())
     missing = [t for t in rep["targets"] if t["met"] is None and "dask" not in t["name"]]
-    assert len(missing) == 3 + 3   # the C floor in each shape, two randsums and replay
+    assert len(missing) == 3 + 4   # the C floor in each shape, two randsums, two replays

@@ -94,7 +94,7 @@ def test_the_pool_defaults_to_the_usable_cores():
     assert out.stdout.strip() == "True"
 
 
-def test_nnc_num_threads_sizes_the_pool_and_bad_values_are_refused():
+def test_nnc_num_threads_sizes_the_pool():
     out = run_py("""
         import nnc
         print(nnc.get_num_threads())
@@ -103,15 +103,43 @@ def test_nnc_num_threads_sizes_the_pool_and_bad_values_are_refused():
     """, env={"NNC_NUM_THREADS": "3"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["3", "3"]
+
+
+@pytest.mark.parametrize("var, value, message", [
+    ("NNC_NUM_THREADS", "zero", "expected a positive integer up to"),
+    ("NNC_SPIN_US", "-5", "expected microseconds from 0 to 10000"),
+])
+def test_bad_pool_settings_in_the_environment_are_refused(var, value, message):
     out = run_py("""
         import nnc
         try:
             nnc.Stream()
         except nnc.NNCError as e:
             print("refused:", e)
-    """, env={"NNC_NUM_THREADS": "zero"})
+    """, env={var: value})
     assert out.returncode == 0, out.stderr
-    assert "refused: NNC_NUM_THREADS='zero': expected a positive integer up to" in out.stdout
+    assert f"refused: {var}={value!r}: {message}" in out.stdout
+
+
+@linux_only
+def test_an_idle_pool_spins_once_then_sleeps():
+    """A thread that ran work looks for more for at most NNC_SPIN_US, once, then sleeps: an
+    idle process burns no CPU (here 10 ms of spin allowed, then half a second idle)."""
+    out = run_py("""
+        import os, time, nnc
+        nnc.set_num_threads(2)
+        s = nnc.Stream()
+        for _ in range(200):
+            s.add_callback(lambda: None)
+        s.wait()
+        time.sleep(0.05)
+        t0 = os.times()
+        time.sleep(0.5)
+        t1 = os.times()
+        print((t1.user + t1.system) - (t0.user + t0.system))
+    """, env={"NNC_SPIN_US": "10000"})
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) < 0.05
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, None, 10**6])
