@@ -155,6 +155,25 @@ cdef bint op_is_done(op_t* op) noexcept nogil:
     return nnc_engine_peek(<void**>&op.succ) == OP_DONE
 
 
+cdef inline bint _succ_link(op_t* w, edge_t* edge) noexcept nogil:
+    """Push edge onto w's successor list (lock-free); False if w completed first (the list is
+    OP_DONE), and then nobody will release edge's op for w."""
+    cdef void* head = nnc_engine_peek(<void**>&w.succ)
+    while head != OP_DONE:
+        edge.next = <edge_t*>head
+        if nnc_engine_cas(<void**>&w.succ, &head, edge):
+            return True
+    return False
+
+
+cdef inline void _record_finish(signal_record_t* r) noexcept nogil:
+    """Mark an op's record done (waking its waiters) and drop the completer's reference."""
+    pthread_mutex_lock(&signal_lock)
+    record_done(r)
+    pthread_mutex_unlock(&signal_lock)
+    record_release(r)
+
+
 cdef bint op_park(op_t* op) noexcept nogil:
     """Make op wait for the next earlier op in its wait list that is not done yet (the newest
     comes first: the one likely to finish last, and once it has, the others mostly have too);
@@ -166,18 +185,14 @@ cdef bint op_park(op_t* op) noexcept nogil:
     instead of one per dependency, about 20 in RandSumExpr.)"""
     cdef op_t* w
     cdef int i = op.wait_at
-    cdef void* head
     op.wait_edge.op = op
     while i < op.n_wait:
         w = op.wait[i]
         # Before the edge is published: once it is, w's completer may park op elsewhere at
         # once. w is done by the time op is released, or is skipped now.
         op.wait_at = i + 1
-        head = nnc_engine_peek(<void**>&w.succ)
-        while head != OP_DONE:
-            op.wait_edge.next = <edge_t*>head
-            if nnc_engine_cas(<void**>&w.succ, &head, &op.wait_edge):
-                return True
+        if _succ_link(w, &op.wait_edge):
+            return True
         i += 1
     return False
 
@@ -214,10 +229,7 @@ cdef op_t* _op_complete(op_t* op, bint go_on) noexcept nogil:
         if nnc_engine_cas(<void**>&e.retired, &head, op):
             break
     if record != NULL:                  # after retiring: a woken host finds op reclaimable
-        pthread_mutex_lock(&signal_lock)
-        record_done(record)
-        pthread_mutex_unlock(&signal_lock)
-        record_release(record)
+        _record_finish(record)
     if nnc_engine_state(&e.orphan):
         _reclaim_orphan(e)
     engine_unref(e)                     # the op's reference; ops it released hold their own
@@ -401,7 +413,6 @@ cdef signal_record_t* op_record(op_t* op) except? NULL:
     wait_for_var, wait_all, or a stream= op waiting for op); NULL if op is done already.
     MemoryError if none can be made."""
     cdef signal_record_t* r = op.record
-    cdef void* head
     if r != NULL:
         return r
     if op_is_done(op):
@@ -412,16 +423,8 @@ cdef signal_record_t* op_record(op_t* op) except? NULL:
     r.refs = 2                          # op's, and its completer's (not published yet)
     op.record = r
     op.record_edge.op = NULL
-    head = nnc_engine_peek(<void**>&op.succ)
-    while head != OP_DONE:
-        op.record_edge.next = <edge_t*>head
-        if nnc_engine_cas(<void**>&op.succ, &head, &op.record_edge):
-            return r
-    # op completed meanwhile, without seeing the record: mark it done here.
-    pthread_mutex_lock(&signal_lock)
-    record_done(r)
-    pthread_mutex_unlock(&signal_lock)
-    record_release(r)                   # the completer's reference, unused
+    if not _succ_link(op, &op.record_edge):
+        _record_finish(r)               # op completed meanwhile, without seeing the record
     return r
 
 
