@@ -37,6 +37,7 @@ MODULES = [
     ("nnc.stream", "nnc/stream.pyx"),
     ("nnc.drain", "nnc/drain.pyx"),
     ("nnc.record", "nnc/record.pyx"),
+    ("nnc.pool", "nnc/pool.pyx"),
     ("nnc.worker", "nnc/worker.pyx"),
     ("nnc.waiting", "nnc/waiting.pyx"),
     ("nnc.graph.graph", "nnc/graph/graph.pyx"),

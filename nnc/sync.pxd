@@ -33,6 +33,13 @@ cdef extern from "<time.h>" nogil:
     int CLOCK_MONOTONIC
     int CLOCK_REALTIME
 
+cdef inline double mono_now() noexcept nogil:
+    """CLOCK_MONOTONIC seconds (time.perf_counter's clock): deadlines of host waits and spins."""
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
 cdef extern from "<pthread.h>" nogil:
     int pthread_cond_timedwait(pthread_cond_t*, pthread_mutex_t*, const timespec*)
 

@@ -7,14 +7,16 @@ from cpython.object cimport PyObject
 
 from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t
 from nnc.sync cimport (
-    CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, pthread_cond_t, pthread_mutex_lock,
-    pthread_mutex_t, pthread_mutex_unlock, timespec,
+    CLOCK_REALTIME, clock_gettime, mono_now, pthread_cond_t, pthread_mutex_lock, pthread_mutex_t,
+    pthread_mutex_unlock, timespec,
 )
 from nnc.tensor cimport nnc_tensor_t
 from nnc.workspace cimport nnc_stream_context_t
 
 
-# Signal records, their waiters and signal_lock live in nnc.record (re-exported here).
+# The pool's shared state and job queue live in nnc.pool, signal records, their waiters and
+# signal_lock in nnc.record (what other modules use is re-exported here).
+from nnc.pool cimport pool_generation, pool_job_t, pool_refusing, pool_submit
 from nnc.record cimport (
     record_after_fork, record_new, record_release, signal_lock, signal_record_t, waiter_t,
 )
@@ -114,16 +116,6 @@ ctypedef struct trace_event_t:
     long long record
 
 
-# A unit of work bound to no stream: any pool thread runs it, as soon as one is free (a
-# libdispatch-style concurrent queue: nnc.engine's ready ops). Owned by whoever submitted it
-# until ``run`` is called; ``next`` is the pool's (its lock) while queued. ``run`` gets the
-# running thread's scratch context, is called without the GIL, and must not touch the job after
-# handing it to another thread.
-ctypedef struct pool_job_t:
-    void (*run)(pool_job_t* job, nnc_stream_context_t* context) noexcept nogil
-    pool_job_t* next
-
-
 cdef stream_t* stream_new(int index) except NULL
 cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except -1
 cdef void stream_release(stream_t* s) noexcept
@@ -133,16 +125,6 @@ cdef int stream_check_not_worker(str what=*) except -1
 cdef void record_done(signal_record_t* r) noexcept nogil
 cdef void task_release_owned(stream_task_t* t) noexcept nogil
 cdef int pool_start() except -1
-cdef bint pool_refusing() noexcept nogil
-cdef int pool_generation() noexcept nogil
-cdef void pool_submit(pool_job_t* job) noexcept nogil
-
-
-cdef inline double mono_now() noexcept nogil:
-    """CLOCK_MONOTONIC seconds (time.perf_counter's clock): deadlines of host waits."""
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 cdef inline void slice_deadline(timespec* ts, double left) noexcept nogil:

@@ -49,11 +49,11 @@ from nnc.parallel import parallel_install_starter
 from nnc.parallel cimport (
     parallel_after_fork, parallel_help, parallel_install, parallel_pending, parallel_set_width,
 )
+from nnc.pool cimport (
+    MAX_THREADS, pool, pool_default_size, pool_settings_read, pool_spin, pool_spin_seconds,
+    pool_t, pool_thread_is, pool_thread_mark, pool_wake_one,
+)
 from nnc.workspace cimport nnc_context_free, nnc_stream_context_t
-
-
-cdef extern from "<sched.h>" nogil:
-    int sched_yield()
 
 
 cdef extern from "Python.h":
@@ -66,117 +66,29 @@ cdef extern from "Python.h":
 cdef extern from *:
     """
     static __thread void* nnc__current_stream = NULL;
-    static __thread int nnc__pool_thread = 0;
     static inline void nnc__set_current_stream(void* s) { nnc__current_stream = s; }
-    static inline void nnc__set_pool_thread(void) { nnc__pool_thread = 1; }
-    static inline int nnc__is_pool_thread(void) { return nnc__pool_thread; }
     static inline void* nnc__get_current_stream(void) { return nnc__current_stream; }
-    /* A spinning thread's unlocked peeks at the pool (a stale value costs one more turn; the
-       lock is taken before anything is taken from the pool). */
-    static inline void* nnc__peek(void** p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-    static inline int nnc__peek_int(int* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-    static inline void nnc__cpu_relax(void) {
-    #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-    #elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-    #endif
-    }
     """
     void _set_current "nnc__set_current_stream"(void* s) noexcept nogil
     void* _get_current "nnc__get_current_stream"() noexcept nogil
-    void _set_pool_thread "nnc__set_pool_thread"() noexcept nogil
-    int _is_pool_thread "nnc__is_pool_thread"() noexcept nogil
-    void* _peek "nnc__peek"(void** p) noexcept nogil
-    int _peek_int "nnc__peek_int"(int* p) noexcept nogil
-    void _cpu_relax "nnc__cpu_relax"() noexcept nogil
 
 
 cdef enum:
-    MAX_THREADS = 1024                  # a pool size beyond this is a mistake, not a setting
     POP_BATCH = 32                      # tasks a thread takes from a queue per lock
     SLICE = 256                         # tasks a stream runs before others ready get a turn
 
 
-# The pool. Every field is guarded by lock, except threads (the Python list of threading.Thread,
-# guarded by the GIL).
-ctypedef struct pool_t:
-    pthread_mutex_t lock
-    pthread_cond_t work                 # signalled when a stream becomes ready or size shrinks
-    pthread_cond_t quiet                # broadcast when busy drops to 0
-    stream_t* ready_head                # FIFO of QUEUED streams, linked by ready_next
-    stream_t* ready_tail
-    pool_job_t* job_head                # FIFO of submitted jobs (pool_submit), linked by next
-    pool_job_t* job_tail
-    int size                            # threads wanted; any thread beyond it exits
-    int running                         # threads started and not yet exited
-    int sleeping                        # threads waiting on work
-    int spinning                        # threads looking for work before they sleep (<= 1)
-    # busy: streams not IDLE (QUEUED, RUNNING or PARKED) + jobs submitted and not yet finished
-    int busy
-    int stopping                        # the exit hook: every thread exits once all is done
-    int generation                      # bumped in a forked child (whose pool starts anew)
-
-
-cdef pool_t _pool
-mutex_init_spinning(&_pool.lock)
-pthread_cond_init(&_pool.work, NULL)
-pthread_cond_init(&_pool.quiet, NULL)
-_threads = []                           # threading.Thread of every pool thread not yet joined
-
-
-def _default_size():
-    """NNC_NUM_THREADS if set (a positive integer), else the cores this process may use."""
-    text = os.environ.get("NNC_NUM_THREADS", "").strip()
-    if text:
-        try:
-            n = int(text)
-        except ValueError:
-            n = 0
-        if not 1 <= n <= MAX_THREADS:
-            raise NNCError(f"NNC_NUM_THREADS={text!r}: expected a positive integer up to "
-                           f"{MAX_THREADS}")
-        return n
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-_pool.size = 0                          # 0 until the first stream: then _default_size()
-
-
-def _default_spin():
-    """NNC_SPIN_US if set (0 to 10,000 microseconds), else 50."""
-    text = os.environ.get("NNC_SPIN_US", "").strip()
-    if not text:
-        return 50
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= 10000:
-        raise NNCError(f"NNC_SPIN_US={text!r}: expected microseconds from 0 to 10000")
-    return n
-
-
-# How long a pool thread that has just run work looks for more before it sleeps (seconds; one
-# thread at a time). A sleeping thread costs whoever hands it work a futex wake-up and a
-# context switch, several microseconds on a loaded 2-core machine: more than an engine op or a
-# small node. Read once, at import; NNC_SPIN_US=0 turns spinning off (an oversubscribed
-# machine, where a spinning thread takes a core another process wants).
-cdef double _spin_s = 50e-6
-try:
-    _spin_s = _default_spin() * 1e-6
-except NNCError:
-    pass                                # a bad NNC_SPIN_US: reported when the pool starts
+# The pool (nnc.pool's, initialised there) and the threading.Thread of every pool thread not yet
+# joined (guarded by the GIL).
+cdef pool_t* _pool = &pool
+_threads = []
 
 
 # -- the ready list, and signal records waking parked streams --------------------------------
 
 cdef bint _make_ready(stream_t* s) noexcept nogil:
     """Append s to the ready list; the caller holds s.lock and has just set s.state =
-    STREAM_QUEUED. True if a thread sleeps: the caller then calls _wake_one once it has
+    STREAM_QUEUED. True if a thread sleeps: the caller then calls pool_wake_one once it has
     released its locks (a thread woken while they are held would block on them at once,
     costing futex calls and a context switch per hand-over; docs/threading.md)."""
     cdef bint wake
@@ -190,11 +102,6 @@ cdef bint _make_ready(stream_t* s) noexcept nogil:
     wake = _pool.sleeping > 0 and _pool.spinning == 0   # a spinning thread will find s
     pthread_mutex_unlock(&_pool.lock)
     return wake
-
-
-cdef inline void _wake_one() noexcept nogil:
-    """Wake one sleeping pool thread (the pool is global: always alive, no lock needed)."""
-    pthread_cond_signal(&_pool.work)
 
 
 cdef void record_done(signal_record_t* r) noexcept nogil:
@@ -220,7 +127,7 @@ cdef void record_done(signal_record_t* r) noexcept nogil:
         w = nxt
     # Still under signal_lock (the caller's), which pool threads never take while sleeping.
     while wake > 0:
-        _wake_one()
+        pool_wake_one()
         wake -= 1
 
 
@@ -304,7 +211,7 @@ cdef int stream_check_not_worker(str what="wait()") except -1:
             f"{what} on a stream worker thread (a callback or command running on nnc stream "
             f"#{me.index}): it could be waiting for its own queue and never return; wait on a "
             "host thread, or order the work with signals")
-    if _is_pool_thread():
+    if pool_thread_is():
         raise StreamError(
             f"{what} on an nnc pool thread (an engine op or a command's part running there): "
             "it could be waiting for work that needs this very thread and never return; wait "
@@ -371,7 +278,7 @@ cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except 
         wake = _make_ready(s)
     pthread_mutex_unlock(&s.lock)
     if wake:
-        _wake_one()
+        pool_wake_one()
     return 0
 
 
@@ -607,7 +514,7 @@ cdef void _serve(stream_t* s) noexcept nogil:
     _set_current(NULL)
     debug_count(DEBUG_WORKERS, -1)
     if requeued:
-        _wake_one()
+        pool_wake_one()
     if idle:
         pthread_mutex_lock(&_pool.lock)
         _pool.busy -= 1
@@ -616,25 +523,6 @@ cdef void _serve(stream_t* s) noexcept nogil:
         pthread_mutex_unlock(&_pool.lock)
         if last:
             _free_from_pool(s)
-
-
-cdef bint _spin() noexcept nogil:
-    """Look for work without the pool's lock for up to _spin_s (the caller has just run some
-    and counted itself in ``spinning``); True if some turned up."""
-    cdef double end = mono_now() + _spin_s
-    cdef int _turn
-    while True:
-        for _turn in range(64):
-            if (_peek(<void**>&_pool.ready_head) != NULL
-                    or _peek(<void**>&_pool.job_head) != NULL or parallel_pending()):
-                return True
-            _cpu_relax()
-        if (_peek_int(&_pool.stopping) or _peek_int(&_pool.running) > _peek_int(&_pool.size)
-                or mono_now() > end):
-            return False
-        # Give the core to a thread waiting for it, if any (the pushing host thread, when
-        # there are more threads than cores): a spinner only waits for work others make.
-        sched_yield()
 
 
 cdef void _pool_main() noexcept nogil:
@@ -650,7 +538,7 @@ cdef void _pool_main() noexcept nogil:
     cdef nnc_stream_context_t helper
     helper.workspace = NULL
     helper.workspace_size = 0
-    _set_pool_thread()
+    pool_thread_mark()
     pthread_mutex_lock(&_pool.lock)
     # Any thread beyond the pool's size exits (set_num_threads shrank it), whichever its id.
     while _pool.running <= _pool.size:
@@ -664,7 +552,7 @@ cdef void _pool_main() noexcept nogil:
             s.ready_next = NULL
             pthread_mutex_unlock(&_pool.lock)
             if wake:
-                _wake_one()
+                pool_wake_one()
             _serve(s)
             worked = True
             pthread_mutex_lock(&_pool.lock)
@@ -679,7 +567,7 @@ cdef void _pool_main() noexcept nogil:
                 _pool.job_tail = NULL
             pthread_mutex_unlock(&_pool.lock)
             if wake:
-                _wake_one()
+                pool_wake_one()
             job.run(job, &helper)
             worked = True
             pthread_mutex_lock(&_pool.lock)
@@ -696,11 +584,11 @@ cdef void _pool_main() noexcept nogil:
             continue
         if _pool.stopping:
             break
-        if worked and _pool.spinning == 0 and _spin_s > 0:
+        if worked and _pool.spinning == 0 and pool_spin_seconds > 0:
             worked = False
             _pool.spinning += 1
             pthread_mutex_unlock(&_pool.lock)
-            _spin()
+            pool_spin()
             pthread_mutex_lock(&_pool.lock)
             _pool.spinning -= 1
             continue
@@ -712,27 +600,6 @@ cdef void _pool_main() noexcept nogil:
     pthread_cond_broadcast(&_pool.quiet)
     pthread_mutex_unlock(&_pool.lock)
     nnc_context_free(&helper)
-
-
-cdef void pool_submit(pool_job_t* job) noexcept nogil:
-    """Queue ``job`` for the next free pool thread (no lock held by the caller; the pool must
-    have started). Wakes a sleeping thread unless one is spinning, which will find the job
-    (and wake another if more are queued). Never refuses: a job submitted by a running job
-    after the exit hook stopped the pool still runs, since threads exit only once no job is
-    left; host code checks pool_refusing() first."""
-    cdef bint wake
-    job.next = NULL
-    pthread_mutex_lock(&_pool.lock)
-    if _pool.job_tail == NULL:
-        _pool.job_head = job
-    else:
-        _pool.job_tail.next = job
-    _pool.job_tail = job
-    _pool.busy += 1
-    wake = _pool.sleeping > 0 and _pool.spinning == 0
-    pthread_mutex_unlock(&_pool.lock)
-    if wake:
-        _wake_one()
 
 
 cdef void _wake_helpers(int n) noexcept nogil:
@@ -758,7 +625,7 @@ cdef int _helpers() noexcept nogil:
 parallel_install(_wake_helpers, _helpers)
 try:
     # Commands cut before the pool starts are cut as they will be after (parallel_width).
-    parallel_set_width(_default_size())
+    parallel_set_width(pool_default_size())
 except NNCError:
     pass                                # a bad NNC_NUM_THREADS: reported when the pool starts
 
@@ -804,15 +671,12 @@ cdef int _grow() except -1:
 cdef int pool_start() except -1:
     """Start the pool at its default size unless it runs (with the GIL); StreamError if a
     thread cannot start, so that nnc.Stream() fails before any work is enqueued."""
-    global _spin_s
     if _pool.stopping:
         raise StreamError("the interpreter is exiting (nnc's exit hook already stopped the "
                           "worker pool): no new stream can be created")
     if _pool.size == 0:
-        spin = _default_spin() * 1e-6   # a bad NNC_SPIN_US is refused before anything changes
-        _pool.size = _default_size()
+        pool_settings_read()            # a bad setting is refused before anything changes
         parallel_set_width(_pool.size)
-        _spin_s = spin
     if _pool.running < _pool.size:
         _grow()
     return 0
@@ -837,7 +701,7 @@ def set_num_threads(n):
 
 def get_num_threads():
     """The pool's size: threads it runs streams on (started with the first stream)."""
-    return _pool.size if _pool.size else _default_size()
+    return _pool.size if _pool.size else pool_default_size()
 
 
 def _reap():
@@ -891,17 +755,6 @@ def pool_stop():
         while t.is_alive():
             t.join(0.1)
     _threads[:] = []
-
-
-cdef int pool_generation() noexcept nogil:
-    """Bumped in every forked child: what was made before a fork compares it (with the GIL)."""
-    return _pool.generation
-
-
-cdef bint pool_refusing() noexcept nogil:
-    """True once the exit hook stopped the pool: nothing may be enqueued any more (set and
-    read with the GIL, so no task slips in after the threads have exited)."""
-    return _pool.stopping
 
 
 def _after_fork_in_child():

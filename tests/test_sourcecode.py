@@ -46,7 +46,8 @@ LAYERS = {
     "nnc.cmd": 2, "nnc.cmd_params": 2, "nnc.ops": 2,
     # 3 stream: streams, signals, the worker pool; nnc.cuda beside them (it registers itself
     # into tensor and stream tables; layers 0-3 never import it)
-    "nnc.stream": 3, "nnc.drain": 3, "nnc.worker": 3, "nnc.record": 3, "nnc.waiting": 3,
+    "nnc.stream": 3, "nnc.drain": 3, "nnc.worker": 3, "nnc.pool": 3, "nnc.record": 3,
+    "nnc.waiting": 3,
     "nnc.inbox": 3,
     "nnc.cuda": 3,
     # 4 graph: the concrete graph and its while / case..of nodes
