@@ -30,7 +30,7 @@ from nnc.engine_op cimport (
     var_t,
 )
 from nnc.stream cimport Stream, timeout_seconds
-from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock
+from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock, sched_yield
 from nnc.tensor cimport Tensor, nnc_tensor_t
 from nnc.record cimport signal_record_t
 from nnc.waiting cimport record_wait
@@ -49,10 +49,6 @@ CFUNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 cdef object _CFuncPtr = ctypes._CFuncPtr
 cdef tuple _PTR_TYPES = (ctypes.c_void_p, ctypes.c_char_p, ctypes._Pointer)
 cdef tuple _EMPTY = ()
-
-
-cdef extern from "<sched.h>" nogil:
-    int sched_yield()
 
 
 cdef extern from "Python.h":

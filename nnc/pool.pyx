@@ -14,12 +14,8 @@ from nnc._core import NNCError
 from nnc.parallel cimport parallel_pending
 from nnc.sync cimport (
     mono_now, mutex_init_spinning, pthread_cond_init, pthread_cond_signal, pthread_mutex_lock,
-    pthread_mutex_unlock,
+    pthread_mutex_unlock, sched_yield,
 )
-
-
-cdef extern from "<sched.h>" nogil:
-    int sched_yield()
 
 
 cdef extern from *:

@@ -1,4 +1,4 @@
-# POSIX threads, semaphores and clocks: the one place nnc's Cython modules declare them.
+# POSIX threads, semaphores, clocks and yielding: the one place nnc's Cython modules declare them.
 # Declarations only (no module is built from this file).
 
 cdef extern from "<pthread.h>" nogil:
@@ -42,6 +42,9 @@ cdef inline double mono_now() noexcept nogil:
 
 cdef extern from "<pthread.h>" nogil:
     int pthread_cond_timedwait(pthread_cond_t*, pthread_mutex_t*, const timespec*)
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
 
 cdef extern from "<semaphore.h>" nogil:
     ctypedef struct sem_t:
