@@ -16,7 +16,7 @@ from nnc._core import EngineError
 
 from cpython.object cimport PyObject
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memset
 
 from nnc.cmd cimport (
     BOUND_C, BOUND_DEVICE, BOUND_NONE, Backend, Cmd, cmd_bind, cmd_select, cmd_validate,
@@ -104,17 +104,15 @@ cdef object _var_seq(object seq, str what):
                           f"{type(seq).__name__}") from None
 
 
-cdef inline void _newest_first(op_t** out, op_t** deps, int n) noexcept:
-    """out = deps with the newest (the highest push number) first, the others in their order:
-    the one an op parks on at push (a full sort cost more than it saved)."""
+cdef inline int _newest(op_t** deps, int n) noexcept:
+    """The index of the newest (highest push number) of n deps, 0 if none: the one an op
+    parks on at push (op_park then goes through the others in order; a full sort cost more
+    than it saved)."""
     cdef int i, best = 0
-    if n == 0:
-        return
-    memcpy(out, deps, sizeof(op_t*) * n)
     for i in range(1, n):
         if deps[i].seq > deps[best].seq:
             best = i
-    out[0], out[best] = deps[best], deps[0]
+    return best
 
 
 cdef class Engine:
@@ -179,7 +177,7 @@ cdef class Engine:
         cdef stream_t* q = NULL
         cdef signal_record_t* r
         cdef stream_task_t* tgrown
-        if e.pushed & 15 == 0 or e.free_ops == NULL:
+        if e.pushed & 15 == 0:
             reclaim(e)                  # every 16 pushes: each take moves a shared line
         for v in muts:
             need += 1 + v.v.n_readers
@@ -198,15 +196,16 @@ cdef class Engine:
         seq = e.pushed
         op.seq = seq
         op.mark = seq
-        op.muts = <var_t**>(op.buf + nr)
-        # Dependencies, each referenced until op is reclaimed: the last writer of each var
-        # read (RAW; their errors skip op), then the last writer and the readers since of
-        # each var mutated (WAW, WAR). Those not done yet go in op.wait.
+        op.muts = <var_t**>(op.buf + nr)   # callers made room for nr + 2 * len(muts)
+        op.mut_version = <long long*>(op.buf + nr + len(muts))
+        # Dependencies (marked, not referenced: an op stays in its engine's limbo until
+        # every op up to its mark is reclaimed): the last writer of each var read (RAW; their
+        # errors skip op), then the last writer and the readers since of each var mutated
+        # (WAW, WAR). op_park goes through them, skipping those done.
         for v in reads:
             w = <op_t*>v.v.last_writer
             if w != NULL and w.mark != seq:
                 w.mark = seq
-                w.refs += 1
                 op.deps[op.n_deps] = w
                 op.n_deps += 1
         op.n_reads = op.n_deps
@@ -214,26 +213,24 @@ cdef class Engine:
             w = <op_t*>v.v.last_writer
             if w != NULL and w.mark != seq:
                 w.mark = seq
-                w.refs += 1
                 op.deps[op.n_deps] = w
                 op.n_deps += 1
             for j in range(v.v.n_readers):
                 w = <op_t*>v.v.readers[j]
                 if w.mark != seq:
                     w.mark = seq
-                    w.refs += 1
                     op.deps[op.n_deps] = w
                     op.n_deps += 1
         # What op may still wait for: all of them, newest first (op_park skips those done).
-        _newest_first(op.wait, op.deps, op.n_deps)
+        op.newest = _newest(op.deps, op.n_deps)
         op.n_wait = op.n_deps
         if stream is not None:
             # A stream op keeps its place in the stream's order: enqueued now, behind waits
             # on the records of unfinished deps on other queues (stream order covers ours).
             q = (<Stream>stream).s
             try:
-                for i in range(op.n_wait):
-                    w = op.wait[i]
+                for i in range(op.n_deps):
+                    w = op.deps[i]
                     if w.queue == <void*>q:
                         continue
                     r = op_record(w)
@@ -276,7 +273,9 @@ cdef class Engine:
             op.refs += 1
             v.v.last_writer = op
             Py_IncRef(v.v.owner)
+            v.v.writes += 1
             op.muts[op.n_muts] = &v.v
+            op.mut_version[op.n_muts] = v.v.writes
             op.n_muts += 1
         op.queue = q
         op.live_prev = e.live_tail
@@ -316,11 +315,9 @@ cdef class Engine:
         return 0
 
     cdef void _unwind(self, op_t* op) noexcept:
-        """Give back an op whose push failed before any var named it: drop the references to
-        its deps (the push number it took stays used)."""
-        cdef int i
-        for i in range(op.n_deps):
-            op_unref(self.e, op.deps[i])
+        """Give back an op whose push failed before any var named it (the push number it took
+        stays used, and its deps keep the mark it gave them: they are recycled a little
+        later, no harm)."""
         op.n_deps = op.n_reads = op.n_wait = 0
         op_discard(self.e, op)
 
@@ -419,7 +416,7 @@ cdef class Engine:
             raise EngineError(f"priority must be an int, not {type(priority).__name__}")
         # From the check to the commit no Python code runs: the lists cannot change between.
         self._check_vars(reads, muts)
-        op = op_new(self.e, len(reads) + len(muts))
+        op = op_new(self.e, len(reads) + 2 * len(muts))   # room for _commit
         op.kind = kind
         op.cfn = <int (*)(void*) noexcept nogil>cfn
         op.arg = <void*>carg
@@ -497,9 +494,10 @@ cdef class Engine:
                         read_list.append(v)
         reads, muts = read_list, mut_list
         nr, nm = len(reads), len(muts)
-        op = op_new(self.e, nr + nm + len(ins) + len(outs) + 1)
+        # _commit's room (nr + 2 * nm), then the bound tensors
+        op = op_new(self.e, nr + 2 * nm + len(ins) + len(outs) + 1)
         try:
-            call = cmd_bind(cmd, b, ins, outs, <nnc_tensor_t**>(op.buf + nr + nm), &bound)
+            call = cmd_bind(cmd, b, ins, outs, <nnc_tensor_t**>(op.buf + nr + 2 * nm), &bound)
             if bound.flags & BOUND_DEVICE:
                 raise EngineError(f"{cmd.name}/{(<Backend>b).name} is a GPU backend")
             # Last, after any Python code: another thread may have deleted a var meanwhile.
@@ -540,7 +538,7 @@ cdef class Engine:
         reads, muts = (), (v,)
         label = f"delete_var({v!r})"
         self._check_vars(reads, muts)
-        op = op_new(self.e, 1)
+        op = op_new(self.e, 2)             # room for _commit: one var mutated
         op.kind = OP_PY if on_delete is not None else OP_NONE
         if on_delete is not None:
             op.fn = <PyObject*>on_delete
@@ -589,15 +587,18 @@ cdef class Engine:
         """Wait for every op pushed so far (ops pushed meanwhile by other threads are not
         waited for): while one is not reclaimed, wait for the newest such op, which ops mostly
         finish before, so that a drain of many ops wakes this thread a few times, not once per
-        op."""
-        cdef double end = mono_now() + limit, left = limit
+        op. It wakes every ``span`` too, to reclaim what has finished meanwhile: reclaiming
+        thousands of ops at once, at the end, would leave the pool's threads with nothing to
+        do (the span doubles, up to 100 ms, each time nothing was done)."""
+        cdef double end = mono_now() + limit, left = limit, span = 1e-3
         cdef long long last = self.e.pushed
         cdef op_t* h
         cdef signal_record_t* r
         cdef bint done = True
         stream_check_not_worker("Engine.wait_all()")
         while True:
-            reclaim(self.e)
+            if not reclaim(self.e):
+                span = min(2 * span, 0.1)
             trash_flush(self.e)
             h = self.e.live_head
             if h == NULL or h.seq > last:
@@ -609,16 +610,16 @@ cdef class Engine:
             try:
                 r = op_record(h)
                 if r != NULL:
-                    done = record_wait(r, left)
+                    done = record_wait(r, span if limit < 0 else min(span, left))
                 else:                   # done, and its completer about to retire it
                     with nogil:
                         sched_yield()
             finally:
                 op_unref(self.e, h)
-            if not done:
-                return False
             if limit >= 0:
                 left = max(0.0, end - mono_now())
+                if not done and left == 0:
+                    return False
 
     def wait_all(self, timeout=None):
         """Block until every op pushed so far is done (MXNet: WaitForAll); True, or False if

@@ -44,6 +44,13 @@ cdef str _op_label(op_t* op):
     return "op"
 
 
+cdef inline void _op_mark_failed(op_t* op) noexcept nogil:
+    """op failed or was skipped (before it completes): ops reading what it wrote skip."""
+    if not op.failed:
+        op.failed = 1
+        nnc_engine_add(&(<engine_t*>op.engine).n_failed, 1)
+
+
 cdef void _op_fail(op_t* op, object exc, str what) noexcept:
     """Store a failure on op (GIL held): an EngineError naming it, chained to ``exc``, also
     recorded for wait_all. Never raises."""
@@ -64,10 +71,10 @@ cdef void _op_fail(op_t* op, object exc, str what) noexcept:
         err.__cause__ = exc
         op.err = <PyObject*>err
         Py_IncRef(op.err)
-        op.failed = 1
+        _op_mark_failed(op)
         (<list>e.errors).append(err)
     except BaseException:
-        op.failed = 1                   # out of memory: still a failure, without its object
+        _op_mark_failed(op)             # out of memory: still a failure, without its object
 
 
 cdef void _op_rc(op_t* op, int rc) noexcept with gil:
@@ -85,7 +92,7 @@ cdef void _op_skip(op_t* op, op_t* bad) noexcept with gil:
     """op reads a var whose last write failed: it does not run, and carries that error."""
     Py_IncRef(bad.err)
     op.err = bad.err
-    op.failed = 1
+    _op_mark_failed(op)
 
 
 cdef void _engine_free(engine_t* e) noexcept with gil:
@@ -99,15 +106,14 @@ cdef void _engine_free(engine_t* e) noexcept with gil:
         _op_clear(op)
         free(op.buf)
         free(op.deps)
-        free(op.wait)
         free(op)
         op = nxt
+    _limbo_free(e)
     op = e.free_ops
     while op != NULL:
         nxt = op.next
         free(op.buf)
         free(op.deps)
-        free(op.wait)
         free(op)
         op = nxt
     e.free_ops = NULL
@@ -127,14 +133,20 @@ cdef enum:
 
 
 cdef inline void _op_exec(op_t* op, void* context) noexcept nogil:
-    """Skip op if a var it reads carries an error, else run it; then bump its vars' versions.
+    """Skip op if a var it reads carries an error, else run it; then publish its vars'
+    versions.
     Takes the GIL only for Python work and failures."""
     cdef op_t* bad = NULL
     cdef int i, rc = 0
-    for i in range(op.n_reads):
-        if op.deps[i].failed:
-            bad = op.deps[i]
-            break
+    if op.n_muts:                       # the host wrote it at push: fetched while op runs
+        nnc_engine_prefetch(op.muts, 1)
+    # Every dep completed before op runs, and a failed dep bumped n_failed before that (the
+    # acquire that saw it complete makes the bump visible here): 0 means none of them failed.
+    if nnc_engine_state(&(<engine_t*>op.engine).n_failed):
+        for i in range(op.n_reads):
+            if op.deps[i].failed:
+                bad = op.deps[i]
+                break
     if bad != NULL:
         _op_skip(op, bad)
     elif op.kind == OP_C:
@@ -147,8 +159,14 @@ cdef inline void _op_exec(op_t* op, void* context) noexcept nogil:
             _op_rc(op, rc)
     elif op.kind == OP_PY:
         _op_py(op)
+    _op_publish(op)
+
+
+cdef inline void _op_publish(op_t* op) noexcept nogil:
+    """op's writes are complete (run, failed or skipped): its vars reach their versions."""
+    cdef int i
     for i in range(op.n_muts):
-        nnc_engine_bump(&op.muts[i].version)
+        nnc_engine_publish(&op.muts[i].version, op.mut_version[i])
 
 
 cdef bint op_is_done(op_t* op) noexcept nogil:
@@ -175,7 +193,7 @@ cdef inline void _record_finish(signal_record_t* r) noexcept nogil:
 
 
 cdef bint op_park(op_t* op) noexcept nogil:
-    """Make op wait for the next earlier op in its wait list that is not done yet (the newest
+    """Make op wait for the next earlier op it depends on that is not done yet (the newest
     comes first: the one likely to finish last, and once it has, the others mostly have too);
     True once parked there, False when nothing it waits for is left (it may run).
     Called by the host at push, then by each completer that releases it: one thread at a time,
@@ -184,10 +202,18 @@ cdef bint op_park(op_t* op) noexcept nogil:
     every var's queue at once; one registration at a time costs a completer one edge per op
     instead of one per dependency, about 20 in RandSumExpr.)"""
     cdef op_t* w
-    cdef int i = op.wait_at
+    cdef int i = op.wait_at, k
     op.wait_edge.op = op
+    if i > 0:
+        # A completer goes through the rest, most of them done by now: ask for all their
+        # lines at once rather than one miss after the other.
+        for k in range(i, op.n_wait):
+            nnc_engine_prefetch(&op.deps[op.newest if k == 0 else (
+                k - 1 if k <= op.newest else k)].succ, 1)
     while i < op.n_wait:
-        w = op.wait[i]
+        # the newest first, then the others in push-time order (skipping the newest)
+        w = op.deps[op.newest if i == 0 else (i - 1 if i <= op.newest else i)]
+        nnc_engine_own(&w.succ)         # read, and written if w is still running
         # Before the edge is published: once it is, w's completer may park op elsewhere at
         # once. w is done by the time op is released, or is skipped now.
         op.wait_at = i + 1
@@ -213,7 +239,12 @@ cdef op_t* _op_complete(op_t* op, bint go_on) noexcept nogil:
     # The edges belong to the waiting ops (and to op, for its record): read each one's next
     # before releasing its op, which may park it elsewhere at once.
     while edge != NULL:
+        # The edge lies in the waiting op, whose parker (the host, mostly) wrote it last, and
+        # op_park writes it again.
+        nnc_engine_own(edge)
         nxt_edge = edge.next
+        if nxt_edge != NULL:
+            nnc_engine_own(nxt_edge)
         ready = edge.op
         if ready == NULL:
             record = op.record          # op_record gave the completer a reference
@@ -292,11 +323,10 @@ cdef void trash_flush(engine_t* e) noexcept:
 
 
 cdef void _op_reclaim_refs(op_t* op) noexcept:
-    """Drop what a completed op needed only to run: its deps, vars and Python references."""
+    """Drop what a completed op needed only to run: its vars and Python references (its deps
+    hold no reference: see limbo)."""
     cdef engine_t* e = <engine_t*>op.engine
     cdef int i
-    for i in range(op.n_deps):
-        op_unref(e, op.deps[i])
     op.n_deps = 0
     for i in range(op.n_muts):
         _trash(e, op.muts[i].owner)
@@ -316,21 +346,56 @@ cdef void _op_clear(op_t* op) noexcept:
 
 
 cdef void op_unref(engine_t* e, op_t* op) noexcept:
+    """Drop a reference; at 0 op goes to the limbo (later ops may still read its state
+    and its error until they run)."""
     op.refs -= 1
     if op.refs == 0:
+        op.next = NULL
+        if e.limbo_tail != NULL:
+            e.limbo_tail.next = op
+        else:
+            e.limbo_head = op
+        e.limbo_tail = op
+
+
+cdef void _limbo_drain(engine_t* e) noexcept:
+    """Recycle the oldest unreferenced ops that nothing can look at any more: every op
+    pushed up to their mark is reclaimed (completed), so none still parks on them or reads
+    their failure. The limbo is in the order refs reached 0, roughly that of marks: an op
+    whose mark is not passed yet holds back the ones behind it for a while, never for good."""
+    cdef long long safe = e.pushed if e.live_head == NULL else e.live_head.seq - 1
+    cdef op_t* op = e.limbo_head
+    while op != NULL and op.mark <= safe:
+        e.limbo_head = op.next
         _op_clear(op)
         op.next = e.free_ops
         e.free_ops = op
+        op = e.limbo_head
+    if op == NULL:
+        e.limbo_tail = NULL
 
 
-cdef void reclaim(engine_t* e) noexcept:
+cdef void _limbo_free(engine_t* e) noexcept:
+    """The engine is being freed: nothing runs any more, so the limbo is all recyclable."""
+    cdef op_t* op = e.limbo_head
+    cdef op_t* nxt
+    while op != NULL:
+        nxt = op.next
+        _op_clear(op)
+        op.next = e.free_ops
+        e.free_ops = op
+        op = nxt
+    e.limbo_head = e.limbo_tail = NULL
+
+
+cdef bint reclaim(engine_t* e) noexcept:
     """Take back the ops workers finished: drop their run-time references and the in-flight
-    one. Python references dropped here may run arbitrary code (a __del__), which is why this
-    runs before a push touches any state, never in the middle."""
+    one; True if there were any. Python references dropped here may run arbitrary code (a
+    __del__), which is why this runs before a push touches any state, never in the middle."""
     cdef op_t* op
     cdef op_t* nxt
     if nnc_engine_peek(<void**>&e.retired) == NULL:
-        return
+        return False
     op = <op_t*>nnc_engine_take(<void**>&e.retired, NULL)
     while op != NULL:
         nxt = op.next
@@ -338,6 +403,8 @@ cdef void reclaim(engine_t* e) noexcept:
         _op_reclaim_refs(op)
         op_unref(e, op)
         op = nxt
+    _limbo_drain(e)
+    return True
 
 
 cdef inline void _live_unlink(engine_t* e, op_t* op) noexcept:
@@ -356,18 +423,19 @@ cdef op_t* op_new(engine_t* e, Py_ssize_t slots) except NULL:
     """A clean op (refs 1, no record yet) with room for ``slots`` pointers in buf."""
     cdef op_t* op = e.free_ops
     cdef void** buf
-    cdef op_t** wait
     cdef op_t** deps
-    cdef int cap_wait, cap_deps
+    cdef int cap_deps
     if op != NULL:
         e.free_ops = op.next
+        if op.next != NULL:             # the next push's op: its lines come meanwhile
+            nnc_engine_prefetch(op.next, sizeof(op_t))
     else:
         if posix_memalign(<void**>&op, 64, sizeof(op_t)) != 0:
             raise MemoryError()
         op.buf = NULL
         op.buf_cap = 0
-        op.wait = op.deps = NULL
-        op.cap_wait = op.cap_deps = 0
+        op.deps = NULL
+        op.cap_deps = 0
     buf = op.buf
     slots = max(slots, 8)
     if op.buf_cap < slots:
@@ -378,11 +446,11 @@ cdef op_t* op_new(engine_t* e, Py_ssize_t slots) except NULL:
             raise MemoryError()
         op.buf_cap = slots
     slots = op.buf_cap
-    wait, cap_wait, deps, cap_deps = op.wait, op.cap_wait, op.deps, op.cap_deps
+    deps, cap_deps = op.deps, op.cap_deps
     memset(op, 0, sizeof(op_t))
     op.buf = buf
     op.buf_cap = slots
-    op.wait, op.cap_wait, op.deps, op.cap_deps = wait, cap_wait, deps, cap_deps
+    op.deps, op.cap_deps = deps, cap_deps
     op.job.run = op_job
     op.refs = 1
     op.engine = e
@@ -402,9 +470,8 @@ cdef int _reserve(op_t*** arr, int* cap, Py_ssize_t n) except -1:
 
 
 cdef int op_reserve_deps(engine_t* e, op_t* op, Py_ssize_t n) except -1:
-    """Room for n ops in op.deps and op.wait (host, before a push changes any state)."""
+    """Room for n ops in op.deps (host, before a push changes any state)."""
     _reserve(&op.deps, &op.cap_deps, n)
-    _reserve(&op.wait, &op.cap_wait, n)
     return 0
 
 
@@ -468,6 +535,7 @@ cdef void op_abort(op_t* op, object exc) noexcept:
     """An op whose tasks could not be enqueued (out of memory, interpreter exiting): it fails
     with ``exc`` and completes at once, so ops depending on it are skipped, never stuck."""
     _op_fail(op, exc, f"could not be enqueued: {exc!r}")
+    _op_publish(op)
     _op_complete(op, False)
 
 

@@ -550,3 +550,42 @@ def test_long_dependency_lists_and_wide_fans(lib):
     pos = {x: k for k, x in enumerate(order)}
     assert all(pos[i] < pos["rewrite"] and pos[i] < pos["sink"] for i in range(300))
     assert src.version == 2 and sink.version == 1 and all(o.version == 1 for o in outs)
+
+
+def test_a_late_reader_still_sees_a_recycled_writers_failure(lib):
+    """Ops hold no reference on their deps; an op nothing names any more waits in the limbo
+    until every op up to its mark ran (docs/engine.md, "Recycling"). Here the failing writer
+    of ``a`` stops being named (``a`` is rewritten) and is reclaimed long before its reader,
+    held back by a gate, runs, while 2,000 other ops go through the engine's free list: the
+    reader must still see the failure (a recycled op would look like another, unfailed one)."""
+    e = nnc.Engine()
+    a, b, gate, x = e.new_var(), e.new_var(), e.new_var(), e.new_var()
+    opened, failing = threading.Event(), threading.Event()
+    ran = []
+
+    def writer():
+        failing.set()
+        raise ZeroDivisionError("writer")
+
+    e.push(writer, mutate=[a], name="writer")
+    e.push(lambda: opened.wait(T), mutate=[gate], name="gate")
+    e.push(lambda: ran.append("reader"), read=[gate, a], mutate=[b], name="reader")
+    e.push(lambda: ran.append("rewrite"), mutate=[a])   # a no longer names the writer
+    assert failing.wait(T)
+    time.sleep(0.05)                   # the writer completes and is retired
+    for _ in range(2000):              # churn: reclaimed every 16 pushes, recycled if free
+        e.push(lib.noop, mutate=[x])
+    assert e.wait_for_var(x, timeout=T)
+    assert ran == [] and not opened.is_set()
+    opened.set()
+    with pytest.raises(nnc.EngineError, match="'writer' failed"):
+        e.wait_for_var(b, timeout=T)
+    with pytest.raises(nnc.EngineError, match="'writer'"):
+        e.wait_all(timeout=T)
+    assert ran == ["rewrite"] and b.version == 1 and a.version == 2
+    # and an engine where nothing failed yet skips nothing (the failure count gates the check)
+    f = nnc.Engine()
+    u, w = f.new_var(), f.new_var()
+    f.push(lib.noop, mutate=[u])
+    f.push(lambda: ran.append("clean"), read=[u], mutate=[w])
+    assert f.wait_all(timeout=T) and ran[-1] == "clean"
