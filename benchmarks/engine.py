@@ -2,6 +2,7 @@
 
     python -m benchmarks.engine [--json] [--quick] [--repeat R] [--peer-repeat D]
                                 [--ops N] [--randsum-ops M] [--seeds S] [--threads T]
+                                [--parts floor,randsum,randsum_sleep,replay]
 
 Three parts, each timed side by side in one process in interleaved rounds (median of R runs;
 dask and the thread pool, slower by far, get D runs), with T threads everywhere
@@ -29,7 +30,10 @@ dask and the thread pool, slower by far, get D runs), with T threads everywhere
    is itself 1.5x faster than the serial loop.)
 
 The default run (N = M = 10,000, R = 7, D = 3, S = 5) takes about 3 minutes on a 2-vCPU VM,
-most of it dask's; ``--quick`` (N = M = 500, R = D = 1, S = 2) a few seconds. Results:
+most of it dask's; ``--quick`` (N = M = 500, R = D = 1, S = 2) a few seconds. ``--parts``
+runs some parts only (``replay`` is both replays): on a shared 2-vCPU VM one process's median
+of the busy RandSumExpr varies by up to 15 % from one process to the next (where the threads
+land), so its result is best read over several processes. Results:
 docs/benchmarks.md, "Engine".
 """
 
@@ -44,6 +48,7 @@ from benchmarks import _engine_work as work
 from benchmarks import _util
 
 SHAPES = ("none", "chain", "randsum")
+PARTS = ("floor", "randsum", "randsum_sleep", "replay")
 REPLAY_POLICY = "ios"       # the replay's static_schedule policy (costs: g.profile())
 TARGET_C_US = 2.0
 TARGET_PY_US = 10.0
@@ -301,7 +306,7 @@ def targets(report):
                                           else value <= target)
         out.append({"name": name, "value": value, "target": target, "met": met})
 
-    for row in report["floor"]:
+    for row in report["floor"] or ():
         us, r = row["us_per_op"], row["ratios"]
         s = row["shape"]
         add(f"floor {s}: nnc C µs/op <= {TARGET_C_US}", us.get("nnc C"), TARGET_C_US, False)
@@ -325,7 +330,7 @@ def targets(report):
 
 def correct(report):
     """Every correctness flag of the report (timings never enter)."""
-    flags = [ok for row in report["floor"] for ok in row["order_ok"].values()]
+    flags = [ok for row in report["floor"] or () for ok in row["order_ok"].values()]
     for key in ("randsum", "randsum_sleep"):
         if report[key] is not None:
             flags += list(report[key]["bit_identical"].values())
@@ -339,18 +344,28 @@ def correct(report):
 def render(r):
     f = _util.fmt
     cols = ["nnc C", "nnc py", "naive C", "naive py", "dask", "futures"]
-    rows = [[row["shape"], *(f(row["us_per_op"].get(c)) for c in cols),
-             f(row["push_us_per_op"].get("nnc C")), f(row["push_us_per_op"].get("nnc py")),
-             f(row["ratios"].get("dask / nnc py")), f(row["ratios"].get("dask / nnc C")),
-             "yes" if all(row["order_ok"].values()) else "NO"] for row in r["floor"]]
-    out = [f"1. floor: push + completion of {r['floor'][0]['ops']} empty ops, µs per op "
-           f"(median), {r['threads']} threads; push: the pushing thread's part",
-           _util.table(["shape", *cols, "push C", "push py", "dask/nnc py", "dask/nnc C",
-                        "order ok"], rows)]
+    parts = r.get("parts", PARTS)
+
+    def skipped(key, part):
+        return f"{key}: not run (--parts)" if part not in parts else f"{key}: skipped " \
+            f"({r['c_missing']})"
+
+    out = []
+    if r["floor"] is None:
+        out.append("1. " + skipped("floor", "floor"))
+    else:
+        rows = [[row["shape"], *(f(row["us_per_op"].get(c)) for c in cols),
+                 f(row["push_us_per_op"].get("nnc C")), f(row["push_us_per_op"].get("nnc py")),
+                 f(row["ratios"].get("dask / nnc py")), f(row["ratios"].get("dask / nnc C")),
+                 "yes" if all(row["order_ok"].values()) else "NO"] for row in r["floor"]]
+        out += [f"1. floor: push + completion of {r['floor'][0]['ops']} empty ops, µs per op "
+                f"(median), {r['threads']} threads; push: the pushing thread's part",
+                _util.table(["shape", *cols, "push C", "push py", "dask/nnc py", "dask/nnc C",
+                             "order ok"], rows)]
     for key, how in (("randsum", "busy-waiting"), ("randsum_sleep", "sleeping (MXNet's test)")):
         rs = r[key]
         if rs is None:
-            out.append(f"2. {key}: skipped ({r['c_missing']})")
+            out.append("2. " + skipped(key, key))
             continue
         rows = [[k, f(ms), f(ms / rs["ops"] * 1e3), f(rs["push_us_per_op"].get(k)),
                  f(rs["x_serial"][k]), "yes" if rs["bit_identical"][k] else "NO"]
@@ -363,7 +378,7 @@ def render(r):
                      ("replay_empty", "empty: the engine's and the runner's own cost")):
         rp = r[key]
         if rp is None:
-            out.append(f"3. {key}: skipped ({r['c_missing']})")
+            out.append("3. " + skipped(key, "replay"))
             continue
         out += ["", f"3. {key}: the same {rp['ops']} RandSumExpr ops ({how}) recorded once, "
                 f"static schedule (policy {rp['policy']!r}, costs from g.profile()) on "
@@ -395,7 +410,14 @@ def main(argv=None):
                    help="workloads of RandSumExpr and of the replay (default 10000)")
     p.add_argument("--seeds", type=int, default=None, help="RandSumExpr seeds (default 5)")
     p.add_argument("--threads", type=int, default=2, help="threads of every executor")
+    p.add_argument("--parts", default=",".join(PARTS),
+                   help=f"comma-separated parts to run, of {', '.join(PARTS)} (default: all)")
     args = p.parse_args(argv)
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown or not parts:
+        p.error(f"--parts: unknown part(s) {', '.join(unknown) or '(none given)'}; "
+                f"choose from {', '.join(PARTS)}")
     quick = args.quick
     repeat = args.repeat if args.repeat is not None else (1 if quick else 7)
     peer_repeat = args.peer_repeat if args.peer_repeat is not None else (1 if quick else 3)
@@ -421,18 +443,21 @@ def main(argv=None):
     seed_list = list(range(seeds))
     report = {"quick": quick, "repeat": repeat, "peer_repeat": peer_repeat,
               "threads": args.threads, "c_missing": c_missing, "notes": notes}
+    report["parts"] = parts
     load = report["others_cores"] = {}
-    report["floor"], load["floor"] = _others_load(
-        floor, engines, c_ops, CFUNC, n, repeat, peer_repeat, args.threads, seed_list[0])
-    if c_ops is None:
-        report["randsum"] = report["randsum_sleep"] = report["replay"] = None
-        report["replay_empty"] = None
-    else:
+    for key in ("floor", "randsum", "randsum_sleep", "replay", "replay_empty"):
+        report[key] = None
+    if "floor" in parts:
+        report["floor"], load["floor"] = _others_load(
+            floor, engines, c_ops, CFUNC, n, repeat, peer_repeat, args.threads, seed_list[0])
+    if c_ops is not None and "randsum" in parts:
         report["randsum"], load["randsum"] = _others_load(
             randsum, engines, c_ops, CFUNC, m, repeat, peer_repeat, args.threads, seed_list)
+    if c_ops is not None and "randsum_sleep" in parts:
         report["randsum_sleep"], load["randsum_sleep"] = _others_load(
             randsum, engines, c_ops, CFUNC, m, repeat, peer_repeat, args.threads, seed_list,
             True)
+    if c_ops is not None and "replay" in parts:
         report["replay"], load["replay"] = _others_load(
             replay, engines["nnc"], c_ops, CFUNC, m, repeat, args.threads, seed_list[0])
         report["replay_empty"], load["replay_empty"] = _others_load(

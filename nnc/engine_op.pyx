@@ -227,8 +227,8 @@ cdef op_t* _op_complete(op_t* op, bint go_on) noexcept nogil:
     """op ran: mark it done, release what waits for it and hand it back to the host. A
     released op parks on the next op it waits for, or is ready: dispatched on the pool, except
     the one that waited longest when ``go_on``, which is returned for the caller to run next (a
-    chain then stays on one thread, with no hand-over). op must not be touched once it is on the retired list:
-    the host may recycle it."""
+    chain then stays on one thread, with no hand-over). op must not be touched once it is on
+    the retired list: the host may recycle it."""
     cdef engine_t* e = <engine_t*>op.engine
     cdef edge_t* edge = <edge_t*>nnc_engine_take(<void**>&op.succ, OP_DONE)
     cdef edge_t* nxt_edge
