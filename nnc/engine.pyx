@@ -612,6 +612,7 @@ cdef class Engine:
                 if r != NULL:
                     done = record_wait(r, span if limit < 0 else min(span, left))
                 else:                   # done, and its completer about to retire it
+                    done = True
                     with nogil:
                         sched_yield()
             finally:
