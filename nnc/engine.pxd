@@ -28,7 +28,6 @@ cdef class Engine:
     cdef int _check_vars(self, object reads, object muts) except -1
     cdef object _check_stream(self, object stream)
     cdef int _naive_wait(self, op_t* op) except -1
-    cdef void _unwind(self, op_t* op) noexcept
     cdef int _finish_push(self, object stream) except -1
     cdef list _buffer(self, object tensor)
     cdef bint _drain(self, double limit) except -1

@@ -104,6 +104,14 @@ cdef object _var_seq(object seq, str what):
                           f"{type(seq).__name__}") from None
 
 
+cdef inline void _dep_add(op_t* op, op_t* w, long long seq) noexcept:
+    """Make w (NULL: none) a dep of op, pushed as ``seq``, unless it already is."""
+    if w != NULL and w.mark != seq:
+        w.mark = seq
+        op.deps[op.n_deps] = w
+        op.n_deps += 1
+
+
 cdef inline int _newest(op_t** deps, int n) noexcept:
     """The index of the newest (highest push number) of n deps, 0 if none: the one an op
     parks on at push (op_park then goes through the others in order; a full sort cost more
@@ -182,7 +190,7 @@ cdef class Engine:
         for v in muts:
             need += 1 + v.v.n_readers
         try:
-            op_reserve_deps(e, op, need)
+            op_reserve_deps(op, need)
             if stream is not None and need + 1 > self.cap_tasks:
                 tgrown = <stream_task_t*>realloc(self.tasks,
                                                  sizeof(stream_task_t) * (need + 17))
@@ -203,24 +211,12 @@ cdef class Engine:
         # errors skip op), then the last writer and the readers since of each var mutated
         # (WAW, WAR). op_park goes through them, skipping those done.
         for v in reads:
-            w = <op_t*>v.v.last_writer
-            if w != NULL and w.mark != seq:
-                w.mark = seq
-                op.deps[op.n_deps] = w
-                op.n_deps += 1
+            _dep_add(op, <op_t*>v.v.last_writer, seq)
         op.n_reads = op.n_deps
         for v in muts:
-            w = <op_t*>v.v.last_writer
-            if w != NULL and w.mark != seq:
-                w.mark = seq
-                op.deps[op.n_deps] = w
-                op.n_deps += 1
+            _dep_add(op, <op_t*>v.v.last_writer, seq)
             for j in range(v.v.n_readers):
-                w = <op_t*>v.v.readers[j]
-                if w.mark != seq:
-                    w.mark = seq
-                    op.deps[op.n_deps] = w
-                    op.n_deps += 1
+                _dep_add(op, <op_t*>v.v.readers[j], seq)
         # What op may still wait for: all of them, newest first (op_park skips those done).
         op.newest = _newest(op.deps, op.n_deps)
         op.n_wait = op.n_deps
@@ -248,7 +244,9 @@ cdef class Engine:
             except MemoryError:
                 for i in range(nw):
                     record_release(self.tasks[i].record)
-                self._unwind(op)
+                # nothing names op yet: give it back (its push number stays used, and its
+                # deps keep the mark it gave them: they are recycled a little later)
+                op_discard(e, op)
                 raise
             op.n_wait = 0               # stream order and the waits replace parking
             memset(&self.tasks[nw], 0, sizeof(stream_task_t))
@@ -313,13 +311,6 @@ cdef class Engine:
             with nogil:
                 op_run(op)
         return 0
-
-    cdef void _unwind(self, op_t* op) noexcept:
-        """Give back an op whose push failed before any var named it (the push number it took
-        stays used, and its deps keep the mark it gave them: they are recycled a little
-        later, no harm)."""
-        op.n_deps = op.n_reads = op.n_wait = 0
-        op_discard(self.e, op)
 
     cdef int _check_vars(self, object reads, object muts) except -1:
         """Check read= and mutate= (lists or tuples; MXNet's rule: no var twice, none in both

@@ -235,7 +235,7 @@ cdef void op_job(pool_job_t* job, nnc_stream_context_t* context) noexcept nogil
 cdef engine_t* engine_new() except NULL
 cdef void engine_unref(engine_t* e) noexcept nogil
 cdef op_t* op_new(engine_t* e, Py_ssize_t slots) except NULL
-cdef int op_reserve_deps(engine_t* e, op_t* op, Py_ssize_t n) except -1
+cdef int op_reserve_deps(op_t* op, Py_ssize_t n) except -1
 cdef bint op_is_done(op_t* op) noexcept nogil
 cdef bint op_park(op_t* op) noexcept nogil
 cdef signal_record_t* op_record(op_t* op) except? NULL

@@ -15,6 +15,7 @@ from nnc._core import EngineError
 from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc, realloc
 from posix.stdlib cimport posix_memalign
+from libc.limits cimport LLONG_MAX
 from libc.string cimport memset
 
 from nnc.cmd cimport PyObject_Call
@@ -108,7 +109,7 @@ cdef void _engine_free(engine_t* e) noexcept with gil:
         free(op.deps)
         free(op)
         op = nxt
-    _limbo_free(e)
+    _limbo_drain(e, LLONG_MAX)          # nothing runs any more: all of it is recyclable
     op = e.free_ops
     while op != NULL:
         nxt = op.next
@@ -134,8 +135,7 @@ cdef enum:
 
 cdef inline void _op_exec(op_t* op, void* context) noexcept nogil:
     """Skip op if a var it reads carries an error, else run it; then publish its vars'
-    versions.
-    Takes the GIL only for Python work and failures."""
+    versions. Takes the GIL only for Python work and failures."""
     cdef op_t* bad = NULL
     cdef int i, rc = 0
     if op.n_muts:                       # the host wrote it at push: fetched while op runs
@@ -192,6 +192,11 @@ cdef inline void _record_finish(signal_record_t* r) noexcept nogil:
     record_release(r)
 
 
+cdef inline op_t* _wait_dep(op_t* op, int i) noexcept nogil:
+    """The i-th dep op parks on: the newest first, then the others in push-time order."""
+    return op.deps[op.newest if i == 0 else (i - 1 if i <= op.newest else i)]
+
+
 cdef bint op_park(op_t* op) noexcept nogil:
     """Make op wait for the next earlier op it depends on that is not done yet (the newest
     comes first: the one likely to finish last, and once it has, the others mostly have too);
@@ -208,11 +213,9 @@ cdef bint op_park(op_t* op) noexcept nogil:
         # A completer goes through the rest, most of them done by now: ask for all their
         # lines at once rather than one miss after the other.
         for k in range(i, op.n_wait):
-            nnc_engine_prefetch(&op.deps[op.newest if k == 0 else (
-                k - 1 if k <= op.newest else k)].succ, 1)
+            nnc_engine_prefetch(&_wait_dep(op, k).succ, 1)
     while i < op.n_wait:
-        # the newest first, then the others in push-time order (skipping the newest)
-        w = op.deps[op.newest if i == 0 else (i - 1 if i <= op.newest else i)]
+        w = _wait_dep(op, i)
         nnc_engine_own(&w.succ)         # read, and written if w is still running
         # Before the edge is published: once it is, w's completer may park op elsewhere at
         # once. w is done by the time op is released, or is skipped now.
@@ -363,12 +366,11 @@ cdef void op_unref(engine_t* e, op_t* op) noexcept:
         e.limbo_tail = op
 
 
-cdef void _limbo_drain(engine_t* e) noexcept:
-    """Recycle the oldest unreferenced ops that nothing can look at any more: every op
-    pushed up to their mark is reclaimed (completed), so none still parks on them or reads
-    their failure. The limbo is in the order refs reached 0, roughly that of marks: an op
-    whose mark is not passed yet holds back the ones behind it for a while, never for good."""
-    cdef long long safe = e.pushed if e.live_head == NULL else e.live_head.seq - 1
+cdef void _limbo_drain(engine_t* e, long long safe) noexcept:
+    """Recycle the oldest unreferenced ops whose mark is at most ``safe``, a push number up to
+    which every op is reclaimed (completed): none of those still parks on them or reads their
+    failure. The limbo is in the order refs reached 0, roughly that of marks: an op whose mark
+    is not passed yet holds back the ones behind it for a while, never for good."""
     cdef op_t* op = e.limbo_head
     while op != NULL and op.mark <= safe:
         e.limbo_head = op.next
@@ -378,19 +380,6 @@ cdef void _limbo_drain(engine_t* e) noexcept:
         op = e.limbo_head
     if op == NULL:
         e.limbo_tail = NULL
-
-
-cdef void _limbo_free(engine_t* e) noexcept:
-    """The engine is being freed: nothing runs any more, so the limbo is all recyclable."""
-    cdef op_t* op = e.limbo_head
-    cdef op_t* nxt
-    while op != NULL:
-        nxt = op.next
-        _op_clear(op)
-        op.next = e.free_ops
-        e.free_ops = op
-        op = nxt
-    e.limbo_head = e.limbo_tail = NULL
 
 
 cdef bint reclaim(engine_t* e) noexcept:
@@ -408,7 +397,7 @@ cdef bint reclaim(engine_t* e) noexcept:
         _op_reclaim_refs(op)
         op_unref(e, op)
         op = nxt
-    _limbo_drain(e)
+    _limbo_drain(e, e.pushed if e.live_head == NULL else e.live_head.seq - 1)
     return True
 
 
@@ -462,21 +451,16 @@ cdef op_t* op_new(engine_t* e, Py_ssize_t slots) except NULL:
     return op
 
 
-cdef int _reserve(op_t*** arr, int* cap, Py_ssize_t n) except -1:
-    """Room for n entries in arr[0] (capacity cap[0]): at least doubled, 16 at least."""
+cdef int op_reserve_deps(op_t* op, Py_ssize_t n) except -1:
+    """Room for n ops in op.deps, at least doubled, 16 at least (host, before a push changes
+    any state)."""
     cdef op_t** grown
-    if n > cap[0]:
-        n = max(n, 16, 2 * cap[0])
-        grown = <op_t**>realloc(arr[0], sizeof(op_t*) * n)
+    if n > op.cap_deps:
+        n = max(n, 16, 2 * op.cap_deps)
+        grown = <op_t**>realloc(op.deps, sizeof(op_t*) * n)
         if grown == NULL:
             raise MemoryError()
-        arr[0], cap[0] = grown, <int>n
-    return 0
-
-
-cdef int op_reserve_deps(engine_t* e, op_t* op, Py_ssize_t n) except -1:
-    """Room for n ops in op.deps (host, before a push changes any state)."""
-    _reserve(&op.deps, &op.cap_deps, n)
+        op.deps, op.cap_deps = grown, <int>n
     return 0
 
 
