@@ -73,6 +73,19 @@ class CUDAError(NNCError, RuntimeError):
     """CUDA is unavailable (the message says why), a GPU does not exist, or a CUDA call failed."""
 
 
+def error_repr(obj):
+    """``repr(obj)`` for an error message, even when obj's class makes its repr raise (a
+    user's exception or callable): the text then names the class and what its repr raised.
+    The failure being reported is never replaced by its repr's: the object goes on as it is
+    (an exception as the ``__cause__`` of the error that reports it)."""
+    try:
+        return repr(obj)
+    except BaseException as e:
+        # Named here, not raised, whatever it is (a KeyboardInterrupt too): see above.
+        return (f"<{type(obj).__module__}.{type(obj).__qualname__} object: its repr raised "
+                f"{type(e).__qualname__}>")
+
+
 def get_include():
     """Return the folder holding nnc's ``.pxd`` files and the C API headers (``nnc.h``,
     ``nnc_types.h``; docs/capi.md)."""

@@ -30,7 +30,7 @@ from libc.string cimport memset
 
 import weakref
 
-from nnc._core import CommandError, NNCError, StreamError
+from nnc._core import CommandError, NNCError, StreamError, error_repr
 from nnc.cmd import cmd_register_stream
 from nnc.coro import Scheduler, current_scheduler
 from nnc.tracing import tracing_begin, tracing_end
@@ -399,7 +399,7 @@ cdef class Stream:
         """The StreamError reporting ``found`` [(where, exc)], the first as its __cause__."""
         where, first = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        err = StreamError(f"{where} failed on {self!r}: {first!r}{more}")
+        err = StreamError(f"{where} failed on {self!r}: {error_repr(first)}{more}")
         err.__cause__ = first
         return err
 

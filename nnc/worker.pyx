@@ -36,7 +36,7 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
-from nnc._core import NNCError, StreamError
+from nnc._core import NNCError, StreamError, error_repr
 
 from nnc.debug cimport DEBUG_STREAMS, DEBUG_TASKS, DEBUG_WORKERS, debug_count
 from nnc.sync cimport (
@@ -349,16 +349,19 @@ cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexce
 
 cdef void _add_error(stream_t* s, stream_task_t* t, object exc) noexcept:
     """Record a failure (with the GIL held). Never raises."""
+    where = "a task"
     try:
-        where = "a task"
         ctx = <object>t.ctx if t.ctx != NULL else None
         if ctx is not None and t.node >= 0 and hasattr(ctx, "_label"):
             where = f"node {ctx._label(t.node)}"
         elif ctx is not None:
-            where = repr(ctx)
+            where = error_repr(ctx)     # a callback: the user's object, whose repr may raise
+    except BaseException:
+        where = "a task"                # the failure is still recorded, only less well named
+    try:
         stream_record_error(s, (where, exc))
     except BaseException:
-        pass
+        pass                            # no memory for one list item: nothing else to do
 
 
 cdef void _report_rc(stream_t* s, stream_task_t* t, int rc) noexcept with gil:

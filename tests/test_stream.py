@@ -142,6 +142,49 @@ def test_error_is_raised_by_wait_and_the_stream_keeps_working():
     assert log == ["after", "again"]
 
 
+class Unprintable(Exception):
+    """An exception whose repr and str raise."""
+
+    def __repr__(self):
+        raise RuntimeError("repr of Unprintable")
+
+    __str__ = __repr__
+
+
+class UnprintableCallback:
+    """A callback whose repr raises; calling it raises ``exc``."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __call__(self):
+        raise self.exc
+
+    def __repr__(self):
+        raise RuntimeError("repr of UnprintableCallback")
+
+
+@pytest.mark.parametrize("exc", [Unprintable(), KeyboardInterrupt(), SystemExit(3)],
+                         ids=["unprintable", "KeyboardInterrupt", "SystemExit"])
+@pytest.mark.parametrize("unprintable_fn", [False, True], ids=["fn", "unprintable_fn"])
+def test_a_failure_whose_repr_raises_is_still_raised_by_wait(exc, unprintable_fn):
+    """Before, wait() raised the repr's RuntimeError instead of the failure, and a callback
+    whose repr raised lost its failure altogether (wait() returned True)."""
+    s = Stream()
+    if unprintable_fn:
+        fn = UnprintableCallback(exc)
+    else:
+        def fn():
+            raise exc
+    s.add_callback(fn)
+    with pytest.raises(nnc.StreamError) as info:
+        s.wait(timeout=TIMEOUT)
+    assert info.value.__cause__ is exc
+    if unprintable_fn or isinstance(exc, Unprintable):
+        assert "its repr raised RuntimeError" in str(info.value)
+    assert s.wait(timeout=TIMEOUT) is True
+
+
 def test_a_failing_stream_still_emits_its_signals():
     a, b = Stream(), Stream()
     sig = Signal()

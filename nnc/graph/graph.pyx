@@ -18,7 +18,7 @@ from libc.string cimport memset
 from collections import namedtuple
 
 from nnc._core import STATUS_NAMES as _STATUS_NAMES
-from nnc._core import CommandError, GraphError, NNCError
+from nnc._core import CommandError, GraphError, NNCError, error_repr
 from nnc.multiview import register_anchor_type
 
 from nnc.cmd cimport (
@@ -613,7 +613,7 @@ cdef class Graph:
         except NNCError:
             raise
         except Exception as e:
-            raise CommandError(f"node {self._label(idx)} failed: {e!r}") from e
+            raise CommandError(f"node {self._label(idx)} failed: {error_repr(e)}") from e
         return 0
 
     cdef int _run_order(self) except -1:
