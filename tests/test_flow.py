@@ -11,6 +11,8 @@ from test_graph import scalar
 
 import nnc
 
+TIMEOUT = 10
+
 
 def row(*v):
     return nnc.Tensor(np.array([v], np.float32))
@@ -501,3 +503,173 @@ def test_every_toucher_of_a_moved_header_is_ordered_with_the_loop(how):
     assert not happens_before(sched, loop, other) and not happens_before(sched, other, loop)
     s = nnc.Stream("cpu")
     run_bounded(g, s)
+
+
+# -- a BaseException in user code: reported, never swallowed -------------------------------------
+
+class CustomBase(BaseException):
+    """A BaseException of the user's own."""
+
+
+class Unprintable(Exception):
+    """An exception whose repr and str raise."""
+
+    def __repr__(self):
+        raise RuntimeError("repr of Unprintable")
+
+    __str__ = __repr__
+
+
+class UnprintableBase(BaseException):
+    def __repr__(self):
+        raise RuntimeError("repr of UnprintableBase")
+
+    __str__ = __repr__
+
+
+RAISED = [KeyboardInterrupt, SystemExit, GeneratorExit, CustomBase, Unprintable, UnprintableBase]
+
+
+def flow_graph(where, fail, slow_pre=True):
+    """pre -> X -> after, X a loop or branch; ``fail()`` is called by the user code named by
+    ``where`` (at the loop's second check, or in the branch's expression): a while or case..of
+    expression, the same nested in the other construct, or a command of a loop's body.
+    Returns (g, log): ``log`` records "after" when the node after X runs."""
+    log = []
+    g = nnc.Graph()
+    # A slow pre gives X's stream work to wait for, so expressions run on the scheduler thread
+    # after it; a NOOP leaves the stream idle, and a branch's expression runs inline, in the
+    # caller's thread.
+    pre = g.exec(nnc.Cmd.custom(lambda i, o: time.sleep(0.02)) if slow_pre else nnc.Cmd("NOOP"),
+                 name="pre")
+
+    def loop_of(body, expr_fail, cmd_fail=None):
+        head = body.exec(nnc.Cmd("NOOP"))
+        if cmd_fail is not None:
+            body.concat(head, body.exec(nnc.Cmd.custom(lambda i, o: cmd_fail()), name="cmd"))
+        body.set_while_expr(lambda count: count < 3 and (count < 1 or expr_fail()), [],
+                            [head])
+
+    def case_of_in(parent, expr_fail, branch):
+        a = scalar(0)
+        c = parent.case_of([a], [a], name="case")
+        parent.set_case_of_expr(c, lambda x: expr_fail() or 0)
+        parent.set_case_of(c, branch, 0)
+        return c
+
+    def ok():
+        return True
+
+    if where == "while":
+        body = nnc.Graph()
+        loop_of(body, fail)
+        x = g.while_(body, name="while")
+    elif where == "case_of":
+        x = case_of_in(g, lambda: fail() or 0, nnc.Graph())
+    elif where == "while_in_case_of":
+        branch, body = nnc.Graph(), nnc.Graph()
+        loop_of(body, fail)
+        branch.while_(body, name="inner")
+        x = case_of_in(g, lambda: 0, branch)
+    elif where == "case_of_in_while":
+        body = nnc.Graph()
+        head = body.exec(nnc.Cmd("NOOP"))
+        calls = []
+
+        def inner():
+            calls.append(1)
+            if len(calls) == 2:         # the branch of the second iteration
+                fail()
+            return 0
+
+        c = case_of_in(body, inner, nnc.Graph())
+        body.concat(head, c)
+        body.set_while_expr(lambda count: count < 3, [], [head])
+        x = g.while_(body, name="while")
+    else:                               # "body_command": a command of the loop's body
+        body = nnc.Graph()
+        calls = []
+
+        def cmd():
+            calls.append(1)
+            if len(calls) == 2:
+                fail()
+
+        loop_of(body, ok, cmd)
+        x = g.while_(body, name="while")
+    after = g.exec(nnc.Cmd.custom(lambda i, o: log.append("after")), name="after")
+    g.concat(pre, x)
+    g.concat(x, after)
+    return g, log
+
+
+def outcome(fn):
+    """(result, None) or (None, the exception): a KeyboardInterrupt that escapes must fail the
+    test, not end the test session."""
+    try:
+        return fn(), None
+    except BaseException as e:
+        return None, e
+
+
+WHERE = ["while", "case_of", "while_in_case_of", "case_of_in_while", "body_command"]
+
+
+@pytest.mark.parametrize("kind", RAISED, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("slow_pre", [True, False], ids=["on_thread", "inline"])
+def test_a_base_exception_in_control_flow_on_a_stream_surfaces_from_wait(where, kind, slow_pre):
+    """wait() raises StreamError with the very exception as its __cause__, as for a failing
+    command; the loop or branch's descendants are cancelled; the graph and stream are reusable.
+    Before the fix wait() returned True and "after" silently never ran."""
+    raised = []
+    armed = [True]
+
+    def fail():
+        if armed[0]:
+            raised.append(kind())
+            raise raised[-1]
+        return False
+
+    g, log = flow_graph(where, fail, slow_pre)
+    s = nnc.Stream("cpu")
+    _, err = outcome(lambda: g.run(stream=s))
+    assert err is None, f"run(stream=) raised {type(err).__name__}"
+    done, err = outcome(lambda: s.wait(timeout=TIMEOUT))
+    assert done is not False, "the run did not finish"
+    assert isinstance(err, nnc.StreamError), f"wait() gave {done!r}, {type(err).__name__}"
+    assert len(raised) == 1 and err.__cause__ is raised[0]
+    assert "(and" not in str(err)                       # reported once
+    assert log == []                                    # the descendant was cancelled
+    armed[0] = False
+    done, err = outcome(lambda: (g.run(stream=s), s.wait(timeout=TIMEOUT))[1])
+    assert err is None and done is True
+    assert log == ["after"]
+
+
+@pytest.mark.parametrize("kind", RAISED, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("where", WHERE)
+def test_a_base_exception_in_control_flow_without_a_stream_propagates(where, kind):
+    """g.run() raises what a command would: a BaseException as it is, an Exception as a
+    CommandError whose __cause__ it is (even when its repr raises)."""
+    raised = []
+    armed = [True]
+
+    def fail():
+        if armed[0]:
+            raised.append(kind())
+            raise raised[-1]
+        return False
+
+    g, log = flow_graph(where, fail)
+    _, err = outcome(g.run)
+    assert len(raised) == 1
+    if issubclass(kind, Exception):
+        assert isinstance(err, nnc.CommandError) and err.__cause__ is raised[0]
+        str(err)
+    else:
+        assert err is raised[0]
+    assert log == []
+    armed[0] = False
+    g.run()
+    assert log == ["after"]

@@ -178,9 +178,12 @@ def _root(_Run run, Schedule sched, _Runtime rt, Signal begin, Signal end, prev)
         try:
             s0._push_call(_finish, (run,), run.g, None, False)
             stream_emit(s0, end, False)
-        except BaseException:
+        except BaseException as e:
+            # The run cannot end in stream order (no memory; the interpreter exiting): end it
+            # now, so that the caller's stream is not held forever, and say why.
             signal_set(end)
             run.g._run_finished()
+            stream_add_error(run.caller, f"the end of the run of {run.g!r}", e)
         run.kick()
 
 
@@ -342,9 +345,16 @@ def _control(_Run run, Graph g, Schedule sched, _Runtime rt, int idx):
             yield from _case_of(run, fn, p)
     except _Stopped:
         raise
-    except Exception as e:
-        # Reported here, once: the enclosing parts and loops only see _Stopped.
-        (<list>run.caller.s.errors).append((f"node {g._label(idx)}", e))
+    except BaseException as e:
+        # Reported here, once: the enclosing parts and loops only see a failed sub-task, and
+        # report nothing for it (_nodes cancels its descendants, the root ignores _Stopped).
+        # So anything else escaping here, a KeyboardInterrupt or SystemExit from an
+        # expression included, would be lost: wait() would return and the cancelled nodes
+        # would simply never run.
+        stream_add_error(run.caller, f"node {g._label(idx)}", e)
+        if isinstance(e, GeneratorExit):
+            # Leave as close() expects, should the task's generator be closed at a yield.
+            raise
         raise _Stopped() from e
     if sched.signal[idx] >= 0:
         stream_emit(p, <Signal>rt.signals[sched.signal[idx]], False)
