@@ -193,6 +193,60 @@ def test_await_task_reraises_the_sub_task_exception():
     assert t.result == "caught inner"
 
 
+class CustomBase(BaseException):
+    """A BaseException of the user's own."""
+
+
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit, GeneratorExit, CustomBase],
+                         ids=lambda k: k.__name__)
+@pytest.mark.parametrize("blocked", [False, True], ids=["inline", "on_thread"])
+def test_a_base_exception_ends_only_its_task(kind, blocked):
+    """A task that raises any BaseException finishes with it (its awaiter gets it thrown, as an
+    Exception), a source whose coro_arm raises one throws it into the task, and the scheduler
+    (its thread too) goes on running other tasks: nothing is lost, nothing hangs."""
+    sched = Scheduler()
+    gate = Gate(done=not blocked)
+    raised = kind()
+
+    def child():
+        yield WaitFor(gate)
+        raise raised
+
+    class Broken:
+        def coro_arm(self, wake):
+            raise raised
+
+    def parent():
+        c = sched.start(child())
+        try:
+            yield AwaitTask(c)
+        except BaseException as e:
+            got = [e]
+        try:
+            yield WaitFor(Broken())
+        except BaseException as e:
+            got.append(e)
+        c2 = sched.start(child())
+        first = yield AwaitAny([c2])
+        return got + [first.exception]
+
+    t = sched.spawn(parent())
+    gate.open()
+    assert sched.join(TIMEOUT)
+    assert t.done and t.exception is None and t.result == [raised] * 3
+    assert sched.threads_started == (1 if blocked else 0)
+    # The scheduler (and a fresh thread of it) still runs tasks.
+    later = Gate()
+
+    def waiter():
+        yield WaitFor(later)
+        return "ran"
+
+    t2 = sched.spawn(waiter())
+    later.open()
+    assert sched.join(TIMEOUT) and t2.result == "ran"
+
+
 def test_spawn_while_the_thread_runs_is_picked_up_at_once():
     sched = Scheduler()
     gate = Gate()
