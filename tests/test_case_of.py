@@ -164,6 +164,14 @@ def test_bad_case_of():
     g.set_case_of_expr(c, lambda v: "two", 0)
     with pytest.raises(nnc.GraphError, match="not an int"):
         g.run()
+
+    class NoIndex:                      # neither an int nor printable
+        def __repr__(self):
+            raise RuntimeError("repr of NoIndex")
+
+    g.set_case_of_expr(c, lambda v: NoIndex(), 0)
+    with pytest.raises(nnc.GraphError, match="NoIndex object: its repr raised.*not an int"):
+        g.run()
     with pytest.raises(nnc.GraphError, match="callable"):
         g.set_case_of_expr(c, None, 0)
     with pytest.raises(nnc.GraphError, match=">= 0"):

@@ -35,7 +35,7 @@ from libc.stdlib cimport free, malloc
 
 import numpy as np
 
-from nnc._core import GraphError
+from nnc._core import GraphError, error_repr
 from nnc.cmd import Cmd
 from nnc.graph.graph import register_control
 
@@ -532,7 +532,8 @@ cdef class CaseOfNode(ControlNode):
         try:
             i = self.offset + int(got)
         except (TypeError, ValueError, OverflowError):
-            raise GraphError(f"the case..of expression returned {got!r}, not an int") from None
+            raise GraphError(f"the case..of expression returned {error_repr(got)}, not an "
+                             "int") from None
         self.last_index = i
         if i >= 0:
             branch = self.branches.get(i)
