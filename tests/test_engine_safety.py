@@ -1,19 +1,23 @@
 """nnc.Engine under hostile use (docs/engine.md, "Errors" and "Record"): exceptions that cannot
-be printed, BaseExceptions, objects whose __init__ never ran, a fork with ops in flight.
+be printed, BaseExceptions, objects whose __init__ never ran, a fork with ops in flight, and
+byte copies of recorded ENGINE_CALL tensors.
 
 Whatever could hang or crash runs in a subprocess with a timeout, so a regression fails the
 test instead of hanging or killing the suite. No test asserts a duration.
 """
 
+import gc
 import os
 import pathlib
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import nnc
+from nnc.engine import CFUNC
 
 T = 60                                  # seconds: the bound on every wait
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -274,3 +278,80 @@ def test_a_forked_child_refuses_the_parents_engine_with_ops_in_flight(call):
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["child: refused True", "child: new engine True",
                                        "parent: True 0"], out.stdout + out.stderr
+# -- a byte copy of a recorded ENGINE_CALL tensor ------------------------------------------
+
+def _record_call(e, fn):
+    v = e.new_var()
+    with e.record() as g:
+        e.push(fn, mutate=[v], name="call")
+    assert e.wait_all(timeout=T)
+    (node,) = g.execs
+    return g, node.inputs[0]
+
+
+def test_a_copy_of_a_freed_call_tensor_is_refused():
+    calls = []
+    first = CFUNC(lambda arg: calls.append("first") or 0)
+    second = CFUNC(lambda arg: calls.append("second") or 0)
+    e = nnc.Engine()
+    backend = nnc.command_info("ENGINE_CALL").backends[0]
+    cmd = nnc.Cmd("ENGINE_CALL")
+    g, call = _record_call(e, first)
+    calls.clear()
+    copy = nnc.Tensor(np.array(call.numpy()))
+    backend.exec(cmd, [copy], [])               # a live copy runs the same callable
+    assert calls == ["first"]
+    h = nnc.Graph()
+    h.exec(cmd, [copy], [])                     # and is accepted as a node
+    del g, call, h
+    gc.collect()
+    with pytest.raises(nnc.CommandError, match="INVALID"):
+        backend.exec(cmd, [copy], [])           # its call is gone: refused
+    with pytest.raises(nnc.CommandError, match="only call tensors made by"):
+        nnc.Graph().exec(cmd, [copy], [])
+    g2, call2 = _record_call(e, second)         # may reuse the freed call's slot
+    calls.clear()
+    with pytest.raises(nnc.CommandError, match="INVALID"):
+        backend.exec(cmd, [copy], [])           # never the new call's callable
+    assert calls == []
+    backend.exec(cmd, [call2], [])
+    assert calls == ["second"]
+    for forged in ([1, 0], [0, 0, 0], [-1, 1, 0], [2**62, 1, 0]):
+        t = nnc.Tensor(np.array(forged, np.int64))
+        with pytest.raises(nnc.CommandError):
+            backend.exec(cmd, [t], [])
+        with pytest.raises(nnc.CommandError, match="only call tensors made by"):
+            nnc.Graph().exec(cmd, [t], [])
+    assert calls == ["second"]
+    del g2, call2
+
+
+def test_a_copy_of_a_call_tensor_whose_function_was_freed_never_runs():
+    """The crash as reported: the copy outlives the function it named."""
+    out = run_py("""
+        import gc, numpy as np, nnc
+        from nnc.engine import CFUNC
+        e = nnc.Engine()
+        v = e.new_var()
+        fn = CFUNC(lambda arg: 0)
+        with e.record() as g:
+            e.push(fn, mutate=[v])
+        e.wait_all(timeout=30)
+        copy = nnc.Tensor(np.array(g.execs[0].inputs[0].numpy()))
+        del g, fn
+        e.push(lambda: None, mutate=[v])        # the engine lets go of its op's CFUNC
+        e.wait_all(timeout=30)
+        e.close()
+        del e, v
+        gc.collect()
+        others = [CFUNC(lambda arg, k=k: print("unrelated", k, flush=True) or 0)
+                  for k in range(64)]           # may take the freed function's memory
+        backend = nnc.command_info("ENGINE_CALL").backends[0]
+        try:
+            backend.exec(nnc.Cmd("ENGINE_CALL"), [copy], [])
+            print("ran", flush=True)
+        except nnc.CommandError as exc:
+            print("refused", flush=True)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["refused"], out.stdout
