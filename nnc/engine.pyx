@@ -123,6 +123,22 @@ cdef inline int _newest(op_t** deps, int n) noexcept:
     return best
 
 
+cdef inline int _check_usable(Engine eng) except -1:
+    """EngineError unless eng may be used here: its __init__ ran (an object made by
+    Engine.__new__, or by a subclass whose __init__ skips Engine's, has no C state), and not in
+    a process forked after it was made (its ops may be in flight on pool threads the child does
+    not have: they never complete there, so waits would block for good). Inline, two plain C
+    compares: every push runs it."""
+    if eng.e == NULL:
+        raise EngineError("this Engine is not initialised: its __init__ never ran (a "
+                          "subclass's __init__ must call super().__init__())")
+    if eng.generation != pool_generation():
+        raise EngineError("this engine was made before the process forked; its ops may "
+                          "be running on threads the child does not have: make a new "
+                          "engine in the child")
+    return 0
+
+
 cdef class Engine:
     """MXNet's dependency engine: ``push`` ops tagged with the vars they read and mutate; they
     run in parallel on nnc's pool, in an order that respects read-after-write, write-after-read
@@ -167,29 +183,14 @@ cdef class Engine:
     @property
     def naive(self):
         """True if ops run synchronously inside push (MXNet's NaiveEngine)."""
-        self._check_usable()
+        _check_usable(self)
         return self._naive
 
     @property
     def closed(self):
         """True once close() ran: pushes are refused."""
-        self._check_usable()
+        _check_usable(self)
         return self._closed
-
-    cdef int _check_usable(self) except -1:
-        """EngineError unless this engine may be used here: its __init__ ran (an object made
-        by Engine.__new__, or by a subclass whose __init__ skips Engine's, has no C state), and
-        not in a process forked after it was made (its ops may be in flight on pool threads
-        the child does not have: they never complete there, so waits would block for good).
-        Two plain C compares: push calls it."""
-        if self.e == NULL:
-            raise EngineError("this Engine is not initialised: its __init__ never ran (a "
-                              "subclass's __init__ must call super().__init__())")
-        if self.generation != pool_generation():
-            raise EngineError("this engine was made before the process forked; its ops may "
-                              "be running on threads the child does not have: make a new "
-                              "engine in the child")
-        return 0
 
     cdef int _check_var(self, object v, str what) except -1:
         if not isinstance(v, EngineVar):
@@ -365,7 +366,7 @@ cdef class Engine:
         return 0
 
     cdef object _check_stream(self, object stream):
-        self._check_usable()
+        _check_usable(self)
         if self._closed:
             raise EngineError("the engine is closed: push refused")
         if pool_refusing():
@@ -399,7 +400,7 @@ cdef class Engine:
 
     def new_var(self):
         """A new var (MXNet: NewVariable); version 0, never written."""
-        self._check_usable()
+        _check_usable(self)
         return _new_var(self)
 
     def push(self, fn, read=(), mutate=(), *, stream=None, name=None, priority=0, arg=None):
@@ -463,7 +464,7 @@ cdef class Engine:
     def var_of(self, tensor):
         """The var push_cmd uses for ``tensor``: one per root buffer (the memory its owner
         covers), shared by every view and every tensor over that buffer."""
-        self._check_usable()
+        _check_usable(self)
         return self._buffer(tensor)[0]
 
     cdef list _buffer(self, object tensor):
@@ -585,7 +586,7 @@ cdef class Engine:
         cdef op_t* w
         cdef signal_record_t* r
         cdef bint done = True
-        self._check_usable()
+        _check_usable(self)
         self._check_var(v, "wait_for_var")
         stream_check_not_worker("Engine.wait_for_var()")
         w = <op_t*>(<EngineVar>v).v.last_writer
@@ -652,7 +653,7 @@ cdef class Engine:
         """Block until every op pushed so far is done (MXNet: WaitForAll); True, or False if
         ``timeout`` seconds passed first. Raises the first EngineError recorded since the last
         wait_all (and forgets the others)."""
-        self._check_usable()
+        _check_usable(self)
         if not self._drain(timeout_seconds(timeout)):
             return False
         errors = <list>self.e.errors
@@ -664,7 +665,7 @@ cdef class Engine:
 
     def close(self):
         """Wait for everything pushed, then refuse new pushes. Errors stay for wait_all."""
-        self._check_usable()
+        _check_usable(self)
         self._drain(-1)
         self._closed = True
 
@@ -674,17 +675,17 @@ cdef class Engine:
         traced once, to schedule statically and replay (docs/engine.md, "Record")."""
         from nnc.engine_record import Recording
 
-        self._check_usable()
+        _check_usable(self)
         return Recording(self)
 
     def _record_start(self):
-        self._check_usable()
+        _check_usable(self)
         if self._recording is not None:
             raise EngineError("this engine is already recording")
         self._recording = []
 
     def _record_stop(self):
-        self._check_usable()
+        _check_usable(self)
         entries, self._recording = self._recording, None
         return entries if entries is not None else []
 
