@@ -355,3 +355,12 @@ def test_a_copy_of_a_call_tensor_whose_function_was_freed_never_runs():
     """)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["refused"], out.stdout
+
+
+def test_a_recording_not_made_by_record_is_refused():
+    from nnc.engine_record import Recording
+
+    with pytest.raises(nnc.EngineError, match="not made by Engine.record"):
+        Recording.__new__(Recording).__enter__()
+    with pytest.raises(nnc.EngineError, match="records an nnc.Engine, not int"):
+        Recording(42)
