@@ -7,17 +7,21 @@ from nnc.worker cimport stream_task_t
 
 
 cdef class Engine:
-    cdef engine_t* e                    # shared with its vars and in-flight ops (a reference)
-    cdef readonly bint naive            # ops run synchronously in push (MXNet's NaiveEngine)
-    cdef readonly bint closed
-    cdef int generation                 # the pool's fork generation when made (see _check_stream)
+    # Shared with its vars and in-flight ops (a reference); NULL until __init__ ran (every
+    # method refuses then: _check_usable).
+    cdef engine_t* e
+    cdef bint _naive                    # ops run synchronously in push (MXNet's NaiveEngine)
+    cdef bint _closed
+    cdef int generation                 # the pool's fork generation when made (_check_usable)
     # References to e taken ahead for the next ops pushed (one each, dropped by the worker that
     # completes it): one atomic add per 64 pushes on a line the workers keep writing.
     cdef int credit
     cdef stream_task_t* tasks           # push scratch: the tasks it enqueues
     cdef Py_ssize_t cap_tasks
     cdef int n_vars
-    cdef object _last_cfn               # the last C fn pushed (a CFUNC), and its address
+    # The last C fn pushed (a CFUNC) and its address, nonzero; _last_addr is 0 while none is
+    # cached (then _last_cfn means nothing: it starts as None, which push must not take for it).
+    cdef object _last_cfn
     cdef size_t _last_addr
     cdef long long _stamp               # bumped by 2 per _vars call: var_t.stamp values
     cdef dict _buffers                  # (device, lo, hi) -> [var, vars it overlaps]

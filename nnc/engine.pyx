@@ -123,6 +123,22 @@ cdef inline int _newest(op_t** deps, int n) noexcept:
     return best
 
 
+cdef inline int _check_usable(Engine eng) except -1:
+    """EngineError unless eng may be used here: its __init__ ran (an object made by
+    Engine.__new__, or by a subclass whose __init__ skips Engine's, has no C state), and not in
+    a process forked after it was made (its ops may be in flight on pool threads the child does
+    not have: they never complete there, so waits would block for good). Inline, two plain C
+    compares: every push runs it."""
+    if eng.e == NULL:
+        raise EngineError("this Engine is not initialised: its __init__ never ran (a "
+                          "subclass's __init__ must call super().__init__())")
+    if eng.generation != pool_generation():
+        raise EngineError("this engine was made before the process forked; its ops may "
+                          "be running on threads the child does not have: make a new "
+                          "engine in the child")
+    return 0
+
+
 cdef class Engine:
     """MXNet's dependency engine: ``push`` ops tagged with the vars they read and mutate; they
     run in parallel on nnc's pool, in an order that respects read-after-write, write-after-read
@@ -138,11 +154,11 @@ cdef class Engine:
         env = os.environ.get("NNC_ENGINE", "")
         if env not in ("", "naive", "threaded"):
             raise EngineError(f"NNC_ENGINE={env!r}: expected 'naive' or 'threaded'")
-        self.naive = bool(naive) or env == "naive"
+        self._naive = bool(naive) or env == "naive"
         self._buffers = {}
         self._recording = None
         self.generation = pool_generation()
-        if not self.naive:
+        if not self._naive:
             pool_start()
         self.e = engine_new()
 
@@ -159,13 +175,30 @@ cdef class Engine:
             engine_unref(e)
 
     def __repr__(self):
-        kind = "naive" if self.naive else "threaded"
-        return f"<nnc.Engine {kind}{' closed' if self.closed else ''}>"
+        if self.e == NULL:
+            return "<nnc.Engine not initialised>"
+        kind = "naive" if self._naive else "threaded"
+        return f"<nnc.Engine {kind}{' closed' if self._closed else ''}>"
+
+    @property
+    def naive(self):
+        """True if ops run synchronously inside push (MXNet's NaiveEngine)."""
+        _check_usable(self)
+        return self._naive
+
+    @property
+    def closed(self):
+        """True once close() ran: pushes are refused."""
+        _check_usable(self)
+        return self._closed
 
     cdef int _check_var(self, object v, str what) except -1:
         if not isinstance(v, EngineVar):
             raise EngineError(f"{what}: expected an EngineVar, not {type(v).__name__}")
         if (<EngineVar>v).e != self.e:
+            if (<EngineVar>v).e == NULL:
+                raise EngineError(f"{what}: {v!r} was not made by Engine.new_var (its "
+                                  f"__init__ never ran)")
             raise EngineError(f"{what}: {v!r} belongs to another engine")
         if (<EngineVar>v).v.deleted:
             raise EngineError(f"{what}: {v!r} was deleted (delete_var)")
@@ -300,10 +333,10 @@ cdef class Engine:
         if op_park(op):
             # Something it depends on still runs (only the threaded engine, or a naive push
             # racing a push from another thread): that op's completer dispatches it.
-            if self.naive:
+            if self._naive:
                 self._naive_wait(op)
             return 0
-        if not self.naive:
+        if not self._naive:
             pool_submit(&op.job)
         elif op.kind == OP_PY:
             op_run(op)                  # naive, Python: keep the GIL (op_run takes it anyway)
@@ -333,12 +366,9 @@ cdef class Engine:
         return 0
 
     cdef object _check_stream(self, object stream):
-        if self.closed:
+        _check_usable(self)
+        if self._closed:
             raise EngineError("the engine is closed: push refused")
-        if self.generation != pool_generation():
-            raise EngineError("this engine was made before the process forked; its ops may "
-                              "be running on threads the child does not have: make a new "
-                              "engine in the child")
         if pool_refusing():
             raise EngineError("the interpreter is exiting (nnc's exit hook stopped the worker "
                               "pool): push refused")
@@ -364,12 +394,13 @@ cdef class Engine:
 
     cdef int _finish_push(self, object stream) except -1:
         trash_flush(self.e)
-        if self.naive and stream is not None:
+        if self._naive and stream is not None:
             stream_drain((<Stream>stream).s, -1)
         return 0
 
     def new_var(self):
         """A new var (MXNet: NewVariable); version 0, never written."""
+        _check_usable(self)
         return _new_var(self)
 
     def push(self, fn, read=(), mutate=(), *, stream=None, name=None, priority=0, arg=None):
@@ -385,7 +416,9 @@ cdef class Engine:
         cdef size_t cfn = 0, carg = 0
         stream = self._check_stream(stream)
         reads, muts = _var_seq(read, "read"), _var_seq(mutate, "mutate")
-        if fn is self._last_cfn:        # the same C function again: skip the ctypes calls
+        # The same C function again: skip the ctypes calls (_last_addr is 0 while nothing is
+        # cached, when _last_cfn is None and a push of None must go on to be refused).
+        if fn is self._last_cfn and self._last_addr != 0:
             cfn = self._last_addr
             carg = _c_arg(arg)
             kind = OP_C
@@ -431,6 +464,7 @@ cdef class Engine:
     def var_of(self, tensor):
         """The var push_cmd uses for ``tensor``: one per root buffer (the memory its owner
         covers), shared by every view and every tensor over that buffer."""
+        _check_usable(self)
         return self._buffer(tensor)[0]
 
     cdef list _buffer(self, object tensor):
@@ -552,6 +586,7 @@ cdef class Engine:
         cdef op_t* w
         cdef signal_record_t* r
         cdef bint done = True
+        _check_usable(self)
         self._check_var(v, "wait_for_var")
         stream_check_not_worker("Engine.wait_for_var()")
         w = <op_t*>(<EngineVar>v).v.last_writer
@@ -580,7 +615,8 @@ cdef class Engine:
         finish before, so that a drain of many ops wakes this thread a few times, not once per
         op. It wakes every ``span`` too, to reclaim what has finished meanwhile: reclaiming
         thousands of ops at once, at the end, would leave the pool's threads with nothing to
-        do (the span doubles, up to 100 ms, each time nothing was done)."""
+        do (the span doubles, up to 100 ms, each time nothing was done). The caller checked
+        _check_usable (the declarations read self.e)."""
         cdef double end = mono_now() + limit, left = limit, span = 1e-3
         cdef long long last = self.e.pushed
         cdef op_t* h
@@ -617,6 +653,7 @@ cdef class Engine:
         """Block until every op pushed so far is done (MXNet: WaitForAll); True, or False if
         ``timeout`` seconds passed first. Raises the first EngineError recorded since the last
         wait_all (and forgets the others)."""
+        _check_usable(self)
         if not self._drain(timeout_seconds(timeout)):
             return False
         errors = <list>self.e.errors
@@ -628,8 +665,9 @@ cdef class Engine:
 
     def close(self):
         """Wait for everything pushed, then refuse new pushes. Errors stay for wait_all."""
+        _check_usable(self)
         self._drain(-1)
-        self.closed = True
+        self._closed = True
 
     def record(self):
         """``with engine.record() as g:`` — the ops pushed inside also become nodes of the
@@ -637,14 +675,17 @@ cdef class Engine:
         traced once, to schedule statically and replay (docs/engine.md, "Record")."""
         from nnc.engine_record import Recording
 
+        _check_usable(self)
         return Recording(self)
 
     def _record_start(self):
+        _check_usable(self)
         if self._recording is not None:
             raise EngineError("this engine is already recording")
         self._recording = []
 
     def _record_stop(self):
+        _check_usable(self)
         entries, self._recording = self._recording, None
         return entries if entries is not None else []
 

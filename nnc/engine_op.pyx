@@ -12,7 +12,7 @@ import traceback
 
 from nnc._core import EngineError
 
-from cpython.object cimport PyObject
+from cpython.object cimport Py_TYPE, PyObject
 from libc.stdlib cimport free, malloc, realloc
 from posix.stdlib cimport posix_memalign
 from libc.limits cimport LLONG_MAX
@@ -31,17 +31,48 @@ cdef extern from "Python.h":
     void Py_DecRef(PyObject*)
 
 
+# The error an op fails with when even building its EngineError runs out of memory: made ahead,
+# so that the failure is still stored on its vars and seen by wait_all.
+cdef object _fail_fallback = EngineError(
+    "an engine op failed (out of memory while recording its error)")
+
+
 # -- workers: running one op ----------------------------------------------------------------
 
+cdef str _type_name(object obj):
+    """obj's type's name from C (a metaclass cannot make it raise): what describes an object
+    whose repr raises."""
+    return Py_TYPE(obj).tp_name.decode("utf-8", "replace")
+
+
+cdef str _text(object obj):
+    """repr(obj) for an error message, or its type's name if that raises (user code: any
+    exception, BaseExceptions included)."""
+    try:
+        text = repr(obj)
+        if type(text) is str:
+            return text
+    except BaseException:
+        pass
+    return _type_name(obj)
+
+
 cdef str _op_label(op_t* op):
-    """The op's name for errors: its name=, else what it runs."""
+    """The op's name for errors: its name=, else what it runs (built defensively: the fn is
+    user code, and so are its attributes and repr)."""
     if op.name != NULL:
         return <str>op.name
     if op.kind == OP_C:
         return f"C function at {<size_t>op.cfn:#x}"
     if op.fn != NULL:
         fn = <object>op.fn
-        return getattr(fn, "__qualname__", None) or repr(fn)
+        try:
+            name = getattr(fn, "__qualname__", None)
+            if type(name) is str and name:
+                return name
+        except BaseException:
+            pass
+        return _text(fn)
     return "op"
 
 
@@ -54,28 +85,47 @@ cdef inline void _op_mark_failed(op_t* op) noexcept nogil:
 
 cdef void _op_fail(op_t* op, object exc, str what) noexcept:
     """Store a failure on op (GIL held): an EngineError naming it, chained to ``exc``, also
-    recorded for wait_all. Never raises."""
+    recorded for wait_all. Never raises, whatever ``exc`` is (any object a user raised: its
+    attributes, repr and notes are user code)."""
     cdef engine_t* e = <engine_t*>op.engine
+    if exc is not None:
+        _drop_frames(exc)
     try:
-        if exc is not None and exc.__traceback__ is not None:
-            # The error is kept by C (the op), out of the cycle collector's sight, and a
-            # traceback's frames reach their locals and callers (the engine, in the naive
-            # engine the pushing code): a cycle nobody would free. So the cause keeps where it
-            # failed as text, in a note, and drops the frames.
-            where = "engine op traceback:\n" + "".join(traceback.format_tb(exc.__traceback__))
-            exc.__traceback__ = None
-            if hasattr(exc, "add_note"):
-                exc.add_note(where)
-            else:                       # Python 3.10: __notes__ is just an attribute
-                exc.__notes__ = [*getattr(exc, "__notes__", ()), where]
         err = EngineError(f"engine op {_op_label(op)!r} failed: {what}")
         err.__cause__ = exc
-        op.err = <PyObject*>err
-        Py_IncRef(op.err)
-        _op_mark_failed(op)
+    except BaseException:
+        err = None                      # out of memory: still a failure, below
+    if err is None:
+        # The preallocated error (nothing to allocate) keeps the failure visible to readers
+        # and to wait_all.
+        err = _fail_fallback
+    op.err = <PyObject*>err
+    Py_IncRef(op.err)
+    _op_mark_failed(op)
+    try:
         (<list>e.errors).append(err)
     except BaseException:
-        _op_mark_failed(op)             # out of memory: still a failure, without its object
+        pass                            # out of memory: the vars still carry it
+
+
+cdef void _drop_frames(object exc) noexcept:
+    """The error is kept by C (the op), out of the cycle collector's sight, and a traceback's
+    frames reach their locals and callers (the engine, in the naive engine the pushing code): a
+    cycle nobody would free. So the cause keeps where it failed as text, in a note, and drops
+    the frames. Best effort: an exception that refuses a note still fails its op."""
+    try:
+        tb = exc.__traceback__
+        if tb is None:
+            return
+        exc.__traceback__ = None
+        where = "engine op traceback:\n" + "".join(traceback.format_tb(tb))
+        del tb
+        if hasattr(exc, "add_note"):
+            exc.add_note(where)
+        else:                           # Python 3.10: __notes__ is just an attribute
+            exc.__notes__ = [*getattr(exc, "__notes__", ()), where]
+    except BaseException:
+        pass
 
 
 cdef void _op_rc(op_t* op, int rc) noexcept with gil:
@@ -86,7 +136,7 @@ cdef void _op_py(op_t* op) noexcept with gil:
     try:
         PyObject_Call(op.fn, op.args, NULL)
     except BaseException as exc:
-        _op_fail(op, exc, repr(exc))
+        _op_fail(op, exc, _text(exc))
 
 
 cdef void _op_skip(op_t* op, op_t* bad) noexcept with gil:
@@ -523,7 +573,7 @@ cdef void op_discard(engine_t* e, op_t* op) noexcept:
 cdef void op_abort(op_t* op, object exc) noexcept:
     """An op whose tasks could not be enqueued (out of memory, interpreter exiting): it fails
     with ``exc`` and completes at once, so ops depending on it are skipped, never stuck."""
-    _op_fail(op, exc, f"could not be enqueued: {exc!r}")
+    _op_fail(op, exc, f"could not be enqueued: {_text(exc)}")
     _op_publish(op)
     _op_complete(op, False)
 

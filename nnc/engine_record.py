@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nnc._core import EngineError
 from nnc.cmd import Cmd
+from nnc.engine import Engine
 from nnc.engine_call import call_tensor
 from nnc.graph.graph import Graph, GraphExec
 
@@ -18,8 +20,6 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     import numpy as np
-
-    from nnc.engine import Engine
 
 
 class _PyCall:
@@ -92,10 +92,15 @@ class Recording:
     receives the region's ops and edges when the region ends."""
 
     def __init__(self, engine: Engine) -> None:
+        if not isinstance(engine, Engine):
+            raise EngineError(f"a Recording records an nnc.Engine, not {type(engine).__name__}")
         self.engine = engine
         self.graph = Graph()
 
     def __enter__(self) -> Graph:
+        if "engine" not in vars(self):
+            raise EngineError("this Recording was not made by Engine.record() (its __init__ "
+                              "never ran)")
         self.engine._record_start()
         return self.graph
 
