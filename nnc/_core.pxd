@@ -22,3 +22,6 @@ cdef enum nnc_status_e:
     NNC_INVALID = -1
     NNC_NO_KERNEL = -2
     NNC_OOM = -3
+
+# repr(obj) for an error message; never raises (user objects' reprs may): nnc/_core.pyx.
+cpdef str error_repr(object obj)

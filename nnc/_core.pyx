@@ -8,6 +8,8 @@ so existing ``except ValueError`` code keeps working.
 
 import os
 
+from cpython.object cimport Py_TYPE
+
 MAX_DIM = NNC_MAX_DIM
 
 # NNC_DEBUG=1 in the environment at import: invariant checks, hazard checks and live-object
@@ -73,17 +75,22 @@ class CUDAError(NNCError, RuntimeError):
     """CUDA is unavailable (the message says why), a GPU does not exist, or a CUDA call failed."""
 
 
-def error_repr(obj):
+cdef str _type_name(object obj):
+    """obj's type's name from C: a metaclass cannot make it raise."""
+    return Py_TYPE(obj).tp_name.decode("utf-8", "replace")
+
+
+cpdef str error_repr(object obj):
     """``repr(obj)`` for an error message, even when obj's class makes its repr raise (a
-    user's exception or callable): the text then names the class and what its repr raised.
-    The failure being reported is never replaced by its repr's: the object goes on as it is
-    (an exception as the ``__cause__`` of the error that reports it)."""
+    user's exception or callable): the text then names the class and what its repr raised
+    (both read from C, which no metaclass can make raise). The failure being reported is
+    never replaced by its repr's: the object goes on as it is (an exception as the
+    ``__cause__`` of the error that reports it)."""
     try:
         return repr(obj)
     except BaseException as e:
         # Named here, not raised, whatever it is (a KeyboardInterrupt too): see above.
-        return (f"<{type(obj).__module__}.{type(obj).__qualname__} object: its repr raised "
-                f"{type(e).__qualname__}>")
+        return f"<{_type_name(obj)} object: its repr raised {_type_name(e)}>"
 
 
 def get_include():

@@ -12,12 +12,13 @@ import traceback
 
 from nnc._core import EngineError
 
-from cpython.object cimport Py_TYPE, PyObject
+from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc, realloc
 from posix.stdlib cimport posix_memalign
 from libc.limits cimport LLONG_MAX
 from libc.string cimport memset
 
+from nnc._core cimport error_repr
 from nnc.cmd cimport PyObject_Call
 from nnc.sync cimport pthread_mutex_lock, pthread_mutex_unlock
 from nnc.worker cimport (
@@ -39,24 +40,6 @@ cdef object _fail_fallback = EngineError(
 
 # -- workers: running one op ----------------------------------------------------------------
 
-cdef str _type_name(object obj):
-    """obj's type's name from C (a metaclass cannot make it raise): what describes an object
-    whose repr raises."""
-    return Py_TYPE(obj).tp_name.decode("utf-8", "replace")
-
-
-cdef str _text(object obj):
-    """repr(obj) for an error message, or its type's name if that raises (user code: any
-    exception, BaseExceptions included)."""
-    try:
-        text = repr(obj)
-        if type(text) is str:
-            return text
-    except BaseException:
-        pass
-    return _type_name(obj)
-
-
 cdef str _op_label(op_t* op):
     """The op's name for errors: its name=, else what it runs (built defensively: the fn is
     user code, and so are its attributes and repr)."""
@@ -72,7 +55,7 @@ cdef str _op_label(op_t* op):
                 return name
         except BaseException:
             pass
-        return _text(fn)
+        return error_repr(fn)
     return "op"
 
 
@@ -136,7 +119,7 @@ cdef void _op_py(op_t* op) noexcept with gil:
     try:
         PyObject_Call(op.fn, op.args, NULL)
     except BaseException as exc:
-        _op_fail(op, exc, _text(exc))
+        _op_fail(op, exc, error_repr(exc))
 
 
 cdef void _op_skip(op_t* op, op_t* bad) noexcept with gil:
@@ -573,7 +556,7 @@ cdef void op_discard(engine_t* e, op_t* op) noexcept:
 cdef void op_abort(op_t* op, object exc) noexcept:
     """An op whose tasks could not be enqueued (out of memory, interpreter exiting): it fails
     with ``exc`` and completes at once, so ops depending on it are skipped, never stuck."""
-    _op_fail(op, exc, f"could not be enqueued: {_text(exc)}")
+    _op_fail(op, exc, f"could not be enqueued: {error_repr(exc)}")
     _op_publish(op)
     _op_complete(op, False)
 
