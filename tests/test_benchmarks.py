@@ -124,7 +124,7 @@ def test_tools_use_the_installed_nnc_from_an_unbuilt_checkout(tmp_path):
     assert r.returncode == 0 and "demo" in r.stdout, r.stderr[-2000:]
     # The soak's parent reads nnc only for its report, after every child ran.
     r = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--minutes", "0.001",
-                        "--cases", "1", "--json"], cwd=clone, env=env,
+                        "--graph", "--cases", "1", "--json"], cwd=clone, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     report = json.loads(r.stdout.strip().splitlines()[-1])
@@ -145,3 +145,41 @@ def test_tools_refuse_an_unbuilt_checkout_at_start(tmp_path):
     # Before any child ran: no report, the reason on stderr.
     assert r.returncode == 1 and "not built" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
     assert not (clone / "child_ran").exists()
+
+
+def _soak(clone, env, *args):
+    r = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--minutes", "0.001", *args,
+                        "--json"], cwd=clone, env=env, capture_output=True, text=True,
+                       timeout=240)
+    return r.returncode, json.loads(r.stdout.strip().splitlines()[-1]), r.stdout + r.stderr
+
+
+def test_soak_reports_each_mix_it_runs(tmp_path):
+    clone, env = _unbuilt_checkout(tmp_path)
+    # The onnx mix's child calls benchmarks.onnx_fuzz.fuzz(cases, seed): one that reports a
+    # failed case, so that the soak must count it and show how to replay it.
+    (clone / "benchmarks" / "onnx_fuzz.py").write_text(
+        "def fuzz(cases, seed=0):\n"
+        "    return {'cases': cases, 'loaded': cases, 'nnc_errors': 1,\n"
+        "            'failures': [{'seed': seed, 'case': 1, 'error': 'ValueError(7)'}]}\n")
+    rc, r, out = _soak(clone, env, "--engine", "--onnx", "--cases", "2", "--onnx-cases", "5")
+    assert rc == 1, out[-3000:]
+    assert r["mixes_run"] == ["engine", "onnx"] and not r["unavailable"]
+    engine, onnx = r["mixes"]["engine"], r["mixes"]["onnx"]
+    assert engine["children"] == 1 and engine["runs"] + engine["failed"] == 2
+    assert onnx == {**onnx, "children": 1, "runs": 4, "errors": 1, "failed": 1, "crashes": 0,
+                    "hangs": 0}
+    assert r["totals"]["children"] == 2
+    (bad,) = [c for c in r["bad"] if c["mix"] == "onnx"]
+    assert bad["replay"] == "python -m benchmarks._soak_onnx --seed 0 --cases 5"
+    assert "ValueError(7)" in bad["failures"][0]
+
+
+def test_soak_skips_the_onnx_mix_without_its_fuzz(tmp_path):
+    clone, env = _unbuilt_checkout(tmp_path)
+    (clone / "benchmarks" / "onnx_fuzz.py").unlink(missing_ok=True)
+    rc, r, out = _soak(clone, env, "--onnx")
+    assert rc == 0, out[-3000:]
+    assert r["unavailable"] == {"onnx": "onnx mix unavailable (benchmarks/onnx_fuzz.py missing)"}
+    assert r["mixes_run"] == [] and r["totals"]["children"] == 0
+    assert "onnx mix unavailable (benchmarks/onnx_fuzz.py missing)" in out
