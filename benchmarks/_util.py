@@ -24,6 +24,10 @@ import subprocess
 import sys
 import time
 
+# Imported when a benchmark starts, not when it reports: an nnc that cannot be imported (a source
+# checkout never built, and no nnc installed) must stop the run before its work, not after.
+import nnc
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -224,8 +228,6 @@ def machine_info(packages=("numpy",)):
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count()
-    import nnc
-
     info = {
         "platform": platform.platform(),
         "cpu": cpu_model(),

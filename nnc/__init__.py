@@ -3,82 +3,129 @@
 See docs/design.md for the layers and README.md for a tour.
 """
 
-# Importing a module registers what it implements with the layers below it (docs/design.md,
-# "Registries"): nnc.invariants the checks of nnc.debug.check(); nnc.cuda the GPU table of
-# nnc.device; control (while_, case_of ...), schedule, run, flow (run(stream=)) and tools
-# Graph's methods. So ``import nnc`` fills every table.
-from nnc import engine_call as _engine_call  # noqa: F401  (registers ENGINE_CALL: recorded C ops)
-from nnc import invariants as _invariants  # noqa: F401
-from nnc._core import (
-    MAX_DIM,
-    CommandError,
-    CUDAError,
-    EngineError,
-    GraphError,
-    HazardWarning,
-    NNCError,
-    ScheduleError,
-    StreamError,
-    TensorError,
-    get_include,
-)
-from nnc.cmd import (
-    Backend,
-    Cmd,
-    backends,
-    cmd_autotune,
-    cmd_exec,
-    command_info,
-    commands,
-    register_backend,
-    register_command,
-)
-from nnc.cmd import seal_builtins as _seal_builtins
-from nnc.cuda import available as cuda_available
-from nnc.cuda import unavailable_reason as cuda_unavailable_reason
-from nnc.cuda.backends import register as _register_gpu_backends
-from nnc.cuda.cublas_gemm import register as _register_cublas_gemm
-from nnc.cuda.cudnn_conv import register as _register_cudnn_conv
-from nnc.device import DeviceError
-from nnc.dlpack import DLPackError, from_dlpack
-from nnc.drain import drain_all as _drain_all  # noqa: F401  (registers the exit hook: nnc.drain)
-from nnc.engine import Engine
-from nnc.engine_op import EngineVar
-from nnc.graph import control as _control  # noqa: F401
-from nnc.graph import flow as _flow  # noqa: F401
-from nnc.graph import policy_ios as _policy_ios  # noqa: F401  (registers policy "ios")
-from nnc.graph import policy_list as _policy_list  # noqa: F401  (registers policy "list")
-from nnc.graph import policy_nimble as _policy_nimble  # noqa: F401  (registers policy "nimble")
-from nnc.graph import policy_raf as _policy_raf  # noqa: F401  (registers "wavefront", "asap")
-from nnc.graph import run as _run  # noqa: F401
-from nnc.graph import tools as _tools  # noqa: F401
-from nnc.graph.graph import Graph, GraphExec
-from nnc.graph.hazard import Hazard, graph_hazards
-from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
-from nnc.multiview import MultiView
-from nnc.ops import register_builtins as _register_builtins
-from nnc.parallel import get_intra_op_threads, set_intra_op_threads
-from nnc.stream import Signal, Stream
-from nnc.tensor import Tensor
-from nnc.trace import trace
-from nnc.worker import get_num_threads, set_num_threads
+import importlib.machinery as _machinery
+import importlib.util as _importlib_util
+import os as _os
+import sys as _sys
 
 __version__ = "0.1.0"
 
 
-_register_builtins()
-# GPU_REF backends: registering them imports no cuda-bindings; only GPU tensors select them.
-_register_gpu_backends()
-# GPU_OPT of GEMM (cuBLAS): registering imports neither nvmath nor cuda-bindings.
-_register_cublas_gemm()
-# GPU_OPT CONVOLUTION through cuDNN: registering imports neither cuda-bindings nor cudnn.
-_register_cudnn_conv()
-# From here on the commands registered above are built-in: never replaced by a re-registration.
-_seal_builtins()
+def _built(folder):
+    """Whether the nnc package in ``folder`` has its compiled modules (its first, ``_core``)."""
+    return any(_os.path.exists(_os.path.join(folder, "_core" + suffix))
+               for suffix in _machinery.EXTENSION_SUFFIXES)
 
-# nnc.onnx (layer 8) imports the onnx package only when load/save are called; nnc.pipeline
-# (layer 8) is TVM's pipeline executor on streams (docs/pipeline.md).
-from nnc import onnx, pipeline  # noqa: E402, F401
+
+def _installed_nnc():
+    """The spec of a built nnc to load in this one's place, or None when this one is built.
+
+    ``python -m`` and ``python -c`` put the working directory first on sys.path, so in the root
+    of a source checkout whose compiled modules were never built (nnc installed from a wheel,
+    the project's tools run from the clone) ``import nnc`` finds this package first. The nnc the
+    user installed is the built one on the rest of the import path; with none, this raises an
+    ImportError saying how to build, instead of failing on the first compiled module.
+    """
+    here = _os.path.dirname(_os.path.realpath(__file__))
+    if _built(here):
+        return None
+    checkout = _os.path.dirname(here)
+    others = [p for p in _sys.path if _os.path.realpath(p or _os.curdir) != checkout]
+    for finder in _sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        spec = find_spec(__name__, others if finder is _machinery.PathFinder else None)
+        folders = (spec and spec.submodule_search_locations) or []
+        if folders and _os.path.realpath(folders[0]) != here and _built(folders[0]):
+            return spec
+    raise ImportError(
+        f"nnc's compiled modules are not built in {here} (a source checkout, found first on "
+        "sys.path) and no built nnc is installed: build them in place with `pip install -e .` "
+        "(or `python setup.py build_ext --inplace`), or install nnc-graph",
+        name=__name__)
+
+
+_installed = _installed_nnc()
+if _installed is not None:
+    # Load the installed nnc as ``nnc``: the import system returns what sys.modules holds once
+    # this file ends, and this file's own imports would reach the unbuilt tree's modules.
+    _sys.modules[__name__] = _importlib_util.module_from_spec(_installed)
+    _installed.loader.exec_module(_sys.modules[__name__])
+else:
+    # Importing a module registers what it implements with the layers below it (docs/design.md,
+    # "Registries"): nnc.invariants the checks of nnc.debug.check(); nnc.cuda the GPU table of
+    # nnc.device; control (while_, case_of ...), schedule, run, flow (run(stream=)) and tools
+    # Graph's methods. So ``import nnc`` fills every table.
+    from nnc import engine_call as _engine_call  # noqa: F401  (registers ENGINE_CALL: recorded C ops)
+    from nnc import invariants as _invariants  # noqa: F401
+    from nnc._core import (
+        MAX_DIM,
+        CommandError,
+        CUDAError,
+        EngineError,
+        GraphError,
+        HazardWarning,
+        NNCError,
+        ScheduleError,
+        StreamError,
+        TensorError,
+        get_include,
+    )
+    from nnc.cmd import (
+        Backend,
+        Cmd,
+        backends,
+        cmd_autotune,
+        cmd_exec,
+        command_info,
+        commands,
+        register_backend,
+        register_command,
+    )
+    from nnc.cmd import seal_builtins as _seal_builtins
+    from nnc.cuda import available as cuda_available
+    from nnc.cuda import unavailable_reason as cuda_unavailable_reason
+    from nnc.cuda.backends import register as _register_gpu_backends
+    from nnc.cuda.cublas_gemm import register as _register_cublas_gemm
+    from nnc.cuda.cudnn_conv import register as _register_cudnn_conv
+    from nnc.device import DeviceError
+    from nnc.dlpack import DLPackError, from_dlpack
+    from nnc.drain import drain_all as _drain_all  # noqa: F401  (registers the exit hook: nnc.drain)
+    from nnc.engine import Engine
+    from nnc.engine_op import EngineVar
+    from nnc.graph import control as _control  # noqa: F401
+    from nnc.graph import flow as _flow  # noqa: F401
+    from nnc.graph import policy_ios as _policy_ios  # noqa: F401  (registers policy "ios")
+    from nnc.graph import policy_list as _policy_list  # noqa: F401  (registers policy "list")
+    from nnc.graph import policy_nimble as _policy_nimble  # noqa: F401  (registers policy "nimble")
+    from nnc.graph import policy_raf as _policy_raf  # noqa: F401  (registers "wavefront", "asap")
+    from nnc.graph import run as _run  # noqa: F401
+    from nnc.graph import tools as _tools  # noqa: F401
+    from nnc.graph.graph import Graph, GraphExec
+    from nnc.graph.hazard import Hazard, graph_hazards
+    from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
+    from nnc.multiview import MultiView
+    from nnc.ops import register_builtins as _register_builtins
+    from nnc.parallel import get_intra_op_threads, set_intra_op_threads
+    from nnc.stream import Signal, Stream
+    from nnc.tensor import Tensor
+    from nnc.trace import trace
+    from nnc.worker import get_num_threads, set_num_threads
+
+    _register_builtins()
+    # GPU_REF backends: registering them imports no cuda-bindings; only GPU tensors select them.
+    _register_gpu_backends()
+    # GPU_OPT of GEMM (cuBLAS): registering imports neither nvmath nor cuda-bindings.
+    _register_cublas_gemm()
+    # GPU_OPT CONVOLUTION through cuDNN: registering imports neither cuda-bindings nor cudnn.
+    _register_cudnn_conv()
+    # From here on the commands registered above are built-in: never replaced by a re-registration.
+    _seal_builtins()
+
+    # nnc.onnx (layer 8) imports the onnx package only when load/save are called; nnc.pipeline
+    # (layer 8) is TVM's pipeline executor on streams (docs/pipeline.md).
+    from nnc import onnx, pipeline  # noqa: E402, F401
 
 __all__ = [
     "MAX_DIM",

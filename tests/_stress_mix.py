@@ -298,6 +298,48 @@ def _rss_mib():
     return None
 
 
+def run_cases(cases, run_case, case_timeout):
+    """Run ``cases`` with ``run_case`` (which returns "ok" or "error" and raises on anything
+    else), print one JSON line per case and a summary line, and exit: 0 when every case was ok
+    or a clear error, 1 when one failed or (NNC_DEBUG=1) nnc state leaked or broke. The stress
+    mixes of tests/ share it (benchmarks/soak.py reads these lines)."""
+    # A crash prints every thread's stack on stderr; so does a hang, which then exits.
+    faulthandler.enable(all_threads=True)
+    faulthandler.dump_traceback_later(case_timeout, exit=True)
+    baseline = nnc.debug.counters()
+    summary = {"runs": 0, "errors": 0, "failed": 0, "rss_mib": []}
+    for k, case in enumerate(cases):
+        try:
+            outcome = run_case(case)
+        except Exception as e:  # noqa: BLE001 - CaseFailed, or an error nobody expected
+            why = str(e) if isinstance(e, CaseFailed) else f"raised {e!r}"
+            print(json.dumps({"case": k, "outcome": "failed", "why": why, "spec": case}),
+                  flush=True)
+            summary["failed"] += 1
+            continue
+        finally:
+            faulthandler.dump_traceback_later(case_timeout, exit=True)
+        if k == 0:
+            summary["rss_mib"].append(_rss_mib())  # after the first case: imports done
+        summary["runs"] += 1
+        summary["errors"] += outcome == "error"
+        print(json.dumps({"case": k, "outcome": outcome,
+                          **{key: case[key] for key in ("mode", "drop", "control")
+                             if key in case}}), flush=True)
+    faulthandler.cancel_dump_traceback_later()
+    gc.collect()
+    summary["rss_mib"].append(_rss_mib())
+    if nnc.debug.enabled():
+        summary["leaks"] = {k: list(v) for k, v in nnc.debug.leaks(baseline, TIMEOUT).items()}
+        summary["problems"] = nnc.debug.problems()
+        summary["counters"] = nnc.debug.counters()
+    print(json.dumps(summary), flush=True)
+    bad = summary["failed"] or summary.get("leaks") or summary.get("problems")
+    # A normal exit: the interpreter's shutdown (atexit drains every stream) is part of the mix,
+    # so a crash there is a crash of this process.
+    sys.exit(1 if bad else 0)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
@@ -312,40 +354,7 @@ def main(argv=None):
     else:
         rnd = random.Random(args.seed)
         cases = [random_case(rnd) for _ in range(args.cases)]
-    # A crash prints every thread's stack on stderr; so does a hang, which then exits.
-    faulthandler.enable(all_threads=True)
-    faulthandler.dump_traceback_later(TIMEOUT * 2 + 10, exit=True)
-    baseline = nnc.debug.counters()
-    summary = {"runs": 0, "errors": 0, "failed": 0, "rss_mib": []}
-    for k, case in enumerate(cases):
-        try:
-            outcome = run_case(case)
-        except Exception as e:  # noqa: BLE001 - CaseFailed, or an error nobody expected
-            why = str(e) if isinstance(e, CaseFailed) else f"raised {e!r}"
-            print(json.dumps({"case": k, "outcome": "failed", "why": why, "spec": case}),
-                  flush=True)
-            summary["failed"] += 1
-            continue
-        finally:
-            faulthandler.dump_traceback_later(TIMEOUT * 2 + 10, exit=True)
-        if k == 0:
-            summary["rss_mib"].append(_rss_mib())  # after the first case: imports done
-        summary["runs"] += 1
-        summary["errors"] += outcome == "error"
-        print(json.dumps({"case": k, "outcome": outcome, "mode": case["mode"],
-                          "drop": case["drop"], "control": case["control"]}), flush=True)
-    faulthandler.cancel_dump_traceback_later()
-    gc.collect()
-    summary["rss_mib"].append(_rss_mib())
-    if nnc.debug.enabled():
-        summary["leaks"] = {k: list(v) for k, v in nnc.debug.leaks(baseline, TIMEOUT).items()}
-        summary["problems"] = nnc.debug.problems()
-        summary["counters"] = nnc.debug.counters()
-    print(json.dumps(summary), flush=True)
-    bad = summary["failed"] or summary.get("leaks") or summary.get("problems")
-    # A normal exit: the interpreter's shutdown (atexit drains every stream) is part of the mix,
-    # so a crash there is a crash of this process.
-    sys.exit(1 if bad else 0)
+    run_cases(cases, run_case, TIMEOUT * 2 + 10)
 
 
 if __name__ == "__main__":

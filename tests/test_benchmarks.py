@@ -4,6 +4,7 @@ only that every configuration ran, the outputs agreed and the report has its fie
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,99 @@ def test_conv_benchmark_smoke():
     for row in r["rows"]:
         assert row["gflops"]["conv"] > 0 and row["gflops"]["gemm"] > 0
     assert r["winograd_errors_ok"]
+
+
+def _unbuilt_checkout(tmp_path):
+    """A clone's root whose nnc/ was never built (its Python files, no compiled module), and a
+    site folder holding this checkout's built nnc, as a wheel install would: the project's
+    tools run from the clone's root must use the installed nnc (``python -m`` puts the working
+    directory first on sys.path, before it)."""
+    clone, site = tmp_path / "clone", tmp_path / "site"
+    shutil.copytree(ROOT / "benchmarks", clone / "benchmarks",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (clone / "tests").mkdir()
+    for mix in (ROOT / "tests").glob("_stress*.py"):
+        shutil.copy(mix, clone / "tests")
+
+    def not_python(folder, names):
+        return [n for n in names if n == "__pycache__"
+                or (not n.endswith(".py") and not os.path.isdir(os.path.join(folder, n)))]
+
+    shutil.copytree(ROOT / "nnc", clone / "nnc", ignore=not_python)
+    assert not list((clone / "nnc").glob("_core*"))
+    site.mkdir()
+    (site / "nnc").symlink_to(ROOT / "nnc", target_is_directory=True)
+    env = dict(os.environ, PYTHONPATH=str(site))
+    return clone, env
+
+
+def test_tools_use_the_installed_nnc_from_an_unbuilt_checkout(tmp_path):
+    clone, env = _unbuilt_checkout(tmp_path)
+    r = subprocess.run([sys.executable, "-c", "import nnc; print(nnc.__file__, nnc.Tensor)"],
+                       cwd=clone, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert os.path.realpath(r.stdout.split()[0]) == str(ROOT / "nnc" / "__init__.py")
+    r = subprocess.run([sys.executable, "-m", "nnc"], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "demo" in r.stdout, r.stderr[-2000:]
+    # The soak's parent reads nnc only for its report, after every child ran.
+    r = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--minutes", "0.001",
+                        "--graph", "--cases", "1", "--json"], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    assert report["totals"]["runs"] >= 1 and report["machine"]["nnc"]
+
+
+def test_tools_refuse_an_unbuilt_checkout_at_start(tmp_path):
+    # -S: no site-packages, so no installed nnc anywhere: the clone's unbuilt nnc is the only one.
+    clone, env = _unbuilt_checkout(tmp_path)
+    del env["PYTHONPATH"]
+    # A child of the soak would leave this file behind.
+    (clone / "tests" / "_stress_mix.py").write_text("open('child_ran', 'w').close()\n")
+    r = subprocess.run([sys.executable, "-S", "-c", "import nnc"], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "not built" in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-S", "-m", "benchmarks.soak", "--minutes", "0.001"],
+                       cwd=clone, env=env, capture_output=True, text=True, timeout=60)
+    # Before any child ran: no report, the reason on stderr.
+    assert r.returncode == 1 and "not built" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert not (clone / "child_ran").exists()
+
+
+def _soak(clone, env, *args):
+    r = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--minutes", "0.001", *args,
+                        "--json"], cwd=clone, env=env, capture_output=True, text=True,
+                       timeout=240)
+    return r.returncode, json.loads(r.stdout.strip().splitlines()[-1]), r.stdout + r.stderr
+
+
+def test_soak_reports_each_mix_it_runs(tmp_path):
+    clone, env = _unbuilt_checkout(tmp_path)
+    # The onnx mix's child calls benchmarks.onnx_fuzz.fuzz(cases, seed): one that reports a
+    # failed case, so that the soak must count it and show how to replay it.
+    (clone / "benchmarks" / "onnx_fuzz.py").write_text(
+        "def fuzz(cases, seed=0):\n"
+        "    return {'cases': cases, 'loaded': cases, 'nnc_errors': 1,\n"
+        "            'failures': [{'seed': seed, 'case': 1, 'error': 'ValueError(7)'}]}\n")
+    rc, r, out = _soak(clone, env, "--engine", "--onnx", "--cases", "2", "--onnx-cases", "5")
+    assert rc == 1, out[-3000:]
+    assert r["mixes_run"] == ["engine", "onnx"] and not r["unavailable"]
+    engine, onnx = r["mixes"]["engine"], r["mixes"]["onnx"]
+    assert engine["children"] == 1 and engine["runs"] + engine["failed"] == 2
+    assert onnx == {**onnx, "children": 1, "runs": 4, "errors": 1, "failed": 1, "crashes": 0,
+                    "hangs": 0}
+    assert r["totals"]["children"] == 2
+    (bad,) = [c for c in r["bad"] if c["mix"] == "onnx"]
+    assert bad["replay"] == "python -m benchmarks._soak_onnx --seed 0 --cases 5"
+    assert "ValueError(7)" in bad["failures"][0]
+
+
+def test_soak_skips_the_onnx_mix_without_its_fuzz(tmp_path):
+    clone, env = _unbuilt_checkout(tmp_path)
+    (clone / "benchmarks" / "onnx_fuzz.py").unlink(missing_ok=True)
+    rc, r, out = _soak(clone, env, "--onnx")
+    assert rc == 0, out[-3000:]
+    assert r["unavailable"] == {"onnx": "onnx mix unavailable (benchmarks/onnx_fuzz.py missing)"}
+    assert r["mixes_run"] == [] and r["totals"]["children"] == 0
+    assert "onnx mix unavailable (benchmarks/onnx_fuzz.py missing)" in out
