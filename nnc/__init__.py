@@ -11,13 +11,13 @@ import sys as _sys
 __version__ = "0.1.0"
 
 
-def _built(folder):
+def _built(folder: str) -> bool:
     """Whether the nnc package in ``folder`` has its compiled modules (its first, ``_core``)."""
     return any(_os.path.exists(_os.path.join(folder, "_core" + suffix))
                for suffix in _machinery.EXTENSION_SUFFIXES)
 
 
-def _installed_nnc():
+def _installed_nnc() -> "_machinery.ModuleSpec | None":
     """The spec of a built nnc to load in this one's place, or None when this one is built.
 
     ``python -m`` and ``python -c`` put the working directory first on sys.path, so in the root
@@ -37,7 +37,8 @@ def _installed_nnc():
             continue
         spec = find_spec(__name__, others if finder is _machinery.PathFinder else None)
         folders = (spec and spec.submodule_search_locations) or []
-        if folders and _os.path.realpath(folders[0]) != here and _built(folders[0]):
+        if (isinstance(spec, _machinery.ModuleSpec) and spec.loader is not None and folders
+                and _os.path.realpath(folders[0]) != here and _built(folders[0])):
             return spec
     raise ImportError(
         f"nnc's compiled modules are not built in {here} (a source checkout, found first on "
@@ -47,7 +48,7 @@ def _installed_nnc():
 
 
 _installed = _installed_nnc()
-if _installed is not None:
+if _installed is not None and _installed.loader is not None:
     # Load the installed nnc as ``nnc``: the import system returns what sys.modules holds once
     # this file ends, and this file's own imports would reach the unbuilt tree's modules.
     _sys.modules[__name__] = _importlib_util.module_from_spec(_installed)

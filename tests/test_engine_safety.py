@@ -107,7 +107,8 @@ def test_an_unprintable_exception_is_described_by_its_type(engine):
         raise Unprintable()
 
     engine.push(op, mutate=[v])
-    with pytest.raises(nnc.EngineError, match="'.*op' failed: <.*Unprintable object: its repr raised "):
+    with pytest.raises(nnc.EngineError,
+                       match="'.*op' failed: <.*Unprintable object: its repr raised "):
         engine.wait_for_var(v, timeout=T)
 
 
@@ -124,7 +125,9 @@ def test_an_unprintable_op_label_is_described_by_its_type(engine):
 
     v = engine.new_var()
     engine.push(Hostile(), mutate=[v])
-    with pytest.raises(nnc.EngineError, match="'<.*Hostile object: its repr raised RuntimeError>' failed: ValueError") as info:
+    with pytest.raises(nnc.EngineError,
+                       match="'<.*Hostile object: its repr raised RuntimeError>' failed: "
+                             "ValueError") as info:
         engine.wait_for_var(v, timeout=T)
     assert isinstance(info.value.__cause__, ValueError)
 
