@@ -29,7 +29,7 @@ from nnc.cmd cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.stream cimport Signal, Stream
 from nnc.tensor cimport Tensor, nnc_tensor_t
-from nnc.parallel cimport nnc_part_f
+from nnc.parallel cimport nnc_part_f, parallel_threads
 from nnc.parallel cimport nnc_parallel_for as parallel_for
 from nnc.workspace cimport nnc_workspace
 
@@ -39,6 +39,14 @@ from nnc.device import ArrayInterface, parse_device
 from nnc.graph.schedule import static_schedule
 
 __all__ = ["live_handles", "parse_params"]
+
+
+cdef extern from "Python.h" nogil:
+    ctypedef struct PyThreadState:
+        pass
+    int PyGILState_Check()
+    PyThreadState* PyEval_SaveThread()
+    void PyEval_RestoreThread(PyThreadState* state)
 
 
 cdef api const char* nnc_error_message() noexcept nogil:
@@ -118,12 +126,25 @@ cdef api int nnc_parallel_for(int64_t parts, c_part_f fn, void* arg,
     thread and idle threads of nnc's pool (intra-op parallelism, nnc.parallel), returning once
     all have run: 0, or the first failing part's status (parts not yet started are skipped).
     ``context`` is the backend's own; each part gets its running thread's (``ctx``), so a part
-    may take scratch memory with nnc_stream_workspace. Needs no GIL."""
+    may take scratch memory with nnc_stream_workspace. Needs no GIL, and lets go of it while
+    the parts run when the caller holds it, so parts may call the C API."""
+    cdef PyThreadState* state
+    cdef int rc
     if fn == NULL:
         return NNC_ERROR_NULL
     if parts < 0:
         return NNC_ERROR_ARGUMENT
-    return parallel_for(<Py_ssize_t>parts, <nnc_part_f>fn, arg, context)
+    if parts < 2 or parallel_threads() < 2 or not PyGILState_Check():
+        return parallel_for(<Py_ssize_t>parts, <nnc_part_f>fn, arg, context)
+    # A synchronous run holds the GIL around a backend on small outputs (cmd_bound_run). A
+    # part a pool thread runs takes the GIL in every C API call, and this thread waits for
+    # that part before it returns: holding the GIL meanwhile would deadlock. Letting it go is
+    # what the same run does anyway around a backend on large outputs (BOUND_NOGIL), and the
+    # parts this thread runs take it back through their API calls like any other thread.
+    state = PyEval_SaveThread()
+    rc = parallel_for(<Py_ssize_t>parts, <nnc_part_f>fn, arg, context)
+    PyEval_RestoreThread(state)
+    return rc
 
 
 cdef api int nnc_shutdown() noexcept with gil:

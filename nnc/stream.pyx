@@ -169,8 +169,10 @@ cdef class Stream:
         self.s = stream_new(_stream_seq + 1)
         _stream_seq += 1
         self.index = _stream_seq
-        self.s.trace = trace_on
         _live.add(self)
+        # After joining _live (whose add may let another thread run): a trace_stop that does not
+        # see this stream in _live has already cleared trace_on, so it never records unseen.
+        self.s.trace = trace_on
 
     def __dealloc__(self):
         # The pool holds its own reference while work is queued: that work still runs, and the
@@ -698,7 +700,13 @@ def trace_start(tracer):
 
 
 def trace_stop():
-    """Stop recording; drain every stream; return [(stream index, [event tuples])]."""
+    """Stop recording; drain every stream; return [(stream index, [event tuples])].
+
+    Each drain waits for what its stream had when the drain began, never for what other
+    threads keep enqueueing (stream_drain). Then every live stream stops recording, those made
+    meanwhile and those a KeyboardInterrupt left undrained included: a stream made after
+    tracing_end starts with trace_on 0, and a task still running finds its stream's flag
+    cleared under the lock and writes nothing (_trace_add), so no buffer grows after this."""
     cdef Stream st
     cdef trace_event_t* buf
     cdef trace_event_t* ev
@@ -707,27 +715,32 @@ def trace_stop():
     try:
         for st in list(_live):
             st._drain()
-            # Take the buffer under the lock, then build Python objects after unlocking: the
-            # GIL is never taken while a stream lock is held (docs/threading.md).
-            pthread_mutex_lock(&st.s.lock)
-            st.s.trace = 0
-            buf = <trace_event_t*>st.s.trace_buf
-            size = st.s.trace_size
-            st.s.trace_buf = NULL
-            st.s.trace_size = 0
-            st.s.trace_cap = 0
-            pthread_mutex_unlock(&st.s.lock)
-            try:
-                events = []
-                for i in range(size):
-                    ev = buf + i
-                    events.append((ev.t0, ev.t1, ev.kind, ev.node, ev.label, ev.record))
-            finally:
-                free(buf)
-            if events:
-                out.append((st.index, events))
     finally:
         tracing_end()
+        streams = list(_live)
+        for st in streams:
+            pthread_mutex_lock(&st.s.lock)
+            st.s.trace = 0
+            pthread_mutex_unlock(&st.s.lock)
+    for st in streams:
+        # Take the buffer under the lock, then build Python objects after unlocking: the GIL is
+        # never taken while a stream lock is held (docs/threading.md).
+        pthread_mutex_lock(&st.s.lock)
+        buf = <trace_event_t*>st.s.trace_buf
+        size = st.s.trace_size
+        st.s.trace_buf = NULL
+        st.s.trace_size = 0
+        st.s.trace_cap = 0
+        pthread_mutex_unlock(&st.s.lock)
+        try:
+            events = []
+            for i in range(size):
+                ev = buf + i
+                events.append((ev.t0, ev.t1, ev.kind, ev.node, ev.label, ev.record))
+        finally:
+            free(buf)
+        if events:
+            out.append((st.index, events))
     return out
 
 

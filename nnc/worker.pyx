@@ -287,7 +287,9 @@ cdef int stream_drain(stream_t* s, double timeout=-1) except -1:
     done, 0 if ``timeout`` seconds (>= 0; -1: no limit) passed first.
 
     Called with the GIL (and a reference to s); sleeps without it, waking every 100 ms so that
-    Ctrl-C raises KeyboardInterrupt here (PyErr_CheckSignals runs the signal handlers).
+    Ctrl-C raises KeyboardInterrupt here (PyErr_CheckSignals runs the signal handlers). The
+    target is what was submitted when the call began: work other threads (or tasks) enqueue
+    meanwhile is not waited for, so a stream flooded faster than it runs still ends the wait.
     """
     cdef long long target
     cdef timespec ts
@@ -295,10 +297,12 @@ cdef int stream_drain(stream_t* s, double timeout=-1) except -1:
     cdef double end = mono_now() + timeout, left = timeout
     stream_check_not_worker()
     stream_check_generation(s)
+    pthread_mutex_lock(&s.lock)         # with the GIL, as stream_enqueue: held only briefly
+    target = s.submitted
+    pthread_mutex_unlock(&s.lock)
     while True:
         with nogil:
             pthread_mutex_lock(&s.lock)
-            target = s.submitted
             s.host_waiting += 1
             slice_deadline(&ts, left)
             while s.completed < target:
@@ -324,10 +328,15 @@ cdef inline double _now() noexcept nogil:
 
 cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexcept nogil:
     """Append t's timing to s's trace buffer (nnc.trace, read by trace_stop);
-    the event is dropped if the buffer cannot grow."""
+    the event is dropped if the buffer cannot grow, or if the trace stopped since the task
+    began (trace_stop clears s.trace under this lock, then takes the buffer: nothing is written
+    after that)."""
     cdef trace_event_t* ev
     cdef Py_ssize_t cap
     pthread_mutex_lock(&s.lock)
+    if not s.trace:
+        pthread_mutex_unlock(&s.lock)
+        return
     if s.trace_size == s.trace_cap:
         cap = max(1024, s.trace_cap * 2)
         ev = <trace_event_t*>realloc(s.trace_buf, sizeof(trace_event_t) * cap)

@@ -8,6 +8,8 @@
   new one on two threads at overlapping times (from timestamps the backend records); a backend
   that splits its work over nnc's pool with nnc_parallel_for.
 - tests/c/safety.c: bad calls return error codes and messages; several C threads at once.
+- tests/c/part_api.c: nnc_parallel_for parts that call the C API while the backend's caller
+  holds the GIL (synchronous calls from C and from Python) and on a stream.
 
 The programs embed Python (nnc.embed gives the flags) and are told this interpreter through
 NNC_PYTHON, so the embedded Python sees this environment's packages. Skipped, with the reason,
@@ -44,9 +46,9 @@ def build(tmp_path_factory):
     return compile_
 
 
-def run(exe):
-    done = subprocess.run([str(exe)], capture_output=True, text=True, env=embed.environment(),
-                          timeout=120)
+def run(exe, timeout=120, **env):
+    done = subprocess.run([str(exe)], capture_output=True, text=True,
+                          env={**embed.environment(), **env}, timeout=timeout)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -80,6 +82,25 @@ def test_bad_calls_return_error_codes(build):
     assert rc == 0, out
     assert not re.search(r"^FAIL ", out, re.M), out
     assert re.search(r"^(\d+) checks, 0 failed$", out, re.M), out
+
+
+@needs_cc
+def test_parallel_for_parts_call_the_api_while_the_caller_holds_the_gil(build):
+    """A part on a pool thread takes the GIL in every C API call; a synchronous caller holds
+    it around the backend, so nnc_parallel_for must not keep it while it waits for that part
+    (a deadlock: the program never ends). Four pool threads, so helpers exist on any machine."""
+    exe = build("tests/c/part_api.c")
+    try:
+        rc, out = run(exe, timeout=30, NNC_NUM_THREADS="4")
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"deadlock: parts calling the C API never finished\n{e.stdout}")
+    assert rc == 0, out
+    for how in ("nnc_cmd_exec, no stream", "nnc_graph_run, no stream",
+                "nnc_graph_run on a stream", "nnc_cmd_exec on a stream"):
+        assert f"{how}: rc 0, results ok" in out, out
+    assert "Backend.exec from Python: results ok" in out, out
+    assert "g.run() from Python: results ok" in out, out
+    assert out.rstrip().endswith("OK"), out
 
 
 def test_header_signatures_match_the_exported_functions():

@@ -298,6 +298,39 @@ def test_leaving_trace_while_another_thread_uses_a_stream(tmp_path):
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr
 
 
+def test_wait_ends_while_another_thread_floods_the_stream():
+    """wait() waits for what was enqueued when it began. The stream is busy when wait() starts,
+    then a thread floods it faster than it runs: a wait that looked again at everything
+    enqueued at each 100 ms wake-up never caught up, and never returned while the flood went on."""
+    out = run_py("""
+        import threading, time, nnc
+        s = nnc.Stream()
+        stop, go = threading.Event(), threading.Event()
+        def slow():
+            if not stop.is_set():
+                time.sleep(0.0001)
+        def flood():
+            go.wait()
+            while not stop.is_set():
+                for _ in range(50):
+                    s.add_callback(slow)
+                time.sleep(0.001)
+        def starter():              # still running when wait() begins; starts the flood
+            go.set()
+            time.sleep(0.15)
+        t = threading.Thread(target=flood)
+        t.start()
+        s.add_callback(starter)
+        print("waited", s.wait(timeout=10), flush=True)
+        stop.set()
+        t.join()
+        s.wait()
+        print("ok")
+    """)
+    assert out.returncode == 0 and "waited True" in out.stdout and "ok" in out.stdout, (
+        out.stdout + out.stderr)
+
+
 # -- a pool thread that cannot start (defect 10) -----------------------------------------------
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")

@@ -4,6 +4,9 @@ Checks names, counts, tracks and nesting; never durations.
 """
 
 import json
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -266,3 +269,44 @@ def test_a_scheduled_inception_run_takes_no_gil_on_workers(tmp_path):
             tasks.setdefault(names[node], set()).add(e["args"]["task"])
     assert set(tasks) >= {"CONVOLUTION", "MAX_POOL", "AVG_POOL", "GEMM", "SOFTMAX"}
     assert all(kinds == {"C"} for kinds in tasks.values()), tasks
+
+
+def test_leaving_the_block_while_another_thread_floods_the_stream(tmp_path):
+    """Leaving the block waits for what was enqueued before, not for what other threads keep
+    enqueueing meanwhile. The stream is busy when the block ends, then a thread floods it
+    faster than it runs: a wait that looked again at what had been enqueued every 100 ms never
+    caught up, so the block never ended (a subprocess, so such a hang fails the test)."""
+    path = str(tmp_path / "t.json")
+    code = f"""
+        import json, threading, time, nnc
+        s = nnc.Stream()
+        stop, go = threading.Event(), threading.Event()
+        def slow():
+            if not stop.is_set():
+                time.sleep(0.0001)
+        def flood():
+            go.wait()
+            while not stop.is_set():
+                for _ in range(50):
+                    s.add_callback(slow)
+                time.sleep(0.001)
+        def starter():              # still running when the block ends; starts the flood
+            go.set()
+            time.sleep(0.15)
+        for _ in range(3):
+            stop.clear()
+            go.clear()
+            t = threading.Thread(target=flood)
+            t.start()
+            with nnc.trace({path!r}):
+                s.add_callback(starter)
+            stop.set()
+            t.join()
+            s.wait()
+            names = [e["name"] for e in json.load(open({path!r}))["traceEvents"] if e["ph"] == "X"]
+            assert names[0] == starter.__qualname__, names[:3]
+        print("ok")
+    """
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
