@@ -302,3 +302,10 @@ def test_flatten_reshape_still_match_onnxruntime_after_a_conv():
     loaded = check(m)
     feeds = {"x": RNG.standard_normal((2, 3, 5, 6)).astype(np.float32)}
     close(nnc_run(loaded, feeds)[0], ort_run(m, feeds)[0])
+
+
+def test_concat_with_a_constant_input():
+    nodes = [h.make_node("Sigmoid", ["x"], ["s"]),
+             h.make_node("Concat", ["s", "c"], ["y"], axis=1)]
+    check(model(nodes, {"x": [3, 5]}, {"y": None},
+                {"c": RNG.standard_normal((3, 2)).astype(np.float32)}))

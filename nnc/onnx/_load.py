@@ -146,6 +146,14 @@ def load(model, *, input_shapes=None, dtype="float32", base_dir=None):
         raise _err(f"cannot build {loader.where}: {type(e).__name__}: {e}") from e
 
 
+def _memory_bytes():
+    """The machine's physical memory in bytes, or 0 where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
 def _tensors(onnx, model):
     """Every TensorProto of the model, with where it sits: initializers, sparse initializers,
     tensor attributes, in the main graph, its sub-graphs and the model's functions."""
@@ -337,16 +345,29 @@ class _Loader(OpEmitter):
         except onnx.checker.ValidationError as e:
             raise _err(f"invalid ONNX model: {e}") from e
         self.shapes = {}
+        memory = _memory_bytes()
         for v in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
             tt = v.type.tensor_type
             if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-                self.shapes[v.name] = tuple(d.dim_value for d in tt.shape.dim)
+                shape = tuple(d.dim_value for d in tt.shape.dim)
+                # Refused before anything is allocated: a declared shape costs the model a few
+                # bytes, and nnc the memory it names.
+                if any(d < 0 for d in shape):
+                    raise _err(f"invalid ONNX model: value {v.name!r} has the shape {shape}, "
+                               f"with a negative dimension")
+                nbytes = math.prod(shape) * self.dtype.itemsize
+                if v.name not in self.consts and memory and nbytes > memory:
+                    raise _err(f"value {v.name!r} of shape {shape} needs {nbytes} bytes, more "
+                               f"than this machine's memory ({memory} bytes)")
+                self.shapes[v.name] = shape
         self.nodes = list(model.graph.node)
         self.attrs = []
         for n in self.nodes:
             self.at(n)
             self.attrs.append(_attrs(onnx, n))
         self._fold_constants()
+        for name, value in self.consts.items():
+            self.shapes.setdefault(name, np.shape(value))
         problems = {}
         ranks = {k: len(v) for k, v in self.shapes.items()}
         for k, (n, a) in enumerate(zip(self.nodes, self.attrs)):
