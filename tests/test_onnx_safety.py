@@ -309,3 +309,14 @@ def test_concat_with_a_constant_input():
              h.make_node("Concat", ["s", "c"], ["y"], axis=1)]
     check(model(nodes, {"x": [3, 5]}, {"y": None},
                 {"c": RNG.standard_normal((3, 2)).astype(np.float32)}))
+
+
+@pytest.mark.parametrize("attrs,name", [({"group": 0}, "group"), ({"group": 2}, "group"),
+                                        ({"auto_pad": "BOGUS"}, "auto_pad"),
+                                        ({"kernel_shape": [2, 2]}, "kernel_shape")])
+def test_conv_attributes_are_checked_where_read(attrs, name):
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    m = model([h.make_node("Conv", ["x", "w"], ["y"], name="cv", **attrs)], {"x": [1, 3, 8, 8]},
+              {"y": None}, {"w": w})
+    with pytest.raises(nnc.onnx.OnnxError, match=f"'cv' \\(Conv\\): attribute '{name}'"):
+        nnc.onnx.load(m)

@@ -177,18 +177,28 @@ class OpEmitter:
             w = w * s[:, None, None, None]
             b = (b - mean) * s + beta
         kh, kw = w.shape[2:]
+        if "kernel_shape" in a and tuple(a["kernel_shape"]) != (kh, kw):
+            raise _invalid(n, f"attribute 'kernel_shape' = {a['kernel_shape']} is not the "
+                              f"weights' window ({kh}, {kw})")
+        groups = a.get("group", 1)
+        if not isinstance(groups, int) or groups < 1 or x.shape[3] % groups or o % groups:
+            raise _invalid(n, f"attribute 'group' = {groups!r} must be >= 1 and divide the "
+                              f"input's {x.shape[3]} and the output's {o} channels")
         stride = tuple(a.get("strides", [1, 1]))
-        pads = self._pads(a, x.shape[1:3], (kh, kw), stride)
+        pads = self._pads(n, a, x.shape[1:3], (kh, kw), stride)
         wt = Tensor(np.ascontiguousarray(np.transpose(w, TO_NHWC), dtype=self.dtype))
         bt = Tensor(b.astype(self.dtype))
-        self._write(n, Cmd("CONVOLUTION", stride=stride, padding=pads,
-                           groups=int(a.get("group", 1))), [x, wt, bt], deps)
+        self._write(n, Cmd("CONVOLUTION", stride=stride, padding=pads, groups=groups),
+                    [x, wt, bt], deps)
 
     @staticmethod
-    def _pads(a, hw, kernel, stride):
+    def _pads(n, a, hw, kernel, stride):
         """(top, left, bottom, right) from ONNX pads or auto_pad."""
         mode = a.get("auto_pad", b"NOTSET")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
+        mode = mode.decode("utf-8", "replace") if isinstance(mode, bytes) else mode
+        if mode not in ("NOTSET", "", "VALID", "SAME_UPPER", "SAME_LOWER"):
+            raise _invalid(n, f"attribute 'auto_pad' = {mode!r} is none of NOTSET, VALID, "
+                              f"SAME_UPPER, SAME_LOWER")
         if mode in ("NOTSET", ""):
             p = list(a.get("pads", [0, 0, 0, 0]))
             return (p[0], p[1], p[2], p[3])
@@ -252,7 +262,7 @@ class OpEmitter:
         x, deps = self.get(n.input[0], "nhwc")
         size = tuple(a["kernel_shape"])
         stride = tuple(a.get("strides", [1, 1]))
-        pads = self._pads(a, x.shape[1:3], size, stride)
+        pads = self._pads(n, a, x.shape[1:3], size, stride)
         self._write(n, Cmd(name, size=size, stride=stride, padding=pads, **extra), [x], deps)
 
     def _op_GlobalAveragePool(self, k, n, a):
