@@ -320,3 +320,19 @@ def test_conv_attributes_are_checked_where_read(attrs, name):
               {"y": None}, {"w": w})
     with pytest.raises(nnc.onnx.OnnxError, match=f"'cv' \\(Conv\\): attribute '{name}'"):
         nnc.onnx.load(m)
+
+
+def test_external_data_of_a_constant_node_is_refused_too(tmp_path, monkeypatch):
+    write(tmp_path / "secret.bin")
+    monkeypatch.chdir(tmp_path)
+    value = onnx.numpy_helper.from_array(np.zeros(4, np.float32), "v")
+    value.ClearField("raw_data")
+    value.data_location = TP.EXTERNAL
+    value.external_data.add(key="location", value="secret.bin")
+    nodes = [h.make_node("Constant", [], ["w"], value=value, name="const"),
+             h.make_node("Add", ["x", "w"], ["y"])]
+    m = model(nodes, {"x": [4]}, {"y": None})
+    with pytest.raises(nnc.onnx.OnnxError, match="'const' \\(Constant\\) attribute 'value'"):
+        nnc.onnx.load(m.SerializeToString())
+    loaded = nnc.onnx.load(m.SerializeToString(), base_dir=".")
+    np.testing.assert_array_equal(nnc_run(loaded, {"x": np.zeros(4, np.float32)})[0], SECRET)
