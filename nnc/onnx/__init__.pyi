@@ -41,6 +41,7 @@ def load(
     model: str | bytes | os.PathLike[str] | Any, *,
     input_shapes: dict[str, tuple[int, ...]] | None = ...,
     dtype: str = ...,
+    base_dir: str | os.PathLike[str] | None = ...,
 ) -> LoadedModel: ...
 def save(
     graph: Graph, path: str | os.PathLike[str] | None, *, inputs: list[Tensor],

@@ -16,13 +16,27 @@ Three passes over the (topologically sorted) ONNX nodes:
 
 from __future__ import annotations
 
+import math
+import os
+import stat
 from collections import defaultdict
 
 import numpy as np
 
+from nnc._core import NNCError
 from nnc.cmd import Cmd
 from nnc.graph.graph import Graph
-from nnc.onnx._ops import TO_NCHW, TO_NHWC, OpEmitter, check_node, perm_shape, reduce_axes
+from nnc.onnx._ops import (
+    TO_NCHW,
+    TO_NHWC,
+    OpEmitter,
+    _unsupported,
+    check_node,
+    flatten_axis,
+    perm_shape,
+    reduce_axes,
+    reshape_shape,
+)
 from nnc.tensor import Tensor
 
 # Producers whose command accepts a strided output, so they can write into a concat slice.
@@ -78,58 +92,252 @@ def _fix_shapes(onnx, model, input_shapes, inits):
         raise _err(f"invalid ONNX model (shape inference failed): {e}") from e
 
 
-def load(model, *, input_shapes=None, dtype="float32"):
+def load(model, *, input_shapes=None, dtype="float32", base_dir=None):
     """Build an nnc graph from an ONNX model (a path, serialized bytes or an ``onnx.ModelProto``).
 
     Returns a :class:`LoadedModel`, unpackable as ``g, inputs, outputs``. ``input_shapes``:
     ``{input name: shape}`` for inputs with symbolic dimensions; a symbolic dimension not given
     there is taken as 1 (a batch of one). The model is checked with ``onnx.checker`` and its
-    shapes come from ``onnx.shape_inference``. Raises :class:`nnc.onnx.UnsupportedError` listing
+    shapes come from ``onnx.shape_inference``. External data is read from inside ``base_dir``
+    only: by default the model file's folder for a path, and none at all for bytes or a
+    ModelProto (docs/onnx.md, "Trust model"). Raises :class:`nnc.onnx.UnsupportedError` listing
     every unsupported operator, :class:`nnc.onnx.OnnxError` for an invalid model.
     """
-    from nnc.onnx import _import_onnx
+    from nnc.onnx import OnnxError, OnnxTypeError, _import_onnx
 
     onnx = _import_onnx()
+    if base_dir is not None:
+        if not isinstance(base_dir, str) and not hasattr(base_dir, "__fspath__"):
+            raise OnnxTypeError(f"base_dir must be a path, not {type(base_dir).__name__}")
+        base_dir = os.fspath(base_dir)
+    if isinstance(model, str) or hasattr(model, "__fspath__"):
+        path = os.fspath(model)
+        try:
+            with open(path, "rb") as f:
+                model = f.read()
+        except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+            raise _err(f"cannot read ONNX model {path!r}: {e}") from e
+        if base_dir is None:
+            base_dir = os.path.dirname(os.path.abspath(path))
+        source = repr(path)
+    else:
+        source = "the bytes given"
     if isinstance(model, bytes):
         try:
             model = onnx.load_model_from_string(model)
-        except Exception as e:  # protobuf's DecodeError
-            raise _err(f"the bytes given are not a serialized ONNX model: {e}") from e
-    if isinstance(model, str) or hasattr(model, "__fspath__"):
-        try:
-            model = onnx.load(model)
-        except (OSError, ValueError) as e:
-            raise _err(f"cannot read ONNX model {model!r}: {e}") from e
         except Exception as e:  # protobuf's DecodeError has no common base we can name
-            raise _err(f"{model!r} is not an ONNX model: {e}") from e
+            raise _err(f"{source} are not a serialized ONNX model: {e}"
+                       if source == "the bytes given" else
+                       f"{source} is not an ONNX model: {e}") from e
     if not isinstance(model, onnx.ModelProto):
-        from nnc.onnx import OnnxTypeError
-
         raise OnnxTypeError(
-            f"load takes a path or an onnx.ModelProto, not {type(model).__name__}")
+            f"load takes a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
     if np.dtype(dtype).name not in ("float32", "float64"):
         raise _err(f"dtype must be float32 or float64, not {dtype!r}")
-    return _Loader(onnx, model, input_shapes or {}, np.dtype(dtype)).run()
+    loader = _Loader(onnx, model, input_shapes or {}, np.dtype(dtype), base_dir)
+    try:
+        return loader.run()
+    except OnnxError:
+        raise
+    except Exception as e:
+        # A model that gets past every check where a value is read and still makes the loader
+        # (or onnx, or an nnc command) raise: an OnnxError that names the node being built,
+        # with the original exception, type and message kept, so an nnc bug stays visible.
+        raise _err(f"cannot build {loader.where}: {type(e).__name__}: {e}") from e
+
+
+def _memory_bytes():
+    """The machine's physical memory in bytes, or 0 where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def _tensors(onnx, model):
+    """Every TensorProto of the model, with where it sits: initializers, sparse initializers,
+    tensor attributes, in the main graph, its sub-graphs and the model's functions."""
+    def graph(g, where):
+        for t in g.initializer:
+            yield f"{where}initializer {t.name!r}", t
+        for s in g.sparse_initializer:
+            yield f"{where}sparse initializer {s.values.name!r}", s.values
+            yield f"{where}sparse initializer {s.values.name!r} indices", s.indices
+        for n in g.node:
+            yield from nodes(n, where)
+
+    def nodes(n, where):
+        at = f"{where}node {n.name or (n.output[0] if n.output else '')!r} ({n.op_type})"
+        for a in n.attribute:
+            aw = f"{at} attribute {a.name!r}"
+            if a.HasField("t"):
+                yield aw, a.t
+            for t in a.tensors:
+                yield aw, t
+            if a.HasField("sparse_tensor"):
+                yield aw, a.sparse_tensor.values
+                yield aw, a.sparse_tensor.indices
+            for s in a.sparse_tensors:
+                yield aw, s.values
+                yield aw, s.indices
+            if a.HasField("g"):
+                yield from graph(a.g, f"{aw}: ")
+            for sub in a.graphs:
+                yield from graph(sub, f"{aw}: ")
+
+    yield from graph(model.graph, "")
+    for f in model.functions:
+        for n in f.node:
+            yield from nodes(n, f"function {f.name!r}: ")
+
+
+def tensor_nbytes(onnx, t, where):
+    """(element count, bytes) a TensorProto's dims and dtype declare, for the dtypes nnc reads
+    (whole-byte numbers); refuses negative dims and other dtypes."""
+    if any(d < 0 for d in t.dims):
+        raise _err(f"{where} has a negative dimension in dims {list(t.dims)}")
+    count = math.prod(t.dims)
+    if t.data_type not in _ITEMSIZE:
+        name = onnx.TensorProto.DataType.Name(t.data_type) if t.data_type in \
+            onnx.TensorProto.DataType.values() else str(t.data_type)
+        raise _err(f"{where} has data type {name}, which nnc does not read (numbers of whole "
+                   f"bytes only)")
+    return count, count * _ITEMSIZE[t.data_type]
+
+
+def tensor_array(onnx, t, where):
+    """A TensorProto's value as an array, its declared size checked against the bytes present
+    before anything is allocated for it (a few bytes must not declare a terabyte)."""
+    count, nbytes = tensor_nbytes(onnx, t, where)
+    if t.HasField("raw_data") or t.raw_data:
+        if len(t.raw_data) != nbytes:
+            raise _err(f"{where} declares dims {list(t.dims)} ({count} elements, {nbytes} "
+                       f"bytes) but holds {len(t.raw_data)} bytes")
+    else:
+        # Typed fields hold one value per element (two per complex, none of which nnc reads).
+        present = (len(t.float_data) + len(t.int32_data) + len(t.int64_data)
+                   + len(t.double_data) + len(t.uint64_data))
+        if present != count:
+            raise _err(f"{where} declares dims {list(t.dims)} ({count} elements) but holds "
+                       f"{present} values")
+    return onnx.numpy_helper.to_array(t)
+
+
+def _external_read(onnx, model, base_dir):
+    """The model with every external-data tensor's bytes read in (a copy: the caller's
+    ModelProto is left as it is), read only from regular files inside ``base_dir`` once every
+    symlink is resolved; None as ``base_dir`` refuses external data."""
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for _, t in _tensors(onnx, model)):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    base = os.path.realpath(base_dir) if base_dir is not None else None
+    for where, t in _tensors(onnx, copy):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        if base is None:
+            raise _err(f"{where} has external data ({location!r}): a model given as bytes or a "
+                       f"ModelProto reads none; load it from its file, or pass base_dir= the "
+                       f"folder you trust its external data to be in")
+        data = _external_bytes(onnx, t, where, info, location, base)
+        t.ClearField("external_data")
+        t.data_location = onnx.TensorProto.DEFAULT
+        t.raw_data = data
+    return copy
+
+
+def _external_bytes(onnx, t, where, info, location, base):
+    def refuse(why):
+        return _err(f"{where}: external data {location!r} {why}")
+
+    if not location:
+        raise refuse("has no location")
+    parts = location.replace("\\", "/").split("/")
+    if "\0" in location or os.path.isabs(location) or location.startswith(("/", "\\")) or \
+            ":" in parts[0]:
+        raise refuse("is an absolute path; only paths relative to the model's folder are read")
+    if ".." in parts:
+        raise refuse("has a '..' component; only paths inside the model's folder are read")
+    path = os.path.realpath(os.path.join(base, location))
+    if os.path.commonpath([path, base]) != base:
+        raise refuse(f"resolves (through a symlink) to {path!r}, outside the model's folder "
+                     f"{base!r}")
+    try:
+        offset = int(info.get("offset", 0))
+        length = int(info["length"]) if "length" in info else None
+    except ValueError as e:
+        raise refuse(f"has an offset or length that is no integer: {e}") from e
+    if offset < 0 or (length is not None and length < 0):
+        raise refuse(f"has a negative offset {offset} or length {length}")
+    count, nbytes = tensor_nbytes(onnx, t, where)
+    if length is not None and length != nbytes:
+        raise refuse(f"has length {length}, but dims {list(t.dims)} declare {count} elements "
+                     f"({nbytes} bytes)")
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_BINARY", 0))
+    except OSError as e:
+        raise refuse(f"cannot be opened: {e}") from e
+    try:
+        st = os.fstat(fd)
+    except OSError as e:
+        os.close(fd)
+        raise refuse(f"cannot be read: {e}") from e
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise refuse("is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        if offset > st.st_size:
+            raise refuse(f"has offset {offset}, past the end of the file ({st.st_size} bytes)")
+        if offset + nbytes > st.st_size:
+            raise refuse(f"needs bytes {offset}..{offset + nbytes}, past the end of the file "
+                         f"({st.st_size} bytes)")
+        f.seek(offset)
+        data = f.read(nbytes)
+    if len(data) != nbytes:
+        raise refuse(f"gave {len(data)} bytes of {nbytes} (the file shrank while read)")
+    return data
 
 
 _FOLDABLE = {"Add": np.add, "Mul": np.multiply}
 
+# Bytes per element of the constant dtypes nnc reads (whole-byte numbers, by TensorProto code:
+# FLOAT, UINT8, INT8, UINT16, INT16, INT32, INT64, BOOL, FLOAT16, DOUBLE, UINT32, UINT64,
+# BFLOAT16 and the four FLOAT8 kinds).
+_ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2,
+             17: 1, 18: 1, 19: 1, 20: 1}
+
 
 class _Loader(OpEmitter):
-    def __init__(self, onnx, model, input_shapes, dtype):
+    def __init__(self, onnx, model, input_shapes, dtype, base_dir):
         self.onnx = onnx
         self.src = model
+        self.base_dir = base_dir
         self.input_shapes = input_shapes
         self.dtype = dtype
         self.g = Graph()
+        self.where = "the model"  # what is being read or built, for an error's message
+
+    def at(self, n):
+        """Note that node n is being read or built (named in any error from here on)."""
+        self.where = f"node {n.name or (n.output[0] if n.output else '')!r} ({n.op_type})"
 
     # -- pass 0: validate, constants, shapes ------------------------------------------------
     def run(self):
         onnx = self.onnx
+        self.where = "the model's external data"
+        self.src = _external_read(onnx, self.src, self.base_dir)
         graph = self.src.graph
         self.opset = next((o.version for o in self.src.opset_import if o.domain in ("", "ai.onnx")),
                           1)
-        self.consts = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+        self.consts = {}
+        for t in graph.initializer:
+            self.where = f"initializer {t.name!r}"
+            self.consts[t.name] = tensor_array(onnx, t, self.where)
+        self.where = "the model"
         # Inferred first: the checker wants every graph output typed, which inference fills in.
         model = _fix_shapes(onnx, self.src, self.input_shapes, self.consts)
         try:
@@ -137,18 +345,35 @@ class _Loader(OpEmitter):
         except onnx.checker.ValidationError as e:
             raise _err(f"invalid ONNX model: {e}") from e
         self.shapes = {}
+        memory = _memory_bytes()
         for v in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
             tt = v.type.tensor_type
             if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-                self.shapes[v.name] = tuple(d.dim_value for d in tt.shape.dim)
+                shape = tuple(d.dim_value for d in tt.shape.dim)
+                # Refused before anything is allocated: a declared shape costs the model a few
+                # bytes, and nnc the memory it names.
+                if any(d < 0 for d in shape):
+                    raise _err(f"invalid ONNX model: value {v.name!r} has the shape {shape}, "
+                               f"with a negative dimension")
+                nbytes = math.prod(shape) * self.dtype.itemsize
+                if v.name not in self.consts and memory and nbytes > memory:
+                    raise _err(f"value {v.name!r} of shape {shape} needs {nbytes} bytes, more "
+                               f"than this machine's memory ({memory} bytes)")
+                self.shapes[v.name] = shape
         self.nodes = list(model.graph.node)
-        self.attrs = [_attrs(onnx, n) for n in self.nodes]
+        self.attrs = []
+        for n in self.nodes:
+            self.at(n)
+            self.attrs.append(_attrs(onnx, n))
         self._fold_constants()
+        for name, value in self.consts.items():
+            self.shapes.setdefault(name, np.shape(value))
         problems = {}
         ranks = {k: len(v) for k, v in self.shapes.items()}
         for k, (n, a) in enumerate(zip(self.nodes, self.attrs)):
             if k in self.skip:
                 continue
+            self.at(n)
             reason = ("operators outside the default ONNX domain"
                       if n.domain not in ("", "ai.onnx") else check_node(n.op_type, a, n,
                                                                            self.consts, ranks))
@@ -179,11 +404,12 @@ class _Loader(OpEmitter):
         become constants (NumPy computes them once at load)."""
         self.skip = set()
         for k, (n, a) in enumerate(zip(self.nodes, self.attrs)):
+            self.at(n)
             op, ins = n.op_type, list(n.input)
             value = None
             if op == "Constant":
                 if "value" in a:
-                    value = self.onnx.numpy_helper.to_array(a["value"])
+                    value = tensor_array(self.onnx, a["value"], f"{self.where} attribute 'value'")
                 else:
                     for key, dt in (("value_float", np.float32), ("value_floats", np.float32),
                                     ("value_int", np.int64), ("value_ints", np.int64)):
@@ -197,10 +423,11 @@ class _Loader(OpEmitter):
                 if op in _FOLDABLE:
                     value = _FOLDABLE[op](x, self.consts[ins[1]])
                 elif op == "Reshape":
-                    value = x.reshape(self.shapes.get(n.output[0], ()))
+                    value = x.reshape(reshape_shape(n, x.shape, self.consts[ins[1]],
+                                                    a.get("allowzero", 0)))
                 elif op == "Flatten":
-                    axis = a.get("axis", 1) % max(x.ndim, 1)
-                    value = x.reshape(int(np.prod(x.shape[:axis])), -1)
+                    axis = flatten_axis(n, a, x.ndim)
+                    value = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
                 elif op == "Transpose":
                     value = np.transpose(x, a.get("perm"))
                 else:
@@ -232,6 +459,7 @@ class _Loader(OpEmitter):
         for k, n in enumerate(self.nodes):
             if k in self.skip:
                 continue
+            self.at(n)
             op, out = n.op_type, n.output[0]
             acts = [i for i in n.input if i and i not in self.consts]
             x = n.input[0]
@@ -316,6 +544,7 @@ class _Loader(OpEmitter):
             n = self.nodes[k]
             if k in self.skip or n.op_type != "Concat":
                 continue
+            self.at(n)
             out = n.output[0]
             lay = self.layout[out]
             nd = len(self.shapes[out])
@@ -398,6 +627,8 @@ class _Loader(OpEmitter):
         return e
 
     def _emit(self):
+        from nnc.onnx import OnnxError
+
         self.tensors, self.deps, self.converted = {}, defaultdict(list), {}
         self.concats = {}
         inputs = []
@@ -408,7 +639,15 @@ class _Loader(OpEmitter):
         for k, (n, a) in enumerate(zip(self.nodes, self.attrs)):
             if k in self.skip:
                 continue
-            getattr(self, "_op_" + n.op_type)(k, n, a)
+            self.at(n)
+            try:
+                getattr(self, "_op_" + n.op_type)(k, n, a)
+            except NNCError as e:
+                if isinstance(e, OnnxError):
+                    raise
+                # An nnc command refused what this node asks of it (shapes, parameters).
+                raise _unsupported(n, f"nnc's command refuses it: {e}") from e
+        self.where = "the graph outputs"
         outputs = []
         for name in self.graph_outputs:
             if name in self.consts:

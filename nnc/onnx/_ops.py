@@ -37,6 +37,58 @@ def _unsupported(n, reason):
     return UnsupportedError({n.op_type: (1, [n.name or n.output[0]], reason)})
 
 
+def _invalid(n, why):
+    """The OnnxError for node n of an invalid model (an attribute or input ONNX forbids)."""
+    from nnc.onnx import OnnxError
+
+    return OnnxError(f"invalid ONNX model: node {n.name or n.output[0]!r} ({n.op_type}): {why}")
+
+
+def flatten_axis(n, attrs, rank):
+    """Flatten's ``axis`` in [0, rank]: ONNX allows [-rank, rank], a negative one counting from
+    the rank (-1 keeps the last axis alone on the right)."""
+    axis = attrs.get("axis", 1)
+    if not isinstance(axis, int) or not -rank <= axis <= rank:
+        raise _invalid(n, f"attribute 'axis' = {axis!r} is outside [{-rank}, {rank}] for an "
+                          f"input of rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def reshape_shape(n, in_shape, target, allowzero):
+    """Reshape's output shape, by ONNX's rules: a 0 copies the input's dimension at that index
+    (with ``allowzero=1`` it is a real 0), one -1 is inferred; the element count must stay the
+    same (onnxruntime refuses a change, and a view of another size would read past or short)."""
+    target = np.asarray(target)
+    if target.dtype.kind not in "iu" or target.ndim != 1:
+        raise _invalid(n, f"the shape input must be a 1-D integer tensor, not {target.dtype} of "
+                          f"shape {target.shape}")
+    out = [int(d) for d in target]
+    if any(d < -1 for d in out):
+        raise _invalid(n, f"the shape {out} has a dimension below -1")
+    if out.count(-1) > 1:
+        raise _invalid(n, f"the shape {out} has more than one -1")
+    if allowzero and 0 in out and -1 in out:
+        raise _invalid(n, f"allowzero=1 with both a 0 and a -1 in the shape {out} (the -1 cannot "
+                          f"be inferred)")
+    for i, d in enumerate(out):
+        if d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise _invalid(n, f"the shape {out} copies dimension {i} (a 0), which an input "
+                                  f"of shape {tuple(in_shape)} lacks")
+            out[i] = in_shape[i]
+    total = math.prod(in_shape)
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        if known == 0 or total % known:
+            raise _invalid(n, f"the input's {total} elements (shape {tuple(in_shape)}) cannot "
+                              f"take the shape {list(target)}: the -1 cannot be inferred")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != total:
+        raise _invalid(n, f"the input's {total} elements (shape {tuple(in_shape)}) cannot take "
+                          f"the shape {list(target)} ({math.prod(out)} elements)")
+    return tuple(out)
+
+
 def check_node(op, attrs, node, consts, ranks):
     """Why nnc cannot run this node, or None if it can."""
     ins = [i for i in node.input]
@@ -74,8 +126,11 @@ def check_node(op, attrs, node, consts, ranks):
     elif op == "Reshape":
         if len(ins) < 2 or ins[1] not in consts:
             return "the shape must be a constant"
-        if attrs.get("allowzero", 0) and 0 in consts[ins[1]]:
-            return "allowzero=1 with a zero in the shape"
+    elif op == "MatMul":
+        if ranks.get(ins[0], np.ndim(consts.get(ins[0], 0))) not in (1, 2, 3) or \
+                ranks.get(ins[1], np.ndim(consts.get(ins[1], 0))) not in (2, 3):
+            return "only the operand shapes GEMM takes: [K], [M, K] or [B, M, K] times [K, N] " \
+                   "or [B, K, N]"
     elif op == "Dropout":
         if len(ins) > 2 and ins[2] and (ins[2] not in consts or bool(consts[ins[2]])):
             return "training_mode must be a constant False"
@@ -122,18 +177,28 @@ class OpEmitter:
             w = w * s[:, None, None, None]
             b = (b - mean) * s + beta
         kh, kw = w.shape[2:]
+        if "kernel_shape" in a and tuple(a["kernel_shape"]) != (kh, kw):
+            raise _invalid(n, f"attribute 'kernel_shape' = {a['kernel_shape']} is not the "
+                              f"weights' window ({kh}, {kw})")
+        groups = a.get("group", 1)
+        if not isinstance(groups, int) or groups < 1 or x.shape[3] % groups or o % groups:
+            raise _invalid(n, f"attribute 'group' = {groups!r} must be >= 1 and divide the "
+                              f"input's {x.shape[3]} and the output's {o} channels")
         stride = tuple(a.get("strides", [1, 1]))
-        pads = self._pads(a, x.shape[1:3], (kh, kw), stride)
+        pads = self._pads(n, a, x.shape[1:3], (kh, kw), stride)
         wt = Tensor(np.ascontiguousarray(np.transpose(w, TO_NHWC), dtype=self.dtype))
         bt = Tensor(b.astype(self.dtype))
-        self._write(n, Cmd("CONVOLUTION", stride=stride, padding=pads,
-                           groups=int(a.get("group", 1))), [x, wt, bt], deps)
+        self._write(n, Cmd("CONVOLUTION", stride=stride, padding=pads, groups=groups),
+                    [x, wt, bt], deps)
 
     @staticmethod
-    def _pads(a, hw, kernel, stride):
+    def _pads(n, a, hw, kernel, stride):
         """(top, left, bottom, right) from ONNX pads or auto_pad."""
         mode = a.get("auto_pad", b"NOTSET")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
+        mode = mode.decode("utf-8", "replace") if isinstance(mode, bytes) else mode
+        if mode not in ("NOTSET", "", "VALID", "SAME_UPPER", "SAME_LOWER"):
+            raise _invalid(n, f"attribute 'auto_pad' = {mode!r} is none of NOTSET, VALID, "
+                              f"SAME_UPPER, SAME_LOWER")
         if mode in ("NOTSET", ""):
             p = list(a.get("pads", [0, 0, 0, 0]))
             return (p[0], p[1], p[2], p[3])
@@ -160,6 +225,10 @@ class OpEmitter:
             lo = float(np.asarray(self.consts[n.input[1]]).reshape(-1)[0])
         if len(n.input) > 2 and n.input[2]:
             hi = float(np.asarray(self.consts[n.input[2]]).reshape(-1)[0])
+        if lo > hi:
+            # ONNX's Clip is min(max(x, lo), hi): every element becomes hi (CLAMP refuses
+            # min > max, so the lower bound moves up to hi, which gives the same).
+            lo = hi
         self._write(n, Cmd("CLAMP", min=lo, max=hi), [x], deps)
 
     def _binary(self, n, name):
@@ -193,7 +262,7 @@ class OpEmitter:
         x, deps = self.get(n.input[0], "nhwc")
         size = tuple(a["kernel_shape"])
         stride = tuple(a.get("strides", [1, 1]))
-        pads = self._pads(a, x.shape[1:3], size, stride)
+        pads = self._pads(n, a, x.shape[1:3], size, stride)
         self._write(n, Cmd(name, size=size, stride=stride, padding=pads, **extra), [x], deps)
 
     def _op_GlobalAveragePool(self, k, n, a):
@@ -269,11 +338,12 @@ class OpEmitter:
 
     def _op_Flatten(self, k, n, a):
         shape = self.shapes[n.input[0]]
-        axis = a.get("axis", 1) % (len(shape) + 1) if shape else 0
-        self._view(n, (int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
+        axis = flatten_axis(n, a, len(shape))
+        self._view(n, (math.prod(shape[:axis]), math.prod(shape[axis:])))
 
     def _op_Reshape(self, k, n, a):
-        self._view(n, self.shapes[n.output[0]])
+        self._view(n, reshape_shape(n, self.shapes[n.input[0]], self.consts[n.input[1]],
+                                    a.get("allowzero", 0)))
 
     def _op_Transpose(self, k, n, a):
         x = n.input[0]
@@ -337,8 +407,12 @@ class OpEmitter:
         t, deps = self.get(x, lay)
         iaxes = [TO_NHWC.index(ax) for ax in axes] if lay == "nhwc" else axes
         cmd = Cmd(_REDUCE[n.op_type], axes=tuple(sorted(iaxes)))
+        ins = [t]
+        if n.op_type == "ReduceMax" and any(t.shape[i] == 0 for i in iaxes):
+            # The maximum of no elements: ONNX defines it as -inf (REDUCE_MAX refuses it).
+            cmd, ins = Cmd("SET", value=-math.inf), []
         if a.get("keepdims", 1):
-            self._write(n, cmd, [t], deps)
+            self._write(n, cmd, ins, deps)
             return
         # keepdims=0: reduce into a private kept-dims tensor; the output is a free view of it
         # without the size-1 axes, once the axes left are in ONNX's order (an NHWC image whose
@@ -346,7 +420,7 @@ class OpEmitter:
         kept = Tensor.empty(tuple(1 if i in iaxes else d for i, d in enumerate(t.shape)),
                             dtype=self.dtype)
         label = n.name or out
-        e = self.node(cmd, [t], [kept], f"{label}/keepdims", deps)
+        e = self.node(cmd, ins, [kept], f"{label}/keepdims", deps)
         left = [TO_NHWC[i] for i in range(nd) if i not in iaxes] if lay == "nhwc" else []
         if left != sorted(left):
             plain = Tensor.empty(perm_shape(kept.shape, TO_NCHW), dtype=self.dtype)
