@@ -402,3 +402,24 @@ def test_ios_keeps_ordinary_schedules():
     finally:
         set_ios_options(**old)
     assert a[1]["stages"] == [[[0]], [[1], [2]], [[3]]] == b[1]["stages"]
+
+
+def test_a_python_policy_whose_exception_cannot_be_printed_is_reported():
+    from nnc.graph.schedule import _register_python_policy, _unregister_policy
+
+    class Unprintable(Exception):
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    def policy(succ, cap):
+        raise Unprintable()
+
+    g, _ = diamond()
+    _register_python_policy("unprintable", policy)
+    try:
+        with pytest.raises(nnc.ScheduleError, match="'unprintable' failed: <Unprintable") as info:
+            nnc.static_schedule(g, policy="unprintable")
+    finally:
+        _unregister_policy("unprintable")
+    assert isinstance(info.value.__cause__, Unprintable)
+    g.exec(nnc.Cmd("NOOP"))             # idle again

@@ -26,11 +26,17 @@ from nnc._core import NNCError, ScheduleError
 from nnc.graph.graph cimport Graph, GraphExec
 
 
+# Shortens a huge number (10**400: 40 characters of its 401 digits) and nothing that fits a
+# message (an exception's repr, a cost's).
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 1000
+
+
 cdef str shown(object v):
-    """repr(v) for an error message: shortened (a 400-digit int), and a stand-in when v's own
-    repr raises, so that the message about a bad value never fails on that value."""
+    """repr(v) for an error message: shortened (_REPR), and a stand-in when v's own repr
+    raises, so that the message about a bad value never fails on that value."""
     try:
-        return reprlib.repr(v)
+        return _REPR.repr(v)
     except Exception:
         return f"<{type(v).__name__} object (its repr failed)>"
 
@@ -44,6 +50,10 @@ cdef double cost_seconds(object who, object v) except -1:
     ScheduleError naming ``who`` (a GraphExec, or a position of a policy's test wrapper) and
     v."""
     cdef double x
+    if type(v) is float:            # the common case, without the ABC check
+        x = v
+        if isfinite(x) and x >= 0:
+            return x
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise ScheduleError(f"costs: the cost of {_who(who)} must be a number of seconds, not "
                             f"{shown(v)}")

@@ -217,9 +217,10 @@ cdef double _read_costs(Schedule sched, Graph g, object costs, double* out) exce
     for p in range(m):
         i = sched.order[p]
         e = GraphExec._new(g, i)
-        if i not in table:
+        v = table.get(i, table)     # the table itself: no cost given
+        if v is table:
             raise ScheduleError(f"costs: no cost for node {e!r}")
-        out[p] = cost_seconds(e, table[i])
+        out[p] = cost_seconds(e, v)
         total = cost_add(e, out[p], total)
     return total
 
