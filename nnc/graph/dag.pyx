@@ -6,10 +6,13 @@ from libc.stdlib cimport free, malloc
 
 from nnc._core import ScheduleError
 
+from nnc.graph.costs cimport cost_add, cost_seconds
+
 
 cdef class DagBuffer:
     """The DAG of successor lists ``succ`` over positions (every edge u -> v with u < v), and
-    optional ``costs`` (one number >= 0 per position). Bad input raises ScheduleError."""
+    optional ``costs`` (one number >= 0 per position, checked as the builder checks a graph's
+    costs: costs.pyx). Bad input raises ScheduleError."""
 
     def __dealloc__(self):
         free(self.buf)
@@ -17,6 +20,7 @@ cdef class DagBuffer:
 
     cdef int load(self, object succ, object costs=None) except -1:
         cdef int m, k, e = 0, i, v
+        cdef double total = 0
         cdef int* sstart
         cdef int* pstart
         cdef int* cmd
@@ -78,11 +82,8 @@ cdef class DagBuffer:
             if self.cost == NULL:
                 raise MemoryError()
             for k in range(m):
-                x = costs[k]
-                if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < 1e300:
-                    raise ScheduleError(f"cost of node {k} must be a finite number >= 0, "
-                                        f"not {x!r}")
-                self.cost[k] = x
+                self.cost[k] = cost_seconds(k, costs[k])
+                total = cost_add(k, self.cost[k], total)
             self.d.cost = self.cost
         return 0
 

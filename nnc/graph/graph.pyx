@@ -230,8 +230,9 @@ cdef class Graph:
             if g._busy is not None:
                 if g._busy_thread == PyThread_get_thread_ident():
                     raise GraphError(
-                        f"cannot {what} while {whose} is {g._busy} on this thread: a command "
-                        "cannot change or run the graph that runs it"
+                        f"cannot {what} while {whose} is {g._busy} on this thread: code that "
+                        "nnc calls meanwhile (a command, a costs function) cannot change or run "
+                        "that graph"
                     )
                 raise GraphError(
                     f"cannot {what} while {whose} is {g._busy} on another thread; a graph is "

@@ -169,8 +169,11 @@ cdef int _slot(block_t* b, uint64_t S) noexcept nogil:
 
 cdef double _solve(block_t* b, uint64_t S) noexcept nogil:
     """cost(S), memoised; each ending of S is built by deciding its nodes from the highest
-    down (a node's successors are decided before it: it may join only when they all did)."""
-    cdef double best = 1e300, lat, c
+    down (a node's successors are decided before it: it may join only when they all did).
+    The first ending seen is kept whatever it costs (arg 0: none yet; an ending is never
+    empty): a state with no ending kept would give the stage walk in _block no stage to take.
+    Costs sum to a finite double (costs.pyx), and a sum the overheads take to inf only ties."""
+    cdef double best = 0, lat, c
     cdef uint64_t arg = 0
     cdef int i, t = 0, nn = 0
     cdef int nodes[MAX_BLOCK]
@@ -199,7 +202,7 @@ cdef double _solve(block_t* b, uint64_t S) noexcept nogil:
                 lat = _latency(b, Es[t])
                 if lat >= 0:
                     c = _solve(b, S & ~Es[t]) + lat
-                    if c < best or (c == best and Es[t] > arg):
+                    if arg == 0 or c < best or (c == best and Es[t] > arg):
                         best = c
                         arg = Es[t]
             t -= 1
@@ -320,6 +323,9 @@ cdef int _block(const dag_t* d, block_t* b, int b0, int b1, list stages) except 
     block = []
     while S:
         E = b.best[_slot(b, S)]
+        if (E & S) == 0:            # no stage would shrink S: refuse rather than loop forever
+            raise ScheduleError(f"ios: the DP kept no stage for the state {S:#x} of the block "
+                                f"{b0} .. {b1 - 1}")
         k = _groups(b, E, gm, gc)
         stage = []
         for g in range(k):

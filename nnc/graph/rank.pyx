@@ -28,7 +28,7 @@ from nnc._core import NNCError, ScheduleError
 
 from nnc.cmd cimport Cmd
 from nnc.graph.control cimport WhileNode
-from nnc.graph.costs cimport fill_costs
+from nnc.graph.costs cimport fill_costs, shown
 from nnc.graph.dag cimport dag_t
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.schedule cimport Policy, Schedule, _Scratch, policy_of
@@ -605,7 +605,7 @@ cdef int _assign(_Builder b, Policy p, Graph g, const int* order, int split, int
     except NNCError:
         raise
     except Exception as exc:
-        raise ScheduleError(f"scheduling policy {p.name!r} failed: {exc!r}") from exc
+        raise ScheduleError(f"scheduling policy {p.name!r} failed: {shown(exc)}") from exc
     if m == 0:
         return 1
     if n < 1 or n > m or (max_streams and n > max_streams):

@@ -71,6 +71,9 @@ cdef class ScheduleState:
 
 cdef ScheduleState schedule_state(Graph g)
 cdef dict schedule_args(Graph g)        # the default schedule's arguments, or None
+# Mark g busy while nnc calls user code over arrays sized from it, unless it is in use already;
+# returns whether it marked g (then the caller's finally calls g._leave()).
+cdef bint enter_unless_in_use(Graph g, str what, str doing) except -1
 
 
 # One scheduling policy of the registry (POLICIES: name -> Policy, None for "rank", which the

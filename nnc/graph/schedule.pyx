@@ -156,11 +156,37 @@ cdef class _Scratch:
         return p
 
 
+cdef bint _in_use(Graph g):
+    """Is g, or a graph enclosing it, in use (Graph._check_idle would refuse a change)?"""
+    while g is not None:
+        if g._busy is not None or g._inflight:
+            return True
+        g = g._control_parent
+    return False
+
+
+cdef bint enter_unless_in_use(Graph g, str what, str doing) except -1:
+    """Mark g busy ``doing`` (Graph._enter) while nnc calls user code (a costs function, a
+    Python policy) with C arrays sized from g in hand, so that the code gets a GraphError for
+    any change of g or its sub-graphs instead of reallocating them. A graph in use already
+    (a run building a loop body's schedule) is left as it is: its mark refuses changes just as
+    well. Returns whether it marked g; the caller then calls g._leave() in a finally."""
+    if _in_use(g):
+        return False
+    g._enter(what, doing)
+    return True
+
+
 cdef Schedule _build(Graph g, dict args):
     from nnc.graph.rank import build_rank
 
-    return build_rank(g, args["stream_type"], args["max_streams"], args["policy"],
-                      args["costs"])
+    cdef bint entered = enter_unless_in_use(g, "schedule it", "being scheduled")
+    try:
+        return build_rank(g, args["stream_type"], args["max_streams"], args["policy"],
+                          args["costs"])
+    finally:
+        if entered:
+            g._leave()
 
 
 def _check_args(graph, stream_type, max_streams, policy):
@@ -196,9 +222,18 @@ def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank", cost
     max_streams = _check_args(graph, stream_type, max_streams, policy)
     cdef Graph g = graph
     g._check_idle("schedule it")
-    args = dict(stream_type=stream_type, max_streams=max_streams, policy=policy,
-                costs=normalize_costs(g, costs))
-    return _schedule(g, args)
+    if isinstance(costs, str) and costs == "profile":
+        costs = dict(g.profile())   # runs the graph: before it is marked busy
+    # Busy until every schedule of the tree is built: the costs function (and a Python policy)
+    # runs while the builder holds arrays sized from g and its sub-graphs, which a change
+    # would reallocate; they get a GraphError instead ("being scheduled").
+    g._enter("schedule it", "being scheduled")
+    try:
+        args = dict(stream_type=stream_type, max_streams=max_streams, policy=policy,
+                    costs=normalize_costs(g, costs))
+        return _schedule(g, args)
+    finally:
+        g._leave()
 
 
 cdef Schedule _schedule(Graph g, dict args):
@@ -210,7 +245,9 @@ cdef Schedule _schedule(Graph g, dict args):
     st.default = sched
     st.args = args
     for sub in _subgraphs(g):
-        (<Graph>sub)._check_idle("schedule it")
+        # Its enclosing graph is ours, marked busy: only a use of its own can refuse it.
+        if (<Graph>sub)._busy is not None or (<Graph>sub)._inflight:
+            (<Graph>sub)._check_idle("schedule it")
         _schedule(sub, args)
     return sched
 

@@ -36,8 +36,9 @@ import numpy as np
 
 from nnc._core import ScheduleError
 
+from nnc.graph.costs cimport cost_add, cost_seconds, shown
 from nnc.graph.graph cimport Graph, GraphExec
-from nnc.graph.schedule cimport Schedule, _Scratch
+from nnc.graph.schedule cimport Schedule, _Scratch, enter_unless_in_use
 
 
 # A binary min-heap of (key, position) pairs; ties go to the lower position. Arrays owned by
@@ -163,22 +164,6 @@ cdef inline void _release(sim_t* s, int d, double at) noexcept nogil:
         _push(&s.cand, s.ready[d], d)
 
 
-cdef double _number(object v, object e) except? -1:
-    """One node's cost as a float >= 0, or ScheduleError naming the node."""
-    if isinstance(v, (bool, np.bool_)) or isinstance(v, str):
-        raise ScheduleError(f"costs: the cost of node {e!r} must be a number of seconds, "
-                            f"not {v!r}")
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise ScheduleError(f"costs: the cost of node {e!r} must be a number of seconds, "
-                            f"not {v!r}") from None
-    if not isfinite(x) or x < 0:
-        raise ScheduleError(f"costs: the cost of node {e!r} is {x!r}; it must be finite "
-                            "and >= 0")
-    return x
-
-
 cdef int _key_index(Schedule sched, Graph g, object key) except -2:
     """The node index a ``costs`` mapping key names (a GraphExec of g or an int index)."""
     if isinstance(key, GraphExec):
@@ -193,15 +178,15 @@ cdef int _key_index(Schedule sched, Graph g, object key) except -2:
     raise ScheduleError(f"costs: a key must be a GraphExec or a node index, not {key!r}")
 
 
-cdef int _read_costs(Schedule sched, Graph g, object costs, double* out) except -1:
-    """Fill out[p] (by position) with each node's cost, checked."""
+cdef double _read_costs(Schedule sched, Graph g, object costs, double* out) except -1:
+    """Fill out[p] (by position) with each node's cost, checked (costs.pyx: cost_seconds);
+    returns their sum, checked to be finite (cost_add)."""
     cdef int p, i, m = sched.order_size
+    cdef double total = 0
     cdef dict table
     if isinstance(costs, str):
-        if costs != "profile":
-            raise ScheduleError(f'costs: expected "profile", a mapping, a callable or a '
-                                f'sequence, not the string {costs!r}')
-        table = {(<GraphExec>e).index: t for e, t in g.profile(repeat=3)}
+        raise ScheduleError(f'costs: expected "profile", a mapping, a callable or a '
+                            f'sequence, not the string {shown(costs)}')
     elif isinstance(costs, Mapping):
         table = {}
         for key, v in costs.items():
@@ -217,9 +202,10 @@ cdef int _read_costs(Schedule sched, Graph g, object costs, double* out) except 
                 v = costs(e)
             except Exception as exc:
                 raise ScheduleError(f"costs: the cost function failed on node {e!r}: "
-                                    f"{exc}") from exc
-            out[p] = _number(v, e)
-        return 0
+                                    f"{shown(exc)}") from exc
+            out[p] = cost_seconds(e, v)
+            total = cost_add(e, out[p], total)
+        return total
     elif isinstance(costs, (Sequence, np.ndarray)):
         if len(costs) != sched.node_count:
             raise ScheduleError(f"costs: a sequence needs one cost per node of the scheduled "
@@ -227,14 +213,16 @@ cdef int _read_costs(Schedule sched, Graph g, object costs, double* out) except 
         table = {i: costs[i] for i in range(sched.node_count)}
     else:
         raise ScheduleError(f'costs: expected "profile", a mapping {{GraphExec or index: '
-                            f's}}, a callable(GraphExec) -> s or a sequence, not {costs!r}')
+                            f's}}, a callable(GraphExec) -> s or a sequence, not {shown(costs)}')
     for p in range(m):
         i = sched.order[p]
-        v = table.get(i)
-        if v is None:
-            raise ScheduleError(f"costs: no cost for node {GraphExec._new(g, i)!r}")
-        out[p] = _number(v, GraphExec._new(g, i))
-    return 0
+        e = GraphExec._new(g, i)
+        v = table.get(i, table)     # the table itself: no cost given
+        if v is table:
+            raise ScheduleError(f"costs: no cost for node {e!r}")
+        out[p] = cost_seconds(e, v)
+        total = cost_add(e, out[p], total)
+    return total
 
 
 cdef double _option(object v, str name) except? -1:
@@ -257,7 +245,9 @@ def schedule_simulate(Schedule sched not None, costs, *, cores=None, streams_ove
     indexed by node index (one entry per node of the scheduled graph), or ``"profile"`` (the
     best of three ``graph.profile()`` runs; this runs the graph). ``cores``: how many nodes may
     run at once (None: no limit). The model: docs/schedule.md, "Simulator". ScheduleError for
-    a stale schedule, bad options, or a node whose cost is missing, negative or not finite.
+    a stale schedule, bad options, a node whose cost is missing or bad (costs.pyx), costs whose
+    sum, or a run whose end, passes the largest double. The graph is busy while the costs are
+    read (a costs function that changes it gets GraphError).
     """
     cdef Graph g = sched.graph_ref()
     if sched.stale:
@@ -276,7 +266,19 @@ def schedule_simulate(Schedule sched not None, costs, *, cores=None, streams_ove
     cdef int m = sched.order_size, n = sched.node_count, p, i, k, w, q, ns = sched.stream_count
     cdef _Scratch mem = _Scratch.__new__(_Scratch)
     cdef double* cost = <double*>mem.raw(sizeof(double) * (m + 1))
-    _read_costs(sched, g, costs, cost)
+    cdef double work
+    cdef bint entered
+    if isinstance(costs, str) and costs == "profile":
+        # Runs the graph: before the graph is marked busy for the costs below.
+        costs = {(<GraphExec>e).index: t for e, t in g.profile(repeat=3)}
+    # The costs may be user code (a callable, a mapping's methods, a Real's __float__): the
+    # graph is busy meanwhile, so that it cannot change under the schedule being simulated.
+    entered = enter_unless_in_use(g, "simulate it", "being simulated")
+    try:
+        work = _read_costs(sched, g, costs, cost)
+    finally:
+        if entered:
+            g._leave()
 
     cdef int* pos = mem.ints(n, -1)                     # node index -> position
     cdef int* emit_pos = mem.ints(sched.signal_count, -1)
@@ -364,13 +366,35 @@ def schedule_simulate(Schedule sched not None, costs, *, cores=None, streams_ove
                 end = s.finish[p]
             start_v[sched.order[p]] = s.start[p]
             finish_v[sched.order[p]] = s.finish[p]
+    if not isfinite(end):
+        _overflowed(sched, g, &s, cost)
     busy = [0.0] * ns
     every = [0.0] * m
     for p in range(m):
         busy[sched.stream[sched.order[p]]] += cost[p]
         every[p] = cost[p]
+    try:
+        work = math.fsum(every)         # exact, where the checked sum may have rounded
+    except OverflowError:               # ... past the doubles, by rounding only
+        pass
     return SimResult(sched, float(end), start, finish, tuple(busy),
-                     _critical_path(g, sched, pos, cost), math.fsum(every), cores, overlap)
+                     _critical_path(g, sched, pos, cost), work, cores, overlap)
+
+
+cdef int _overflowed(Schedule sched, Graph g, sim_t* s, const double* cost) except -1:
+    """The run's end overflowed (the costs sum to a finite double, but the host's launch and
+    signal costs take a time past it): ScheduleError naming the first node enqueued that
+    starts or finishes too late to time."""
+    cdef int p
+    for p in range(sched.order_size):
+        if not isfinite(s.finish[p]):
+            raise ScheduleError(
+                f"the simulated run overflows the largest double: node "
+                f"{GraphExec._new(g, sched.order[p])!r} (cost {cost[p]!r}) starts at "
+                f"{s.start[p]!r} s; its costs, launch_cost and signal_cost must add up to a "
+                "finite time")
+    raise ScheduleError("the simulated run overflows the largest double at its end: its costs, "
+                        "launch_cost and signal_cost must add up to a finite time")
 
 
 cdef double _critical_path(Graph g, Schedule sched, const int* pos, const double* cost):
