@@ -46,12 +46,24 @@ class Job:
         self._lock = lock
 
     def fail(self, stage, exc):
-        """Record that ``stage`` (a name) failed with ``exc``; later stages skip this job."""
+        """Record that ``stage`` (a name) failed with ``exc`` (any BaseException); later stages
+        skip this job. Never raises: it runs on the path that completes the job."""
         with self._lock:
             if self.error is None:
-                err = PipelineError(f"stage {stage} failed on input #{self.seq}: {exc!r}")
+                err = PipelineError(f"stage {stage} failed on input #{self.seq}: "
+                                    f"{exception_text(exc)}")
                 err.__cause__ = exc
                 self.error = err
+
+
+def exception_text(exc):
+    """``repr(exc)``, or a description by type when that raises: user code may raise an
+    exception whose ``__repr__`` fails, and reporting it must not fail in turn."""
+    try:
+        return repr(exc)
+    except BaseException as e:  # noqa: BLE001 - any failure of user code: described instead
+        return (f"<{type(exc).__module__}.{type(exc).__qualname__} whose repr() raised "
+                f"{type(e).__qualname__}>")
 
 
 class stage_scope:
@@ -112,25 +124,43 @@ class PipelineModule:
         pass
 
     def _stage_done(self, job):
-        """A stage finished (or skipped) ``job``; the last one completes it."""
+        """A stage finished (or skipped) ``job``; the last one completes it. Never leaves the
+        job unfinished: the thread that calls it is a pool thread or a watcher, and a job that
+        never completes would hang get_output() and close()."""
         with self._cond:
             job.remaining -= 1
             if job.remaining > 0:
                 return
-            if job.error is None:
-                seen = set()
-                outs = []
-                for stage, index in self.plan.outputs:
-                    a = job.values[(stage, index)]
-                    # Two global outputs of one module output: each gets its own array.
-                    outs.append(a.copy() if id(a) in seen else a)
-                    seen.add(id(a))
-                job.outputs = outs
-            job.values = {}
-            job.inputs = {}
-            job.done = True
-            self._executing -= 1
-            self._cond.notify_all()
+            try:
+                if job.error is None:
+                    job.outputs = self._collect(job)
+            finally:
+                job.values = {}
+                job.inputs = {}
+                job.done = True
+                self._executing -= 1
+                self._cond.notify_all()
+
+    def _collect(self, job):
+        """``job``'s global outputs from its hand-overs, or None after failing the job (an
+        executor that lost a stage's result, a copy that failed)."""
+        seen = set()
+        outs = []
+        for stage, index in self.plan.outputs:
+            name = self.plan.stages[stage].module.name
+            a = job.values.get((stage, index))
+            if a is None:
+                job.fail(name, PipelineError(f"output {index} of stage {name} was never "
+                                             "handed over"))
+                return None
+            try:
+                # Two global outputs of one module output: each gets its own array.
+                outs.append(a.copy() if id(a) in seen else a)
+            except BaseException as e:  # noqa: BLE001 - reported for this input (MemoryError)
+                job.fail(name, e)
+                return None
+            seen.add(id(a))
+        return outs
 
     # ---- the caller's API ----
 
