@@ -22,3 +22,7 @@ cdef enum nnc_status_e:
     NNC_INVALID = -1
     NNC_NO_KERNEL = -2
     NNC_OOM = -3
+
+# The check of every wait's timeout= (nnc.stream, nnc.waiting, nnc.engine cimport it; the
+# pure-Python modules call it): -1 forever, else seconds >= 0.
+cpdef double timeout_seconds(object timeout, object error=*) except? -2

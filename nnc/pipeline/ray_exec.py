@@ -25,6 +25,7 @@ import threading
 
 import numpy as np
 
+from nnc._core import timeout_seconds
 from nnc.pipeline.config import Module, PipelineError
 from nnc.pipeline.graph_pack import graph_pack, graph_unpack
 from nnc.pipeline.runtime import _WAIT_SLICE, PipelineModule
@@ -102,6 +103,7 @@ class RayPipelineModule(PipelineModule):
         self._watch = []
         self._stop = False
         self._watcher = None
+        start_limit = timeout_seconds(start_timeout, PipelineError)
         if resources is not None and not isinstance(resources, dict):
             raise PipelineError(f"resources must be a dict stage name -> Ray options, not "
                                 f"{resources!r}")
@@ -145,7 +147,8 @@ class RayPipelineModule(PipelineModule):
                                         f"{options!r}: {e}") from e
                 self._actors.append(actor)
             ready = [a.ready.remote() for a in self._actors]
-            _, pending = ray.wait(ready, num_returns=len(ready), timeout=start_timeout)
+            _, pending = ray.wait(ready, num_returns=len(ready),
+                                  timeout=None if start_limit < 0 else start_limit)
             if pending:
                 late = [names[ready.index(p)] for p in pending]
                 raise PipelineError(f"the Ray actors of stages {late} did not start within "

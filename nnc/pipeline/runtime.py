@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from nnc._core import timeout_seconds
 from nnc.pipeline.config import PipelineError, array_mismatch, spec_str
 
 _WAIT_SLICE = 0.1       # seconds: blocked calls wake this often so Ctrl-C gets through
@@ -82,11 +83,10 @@ def _in_a_stage():
 
 
 def _deadline(timeout):
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise PipelineError(f"timeout must be a number of seconds or None, not {timeout!r}")
-    return time.monotonic() + max(float(timeout), 0.0)
+    """The monotonic time a wait of ``timeout`` seconds ends, None for forever (None or
+    +inf); nnc's one check of a timeout (a negative one is 0; NaN: PipelineError)."""
+    limit = timeout_seconds(timeout, PipelineError)
+    return None if limit < 0 else time.monotonic() + limit
 
 
 class PipelineModule:
