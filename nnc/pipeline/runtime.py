@@ -6,7 +6,9 @@ order, back-pressure (at most ``depth`` in flight), and the outputs waiting for
 (start one input's work; called with the module's lock held, so jobs are submitted in input
 order even from several threads; it must not block) and ``_shutdown()`` (release the stages
 after the last job); whatever thread finishes a stage of a job calls ``_stage_done(job)``,
-and a failing stage calls ``job.fail(stage name, exception)`` first.
+and a failing stage calls ``job.fail(stage name, exception)`` first. Every job must complete:
+a ``_submit`` that raises still calls ``_stage_done`` once for each stage it did not hand
+on (after ``job.fail``), so the job's ``depth`` slot comes back once the handed ones report.
 
 State, all guarded by ``_cond``'s lock:
 
