@@ -25,3 +25,7 @@ cdef enum nnc_status_e:
 
 # repr(obj) for an error message; never raises (user objects' reprs may): nnc/_core.pyx.
 cpdef str error_repr(object obj)
+
+# The check of every wait's timeout= (nnc.stream, nnc.waiting, nnc.engine cimport it; the
+# pure-Python modules call it): -1 forever, else seconds >= 0.
+cpdef double timeout_seconds(object timeout, object error=*) except? -2

@@ -6,6 +6,7 @@ built-in exception a NumPy user would expect (``ValueError``, ``TypeError``, ``R
 so existing ``except ValueError`` code keeps working.
 """
 
+import numbers
 import os
 
 from cpython.object cimport Py_TYPE
@@ -91,6 +92,32 @@ cpdef str error_repr(object obj):
     except BaseException as e:
         # Named here, not raised, whatever it is (a KeyboardInterrupt too): see above.
         return f"<{_type_name(obj)} object: its repr raised {_type_name(e)}>"
+
+
+cpdef double timeout_seconds(object timeout, object error=None) except? -2:
+    """A wait's ``timeout`` argument as seconds, the one check every ``timeout=`` of nnc makes:
+    -1 for None or +inf (wait forever), 0 for a negative value (as ``threading.Event.wait``),
+    else the number. ``error`` (default :class:`StreamError`): the NNCError subclass raised
+    for NaN or anything but a real number (a bool, a str: not a duration)."""
+    cdef double t
+    if timeout is None:
+        return -1
+    if type(timeout) is float:
+        t = timeout
+    elif isinstance(timeout, numbers.Real) and not isinstance(timeout, bool):
+        try:
+            t = float(timeout)
+        except OverflowError:           # an int beyond a double (10**400): as +-inf
+            t = float("inf") if timeout > 0 else 0.0
+    else:
+        raise (StreamError if error is None else error)(
+            f"timeout must be a number of seconds or None, not {type(timeout).__qualname__}")
+    if t != t:
+        raise (StreamError if error is None else error)(
+            "timeout must be a number of seconds or None, not NaN")
+    if t == float("inf"):
+        return -1
+    return t if t > 0 else 0.0
 
 
 def get_include():

@@ -19,7 +19,7 @@ import gc
 import threading
 import time
 
-from nnc._core import DEBUG, NNCError
+from nnc._core import DEBUG, NNCError, timeout_seconds
 
 debug_on = DEBUG
 
@@ -80,12 +80,14 @@ def _coro_threads():
 def leaks(baseline, timeout=10.0):
     """Compare the counters with ``baseline`` (an earlier ``counters()``) once things settle.
 
-    Collects garbage and waits, up to ``timeout`` seconds, for queued work to finish (dropped
-    streams' included) and nnc's coroutine scheduler threads to end. Returns
+    Collects garbage and waits, up to ``timeout`` seconds (None or +inf: no limit), for queued
+    work to finish (dropped streams' included) and nnc's coroutine scheduler threads to end.
+    Returns
     ``{name: (before, now)}`` for every counter that still differs from ``baseline``, plus
     ``"threads": (0, [names])`` if coroutine scheduler threads still run; ``{}`` if all balance.
     """
-    deadline = time.monotonic() + timeout
+    cdef double limit = timeout_seconds(timeout)
+    deadline = None if limit < 0 else time.monotonic() + limit
     while True:
         gc.collect()
         now = counters()
@@ -93,6 +95,6 @@ def leaks(baseline, timeout=10.0):
         threads = _coro_threads()
         if threads:
             diff["threads"] = (0, threads)
-        if not diff or time.monotonic() >= deadline:
+        if not diff or (deadline is not None and time.monotonic() >= deadline):
             return diff
         time.sleep(0.01)

@@ -582,7 +582,7 @@ cdef class Engine:
         """Block until every op pushed so far that mutates ``v`` is done (MXNet: WaitForVar);
         True, or False if ``timeout`` seconds passed first. Raises the EngineError ``v``
         carries if its last write failed (docs/engine.md, "Errors")."""
-        cdef double limit = timeout_seconds(timeout)
+        cdef double limit = timeout_seconds(timeout, EngineError)
         cdef op_t* w
         cdef signal_record_t* r
         cdef bint done = True
@@ -654,7 +654,7 @@ cdef class Engine:
         ``timeout`` seconds passed first. Raises the first EngineError recorded since the last
         wait_all (and forgets the others)."""
         _check_usable(self)
-        if not self._drain(timeout_seconds(timeout)):
+        if not self._drain(timeout_seconds(timeout, EngineError)):
             return False
         errors = <list>self.e.errors
         if errors:

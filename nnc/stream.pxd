@@ -50,5 +50,5 @@ cdef int signal_set(Signal sig) noexcept
 cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=*) except -1
 cdef int stream_add_error(Stream s, str where, object exc) except -1
 # For nnc.waiting (host waits on signals, asyncio futures):
-cdef double timeout_seconds(object timeout) except? -2
+from nnc._core cimport timeout_seconds
 cdef int stream_move_errors(Stream src, Stream dst) except -1

@@ -66,20 +66,6 @@ cdef inline void _task_init(stream_task_t* t, int kind) noexcept nogil:
     t.label = -1
 
 
-cdef double timeout_seconds(object timeout) except? -2:
-    """A wait's ``timeout`` argument as seconds: -1 for None (forever), 0 for a negative value
-    (as threading.Event.wait); StreamError for anything that is not a real number."""
-    if timeout is None:
-        return -1
-    try:
-        t = float(timeout)
-    except (TypeError, ValueError):
-        raise StreamError(f"timeout must be a number of seconds or None, not {timeout!r}") from None
-    if t != t:
-        raise StreamError("timeout must be a number of seconds or None, not NaN")
-    return max(t, 0.0)
-
-
 def _qualname(fn):
     q = getattr(fn, "__qualname__", None)
     return q if isinstance(q, str) else type(fn).__qualname__

@@ -3,7 +3,11 @@ input order, failures reported per input, back-pressure and close (docs/pipeline
 
 Every wait here is bounded (timeouts of a few seconds) so a bug fails instead of hanging."""
 
+import pathlib
 import random
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -16,6 +20,13 @@ from nnc import pipeline
 from nnc.pipeline import PipelineError
 
 T = 10.0        # seconds: the bound on every wait
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run_py(code, timeout=60):
+    """Run ``code`` in a fresh interpreter: a hang fails the test instead of the suite."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
 
 
 def chain(*fns, depth=4, spec=None):
@@ -546,3 +557,46 @@ def test_closing_an_idle_pipeline_inside_a_stage():
         assert pm.get_output(timeout=T)[0][0] == 1
     with pytest.raises(PipelineError, match="closed"):
         other.run()
+
+
+@pytest.mark.parametrize("raised", ["KeyboardInterrupt", "SystemExit", "GeneratorExit",
+                                    "Unprintable"])
+def test_a_stage_raising_any_base_exception_fails_that_input_only(raised):
+    """A BaseException that is no Exception, or one whose repr() raises, fails its input like
+    any error (the original as __cause__); later inputs flow and close() returns. Before, the
+    input never completed: get_output() found nothing and close() blocked forever."""
+    r = run_py(f"""
+        import numpy as np
+        from nnc import pipeline
+        from nnc.pipeline import PipelineError
+
+        class Unprintable(Exception):
+            def __repr__(self):
+                raise RuntimeError("no repr")
+            __str__ = __repr__
+
+        def stage(x):
+            if x[0] == 1:
+                raise {raised}()
+            return x + 10
+
+        m = pipeline.Module.function(stage, inputs={{"x": None}}, outputs=[None], name="f")
+        cfg = pipeline.PipelineConfig()
+        cfg.inputs["in"] = (m, "x")
+        cfg.outputs.append((m, 0))
+        with pipeline.build(cfg, depth=2) as pm:
+            for k in range(3):
+                pm.set_input("in", np.array([k]))
+                pm.run(timeout={T})
+            assert pm.get_output(timeout={T})[0][0] == 10
+            try:
+                pm.get_output(timeout={T})
+            except PipelineError as e:
+                assert "stage f failed on input #1" in str(e), str(e)
+                assert type(e.__cause__).__name__ == "{raised}", repr(e.__cause__)
+            else:
+                raise AssertionError("input #1 did not fail")
+            assert pm.get_output(timeout={T})[0][0] == 12
+        print("closed")
+        """)
+    assert r.returncode == 0 and "closed" in r.stdout, r.stdout + r.stderr

@@ -151,6 +151,42 @@ def test_a_stage_error_is_that_inputs_only():
 
 
 @pytest.mark.usefixtures("cluster")
+def test_a_stage_raising_any_base_exception_fails_that_input_only():
+    """As with the local executor: what a stage raises is that input's failure, as its
+    __cause__. Ray itself would turn a KeyboardInterrupt into a cancelled task, let a
+    SystemExit kill the actor (every later input failed) and replace an exception whose
+    repr() raises by that repr's error."""
+    class Unprintable(Exception):       # local: Ray pickles it by value, not by module
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+        __str__ = __repr__
+
+    raised = [None, KeyboardInterrupt, SystemExit, GeneratorExit, Unprintable, None]
+
+    def stage(x):
+        if raised[int(x[0])] is not None:
+            raise raised[int(x[0])]()
+        return x + 10
+
+    m = pipeline.Module.function(stage, inputs={"x": None}, outputs=[None], name="f")
+    cfg = pipeline.PipelineConfig()
+    cfg.inputs["x"] = (m, "x")
+    cfg.outputs.append((m, 0))
+    with pipeline.build(cfg, executor="ray", depth=len(raised)) as pm:
+        for k in range(len(raised)):
+            pm.set_input("x", np.array([k]))
+            pm.run(timeout=60)
+        for k, exc in enumerate(raised):
+            if exc is None:
+                assert pm.get_output(timeout=60)[0][0] == k + 10
+                continue
+            with pytest.raises(PipelineError, match=f"stage f failed on input #{k}") as info:
+                pm.get_output(timeout=60)
+            assert type(info.value.__cause__).__name__ == exc.__name__, info.value
+
+
+@pytest.mark.usefixtures("cluster")
 def test_function_output_checked_against_its_declaration():
     spec = ("float32", (3,))
     m = pipeline.Module.function(lambda x: x.astype(np.float64), inputs={"x": spec},
@@ -172,6 +208,8 @@ def test_build_errors():
         pipeline.build(cfg, executor="ray", resources={"nope": {"num_cpus": 1}})
     with pytest.raises(PipelineError, match="must be a dict"):
         pipeline.build(cfg, executor="ray", resources={"check": 1})
+    with pytest.raises(PipelineError, match="NaN"):
+        pipeline.build(cfg, executor="ray", start_timeout=float("nan"))
     with pytest.raises(PipelineError, match="did not start within"):
         pipeline.build(cfg, executor="ray", start_timeout=2,
                        resources={"check": {"resources": {"no_such_resource": 1}}})
@@ -205,8 +243,13 @@ def test_closed_pipeline_refuses_calls():
 
 @pytest.mark.usefixtures("cluster")
 def test_ray_shut_down_under_a_pipeline_fails_its_inputs():
-    """ray.shutdown() while an input is in flight: it fails (no hang) and close() returns.
-    (A later test's build would start a local cluster again by itself.)"""
+    """ray.shutdown() while inputs are in flight: each fails with a PipelineError naming the
+    shutdown; a later run() raises one too, without starting a cluster again or keeping its
+    depth slot; close() without a timeout returns. (Before: a bare Exception from run(), a new
+    local cluster started by Ray's auto-init, a slot lost for good and close() hung.)
+    The last test of the file: nothing after it needs the cluster."""
+    import threading
+
     import ray
 
     spec = ("float32", (2,))
@@ -216,14 +259,26 @@ def test_ray_shut_down_under_a_pipeline_fails_its_inputs():
         time.sleep(0.5)
         return x
 
-    m = pipeline.Module.function(slow, inputs={"x": spec}, outputs=[spec], name="slow")
+    first = pipeline.Module.function(slow, inputs={"x": spec}, outputs=[spec], name="slow")
+    second = pipeline.Module.function(lambda x: x + 1, inputs={"x": spec}, outputs=[spec],
+                                      name="add")
     cfg = pipeline.PipelineConfig()
-    cfg.inputs["x"] = (m, "x")
-    cfg.outputs.append((m, 0))
-    pm = pipeline.build(cfg, executor="ray")
+    cfg.inputs["x"] = (first, "x")
+    cfg.connect(first, 0, second, "x")
+    cfg.outputs.append((second, 0))
+    pm = pipeline.build(cfg, executor="ray", depth=3)
     pm.set_input("x", np.zeros(2, np.float32))
-    pm.run(timeout=30)
+    for _ in range(3):
+        pm.run(timeout=30)
     ray.shutdown()
-    with pytest.raises(PipelineError):
-        pm.get_output(timeout=30)
-    pm.close(timeout=30)
+    for k in range(3):
+        with pytest.raises(PipelineError, match=f"input #{k}.*shut down"):
+            pm.get_output(timeout=30)
+    with pytest.raises(PipelineError, match="shut down"):
+        pm.run(timeout=30)
+    assert not ray.is_initialized()
+    assert pm.num_executing() == 0 and not pm.has_next_output()
+    closer = threading.Thread(target=pm.close, daemon=True)
+    closer.start()
+    closer.join(60)
+    assert not closer.is_alive(), "close() did not return"

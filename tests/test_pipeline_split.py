@@ -207,3 +207,131 @@ def test_split_refuses_control_nodes():
     g.concat(loop, after)
     with pytest.raises(PipelineError, match="WHILE node"):
         pipeline.split(g, stages=2, costs={loop: 1.0, after: 1.0})
+
+
+@pytest.mark.parametrize("costs", [[1e308, 1e308, 1, 1], [1, 1, 1, 1e308], [1e308] * 4,
+                                   [1e308, 1.0, 1e308, 0.0, 1e308]])
+def test_partition_of_huge_costs_cuts_non_empty_runs(costs):
+    """Costs near the float limit (their sums overflow to inf) still give k non-empty runs,
+    the optimal ones: before, inf sums compared equal and runs came out empty."""
+    for k in range(1, len(costs) + 1):
+        cuts = partition(costs, k)
+        assert len(cuts) == k - 1 and cuts == sorted(set(cuts)), (k, cuts)
+        assert all(0 < c < len(costs) for c in cuts), (k, cuts)
+        small = [c / 1e300 for c in costs]  # the same problem at a scale that does not overflow
+        assert _largest(small, cuts) == _brute(small, k)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, "1", None])
+def test_partition_refuses_bad_costs(bad):
+    with pytest.raises(PipelineError, match="cost 1 must be"):
+        partition([1.0, bad, 1.0], 2)
+
+
+def _tensorless(log, tag):
+    """A CUSTOM node's command that touches no tensor: it only notes that it ran."""
+    return nnc.Cmd.custom(lambda inputs, outputs: log.append(tag))
+
+
+def _stage_nodes(cfg):
+    return [sorted(e.name for e in _real_nodes(st.module)) for st in cfg.plan().stages]
+
+
+def test_split_keeps_a_node_that_touches_no_tensor():
+    """A CUSTOM node touching no tensor is a stage's node like any other: split returns k
+    stages, each node in exactly one, and every input runs it once. Before, its stage had no
+    hand-over, so the config never held it: fewer stages, and the node never ran."""
+    log = []
+    g = nnc.Graph()
+    x = nnc.Tensor(np.zeros(2, np.float32))
+    y = nnc.Tensor.zeros((2,), "float32")
+    a = g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [y], name="mul")
+    b = g.exec(_tensorless(log, "note"), name="note")
+    for k, want in ((2, [["mul"], ["note"]]), (1, [["mul", "note"]])):
+        cfg = pipeline.split(g, stages=k, costs={a: 1.0, b: 1.0})
+        assert _stage_nodes(cfg) == want
+        log.clear()
+        with pipeline.build(cfg, depth=2) as pm:
+            for v in range(3):
+                pm.set_input("input", np.full(2, v, np.float32))
+                pm.run(timeout=30)
+            for v in range(3):
+                np.testing.assert_array_equal(pm.get_output(timeout=30)[0], [2 * v, 2 * v])
+        assert log == ["note"] * 3
+
+
+def test_split_keeps_the_order_of_edges_that_carry_no_tensor():
+    """An edge between nodes of different stages that no tensor carries (a node touching no
+    tensor, ordered by concat) still orders the stages: the later stage waits for the
+    earlier one on every input, and the nodes run in the graph's order."""
+    log = []
+    g = nnc.Graph()
+    x = nnc.Tensor(np.zeros(2, np.float32))
+    y = nnc.Tensor.zeros((2,), "float32")
+    first = g.exec(_tensorless(log, "first"), name="first")
+    mul = g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [y], name="mul")
+    last = g.exec(_tensorless(log, "last"), name="last")
+    g.concat(first, mul)
+    g.concat(mul, last)
+    cfg = pipeline.split(g, stages=3, costs={first: 1.0, mul: 1.0, last: 1.0},
+                         inputs={"input": x})
+    plan = cfg.plan()
+    names = [st.module.name for st in plan.stages]
+    assert dict(zip(names, _stage_nodes(cfg))) == {"stage0": ["first"], "stage1": ["mul"],
+                                                   "stage2": ["last"]}
+    waits = {st.module.name: [names[p] for p in st.producers] for st in plan.stages}
+    assert waits == {"stage0": [], "stage1": ["stage0"], "stage2": ["stage1"]}
+    with pipeline.build(cfg, depth=3) as pm:
+        pm.set_input("input", np.ones(2, np.float32))
+        for _ in range(4):
+            pm.run(timeout=30)
+        for _ in range(4):
+            np.testing.assert_array_equal(pm.get_output(timeout=30)[0], [2, 2])
+    assert sorted(log) == ["first"] * 4 + ["last"] * 4
+    for n in range(len(log)):           # input i's "last" comes after its "first"
+        assert log[:n + 1].count("first") >= log[:n + 1].count("last"), log
+
+
+def test_split_orders_a_stage_after_one_it_shares_no_tensor_with():
+    """A concat edge from stage 0 to stage 2, which share no tensor, makes stage 2 wait for
+    stage 0 (and for nothing else)."""
+    log = []
+    g = nnc.Graph()
+    x1, x2 = (nnc.Tensor(np.ones(2, np.float32)) for _ in range(2))
+    y1, y2 = (nnc.Tensor.zeros((2,), "float32") for _ in range(2))
+    mul1 = g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x1], [y1], name="mul1")
+    mul2 = g.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [x2], [y2], name="mul2")
+    last = g.exec(_tensorless(log, "last"), name="last")
+    g.concat(mul1, last)
+    cfg = pipeline.split(g, stages=3, costs={mul1: 1.0, mul2: 1.0, last: 1.0},
+                         inputs={"a": x1, "b": x2})
+    plan = cfg.plan()
+    names = [st.module.name for st in plan.stages]
+    stage_nodes = dict(zip(names, _stage_nodes(cfg)))
+    assert stage_nodes == {"stage0": ["mul1"], "stage1": ["mul2"], "stage2": ["last"]}
+    waits = {st.module.name: [names[p] for p in st.producers] for st in plan.stages}
+    assert waits == {"stage0": [], "stage1": [], "stage2": ["stage0"]}
+
+
+def test_split_of_huge_costs_gives_k_stages():
+    g = nnc.Graph()
+    ts = [nnc.Tensor(np.ones(2, np.float32)) for _ in range(5)]
+    nodes = [g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [ts[i]], [ts[i + 1]], name=f"n{i}")
+             for i in range(4)]
+    for costs in ([1e308, 1e308, 1, 1], [1, 1, 1e308, 1e308], [1e308] * 4):
+        for k in (2, 3, 4):
+            cfg = pipeline.split(g, stages=k, costs=dict(zip(nodes, costs)))
+            stage_nodes = _stage_nodes(cfg)
+            assert len(stage_nodes) == k and all(stage_nodes), (costs, k, stage_nodes)
+            assert sum(stage_nodes, []) == [f"n{i}" for i in range(4)]
+
+
+def test_split_of_a_graph_without_outputs_is_refused():
+    """Nothing a pipeline could return: refused by split, naming the problem, rather than a
+    config that fails later."""
+    log = []
+    g = nnc.Graph()
+    g.exec(_tensorless(log, "a"), name="a")
+    g.exec(_tensorless(log, "b"), name="b")
+    with pytest.raises(PipelineError, match="no global output"):
+        pipeline.split(g, stages=2, costs={0: 1.0, 1: 1.0})

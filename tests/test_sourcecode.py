@@ -37,7 +37,7 @@ def test_cython_lint():
 # -- the layer map (docs/design.md, "Layers"): a module imports only its own layer or lower ones.
 # Bottom to top; a name covers the module and everything under it; the longest name wins.
 LAYERS = {
-    # 0 base: no nnc imports but each other (nnc.coro: the standard library only)
+    # 0 base: no nnc imports but each other (nnc.coro: the standard library, nnc._core)
     "nnc._core": 0, "nnc.sync": 0, "nnc.debug": 0, "nnc.tracing": 0, "nnc.coro": 0,
     "nnc.device": 0, "nnc.workspace": 0, "nnc.parallel": 0,
     # 1 tensor

@@ -18,12 +18,14 @@ Two departures from NNC, both deliberate: a task spawned while the thread is act
 once (NNC waits for the next stream callback), and every task suspended on a sub-task is resumed
 when that sub-task ends, however many passes it took (NNC's graph runner can lose track of them).
 
-Only the standard library is used here; the stream layer supplies the ``coro_arm`` glue.
+Only the standard library is used here, and nnc._core's check of a ``timeout=`` (the one every
+wait of nnc makes); the stream layer supplies the ``coro_arm`` glue.
 """
 
 import threading
 from collections import deque
 
+from nnc._core import timeout_seconds
 from nnc.coro.traps import AwaitAny, AwaitTask, WaitFor
 
 __all__ = ["Inbox", "Scheduler", "Task", "current_scheduler"]
@@ -147,7 +149,8 @@ class Scheduler:
             return self._thread is not None
 
     def join(self, timeout=None):
-        """Block until no task is ready, running or blocked. Returns False on timeout.
+        """Block until no task is ready, running or blocked. Returns False on timeout
+        (None or +inf: no limit; a negative timeout is 0; NaN or a non-number: StreamError).
 
         Must not be called from one of this scheduler's tasks (it would wait for itself).
         """
@@ -157,7 +160,8 @@ class Scheduler:
             )
         import time
 
-        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = timeout_seconds(timeout)
+        deadline = None if limit < 0 else time.monotonic() + limit
         with self._lock:
             while self._running or self._ready or self._await_count:
                 # Wake up now and then so that Ctrl-C reaches the waiting thread.

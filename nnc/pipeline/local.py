@@ -100,7 +100,8 @@ class LocalPipeline(PipelineModule):
             try:
                 if job.error is None:
                     m.load(self._inputs(i, job))
-            except Exception as e:
+            except BaseException as e:  # noqa: BLE001 - user code may raise anything (a
+                # KeyboardInterrupt, SystemExit, GeneratorExit): it fails this input only
                 job.fail(m.name, e)
 
     def _store(self, i, job):
@@ -116,7 +117,8 @@ class LocalPipeline(PipelineModule):
                 elif job.error is None:
                     for j, a in enumerate(m.store()):
                         job.values[(i, j)] = a
-            except Exception as e:
+            except BaseException as e:  # noqa: BLE001 - user code may raise anything (a
+                # KeyboardInterrupt, SystemExit, GeneratorExit): it fails this input only
                 job.fail(m.name, e)
             finally:
                 self._stage_done(job)
@@ -129,7 +131,8 @@ class LocalPipeline(PipelineModule):
                 if job.error is None:
                     for j, a in enumerate(m.call(self._inputs(i, job))):
                         job.values[(i, j)] = a
-            except Exception as e:
+            except BaseException as e:  # noqa: BLE001 - user code may raise anything (a
+                # KeyboardInterrupt, SystemExit, GeneratorExit): it fails this input only
                 job.fail(m.name, e)
             finally:
                 self._stage_done(job)

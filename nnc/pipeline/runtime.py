@@ -6,7 +6,9 @@ order, back-pressure (at most ``depth`` in flight), and the outputs waiting for
 (start one input's work; called with the module's lock held, so jobs are submitted in input
 order even from several threads; it must not block) and ``_shutdown()`` (release the stages
 after the last job); whatever thread finishes a stage of a job calls ``_stage_done(job)``,
-and a failing stage calls ``job.fail(stage name, exception)`` first.
+and a failing stage calls ``job.fail(stage name, exception)`` first. Every job must complete:
+a ``_submit`` that raises still calls ``_stage_done`` once for each stage it did not hand
+on (after ``job.fail``), so the job's ``depth`` slot comes back once the handed ones report.
 
 State, all guarded by ``_cond``'s lock:
 
@@ -22,6 +24,7 @@ import time
 
 import numpy as np
 
+from nnc._core import error_repr, timeout_seconds
 from nnc.pipeline.config import PipelineError, array_mismatch, spec_str
 
 _WAIT_SLICE = 0.1       # seconds: blocked calls wake this often so Ctrl-C gets through
@@ -46,10 +49,12 @@ class Job:
         self._lock = lock
 
     def fail(self, stage, exc):
-        """Record that ``stage`` (a name) failed with ``exc``; later stages skip this job."""
+        """Record that ``stage`` (a name) failed with ``exc`` (any BaseException); later stages
+        skip this job. Never raises: it runs on the path that completes the job."""
         with self._lock:
             if self.error is None:
-                err = PipelineError(f"stage {stage} failed on input #{self.seq}: {exc!r}")
+                err = PipelineError(f"stage {stage} failed on input #{self.seq}: "
+                                    f"{error_repr(exc)}")
                 err.__cause__ = exc
                 self.error = err
 
@@ -70,11 +75,10 @@ def _in_a_stage():
 
 
 def _deadline(timeout):
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise PipelineError(f"timeout must be a number of seconds or None, not {timeout!r}")
-    return time.monotonic() + max(float(timeout), 0.0)
+    """The monotonic time a wait of ``timeout`` seconds ends, None for forever (None or
+    +inf); nnc's one check of a timeout (a negative one is 0; NaN: PipelineError)."""
+    limit = timeout_seconds(timeout, PipelineError)
+    return None if limit < 0 else time.monotonic() + limit
 
 
 class PipelineModule:
@@ -112,25 +116,43 @@ class PipelineModule:
         pass
 
     def _stage_done(self, job):
-        """A stage finished (or skipped) ``job``; the last one completes it."""
+        """A stage finished (or skipped) ``job``; the last one completes it. Never leaves the
+        job unfinished: the thread that calls it is a pool thread or a watcher, and a job that
+        never completes would hang get_output() and close()."""
         with self._cond:
             job.remaining -= 1
             if job.remaining > 0:
                 return
-            if job.error is None:
-                seen = set()
-                outs = []
-                for stage, index in self.plan.outputs:
-                    a = job.values[(stage, index)]
-                    # Two global outputs of one module output: each gets its own array.
-                    outs.append(a.copy() if id(a) in seen else a)
-                    seen.add(id(a))
-                job.outputs = outs
-            job.values = {}
-            job.inputs = {}
-            job.done = True
-            self._executing -= 1
-            self._cond.notify_all()
+            try:
+                if job.error is None:
+                    job.outputs = self._collect(job)
+            finally:
+                job.values = {}
+                job.inputs = {}
+                job.done = True
+                self._executing -= 1
+                self._cond.notify_all()
+
+    def _collect(self, job):
+        """``job``'s global outputs from its hand-overs, or None after failing the job (an
+        executor that lost a stage's result, a copy that failed)."""
+        seen = set()
+        outs = []
+        for stage, index in self.plan.outputs:
+            name = self.plan.stages[stage].module.name
+            a = job.values.get((stage, index))
+            if a is None:
+                job.fail(name, PipelineError(f"output {index} of stage {name} was never "
+                                             "handed over"))
+                return None
+            try:
+                # Two global outputs of one module output: each gets its own array.
+                outs.append(a.copy() if id(a) in seen else a)
+            except BaseException as e:  # noqa: BLE001 - reported for this input (MemoryError)
+                job.fail(name, e)
+                return None
+            seen.add(id(a))
+        return outs
 
     # ---- the caller's API ----
 

@@ -18,6 +18,9 @@ TVM's pipeline RFC left this as a "future possibility"; nnc does it in three ste
    input it holds) and hands it on to the next stage that touches it; the global outputs come
    from the last stage that touched their group. The original graph's activation memory is never
    used by the stages, so the graph stays usable on its own.
+4. **Order.** A graph edge between stages that no hand-over carries, and a stage that nothing
+   would bind into the config, get a one-byte order token (:func:`_order_stages`): the config
+   holds exactly ``k`` stages and every dependency of the graph.
 """
 
 import ctypes
@@ -44,16 +47,28 @@ def partition(costs, stages):
     into j runs, = min over p of max(best[j-1][p], sum(costs[p:i])). best[j-1][p] grows with p and
     the last run's sum shrinks, so the optimum sits where they cross: a binary search finds it,
     which makes the whole O(stages * n log n).
+
+    Each cost must be a finite real >= 0 (PipelineError otherwise). They are scaled by a power
+    of two that brings the largest to [0.5, 1) first: exact (but that a cost below 2**-1000
+    of the largest counts as 0), so the cuts are those of the costs as given, and no sum can
+    overflow (costs near the float limit summed to inf, and
+    runs compared equal at inf came out empty).
     """
+    costs = list(costs)
     n = len(costs)
     if isinstance(stages, bool) or not isinstance(stages, numbers.Integral):
         raise PipelineError(f"stages must be an int, not {stages!r}")
     if not 1 <= stages <= n:
         raise PipelineError(f"stages must be between 1 and the number of nodes ({n}), "
                             f"not {stages}")
+    for i, c in enumerate(costs):
+        if isinstance(c, bool) or not isinstance(c, numbers.Real) or not math.isfinite(c) \
+                or c < 0:
+            raise PipelineError(f"cost {i} must be a finite number >= 0, not {c!r}")
+    scale = -math.frexp(max(float(c) for c in costs))[1]
     prefix = [0.0] * (n + 1)
     for i, c in enumerate(costs):
-        prefix[i + 1] = prefix[i] + float(c)
+        prefix[i + 1] = prefix[i] + math.ldexp(float(c), scale)
     best = prefix[:]                     # best[i] for j = 1: one run over the first i costs
     choice = []                          # choice[j-2][i]: where run j starts, for j >= 2
     for j in range(2, stages + 1):
@@ -227,7 +242,8 @@ def _default_inputs(order, written, preds):
 
 def split(graph, stages=2, costs=None, inputs=None, outputs=None):
     """Cut ``graph`` into ``stages`` pipeline stages of balanced cost; returns a ready
-    :class:`PipelineConfig` whose modules are ``stage0`` .. ``stage{k-1}`` (docs/pipeline.md).
+    :class:`PipelineConfig` whose modules are exactly ``stage0`` .. ``stage{k-1}``, every node
+    in one of them (docs/pipeline.md).
 
     ``costs``: None or ``"profile"`` (measure: the graph runs three times under
     ``graph.profile()``), a dict {GraphExec or node index: seconds}, or a callable(GraphExec)
@@ -355,6 +371,10 @@ def split(graph, stages=2, costs=None, inputs=None, outputs=None):
         g = group_of[id(t)]
         s = g.stages[-1]
         finals.append((s, _output_index(stage_outputs[s], memory[s].remap(t, g))))
+    if not finals:
+        raise PipelineError("the graph has no global output: no node writes a tensor that "
+                            "no node reads (pass outputs=[tensor, ...])")
+    _order_stages(order, stage_of, stages, stage_inputs, stage_outputs, links)
 
     for s in range(stages):
         _anchor(graphs[s], stage_inputs[s].values(), stage_outputs[s])
@@ -368,6 +388,51 @@ def split(graph, stages=2, costs=None, inputs=None, outputs=None):
     for a, index, b, iname in links:
         cfg.connect(modules[a], index, modules[b], iname)
     return cfg
+
+
+def _order_stages(order, stage_of, stages, stage_inputs, stage_outputs, links):
+    """Add the hand-overs that order stages where no tensor does (appending to ``links``).
+
+    A graph edge between nodes of two stages that no chain of hand-overs carries (a node
+    touching no tensor, an explicit ``concat``) gets a *token*: a one-byte output of the
+    earlier stage that the later one takes as an input, so it waits for the earlier stage on
+    each input. A stage that still has no input and no output (all its nodes touch no tensor,
+    or only shared weights) takes a token from the stage before it (stage 0 hands one to stage
+    1): a pipeline holds only the modules bound into it, and that stage would never run.
+    """
+    after = [0] * stages                 # after[s]: bit p set when stage s waits for stage p
+    into = [[] for _ in range(stages)]   # into[s]: the stages s takes hand-overs from
+    for a, _, b, _ in links:
+        into[b].append(a)
+    crossing = [set() for _ in range(stages)]
+    for e in order:
+        for b in e.outgoings:
+            sa, sb = stage_of[e.index], stage_of.get(b.index)
+            if sb is not None and sa != sb:
+                crossing[sb].add(sa)
+
+    def token(a, b):
+        name = "order"
+        while name in stage_inputs[b]:
+            name += "_"
+        stage_inputs[b][name] = Tensor.zeros((1,), "uint8")
+        out = Tensor.zeros((1,), "uint8")
+        links.append((a, _output_index(stage_outputs[a], out), b, name))
+        into[b].append(a)
+
+    for b in range(stages):
+        for a in into[b]:
+            after[b] |= after[a] | (1 << a)
+        for a in sorted(crossing[b]):
+            if not after[b] >> a & 1:
+                token(a, b)
+                after[b] |= after[a] | (1 << a)
+    for b in range(stages):
+        if stages > 1 and not stage_inputs[b] and not stage_outputs[b]:
+            if b > 0:
+                token(b - 1, b)
+            else:
+                token(0, 1)
 
 
 def _anchor(g, inputs, outputs):
