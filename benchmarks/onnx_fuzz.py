@@ -32,6 +32,9 @@ import nnc.onnx
 # A model whose inputs and outputs hold more elements than this loads but is not run: a
 # mutated dimension may declare gigabytes, which nnc may allocate lazily and would then fill.
 MAX_RUN_ELEMENTS = 1 << 18
+# The activations' budget of every load (load's max_bytes): a mutated dimension must be refused
+# at load, not fill the memory of a machine the fuzz shares (its default is all of it).
+MAX_BYTES = 64 << 20
 RTOL = 1e-3
 
 
@@ -402,7 +405,7 @@ def run_case(seed, case, ort=None):
     message (a string starting with "FAIL")."""
     base, data, what = make_case(seed, case)
     try:
-        loaded = nnc.onnx.load(data)
+        loaded = nnc.onnx.load(data, max_bytes=MAX_BYTES)
     except nnc.NNCError as e:
         if what is None:
             return f"FAIL: the unmutated model does not load: {e!r}"

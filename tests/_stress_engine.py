@@ -26,27 +26,13 @@ import threading
 import time
 
 import numpy as np
-from _stress_mix import CaseFailed, run_cases
+from _stress_mix import CaseFailed, InjectedError, UnprintableError, run_cases
 
 import nnc
 
 TIMEOUT = 20.0                  # seconds a wait without a timeout of its own may take
 FAILS = ("exc", "base", "repr")
 _NAMED = re.compile(r"engine op 'op(\d+)'")
-
-
-class InjectedError(Exception):
-    """Raised on purpose by an op chosen to fail."""
-
-
-class UnprintableError(Exception):
-    """Raised on purpose; its repr and str raise too."""
-
-    def __repr__(self):
-        raise RuntimeError("repr of UnprintableError")
-
-    def __str__(self):
-        raise RuntimeError("str of UnprintableError")
 
 
 def random_case(rnd):

@@ -46,7 +46,17 @@ TIMEOUT = 20.0                          # seconds any one wait may take before i
 
 
 class InjectedError(Exception):
-    """Raised on purpose by a CUSTOM node chosen to fail."""
+    """Raised on purpose by a node, op or stage chosen to fail."""
+
+
+class UnprintableError(Exception):
+    """Raised on purpose; its repr and str raise too (the engine and pipeline mixes)."""
+
+    def __repr__(self):
+        raise RuntimeError("repr of UnprintableError")
+
+    def __str__(self):
+        raise RuntimeError("str of UnprintableError")
 
 
 def random_case(rnd, mode=None, drop=None, control=None):

@@ -26,7 +26,7 @@ import json
 import random
 
 import numpy as np
-from _stress_mix import CaseFailed, run_cases
+from _stress_mix import CaseFailed, InjectedError, UnprintableError, run_cases
 
 import nnc
 from nnc import pipeline
@@ -34,20 +34,6 @@ from nnc import pipeline
 TIMEOUT = 10.0                  # seconds a wait without a timeout of its own may take
 WIDTH = 4                       # every array is WIDTH float32; the last element is the tag
 FAILS = ("exc", "base", "repr")
-
-
-class InjectedError(Exception):
-    """Raised on purpose by a stage chosen to fail."""
-
-
-class UnprintableError(Exception):
-    """Raised on purpose; its repr and str raise too."""
-
-    def __repr__(self):
-        raise RuntimeError("repr of UnprintableError")
-
-    def __str__(self):
-        raise RuntimeError("str of UnprintableError")
 
 
 def random_case(rnd, ray=False):

@@ -42,6 +42,7 @@ def load(
     input_shapes: dict[str, tuple[int, ...]] | None = ...,
     dtype: str = ...,
     base_dir: str | os.PathLike[str] | None = ...,
+    max_bytes: int | None = ...,
 ) -> LoadedModel: ...
 def save(
     graph: Graph, path: str | os.PathLike[str] | None, *, inputs: list[Tensor],

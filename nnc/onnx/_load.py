@@ -17,6 +17,7 @@ Three passes over the (topologically sorted) ONNX nodes:
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import stat
 from collections import defaultdict
@@ -92,7 +93,7 @@ def _fix_shapes(onnx, model, input_shapes, inits):
         raise _err(f"invalid ONNX model (shape inference failed): {e}") from e
 
 
-def load(model, *, input_shapes=None, dtype="float32", base_dir=None):
+def load(model, *, input_shapes=None, dtype="float32", base_dir=None, max_bytes=None):
     """Build an nnc graph from an ONNX model (a path, serialized bytes or an ``onnx.ModelProto``).
 
     Returns a :class:`LoadedModel`, unpackable as ``g, inputs, outputs``. ``input_shapes``:
@@ -100,7 +101,10 @@ def load(model, *, input_shapes=None, dtype="float32", base_dir=None):
     there is taken as 1 (a batch of one). The model is checked with ``onnx.checker`` and its
     shapes come from ``onnx.shape_inference``. External data is read from inside ``base_dir``
     only: by default the model file's folder for a path, and none at all for bytes or a
-    ModelProto (docs/onnx.md, "Trust model"). Raises :class:`nnc.onnx.UnsupportedError` listing
+    ModelProto (docs/onnx.md, "Trust model"). ``max_bytes``: the most memory the declared
+    activations (inputs, intermediate values, outputs) may take together, checked before any is
+    allocated; by default the machine's physical memory (nnc gives each value its own memory, so
+    a model past it could not run). Raises :class:`nnc.onnx.UnsupportedError` listing
     every unsupported operator, :class:`nnc.onnx.OnnxError` for an invalid model.
     """
     from nnc.onnx import OnnxError, OnnxTypeError, _import_onnx
@@ -134,7 +138,12 @@ def load(model, *, input_shapes=None, dtype="float32", base_dir=None):
             f"load takes a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
     if np.dtype(dtype).name not in ("float32", "float64"):
         raise _err(f"dtype must be float32 or float64, not {dtype!r}")
-    loader = _Loader(onnx, model, input_shapes or {}, np.dtype(dtype), base_dir)
+    if max_bytes is None:
+        max_bytes = _memory_bytes()
+    elif (not isinstance(max_bytes, numbers.Integral) or isinstance(max_bytes, bool)
+          or max_bytes < 0):
+        raise OnnxTypeError(f"max_bytes must be an int >= 0 or None, not {max_bytes!r}")
+    loader = _Loader(onnx, model, input_shapes or {}, np.dtype(dtype), base_dir, int(max_bytes))
     try:
         return loader.run()
     except OnnxError:
@@ -312,8 +321,9 @@ _ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4
 
 
 class _Loader(OpEmitter):
-    def __init__(self, onnx, model, input_shapes, dtype, base_dir):
+    def __init__(self, onnx, model, input_shapes, dtype, base_dir, max_bytes):
         self.onnx = onnx
+        self.max_bytes = max_bytes  # the declared activations' budget; 0: none (unknown memory)
         self.src = model
         self.base_dir = base_dir
         self.input_shapes = input_shapes
@@ -345,7 +355,7 @@ class _Loader(OpEmitter):
         except onnx.checker.ValidationError as e:
             raise _err(f"invalid ONNX model: {e}") from e
         self.shapes = {}
-        memory = _memory_bytes()
+        total = 0           # bytes of every declared activation: what nnc allocates, at most
         for v in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
             tt = v.type.tensor_type
             if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
@@ -355,10 +365,13 @@ class _Loader(OpEmitter):
                 if any(d < 0 for d in shape):
                     raise _err(f"invalid ONNX model: value {v.name!r} has the shape {shape}, "
                                f"with a negative dimension")
-                nbytes = math.prod(shape) * self.dtype.itemsize
-                if v.name not in self.consts and memory and nbytes > memory:
-                    raise _err(f"value {v.name!r} of shape {shape} needs {nbytes} bytes, more "
-                               f"than this machine's memory ({memory} bytes)")
+                if v.name not in self.consts and v.name not in self.shapes:
+                    total += math.prod(shape) * self.dtype.itemsize
+                    if self.max_bytes and total > self.max_bytes:
+                        raise _err(
+                            f"value {v.name!r} of shape {shape} takes the model's activations "
+                            f"to {total} bytes, more than max_bytes ({self.max_bytes}: by "
+                            "default this machine's memory)")
                 self.shapes[v.name] = shape
         self.nodes = list(model.graph.node)
         self.attrs = []
