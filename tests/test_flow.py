@@ -603,6 +603,21 @@ def flow_graph(where, fail, slow_pre=True):
     return g, log
 
 
+def failing_expression(kind):
+    """(an expression raising a new ``kind`` while armed, else False; the raised ones; the
+    arming switch)."""
+    raised = []
+    armed = [True]
+
+    def fail():
+        if armed[0]:
+            raised.append(kind())
+            raise raised[-1]
+        return False
+
+    return fail, raised, armed
+
+
 def outcome(fn):
     """(result, None) or (None, the exception): a KeyboardInterrupt that escapes must fail the
     test, not end the test session."""
@@ -622,15 +637,7 @@ def test_a_base_exception_in_control_flow_on_a_stream_surfaces_from_wait(where, 
     """wait() raises StreamError with the very exception as its __cause__, as for a failing
     command; the loop or branch's descendants are cancelled; the graph and stream are reusable.
     Before the fix wait() returned True and "after" silently never ran."""
-    raised = []
-    armed = [True]
-
-    def fail():
-        if armed[0]:
-            raised.append(kind())
-            raise raised[-1]
-        return False
-
+    fail, raised, armed = failing_expression(kind)
     g, log = flow_graph(where, fail, slow_pre)
     s = nnc.Stream("cpu")
     _, err = outcome(lambda: g.run(stream=s))
@@ -652,15 +659,7 @@ def test_a_base_exception_in_control_flow_on_a_stream_surfaces_from_wait(where, 
 def test_a_base_exception_in_control_flow_without_a_stream_propagates(where, kind):
     """g.run() raises what a command would: a BaseException as it is, an Exception as a
     CommandError whose __cause__ it is (even when its repr raises)."""
-    raised = []
-    armed = [True]
-
-    def fail():
-        if armed[0]:
-            raised.append(kind())
-            raise raised[-1]
-        return False
-
+    fail, raised, armed = failing_expression(kind)
     g, log = flow_graph(where, fail)
     _, err = outcome(g.run)
     assert len(raised) == 1

@@ -23,6 +23,8 @@ import reprlib
 
 from nnc._core import NNCError, ScheduleError
 
+from nnc._core cimport error_repr
+
 from nnc.graph.graph cimport Graph, GraphExec
 
 
@@ -33,12 +35,12 @@ _REPR.maxstring = _REPR.maxother = 1000
 
 
 cdef str shown(object v):
-    """repr(v) for an error message: shortened (_REPR), and a stand-in when v's own repr
-    raises, so that the message about a bad value never fails on that value."""
+    """repr(v) for an error message: shortened (_REPR), and error_repr's stand-in when v's own
+    repr raises, so that the message about a bad value never fails on that value."""
     try:
         return _REPR.repr(v)
-    except Exception:
-        return f"<{type(v).__name__} object (its repr failed)>"
+    except BaseException:
+        return error_repr(v)
 
 
 cdef str _who(object who):

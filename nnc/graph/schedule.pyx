@@ -23,7 +23,7 @@ from nnc.graph.graph import register_scheduler
 
 from nnc.cmd cimport Cmd
 from nnc.graph.control cimport ControlNode, WhileNode
-from nnc.graph.costs cimport normalize_costs
+from nnc.graph.costs cimport normalize_costs, shown
 from nnc.graph.dag cimport dag_t, policy_assign_f
 from nnc.graph.graph cimport EXEC_CONTROL, GraphExec
 
@@ -67,7 +67,7 @@ cdef class Policy:
                 stream[k] = operator.index(streams[k])
             except (TypeError, OverflowError):
                 raise ScheduleError(f"scheduling policy {self.name!r} gave node position {k} "
-                                    f"the stream {streams[k]!r}, not an int") from None
+                                    f"the stream {shown(streams[k])}, not an int") from None
         extra.extend(more)
         return max(streams, default=-1) + 1
 
