@@ -35,11 +35,11 @@ def shape_chain(n):
 
 
 def randsum_workloads(n, seed, spin_us=(1, 9), sleep=False):
-    """MXNet's RandSumExpr (research/peers.md §5): ``n`` workloads over 100 variables, each a
-    uniformly drawn target, 2-19 uniformly drawn reads (which may repeat and may include the
-    target) and ``spin_us`` microseconds of work, drawn uniformly between the two bounds
-    (``(0, 0)``: none): busy-waiting, or with ``sleep`` a sleep, as MXNet's test does (the
-    value is then negative: engine_ops.c sleeps -spin_ns). Returns
+    """MXNet's RandSumExpr (its tests/cpp/engine/threaded_engine_test.cc): ``n`` workloads over 100
+    variables, each a uniformly drawn target, 2-19 uniformly drawn reads (which may repeat and may
+    include the target) and ``spin_us`` microseconds of work, drawn uniformly between the two bounds
+    (``(0, 0)``: none): busy-waiting, or with ``sleep`` a sleep, as MXNet's test does (the value is
+    then negative: engine_ops.c sleeps -spin_ns). Returns
     ``[(target, reads, spin_ns)]``."""
     rng = random.Random(seed)
     lo, hi = spin_us

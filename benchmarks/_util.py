@@ -115,7 +115,7 @@ def _own_seconds():
 
 
 def measure_rounds(fns, repeat, pause=0.1, warmup=1, prepare=None, round_start=None):
-    """Time several callables in rounds, the way research/cpu_peers.md compared runtimes.
+    """Time several callables in interleaved rounds, so that noise hits each alike.
 
     Each callable is called ``warmup`` times untimed; then each of ``repeat`` rounds calls
     every callable once, in an order rotated by one place per round, and before each timed

@@ -68,7 +68,7 @@ LABELS = {"nnc": "nnc", "loop_c": "loop C", "nnc_ref": "nnc ref", "loop_py": "lo
           "dask_thr": "dask thr"}
 SLOW = ("dask", "dask_thr")  # ~0.5 s a run or more: fewer rounds (--dask-repeat)
 # Reference: NNC's own C runner, topsorted sequential run of a 1000-node chain of 1-element
-# SCALAR_MUL on a 2-vCPU VM (research/nnc.md, section 2.6).
+# SCALAR_MUL on a 2-vCPU VM (liuliu/ccv's C build, timed by hand: upstream publishes no figure).
 NNC_C_US_PER_NODE = 0.037
 NOOP_TARGET_US = 0.1
 DASK_TARGET_RATIO = 30.0
@@ -330,7 +330,7 @@ def render(report):
     lines += [
         "",
         f"Reference: NNC's C runner, 1000-node SCALAR_MUL chain: {NNC_C_US_PER_NODE} µs/node "
-        "(research/nnc.md 2.6, a different 2-vCPU VM).",
+        "(liuliu/ccv's C build timed on a different 2-vCPU VM).",
         f"{report['date']}  {m['cpu']} ({m['usable_cpus']} usable CPUs), {m['platform']}, "
         f"Python {m['python']}, numpy {m['numpy']}, dask {m['dask']}, nnc {m['nnc']} "
         f"({m['git']}), OPENBLAS_NUM_THREADS={m['OPENBLAS_NUM_THREADS']}",
@@ -363,7 +363,8 @@ def main(argv=None):
                              "runs under 50 ms re-run untimed before each timed run"},
         "executors": EXECUTORS,
         "reference": {"nnc_c_runner_us_per_node": NNC_C_US_PER_NODE,
-                      "source": "research/nnc.md 2.6: 1000-node 1-element SCALAR_MUL chain"},
+                      "source": "liuliu/ccv C build, 1000-node 1-element SCALAR_MUL chain, "
+                                "topsorted"},
         "results": results,
         "ratios": ratios(results),
         "targets": targets(results),

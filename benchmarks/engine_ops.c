@@ -5,7 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <time.h>
 
-/* One RandSumExpr workload (research/peers.md section 5, MXNet's threaded_engine_test.cc):
+/* One RandSumExpr workload (MXNet's tests/cpp/engine/threaded_engine_test.cc):
  * after spinning spin_ns nanoseconds, vars[target] = (sum of vars[reads[i]]) / (n + 1).
  * benchmarks/_engine_work.py mirrors this layout in the ctypes.Structure RandSumOp. */
 typedef struct {
