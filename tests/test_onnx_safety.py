@@ -363,6 +363,8 @@ def test_declared_activations_past_max_bytes_are_refused_before_allocating():
     big = _relu_chain(1, 1 << 32).SerializeToString()
     with pytest.raises(nnc.onnx.OnnxError, match="'x'.*more than max_bytes"):
         nnc.onnx.load(big, max_bytes=1 << 20)
+    with pytest.raises(nnc.onnx.OnnxError, match="more than max_bytes \\(0"):
+        nnc.onnx.load(m, max_bytes=0)                   # 0 is a budget of nothing, not none
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "1", True])

@@ -139,11 +139,12 @@ def load(model, *, input_shapes=None, dtype="float32", base_dir=None, max_bytes=
     if np.dtype(dtype).name not in ("float32", "float64"):
         raise _err(f"dtype must be float32 or float64, not {dtype!r}")
     if max_bytes is None:
-        max_bytes = _memory_bytes()
+        max_bytes = _memory_bytes() or None     # None: the OS does not say; no budget
     elif (not isinstance(max_bytes, numbers.Integral) or isinstance(max_bytes, bool)
           or max_bytes < 0):
         raise OnnxTypeError(f"max_bytes must be an int >= 0 or None, not {max_bytes!r}")
-    loader = _Loader(onnx, model, input_shapes or {}, np.dtype(dtype), base_dir, int(max_bytes))
+    loader = _Loader(onnx, model, input_shapes or {}, np.dtype(dtype), base_dir,
+                     None if max_bytes is None else int(max_bytes))
     try:
         return loader.run()
     except OnnxError:
@@ -323,7 +324,7 @@ _ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4
 class _Loader(OpEmitter):
     def __init__(self, onnx, model, input_shapes, dtype, base_dir, max_bytes):
         self.onnx = onnx
-        self.max_bytes = max_bytes  # the declared activations' budget; 0: none (unknown memory)
+        self.max_bytes = max_bytes  # the declared activations' budget; None: none
         self.src = model
         self.base_dir = base_dir
         self.input_shapes = input_shapes
@@ -367,7 +368,7 @@ class _Loader(OpEmitter):
                                f"with a negative dimension")
                 if v.name not in self.consts and v.name not in self.shapes:
                     total += math.prod(shape) * self.dtype.itemsize
-                    if self.max_bytes and total > self.max_bytes:
+                    if self.max_bytes is not None and total > self.max_bytes:
                         raise _err(
                             f"value {v.name!r} of shape {shape} takes the model's activations "
                             f"to {total} bytes, more than max_bytes ({self.max_bytes}: by "
