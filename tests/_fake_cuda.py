@@ -6,8 +6,8 @@ emulated in NumPy from the raw ``void**`` parameter array - which checks that nn
 kernel's arguments as its C signature in nnc/cuda/kernels/*.cu expects. When the real
 cuda.bindings is installed, every call is first made on the real module too, which (with no
 driver) converts all arguments and then fails to load libcuda: a TypeError there means nnc
-passes an argument the real bindings would reject (research/ecosystem.md §1 used the same
-trick). This proves argument forms and host logic only; GPU results need a GPU.
+passes an argument the real bindings would reject. This proves argument forms and host logic
+only; GPU results need a GPU.
 """
 
 import ctypes

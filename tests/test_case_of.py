@@ -1,5 +1,5 @@
-"""case..of sub-graphs (NNC: case_of.tests.c; research/nnc.md §6 items 7, 8, 9), sequentially,
-on a CPU stream and statically scheduled on streams."""
+"""case..of sub-graphs (NNC: case_of.tests.c and the case..of cases of schedule.tests.c),
+sequentially, on a CPU stream and statically scheduled on streams."""
 
 import numpy as np
 import pytest
@@ -115,7 +115,7 @@ def test_case_of_inside_while(mode, x0, expect_x, expect_z):
 def test_case_of_inside_while_after_a_pre_scale(mode, n, expect_x, expect_z):
     """case_of.tests.c, "takes input by multiplying to 0.8": x = 0.8 x, then case..of on x,
     n times from x = 2.5 (2.0 -> 1.5, 1.2 -> 1.1, 0.88 skipped, 0.704 skipped); z = 0.3 x.
-    n = 3 is the upstream assertion (1.1 * 0.8 * 0.3); n = 4 gives research/nnc.md's 0.2112."""
+    n = 3 is the upstream assertion (1.1 * 0.8 * 0.3); n = 4 gives 0.2112 (0.704 * 0.3)."""
     x, z = scalar(2.5), scalar(0)
     g, body = nnc.Graph(), nnc.Graph()
     noop = body.exec(nnc.Cmd("NOOP"))

@@ -26,7 +26,7 @@ EXPECTED_COMMANDS = {
     "CONVOLUTION": 94, "RELU": 94, "MAX_POOL": 4, "AVG_POOL": 10, "GEMM": 1, "SOFTMAX": 1,
 }
 EXPECTED_NODES = sum(EXPECTED_COMMANDS.values())  # 204
-EXPECTED_PARAMS = 23_817_352  # research/inception_cpu.md: 23.82 M without the aux head
+EXPECTED_PARAMS = 23_817_352  # torchvision's Inception-V3: 23.82 M without the aux head
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_node_and_command_counts(model):
 
 
 def test_full_size_cost_matches_the_table():
-    # Shapes only (no run): 5.713 GMAC at 299x299 per research/inception_cpu.md.
+    # Shapes only (no run): 5.713 GMAC at 299x299, torchvision's Inception-V3.
     m = build_inception_v3_model(size=299)
     assert round(m.macs / 1e9, 3) == 5.713
     assert m.concats["Mixed_7c"][0].shape == (1, 8, 8, 2048)

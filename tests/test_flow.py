@@ -1,5 +1,5 @@
 """Control flow on streams, driven by coroutines (NNC: schedule.tests.c, the while and case..of
-cases; research/nnc.md §6 item 12). Sub-graph schedules, deferral of nodes behind a suspended
+cases). Sub-graph schedules, deferral of nodes behind a suspended
 loop, one scheduler thread, failures and reserved signals."""
 
 import threading

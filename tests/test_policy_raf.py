@@ -1,7 +1,7 @@
 """RAF's "wavefront" and "asap" stream assignments (nnc/graph/policy_raf.pyx) on RAF's three test
-graphs (awslabs/raf tests/python/pass/test_pass_stream_schedule_{wavefront,asap}.py, as
-research/peers.md §1 records them), checked against a plain-Python statement of each algorithm on
-random DAGs, and for the order they promise."""
+graphs (awslabs/raf tests/python/pass/test_pass_stream_schedule_{wavefront,asap}.py), checked
+against a plain-Python statement of each algorithm on random DAGs, and for the order they
+promise."""
 
 import random
 import time

@@ -1,4 +1,4 @@
-"""The public names DESIGN.md binds, and the error hierarchy."""
+"""The public names README.md and docs/ promise, and the error hierarchy."""
 
 import nnc
 

@@ -1,5 +1,5 @@
-"""Static schedules, policy "rank" (NNC: ccv_nnc_graph.c static schedule; the probe tables of
-research/nnc.md §2 and §6, re-expressed for the documented rank; RAF's schedule verifier and
+"""Static schedules, policy "rank" (NNC: ccv_nnc_graph.c static schedule; NNC's probe graphs
+and schedule.tests.c, re-expressed for the documented rank; RAF's schedule verifier and
 its mutation tests). docs/schedule.md describes the algorithm these tests pin down.
 
 A table below maps node name -> (stream, signal or None, waits). Where the documented rank

@@ -1,5 +1,5 @@
-"""while sub-graphs, multiviews and carry-overs (NNC: while.tests.c; research/nnc.md §6 items 4,
-5, 6, 10, 11). Every case runs sequentially, on a CPU stream, and statically scheduled on
+"""while sub-graphs, multiviews and carry-overs (NNC: while.tests.c and the while cases of
+schedule.tests.c). Every case runs sequentially, on a CPU stream, and statically scheduled on
 streams, each time from freshly built tensors."""
 
 import subprocess

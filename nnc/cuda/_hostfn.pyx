@@ -3,7 +3,7 @@
 NNC: ccv_nnc_stream.c's stream callbacks (cudaLaunchHostFunc in gpu/ccv_nnc_compat.cu).
 ``cuLaunchHostFunc(stream, fn, userData)`` makes the driver call ``fn(userData)`` on its own
 thread once the stream reaches that point. A Python callable there would take the GIL on the
-driver's thread, a known deadlock (research/ecosystem.md §1: the callback holds a driver lock
+driver's thread, a known deadlock (the callback holds a driver lock
 and waits for the GIL while a thread holding the GIL enters the driver). So ``fn`` is the C
 function ``_on_host`` below, ``noexcept nogil``: it pushes its record on a done list under a
 pthread mutex and posts a POSIX semaphore, nothing more.

@@ -4,7 +4,7 @@ and stream capture into CUDA graphs.
 NNC: ccv_nnc_stream.c's GPU half and gpu/ccv_nnc_compat.cu (stream contexts, signals as CUDA
 events, kernel launches). Calls go through ``cuda.bindings.driver`` at the Python level, whose
 wrappers release the GIL around every driver call, so nnc's extension modules need no CUDA
-headers to build. Call sequences follow ``research/ecosystem.md`` §1 (checked against the real
+headers to build. Call sequences follow cuda-python's driver bindings (checked against the real
 bindings); the "driver" attribute of this module may be replaced in tests by a fake that records
 the calls (tests/_fake_cuda.py).
 
@@ -331,7 +331,7 @@ class CudaGraph:
     on an event recorded on it) becomes a graph node; every forked stream must be joined back
     into ``stream`` before fn returns (CUDA's rule). ``replay(stream)`` enqueues the whole
     graph with one cuGraphLaunch. The tensors captured are baked in: replay reads and writes
-    the same device memory. NNC has no counterpart; Nimble (research/peers.md §3) does this.
+    the same device memory. NNC has no counterpart; Nimble (ATC '21) does this.
     """
 
     def __init__(self, graph, exec_handle, stream):

@@ -1,6 +1,6 @@
 """CUDA-graph capture of a graph's run on a GPU stream, and copying a CPU graph to a GPU.
 
-NNC has no counterpart; Nimble does this (research/peers.md §3). ``g.run(stream=s)`` on a GPU
+NNC has no counterpart; Nimble (ATC '21) does this. ``g.run(stream=s)`` on a GPU
 ``nnc.Stream`` goes through the same runner as on a CPU stream (nnc/graph/run.pyx; the GPU
 stream launches each node as it is enqueued, nnc/cuda/gpu_stream.pyx). :func:`capture` records
 one such run into a :class:`~nnc.cuda.driver.CudaGraph`, so a replay costs one cuGraphLaunch

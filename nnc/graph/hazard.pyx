@@ -2,7 +2,7 @@
 least one writing (read-after-write, write-after-read, write-after-write). The graph's edges are
 the only order a schedule keeps, so such a pair races once its nodes land on two streams, and
 ``g.run()`` gives it an arbitrary order. No NNC counterpart (NNC trusts the edges); the idea is
-MXNet's engine, which orders work by the variables it reads and mutates (research/peers.md).
+MXNet's engine, which orders work by the variables it reads and mutates.
 
 Memory is compared as byte ranges [lo, hi) of each tensor's elements (tensor.pyx's extent: views,
 strides and separate Tensors over one NumPy buffer included) per device, so it is conservative

@@ -1,5 +1,5 @@
 """RAF's "wavefront" and "asap" stream assignments (awslabs/raf, src/pass/stream_schedule_
-wavefront.cc and stream_schedule_asap.cc; research/peers.md §1) as scheduling policies over the
+wavefront.cc and stream_schedule_asap.cc) as scheduling policies over the
 builder's DAG (nnc/graph/dag.pxd). Graph-only: neither reads node costs.
 
 Nodes are positions of a fixed topological run order, and a stream runs its nodes in position

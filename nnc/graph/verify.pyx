@@ -1,4 +1,4 @@
-"""Schedule verification (RAF's verifier idea, research/peers.md §1): does a schedule enforce
+"""Schedule verification (the idea of RAF's schedule verifier): does a schedule enforce
 every edge of its graph's run? Split from schedule.pyx, which builds schedules; see
 Schedule.verify for the contract and docs/schedule.md, "verify()", for the costs.
 

@@ -1,8 +1,8 @@
 """Inception-V3 (torchvision layout, no auxiliary head) as one nnc concrete graph.
 
-The layer table is in ``research/inception_cpu.md``. Tensors are NHWC. Every convolution is a
-``CONVOLUTION`` node with a bias (batch norm folded into it) followed by an in-place ``RELU`` node
-on the convolution's output. Weights are random, He-scaled, drawn from
+The layer table below is torchvision's Inception-V3 at 299×299. Tensors are NHWC. Every convolution
+is a ``CONVOLUTION`` node with a bias (batch norm folded into it) followed by an in-place ``RELU``
+node on the convolution's output. Weights are random, He-scaled, drawn from
 ``np.random.default_rng(seed)`` in a fixed order, so two builds with one seed hold the same
 numbers whatever backends they use.
 
