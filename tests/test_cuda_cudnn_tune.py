@@ -85,7 +85,11 @@ def test_the_fastest_candidate_wins_and_is_cached(dnn):
     # Each candidate: one eager run, then _REPEAT executes captured and replayed.
     assert len(dnn.timed) == 3 * (1 + cudnn_conv._REPEAT)
     cmd, ins, out, _ = _node()
-    assert cudnn_conv.plan(drv.device(0), cmd, ins, [out]).workspace == 8192  # engine 3's
+    p = cudnn_conv.plan(drv.device(0), cmd, ins, [out])
+    assert p.workspace == 8192                                      # engine 3's
+    assert [(i, n) for i, n, _ in p.choice.timings] == [
+        (0, "fake_eng7[TILE_SIZE=2]"), (1, "fake_eng3[SWIZZLE=1,STAGES=3]"), (3, "fake_eng5[]")]
+    assert [us for *_, us in p.choice.timings] == pytest.approx([30.0, 10.0, 20.0])
     ((engine, knobs, name, us, candidates),) = _rows()
     assert (engine, name, candidates) == (3, rec["plan"], 3) and us == pytest.approx(10.0)
     assert cudnn_conv._knobs_of(dnn, knobs) == {knob_type.SWIZZLE: 1, knob_type.STAGES: 3}

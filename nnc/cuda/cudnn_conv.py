@@ -157,13 +157,16 @@ class _Choice:
     or "heuristic" (the heuristics' first plan that builds, untimed: ``note`` says why).
     ``us``: the winner's median in microseconds (None when untimed); ``name``: the frontend's
     plan name; ``engine``, ``knobs``: what create_execution_plan replays (None where the
-    frontend has no such pair for the plan)."""
+    frontend has no such pair for the plan); ``timings``: (plan index, name, median us) of
+    every candidate timed here, in the heuristics' order (empty unless "timed")."""
 
-    __slots__ = ("how", "name", "us", "candidates", "note", "engine", "knobs")
+    __slots__ = ("how", "name", "us", "candidates", "note", "engine", "knobs", "timings")
 
-    def __init__(self, how, name, us=None, candidates=0, note=None, engine=None, knobs=None):
+    def __init__(self, how, name, us=None, candidates=0, note=None, engine=None, knobs=None,
+                 timings=()):
         self.how, self.name, self.us, self.candidates = how, name, us, int(candidates)
         self.note, self.engine, self.knobs = note, engine, knobs
+        self.timings = tuple(timings)
 
 
 class _DeviceState:
@@ -435,10 +438,11 @@ def _timed(cu, st, dev, key):
         why = "; ".join(f"{k}: {v}" for k, v in failed.items())
         return parts, _heuristic(g, built[0], f"no candidate could be timed ({why})")
     best = min(times, key=lambda i: (times[i], i))
+    timings = [(i, g.get_plan_name_at_index(i), times[i]) for i in sorted(times)]
     g.build_plan_at_index(best)         # select it: execute() runs the selected plan
     engine, knobs = _recorded(g, best)
     return parts, _Choice("timed", g.get_plan_name_at_index(best), times[best], len(times),
-                          engine=engine, knobs=knobs)
+                          engine=engine, knobs=knobs, timings=timings)
 
 
 def _from_cache(cu, st, key, entry):

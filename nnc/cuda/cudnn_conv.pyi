@@ -32,9 +32,11 @@ class _Choice:
     note: str | None
     engine: int | None
     knobs: str | None
+    timings: tuple[tuple[int, str, float], ...]
     def __init__(
         self, how: str, name: str | None, us: float | None = None, candidates: int = 0,
         note: str | None = None, engine: int | None = None, knobs: str | None = None,
+        timings: Sequence[tuple[int, str, float]] = (),
     ) -> None: ...
 
 class _Plan:
