@@ -52,13 +52,15 @@ def no_cudnn(conv_drv, monkeypatch):
 
 
 @pytest.fixture(params=["fake", "gpu"])
-def dnn_env(request):
-    """The fakes, then (where a GPU and cuDNN exist) the real GPU: None there."""
+def dnn_env(request, monkeypatch, tmp_path):
+    """The fakes, then (where a GPU and cuDNN exist) the real GPU: None there. Either way
+    the timed-plan cache is the test's, never the user's."""
     if request.param == "gpu":
         if not cuda.available():
             pytest.skip(f"no GPU: {cuda.unavailable_reason()}")
         if not cudnn_conv.available():
             pytest.skip(f"no cuDNN: {cudnn_conv.unavailable_reason()}")
+        monkeypatch.setenv("NNC_CACHE_DIR", str(tmp_path))
         yield None
     else:
         if real is None:
