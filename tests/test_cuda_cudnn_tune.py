@@ -387,3 +387,30 @@ def test_concurrent_writers_in_two_processes(tmp_path):
     with sqlite3.connect(tmp_path / cudnn_conv.CACHE_FILE) as con:
         geoms = {r[0] for r in con.execute("SELECT geometry FROM plans")}
     assert geoms == {f"{w}-{k}" for w in "ab" for k in range(60)} | {"shared"}
+
+
+def test_real_gpu_times_then_replays_from_the_cache(monkeypatch, tmp_path):
+    from nnc import cuda
+
+    if not cuda.available():
+        pytest.skip(f"no GPU: {cuda.unavailable_reason()}")
+    if not cudnn_conv.available():
+        pytest.skip(f"no cuDNN: {cudnn_conv.unavailable_reason()}")
+    monkeypatch.setenv("NNC_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("NNC_CUDNN_TUNE", raising=False)
+    monkeypatch.setattr(cudnn_conv, "TUNE", None)
+    _forget(monkeypatch)
+    x, w, b = _case((1, 35, 35, 48), (64, 5, 5, 48), seed=11)
+    params = dict(padding=2, activation="relu")
+    recs = []
+    for _ in range(2):
+        got = _run_conv(params, x, w, b).numpy()
+        np.testing.assert_allclose(got, _ref(params, x, w, b), **_tol(x, w, b))
+        out = nnc.Tensor.empty(got.shape, device="gpu")
+        recs.append(cudnn_conv.implementation(nnc.Cmd("CONVOLUTION", **params),
+                                              [_gpu(x), _gpu(w), _gpu(b)], [out]))
+        _forget(monkeypatch)            # the second round is a new process: the cache only
+    first, second = recs
+    assert first["impl"] in ("cudnn fused", "cudnn + epilogue"), first
+    assert first["choice"] == "timed" and first["candidates"] >= 1 and first["us"] > 0, first
+    assert second["choice"] == "cached" and second["plan"] == first["plan"], (first, second)
