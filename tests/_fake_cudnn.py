@@ -9,6 +9,15 @@ Each execute checks the variant pack (exactly the graph's operands, each a plain
 fake device buffer large enough for its declared dims and strides), the workspace (the size
 the plan asked for, inside a device buffer), and the handle (live, bound to a live stream of
 the context it was made in). ``refuse(desc) -> reason or None`` makes check_support decline.
+
+Plans: the heuristics list ``candidates`` (:class:`Candidate`: engine id, knobs, numerical
+notes, workspace and a known cost in microseconds), in that order. As the real frontend, the
+note filter keeps barred plans in the list (indices stay stable) and refuses them by index
+with ValueError; an engine in ``declined`` refuses to build (cudnnGraphNotSupportedError);
+``create_execution_plan`` appends a recorded (engine id, knobs), which builds only where it
+names a candidate. Executing a plan advances the fake's ``clock`` by the plan's cost when the
+work runs (at once, or at replay where a stream captured it), so install()'s clock makes every
+timing exact and deterministic.
 """
 
 import enum
@@ -43,8 +52,40 @@ class numerical_note(enum.Enum):  # noqa: N801
     STRICT_NAN_PROP = 9
 
 
+class knob_type(enum.Enum):  # noqa: N801  (a few of the frontend's KnobType_t members)
+    SWIZZLE = 1
+    TILE_SIZE = 2
+    STAGES = 7
+
+
 class cudnnGraphNotSupportedError(Exception):  # noqa: N801, N818
     pass
+
+
+class Candidate:
+    """One plan the fake heuristics propose: ``engine`` id, ``knobs`` ({knob_type: int}),
+    numerical ``notes``, ``workspace`` bytes (None: the fake's default) and ``cost`` (us)."""
+
+    def __init__(self, engine, cost, knobs=None, notes=(), workspace=None):
+        self.engine, self.cost, self.knobs = engine, cost, dict(knobs or {})
+        self.notes, self.workspace = tuple(notes), workspace
+
+    @property
+    def name(self):
+        knobs = ",".join(f"{k.name}={v}" for k, v in sorted(self.knobs.items(),
+                                                            key=lambda kv: kv[0].value))
+        return f"fake_eng{self.engine}[{knobs}]"
+
+    def same(self, engine, knobs):
+        return engine == self.engine and knobs == self.knobs
+
+
+# The heuristics' order: the first is today's untimed choice; the fastest float32-legal one is
+# engine 3 (engine 11 is faster but uses TF32 tensor cores, which float32 plans deselect).
+CANDIDATES = (Candidate(7, 30.0, {knob_type.TILE_SIZE: 2}),
+              Candidate(3, 10.0, {knob_type.SWIZZLE: 1, knob_type.STAGES: 3}, workspace=8192),
+              Candidate(11, 5.0, notes=(numerical_note.TENSOR_CORE,)),
+              Candidate(5, 20.0))
 
 
 _NUMPY = {data_type.FLOAT: np.float32, data_type.DOUBLE: np.float64}
@@ -93,17 +134,25 @@ class FakeCudnn:
     data_type = data_type
     heur_mode = heur_mode
     numerical_note = numerical_note
+    knob_type = knob_type
     cudnnGraphNotSupportedError = cudnnGraphNotSupportedError
+    __version__ = "1.32.0+fake"
 
-    def __init__(self, driver, workspace=4096, refuse=None):
+    def __init__(self, driver, workspace=4096, refuse=None, candidates=CANDIDATES,
+                 declined=()):
         self.driver = driver
-        self.workspace = workspace      # bytes every plan asks for
+        self.workspace = workspace      # bytes a plan asks for unless its Candidate says
         self.refuse = refuse            # desc -> reason (str) or None
+        self.candidates = list(candidates)  # what create_execution_plans lists, in order
+        self.declined = set(declined)   # engine ids whose plans refuse to build
         self.lock = threading.Lock()
+        self.now = 0.0                  # the fake clock (seconds): executed plans' costs
         self.handles = []               # every Handle made, in order
-        self.builds = []                # desc of every graph built (build_plans)
-        self.deselected = []            # numerical notes deselected per build
+        self.builds = []                # desc of every graph that built a plan (once each)
+        self.plan_builds = []           # engine id of every plan built, in order
+        self.deselected = []            # numerical notes deselected per built graph
         self.executions = []            # (handle, stream, workspace ptr, desc) as enqueued
+        self.timed = []                 # (handle, engine) of each execute_plan_at_index
         self.ordered_calls = 0          # executes that passed buffers in tensor_uids order
         fake = self
 
@@ -114,6 +163,11 @@ class FakeCudnn:
 
     def backend_version(self):
         return 92000
+
+    def clock(self):
+        """The fake time in seconds: the sum of the costs of the plans executed so far."""
+        with self.lock:
+            return self.now
 
     def create_handle(self):
         ctx = getattr(self.driver._current, "ctx", None)
@@ -150,7 +204,6 @@ class _Graph:
         self.handle, self.dtype = handle, io_data_type
         self.tensors, self.conv, self.bias_t, self.relu_on, self.y = [], None, None, False, None
         self.stage = "open"
-        self.ws = None
 
     def tensor(self, dim, stride=None, data_type=None, name=""):
         assert name and data_type is not None
@@ -212,6 +265,8 @@ class _Graph:
         self._step("graph", "plans")
         assert heuristics and all(isinstance(h, heur_mode) for h in heuristics)
         self.notes = []
+        self.plans = list(self.cudnn.candidates)
+        self.built, self.selected = set(), None
 
     def deselect_numeric_notes(self, notes):
         assert self.stage == "plans", "note filters need the plans made"
@@ -233,25 +288,87 @@ class _Graph:
             self.stage = "refused"
             raise cudnnGraphNotSupportedError(reason)
 
-    def build_plans(self):
-        self._step("supported", "built")
+    def _plan(self, index):
+        assert self.stage in ("supported", "built"), f"plan {index} used at stage {self.stage}"
+        assert type(index) is int, index
+        if not 0 <= index < len(self.plans):
+            raise IndexError(f"plan index {index} out of range for {len(self.plans)} plan(s)")
+        c = self.plans[index]
+        if any(n in self.notes for n in c.notes):
+            raise ValueError(f"plan {index} ({c.name!r}) is excluded by a note filter")
+        return c
+
+    def get_execution_plan_count(self):
+        assert self.stage in ("supported", "built")
+        return len(self.plans)
+
+    def get_plan_name_at_index(self, index):
+        return self.plans[index].name
+
+    def get_engine_and_knobs_at_index(self, index):
+        c = self.plans[index]
+        return c.engine, dict(c.knobs)
+
+    def get_workspace_size_plan_at_index(self, index):
+        c = self._plan(index)
+        return self.cudnn.workspace if c.workspace is None else c.workspace
+
+    def create_execution_plan(self, engine_id, knobs=None):
+        assert self.stage in ("supported", "built"), "nnc replays after check_support"
+        assert type(engine_id) is int and isinstance(knobs, dict), (engine_id, knobs)
+        assert all(isinstance(k, knob_type) and type(v) is int for k, v in knobs.items()), knobs
+        known = [c for c in self.cudnn.candidates if c.same(engine_id, knobs)]
+        # An unknown configuration is appended all the same; it fails when built.
+        self.plans.append(known[0] if known else Candidate(engine_id, 0.0, knobs,
+                                                           notes=("unknown",)))
+        return self
+
+    def build_plan_at_index(self, index):
+        c = self._plan(index)
+        if "unknown" in c.notes or c.engine in self.cudnn.declined:
+            raise cudnnGraphNotSupportedError(f"{c.name} does not build")
         with self.cudnn.lock:
-            self.cudnn.builds.append(self.desc())
-            self.cudnn.deselected.append(list(self.notes))
-        self.ws = self.cudnn.workspace
+            if not self.built:
+                self.cudnn.builds.append(self.desc())
+                self.cudnn.deselected.append(list(self.notes))
+            self.cudnn.plan_builds.append(c.engine)
+        self.built.add(index)
+        self.selected, self.stage = index, "built"
+        return self
+
+    def build_plans(self):
+        for i in range(len(self.plans)):
+            try:
+                self.build_plan_at_index(i)
+                return
+            except (ValueError, cudnnGraphNotSupportedError):
+                continue
+        raise cudnnGraphNotSupportedError("no plan in the list could be built")
 
     def get_workspace_size(self):
         assert self.stage == "built"
-        return self.ws
+        return self.get_workspace_size_plan_at_index(self.selected)
 
     def execute(self, tensor_dict, workspace=None, handle=None, tensor_uids=None):
         assert self.stage == "built", "execute before build_plans"
+        self._launch(tensor_dict, workspace, handle, tensor_uids, self.selected, False)
+
+    def execute_plan_at_index(self, tensor_dict, workspace=None, index=0, handle=None,
+                              tensor_uids=None):
+        self._plan(index)
+        assert index in self.built, f"plan {index} executed before it was built"
+        self._launch(tensor_dict, workspace, handle, tensor_uids, index, True)
+
+    def _launch(self, tensor_dict, workspace, handle, tensor_uids, index, timing):
+        plan = self.plans[index]
+        ws_size = self.get_workspace_size_plan_at_index(index)
         if tensor_uids is not None:     # the ordered form: buffers in tensor_uids' order
             assert type(tensor_dict) is list and len(tensor_dict) == len(tensor_uids)
             assert len(set(tensor_uids)) == len(tensor_uids), "repeated uids"
             by_uid = {t.uid: t for t in self.tensors}
             tensor_dict = {by_uid[u]: p for u, p in zip(tensor_uids, tensor_dict)}
-            self.cudnn.ordered_calls += 1
+            if not timing:
+                self.cudnn.ordered_calls += 1
         fake, drv = self.cudnn, self.cudnn.driver
         assert isinstance(handle, Handle) and handle.backend_handle is not None, "bad handle"
         assert handle.stream in drv.live_streams, "the handle's stream is not live"
@@ -264,11 +381,14 @@ class _Graph:
             span = sum((d - 1) * s for d, s in zip(t.dim, t.stride)) + 1
             span *= np.dtype(np_dt).itemsize
             _inside(drv, ptr, span, t.name)
-        if self.ws:
+        if ws_size:
             assert type(workspace) is int, "workspace must be a device address"
-            _inside(drv, workspace, self.ws, "workspace")
+            _inside(drv, workspace, ws_size, "workspace")
         with fake.lock:
-            fake.executions.append((handle, handle.stream, workspace, self.desc()))
+            if timing:
+                fake.timed.append((handle, plan.engine))
+            else:
+                fake.executions.append((handle, handle.stream, workspace, self.desc()))
         ptrs = {t.name: p for t, p in tensor_dict.items()}
         views = {t.name: (t.dim, t.stride) for t in operands}
         bias = self.bias_t.name if self.bias_t is not None else None
@@ -284,6 +404,8 @@ class _Graph:
             if relu:
                 acc = np.where(acc < 0, 0.0, acc)
             _view(ptrs, views, yname, np_dt)[...] = acc
+            with fake.lock:
+                fake.now += plan.cost * 1e-6
 
         drv._run(run)
 
@@ -319,12 +441,18 @@ def _conv_nchw(x, w, pre, post, stride):
     return acc
 
 
-def install(monkeypatch, driver, **config):
+def install(monkeypatch, driver, cache_dir, **config):
     """Make nnc.cuda.cudnn_conv use a new FakeCudnn over FakeDriver ``driver`` until the test
-    ends (fresh plan caches and handles); returns it."""
+    ends (fresh plan caches and handles, the fake's clock for timing, timed plans on, and the
+    disk cache in ``cache_dir``: never the user's); returns it."""
     from nnc.cuda import cudnn_conv
 
     fake = FakeCudnn(driver, **config)
     monkeypatch.setattr(cudnn_conv, "_status", (fake, None))
     monkeypatch.setattr(cudnn_conv, "_devices", weakref.WeakKeyDictionary())
+    monkeypatch.setattr(cudnn_conv, "_clock", fake.clock)
+    monkeypatch.setattr(cudnn_conv, "TUNE", None)
+    monkeypatch.setattr(cudnn_conv, "_cache_warned", set())
+    monkeypatch.delenv("NNC_CUDNN_TUNE", raising=False)
+    monkeypatch.setenv("NNC_CACHE_DIR", str(cache_dir))
     return fake

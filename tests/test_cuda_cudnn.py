@@ -37,9 +37,9 @@ def conv_drv(monkeypatch):
 
 
 @pytest.fixture
-def dnn(conv_drv, monkeypatch):
-    """The fake cuDNN frontend over the fake driver."""
-    yield install_cudnn(monkeypatch, conv_drv)
+def dnn(conv_drv, monkeypatch, tmp_path):
+    """The fake cuDNN frontend over the fake driver (its plan cache in tmp_path)."""
+    yield install_cudnn(monkeypatch, conv_drv, tmp_path)
     gc.collect()
 
 
@@ -52,13 +52,15 @@ def no_cudnn(conv_drv, monkeypatch):
 
 
 @pytest.fixture(params=["fake", "gpu"])
-def dnn_env(request):
-    """The fakes, then (where a GPU and cuDNN exist) the real GPU: None there."""
+def dnn_env(request, monkeypatch, tmp_path):
+    """The fakes, then (where a GPU and cuDNN exist) the real GPU: None there. Either way
+    the timed-plan cache is the test's, never the user's."""
     if request.param == "gpu":
         if not cuda.available():
             pytest.skip(f"no GPU: {cuda.unavailable_reason()}")
         if not cudnn_conv.available():
             pytest.skip(f"no cuDNN: {cudnn_conv.unavailable_reason()}")
+        monkeypatch.setenv("NNC_CACHE_DIR", str(tmp_path))
         yield None
     else:
         if real is None:
@@ -333,7 +335,10 @@ def test_one_handle_per_stream_bound_to_it_and_destroyed_with_it(dnn):
     for s in (s1, s2):
         s.wait()
     build_handles = 1                                        # the device's build handle
-    assert len(dnn.handles) == build_handles + 2
+    # Timing the plan used a private handle, destroyed once timed.
+    timing = {h for h, _ in dnn.timed}
+    assert len(timing) == 1 and all(h.backend_handle is None for h in timing)
+    assert len(dnn.handles) == build_handles + len(timing) + 2
     by_stream = {int(_stream_cuda(s).handle): s for s in (s1, s2)}
     used = {}
     for handle, stream, ws, _ in dnn.executions:
@@ -488,7 +493,7 @@ def test_fake_surface_exists_on_the_real_frontend():
         assert callable(getattr(real_tensor, m)) and callable(getattr(FakeTensor, m))
     for fn in ("create_handle", "set_stream", "destroy_handle", "backend_version"):
         assert _takes(getattr(real_cudnn, fn), len(_params(getattr(fake, fn)))), fn
-    for enum_name in ("data_type", "heur_mode", "numerical_note"):
+    for enum_name in ("data_type", "heur_mode", "numerical_note", "knob_type"):
         real_enum = getattr(real_cudnn, enum_name)
         for member in getattr(fake, enum_name).__members__:
             assert hasattr(real_enum, member), f"cudnn.{enum_name}.{member}"
