@@ -22,6 +22,7 @@ from _fake_cuda import _arr
 class data_type(enum.Enum):  # noqa: N801  (the frontend's names)
     FLOAT = 0
     DOUBLE = 1
+    HALF = 2
 
 
 class heur_mode(enum.Enum):  # noqa: N801
@@ -47,7 +48,14 @@ class cudnnGraphNotSupportedError(Exception):  # noqa: N801, N818
     pass
 
 
-_NUMPY = {data_type.FLOAT: np.float32, data_type.DOUBLE: np.float64}
+_NUMPY = {data_type.FLOAT: np.float32, data_type.DOUBLE: np.float64, data_type.HALF: np.float16}
+
+
+def _tf32(v):
+    """float32 values rounded to TF32 (10 mantissa bits), as a tensor-core engine reads them."""
+    bits = np.asarray(v, np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(v), rounded, v)
 
 
 class Handle:
@@ -148,6 +156,7 @@ class _Graph:
             assert isinstance(dt, data_type), dt
         assert handle is None or isinstance(handle, Handle)
         self.handle, self.dtype = handle, io_data_type
+        self.compute = (intermediate_data_type, compute_data_type)
         self.tensors, self.conv, self.bias_t, self.relu_on, self.y = [], None, None, False, None
         self.stage = "open"
         self.ws = None
@@ -175,7 +184,7 @@ class _Graph:
         outs = [(x.dim[2 + i] + pre_padding[i] + post_padding[i] - w.dim[2 + i]) // stride[i] + 1
                 for i in range(2)]
         self.conv = dict(x=x, w=w, pre=pre_padding, post=post_padding, stride=stride,
-                         dilation=dilation)
+                         dilation=dilation, compute=compute_data_type)
         self.y = self._virtual(f"{name}::Y", [x.dim[0], w.dim[0], *outs])
         return self.y
 
@@ -224,7 +233,8 @@ class _Graph:
         return dict(x=(c["x"].dim, c["x"].stride), w=(c["w"].dim, c["w"].stride),
                     y=(self.y.dim, self.y.stride), pre=c["pre"], post=c["post"],
                     stride=c["stride"], groups=c["x"].dim[1] // c["w"].dim[1],
-                    bias=self.bias_t is not None, relu=self.relu_on, dtype=self.dtype)
+                    bias=self.bias_t is not None, relu=self.relu_on, dtype=self.dtype,
+                    compute=(*self.compute, c["compute"]))
 
     def check_support(self):
         self._step("plans", "supported")
@@ -239,6 +249,10 @@ class _Graph:
             self.cudnn.builds.append(self.desc())
             self.cudnn.deselected.append(list(self.notes))
         self.ws = self.cudnn.workspace
+        # The engine the fake "picks": a tensor-core one unless its note was deselected, which
+        # for float32 means TF32 inputs (run() rounds them as such an engine reads them).
+        self.tf32 = (self.dtype == data_type.FLOAT
+                     and numerical_note.TENSOR_CORE not in self.notes)
 
     def get_workspace_size(self):
         assert self.stage == "built"
@@ -273,11 +287,14 @@ class _Graph:
         views = {t.name: (t.dim, t.stride) for t in operands}
         bias = self.bias_t.name if self.bias_t is not None else None
         yname = self.y.name
-        conv, relu = self.conv, self.relu_on
+        conv, relu, tf32 = self.conv, self.relu_on, self.tf32
 
         def run():
-            x = _view(ptrs, views, conv["x"].name, np_dt).astype(np.float64)
-            w = _view(ptrs, views, conv["w"].name, np_dt).astype(np.float64)
+            x = _view(ptrs, views, conv["x"].name, np_dt)
+            w = _view(ptrs, views, conv["w"].name, np_dt)
+            if tf32:
+                x, w = _tf32(x), _tf32(w)
+            x, w = x.astype(np.float64), w.astype(np.float64)
             acc = _conv_nchw(x, w, conv["pre"], conv["post"], conv["stride"])
             if bias is not None:
                 acc += _view(ptrs, views, bias, np_dt).astype(np.float64)

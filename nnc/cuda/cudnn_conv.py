@@ -17,12 +17,17 @@ Layout mapping (cuDNN describes every tensor as NCHW dims with arbitrary strides
 - padding (top, left, bottom, right) becomes pre_padding [top, left] and post_padding
   [bottom, right]; stride as given, dilation 1 (nnc's convolution has none).
 
-One cuDNN graph per geometry (shapes, pixel strides, padding, stride, groups, dtype, bias,
-ReLU) and device, built once (validate, build_operation_graph, create_execution_plans with
-heuristics A then FALLBACK, check_support, build_plans) and shared by every stream of the
-device. float32 plans exclude engines with reduced-precision numerical notes (TF32 tensor
-cores, down-converted inputs, reduced-precision reductions, FFT, large Winograd tiles), so the
-results keep docs/commands.md's float32 bound like GPU_REF's. float64 is not registered:
+One cuDNN graph per geometry (shapes, pixel strides, padding, stride, groups, dtype, float32
+precision, bias, ReLU) and device, built once (validate, build_operation_graph,
+create_execution_plans with heuristics A then FALLBACK, check_support, build_plans) and shared
+by every stream of the device. Plans exclude engines whose numerical notes lose accuracy
+(down-converted inputs, reduced-precision reductions, FFT, large Winograd tiles), and float32
+plans under nnc.cuda.precision() "ieee" also TF32 tensor cores, so the results keep
+docs/commands.md's float32 bound like GPU_REF's; under "tf32" tensor-core engines may run them
+(docs/gpu.md: the TF32 bound). The precision is part of the key, and a prepared float32 node
+looks its plan up again when it changes (nnc.cuda.backends.ByPrecision). float16 runs with
+io_data_type HALF and compute FLOAT (tensor cores, float32 accumulation, the fused bias + ReLU
+in float32). float64 is not registered:
 cuDNN serves double convolutions only through its pre-compiled single-operation engines, not
 the runtime-fusion engines a bias + ReLU epilogue needs, so GPU_REF runs float64.
 
@@ -42,6 +47,7 @@ import weakref
 
 import numpy as np
 
+import nnc.cuda as _cuda
 from nnc._core import CUDAError
 from nnc.cuda import memory
 from nnc.cuda.backends import bias_act, operands, pixel_stride, runner, same_gpu, tensors_of
@@ -56,9 +62,15 @@ PRIORITY = 20
 HINT = "pip install 'nnc-graph[gpu-opt]'"
 ALIGN = 16                          # bytes: the alignment the frontend declares for tensors
 LIBRARY = "cudnn"                   # CudaStream.library key of the per-stream handle
-# Numerical notes a float32 plan must not carry (engines that lose float32 accuracy).
-_LOSSY_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "FFT",
-                "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13")
+# Numerical notes no plan may carry: engines that convert inputs to a narrower type, reduce in
+# less than float32, or lose accuracy to FFT / large Winograd tiles.
+_LOSSY_NOTES = ("DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "FFT", "WINOGRAD_TILE_6x6",
+                "WINOGRAD_TILE_13x13")
+# And a float32 plan under precision "ieee": TF32 tensor cores (10-bit mantissa inputs).
+_TF32_NOTES = ("TENSOR_CORE",)
+# cuDNN's io types by dtype (NumPy's dtype.str) and the type each computes in.
+_IO = {"<f2": "HALF", "<f4": "FLOAT", "<f8": "DOUBLE"}
+_COMPUTE = {"<f2": "FLOAT", "<f4": "FLOAT", "<f8": "DOUBLE"}
 
 _status = None                      # (cudnn module or None, reason or None), probed once
 _status_lock = threading.Lock()
@@ -140,12 +152,19 @@ def _state(cu, dev):
     return st
 
 
-def geometry(cmd, inputs, outputs):
-    """The key of a convolution's cuDNN graph: (dtype, N, H, W, C, x pixel stride, O, kh, kw,
-    C/groups, Ho, Wo, out pixel stride, (sh, sw), (top, left, bottom, right), bias?, relu?)."""
+def geometry(cmd, inputs, outputs, precision=None):
+    """The key of a convolution's cuDNN graph: (dtype, float32 precision, N, H, W, C, x pixel
+    stride, O, kh, kw, C/groups, Ho, Wo, out pixel stride, (sh, sw), (top, left, bottom,
+    right), bias?, relu?). The precision is ``precision`` (default: nnc.cuda.precision()) for
+    float32 and None for the dtypes it does not affect."""
     x, w, bias, out = operands(inputs, outputs)
     n = x.shape[0] if x.ndim == 4 else 1
-    return (np.dtype(x.dtype).str, n, *x.shape[-3:], pixel_stride(x), *w.shape,
+    dt = np.dtype(x.dtype).str
+    if dt != "<f4":
+        precision = None
+    elif precision is None:
+        precision = _cuda.precision()
+    return (dt, precision, n, *x.shape[-3:], pixel_stride(x), *w.shape,
             out.shape[-3], out.shape[-2], pixel_stride(out), tuple(cmd.params["stride"]),
             tuple(cmd.params["padding"]), bias is not None,
             cmd.params.get("activation") == "relu")
@@ -156,23 +175,25 @@ def describe(cu, key, handle=None):
 
     Only records the graph (the frontend needs no driver for that); :func:`_build` builds it.
     """
-    (dt, n, h, wd, c, xps, o, kh, kw, cg, ho, wo, ops, (sh, sw), (pt, pl, pb, pr), has_bias,
+    (dt, _, n, h, wd, c, xps, o, kh, kw, cg, ho, wo, ops, (sh, sw), (pt, pl, pb, pr), has_bias,
      relu) = key
-    f = {"<f4": cu.data_type.FLOAT, "<f8": cu.data_type.DOUBLE}[dt]
-    g = cu.pygraph(io_data_type=f, intermediate_data_type=f, compute_data_type=f, handle=handle)
+    f = getattr(cu.data_type, _IO[dt])
+    acc = getattr(cu.data_type, _COMPUTE[dt])
+    g = cu.pygraph(io_data_type=f, intermediate_data_type=acc, compute_data_type=acc,
+                   handle=handle)
     x = g.tensor(name="x", dim=[n, c, h, wd], stride=[h * wd * xps, 1, wd * xps, xps],
                  data_type=f)
     w = g.tensor(name="w", dim=[o, cg, kh, kw], stride=[kh * kw * cg, 1, kw * cg, cg],
                  data_type=f)
     # Cross-correlation, the frontend's default mode (as nnc's CONVOLUTION: no kernel flip).
     y = g.conv_fprop(image=x, weight=w, pre_padding=[pt, pl], post_padding=[pb, pr],
-                     stride=[sh, sw], dilation=[1, 1], compute_data_type=f, name="conv")
+                     stride=[sh, sw], dilation=[1, 1], compute_data_type=acc, name="conv")
     bias = None
     if has_bias:
         bias = g.tensor(name="b", dim=[1, o, 1, 1], stride=[o, 1, o, o], data_type=f)
-        y = g.bias(input=y, bias=bias, compute_data_type=f, name="bias")
+        y = g.bias(input=y, bias=bias, compute_data_type=acc, name="bias")
     if relu:
-        y = g.relu(input=y, compute_data_type=f, name="relu")
+        y = g.relu(input=y, compute_data_type=acc, name="relu")
     y.set_output(True).set_dim([n, o, ho, wo]).set_stride([ho * wo * ops, 1, wo * ops, ops])
     y.set_data_type(f)
     return g, x, w, bias, y
@@ -183,11 +204,15 @@ def _build(cu, g, key):
     g.validate()
     g.build_operation_graph()
     g.create_execution_plans([cu.heur_mode.A, cu.heur_mode.FALLBACK])
-    if key[0] == "<f4":
-        g.deselect_numeric_notes([getattr(cu.numerical_note, k) for k in _LOSSY_NOTES])
+    g.deselect_numeric_notes([getattr(cu.numerical_note, k) for k in _notes_excluded(key)])
     g.check_support()
     g.build_plans()
     return g.get_workspace_size()
+
+
+def _notes_excluded(key):
+    """The numerical notes plan ``key`` may not carry (key[1]: its float32 precision)."""
+    return _LOSSY_NOTES + (_TF32_NOTES if key[0] == "<f4" and key[1] != "tf32" else ())
 
 
 def _declined(cu):
@@ -220,12 +245,13 @@ def _plan_of(cu, st, dev, key):
     return found
 
 
-def plan(dev, cmd, inputs, outputs):
-    """The device's plan for this convolution (built on first use), or None when cuDNN
-    declines the configuration, fused or bare."""
+def plan(dev, cmd, inputs, outputs, precision=None):
+    """The device's plan for this convolution under float32 ``precision`` (default:
+    nnc.cuda.precision()), built on first use, or None when cuDNN declines the configuration,
+    fused or bare."""
     cu = _module()
     st = _state(cu, dev)
-    key = geometry(cmd, inputs, outputs)
+    key = geometry(cmd, inputs, outputs, precision)
     found = st.plans.get(key)
     if found is None:
         with st.lock:
@@ -302,7 +328,7 @@ def _body(dev, sink, cmd, inputs, outputs):
     if out.size == 0:
         return
     ts = tensors_of(inputs, outputs)
-    p = plan(dev, cmd, inputs, outputs) if x.shape[-1] and _aligned(ts) else None
+    p = plan(dev, cmd, inputs, outputs, sink.precision) if x.shape[-1] and _aligned(ts) else None
     if p is None:
         # Zero input channels (bias and ReLU only), or tensors accept did not see (autotune's
         # scratch copies, tensors a loop re-pointed) that cuDNN cannot take: the reference.
@@ -348,5 +374,6 @@ def register():
     """Register GPU_OPT for CONVOLUTION (once, at import nnc; imports no CUDA library)."""
     from nnc.cmd import register_backend
 
-    register_backend("CONVOLUTION", BACKEND, runner(_body, name=BACKEND),
-                     datatypes=("float32",), accept=_accept, priority=PRIORITY, device="gpu")
+    register_backend("CONVOLUTION", BACKEND, runner(_body, name=BACKEND, precise=True),
+                     datatypes=("float16", "float32"), accept=_accept, priority=PRIORITY,
+                     device="gpu")
