@@ -13,12 +13,12 @@ without one) against the float64 CPU reference, within docs/gpu.md's bounds.
 
 import gc
 
+import _fake_cublas
+import _fake_cudnn
 import numpy as np
 import pytest
 from _fake_cuda import install, real
 
-import _fake_cublas
-import _fake_cudnn
 import nnc
 from nnc import cuda
 from nnc.cuda import cublas_gemm, cudnn_conv, memory
