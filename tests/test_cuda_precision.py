@@ -278,6 +278,37 @@ def test_a_bound_gemm_switches_its_calls(fake):
     assert [c[0] for c in fake.cublas.calls] == ["sgemm", "gemm_ex"] * 2
 
 
+@pytest.mark.parametrize("mode", ["tf32", "float16"])
+def test_gpu_opt_within_the_documented_bounds(opt_env, mode):
+    """GPU_OPT's CONVOLUTION and GEMM under TF32 and in float16 against float64 (docs/gpu.md's
+    table: eps 2 * 2^-10 in the dot-product bound), on the fakes and on a real GPU."""
+    dt = np.float16 if mode == "float16" else np.float32
+    cuda.set_precision("tf32" if mode == "tf32" else "ieee")
+    x, w, b = rng_arrays(13, (1, 12, 12, 64), (32, 3, 3, 64), (32,), dtype=dt)
+    want = _conv64(x, w, b)
+    got = _conv_gpu(x, w, b)
+    eps = 2 * TF32_EPS
+    k = w[0].size
+    atol = k * eps * np.abs(x).max() * np.abs(w).max() + eps * np.abs(b).max()
+    np.testing.assert_allclose(got, want, rtol=eps, atol=atol)
+    a, wt, bias = rng_arrays(14, (2, 2048), (2048, 1000), (1000,), dtype=dt)
+    want = a.astype(np.float64) @ wt + bias
+    got = _gemm(a, wt, bias)
+    atol = 2048 * eps * np.abs(a).max() * np.abs(wt).max() + eps * np.abs(bias).max()
+    np.testing.assert_allclose(got, want, rtol=eps, atol=atol)
+
+
+def test_autotune_times_under_the_current_precision(fake):
+    a, w = rng_arrays(15, (4, 64), (64, 8))
+    g = nnc.Graph()
+    out = nnc.Tensor.empty((4, 8), device="gpu")
+    g.exec(nnc.Cmd("GEMM"), [gpu(a), gpu(w)], [out], name="fc")
+    cuda.set_precision("tf32")
+    g.autotune()
+    assert ("gemm_ex", _fake_cublas.R_32F, _fake_cublas.COMPUTE_32F_FAST_TF32) in fake.cublas.ex
+    assert not [c for c in fake.cublas.calls if c[0] == "sgemm"]
+
+
 # -- GPU_REF float16 kernels (fake emulation, and the real GPU where there is one) ---------------
 
 def _f16_bound(want, k=1):
