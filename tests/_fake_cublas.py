@@ -56,6 +56,19 @@ class cuBLASError(Exception):  # noqa: N801  (nvmath's name)
 
 
 NOT_INITIALIZED, ALLOC_FAILED, INVALID_VALUE, EXECUTION_FAILED = 1, 3, 7, 13  # cublasStatus_t
+NOT_SUPPORTED = 15
+R_16F, R_32F, R_64F = 2, 0, 1                           # cudaDataType_t
+COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 68, 77             # cublasComputeType_t
+_EX_TYPES = {R_16F: np.float16, R_32F: np.float32}
+_EX_COMPUTE = {(R_16F, COMPUTE_32F), (R_32F, COMPUTE_32F), (R_32F, COMPUTE_32F_FAST_TF32)}
+
+
+def tf32(v):
+    """float32 values rounded to TF32 (10 mantissa bits, nearest), as tensor cores read them."""
+    bits = np.asarray(v, np.float32).view(np.uint32)
+    finite = np.isfinite(np.asarray(v, np.float32))
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(finite, rounded, v).astype(np.float32)
 
 
 class _State:
@@ -78,6 +91,7 @@ class FakeCublas:
         self.handles = {}               # live handle -> _State
         self.destroyed = []             # handles destroyed, in order
         self.calls = []                 # (function name, handle, stream) of every GEMM
+        self.ex = []                    # (function name, data type, compute type) of *_ex GEMMs
         self.names = []                 # every call's name, in order
         self._next = 0x7000
 
@@ -186,8 +200,31 @@ class FakeCublas:
         self._real("dgemm_strided_batched", *args)
         self._gemm("dgemm_strided_batched", np.float64, *args)
 
+    def gemm_ex(self, h, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc,
+                compute, algo):
+        self._real("gemm_ex", h, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c,
+                   ctype, ldc, compute, algo)
+        self._ex("gemm_ex", atype, btype, ctype, compute, algo)
+        self._gemm("gemm_ex", _EX_TYPES[atype], h, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0,
+                   beta, c, ldc, 0, 1, fast=compute == COMPUTE_32F_FAST_TF32)
+
+    def gemm_strided_batched_ex(self, h, ta, tb, m, n, k, alpha, a, atype, lda, sa, b, btype,
+                                ldb, sb, beta, c, ctype, ldc, sc, count, compute, algo):
+        self._real("gemm_strided_batched_ex", h, ta, tb, m, n, k, alpha, a, atype, lda, sa, b,
+                   btype, ldb, sb, beta, c, ctype, ldc, sc, count, compute, algo)
+        self._ex("gemm_strided_batched_ex", atype, btype, ctype, compute, algo)
+        self._gemm("gemm_strided_batched_ex", _EX_TYPES[atype], h, ta, tb, m, n, k, alpha, a,
+                   lda, sa, b, ldb, sb, beta, c, ldc, sc, count,
+                   fast=compute == COMPUTE_32F_FAST_TF32)
+
+    def _ex(self, name, atype, btype, ctype, compute, algo):
+        # The combinations of cublasGemmEx's table that nnc uses; others: NOT_SUPPORTED.
+        if not (atype == btype == ctype and (atype, compute) in _EX_COMPUTE and algo == -1):
+            raise cuBLASError(NOT_SUPPORTED)
+        self.ex.append((name, atype, compute))
+
     def _gemm(self, name, dt, h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc,
-              sc, count):
+              sc, count, fast=False):
         st = self._state(h)
         if st.workspace is None:
             raise AssertionError(f"{name} on a handle without a user workspace (not safe to "
@@ -200,7 +237,8 @@ class FakeCublas:
                 or ldb < max(1, k if tb == Operation.N else n)
                 or ldc < max(1, m) or not alpha or not beta):
             raise cuBLASError(INVALID_VALUE)
-        ctype = ctypes.c_float if dt == np.float32 else ctypes.c_double
+        # alpha and beta are of the compute type: float for float16 and float32 operands.
+        ctype = ctypes.c_double if dt == np.float64 else ctypes.c_float
         # Pointer mode host: the scalars are read now, at enqueue (a capture bakes them in).
         al, be = ctype.from_address(alpha).value, ctype.from_address(beta).value
         a_shape = (m, k) if ta == Operation.N else (k, m)
@@ -226,8 +264,11 @@ class FakeCublas:
                 cv = _arr(c + i * sc * size, dt, (m, n), (1, ldc))
                 acc = np.zeros((m, n))
                 if reads_ab:
-                    av = _arr(a + i * sa * size, dt, a_shape, (1, lda)).astype(np.float64)
-                    bv = _arr(b + i * sb * size, dt, b_shape, (1, ldb)).astype(np.float64)
+                    av = _arr(a + i * sa * size, dt, a_shape, (1, lda))
+                    bv = _arr(b + i * sb * size, dt, b_shape, (1, ldb))
+                    if fast:            # tensor cores read TF32, then accumulate in float
+                        av, bv = tf32(av), tf32(bv)
+                    av, bv = av.astype(np.float64), bv.astype(np.float64)
                     av = av if ta == Operation.N else av.T
                     bv = bv if tb == Operation.N else bv.T
                     acc = al * (av @ bv)

@@ -324,11 +324,11 @@ class FakeDriver:
             return bad
         name = self.functions[int(f)]
         base, dtype = name.rsplit("_", 1)
-        dtype = {"f32": np.float32, "f64": np.float64}[dtype]
+        dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[dtype]
         kernel = base[4:]
         # Like the driver, copy the argument values now: the caller may free them on return
         # (a captured launch runs later, at replay).
-        sizes = [np.dtype(dtype).itemsize if n == "T" else n for n in SIGNATURES[kernel]]
+        sizes = [np.dtype(_acc(dtype)).itemsize if n == "A" else n for n in SIGNATURES[kernel]]
         keep = [ctypes.create_string_buffer(
             ctypes.string_at(ctypes.c_uint64.from_address(params + 8 * i).value, n), n)
             for i, n in enumerate(sizes)]
@@ -356,8 +356,13 @@ def _i64(addr):
     return ctypes.c_int64.from_address(addr).value
 
 
+def _acc(dtype):
+    """The type a kernel computes in (nnc_acc_t in common.cuh): float for float16."""
+    return np.float64 if dtype == np.float64 else np.float32
+
+
 def _ctype(dtype):
-    return ctypes.c_float if dtype == np.float32 else ctypes.c_double
+    return ctypes.c_double if dtype == np.float64 else ctypes.c_float
 
 
 def _ew_reduce(prod):
@@ -391,7 +396,8 @@ def _unary(fn):
 def _scalar_mul(a, dt, grid):
     s, x, xs, y, ys, n, cols = _scalar(a[0], _ctype(dt)), _ptr(a[1]), _i64(a[2]), _ptr(a[3]), \
         _i64(a[4]), _i64(a[5]), _i64(a[6])
-    _arr(y, dt, (n // cols, cols), (ys, 1))[...] = dt(s) * _arr(x, dt, (n // cols, cols), (xs, 1))
+    x = _arr(x, dt, (n // cols, cols), (xs, 1)).astype(_acc(dt))
+    _arr(y, dt, (n // cols, cols), (ys, 1))[...] = _acc(dt)(s) * x
 
 
 def _set(a, dt, grid):
@@ -492,12 +498,13 @@ def _pool(is_max):
     return run
 
 
-# Bytes of each kernel parameter ("T": the dtype's size), as declared in kernels/*.cu.
+# Bytes of each kernel parameter ("A": the size of the type the kernel computes in, nnc_acc_t),
+# as declared in kernels/*.cu.
 _P = 8
 SIGNATURES = {
     "ewsum": (64, 4, _P, 8), "ewprod": (64, 4, _P, 8), "ewdiv": (_P, _P, _P, 8),
     "ewexp": (_P, 8, _P, 8, 8, 8), "ewlog": (_P, 8, _P, 8, 8, 8), "relu": (_P, 8, _P, 8, 8, 8),
-    "scalar_mul": ("T", _P, 8, _P, 8, 8, 8), "set": ("T", _P, 8, 8, 8),
+    "scalar_mul": ("A", _P, 8, _P, 8, 8, 8), "set": ("A", _P, 8, 8, 8),
     "softmax": (_P, _P, 8, 8), "bias_act": (_P, 4, _P, 8, 8, 8),
     "gemm": (88, _P, _P, _P, _P), "conv": (88, _P, _P, _P, _P), "max_pool": (88, _P, _P),
     "avg_pool": (88, _P, _P),

@@ -31,6 +31,7 @@ from _fake_cuda import _arr
 class data_type(enum.Enum):  # noqa: N801  (the frontend's names)
     FLOAT = 0
     DOUBLE = 1
+    HALF = 2
 
 
 class heur_mode(enum.Enum):  # noqa: N801
@@ -88,7 +89,14 @@ CANDIDATES = (Candidate(7, 30.0, {knob_type.TILE_SIZE: 2}),
               Candidate(5, 20.0))
 
 
-_NUMPY = {data_type.FLOAT: np.float32, data_type.DOUBLE: np.float64}
+_NUMPY = {data_type.FLOAT: np.float32, data_type.DOUBLE: np.float64, data_type.HALF: np.float16}
+
+
+def _tf32(v):
+    """float32 values rounded to TF32 (10 mantissa bits), as a tensor-core engine reads them."""
+    bits = np.asarray(v, np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(v), rounded, v)
 
 
 class Handle:
@@ -202,6 +210,7 @@ class _Graph:
             assert isinstance(dt, data_type), dt
         assert handle is None or isinstance(handle, Handle)
         self.handle, self.dtype = handle, io_data_type
+        self.compute = (intermediate_data_type, compute_data_type)
         self.tensors, self.conv, self.bias_t, self.relu_on, self.y = [], None, None, False, None
         self.stage = "open"
 
@@ -228,7 +237,7 @@ class _Graph:
         outs = [(x.dim[2 + i] + pre_padding[i] + post_padding[i] - w.dim[2 + i]) // stride[i] + 1
                 for i in range(2)]
         self.conv = dict(x=x, w=w, pre=pre_padding, post=post_padding, stride=stride,
-                         dilation=dilation)
+                         dilation=dilation, compute=compute_data_type)
         self.y = self._virtual(f"{name}::Y", [x.dim[0], w.dim[0], *outs])
         return self.y
 
@@ -279,7 +288,8 @@ class _Graph:
         return dict(x=(c["x"].dim, c["x"].stride), w=(c["w"].dim, c["w"].stride),
                     y=(self.y.dim, self.y.stride), pre=c["pre"], post=c["post"],
                     stride=c["stride"], groups=c["x"].dim[1] // c["w"].dim[1],
-                    bias=self.bias_t is not None, relu=self.relu_on, dtype=self.dtype)
+                    bias=self.bias_t is not None, relu=self.relu_on, dtype=self.dtype,
+                    compute=(*self.compute, c["compute"]))
 
     def check_support(self):
         self._step("plans", "supported")
@@ -393,11 +403,17 @@ class _Graph:
         views = {t.name: (t.dim, t.stride) for t in operands}
         bias = self.bias_t.name if self.bias_t is not None else None
         yname = self.y.name
+        # A tensor-core engine reads float32 operands as TF32 (float32 plans under "ieee"
+        # deselect such engines; under "tf32" the timed choice may be one).
+        tf32 = self.dtype == data_type.FLOAT and numerical_note.TENSOR_CORE in plan.notes
         conv, relu = self.conv, self.relu_on
 
         def run():
-            x = _view(ptrs, views, conv["x"].name, np_dt).astype(np.float64)
-            w = _view(ptrs, views, conv["w"].name, np_dt).astype(np.float64)
+            x = _view(ptrs, views, conv["x"].name, np_dt)
+            w = _view(ptrs, views, conv["w"].name, np_dt)
+            if tf32:
+                x, w = _tf32(x), _tf32(w)
+            x, w = x.astype(np.float64), w.astype(np.float64)
             acc = _conv_nchw(x, w, conv["pre"], conv["post"], conv["stride"])
             if bias is not None:
                 acc += _view(ptrs, views, bias, np_dt).astype(np.float64)

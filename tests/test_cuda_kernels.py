@@ -40,7 +40,7 @@ def test_kernel_file_compiles(name, arch, no_disk_cache):
     cubin = nvrtc.compile_cubin(nvrtc.kernel_source(name), arch, name)
     assert cubin[:4] == b"\x7fELF"
     for kernel in nvrtc.KERNELS[name]:
-        for suffix in ("f32", "f64"):
+        for suffix in ("f16", "f32", "f64"):
             # extern "C" names appear verbatim in the ELF symbol table.
             assert f"nnc_{kernel}_{suffix}\0".encode() in cubin, (name, kernel, suffix)
 

@@ -23,6 +23,11 @@ The probe checks, cheapest first (docs/gpu.md):
 
 ``cuInit`` runs in the probing process only: call nothing here before ``fork`` (multiprocessing,
 pytest-xdist) if the children need CUDA.
+
+:func:`set_precision` / :func:`precision`: the float32 math GPU_OPT's convolutions and GEMMs may
+use, "ieee" (strict float32, the default) or "tf32" (tensor cores with inputs rounded to TF32),
+process-wide like ``torch.backends.cuda.matmul.fp32_precision``. docs/gpu.md states when it is
+read and the error bound of each.
 """
 
 import ctypes
@@ -34,12 +39,19 @@ from nnc import device as _device
 from nnc._core import CUDAError, NNCError
 from nnc.stream import stream_register_device
 
-__all__ = ["CUDAError", "available", "device_count", "parse_gpu", "require", "unavailable_reason"]
+__all__ = ["PRECISIONS", "CUDAError", "PrecisionError", "available", "device_count", "parse_gpu",
+           "precision", "require", "set_precision", "unavailable_reason"]
 
 _DRIVER_LIBRARY = "libcuda.so.1"
 # The oldest Linux NVIDIA driver of each CUDA major version (minor-version compatibility: any
 # driver of that major runs bindings of any minor); cuda-bindings' install page states them.
 _MIN_LINUX_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+
+# The values of set_precision: "ieee" keeps float32 convolutions and GEMMs on IEEE float32
+# arithmetic (no tensor cores), "tf32" lets cuDNN and cuBLAS round their float32 inputs to TF32
+# (10 mantissa bits) for tensor cores, still accumulating in float32.
+PRECISIONS = ("ieee", "tf32")
+_precision = "ieee"                 # one of PRECISIONS; read by every float32 GPU_OPT enqueue
 
 _lock = threading.Lock()
 _status = None                      # (device_count, reason): reason is None iff count > 0
@@ -184,6 +196,32 @@ def require(ordinal=0, what="this"):
         raise CUDAError(f"{what} needs CUDA, which is unavailable: {reason}")
     if not 0 <= ordinal < count:
         raise CUDAError(f"{what}: there is no gpu:{ordinal} ({count} CUDA device(s) found)")
+
+
+class PrecisionError(NNCError, ValueError):
+    """A value :func:`set_precision` does not know."""
+
+
+def set_precision(value):
+    """Let GPU_OPT's float32 CONVOLUTION and GEMM use TF32 tensor cores (``"tf32"``) or keep
+    them strict IEEE float32 (``"ieee"``, the default), for the whole process.
+
+    Read each time a float32 GPU_OPT node is enqueued (an eager ``cmd_exec``, each node of each
+    ``Graph.run`` on a GPU stream, autotune's trial runs), so it takes effect from the next
+    run of every graph, bound or not; a CUDA graph captured earlier (nnc.cuda.graph.capture)
+    replays the precision it was captured with. float16 and float64 do not depend on it.
+    Needs no GPU. Anything but "ieee" or "tf32" raises :class:`PrecisionError`.
+    """
+    global _precision
+    if not isinstance(value, str) or value not in PRECISIONS:
+        raise PrecisionError(f"unknown CUDA float32 precision {value!r}; expected one of "
+                             f"{', '.join(map(repr, PRECISIONS))}")
+    _precision = value
+
+
+def precision():
+    """The float32 precision GPU_OPT uses now: "ieee" (the default) or "tf32"."""
+    return _precision
 
 
 def _memory_table():

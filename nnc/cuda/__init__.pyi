@@ -1,8 +1,17 @@
 """CUDA detection (nnc/cuda/__init__.py): is a usable NVIDIA GPU here, and if not, why not."""
 
 from nnc._core import CUDAError as CUDAError
+from nnc._core import NNCError
 
-__all__ = ["CUDAError", "available", "device_count", "parse_gpu", "require", "unavailable_reason"]
+__all__ = ["PRECISIONS", "CUDAError", "PrecisionError", "available", "device_count", "parse_gpu",
+           "precision", "require", "set_precision", "unavailable_reason"]
+
+PRECISIONS: tuple[str, ...]
+
+class PrecisionError(NNCError, ValueError): ...
+
+def set_precision(value: str) -> None: ...
+def precision() -> str: ...
 
 def available() -> bool: ...
 def unavailable_reason() -> str | None: ...

@@ -1,7 +1,7 @@
 """GPU_REF: the GPU backends of the built-in commands, launching nnc's NVRTC-compiled kernels.
 
 NNC: cmd/*/gpu/ccv_nnc_*_gpu_ref.cu (reference CUDA kernels). Each backend is registered for
-float32 and float64 with ``device="gpu"`` (DATA_TRANSFER: ``"any"``, one side may be host
+float16, float32 and float64 with ``device="gpu"`` (DATA_TRANSFER: ``"any"``, one side may be host
 memory), so the default choice follows the tensors' device: host tensors get CPU_OPT/CPU_REF,
 GPU tensors get GPU_REF. Registering them needs no CUDA (nothing here imports cuda-bindings until
 a kernel is launched); on a machine without a GPU no tensor can select them.
@@ -11,23 +11,33 @@ A backend is ``fn(cmd, inputs, outputs, stream=None)`` on Tensors: with a
 device's per-thread synchronous stream and waits (``nnc.cmd_exec`` without a stream, and
 ``Graph.run()``). Kernels: nnc/cuda/kernels/*.cu; launch geometry below.
 Results match CPU_REF within docs/commands.md's tolerances for float32/float64 (GEMM and
-CONVOLUTION accumulate in the tensor dtype, like BLAS) - meant to be checked on a GPU by the
+CONVOLUTION accumulate in the tensor dtype, like BLAS; float16 is stored as float16 and
+computed in float32, docs/gpu.md states its bound) - meant to be checked on a GPU by the
 "gpu" variants of tests/test_cuda_runtime.py, skipped where there is none; without a GPU the
 same tests check the argument packing and geometry against NumPy emulations of the kernels.
 """
 
 import numpy as np
 
+import nnc.cuda as _cuda
 from nnc._core import CommandError
 from nnc.cuda import memory, nvrtc
 from nnc.cuda.driver import check, device, driver, launch, pack_args
 
-__all__ = ["BACKEND", "PREPARE", "Launch", "bias_act", "conv_body", "operands", "pixel_stride",
-           "register", "row_stride", "runner", "same_gpu", "tensors_of"]
+__all__ = ["ACC_DTYPE", "BACKEND", "GPU_TYPES", "PREPARE", "ByPrecision", "Launch", "bias_act",
+           "conv_body", "operands", "pixel_stride", "register", "row_stride", "runner",
+           "same_gpu", "tensors_of"]
 
 BACKEND = "GPU_REF"
 FLOAT_TYPES = ("float32", "float64")
-_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+# What GPU_REF's kernels take: float16 is loaded into float32, computed there and rounded once
+# when stored (nnc_acc_t in kernels/common.cuh).
+GPU_TYPES = ("float16", *FLOAT_TYPES)
+_SUFFIX = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+# The dtype a kernel computes in, and takes its scalar parameters in (SCALAR_MUL, SET).
+ACC_DTYPE = {np.dtype(np.float16): np.dtype(np.float32),
+             np.dtype(np.float32): np.dtype(np.float32),
+             np.dtype(np.float64): np.dtype(np.float64)}
 _FILE_OF = {k: f for f, names in nvrtc.KERNELS.items() for k in names}
 _THREADS = 256
 _MAX_EW_INPUTS = 8                  # NNC_EW_MAX_INPUTS in ew.cu
@@ -80,12 +90,13 @@ def _spans(dims):
 
 
 class _Now:
-    """Where a backend body sends its work when it runs now: straight onto a stream."""
+    """Where a backend body sends its work when it runs now: straight onto a stream.
+    ``precision``: the float32 precision (nnc.cuda.precision()) its work uses."""
 
-    __slots__ = ("stream",)
+    __slots__ = ("stream", "precision")
 
-    def __init__(self, stream):
-        self.stream = stream
+    def __init__(self, stream, precision):
+        self.stream, self.precision = stream, precision
 
     def kernel(self, f, grid, block, args):
         launch(f, grid, block, args, self.stream)
@@ -114,12 +125,13 @@ class Launch:
 
 
 class _Record:
-    """Where a body sends its work when prepared: a list of ops, each ``op(stream)``."""
+    """Where a body sends its work when prepared: a list of ops, each ``op(stream)``, for
+    float32 precision ``precision``."""
 
-    __slots__ = ("ops",)
+    __slots__ = ("ops", "precision")
 
-    def __init__(self):
-        self.ops = []
+    def __init__(self, precision):
+        self.ops, self.precision = [], precision
 
     def kernel(self, f, grid, block, args):
         self.ops.append(Launch(f, grid, block, args))
@@ -131,12 +143,41 @@ class _Record:
         self.ops.append(op)
 
 
+class ByPrecision:
+    """A prepared node whose work depends on nnc.cuda.precision() (GPU_OPT's float32
+    convolutions and GEMMs): ``op(stream)`` reads the precision at every enqueue and replays the
+    ops recorded for it, recording them on the first enqueue under that precision. So a
+    set_precision takes effect from the next run of an already prepared (bound) graph, and two
+    precisions never share ops or the library plans they hold.
+
+    Invariant: ``ops[p]`` was recorded by ``record(p)``, with every plan looked up under p."""
+
+    __slots__ = ("record", "ops")
+
+    def __init__(self, record):
+        self.record = record
+        self.ops = {}                   # precision -> [op(stream)]
+
+    def __call__(self, stream):
+        p = _cuda.precision()
+        ops = self.ops.get(p)
+        if ops is None:
+            # Two streams never share a prepared node; a race here would only record twice.
+            ops = self.ops[p] = self.record(p)
+        for op in ops:
+            op(stream)
+
+
+def _float32(ts):
+    return any(t.dtype == np.float32 for t in ts)
+
+
 # GPU backend function -> its prepare(cmd, inputs, outputs, cuda_stream): what a GPU stream
 # (nnc/cuda/gpu_stream.pyx) uses to launch a graph node with parameters packed once.
 PREPARE = {}
 
 
-def runner(body, name=BACKEND, peers=False):
+def runner(body, name=BACKEND, peers=False, precise=False):
     """Wrap ``body(dev, sink, cmd, inputs, outputs)`` as GPU backend ``name``.
 
     The body sends its work to ``sink``: ``sink.kernel(f, grid, block, args)``,
@@ -146,7 +187,8 @@ def runner(body, name=BACKEND, peers=False):
     list of ops with every kernel's parameters packed, which a graph runner replays for each
     run at the cost of one driver call per launch (a GPU nnc.Stream, :data:`PREPARE`).
     ``peers``: the tensors may be on several devices (copies); otherwise they must be on the
-    stream's.
+    stream's. ``precise``: the body reads ``sink.precision`` (nnc.cuda.precision(), read when it
+    runs) for float32 tensors, so a prepared float32 node is one :class:`ByPrecision` op.
     """
 
     def setup(cmd, inputs, outputs, stream):
@@ -169,16 +211,25 @@ def runner(body, name=BACKEND, peers=False):
     def backend(cmd, inputs, outputs, stream=None):
         dev = setup(cmd, inputs, outputs, stream)
         s = stream if stream is not None else dev.sync_stream()
-        body(dev, _Now(s), cmd, inputs, outputs)
+        body(dev, _Now(s, _cuda.precision()), cmd, inputs, outputs)
         if stream is None:
             s.wait()
 
     def prepare(cmd, inputs, outputs, stream):
         """The ops of one run on ``stream``'s GPU (the tensors must not move afterwards)."""
         dev = setup(cmd, inputs, outputs, stream)
-        sink = _Record()
-        body(dev, sink, cmd, inputs, outputs)
-        return sink.ops
+
+        def record(precision):
+            dev.make_current()
+            sink = _Record(precision)
+            body(dev, sink, cmd, inputs, outputs)
+            return sink.ops
+
+        if precise and _float32(tensors_of(inputs, outputs)):
+            op = ByPrecision(record)
+            op.ops[_cuda.precision()] = record(_cuda.precision())     # errors surface here
+            return [op]
+        return record(_cuda.precision())
 
     PREPARE[backend] = prepare
     return backend
@@ -189,7 +240,7 @@ def _fn(dev, kernel, t):
 
 
 def _scalar(t, value):
-    return np.asarray(value, t.dtype)
+    return np.asarray(value, ACC_DTYPE[np.dtype(t.dtype)])
 
 
 def _ew_reduce(kernel):
@@ -437,7 +488,7 @@ def register():
     """Register GPU_REF for every built-in command it implements (once, at import nnc)."""
     from nnc.cmd import register_backend
 
-    def add(command, body, accept=_contiguous_same_gpu, device="gpu", datatypes=FLOAT_TYPES):
+    def add(command, body, accept=_contiguous_same_gpu, device="gpu", datatypes=GPU_TYPES):
         register_backend(command, BACKEND, runner(body, peers=body is _transfer),
                          datatypes=datatypes, accept=accept, device=device)
 

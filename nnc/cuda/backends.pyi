@@ -9,14 +9,23 @@ import numpy.typing as npt
 from nnc.cmd import Cmd
 from nnc.tensor import Tensor
 
-__all__ = ["BACKEND", "PREPARE", "Launch", "bias_act", "conv_body", "operands", "pixel_stride",
-           "register", "row_stride", "runner", "same_gpu", "tensors_of"]
+__all__ = ["ACC_DTYPE", "BACKEND", "GPU_TYPES", "PREPARE", "ByPrecision", "Launch", "bias_act",
+           "conv_body", "operands", "pixel_stride", "register", "row_stride", "runner",
+           "same_gpu", "tensors_of"]
 
 BACKEND: str
 FLOAT_TYPES: tuple[str, ...]
+GPU_TYPES: tuple[str, ...]
+ACC_DTYPE: dict[np.dtype[Any], np.dtype[Any]]
 WINDOW_T: np.dtype[np.void]
 GEMM_FIELDS: tuple[str, ...]
 PREPARE: dict[Callable[..., None], Callable[..., list[Callable[[Any], None]]]]
+
+class ByPrecision:
+    record: Callable[[str], list[Callable[[Any], None]]]
+    ops: dict[str, list[Callable[[Any], None]]]
+    def __init__(self, record: Callable[[str], list[Callable[[Any], None]]]) -> None: ...
+    def __call__(self, stream: Any) -> None: ...
 
 class Launch:
     f: Any
@@ -43,7 +52,7 @@ def conv_body(
     outputs: Sequence[Tensor | None],
 ) -> None: ...
 def runner(
-    body: Callable[..., None], name: str = ..., peers: bool = ...
+    body: Callable[..., None], name: str = ..., peers: bool = ..., precise: bool = ...
 ) -> Callable[..., None]: ...
 
 def gemm_geometry(

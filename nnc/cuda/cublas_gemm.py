@@ -36,6 +36,13 @@ GEMM on GPU tensors, once per process.
   bias, beta = 0: cuBLAS then never reads out, so garbage (NaN) in a fresh output does not
   leak into the result, exactly as GPU_REF and CPU_REF overwrite it. K = 0 broadcasts the
   bias, or zeros, and multiplies nothing.
+- **Types and precision**: float64 runs cublasDgemm; float32 cublasSgemm (IEEE float32) or,
+  under nnc.cuda.precision() "tf32", cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 (tensor
+  cores on inputs rounded to TF32, float32 accumulation); float16 cublasGemmEx with float16
+  operands and CUBLAS_COMPUTE_32F (float32 accumulation and float32 alpha / beta). The bias
+  broadcast never uses TF32 (a bias rounded to TF32 would lose bits for no speed). A prepared
+  float32 node keeps the calls of each precision (nnc.cuda.backends.ByPrecision) and enqueues
+  those of the precision current at each run.
 
 Written against cuBLAS's documented semantics and checked with a fake cuBLAS on the fake
 driver (tests/_fake_cublas.py); docs/gpu.md lists what a GPU run must confirm.
@@ -59,6 +66,10 @@ _INT_MAX = 2 ** 31 - 1              # cuBLAS's 32-bit API: sizes, leading dims, 
 _MiB = 1 << 20
 _OP_N, _OP_T = 0, 1                 # cublasOperation_t (CUBLAS_OP_N, CUBLAS_OP_T)
 _PROPERTY_MAJOR = 0                 # libraryPropertyType MAJOR_VERSION
+_R_16F, _R_32F = 2, 0               # cudaDataType_t (CUDA_R_16F, CUDA_R_32F)
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77   # cublasComputeType_t
+_GEMM_DEFAULT = -1                  # cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT
+DATATYPES = ("float16", *FLOAT_TYPES)
 
 _probe_lock = threading.Lock()
 _probed = None                      # (nvmath cublas module or None, reason or None), once
@@ -67,7 +78,8 @@ _constants_lock = threading.Lock()
 # retired tensors are kept for the process, as prepared ops and captured graphs keep their
 # addresses.
 _constants = {}
-# alpha / beta for host pointer mode, by dtype: read-only, alive as long as the module.
+# alpha / beta for host pointer mode, by the type cuBLAS computes in (float32 for float16
+# operands): read-only, alive as long as the module.
 _SCALARS = {}
 for _dt in FLOAT_TYPES:
     for _v in (0.0, 1.0):
@@ -276,14 +288,30 @@ def plan(cmd, a, w, bias, out):
     return p
 
 
-def _calls(p, a, w, bias, out, ones, zeros):
-    """The cuBLAS calls of plan ``p`` (function name, arguments after the handle)."""
-    dt = out.dtype
-    prefix = "s" if dt == np.float32 else "d"
-    one, zero = (_SCALARS[dt, 1.0].ctypes.data, _SCALARS[dt, 0.0].ctypes.data)
+def _calls(p, a, w, bias, out, ones, zeros, precision="ieee"):
+    """The cuBLAS calls of plan ``p`` (function name, arguments after the handle) under float32
+    ``precision``."""
+    dt = np.dtype(out.dtype)
+    acc = np.dtype(np.float32) if dt == np.float16 else dt
+    one, zero = (_SCALARS[acc, 1.0].ctypes.data, _SCALARS[acc, 0.0].ctypes.data)
     calls = []
 
-    def gemm(op_a, lda, a_ptr, a_bs, op_b, ldb, b_ptr, b_bs, k, beta):
+    def gemm(op_a, lda, a_ptr, a_bs, op_b, ldb, b_ptr, b_bs, k, beta, fast=False):
+        if dt == np.float16 or fast:
+            # cublasGemmEx: the operands' type, then the compute type, then the algorithm.
+            t = _R_16F if dt == np.float16 else _R_32F
+            compute = _COMPUTE_32F_FAST_TF32 if fast else _COMPUTE_32F
+            if p.batch > 1:
+                calls.append(("gemm_strided_batched_ex",
+                              (op_a, op_b, p.m, p.n, k, one, a_ptr, t, lda, a_bs, b_ptr, t, ldb,
+                               b_bs, beta, out.data_ptr, t, p.ldc, p.o_bs, p.batch, compute,
+                               _GEMM_DEFAULT)))
+            else:
+                calls.append(("gemm_ex", (op_a, op_b, p.m, p.n, k, one, a_ptr, t, lda, b_ptr, t,
+                                          ldb, beta, out.data_ptr, t, p.ldc, compute,
+                                          _GEMM_DEFAULT)))
+            return
+        prefix = "s" if dt == np.float32 else "d"
         if p.batch > 1:
             calls.append((f"{prefix}gemm_strided_batched",
                           (op_a, op_b, p.m, p.n, k, one, a_ptr, lda, a_bs, b_ptr, ldb, b_bs,
@@ -301,7 +329,7 @@ def _calls(p, a, w, bias, out, ones, zeros):
         gemm(op_r, ld_r, row, 0, _OP_N, 1, ones, 0, 1, zero)
     if p.k > 0:
         gemm(*p.wop, w.data_ptr, p.w_bs, *p.aop, a.data_ptr, p.a_bs, p.k,
-             one if broadcast else zero)
+             one if broadcast else zero, fast=dt == np.float32 and precision == "tf32")
     return calls
 
 
@@ -328,7 +356,7 @@ def _gemm(dev, sink, cmd, inputs, outputs):
     ones = zeros = keep = None
     if bias is not None or p.k == 0:
         ones, zeros, keep = _ones_zeros(dev, out.dtype, max(p.m, p.n))
-    sink.call(_GemmOp(_calls(p, a, w, bias, out, ones, zeros), keep))
+    sink.call(_GemmOp(_calls(p, a, w, bias, out, ones, zeros, sink.precision), keep))
 
 
 def _accept(cmd, inputs, outputs):
@@ -352,5 +380,6 @@ def register():
     """Register GPU_OPT of GEMM (at import nnc: imports neither nvmath nor cuda-bindings)."""
     from nnc.cmd import register_backend
 
-    register_backend("GEMM", BACKEND, runner(_gemm, name=BACKEND), datatypes=FLOAT_TYPES,
+    register_backend("GEMM", BACKEND, runner(_gemm, name=BACKEND, precise=True),
+                     datatypes=DATATYPES,
                      accept=_accept, priority=PRIORITY, device="gpu")

@@ -14,6 +14,7 @@ __all__ = ["BACKEND", "PRIORITY", "CublasHandle", "available", "handle", "regist
 BACKEND: str
 PRIORITY: int
 INSTALL: str
+DATATYPES: tuple[str, ...]
 
 def available() -> bool: ...
 def unavailable_reason() -> str | None: ...

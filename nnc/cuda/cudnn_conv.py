@@ -17,15 +17,19 @@ Layout mapping (cuDNN describes every tensor as NCHW dims with arbitrary strides
 - padding (top, left, bottom, right) becomes pre_padding [top, left] and post_padding
   [bottom, right]; stride as given, dilation 1 (nnc's convolution has none).
 
-One cuDNN graph per geometry (shapes, pixel strides, padding, stride, groups, dtype, bias,
-ReLU) and device, built once (validate, build_operation_graph, create_execution_plans with
-heuristics A then FALLBACK, check_support, then the plan: see "Timed plans") and shared by
-every stream of the device. float32 plans exclude engines with reduced-precision numerical
-notes (TF32 tensor cores, down-converted inputs, reduced-precision reductions, FFT, large
-Winograd tiles), so the results keep docs/commands.md's float32 bound like GPU_REF's. float64
-is not registered: cuDNN serves double convolutions only through its pre-compiled
-single-operation engines, not the runtime-fusion engines a bias + ReLU epilogue needs, so
-GPU_REF runs float64.
+One cuDNN graph per geometry (shapes, pixel strides, padding, stride, groups, dtype, float32
+precision, bias, ReLU) and device, built once (validate, build_operation_graph,
+create_execution_plans with heuristics A then FALLBACK, check_support, then the plan: see
+"Timed plans") and shared by every stream of the device. Plans exclude engines whose numerical notes lose accuracy
+(down-converted inputs, reduced-precision reductions, FFT, large Winograd tiles), and float32
+plans under nnc.cuda.precision() "ieee" also TF32 tensor cores, so the results keep
+docs/commands.md's float32 bound like GPU_REF's; under "tf32" tensor-core engines may run them
+(docs/gpu.md: the TF32 bound). The precision is part of the key, and a prepared float32 node
+looks its plan up again when it changes (nnc.cuda.backends.ByPrecision). float16 runs with
+io_data_type HALF and compute FLOAT (tensor cores, float32 accumulation, the fused bias + ReLU
+in float32). float64 is not registered:
+cuDNN serves double convolutions only through its pre-compiled single-operation engines, not
+the runtime-fusion engines a bias + ReLU epilogue needs, so GPU_REF runs float64.
 
 Each CudaStream gets its own cuDNN handle bound to it (``stream.library``, destroyed when the
 stream closes) with a lock, so two threads enqueuing onto one stream never interleave on it;
@@ -60,6 +64,7 @@ import weakref
 
 import numpy as np
 
+import nnc.cuda as _cuda
 from nnc._core import CUDAError
 from nnc.cuda import memory
 from nnc.cuda.backends import bias_act, operands, pixel_stride, runner, same_gpu, tensors_of
@@ -75,9 +80,15 @@ PRIORITY = 20
 HINT = "pip install 'nnc-graph[gpu-opt]'"
 ALIGN = 16                          # bytes: the alignment the frontend declares for tensors
 LIBRARY = "cudnn"                   # CudaStream.library key of the per-stream handle
-# Numerical notes a float32 plan must not carry (engines that lose float32 accuracy).
-_LOSSY_NOTES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "FFT",
-                "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13")
+# Numerical notes no plan may carry: engines that convert inputs to a narrower type, reduce in
+# less than float32, or lose accuracy to FFT / large Winograd tiles.
+_LOSSY_NOTES = ("DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "FFT", "WINOGRAD_TILE_6x6",
+                "WINOGRAD_TILE_13x13")
+# And a float32 plan under precision "ieee": TF32 tensor cores (10-bit mantissa inputs).
+_TF32_NOTES = ("TENSOR_CORE",)
+# cuDNN's io types by dtype (NumPy's dtype.str) and the type each computes in.
+_IO = {"<f2": "HALF", "<f4": "FLOAT", "<f8": "DOUBLE"}
+_COMPUTE = {"<f2": "FLOAT", "<f4": "FLOAT", "<f8": "DOUBLE"}
 
 # Timing: each candidate runs once eagerly (loads its kernels, and proves it runs), then
 # _REPEAT back-to-back executes are captured into one CUDA graph that is replayed _TRIALS
@@ -190,12 +201,19 @@ def _state(cu, dev):
     return st
 
 
-def geometry(cmd, inputs, outputs):
-    """The key of a convolution's cuDNN graph: (dtype, N, H, W, C, x pixel stride, O, kh, kw,
-    C/groups, Ho, Wo, out pixel stride, (sh, sw), (top, left, bottom, right), bias?, relu?)."""
+def geometry(cmd, inputs, outputs, precision=None):
+    """The key of a convolution's cuDNN graph: (dtype, float32 precision, N, H, W, C, x pixel
+    stride, O, kh, kw, C/groups, Ho, Wo, out pixel stride, (sh, sw), (top, left, bottom,
+    right), bias?, relu?). The precision is ``precision`` (default: nnc.cuda.precision()) for
+    float32 and None for the dtypes it does not affect."""
     x, w, bias, out = operands(inputs, outputs)
     n = x.shape[0] if x.ndim == 4 else 1
-    return (np.dtype(x.dtype).str, n, *x.shape[-3:], pixel_stride(x), *w.shape,
+    dt = np.dtype(x.dtype).str
+    if dt != "<f4":
+        precision = None
+    elif precision is None:
+        precision = _cuda.precision()
+    return (dt, precision, n, *x.shape[-3:], pixel_stride(x), *w.shape,
             out.shape[-3], out.shape[-2], pixel_stride(out), tuple(cmd.params["stride"]),
             tuple(cmd.params["padding"]), bias is not None,
             cmd.params.get("activation") == "relu")
@@ -204,7 +222,7 @@ def geometry(cmd, inputs, outputs):
 def _layouts(key):
     """The NCHW (dims, strides) cuDNN is given for each operand of geometry ``key``: x, w,
     bias (None without one) and y (see the module's layout mapping)."""
-    (_, n, h, wd, c, xps, o, kh, kw, cg, ho, wo, ops, _, _, has_bias, _) = key
+    (_, _, n, h, wd, c, xps, o, kh, kw, cg, ho, wo, ops, _, _, has_bias, _) = key
     return (([n, c, h, wd], [h * wd * xps, 1, wd * xps, xps]),
             ([o, cg, kh, kw], [kh * kw * cg, 1, kw * cg, cg]),
             ([1, o, 1, 1], [o, 1, o, o]) if has_bias else None,
@@ -216,24 +234,31 @@ def describe(cu, key, handle=None):
 
     Only records the graph (the frontend needs no driver for that); :func:`_prepared` plans it.
     """
-    dt, (sh, sw), (pt, pl, pb, pr), relu = key[0], key[13], key[14], key[16]
+    dt, (sh, sw), (pt, pl, pb, pr), relu = key[0], key[14], key[15], key[17]
     (xd, xs), (wdim, ws), lb, (yd, ys) = _layouts(key)
-    f = {"<f4": cu.data_type.FLOAT, "<f8": cu.data_type.DOUBLE}[dt]
-    g = cu.pygraph(io_data_type=f, intermediate_data_type=f, compute_data_type=f, handle=handle)
+    f = getattr(cu.data_type, _IO[dt])
+    acc = getattr(cu.data_type, _COMPUTE[dt])
+    g = cu.pygraph(io_data_type=f, intermediate_data_type=acc, compute_data_type=acc,
+                   handle=handle)
     x = g.tensor(name="x", dim=xd, stride=xs, data_type=f)
     w = g.tensor(name="w", dim=wdim, stride=ws, data_type=f)
     # Cross-correlation, the frontend's default mode (as nnc's CONVOLUTION: no kernel flip).
     y = g.conv_fprop(image=x, weight=w, pre_padding=[pt, pl], post_padding=[pb, pr],
-                     stride=[sh, sw], dilation=[1, 1], compute_data_type=f, name="conv")
+                     stride=[sh, sw], dilation=[1, 1], compute_data_type=acc, name="conv")
     bias = None
     if lb is not None:
         bias = g.tensor(name="b", dim=lb[0], stride=lb[1], data_type=f)
-        y = g.bias(input=y, bias=bias, compute_data_type=f, name="bias")
+        y = g.bias(input=y, bias=bias, compute_data_type=acc, name="bias")
     if relu:
-        y = g.relu(input=y, compute_data_type=f, name="relu")
+        y = g.relu(input=y, compute_data_type=acc, name="relu")
     y.set_output(True).set_dim(yd).set_stride(ys)
     y.set_data_type(f)
     return g, x, w, bias, y
+
+
+def _notes_excluded(key):
+    """The numerical notes plan ``key`` may not carry (key[1]: its float32 precision)."""
+    return _LOSSY_NOTES + (_TF32_NOTES if key[0] == "<f4" and key[1] != "tf32" else ())
 
 
 def _declined(cu):
@@ -244,15 +269,14 @@ def _declined(cu):
 
 def _prepared(cu, st, key):
     """Graph ``key`` planned up to its candidate list (validate, build_operation_graph,
-    create_execution_plans with heuristics A then FALLBACK, the float32 note filter,
+    create_execution_plans with heuristics A then FALLBACK, the numerical-note filter,
     check_support): (graph, x, w, bias, y). Raises a decline where no engine serves it."""
     parts = describe(cu, key, st.build_handle)
     g = parts[0]
     g.validate()
     g.build_operation_graph()
     g.create_execution_plans([cu.heur_mode.A, cu.heur_mode.FALLBACK])
-    if key[0] == "<f4":
-        g.deselect_numeric_notes([getattr(cu.numerical_note, k) for k in _LOSSY_NOTES])
+    g.deselect_numeric_notes([getattr(cu.numerical_note, k) for k in _notes_excluded(key)])
     g.check_support()
     return parts
 
@@ -508,8 +532,8 @@ def cache_path():
 
 def _cache_key(cu, dev, key):
     """(cuDNN backend version, frontend version, device name, compute capability, geometry
-    with the float32 note filter): a plan is only replayed where all of these match."""
-    notes = ",".join(_LOSSY_NOTES) if key[0] == "<f4" else ""
+    with the numerical-note filter): a plan is only replayed where all of these match."""
+    notes = ",".join(_notes_excluded(key))
     return (int(cu.backend_version()), str(getattr(cu, "__version__", "")), dev.name,
             int(dev.arch), f"{key!r} deselect={notes}")
 
@@ -605,12 +629,13 @@ def _plan_of(cu, st, dev, key):
     return found
 
 
-def plan(dev, cmd, inputs, outputs):
-    """The device's plan for this convolution (built, and timed, on first use), or None when
-    cuDNN declines the configuration, fused or bare."""
+def plan(dev, cmd, inputs, outputs, precision=None):
+    """The device's plan for this convolution under float32 ``precision`` (default:
+    nnc.cuda.precision()), built on first use, or None when cuDNN declines the configuration,
+    fused or bare."""
     cu = _module()
     st = _state(cu, dev)
-    key = geometry(cmd, inputs, outputs)
+    key = geometry(cmd, inputs, outputs, precision)
     found = st.plans.get(key)
     if found is None:
         with st.lock:
@@ -618,14 +643,14 @@ def plan(dev, cmd, inputs, outputs):
     return found if isinstance(found, _Plan) else None
 
 
-def _node_plan(dev, cmd, inputs, outputs):
+def _node_plan(dev, cmd, inputs, outputs, precision=None):
     """The plan _body runs this node with, or None where GPU_REF's kernel runs it: zero input
     channels (which cuDNN cannot describe), or operands cuDNN cannot take (tensors accept did
     not see: autotune's scratch copies, tensors a loop re-pointed)."""
     x = inputs[0]
     if not x.shape[-1] or not _aligned(tensors_of(inputs, outputs)):
         return None
-    return plan(dev, cmd, inputs, outputs)
+    return plan(dev, cmd, inputs, outputs, precision)
 
 
 def implementation(cmd, inputs, outputs):
@@ -721,7 +746,7 @@ def _body(dev, sink, cmd, inputs, outputs):
     x, w, bias, out = operands(inputs, outputs)
     if out.size == 0:
         return
-    p = _node_plan(dev, cmd, inputs, outputs)
+    p = _node_plan(dev, cmd, inputs, outputs, sink.precision)
     if p is None:
         _reference_conv(dev, sink, cmd, inputs, outputs)
         return
@@ -765,5 +790,6 @@ def register():
     """Register GPU_OPT for CONVOLUTION (once, at import nnc; imports no CUDA library)."""
     from nnc.cmd import register_backend
 
-    register_backend("CONVOLUTION", BACKEND, runner(_body, name=BACKEND),
-                     datatypes=("float32",), accept=_accept, priority=PRIORITY, device="gpu")
+    register_backend("CONVOLUTION", BACKEND, runner(_body, name=BACKEND, precise=True),
+                     datatypes=("float16", "float32"), accept=_accept, priority=PRIORITY,
+                     device="gpu")

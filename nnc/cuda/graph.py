@@ -57,9 +57,19 @@ def capture(graph, stream=None, warmup=True):
     return cg
 
 
-def to_gpu(graph, device="gpu"):
+_FLOATS = ("float16", "float32", "float64")
+
+
+def to_gpu(graph, device="gpu", dtype=None):
     """A copy of a CPU graph whose every tensor lives on ``device``: returns ``(new_graph,
     mapping)`` where mapping takes each CPU tensor's memory owner to its GPU copy.
+
+    ``dtype`` ("float16", "float32" or "float64"): every floating-point tensor (weights,
+    activations, inputs and outputs alike) is converted to it on the way (NumPy's rounding to
+    nearest), so ``to_gpu(g, dtype="float16")`` makes a float16 copy of a float32 model for
+    the GPU; other dtypes are copied as they are. None (the default) keeps every dtype.
+    GraphError for any other dtype, and for memory the graph only reads (weights, inputs) that
+    holds a finite value beyond the new dtype's range (float16: 65504).
 
     Each distinct memory owner (an ndarray, with every view of it) is copied once, and views
     stay views at the same offsets and strides, so zero-copy concat slices (Inception's) keep
@@ -71,7 +81,31 @@ def to_gpu(graph, device="gpu"):
     from nnc.cuda import memory
     from nnc.graph.graph import Graph
 
+    if dtype is not None:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+        if name not in _FLOATS:
+            raise GraphError(f"to_gpu converts floating-point tensors to one of {_FLOATS}, "
+                             f"not {dtype!r}")
+        dtype = np.dtype(name)
     owners = {}                     # id(owner ndarray) -> (owner, GPU tensor of it)
+    # Memory some node writes: what it holds before a run (often garbage) does not matter.
+    written = {id(t._owner_object) for e in graph.execs for t in e.outputs if t is not None}
+
+    def converted(owner):
+        if dtype is None or owner.dtype.kind != "f" or owner.dtype == dtype:
+            return owner
+        with np.errstate(over="ignore"):
+            new = owner.astype(dtype)
+        if id(owner) not in written and (np.isinf(new) & np.isfinite(owner)).any():
+            # A weight or an input the graph only reads: inf would be a silently wrong answer.
+            big = np.abs(owner[np.isinf(new) & np.isfinite(owner)]).max()
+            raise GraphError(f"a {owner.dtype} tensor of shape {owner.shape} the graph reads "
+                             f"holds {big:g}, beyond {dtype}'s largest finite value "
+                             f"{np.finfo(dtype).max:g}")
+        return new
 
     def convert(t):
         if t is None:
@@ -81,11 +115,12 @@ def to_gpu(graph, device="gpu"):
             raise GraphError(f"{t!r} is not host memory nnc can copy to a GPU")
         entry = owners.get(id(owner))
         if entry is None:
-            entry = owners[id(owner)] = (owner, memory.from_numpy(owner, device))
+            entry = owners[id(owner)] = (owner, memory.from_numpy(converted(owner), device))
         base = owner.__array_interface__["data"][0]
         offset, rem = divmod(t.data_ptr - base, t.dtype.itemsize)
-        if rem or entry[1].dtype != t.dtype:
+        if rem or owner.dtype != t.dtype:
             raise GraphError(f"{t!r} is a view with another dtype or alignment than its memory")
+        # Offsets and strides count elements, so they hold in the converted copy too.
         return entry[1].view(t.shape, offset=offset, strides=t.strides)
 
     _refuse_control(graph, "to_gpu copies graphs without control flow")

@@ -23,7 +23,7 @@ from nnc._core import CUDAError
 __all__ = ["KERNELS", "KERNEL_FILES", "compile_cubin", "kernel_source", "nvrtc_version"]
 
 _DIR = pathlib.Path(__file__).resolve().parent / "kernels"
-# Kernel file -> the kernels it defines; each exists as nnc_<name>_f32 and nnc_<name>_f64.
+# Kernel file -> the kernels it defines; each exists as nnc_<name>_f16, _f32 and _f64.
 KERNELS = {
     "ew.cu": ("ewsum", "ewprod", "ewdiv", "ewexp", "ewlog", "relu", "scalar_mul", "set",
               "bias_act"),

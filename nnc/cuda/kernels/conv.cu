@@ -2,6 +2,7 @@
 // One thread per output element (n, i, j, o), grid-stride. Channels have unit stride; pixels
 // of x and out may be further apart than C / O elements (x_ps, o_ps), so an Inception concat
 // slice (buf[..., c0:c1]) is written in place. Zero padding is skipped, not read.
+// Accumulates in nnc_acc_t<T> (float for float16).
 
 struct nnc_window_t {
     long long n;                 // images
@@ -45,40 +46,42 @@ __device__ __forceinline__ void nnc_for_taps(const nnc_window_t& g, const nnc_at
 
 template <typename T>
 __device__ void conv_direct(nnc_window_t g, const T* x, const T* wt, const T* bias, T* out) {
+    typedef nnc_acc_t<T> A;
     const long long total = g.n * g.ho * g.wo * g.o;
     const int cg = g.c / g.groups, og = g.o / g.groups;
     NNC_GRID_STRIDE(e, total) {
         const nnc_at_t at = nnc_at(g, e, g.o);
         const int o = at.ch, c0 = (o / og) * cg;
         const T* wo = wt + (long long)o * g.kh * g.kw * cg;  // w[o, :, :, :]
-        T acc = bias ? bias[o] : (T)0;
+        A acc = bias ? nnc_ld(bias[o]) : (A)0;
         nnc_for_taps(g, at, [&](int a, int b, long long pixel) {
             const T* xp = x + pixel * g.x_ps + c0;
             const T* wp = wo + ((long long)a * g.kw + b) * cg;
-            for (int c = 0; c < cg; c++) acc += xp[c] * wp[c];
+            for (int c = 0; c < cg; c++) acc += nnc_ld(xp[c]) * nnc_ld(wp[c]);
         });
         // max(acc, 0) but NaN stays NaN, as the CPU epilogue and RELU do.
-        out[at.p * g.o_ps + o] = (g.relu && acc < (T)0) ? (T)0 : acc;
+        out[at.p * g.o_ps + o] = nnc_st<T>((g.relu && acc < (A)0) ? (A)0 : acc);
     }
 }
 
 template <typename T, bool MAX>
 __device__ void pool(nnc_window_t g, const T* x, T* out) {
+    typedef nnc_acc_t<T> A;
     const long long total = g.n * g.ho * g.wo * g.c;
     NNC_GRID_STRIDE(e, total) {
         const nnc_at_t at = nnc_at(g, e, g.c);
         const int c = at.ch;
-        T acc = MAX ? nnc_neg_inf<T>() : (T)0;
+        A acc = MAX ? nnc_neg_inf<A>() : (A)0;
         int real = 0;
         nnc_for_taps(g, at, [&](int, int, long long pixel) {
-            T v = x[pixel * g.x_ps + c];
+            A v = nnc_ld(x[pixel * g.x_ps + c]);
             // v > acc is false for NaN: keep a NaN once seen, as np.maximum does.
             if (MAX) acc = (v > acc || v != v) ? v : acc;
             else acc += v;
             real++;
         });
-        if (!MAX) acc /= (T)(g.count_include_pad ? g.kh * g.kw : real);
-        out[at.p * g.o_ps + c] = acc;
+        if (!MAX) acc /= (A)(g.count_include_pad ? g.kh * g.kw : real);
+        out[at.p * g.o_ps + c] = nnc_st<T>(acc);
     }
 }
 
@@ -91,5 +94,6 @@ extern "C" __global__ void nnc_max_pool_##S(nnc_window_t g, const T* x, T* out) 
 extern "C" __global__ void nnc_avg_pool_##S(nnc_window_t g, const T* x, T* out) {          \
     pool<T, false>(g, x, out); }
 
+NNC_WINDOW(nnc_half, f16)
 NNC_WINDOW(float, f32)
 NNC_WINDOW(double, f64)

@@ -1,6 +1,7 @@
 // Element-wise commands on contiguous tensors of n elements (nnc/ops/ew.py, basic.py).
 // EWSUM / EWPROD take up to NNC_EW_MAX_INPUTS inputs in one launch (more: chained launches
-// accumulating into the output, which backends.py arranges).
+// accumulating into the output, which backends.py arranges). Arithmetic is in nnc_acc_t<T>
+// (float for float16); SCALAR_MUL's factor and SET's value come in that type.
 
 #define NNC_EW_MAX_INPUTS 8
 
@@ -9,19 +10,20 @@ struct nnc_ptrs { const void* p[NNC_EW_MAX_INPUTS]; };
 template <typename T, bool PROD>
 __device__ void ew_reduce(nnc_ptrs in, int count, T* y, long long n) {
     NNC_GRID_STRIDE(i, n) {
-        T acc = ((const T*)in.p[0])[i];
+        nnc_acc_t<T> acc = nnc_ld(((const T*)in.p[0])[i]);
         for (int k = 1; k < count; k++) {
-            T v = ((const T*)in.p[k])[i];
+            nnc_acc_t<T> v = nnc_ld(((const T*)in.p[k])[i]);
             acc = PROD ? acc * v : acc + v;
         }
-        y[i] = acc;
+        y[i] = nnc_st<T>(acc);
     }
 }
 
 template <typename T>
 __device__ void ew_div(const T* a, const T* b, T* y, long long n) {
     // a == NULL: NNC's 1 / b.
-    NNC_GRID_STRIDE(i, n) { y[i] = (a ? a[i] : (T)1) / b[i]; }
+    typedef nnc_acc_t<T> A;
+    NNC_GRID_STRIDE(i, n) { y[i] = nnc_st<T>((a ? nnc_ld(a[i]) : (A)1) / nnc_ld(b[i])); }
 }
 
 // Unary kernels, SCALAR_MUL and SET see their tensors as rows x cols: element i is at
@@ -32,12 +34,16 @@ __device__ void ew_div(const T* a, const T* b, T* y, long long n) {
 
 template <typename T>
 __device__ void ew_exp(const T* x, long long xs, T* y, long long ys, long long n, long long cols) {
-    NNC_GRID_STRIDE(i, n) { NNC_ROWS_AT(y, ys, i, cols) = exp(NNC_ROWS_AT(x, xs, i, cols)); }
+    NNC_GRID_STRIDE(i, n) {
+        NNC_ROWS_AT(y, ys, i, cols) = nnc_st<T>(exp(nnc_ld(NNC_ROWS_AT(x, xs, i, cols))));
+    }
 }
 
 template <typename T>
 __device__ void ew_log(const T* x, long long xs, T* y, long long ys, long long n, long long cols) {
-    NNC_GRID_STRIDE(i, n) { NNC_ROWS_AT(y, ys, i, cols) = log(NNC_ROWS_AT(x, xs, i, cols)); }
+    NNC_GRID_STRIDE(i, n) {
+        NNC_ROWS_AT(y, ys, i, cols) = nnc_st<T>(log(nnc_ld(NNC_ROWS_AT(x, xs, i, cols))));
+    }
 }
 
 template <typename T>
@@ -45,20 +51,23 @@ __device__ void ew_relu(const T* x, long long xs, T* y, long long ys, long long 
                         long long cols) {
     // x > 0 ? x : 0 would turn NaN into 0; NNC (and CPU_REF's np.maximum) keep NaN.
     NNC_GRID_STRIDE(i, n) {
-        T v = NNC_ROWS_AT(x, xs, i, cols);
-        NNC_ROWS_AT(y, ys, i, cols) = (v < (T)0) ? (T)0 : v;
+        nnc_acc_t<T> v = nnc_ld(NNC_ROWS_AT(x, xs, i, cols));
+        NNC_ROWS_AT(y, ys, i, cols) = nnc_st<T>((v < 0) ? 0 : v);
     }
 }
 
 template <typename T>
-__device__ void scalar_mul(T a, const T* x, long long xs, T* y, long long ys, long long n,
-                           long long cols) {
-    NNC_GRID_STRIDE(i, n) { NNC_ROWS_AT(y, ys, i, cols) = a * NNC_ROWS_AT(x, xs, i, cols); }
+__device__ void scalar_mul(nnc_acc_t<T> a, const T* x, long long xs, T* y, long long ys,
+                           long long n, long long cols) {
+    NNC_GRID_STRIDE(i, n) {
+        NNC_ROWS_AT(y, ys, i, cols) = nnc_st<T>(a * nnc_ld(NNC_ROWS_AT(x, xs, i, cols)));
+    }
 }
 
 template <typename T>
-__device__ void set_value(T value, T* y, long long ys, long long n, long long cols) {
-    NNC_GRID_STRIDE(i, n) { NNC_ROWS_AT(y, ys, i, cols) = value; }
+__device__ void set_value(nnc_acc_t<T> value, T* y, long long ys, long long n, long long cols) {
+    const T v = nnc_st<T>(value);
+    NNC_GRID_STRIDE(i, n) { NNC_ROWS_AT(y, ys, i, cols) = v; }
 }
 
 // The epilogue of a convolution whose library call could not fuse it (nnc/cuda/cudnn_conv.py):
@@ -68,9 +77,9 @@ template <typename T>
 __device__ void bias_act(const T* bias, int relu, T* y, long long ys, long long n,
                          long long cols) {
     NNC_GRID_STRIDE(i, n) {
-        T v = NNC_ROWS_AT(y, ys, i, cols);
-        if (bias) v += bias[i % cols];
-        NNC_ROWS_AT(y, ys, i, cols) = (relu && v < (T)0) ? (T)0 : v;
+        nnc_acc_t<T> v = nnc_ld(NNC_ROWS_AT(y, ys, i, cols));
+        if (bias) v += nnc_ld(bias[i % cols]);
+        NNC_ROWS_AT(y, ys, i, cols) = nnc_st<T>((relu && v < 0) ? 0 : v);
     }
 }
 
@@ -87,16 +96,18 @@ extern "C" __global__ void nnc_ewdiv_##S(const T* a, const T* b, T* y, long long
 extern "C" __global__ void nnc_ewexp_##S(NNC_UNARY_ARGS(T)) { ew_exp<T>(x, xs, y, ys, n, cols); } \
 extern "C" __global__ void nnc_ewlog_##S(NNC_UNARY_ARGS(T)) { ew_log<T>(x, xs, y, ys, n, cols); } \
 extern "C" __global__ void nnc_relu_##S(NNC_UNARY_ARGS(T)) { ew_relu<T>(x, xs, y, ys, n, cols); } \
-extern "C" __global__ void nnc_scalar_mul_##S(T a, NNC_UNARY_ARGS(T)) {                      \
+extern "C" __global__ void nnc_scalar_mul_##S(nnc_acc_t<T> a, NNC_UNARY_ARGS(T)) {                      \
     scalar_mul<T>(a, x, xs, y, ys, n, cols); }                                              \
-extern "C" __global__ void nnc_set_##S(T value, T* y, long long ys, long long n,           \
+extern "C" __global__ void nnc_set_##S(nnc_acc_t<T> value, T* y, long long ys, long long n,\
                                        long long cols) {                                    \
     set_value<T>(value, y, ys, n, cols); }                                                  \
 extern "C" __global__ void nnc_bias_act_##S(const T* bias, int relu, T* y, long long ys,   \
                                             long long n, long long cols) {                  \
     bias_act<T>(bias, relu, y, ys, n, cols); }
 
+NNC_EW(nnc_half, f16)
 NNC_EW(float, f32)
 NNC_EW(double, f64)
+NNC_EW_UNARY(nnc_half, f16)
 NNC_EW_UNARY(float, f32)
 NNC_EW_UNARY(double, f64)
