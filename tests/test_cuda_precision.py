@@ -41,11 +41,11 @@ def strict_after():
 
 
 @pytest.fixture
-def fake(monkeypatch):
-    """The fake driver (two GPUs) with the fake cuDNN (``fake.dnn``) and cuBLAS
-    (``fake.cublas``) under GPU_OPT."""
+def fake(monkeypatch, tmp_path):
+    """The fake driver (two GPUs) with the fake cuDNN (``fake.dnn``, its plan cache in
+    tmp_path) and cuBLAS (``fake.cublas``) under GPU_OPT."""
     f = install(monkeypatch, count=2)
-    f.dnn = _fake_cudnn.install(monkeypatch, f)
+    f.dnn = _fake_cudnn.install(monkeypatch, f, tmp_path)
     f.cublas = _fake_cublas.install(monkeypatch, f)
     yield f
     gc.collect()        # free fake buffers while the fake driver is still installed
@@ -402,7 +402,7 @@ def test_to_gpu_keeps_integer_tensors(fake_ref):
 
 
 @pytest.mark.parametrize("libraries", [False, True])
-def test_inception_float16_on_the_gpu_within_its_bound(monkeypatch, libraries):
+def test_inception_float16_on_the_gpu_within_its_bound(monkeypatch, tmp_path, libraries):
     """Inception-V3 (75x75) converted to float16: every node has a float16 GPU backend
     (GPU_OPT's cuDNN / cuBLAS fakes, or GPU_REF's kernels alone) and the probabilities stay
     within docs/gpu.md's float16 bound of the float64 CPU run."""
@@ -410,7 +410,7 @@ def test_inception_float16_on_the_gpu_within_its_bound(monkeypatch, libraries):
 
     f = install(monkeypatch, count=1)
     if libraries:
-        _fake_cudnn.install(monkeypatch, f)
+        _fake_cudnn.install(monkeypatch, f, tmp_path)
         _fake_cublas.install(monkeypatch, f)
     m64 = build_inception_v3_model(size=75, dtype="float64", backend="CPU_REF")
     m64.graph.run()
