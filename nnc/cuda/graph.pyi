@@ -1,7 +1,7 @@
 """CUDA-graph capture of a graph's run on a GPU stream (while and case..of as CUDA conditional
 nodes), and copying a CPU graph to a GPU (nnc/cuda/graph.py)."""
 
-from nnc.cuda.driver import CudaGraph, CudaStream
+from nnc.cuda.driver import CudaGraph, CudaStream, Device
 from nnc.graph.control import CaseOfNode, Compare, WhileNode
 from nnc.graph.graph import Graph
 from nnc.stream import Stream
@@ -34,10 +34,13 @@ class _Node:
     ) -> None: ...
 
 class _Conditionals:
+    device: Device
+    cu: object
     runtimes: dict[object, object]
     loops: dict[WhileNode, _Node]
     cases: dict[CaseOfNode, _Node]
     failure: tuple[str, BaseException] | None
+    def __init__(self, dev: Device) -> None: ...
     def prepare_while(
         self, w: WhileNode, form: int, cond: Compare, inputs: list[Tensor]
     ) -> None: ...
