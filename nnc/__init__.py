@@ -103,6 +103,7 @@ else:
     from nnc.graph import policy_raf as _policy_raf  # noqa: F401  (registers "wavefront", "asap")
     from nnc.graph import run as _run  # noqa: F401
     from nnc.graph import tools as _tools  # noqa: F401
+    from nnc.graph.control import Compare
     from nnc.graph.graph import Graph, GraphExec
     from nnc.graph.hazard import Hazard, graph_hazards
     from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
@@ -134,6 +135,7 @@ __all__ = [
     "CUDAError",
     "Cmd",
     "CommandError",
+    "Compare",
     "DLPackError",
     "DeviceError",
     "Engine",

@@ -2,7 +2,11 @@
 
 Device memory is host memory (so copies are memmoves), streams run everything at once, stream
 capture records the calls and cuGraphLaunch replays them, and the kernels nnc launches are
-emulated in NumPy from the raw ``void**`` parameter array - which checks that nnc packs each
+emulated in NumPy from the raw ``void**`` parameter array. Conditional nodes (CUDA 12.4+) are
+too: a conditional handle holds a value, nnc's condition kernel (``nnc_cond_set``) sets it, and
+on replay a WHILE node reruns its body graph while the value is nonzero, an IF runs body 0 when
+it is nonzero (body 1, if any, when zero), a SWITCH runs body ``value`` when there is one; body
+graphs are filled by cuStreamBeginCaptureToGraph - which checks that nnc packs each
 kernel's arguments as its C signature in nnc/cuda/kernels/*.cu expects. When the real
 cuda.bindings is installed, every call is first made on the real module too, which (with no
 driver) converts all arguments and then fails to load libcuda: a TypeError there means nnc
@@ -63,10 +67,18 @@ class FakeDriver:
         self.buffers = {}               # ptr -> backing ndarray (device and pinned memory)
         self.modules = {}               # id -> cubin bytes
         self.functions = {}             # id -> kernel name
-        self.capturing = None           # list of deferred calls while a stream captures
+        # Open captures, innermost last: (stream id, graph id). A stream capturing into a body
+        # graph (cuStreamBeginCaptureToGraph) records there until its cuStreamEndCapture.
+        self.capture_stack = []
         self.capture_thread = None      # the thread that began the capture (thread-local mode)
         self.capture_invalidated = None  # the unsafe call that broke the capture, if any
         self.graphs = {}                # id -> list of deferred calls
+        self.graph_parent = {}          # body graph id -> the graph holding its conditional node
+        self.cond_values = {}           # conditional handle -> its value now
+        self.cond_defaults = {}         # conditional handle -> (graph id, default, flags)
+        self.conditional_nodes = []     # (type name, size) of every conditional node added
+        self.max_iterations = 100000    # a WHILE node running longer is a hang: raise instead
+        self._keep = []                 # ctypes arrays the driver "owns" (phGraph_out)
         self.launches = []              # kernel names launched (executed)
         self.live_streams = set()
         self.live_events = set()
@@ -106,6 +118,11 @@ class FakeDriver:
             return None
         self.capture_invalidated = self.capture_invalidated or name
         return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+
+    @property
+    def capturing(self):
+        """The list of calls the innermost open capture records, or None."""
+        return self.graphs[self.capture_stack[-1][1]] if self.capture_stack else None
 
     def _run(self, fn):
         # Stream work runs at once, unless a stream is capturing: then it becomes a graph node.
@@ -270,24 +287,118 @@ class FakeDriver:
     def cuStreamWaitEvent(self, s, e, flags):
         return self.ok()
 
-    def cuStreamBeginCapture(self, s, mode):
-        self.capturing = []
-        self.capture_thread = threading.get_ident()
-        self.capture_invalidated = None
+    def _begin(self, s, g):
+        if any(st == int(s) for st, _ in self.capture_stack):
+            return (real.CUresult.CUDA_ERROR_ILLEGAL_STATE,)   # already capturing
+        if not self.capture_stack:
+            self.capture_thread = threading.get_ident()
+            self.capture_invalidated = None
+        self.capture_stack.append((int(s), g))
         return self.ok()
 
-    def cuStreamEndCapture(self, s):
+    def cuStreamBeginCapture(self, s, mode):
         g = self._id()
-        self.graphs[g], self.capturing = self.capturing, None
-        self.capture_thread = None
-        if self.capture_invalidated:
-            return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+        self.graphs[g] = []
+        return self._begin(s, g)
+
+    def cuStreamBeginCaptureToGraph(self, s, graph, deps, edge_data, count, mode):
+        if int(graph) not in self.graphs:
+            return (real.CUresult.CUDA_ERROR_INVALID_VALUE,)
+        return self._begin(s, int(graph))
+
+    def cuStreamEndCapture(self, s):
+        # As CUDA: only the stream that began a capture ends it (and the innermost first).
+        if not self.capture_stack or self.capture_stack[-1][0] != int(s):
+            return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, None)
+        _, g = self.capture_stack.pop()
+        if not self.capture_stack:
+            self.capture_thread = None
+            if self.capture_invalidated:
+                return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
         return self.ok(self._h("CUgraph", g))
+
+    def cuStreamGetCaptureInfo(self, s):
+        # CUDA 13's form: status, id, graph, dependencies, edge data, count. Dependencies are
+        # not modelled (recorded calls run in order): one stand-in node.
+        status = real.CUstreamCaptureStatus
+        if not self.capture_stack:
+            return self.ok(status.CU_STREAM_CAPTURE_STATUS_NONE, 0, None, [], [], 0)
+        g = self.capture_stack[-1][1]
+        return self.ok(status.CU_STREAM_CAPTURE_STATUS_ACTIVE, g, self._h("CUgraph", g),
+                       [self._h("CUgraphNode", self._id())], [], 1)
+
+    def cuStreamUpdateCaptureDependencies(self, s, nodes, edge_data, count, flags):
+        if not self.capture_stack or count != len(nodes):
+            return (real.CUresult.CUDA_ERROR_ILLEGAL_STATE,)
+        return self.ok()
+
+    def cuGraphConditionalHandleCreate(self, graph, ctx, default, flags):
+        if int(graph) not in self.graphs:
+            return (real.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        h = self._id()
+        self.cond_defaults[h] = (int(graph), default, int(flags))
+        self.cond_values[h] = default
+        return self.ok(self._h("CUgraphConditionalHandle", h))
+
+    def cuGraphAddNode(self, graph, deps, edge_data, count, params):
+        g = int(graph)
+        kinds = real.CUgraphConditionalNodeType
+        conditional = real.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        if g not in self.graphs or params.type != conditional:
+            return (real.CUresult.CUDA_ERROR_NOT_SUPPORTED, None)
+        c = params.conditional
+        h, kind, size = int(c.handle), c.type, int(c.size)
+        sizes = {kinds.CU_GRAPH_COND_TYPE_WHILE: (1,), kinds.CU_GRAPH_COND_TYPE_IF: (1, 2),
+                 kinds.CU_GRAPH_COND_TYPE_SWITCH: range(1, 1 << 16)}
+        if h not in self.cond_defaults or size not in sizes[kind]:
+            return (real.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        bodies = [self._id() for _ in range(size)]
+        for b in bodies:
+            self.graphs[b] = []
+            self.graph_parent[b] = g
+        # The driver fills phGraph_out with an array it owns: its pointer, in the struct
+        # cuda.bindings wraps (CUgraphNodeParams: type, 3 reserved ints, then the union, where
+        # CUDA_CONDITIONAL_NODE_PARAMS has handle, type, size, then phGraph_out).
+        arr = (ctypes.c_uint64 * size)(*bodies)
+        self._keep.append(arr)
+        ctypes.c_uint64.from_address(params.getPtr() + 32).value = ctypes.addressof(arr)
+        self.conditional_nodes.append((kind.name, size))
+
+        def run():
+            def body(i):
+                for fn in self.graphs[bodies[i]]:
+                    fn()
+            if kind == kinds.CU_GRAPH_COND_TYPE_WHILE:
+                n = 0
+                while self.cond_values[h]:
+                    n += 1
+                    if n > self.max_iterations:
+                        raise RuntimeError(f"WHILE node of handle {h} never ends")
+                    body(0)
+            elif kind == kinds.CU_GRAPH_COND_TYPE_IF:
+                if self.cond_values[h]:
+                    body(0)
+                elif size == 2:
+                    body(1)
+            elif self.cond_values[h] < size:
+                body(self.cond_values[h])
+
+        self.graphs[g].append(run)
+        return self.ok(self._h("CUgraphNode", self._id()))
 
     def cuGraphInstantiate(self, g, flags):
         return self.ok(self._h("CUgraphExec", int(g)))
 
+    def _root(self, g):
+        while g in self.graph_parent:
+            g = self.graph_parent[g]
+        return g
+
     def cuGraphLaunch(self, gexec, s):
+        # CU_GRAPH_COND_ASSIGN_DEFAULT: the handle takes its default at every launch.
+        for h, (g, default, flags) in self.cond_defaults.items():
+            if flags and self._root(g) == int(gexec):
+                self.cond_values[h] = default
         for fn in self.graphs[int(gexec)]:
             fn()
         return self.ok()
@@ -323,9 +434,12 @@ class FakeDriver:
         if bad:
             return bad
         name = self.functions[int(f)]
-        base, dtype = name.rsplit("_", 1)
-        dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[dtype]
-        kernel = base[4:]
+        if name == "nnc_cond_set":
+            kernel, dtype = "cond_set", None
+        else:
+            base, dtype = name.rsplit("_", 1)
+            dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[dtype]
+            kernel = base[4:]
         # Like the driver, copy the argument values now: the caller may free them on return
         # (a captured launch runs later, at replay).
         sizes = [np.dtype(_acc(dtype)).itemsize if n == "A" else n for n in SIGNATURES[kernel]]
@@ -337,11 +451,41 @@ class FakeDriver:
 
         def run():
             self.launches.append(name)
-            EMULATE[kernel](addrs, dtype, grid)
+            if kernel == "cond_set":
+                self._cond_set(addrs)
+            else:
+                EMULATE[kernel](addrs, dtype, grid)
             del keep[:0]    # keep the copies alive as long as this launch may run
 
         self._run(run)
         return self.ok()
+
+
+def _cond_set(self, a):
+    """nnc's condition kernel (nnc/cuda/graph.py COND_SOURCE), written again from its C: the
+    count step, the comparison, the handle's new value."""
+    handle, count, step = _ptr(a[0]), _ptr(a[1]), _scalar(a[2], ctypes.c_int)
+    x, dtype, op = _ptr(a[3]), _scalar(a[4], ctypes.c_int), _scalar(a[5], ctypes.c_int)
+    exact, vi, vf = _scalar(a[6], ctypes.c_int), _i64(a[7]), _scalar(a[8], ctypes.c_double)
+    c = _i64(count) if count else 0
+    c = 0 if step in (1, 3) else c + 1 if step == 2 else c
+    v = 1
+    if step != 3:
+        xi, xf = c, float(c)
+        if x:
+            ctype = (ctypes.c_float, ctypes.c_double, ctypes.c_int32, ctypes.c_int64)[dtype]
+            raw = ctype.from_address(x).value
+            xi, xf = (0, float(raw)) if dtype < 2 else (int(raw), float(raw))
+        a_, b_ = (xi, vi) if exact else (xf, vf)
+        v = int((a_ < b_, a_ <= b_, a_ > b_, a_ >= b_, a_ == b_, a_ != b_)[op])
+        if step == 4 and v:
+            c += 1
+    if count:
+        ctypes.c_int64.from_address(count).value = c
+    self.cond_values[handle] = v
+
+
+FakeDriver._cond_set = _cond_set
 
 
 def _scalar(addr, ctype):
@@ -507,7 +651,7 @@ SIGNATURES = {
     "scalar_mul": ("A", _P, 8, _P, 8, 8, 8), "set": ("A", _P, 8, 8, 8),
     "softmax": (_P, _P, 8, 8), "bias_act": (_P, 4, _P, 8, 8, 8),
     "gemm": (88, _P, _P, _P, _P), "conv": (88, _P, _P, _P, _P), "max_pool": (88, _P, _P),
-    "avg_pool": (88, _P, _P),
+    "avg_pool": (88, _P, _P), "cond_set": (8, _P, 4, _P, 4, 4, 4, 8, 8),
 }
 
 EMULATE = {

@@ -484,3 +484,45 @@ def test_a_read_only_tensor_may_follow_a_read_only_multiview():
     g.while_(body)
     g.run()
     assert seen == [5, 7, 5]
+
+
+def test_compare_is_evaluated_on_the_host_as_the_condition_kernel_does():
+    """nnc.Compare: the loop count or an input's one element against a constant; integers
+    compare exactly with an int, everything else as float64 (the device kernel's rule)."""
+    y = np.array([1.11], np.float32)
+    z = np.array([0.34], np.float32)
+    g, body = nnc.Graph(), nnc.Graph()
+    noop = body.exec(nnc.Cmd("NOOP"))
+    body.concat(noop, body.exec(nnc.Cmd("EWPROD"), [y, z], [z]))
+    g.while_(body)
+    body.set_while_expr(nnc.Compare("count", "<", 5), [], [noop])
+    g.run()
+    assert body.while_count == 5
+    np.testing.assert_allclose(z, 0.34 * 1.11 ** 5, rtol=1e-6)
+    big = nnc.Tensor(np.array([2 ** 53 + 1], np.int64))
+    assert nnc.Compare(0, ">", 2 ** 53).holds(0, [big])                 # exact int64
+    assert not nnc.Compare(0, ">", float(2 ** 53)).holds(0, [big])      # as float64
+    nan = nnc.Tensor(np.array([np.nan], np.float32))
+    assert [nnc.Compare(0, op, 0.0).holds(0, [nan]) for op in nnc.graph.control.COMPARE_OPS] \
+        == [False] * 5 + [True]
+    with pytest.raises(nnc.GraphError, match="exactly one element"):
+        body.set_while_expr(nnc.Compare(0, "<", 1), [np.zeros(2, np.float32)], [noop])
+    with pytest.raises(nnc.GraphError, match="operator must be one of"):
+        nnc.Compare("count", "=<", 1)
+    with pytest.raises(nnc.GraphError, match="left side"):
+        nnc.Compare(-1, "<", 1)
+    with pytest.raises(nnc.GraphError, match="int or a float"):
+        nnc.Compare("count", "<", True)
+    c = g.case_of([z], [])
+    with pytest.raises(nnc.GraphError, match="has no loop count"):
+        g.set_case_of_expr(c, nnc.Compare("count", "<", 1))
+    b0, b1 = nnc.Graph(), nnc.Graph()
+    out = np.zeros(1, np.float32)
+    b0.exec(nnc.Cmd("SET", value=1.0), [], [out])
+    b1.exec(nnc.Cmd("SET", value=2.0), [], [out])
+    g.set_case_of_expr(c, nnc.Compare(0, ">", 1.0), 0)
+    g.set_case_of(c, b0, 0)
+    g.set_case_of(c, b1, 1)
+    z[0] = 0.5
+    g.run()                             # the loop leaves z at 0.5 * 1.11 ** 5 < 1: branch 0
+    assert out[0] == 1.0

@@ -5,13 +5,84 @@ NNC has no counterpart; Nimble (ATC '21) does this. ``g.run(stream=s)`` on a GPU
 stream launches each node as it is enqueued, nnc/cuda/gpu_stream.pyx). :func:`capture` records
 one such run into a :class:`~nnc.cuda.driver.CudaGraph`, so a replay costs one cuGraphLaunch
 however many nodes the graph has.
+
+While and case..of nodes whose expression is an :class:`nnc.Compare` are captured as CUDA
+conditional nodes (CUDA 12.4+ for WHILE and IF, 12.8+ for SWITCH), the way PyTorch records its
+own: during the capture, ``cuStreamGetCaptureInfo`` gives the graph being captured and the
+node's dependencies; ``cuGraphConditionalHandleCreate`` makes the node's handle, a one-thread
+condition kernel (:data:`COND_SOURCE`, compiled by NVRTC) sets it from the loop count or a
+device scalar, ``cuGraphAddNode`` adds the conditional node after it and
+``cuStreamUpdateCaptureDependencies`` makes it what the stream's next work depends on; the body
+(each branch) is captured into the node's body graph with ``cuStreamBeginCaptureToGraph`` on a
+stream of its own, its last work the condition kernel again (a WHILE re-evaluates after each
+iteration). nnc.graph.flow enqueues the bodies (``flow_capture_run``).
 """
 
 import numpy as np
 
-from nnc._core import GraphError
+from nnc._core import GraphError, error_repr
+from nnc.cuda.driver import CudaGraph
 
-__all__ = ["capture", "to_gpu"]
+__all__ = ["COND_SOURCE", "CapturedGraph", "capture", "to_gpu"]
+
+# What the condition kernel does with the loop count before (or after) it evaluates: codes of
+# its ``step`` parameter. A loop whose head launches nothing (LOOP_HEAD_EMPTY in flow) is
+# COUNT_RESET_EVAL before its WHILE node and COUNT_STEP_EVAL after each tail; one whose tail
+# launches nothing (LOOP_TAIL_EMPTY) is COUNT_RESET_ENTER before and EVAL_COUNT_STEP after each
+# head. Either way the count ends where nnc's host loop ends it (while_count), and every replay
+# starts it from 0.
+EVAL = 0                    # case..of: no count
+COUNT_RESET_EVAL = 1        # count = 0, then evaluate
+COUNT_STEP_EVAL = 2         # count += 1, then evaluate
+COUNT_RESET_ENTER = 3       # count = 0, and enter the loop (its head evaluates)
+EVAL_COUNT_STEP = 4         # evaluate; if true, count += 1
+
+COND_KERNEL = "nnc_cond_set"
+# The condition kernel, one thread. cudaGraphSetConditional is a CUDA runtime builtin that the
+# driver resolves when it loads the module: declared here, NVRTC needs no runtime headers.
+COND_SOURCE = r"""
+typedef __device_builtin__ unsigned long long cudaGraphConditionalHandle;
+extern "C" __device__ __cudart_builtin__ void cudaGraphSetConditional(
+    cudaGraphConditionalHandle handle, unsigned int value);
+
+template <typename T> __device__ unsigned nnc_compare(T a, T b, int op) {
+    switch (op) {
+    case 0: return a < b;
+    case 1: return a <= b;
+    case 2: return a > b;
+    case 3: return a >= b;
+    case 4: return a == b;
+    default: return a != b;
+    }
+}
+
+// x: the compared element (its dtype: 0 float32, 1 float64, 2 int32, 3 int64), or NULL for
+// the count. exact: compare as int64 with vi, else as double with vf (nnc.Compare.holds).
+extern "C" __global__ void nnc_cond_set(cudaGraphConditionalHandle handle, long long* count,
+                                        int step, const void* x, int dtype, int op, int exact,
+                                        long long vi, double vf) {
+    long long c = count ? *count : 0;
+    if (step == 1 || step == 3) c = 0;
+    else if (step == 2) c += 1;
+    unsigned v = 1;
+    if (step != 3) {
+        long long xi = c;
+        double xf = (double)c;
+        if (x) {
+            switch (dtype) {
+            case 0: xf = (double)*(const float*)x; break;
+            case 1: xf = *(const double*)x; break;
+            case 2: xi = *(const int*)x; xf = (double)xi; break;
+            default: xi = *(const long long*)x; xf = (double)xi; break;
+            }
+        }
+        v = exact ? nnc_compare(xi, vi, op) : nnc_compare(xf, vf, op);
+        if (step == 4 && v) c += 1;
+    }
+    if (count) *count = c;
+    cudaGraphSetConditional(handle, v);
+}
+"""
 
 _CONTROL = ("WHILE", "CASE_OF")
 
@@ -20,6 +91,237 @@ def _refuse_control(graph, what):
     for e in graph.execs:
         if e.cmd.name in _CONTROL:
             raise GraphError(f"{e!r} is a {e.cmd.name} node: {what}")
+
+
+def _has_control(graph):
+    return any(e.cmd.name in _CONTROL for e in graph.execs)
+
+
+def _cond_function(dev):
+    """The condition kernel's CUfunction on ``dev``, compiled and loaded on first use (never
+    while capturing: loading a module is refused there)."""
+    from nnc.cuda import nvrtc
+    from nnc.cuda.driver import check, driver
+
+    f = dev._functions.get(COND_KERNEL)
+    if f is not None:
+        return f
+    with dev._lock:
+        module = dev._modules.get("cond.cu")
+        if module is None:
+            cubin = nvrtc.compile_cubin(COND_SOURCE, dev.arch, "cond.cu")
+            dev.make_current()
+            module = check(driver().cuModuleLoadData(cubin), "cuModuleLoadData")
+            dev._modules["cond.cu"] = module
+        f = check(driver().cuModuleGetFunction(module, COND_KERNEL.encode()),
+                  f"cuModuleGetFunction({COND_KERNEL})")
+        dev._functions[COND_KERNEL] = f
+    return f
+
+
+class _Node:
+    """One conditional node being captured: its handle, what its condition kernel reads, and
+    the body graphs (``bodies``: branch index, or 0 for a loop, -> CUgraph)."""
+
+    def __init__(self, kind, cond, inputs, counter=None, form=None):
+        self.kind, self.cond, self.inputs, self.counter, self.form = kind, cond, inputs, \
+            counter, form
+        self.handle = None
+        self.params = None          # the CUgraphNodeParams: the driver owns phGraph_out's array
+        self.bodies = {}
+        self.indexes = []           # the case..of branch indexes captured, in body order
+        self.side = None            # the CudaStream capturing a body now, or None
+
+
+class _Conditionals:
+    """The recorder nnc.graph.flow calls while a run with control flow is captured (see the
+    module docstring). Made, and its device state prepared, before the capture begins."""
+
+    def __init__(self, dev):
+        from nnc.cuda.driver import driver
+
+        self.device = dev
+        self.cu = driver()
+        self.runtimes = {}          # control node (or (case..of, index)) -> its own _Runtime
+        self.loops = {}             # WhileNode -> _Node
+        self.cases = {}             # CaseOfNode -> _Node
+        self.failure = None         # (where, exception): the first failure of the captured run
+
+    # -- before the capture (flow_capture_prepare)
+
+    def _operands(self, cond, inputs):
+        for t in inputs:
+            if t.device != f"gpu:{self.device.ordinal}":
+                raise GraphError(f"{cond!r} reads {t!r}; the graph is captured on "
+                                 f"gpu:{self.device.ordinal}")
+        _cond_function(self.device)
+
+    def prepare_while(self, w, form, cond, inputs):
+        from nnc.cuda import memory
+
+        self._operands(cond, inputs)
+        # The device count, -1 until a replay runs the loop (CapturedGraph.while_count).
+        counter = memory.from_numpy(np.full(1, -1, np.int64), f"gpu:{self.device.ordinal}")
+        self.loops[w] = _Node("while", cond, inputs, counter, form)
+
+    def prepare_case(self, c, indexes, cond, inputs):
+        self._operands(cond, inputs)
+        node = self.cases[c] = _Node("case", cond, inputs)
+        node.indexes = list(indexes)
+
+    def fail(self, where, e):
+        if self.failure is None:
+            self.failure = (where, e)
+
+    # -- during the capture
+
+    def _capture_info(self, stream):
+        """(graph, dependencies) of ``stream``'s ongoing capture. cuda-bindings 13 returns
+        (status, id, graph, dependencies, edge data, count); 12.x has them in _v2 / _v3."""
+        from nnc.cuda.driver import check
+
+        for name in ("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3",
+                     "cuStreamGetCaptureInfo_v2"):
+            fn = getattr(self.cu, name, None)
+            if fn is None:
+                continue
+            info = check(fn(stream.handle), name)
+            info = info if isinstance(info, tuple) else (info,)
+            graph = next((v for v in info if type(v).__name__ == "CUgraph"), None)
+            deps = next((v for v in info if isinstance(v, (list, tuple))), None)
+            if graph is not None:
+                deps = list(deps or [])
+                if isinstance(info[-1], int):
+                    deps = deps[:info[-1]]
+                return graph, deps
+        raise GraphError(f"{stream!r} is not capturing, or these cuda-bindings cannot say "
+                         "into which graph")
+
+    def _add(self, stream, node, kind, size, step):
+        """Make node's handle, launch its condition kernel on ``stream`` and add the
+        conditional node after it, as the stream's next dependency."""
+        from nnc.cuda.driver import check
+
+        cu, ctx = self.cu, self.device.context
+        graph, _ = self._capture_info(stream)
+        node.handle = check(cu.cuGraphConditionalHandleCreate(
+            graph, ctx, 0, cu.CU_GRAPH_COND_ASSIGN_DEFAULT), "cuGraphConditionalHandleCreate")
+        self._condition(stream, node, step)
+        graph, deps = self._capture_info(stream)
+        params = cu.CUgraphNodeParams()
+        params.type = cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        params.conditional.handle = node.handle
+        params.conditional.type = getattr(cu.CUgraphConditionalNodeType,
+                                          f"CU_GRAPH_COND_TYPE_{kind}")
+        params.conditional.size = size
+        params.conditional.ctx = ctx
+        # CUDA 13's cuGraphAddNode takes edge data; 12.x's (renamed since) did not.
+        try:
+            r = cu.cuGraphAddNode(graph, deps, None, len(deps), params)
+        except TypeError:
+            r = cu.cuGraphAddNode(graph, deps, len(deps), params)
+        added = check(r, "cuGraphAddNode")
+        flag = cu.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES
+        try:
+            r = cu.cuStreamUpdateCaptureDependencies(stream.handle, [added], None, 1, flag)
+        except TypeError:
+            r = cu.cuStreamUpdateCaptureDependencies(stream.handle, [added], 1, flag)
+        check(r, "cuStreamUpdateCaptureDependencies")
+        node.params = params
+        return list(params.conditional.phGraph_out)[:size]
+
+    def _condition(self, stream, node, step):
+        """Launch the condition kernel on ``stream``: set node's handle from its Compare."""
+        from nnc.cuda.driver import launch
+        from nnc.graph.control import COMPARE_DTYPES, COMPARE_OPS
+
+        cond = node.cond
+        x = None if cond.lhs == "count" else node.inputs[cond.lhs]
+        value = cond.value
+        args = [np.uint64(int(node.handle)),
+                np.uint64(0 if node.counter is None else node.counter.data_ptr),
+                np.int32(step), np.uint64(0 if x is None else x.data_ptr),
+                np.int32(0 if x is None else COMPARE_DTYPES.index(x.dtype.name)),
+                np.int32(COMPARE_OPS.index(cond.op)), np.int32(cond.exact(node.inputs)),
+                np.int64(value if isinstance(value, int) else 0), np.float64(value)]
+        launch(_cond_function(self.device), (1,), (1,), args, stream)
+
+    def _begin_body(self, node, body, side):
+        from nnc.cuda.driver import check, cuda_stream
+
+        cu = self.cu
+        side = cuda_stream(side)
+        mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        try:
+            r = cu.cuStreamBeginCaptureToGraph(side.handle, body, None, None, 0, mode)
+        except TypeError:
+            r = cu.cuStreamBeginCaptureToGraph(side.handle, body, None, 0, mode)
+        check(r, "cuStreamBeginCaptureToGraph")
+        node.side = side
+
+    def _end_body(self, node):
+        from nnc.cuda.driver import check
+
+        side, node.side = node.side, None
+        check(self.cu.cuStreamEndCapture(side.handle), "cuStreamEndCapture")
+
+    def abandon(self, node):
+        """A body's enqueueing failed: end its capture (the failure ends the whole capture)."""
+        if node.side is not None:
+            side, node.side = node.side, None
+            self.cu.cuStreamEndCapture(side.handle)
+
+    def while_begin(self, w, p, side):
+        from nnc.cuda.driver import cuda_stream
+        from nnc.graph.flow import LOOP_HEAD_EMPTY
+
+        node = self.loops[w]
+        first = COUNT_RESET_EVAL if node.form == LOOP_HEAD_EMPTY else COUNT_RESET_ENTER
+        bodies = self._add(cuda_stream(p), node, "WHILE", 1, first)
+        self._begin_body(node, bodies[0], side)
+        return node
+
+    def while_end(self, node):
+        from nnc.graph.flow import LOOP_HEAD_EMPTY
+
+        self._condition(node.side,
+                        node, COUNT_STEP_EVAL if node.form == LOOP_HEAD_EMPTY else EVAL_COUNT_STEP)
+        self._end_body(node)
+
+    def case_begin(self, c, p):
+        from nnc.cuda.driver import cuda_stream
+
+        node = self.cases[c]
+        if node.indexes:
+            # One reachable branch (offset -1: index 0 when the comparison holds): IF. Two
+            # (offset, offset + 1): SWITCH on the comparison, body k running branch offset + k.
+            kind = "IF" if len(node.indexes) == 1 else "SWITCH"
+            bodies = self._add(cuda_stream(p), node, kind, len(node.indexes), EVAL)
+            node.bodies = dict(zip(node.indexes, bodies))
+        return node
+
+    def branch_begin(self, node, i, side):
+        self._begin_body(node, node.bodies[i], side)
+
+    def branch_end(self, node):
+        self._end_body(node)
+
+
+class CapturedGraph(CudaGraph):
+    """A CudaGraph captured from a graph's run (:func:`capture`): also what its captured while
+    loops counted."""
+
+    loops = None                    # _Conditionals of the capture, or None (no control flow)
+
+    def while_count(self, body):
+        """The count at which loop ``body`` (a while node's body in the captured graph) ended in
+        the latest replay, as ``body.while_count`` after a host-driven run; -1 before any replay
+        ran the loop. Read from device memory: wait for the replay's stream first. A replay
+        does not change ``body.while_count``, which belongs to the host-driven runs."""
+        for w, node in (self.loops.loops if self.loops is not None else {}).items():
+            if w.body is body:
+                return int(node.counter.numpy()[0])
+        raise GraphError(f"{body!r} is not the body of a while node captured in this graph")
 
 
 def capture(graph, stream=None, warmup=True):
@@ -31,16 +333,25 @@ def capture(graph, stream=None, warmup=True):
     buffer exists before capture: module loading and allocation are not stream work, and in a
     capturing thread they may be refused. The run's host bookkeeping (its finish, which
     moves failures to ``stream`` and marks the graph idle) runs once, at capture, not on every
-    replay: a replay is device work only. Graphs with while or case..of nodes are refused
-    (their control flow needs the host between launches).
+    replay: a replay is device work only.
+
+    While and case..of nodes (nested too) become CUDA conditional nodes when their expression
+    is an :class:`nnc.Compare` of the loop count or of a one-element GPU tensor: one replay
+    runs every iteration with no host in between (``cg.while_count(body)`` says where a loop
+    ended). A Python callable as expression, carry-overs, multiviews, PHI outputs, or a loop
+    whose head and tail both launch work raise GraphError naming the node and the reason
+    (docs/control_flow.md), before anything is captured.
     """
-    from nnc.cuda.driver import CudaGraph
     from nnc.cuda.gpu_stream import device_half, set_capturing
+    from nnc.graph.flow import flow_capture_prepare, flow_capture_run
     from nnc.stream import Stream
 
-    _refuse_control(graph, "graphs with control flow cannot be captured into a CUDA graph")
     s = stream if stream is not None else Stream("gpu")
-    device_half(s)                      # StreamError for a CPU stream
+    gpu = device_half(s)                # StreamError for a CPU stream
+    loops = None
+    if _has_control(graph):
+        loops = _Conditionals(gpu.cuda.device)
+        flow_capture_prepare(graph, loops)
     if warmup:
         graph.run(stream=s)
         s.wait()
@@ -48,12 +359,19 @@ def capture(graph, stream=None, warmup=True):
     def run():
         set_capturing(True)
         try:
-            graph.run(stream=s)
+            if loops is None:
+                graph.run(stream=s)
+            else:
+                flow_capture_run(graph, s, loops)
         finally:
             set_capturing(False)
+        if loops is not None and loops.failure is not None:
+            where, e = loops.failure
+            raise GraphError(f"capturing {graph!r}: {where} failed: {error_repr(e)}") from e
 
-    cg = CudaGraph.capture(s, run)
+    cg = CapturedGraph.capture(s, run)
     cg.source = graph               # keeps the graph (its tensors, streams, events) alive
+    cg.loops = loops                # keeps the counters and the bodies' streams alive
     return cg
 
 

@@ -14,6 +14,9 @@ from nnc.tensor cimport Tensor
 # node's own (expression inputs, carry-overs), and a check that it can run (GraphError).
 cdef class ControlNode:
     cdef list inputs                    # Tensors whose arrays the expression receives
+    # The expression as an nnc.Compare (declarative: the host evaluates it, and a CUDA-graph
+    # capture compiles it into a condition kernel), or None when it is a Python callable.
+    cdef readonly object cond
     cdef int check(self) except -1
     cdef list subgraphs(self)
     cdef list tensors(self)

@@ -27,6 +27,12 @@ the memory, and a node writing ``dst`` is refused (CommandError) if ``src`` may 
 branch graph fully (an index with no branch raises GraphError; NNC has undefined behaviour),
 index < 0 runs nothing. Then every PHI multiview among the node's outputs selects its branch
 version (1) or its fallback input (0).
+
+**Declarative expressions** (:class:`Compare`): instead of a Python callable, a loop or branch
+may take ``Compare(lhs, op, value)``, the loop count or the one element of an expression input
+compared with a constant. The host evaluates it exactly as the device does (the same
+conversions), so it means the same on a CPU, on a host-driven GPU run and inside a captured
+CUDA graph, where nnc.cuda.graph compiles it into a condition kernel.
 """
 
 cimport cython
@@ -44,6 +50,103 @@ from nnc.graph.graph cimport Graph, GraphExec
 from nnc.multiview cimport MV_K1N, MV_PHI, MultiView
 from nnc.tensor cimport Tensor, tensor_overlap
 from nnc.tracing cimport trace_host, trace_now, trace_on
+
+
+# Compare's operators, in the order of their codes in the condition kernel (nnc/cuda/graph.py).
+COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
+# The dtypes a compared input may have, in the order of their codes in the condition kernel.
+COMPARE_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+@cython.final
+cdef class Compare:
+    """A declarative loop or branch expression: ``lhs op value``.
+
+    ``lhs`` is ``"count"`` (a while loop's count, NNC's ``ccv_nnc_tensor_for_while_count``) or
+    ``i``, the index of an expression input, whose one element is compared (NNC's expression
+    sees ``inputs[i]->data``); ``op`` one of ``< <= > >= == !=``; ``value`` an int or float
+    constant. A while loop goes on while it holds; a case..of takes ``offset + 1`` when it
+    holds, else ``offset``. When the element is an integer (the count, an int32 or int64 input)
+    and ``value`` an int, they compare exactly; otherwise both are converted to float64 first,
+    on the host as on the device. A NaN compares false except with ``!=``.
+    """
+
+    cdef readonly object lhs            # "count" or an input index >= 0
+    cdef readonly str op                # one of COMPARE_OPS
+    cdef readonly object value          # an int or a float
+
+    def __init__(self, lhs, op, value):
+        if not (lhs == "count" if isinstance(lhs, str) else
+                isinstance(lhs, int) and not isinstance(lhs, bool) and lhs >= 0):
+            raise GraphError(f"Compare's left side must be 'count' or the index (>= 0) of an "
+                             f"expression input, not {lhs!r}")
+        if op not in COMPARE_OPS:
+            raise GraphError(f"Compare's operator must be one of {' '.join(COMPARE_OPS)}, not "
+                             f"{op!r}")
+        numbers = (int, float, np.integer, np.floating)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers):
+            raise GraphError(f"Compare's value must be an int or a float, not {value!r}")
+        if isinstance(value, (int, np.integer)):
+            value = int(value)
+            if not -2 ** 63 <= value < 2 ** 63:
+                raise GraphError(f"Compare's value {value} does not fit in 64 bits")
+        else:
+            value = float(value)
+        self.lhs, self.op, self.value = lhs, op, value
+
+    def __repr__(self):
+        lhs = "count" if self.lhs == "count" else f"inputs[{self.lhs}][0]"
+        return f"nnc.Compare({lhs} {self.op} {self.value!r})"
+
+    def __reduce__(self):
+        return Compare, (self.lhs, self.op, self.value)
+
+    def check(self, list inputs, bint has_count, str what):
+        """GraphError unless this expression can read what it names among ``inputs``."""
+        if self.lhs == "count":
+            if not has_count:
+                raise GraphError(f"{what}: a case..of expression has no loop count; compare an "
+                                 "input instead")
+            return
+        if self.lhs >= len(inputs):
+            raise GraphError(f"{what}: {self!r} reads input {self.lhs}, but the expression has "
+                             f"{len(inputs)} input(s)")
+        t = <Tensor>inputs[self.lhs]
+        if t.size != 1 or t.dtype.name not in COMPARE_DTYPES:
+            raise GraphError(f"{what}: {self!r} compares one element: input {self.lhs} must "
+                             f"have exactly one element of {', '.join(COMPARE_DTYPES)}, not "
+                             f"{t!r}")
+
+    def exact(self, list inputs):
+        """Whether the comparison is of two integers (else of two float64s)."""
+        if not isinstance(self.value, int):
+            return False
+        return self.lhs == "count" or (<Tensor>inputs[self.lhs]).dtype.kind == "i"
+
+    def holds(self, long long count, list inputs):
+        """Evaluate on the host (a GPU input is copied to the host first: wait for the stream
+        writing it before). Mirrors the condition kernel's conversions exactly."""
+        cdef object x, a, b             # Python ints stay exact (not inferred as C doubles)
+        if self.lhs == "count":
+            x = count
+        else:
+            x = (<Tensor>inputs[self.lhs]).numpy().reshape(-1)[0]
+        if self.exact(inputs):
+            a, b = int(x), self.value
+        else:
+            a, b = float(x), float(self.value)
+        op = self.op
+        if op == "<":
+            return a < b
+        if op == "<=":
+            return a <= b
+        if op == ">":
+            return a > b
+        if op == ">=":
+            return a >= b
+        if op == "==":
+            return a == b
+        return a != b
 
 
 cdef int _check_sub(Graph parent, object sub, str what) except -1:
@@ -205,9 +308,12 @@ cdef class WhileNode(ControlNode):
         return int(self.count_ptr[0])
 
     def set_expr(self, expr, inputs, breakpoints):
-        if not callable(expr):
-            raise GraphError(f"the while expression must be callable, not {type(expr).__name__}")
+        if not callable(expr) and not isinstance(expr, Compare):
+            raise GraphError(f"the while expression must be callable or an nnc.Compare, not "
+                             f"{type(expr).__name__}")
         ins = _as_tensors(inputs, "while expression inputs")
+        if isinstance(expr, Compare):
+            expr.check(ins, True, f"the while loop over {self.body!r}")
         bps = []
         for b in breakpoints:
             if not isinstance(b, GraphExec) or (<GraphExec>b).graph is not self.body:
@@ -217,6 +323,7 @@ cdef class WhileNode(ControlNode):
             raise GraphError("a while loop needs at least one breakpoint (NNC: the node after "
                              "which the expression is evaluated)")
         self.expr = expr
+        self.cond = expr if isinstance(expr, Compare) else None
         self.inputs = ins
         self.breakpoints = bps
         self.version = -1
@@ -323,6 +430,8 @@ cdef class WhileNode(ControlNode):
     cdef bint _eval(self, long long count) except -1:
         if self.expr_mvs is not None:
             select_multiviews(self.expr_mvs)
+        if self.cond is not None:
+            return (<Compare>self.cond).holds(count, self.inputs)
         if self.inputs:
             return bool(self.expr(count, *[(<Tensor>t).numpy() for t in self.inputs]))
         return bool(self.expr(count))
@@ -478,10 +587,13 @@ cdef class CaseOfNode(ControlNode):
         return sorted(self.branches.items())
 
     def set_expr(self, expr, offset):
-        if not callable(expr):
-            raise GraphError(f"the case..of expression must be callable, not "
+        if not callable(expr) and not isinstance(expr, Compare):
+            raise GraphError(f"the case..of expression must be callable or an nnc.Compare, not "
                              f"{type(expr).__name__}")
+        if isinstance(expr, Compare):
+            expr.check(self.inputs, False, f"case..of node {self.parent._label(self.index)}")
         self.expr = expr
+        self.cond = expr if isinstance(expr, Compare) else None
         self.offset = int(offset)
 
     def set_branch(self, branch, index):
@@ -528,7 +640,10 @@ cdef class CaseOfNode(ControlNode):
     cdef object choose(self):
         """Evaluate the expression: the branch graph to run, or None (index < 0)."""
         self.check()
-        got = self.expr(*[(<Tensor>t).numpy() for t in self.inputs])
+        if self.cond is not None:
+            got = int((<Compare>self.cond).holds(0, self.inputs))
+        else:
+            got = self.expr(*[(<Tensor>t).numpy() for t in self.inputs])
         try:
             i = self.offset + int(got)
         except (TypeError, ValueError, OverflowError):

@@ -32,9 +32,18 @@ and every other node is still enqueued; pending sub-tasks are always awaited; an
 failed *fences* its streams into its stream 0 (an emit on each, waited on by stream 0) instead
 of waiting on its exit signals, some of which belong to cancelled nodes and are never emitted.
 So stream 0, and the end signal after it, comes after every task the run enqueued.
+
+**Captured** (``flow_run(g, s, capture)``, called by nnc.cuda.graph.capture while ``s``
+captures a CUDA graph): the same enqueueing, but no task ever suspends. A while node becomes a
+CUDA conditional WHILE node and a case..of node an IF or SWITCH node, made by ``capture`` (a
+recorder from nnc.cuda.graph) on the node's stream; the body or branch is enqueued once, on the
+streams of a runtime of its own made before the capture began (``flow_capture_prepare``): a
+stream that took part in one capture cannot join another, and a body is captured into its own
+graph. Each is fenced by its stream 0, as any part is, so every stream forked inside a body has
+joined back before the body's capture ends.
 """
 
-from nnc.cmd cimport Cmd
+from nnc.cmd cimport BOUND_NONE, Cmd
 from nnc.graph.control cimport CaseOfNode, ControlNode, WhileNode, node_multiviews
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.graph.run cimport (
@@ -55,6 +64,7 @@ from nnc.graph.control import check_sub_idle, select_now
 from nnc.graph.run import register_flow
 from nnc.graph.schedule import flow_schedule
 from nnc.stream import Signal as PySignal
+from nnc.stream import Stream as PyStream
 
 
 class _Stopped(Exception):
@@ -68,6 +78,10 @@ cdef class _Run:
     cdef dict args                      # schedule arguments for sub-graphs; None: one stream
     cdef list runtimes                  # every runtime the run has used, root first
     cdef list streams                   # their streams, each once (to kick, to collect errors)
+    # The recorder of a CUDA-graph capture (nnc.cuda.graph), or None for a host-driven run.
+    # Captured, no task suspends and a failure goes to the recorder, which makes the capture
+    # raise, instead of to the caller's stream.
+    cdef object capture
 
     cdef int add(self, _Runtime rt) except -1:
         cdef Stream st
@@ -97,11 +111,13 @@ cdef class _Run:
         return False
 
 
-def flow_run(Graph g not None, Stream caller not None):
-    """Graph.run(stream=caller) for a graph with while or case..of nodes."""
+def flow_run(Graph g not None, Stream caller not None, capture=None):
+    """Graph.run(stream=caller) for a graph with while or case..of nodes; with ``capture`` (a
+    recorder prepared by flow_capture_prepare), the run enqueued while caller captures."""
     cdef _Run run = _Run.__new__(_Run)
     run.g = g
     run.caller = caller
+    run.capture = capture
     run.runtimes = []
     run.streams = []
     run.args = schedule_args(g)
@@ -129,8 +145,16 @@ def flow_run(Graph g not None, Stream caller not None):
         signal_set(end)
         g._run_finished()
         raise
+    if capture is not None and (prev is not None or caller.scheduler.active):
+        signal_set(end)
+        g._run_finished()
+        raise GraphError(f"{g!r}: a capture enqueues the whole run on the capturing thread, but "
+                         f"{caller!r}'s scheduler still has work in flight; wait for it first")
     state.flow_task = caller.scheduler.spawn(_root(run, sched, rt, begin, end, prev),
                                              name=f"run of {g!r}")
+    if capture is not None and not state.flow_task.done:
+        capture.fail(f"the run of {g!r}", GraphError("the captured run suspended (a task "
+                                                     "waited on the host)"))
 
 
 cdef int _check_tree(Graph g, dict args) except -1:
@@ -143,12 +167,14 @@ cdef int _check_tree(Graph g, dict args) except -1:
             fn = <ControlNode>(<Cmd>g._cmds[idx]).fn
             fn.check()
             for t in fn.inputs:
-                if t is not None and t.device != "cpu":
+                # A Compare reads its element after the host has waited for the node's stream.
+                if t is not None and t.device != "cpu" and fn.cond is None:
                     # Its host copy would not wait for the streams writing it: a wrong answer.
                     raise GraphError(
                         f"node {g._label(idx)}: the expression reads {t!r}, GPU memory; on "
-                        "streams, expression inputs must be host tensors (copy to one with a "
-                        "DATA_TRANSFER node before the breakpoint)")
+                        "streams, a Python expression's inputs must be host tensors (copy to "
+                        "one with a DATA_TRANSFER node before the breakpoint, or use an "
+                        "nnc.Compare)")
             for sub in fn.subgraphs():
                 check_sub_idle(sub)
                 (<Graph>sub)._prepare()
@@ -173,7 +199,7 @@ def _root(_Run run, Schedule sched, _Runtime rt, Signal begin, Signal end, prev)
     except _Stopped:
         pass                            # reported where it happened
     except BaseException as e:
-        stream_add_error(run.caller, f"control flow of {run.g!r}", e)
+        _report(run, f"control flow of {run.g!r}", e)
     finally:
         try:
             s0._push_call(_finish, (run,), run.g, None, False)
@@ -185,6 +211,15 @@ def _root(_Run run, Schedule sched, _Runtime rt, Signal begin, Signal end, prev)
             run.g._run_finished()
             stream_add_error(run.caller, f"the end of the run of {run.g!r}", e)
         run.kick()
+
+
+cdef int _report(_Run run, str where, e) except -1:
+    """A failure of the run: on the caller's stream, or, captured, to the recorder."""
+    if run.capture is not None:
+        run.capture.fail(where, e)
+    else:
+        stream_add_error(run.caller, where, e)
+    return 0
 
 
 def _finish(_Run run):
@@ -339,7 +374,12 @@ def _control(_Run run, Graph g, Schedule sched, _Runtime rt, int idx):
     cdef Stream p = rt.streams[sched.stream[idx]]
     fn = (<Cmd>g._cmds[idx]).fn
     try:
-        if isinstance(fn, WhileNode):
+        if run.capture is not None:
+            if isinstance(fn, WhileNode):
+                yield from _while_captured(run, fn, p)
+            else:
+                yield from _case_of_captured(run, fn, p)
+        elif isinstance(fn, WhileNode):
             yield from _while(run, fn, p)
         else:
             yield from _case_of(run, fn, p)
@@ -351,7 +391,7 @@ def _control(_Run run, Graph g, Schedule sched, _Runtime rt, int idx):
         # So anything else escaping here, a KeyboardInterrupt or SystemExit from an
         # expression included, would be lost: wait() would return and the cancelled nodes
         # would simply never run.
-        stream_add_error(run.caller, f"node {g._label(idx)}", e)
+        _report(run, f"node {g._label(idx)}", e)
         if isinstance(e, GeneratorExit):
             # Leave as close() expects, should the task's generator be closed at a yield.
             raise
@@ -409,6 +449,199 @@ def _case_of(_Run run, CaseOfNode c, Stream p):
                          node_multiviews(branch))
     if c.phis:
         p._push_call(c._select_phis, (c.last_index,), c.parent, None, False, None, TASK_NOW)
+
+
+# -- capture into CUDA conditional nodes -----------------------------------------------------
+
+# How a captured loop's condition kernel treats the count (nnc/cuda/graph.py's COND_SOURCE):
+# a loop whose head (breakpoints and ancestors) launches nothing evaluates before the WHILE
+# node and after each tail; one whose tail launches nothing enters once and evaluates after
+# each head.
+LOOP_HEAD_EMPTY = 0
+LOOP_TAIL_EMPTY = 1
+
+
+cdef bint _launches(Graph g, Schedule sched, int lo, int hi):
+    """Does any node of sched.order[lo:hi] launch work (or run a loop or branch)?"""
+    cdef int k, idx
+    for k in range(lo, hi):
+        idx = sched.order[k]
+        if g._nodes[idx].flags & EXEC_CONTROL or g._nodes[idx].bound.kind != BOUND_NONE:
+            return True
+    return False
+
+
+cdef _Runtime _own_runtime(Schedule sched):
+    """Streams and signals of one body's capture, made before the capture begins (making a
+    stream or event on a capturing thread may be refused, and a stream that joined one
+    capture cannot join another)."""
+    cdef _Runtime rt = _Runtime.__new__(_Runtime)
+    rt.sched = sched
+    rt.first = None
+    kind = sched.stream_type
+    rt.streams = [PyStream(kind) for _ in range(sched.stream_count)]
+    rt.signals = [PySignal(kind) for _ in range(sched.signal_count)]
+    rt.begin = PySignal(kind)
+    rt.end = PySignal(kind)
+    return rt
+
+
+cdef int _refuse_moving(Graph g, int idx, ControlNode fn, Graph sub) except -1:
+    """GraphError if a run of ``sub`` (a body or branch of ``fn``) re-points tensors: a CUDA
+    graph bakes in every address."""
+    cdef int i
+    why = None
+    if isinstance(fn, WhileNode) and (<WhileNode>fn).has_carry:
+        why = "it has carry-overs"
+    elif isinstance(fn, CaseOfNode) and (<CaseOfNode>fn).has_phis:
+        why = "it has PHI outputs"
+    else:
+        for t in fn.inputs:
+            if t.movable:
+                why = f"its expression reads {t!r}, which a loop may re-point"
+        for i in range(sub._size):
+            for t in sub._inputs[i] + sub._outputs[i]:
+                if why is None and t is not None and t.movable:
+                    why = f"node {sub._label(i)} of {sub!r} uses {t!r}, which a loop may re-point"
+    if why is not None:
+        raise GraphError(f"node {g._label(idx)} cannot be captured into a CUDA graph: {why}, "
+                         "which re-points tensors while it runs, and a CUDA graph bakes in "
+                         "every address")
+    return 0
+
+
+def flow_capture_prepare(Graph g not None, capture):
+    """Before a capture of g's run: check that every while and case..of node (nested ones
+    too) can become a CUDA conditional node (GraphError naming the node and the reason
+    otherwise), make each body's and branch's own runtime (``capture.runtimes``, keyed by the
+    control node, then the branch index) and let ``capture`` make its device state
+    (``capture.prepare_while(w, form, cond, inputs)``, ``capture.prepare_case(c, indexes,
+    cond, inputs)``)."""
+    args = schedule_args(g)
+    if args is None or args["stream_type"] == "cpu":
+        raise ScheduleError(f"{g!r} has while or case..of nodes: a capture needs a GPU "
+                            "schedule; call static_schedule(g, stream_type='gpu') first")
+    g._prepare()
+    _prepare_tree(g, args, capture)
+
+
+cdef int _prepare_tree(Graph g, dict args, capture) except -1:
+    cdef int k, idx
+    cdef ControlNode fn
+    cdef WhileNode w
+    cdef CaseOfNode c
+    cdef Schedule bs
+    for k in range(g._order_size):
+        idx = g._order[k]
+        if not g._nodes[idx].flags & EXEC_CONTROL:
+            continue
+        fn = <ControlNode>(<Cmd>g._cmds[idx]).fn
+        fn.check()
+        kind = "WHILE" if isinstance(fn, WhileNode) else "CASE_OF"
+        if fn.cond is None:
+            raise GraphError(
+                f"node {g._label(idx)}: its expression is a Python callable, which only the host "
+                "can evaluate, so the graph cannot be captured into a CUDA graph; give "
+                f"{'set_while_expr' if kind == 'WHILE' else 'set_case_of_expr'} an nnc.Compare "
+                "to capture it (or run the graph with run(stream=s), host-driven)")
+        for t in fn.inputs:
+            if t.device == "cpu":
+                raise GraphError(f"node {g._label(idx)}: its expression reads {t!r}, host "
+                                 "memory; in a CUDA graph the condition kernel reads device "
+                                 "memory (compare a GPU tensor)")
+        if isinstance(fn, WhileNode):
+            w = fn
+            check_sub_idle(w.body)
+            w.body._prepare()
+            _refuse_moving(g, idx, fn, w.body)
+            bs = flow_schedule(w.body, args)
+            if not _launches(w.body, bs, 0, bs.split):
+                form = LOOP_HEAD_EMPTY
+            elif not _launches(w.body, bs, bs.split, bs.order_size):
+                form = LOOP_TAIL_EMPTY
+            else:
+                raise GraphError(
+                    f"node {g._label(idx)} cannot be captured into a CUDA graph: both its head "
+                    "(the breakpoints and their ancestors) and the rest of its body launch work; "
+                    "a captured loop evaluates its expression once per iteration, so put a "
+                    "NOOP breakpoint first (count the iterations in the expression) or make "
+                    "the breakpoint the body's last node")
+            capture.runtimes[w] = _own_runtime(bs)
+            capture.prepare_while(w, form, w.cond, list(w.inputs))
+            _prepare_tree(w.body, args, capture)
+        else:
+            c = fn
+            indexes = sorted({c.offset + v for v in (0, 1) if c.offset + v >= 0})
+            missing = [i for i in indexes if i not in c.branches]
+            if missing:
+                raise GraphError(f"node {g._label(idx)} cannot be captured into a CUDA graph: "
+                                 f"its expression can choose branch {missing[0]}, which was "
+                                 f"never set (branches: {sorted(c.branches)})")
+            for i in indexes:
+                branch = <Graph>c.branches[i]
+                check_sub_idle(branch)
+                branch._prepare()
+                _refuse_moving(g, idx, fn, branch)
+                capture.runtimes[(c, i)] = _own_runtime(flow_schedule(branch, args))
+            capture.prepare_case(c, indexes, c.cond, list(c.inputs))
+            for i in indexes:
+                _prepare_tree(<Graph>c.branches[i], args, capture)
+    return 0
+
+
+def flow_capture_run(Graph g not None, Stream caller not None, capture):
+    """g.run(stream=caller) while caller captures, its control nodes recorded by ``capture``
+    (after flow_capture_prepare)."""
+    g._enter("run it", "enqueueing a captured run", caller)
+    try:
+        g._prepare()
+        flow_run(g, caller, capture)
+    finally:
+        g._leave()
+
+
+def _while_captured(_Run run, WhileNode w, Stream p):
+    """A loop as a CUDA WHILE node: ``capture.while_begin`` adds the node after p's work and
+    starts capturing into its body on the body's own stream 0; the head and the rest of the
+    body are enqueued there once; ``capture.while_end`` adds the condition kernel and ends the
+    body's capture."""
+    cdef Graph body = w.body
+    cdef Schedule bs = flow_schedule(body, run.args)
+    cdef _Runtime brt = run.capture.runtimes[w]
+    run.add(brt)
+    originals = w.start()
+    try:
+        loop = run.capture.while_begin(w, p, brt.streams[0])
+        try:
+            yield from _part(run, body, bs, brt, 0, bs.split, None, None)
+            yield from _part(run, body, bs, brt, bs.split, bs.order_size, None, None)
+        except BaseException:
+            run.capture.abandon(loop)
+            raise
+        run.capture.while_end(loop)
+    finally:
+        w._finish(originals)
+
+
+def _case_of_captured(_Run run, CaseOfNode c, Stream p):
+    """A case..of as a CUDA IF (one reachable branch) or SWITCH node, each reachable branch
+    enqueued once into its body graph on the branch's own stream 0."""
+    cdef Graph branch
+    cdef Schedule bs
+    cdef _Runtime brt
+    node = run.capture.case_begin(c, p)
+    for i in node.indexes:
+        branch = c.branches[i]
+        bs = flow_schedule(branch, run.args)
+        brt = run.capture.runtimes[(c, i)]
+        run.add(brt)
+        run.capture.branch_begin(node, i, brt.streams[0])
+        try:
+            yield from _part(run, branch, bs, brt, 0, bs.order_size, None, None)
+        except BaseException:
+            run.capture.abandon(node)
+            raise
+        run.capture.branch_end(node)
 
 
 register_flow(flow_run)                # nnc.graph.run hands runs with control flow to us

@@ -7,6 +7,7 @@ import numpy.typing as npt
 from typing_extensions import disjoint_base
 
 from nnc.cmd import Cmd, _Tensors
+from nnc.graph.control import Compare
 from nnc.graph.schedule import Schedule
 from nnc.stream import Stream
 from nnc.tensor import Tensor
@@ -67,11 +68,12 @@ class Graph:
     def while_(self, body: Graph, name: str | None = None) -> GraphExec: ...
     def set_while_expr(
         self,
-        expr: Callable[..., object],
+        expr: Callable[..., object] | Compare,
         inputs: _PresentTensors = (),
         breakpoints: Sequence[GraphExec] = (),
     ) -> None:
-        """``expr(count: int, *arrays: NDArray)`` is called after the breakpoints ran."""
+        """``expr(count: int, *arrays: NDArray)`` (or an nnc.Compare) is evaluated after the
+        breakpoints ran."""
     def add_carry_over(self, src: Tensor, dst: Tensor) -> None: ...
     @property
     def while_count(self) -> int: ...
@@ -84,9 +86,10 @@ class Graph:
         name: str | None = None,
     ) -> GraphExec: ...
     def set_case_of_expr(
-        self, e: GraphExec, expr: Callable[..., int], offset: int = 0
+        self, e: GraphExec, expr: Callable[..., int] | Compare, offset: int = 0
     ) -> None:
-        """``expr(*arrays: NDArray) -> int`` picks the branch: ``offset + expr(...)``."""
+        """``expr(*arrays: NDArray) -> int`` (or an nnc.Compare, 0 or 1) picks the branch:
+        ``offset + expr(...)``."""
     def set_case_of(self, e: GraphExec, branch: Graph, index: int) -> None: ...
     @property
     def schedule(self) -> Schedule | None: ...

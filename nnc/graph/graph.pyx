@@ -693,7 +693,9 @@ cdef class Graph:
 
     def set_while_expr(self, expr, inputs=(), breakpoints=()):
         """On a loop body: ``expr(count, *arrays)`` is evaluated after the breakpoints ran;
-        falsy ends the loop. NNC: ccv_nnc_graph_set_while_expr."""
+        falsy ends the loop. ``expr`` may be an :class:`nnc.Compare` instead (of the count or
+        of an input's one element), which a CUDA-graph capture can evaluate on the device.
+        NNC: ccv_nnc_graph_set_while_expr."""
         self._check_idle("change the loop expression")
         _needs(_control, "nnc.graph.control").set_while_expr(self, expr, inputs, breakpoints)
 
@@ -721,7 +723,8 @@ cdef class Graph:
         return _needs(_control, "nnc.graph.control").case_of(self, inputs, outputs, name)
 
     def set_case_of_expr(self, e, expr, offset=0):
-        """``index = offset + expr(*arrays)`` picks the branch; < 0 runs none."""
+        """``index = offset + expr(*arrays)`` picks the branch; < 0 runs none. ``expr`` may be
+        an :class:`nnc.Compare` instead (1 when it holds, else 0)."""
         self._check_idle("change a case..of expression")
         _needs(_control, "nnc.graph.control").set_case_of_expr(self, e, expr, offset)
 

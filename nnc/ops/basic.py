@@ -14,6 +14,12 @@ def _custom_exec(cmd, inputs, outputs):
     cmd.fn(inputs, outputs)
 
 
+def _control_on_device(cmd, inputs, outputs, stream=None):
+    # A while or case..of node on GPU tensors (a Compare of a device scalar): its runner
+    # reads what it needs itself, after the synchronous stream's earlier work.
+    cmd.fn(inputs, outputs)
+
+
 def _custom_normalize(params):
     _check.only("CUSTOM", params, ("fn",))
     if not callable(params.get("fn")):
@@ -76,6 +82,7 @@ def register():
     for name in ("WHILE", "CASE_OF"):
         register_control_command(name, _control_normalize)
         register_backend(name, "CPU_REF", _custom_exec)
+        register_backend(name, "GPU_REF", _control_on_device, device="gpu")
     register_command("SET", inplace="allow", check=_set_check, normalize=_set_normalize)
     register_backend("SET", "CPU_REF", _set_ref)
     register_command("DATA_TRANSFER", inplace="allow", check=_transfer_check)
