@@ -173,9 +173,10 @@ def _deadline(seconds):
     second until the block ends (SIGALRM: torch's compiler is Python, so the exception lands
     between its steps, or when a library call it is in returns; repeated, since the
     autotuner catches what a candidate's benchmark raises). Only the main thread takes
-    signals; elsewhere the caller checks the time afterwards. Yields whether it is armed."""
+    signals, and a timer armed already (pytest-timeout's, say) owns SIGALRM: then nothing is
+    armed, and the caller checks the time afterwards. Yields whether it is armed."""
     if (threading.current_thread() is not threading.main_thread()
-            or not hasattr(signal, "setitimer")):
+            or not hasattr(signal, "setitimer") or signal.getitimer(signal.ITIMER_REAL)[0]):
         yield False
         return
     done = [False]

@@ -33,8 +33,8 @@ def fake(monkeypatch):
 
 CONFIGS = {"independent_1_stream", "independent_n_streams", "inception_GPU_REF_1_stream",
            "inception_GPU_REF_streams", "inception_GPU_REF_replay"}
-PEERS = {"torch_eager", "torch_cuda_graphs", "torch_compile_max_autotune",
-         "torch_compile_reduce_overhead", "ort_cuda"}
+COMPILE_PEERS = {"torch_compile_max_autotune", "torch_compile_reduce_overhead"}
+PEERS = {"torch_eager", "torch_cuda_graphs", "ort_cuda"} | COMPILE_PEERS
 
 
 def _targets(precision):
@@ -78,7 +78,8 @@ def _check_common(r, precision="fp32"):
     assert r["independent"]["streams"] == r["independent"]["kernels"]
     assert "inception_GPU_REF_1_stream / streams" in r["ratios"]
     assert set(r["dispatch_us_per_node"]["GPU_REF"]) == {"eager", "replay"}
-    assert all(c["ok"] and c["max_abs_error"] < 1e-4 for c in r["checks"])
+    assert all(c["ok"] for c in r["checks"])
+    assert all(c["max_abs_error"] < 1e-4 for c in r["checks"] if "(TF32 on)" not in c["check"])
     assert set(r["targets"]) == _targets(precision)
     for t in r["targets"].values():
         assert set(t) >= {"value", "ok", "set"}
@@ -93,11 +94,12 @@ def _check_common(r, precision="fp32"):
 def test_gpu_benchmark_quick_on_the_fake(fake, capsys, tmp_path, monkeypatch):
     from benchmarks import gpu as bench
 
-    # --save through the environment; a compile budget of 1 s: with torch on a GPU here, the
-    # torch.compile peers run out of it (reported unavailable), without torch they never start.
+    # --save through the environment. Where torch is installed the torch.compile peers are
+    # left out: compiling Inception takes minutes (benchmarks.gpu's business, not a test's).
     monkeypatch.setenv("NNC_GPU_BENCH_SAVE", str(tmp_path / "results"))
+    peers = PEERS if importlib.util.find_spec("torch") is None else PEERS - COMPILE_PEERS
     assert bench.main(["--quick", "--json", "--repeat", "1", "--kernels", "2", "--precision",
-                       "tf32", "--compile-budget", "1"]) == 0
+                       "tf32", "--compile-budget", "1", "--peers", ",".join(sorted(peers))]) == 0
     out = capsys.readouterr().out
     r = json.loads(out.strip().splitlines()[-1])
     _check_common(r, "tf32")
@@ -117,16 +119,12 @@ def test_gpu_benchmark_quick_on_the_fake(fake, capsys, tmp_path, monkeypatch):
     assert multi["ok"] is None and multi["why"].startswith("skipped")
     assert r["targets"]["eager dispatch <= 5.0 us/node"]["set"] == "GPU_REF"
     # Each peer ran (PyTorch on a real GPU beside the fake) or is unavailable with the reason.
-    assert set(r["peers"]) == PEERS
+    assert set(r["peers"]) == peers
     for p in r["peers"].values():
         assert p["status"] == "ok" or (p["status"].startswith("unavailable: ")
                                        and len(p["status"]) > 20)
-    for name in ("torch_compile_max_autotune", "torch_compile_reduce_overhead"):
-        p = r["peers"][name]
-        if p["status"] == "ok":     # compiled within a second: its cost is reported apart
-            assert 0 < p["compile_s"] and p["compile_s"] not in r["samples_ms"].get(name, [])
-        elif importlib.util.find_spec("torch") is None:
-            assert p["status"].startswith("unavailable: torch is not installed")
+    for name in COMPILE_PEERS & peers:
+        assert r["peers"][name]["status"].startswith("unavailable: torch is not installed")
     torch_settings = r["settings"]["torch"]
     if torch_settings is not None:      # read back from torch: TF32 on, as asked
         assert torch_settings["precision"] == "tf32"
@@ -192,11 +190,22 @@ def test_gpu_benchmark_save_names_and_never_overwrites(tmp_path):
 
 def test_compile_deadline_interrupts_and_disarms():
     import signal
+
+    old = signal.getsignal(signal.SIGALRM)
+    # pytest-timeout's timer, where it runs, is set aside for this test's few tenths of a second.
+    outer = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        _check_deadline(signal, old)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_REAL, *outer)
+
+
+def _check_deadline(signal, old):
     import time
 
     from benchmarks._gpu_peers import CompileDeadline, _deadline, _deadline_of
 
-    old = signal.getsignal(signal.SIGALRM)
     with pytest.raises(CompileDeadline, match="ran past 0.05 s"):
         with _deadline(0.05) as armed:
             assert armed
@@ -207,6 +216,17 @@ def test_compile_deadline_interrupts_and_disarms():
         pass                            # done in time: nothing raised, then or later
     time.sleep(0.01)
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    # A timer armed already (pytest-timeout's) keeps SIGALRM: the deadline is not armed.
+    fired = []
+    signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        with _deadline(0.01) as armed:
+            time.sleep(0.05)
+        assert not armed and not fired and signal.getitimer(signal.ITIMER_REAL)[0] > 20
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
     # What torch's compiler wraps (BackendCompilerFailed from the deadline) is found.
     try:
         try:
