@@ -220,7 +220,9 @@ class TorchCompiled:
         self.static = len(eager.static) if mark is not None else 0
         self.step_begin = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
         self.device_outputs = []
-        torch._dynamo.reset()           # this mode compiles afresh, not from the other's cache
+        # No torch._dynamo.reset() between the modes: it would drop the other peer's compiled
+        # code, which would then compile again inside the timed rounds. Dynamo guards each
+        # compiled entry with its backend, so each mode compiles and keeps its own.
         self.fn = torch.compile(eager.body, mode=mode, dynamic=False, fullgraph=True)
         times = []
         t0 = time.perf_counter()

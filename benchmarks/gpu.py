@@ -60,7 +60,8 @@ reported beside it); dispatch <= 5 us/node eager and <= 0.2 us/node replayed; re
 latency <= 1.2x PyTorch's with CUDA graphs. Issue 35's, where measurable now: eager dispatch
 <= 10 us per launched op with GPU_OPT and <= 5 with GPU_REF; replayed latency <= torch.compile
 "max-autotune"'s (and "reduce-overhead"'s) at the same precision. Without a GPU the benchmark prints
-``no GPU: <reason>`` (with ``--json``, ``{"gpu": null, "reason": ...}``) and exits 0.
+``no GPU: <reason>`` (with ``--json``, ``{"gpu": null, "reason": ...}``), saves nothing and
+exits 0.
 """
 
 import json
