@@ -11,7 +11,10 @@ On a GPU (``device="cuda"``, for benchmarks/gpu.py) the weights and inputs are c
 device once; a call runs the same eager loop there and waits for the device
 (``torch.cuda.synchronize``) but leaves the outputs on the device: ``fetch_outputs()`` copies
 them to the host. ``step()`` is the loop alone, which benchmarks/_gpu_peers.py captures into a
-CUDA graph. On the CPU a call also converts the outputs to NumPy, as it always did.
+CUDA graph; ``body()`` is that loop without ``torch.inference_mode``, which it hands to
+``torch.compile``, and ``static`` lists every tensor the loop reads that is not computed by it
+(weights as prepared, inputs), which torch's CUDA-graph modes must be told never move. On the
+CPU a call also converts the outputs to NumPy, as it always did.
 
 Only the operators nnc's exports and ``nnc/models/onnx_zoo.py`` use are mapped; any other
 raises ``NotImplementedError`` naming it, and the benchmark reports the column as unsupported.
@@ -54,6 +57,10 @@ class TorchEager:
                        .to(self.device) for t in model.graph.initializer}
         self.inputs = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device)
                        for k, v in feeds.items()}
+        # Every tensor body() reads and does not compute: the constants, the copies _compile
+        # prepares from them (channels_last weights, transposed Gemm weights) and the inputs.
+        # Each is allocated once and never written, so a CUDA graph may use it in place.
+        self.static = [*self.consts.values(), *self.inputs.values()]
         self.output_names = [o.name for o in model.graph.output]
         self.steps = [self._compile(n) for n in model.graph.node]
         self.outputs = []
@@ -65,7 +72,7 @@ class TorchEager:
         F = torch.nn.functional
         op, a, ins = node.op_type, _attrs(node), list(node.input)
         if op == "Conv":
-            w = self.consts[ins[1]].contiguous(memory_format=torch.channels_last)
+            w = self._prepared(self.consts[ins[1]].contiguous(memory_format=torch.channels_last))
             b = self.consts[ins[2]] if len(ins) > 2 and ins[2] else None
             t, left, bottom, right = a.get("pads", [0, 0, 0, 0])
             stride = tuple(a.get("strides", [1, 1]))
@@ -130,7 +137,7 @@ class TorchEager:
             if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
                 raise NotImplementedError("Gemm with transA, alpha or beta")
             w = self.consts[ins[1]]
-            w = w if a.get("transB", 0) else w.t().contiguous()
+            w = w if a.get("transB", 0) else self._prepared(w.t().contiguous())
             b = self.consts[ins[2]] if len(ins) > 2 and ins[2] else None
 
             def fn(v):
@@ -163,18 +170,30 @@ class TorchEager:
             raise NotImplementedError(f"ONNX operator {op} (node {node.name!r})")
         return fn, list(node.output)
 
+    def _prepared(self, t):
+        """``t``, a tensor _compile made from a constant, listed in ``static``."""
+        if not any(t is s for s in self.static):
+            self.static.append(t)
+        return t
+
+    def body(self):
+        """One run's calls, without a grad mode of their own (the caller picks it: step()
+        uses inference_mode; torch.compile traces this under no_grad); returns the output
+        tensors."""
+        torch = self.torch
+        values = dict(self.consts)
+        for name, x in self.inputs.items():
+            values[name] = (x.contiguous(memory_format=torch.channels_last)
+                            if x.dim() == 4 else x)
+        for fn, outs in self.steps:
+            values[outs[0]] = fn(values)
+        return [values[n] for n in self.output_names]
+
     def step(self):
         """One run's eager calls, enqueued; returns the output tensors (on the device, not
         waited for)."""
-        torch = self.torch
-        with torch.inference_mode():
-            values = dict(self.consts)
-            for name, x in self.inputs.items():
-                values[name] = (x.contiguous(memory_format=torch.channels_last)
-                                if x.dim() == 4 else x)
-            for fn, outs in self.steps:
-                values[outs[0]] = fn(values)
-            return [values[n] for n in self.output_names]
+        with self.torch.inference_mode():
+            return self.body()
 
     def __call__(self):
         out = self.step()

@@ -2,7 +2,8 @@
 
     python -m benchmarks.gpu [--json] [--quick] [--repeat R] [--budget S] [--size S]
                              [--kernels N] [--max-streams M] [--peers a,b,c]
-                             [--cudnn-benchmark {on,off}]
+                             [--cudnn-benchmark {on,off}] [--precision {fp32,tf32}]
+                             [--compile-budget S] [--save DIR]
 
 nnc's side runs through ``nnc.cuda``: CPU-built graphs copied to the GPU with
 ``nnc.cuda.graph.to_gpu`` and run with ``g.run(stream=s); s.wait()`` on ``nnc.Stream("gpu")``,
@@ -17,13 +18,31 @@ so each measurement is the wall time of one run, host and device.
   ``GPU_OPT`` (each node's default backend: GPU_OPT where a library backend is installed and
   takes the node). The GPU_OPT set is skipped, with the reason, when no node of the graph
   picks GPU_OPT;
-- (c) ``dispatch``: host time per node to enqueue a run (``g.run(stream=s)``, timed without
-  waiting) and to replay one (``CudaGraph.replay``), for each set;
+  Each set records which implementation each node ran (``implementations``, counted: a
+  GPU_OPT convolution as ``nnc.cuda.cudnn_conv.implementation`` names it, "cudnn fused",
+  "cudnn + epilogue" or "GPU_REF"; a GPU_OPT GEMM "cublas"; a node on GPU_REF "GPU_REF"; a
+  NOOP "NOOP"; any other node its backend);
+- (c) ``dispatch``: host time to enqueue a run (``g.run(stream=s)``, timed without waiting)
+  and to replay one (``CudaGraph.replay``), for each set, per node and per launched op (a node
+  that enqueues work: every node but the NOOPs that ``g.simplify()`` leaves where it fused a
+  ReLU);
 - (d) peers on the same weights (``nnc.onnx.save`` of the graph, as benchmarks/streams.py
-  does): PyTorch eager on CUDA, PyTorch replaying a CUDA graph of that eager step, and
-  onnxruntime's CUDA execution provider; benchmarks/_gpu_peers.py says how each is set up
-  (cudnn.benchmark on by default, TF32 off). A peer that cannot run is reported as
-  ``unavailable: <reason>``.
+  does): PyTorch eager on CUDA, PyTorch replaying a CUDA graph of that eager step, that step
+  through ``torch.compile`` in modes "max-autotune" and "reduce-overhead" (compile time
+  reported apart, within ``--compile-budget`` seconds, default 300), and onnxruntime's CUDA
+  execution provider; benchmarks/_gpu_peers.py says how each is set up (cudnn.benchmark on by
+  default). A peer that cannot run is reported as ``unavailable: <reason>``.
+
+Precision: ``--precision fp32`` (the default) turns TF32 off in torch, ``tf32`` turns it on for
+convolutions and matrix products (PyTorch's own default for convolutions); the report holds
+the settings as torch reads them back afterwards, and onnxruntime's provider options as its
+session reports them (TF32 off). nnc has no TF32 mode: its kernels compute in float32 either
+way, so a tf32 run compares nnc's float32 with torch's TF32 (the report says so). A torch
+peer with TF32 on is checked against ``TOLERANCE_TF32``.
+
+Raw results: ``--save DIR`` (or the environment variable NNC_GPU_BENCH_SAVE=DIR) writes the
+whole report, samples included, to ``DIR/gpu-<UTC date and time>-<device name>.json``;
+benchmarks/results/ holds the files docs/benchmarks.md quotes.
 
 Timing: every configuration in the same interleaved rounds (``_util.measure_interleaved``),
 medians and medians of per-round ratios. Each configuration is warmed up (compilation, cuDNN's
@@ -38,10 +57,17 @@ configuration (zeroed on the device before its checked run) and of every peer ar
 Targets (issue 15, H100/H200; reported, never asserted): Inception-V3 with GPU_OPT, multi-stream
 >= 1.3x over one stream (both replayed, so the streams are what differs; the eager ratio is
 reported beside it); dispatch <= 5 us/node eager and <= 0.2 us/node replayed; replayed
-latency <= 1.2x PyTorch's with CUDA graphs. Without a GPU the benchmark prints
-``no GPU: <reason>`` (with ``--json``, ``{"gpu": null, "reason": ...}``) and exits 0.
+latency <= 1.2x PyTorch's with CUDA graphs. Issue 35's, where measurable now: eager dispatch
+<= 10 us per launched op with GPU_OPT and <= 5 with GPU_REF; replayed latency <= torch.compile
+"max-autotune"'s (and "reduce-overhead"'s) at the same precision. Without a GPU the benchmark prints
+``no GPU: <reason>`` (with ``--json``, ``{"gpu": null, "reason": ...}``), saves nothing and
+exits 0.
 """
 
+import json
+import math
+import os
+import re
 import sys
 import time
 from collections import Counter
@@ -50,13 +76,20 @@ import numpy as np
 
 import nnc
 from benchmarks import _util
-from benchmarks._gpu_peers import PEERS, make_peers
+from benchmarks._gpu_peers import COMPILE_BUDGET, COMPILE_MODES, PEERS, PRECISIONS, make_peers
 
 TARGET_MULTI_STREAM = 1.3
 TARGET_EAGER_US = 5.0
 TARGET_REPLAY_US = 0.2
 TARGET_VS_TORCH_GRAPHS = 1.2
+TARGET_EAGER_LAUNCHED_US = {"GPU_OPT": 10.0, "GPU_REF": 5.0}
+TARGET_VS_TORCH_COMPILE = 1.0
 TOLERANCE = 1e-3        # |logits - CPU logits| / max|CPU logits|
+# A torch peer with TF32 on: its convolutions round their inputs to 10 mantissa bits.
+TOLERANCE_TF32 = 1e-2
+SAVE_ENV = "NNC_GPU_BENCH_SAVE"
+NNC_PRECISION_NOTE = ("nnc has no TF32 mode: its kernels compute in float32 at either "
+                      "--precision, so a tf32 comparison is nnc's float32 against torch's TF32")
 SETS = ("GPU_REF", "GPU_OPT")
 QUICK = {"size": 75, "repeat": 5, "kernels": 8, "budget": 20.0}
 PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "torch", "cuda-bindings",
@@ -82,8 +115,23 @@ def _nvidia_driver():
         return None
 
 
+def _cudnn_version():
+    """The cuDNN library nnc's GPU_OPT convolutions load (through nvidia-cudnn-frontend), as
+    cuDNN numbers it (91900: 9.19.0), or why there is none."""
+    from nnc.cuda import cudnn_conv
+
+    if not cudnn_conv.available():
+        return f"unavailable: {cudnn_conv.unavailable_reason()}"
+    try:
+        import cudnn
+
+        return cudnn.backend_version()
+    except Exception as e:  # reported, never a failure
+        return f"unreadable: {type(e).__name__}: {e}"
+
+
 def device_info(ordinal=0):
-    """Name, compute capability, SMs, driver and CUDA versions of GPU ``ordinal``."""
+    """Name, compute capability, SMs, driver, CUDA and cuDNN versions of GPU ``ordinal``."""
     from nnc.cuda import driver, nvrtc
 
     dev = driver.device(ordinal)
@@ -100,7 +148,7 @@ def device_info(ordinal=0):
     return {"ordinal": ordinal, "name": dev.name, "compute_capability": f"{dev.arch // 10}."
             f"{dev.arch % 10}", "sm_count": dev.sm_count, "nvidia_driver": _nvidia_driver(),
             "cuda_driver": f"{cuda_major}.{cuda_minor}", "cuda_bindings": bindings,
-            "nvrtc": nvrtc_v}
+            "nvrtc": nvrtc_v, "cudnn": _cudnn_version()}
 
 
 def _independent_graph(n, size=4096):
@@ -127,6 +175,50 @@ def _gpu_copy(cpu_graph, max_streams, pin_ref):
 
 def _backends(g):
     return dict(Counter(f"{e.cmd.name}/{e.backend}" for e in g.execs).most_common())
+
+
+def _launched(g):
+    """The nodes of ``g`` that enqueue work: all but NOOPs (a NOOP is what ``g.simplify()``
+    leaves where it fused a ReLU into its convolution; the runner skips it)."""
+    return sum(e.cmd.name != "NOOP" for e in g.execs)
+
+
+def _json_safe(d):
+    return json.loads(json.dumps(d, default=str))
+
+
+def _implementations(g):
+    """(implementation -> node count, [the GPU_OPT convolutions' records]) for ``g``: a
+    GPU_OPT CONVOLUTION as ``nnc.cuda.cudnn_conv.implementation`` reports it ("cudnn fused",
+    "cudnn + epilogue" or "GPU_REF"), a GPU_OPT GEMM "cublas", a node on GPU_REF "GPU_REF", a
+    NOOP "NOOP", any other node its backend. Read after the runs (the plans are built)."""
+    from nnc.cuda import cudnn_conv
+
+    impl_of = getattr(cudnn_conv, "implementation", None)
+    counts, records = Counter(), []
+    for i, e in enumerate(g.execs):
+        name, backend = e.cmd.name, e.backend
+        if name == "NOOP":
+            what = "NOOP"
+        elif backend == "GPU_REF":
+            what = "GPU_REF"
+        elif name == "GEMM" and backend == "GPU_OPT":
+            what = "cublas"
+        elif name == "CONVOLUTION" and backend == "GPU_OPT":
+            if impl_of is None:
+                what = "GPU_OPT (this nnc.cuda.cudnn_conv cannot say which implementation)"
+            else:
+                try:
+                    rec = _json_safe(impl_of(e.cmd, e.inputs, e.outputs))
+                    what = str(rec["impl"])
+                except Exception as ex:  # reported in the count, never a failure
+                    rec, what = None, f"unknown ({type(ex).__name__}: {ex})"
+                if rec is not None:
+                    records.append({"node": i, **rec})
+        else:
+            what = backend
+        counts[what] += 1
+    return dict(counts.most_common()), records
 
 
 def _run(g, s):
@@ -268,7 +360,7 @@ def _target(value, ok, **more):
     return {"value": value, "ok": ok if value is not None else None, **more}
 
 
-def _targets(sets, skipped, ratios, dispatch, peers_missing):
+def _targets(sets, skipped, ratios, dispatch, launched, peers_missing, precision):
     main = "GPU_OPT" if "GPU_OPT" in sets else "GPU_REF"
     out = {}
     key = f"inception multi-stream >= {TARGET_MULTI_STREAM}x over one stream (GPU_OPT)"
@@ -293,12 +385,33 @@ def _targets(sets, skipped, ratios, dispatch, peers_missing):
     else:
         why = peers_missing.get("torch_cuda_graphs", f"inception_{main} did not run")
         out[key] = _target(None, None, set=main, why=why)
+    for name, limit in TARGET_EAGER_LAUNCHED_US.items():
+        key = f"eager dispatch <= {limit} us/launched op ({name})"
+        v = launched[name]["eager"] if name in launched else None
+        out[key] = _target(v, v is not None and v <= limit, set=name,
+                           **({} if name in sets else {"why": skipped.get(name, "not run")}))
+    like = {"nnc_precision": "fp32", "torch_precision": precision}
+    if precision != "fp32":
+        like["note"] = NNC_PRECISION_NOTE
+    for peer, mode in COMPILE_MODES.items():
+        key = (f"replay latency <= {TARGET_VS_TORCH_COMPILE}x torch.compile {mode} "
+               f"({precision})")
+        k = f"inception_{main}_replay / {peer}"
+        if k in ratios:
+            v = ratios[k]
+            out[key] = _target(v, v <= TARGET_VS_TORCH_COMPILE, set=main, **like)
+        else:
+            why = peers_missing.get(peer, f"inception_{main} did not run")
+            out[key] = _target(None, None, set=main, why=why, **like)
     return out
 
 
 def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEERS,
-        cudnn_benchmark=True, seed=0, say=print):
+        cudnn_benchmark=True, seed=0, say=print, precision="fp32",
+        compile_budget=COMPILE_BUDGET):
     """Measure everything above on gpu:0; returns the report (see docs/benchmarks.md)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
     import nnc.onnx
     from nnc.models.inception import build_inception_v3_model
 
@@ -334,10 +447,12 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
 
     # (d) peers
     if model is None:
-        found, missing, torch_settings = {}, dict.fromkeys(peers, no_onnx), None
+        found, missing = {}, dict.fromkeys(peers, no_onnx)
+        peer_settings = {"torch": None, "ort_cuda": None}
     else:
-        found, missing, torch_settings = make_peers(
-            model, {model.graph.input[0].name: x}, 0, peers, cudnn_benchmark, say)
+        found, missing, peer_settings = make_peers(
+            model, {model.graph.input[0].name: x}, 0, peers, cudnn_benchmark, say,
+            precision=precision, compile_budget=compile_budget)
     for name in peers:
         if name in missing:
             say(f"{name}: unavailable: {missing[name]}")
@@ -350,10 +465,15 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
     say(f"timing {len(fns)} configurations: {rounds} round(s) of about {per_round:.3f} s")
     t_setup = time.perf_counter() - t_start
     samples = _util.measure_interleaved(fns, rounds)
-    dispatch = {}
+    dispatch, launched = {}, {}
     for name, st in sets.items():
         eager, replay = st.dispatch(rounds)
         dispatch[name] = {"eager": eager, "replay": replay}
+        ops, nodes = _launched(st.many), len(st.many)
+        per_op = nodes / max(ops, 1)
+        launched[name] = {"eager": eager * per_op, "replay": replay * per_op,
+                          "launched_ops": ops, "nodes": nodes}
+    implementations = {name: _implementations(st.many) for name, st in sets.items()}
 
     errors = {name: st.check(want, checks) for name, st in sets.items()}
     peer_report = {}
@@ -363,9 +483,15 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
             continue
         p = found[name]
         diff, rel = _rel_err(p.fetch_outputs()[0], want)
-        checks.append({"check": f"{name} logits within {TOLERANCE:g} of nnc's CPU run",
-                       "ok": rel <= TOLERANCE, "max_abs_error": diff, "rel_error": rel})
-        peer_report[name] = {"status": "ok", "describe": p.describe(), "max_abs_error": diff}
+        tf32 = name.startswith("torch_") and any((peer_settings["torch"] or {})
+                                                  .get("tf32", {}).values())
+        tol = TOLERANCE_TF32 if tf32 else TOLERANCE
+        checks.append({"check": f"{name} logits within {tol:g} of nnc's CPU run"
+                       + (" (TF32 on)" if tf32 else ""),
+                       "ok": rel <= tol, "max_abs_error": diff, "rel_error": rel})
+        peer_report[name] = {"status": "ok", "describe": p.describe(), "max_abs_error": diff,
+                             "rel_error": rel, "tolerance": tol,
+                             **(p.info() if hasattr(p, "info") else {})}
 
     ratios = {"independent_1_stream / n_streams":
               _ratio(samples, "independent_1_stream", "independent_n_streams")}
@@ -385,13 +511,22 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
         "nnc": nnc.__version__,
         "settings": {"size": size, "kernels": kernels, "repeat": repeat, "rounds": rounds,
                      "budget_s": budget, "max_streams": max_streams, "peers": list(peers),
-                     "tolerance": TOLERANCE, "torch": torch_settings},
+                     "tolerance": TOLERANCE, "tolerance_tf32": TOLERANCE_TF32,
+                     "compile_budget_s": compile_budget,
+                     "precision": {"requested": precision, "nnc": "fp32",
+                                   "torch_tf32": (peer_settings["torch"] or {}).get("tf32"),
+                                   "ort_cuda_tf32": (peer_settings["ort_cuda"] or {}).get("tf32"),
+                                   "note": NNC_PRECISION_NOTE},
+                     "torch": peer_settings["torch"], "ort_cuda": peer_settings["ort_cuda"]},
         "independent": {"kernels": kernels, "streams": ind_many.schedule.stream_count},
         "inception": {
             "nodes": len(cpu), "fused": fused,
             "sets": {name: {"status": "ok", "backends": _backends(st.many),
                             "streams": st.many.schedule.stream_count,
                             "signals": st.many.schedule.signal_count,
+                            "launched_ops": launched[name]["launched_ops"],
+                            "implementations": implementations[name][0],
+                            "implementation_nodes": implementations[name][1],
                             "max_abs_error": errors[name]} for name, st in sets.items()}
             | {name: {"status": why} for name, why in skipped.items()},
         },
@@ -400,11 +535,29 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
         "samples_ms": {k: [t * 1e3 for t in v] for k, v in samples.items()},
         "ratios": ratios,
         "dispatch_us_per_node": dispatch,
+        "dispatch_us_per_launched_op": launched,
         "checks": checks,
-        "targets": _targets(sets, skipped, ratios, dispatch, missing),
+        "targets": _targets(sets, skipped, ratios, dispatch, launched, missing, precision),
         "seconds": {"setup": t_setup, "total": time.perf_counter() - t_start},
         "ok": all(c["ok"] for c in checks),
     }
+
+
+def save(report, folder):
+    """Write ``report`` to ``folder/gpu-<UTC date and time>-<device name>.json`` (the folder
+    made if missing, a file never overwritten); returns the path."""
+    when = report["date"].replace("+00:00", "Z").replace("-", "").replace(":", "")
+    slug = re.sub(r"[^a-z0-9]+", "-", str(report["gpu"]).lower()).strip("-") or "gpu"
+    os.makedirs(folder, exist_ok=True)
+    base = os.path.join(folder, f"gpu-{when}-{slug}")
+    path, n = base + ".json", 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}-{n}.json"
+    with open(path, "x") as f:
+        json.dump(report, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    return path
 
 
 def _verdict(t):
@@ -417,14 +570,20 @@ def render(r):
     d = r["device"]
     out = [f"{d['name']}: compute capability {d['compute_capability']}, {d['sm_count']} SMs; "
            f"NVIDIA driver {d['nvidia_driver']}, CUDA {d['cuda_driver']} (driver), cuda-bindings "
-           f"{d['cuda_bindings']}, NVRTC {d['nvrtc']}; nnc {r['nnc']}; {r.get('date', '')}",
+           f"{d['cuda_bindings']}, NVRTC {d['nvrtc']}, cuDNN {d.get('cudnn')}; nnc {r['nnc']}; "
+           f"{r.get('date', '')}",
            f"Inception-V3 {r['settings']['size']}x{r['settings']['size']} batch 1, "
            f"{r['inception']['nodes']} nodes; {r['settings']['kernels']} independent kernels "
            f"on {r['independent']['streams']} streams; {r['settings']['rounds']} round(s)"]
+    prec = r["settings"]["precision"]
+    out.append(f"precision {prec['requested']}: nnc {prec['nnc']}, torch TF32 (read back) "
+               f"{prec['torch_tf32']}, onnxruntime CUDA TF32 (read back) "
+               f"{prec['ort_cuda_tf32']}" + (f"; {prec['note']}" if prec["requested"] != "fp32"
+                                             else ""))
     for name, st in r["inception"]["sets"].items():
         if st["status"] == "ok":
             out.append(f"{name}: {st['streams']} streams, {st['signals']} signals; "
-                       f"backends {st['backends']}")
+                       f"backends {st['backends']}; implementations {st['implementations']}")
         else:
             out.append(f"{name}: {st['status']}")
     for name, p in r["peers"].items():
@@ -434,8 +593,11 @@ def render(r):
     out.append(_util.table(["ratio (median of per-round)", "x"],
                            [[k, _util.fmt(v)] for k, v in r["ratios"].items()]))
     for name, d in r["dispatch_us_per_node"].items():
+        op = r["dispatch_us_per_launched_op"][name]
         out.append(f"host dispatch ({name}): {_util.fmt(d['eager'])} us/node eager, "
-                   f"{_util.fmt(d['replay'])} us/node replayed")
+                   f"{_util.fmt(d['replay'])} us/node replayed; per launched op "
+                   f"({op['launched_ops']} of {op['nodes']} nodes): {_util.fmt(op['eager'])} "
+                   f"us eager, {_util.fmt(op['replay'])} us replayed")
     for c in r["checks"]:
         err = f" (max abs error {c['max_abs_error']:.3g})" if "max_abs_error" in c else ""
         out.append(f"{'ok' if c['ok'] else 'FAIL'}: {c['check']}{err}"
@@ -461,6 +623,15 @@ def main(argv=None):
                    help=f"comma-separated subset of {','.join(PEERS)} ('' for none)")
     p.add_argument("--cudnn-benchmark", choices=("on", "off"), default="on",
                    help="torch.backends.cudnn.benchmark for the PyTorch peers (default on)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="the PyTorch peers' float32 math: fp32 (TF32 off, the default) or tf32 "
+                   "(TF32 on for convolutions and matrix products); nnc computes in float32")
+    p.add_argument("--compile-budget", type=float, default=COMPILE_BUDGET,
+                   help="seconds for each torch.compile peer's compile and warm-up calls "
+                   f"(default {COMPILE_BUDGET:g}); past it the peer is unavailable")
+    p.add_argument("--save", metavar="DIR", default=os.environ.get(SAVE_ENV) or None,
+                   help="write the whole report to DIR/gpu-<UTC date>-<device>.json "
+                   f"(default: ${SAVE_ENV}, if set)")
     a = p.parse_args(argv)
     peers = tuple(x for x in a.peers.split(",") if x)
     if set(peers) - set(PEERS):
@@ -471,9 +642,10 @@ def main(argv=None):
     repeat = min(a.repeat, base["repeat"])
     kernels = a.kernels or base["kernels"]
     budget = base["budget"] if a.budget is None else a.budget
-    if repeat < 1 or kernels < 1 or budget <= 0 or a.max_streams < 0:
+    if (repeat < 1 or kernels < 1 or budget <= 0 or a.max_streams < 0
+            or not 0 < a.compile_budget < math.inf):
         p.error("--repeat and --kernels must be at least 1, --budget above 0, "
-                "--max-streams at least 0")
+                "--compile-budget a finite number above 0, --max-streams at least 0")
     if not nnc.cuda_available():
         reason = nnc.cuda_unavailable_reason()
         print(f"no GPU: {reason}")
@@ -485,9 +657,18 @@ def main(argv=None):
     say = (lambda *x: print(*x, file=sys.stderr, flush=True)) if a.json else \
         (lambda *x: print(*x, flush=True))
     report = run(size, repeat, kernels, budget, a.max_streams, peers, a.cudnn_benchmark == "on",
-                 say=say)
+                 say=say, precision=a.precision, compile_budget=a.compile_budget)
     report.update(date=_util.now(), command=_util.command_line(),
                   machine=_util.machine_info(PACKAGES))
+    if a.save:
+        try:
+            report["saved"] = save(report, a.save)
+            say(f"saved {report['saved']}")
+        except OSError as e:         # the measurements still go to stdout below
+            report["saved"] = f"failed: {type(e).__name__}: {e}"
+            report["checks"].append({"check": f"the report is saved in {a.save}", "ok": False,
+                                     "error": report["saved"]})
+            report["ok"] = False
     print(render(report), flush=True)
     if a.json:
         _util.emit_json(report)

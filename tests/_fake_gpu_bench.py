@@ -3,10 +3,14 @@ own: a smoke test of the whole benchmark on a machine without a GPU.
 
     python tests/_fake_gpu_bench.py [--gpu-opt] [benchmarks.gpu arguments...]
 
-``--gpu-opt`` first registers a stand-in GPU_OPT backend for MAX_POOL and AVG_POOL (GPU_REF's
-own kernels under the other name, preferred by priority), so the benchmark's GPU_OPT set is
-built, pinned apart from GPU_REF, timed and checked. A backend registration lasts as long as
-the process, which is why this runs in a child process and not inside the test session.
+``--gpu-opt`` first registers a stand-in GPU_OPT backend for MAX_POOL, AVG_POOL and
+CONVOLUTION (GPU_REF's own kernels under the other name, preferred by priority; cuDNN's
+GPU_OPT CONVOLUTION is replaced, as the fake driver's pointers must never reach it), so the
+benchmark's GPU_OPT set is built, pinned apart from GPU_REF, timed and checked, and a stand-in
+``nnc.cuda.cudnn_conv.implementation`` that names each convolution "cudnn fused" when it fuses
+a ReLU and "cudnn + epilogue" otherwise, for the report's implementation counts. A backend
+registration lasts as long as the process, which is why this runs in a child process and not
+inside the test session.
 """
 
 import os
@@ -20,7 +24,7 @@ from _fake_cuda import Checked, FakeDriver, unfake_libraries  # noqa: E402
 
 import nnc  # noqa: E402
 from nnc import cuda  # noqa: E402
-from nnc.cuda import backends, nvrtc  # noqa: E402
+from nnc.cuda import backends, cudnn_conv, nvrtc  # noqa: E402
 from nnc.cuda import driver as drv  # noqa: E402
 
 
@@ -37,12 +41,20 @@ def install():
         nvrtc.compile_cubin = lambda *a, **k: b"fake"
 
 
+def stand_in_implementation(cmd, inputs, outputs):
+    fused = cmd.params.get("activation") == "relu"
+    return {"impl": "cudnn fused" if fused else "cudnn + epilogue", "plan": "stand-in",
+            "choice": "heuristic"}
+
+
 def register_stand_in_gpu_opt():
-    for command, kernel in (("MAX_POOL", "max_pool"), ("AVG_POOL", "avg_pool")):
-        nnc.register_backend(command, "GPU_OPT", backends.runner(backends._pool(kernel),
-                                                                 name="GPU_OPT"),
+    for command, body in (("MAX_POOL", backends._pool("max_pool")),
+                          ("AVG_POOL", backends._pool("avg_pool")),
+                          ("CONVOLUTION", backends.conv_body)):
+        nnc.register_backend(command, "GPU_OPT", backends.runner(body, name="GPU_OPT"),
                              datatypes=backends.FLOAT_TYPES, accept=backends._window_accept,
-                             device="gpu", priority=16)
+                             device="gpu", priority=16, replace=True)
+    cudnn_conv.implementation = stand_in_implementation
 
 
 def main(argv):
