@@ -20,14 +20,14 @@ Layout mapping (cuDNN describes every tensor as NCHW dims with arbitrary strides
 One cuDNN graph per geometry (shapes, pixel strides, padding, stride, groups, dtype, float32
 precision, bias, ReLU) and device, built once (validate, build_operation_graph,
 create_execution_plans with heuristics A then FALLBACK, check_support, then the plan: see
-"Timed plans") and shared by every stream of the device. Plans exclude engines whose numerical notes lose accuracy
-(down-converted inputs, reduced-precision reductions, FFT, large Winograd tiles), and float32
-plans under nnc.cuda.precision() "ieee" also TF32 tensor cores, so the results keep
-docs/commands.md's float32 bound like GPU_REF's; under "tf32" tensor-core engines may run them
-(docs/gpu.md: the TF32 bound). The precision is part of the key, and a prepared float32 node
-looks its plan up again when it changes (nnc.cuda.backends.ByPrecision). float16 runs with
-io_data_type HALF and compute FLOAT (tensor cores, float32 accumulation, the fused bias + ReLU
-in float32). float64 is not registered:
+"Timed plans" in docs/gpu.md) and shared by every stream of the device. Plans exclude engines
+whose numerical notes lose accuracy (down-converted inputs, reduced-precision reductions, FFT,
+large Winograd tiles), and float32 plans under nnc.cuda.precision() "ieee" also TF32 tensor
+cores, so the results keep docs/commands.md's float32 bound like GPU_REF's; under "tf32"
+tensor-core engines may run them (docs/gpu.md: the TF32 bound). The precision is part of the
+key, and a prepared float32 node looks its plan up again when it changes
+(nnc.cuda.backends.ByPrecision). float16 runs with io_data_type HALF and compute FLOAT (tensor
+cores, float32 accumulation, the fused bias + ReLU in float32). float64 is not registered:
 cuDNN serves double convolutions only through its pre-compiled single-operation engines, not
 the runtime-fusion engines a bias + ReLU epilogue needs, so GPU_REF runs float64.
 
