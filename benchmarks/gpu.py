@@ -36,9 +36,10 @@ so each measurement is the wall time of one run, host and device.
 Precision: ``--precision fp32`` (the default) turns TF32 off in torch, ``tf32`` turns it on for
 convolutions and matrix products (PyTorch's own default for convolutions); the report holds
 the settings as torch reads them back afterwards, and onnxruntime's provider options as its
-session reports them (TF32 off). nnc has no TF32 mode: its kernels compute in float32 either
-way, so a tf32 run compares nnc's float32 with torch's TF32 (the report says so). A torch
-peer with TF32 on is checked against ``TOLERANCE_TF32``.
+session reports them (TF32 off). nnc follows the same setting (``nnc.cuda.set_precision``
+"ieee" or "tf32": GPU_OPT's cuDNN and cuBLAS calls; GPU_REF's kernels stay float32), so the
+comparison is like with like. A configuration with TF32 on (a torch peer, or nnc's GPU_OPT
+set) is checked against ``TOLERANCE_TF32``.
 
 Raw results: ``--save DIR`` (or the environment variable NNC_GPU_BENCH_SAVE=DIR) writes the
 whole report, samples included, to ``DIR/gpu-<UTC date and time>-<device name>.json``;
@@ -88,8 +89,8 @@ TOLERANCE = 1e-3        # |logits - CPU logits| / max|CPU logits|
 # A torch peer with TF32 on: its convolutions round their inputs to 10 mantissa bits.
 TOLERANCE_TF32 = 1e-2
 SAVE_ENV = "NNC_GPU_BENCH_SAVE"
-NNC_PRECISION_NOTE = ("nnc has no TF32 mode: its kernels compute in float32 at either "
-                      "--precision, so a tf32 comparison is nnc's float32 against torch's TF32")
+# --precision -> nnc.cuda.set_precision's value (GPU_OPT's convolutions and matrix products).
+NNC_PRECISION = {"fp32": "ieee", "tf32": "tf32"}
 SETS = ("GPU_REF", "GPU_OPT")
 QUICK = {"size": 75, "repeat": 5, "kernels": 8, "budget": 20.0}
 PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "torch", "cuda-bindings",
@@ -264,7 +265,7 @@ class _Set:
                 f"inception_{self.name}_replay": replay,
                 f"inception_{self.name}_1_stream_replay": replay_one}
 
-    def check(self, want, checks):
+    def check(self, want, checks, tolerance=TOLERANCE):
         """Each configuration's logits, zeroed on the device first, against the CPU's."""
         from nnc.cuda import memory
 
@@ -281,7 +282,7 @@ class _Set:
             diff, rel = _rel_err(out.numpy(), want)
             errs[config] = diff
             checks.append({"check": f"inception_{self.name}_{config} logits within "
-                           f"{TOLERANCE:g} of the CPU's", "ok": rel <= TOLERANCE,
+                           f"{tolerance:g} of the CPU's", "ok": rel <= tolerance,
                            "max_abs_error": diff, "rel_error": rel})
         return errs
 
@@ -390,9 +391,7 @@ def _targets(sets, skipped, ratios, dispatch, launched, peers_missing, precision
         v = launched[name]["eager"] if name in launched else None
         out[key] = _target(v, v is not None and v <= limit, set=name,
                            **({} if name in sets else {"why": skipped.get(name, "not run")}))
-    like = {"nnc_precision": "fp32", "torch_precision": precision}
-    if precision != "fp32":
-        like["note"] = NNC_PRECISION_NOTE
+    like = {"nnc_precision": NNC_PRECISION[precision], "torch_precision": precision}
     for peer, mode in COMPILE_MODES.items():
         key = (f"replay latency <= {TARGET_VS_TORCH_COMPILE}x torch.compile {mode} "
                f"({precision})")
@@ -422,6 +421,9 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
         f"{dev['cuda_bindings']}, NVRTC {dev['nvrtc']}")
     s = nnc.Stream("gpu:0")
     checks = []
+    from nnc import cuda as nnc_cuda
+
+    nnc_cuda.set_precision(NNC_PRECISION[precision])    # read at each GPU_OPT enqueue
 
     # (a) independent kernels: GPU_REF's SCALAR_MUL, one stream vs the default schedule
     cpu_ind = _independent_graph(kernels)
@@ -475,7 +477,9 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
                           "launched_ops": ops, "nodes": nodes}
     implementations = {name: _implementations(st.many) for name, st in sets.items()}
 
-    errors = {name: st.check(want, checks) for name, st in sets.items()}
+    nnc_tf32 = precision == "tf32"      # GPU_OPT's library calls; GPU_REF stays float32
+    errors = {name: st.check(want, checks, TOLERANCE_TF32 if nnc_tf32 and name == "GPU_OPT"
+                             else TOLERANCE) for name, st in sets.items()}
     peer_report = {}
     for name in peers:
         if name not in found:
@@ -513,10 +517,9 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
                      "budget_s": budget, "max_streams": max_streams, "peers": list(peers),
                      "tolerance": TOLERANCE, "tolerance_tf32": TOLERANCE_TF32,
                      "compile_budget_s": compile_budget,
-                     "precision": {"requested": precision, "nnc": "fp32",
+                     "precision": {"requested": precision, "nnc": nnc_cuda.precision(),
                                    "torch_tf32": (peer_settings["torch"] or {}).get("tf32"),
-                                   "ort_cuda_tf32": (peer_settings["ort_cuda"] or {}).get("tf32"),
-                                   "note": NNC_PRECISION_NOTE},
+                                   "ort_cuda_tf32": (peer_settings["ort_cuda"] or {}).get("tf32")},
                      "torch": peer_settings["torch"], "ort_cuda": peer_settings["ort_cuda"]},
         "independent": {"kernels": kernels, "streams": ind_many.schedule.stream_count},
         "inception": {
@@ -578,8 +581,7 @@ def render(r):
     prec = r["settings"]["precision"]
     out.append(f"precision {prec['requested']}: nnc {prec['nnc']}, torch TF32 (read back) "
                f"{prec['torch_tf32']}, onnxruntime CUDA TF32 (read back) "
-               f"{prec['ort_cuda_tf32']}" + (f"; {prec['note']}" if prec["requested"] != "fp32"
-                                             else ""))
+               f"{prec['ort_cuda_tf32']}")
     for name, st in r["inception"]["sets"].items():
         if st["status"] == "ok":
             out.append(f"{name}: {st['streams']} streams, {st['signals']} signals; "
