@@ -7,66 +7,17 @@ distribution holds are chosen by MANIFEST.in and pyproject.toml's package-data t
 """
 
 import os
+from pathlib import Path
 
 import numpy as np
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-# Module table: (dotted name, source). Each .pyx has a .pxd beside it that states its C contract.
-MODULES = [
-    ("nnc._core", "nnc/_core.pyx"),
-    ("nnc.debug", "nnc/debug.pyx"),
-    ("nnc.tracing", "nnc/tracing.pyx"),
-    ("nnc.tensor", "nnc/tensor.pyx"),
-    ("nnc.cmd", "nnc/cmd.pyx"),
-    ("nnc.ops.cpu_opt", "nnc/ops/cpu_opt.pyx"),
-    ("nnc.ops.cpu_opt_unary", "nnc/ops/cpu_opt_unary.pyx"),
-    ("nnc.ops.cpu_opt_reduce", "nnc/ops/cpu_opt_reduce.pyx"),
-    ("nnc.ops.cpu_opt_blas", "nnc/ops/cpu_opt_blas.pyx"),
-    ("nnc.ops.cpu_opt_transpose", "nnc/ops/cpu_opt_transpose.pyx"),
-    ("nnc.multiview", "nnc/multiview.pyx"),
-    ("nnc.dlpack", "nnc/dlpack.pyx"),
-    ("nnc.inbox", "nnc/inbox.pyx"),
-    ("nnc.workspace", "nnc/workspace.pyx"),
-    ("nnc.parallel", "nnc/parallel.pyx"),
-    ("nnc.ops.cpu_blas", "nnc/ops/cpu_blas.pyx"),
-    ("nnc.ops.cpu_conv", "nnc/ops/cpu_conv.pyx"),
-    ("nnc.ops.cpu_gemm", "nnc/ops/cpu_gemm.pyx"),
-    ("nnc.ops.cpu_pool", "nnc/ops/cpu_pool.pyx"),
-    ("nnc.ops.cpu_winograd", "nnc/ops/cpu_winograd.pyx"),
-    ("nnc.stream", "nnc/stream.pyx"),
-    ("nnc.drain", "nnc/drain.pyx"),
-    ("nnc.record", "nnc/record.pyx"),
-    ("nnc.pool", "nnc/pool.pyx"),
-    ("nnc.worker", "nnc/worker.pyx"),
-    ("nnc.waiting", "nnc/waiting.pyx"),
-    ("nnc.graph.graph", "nnc/graph/graph.pyx"),
-    ("nnc.graph.tools", "nnc/graph/tools.pyx"),
-    ("nnc.graph.schedule", "nnc/graph/schedule.pyx"),
-    ("nnc.graph.rank", "nnc/graph/rank.pyx"),
-    ("nnc.graph.costs", "nnc/graph/costs.pyx"),
-    ("nnc.graph.policy_list", "nnc/graph/policy_list.pyx"),
-    ("nnc.graph.policy_nimble", "nnc/graph/policy_nimble.pyx"),
-    ("nnc.graph.dag", "nnc/graph/dag.pyx"),
-    ("nnc.graph.policy_ios", "nnc/graph/policy_ios.pyx"),
-    ("nnc.graph.verify", "nnc/graph/verify.pyx"),
-    ("nnc.graph.hazard", "nnc/graph/hazard.pyx"),
-    ("nnc.graph.simulate", "nnc/graph/simulate.pyx"),
-    ("nnc.graph.run", "nnc/graph/run.pyx"),
-    ("nnc.graph.control", "nnc/graph/control.pyx"),
-    ("nnc.graph.flow", "nnc/graph/flow.pyx"),
-    ("nnc.graph.policy_raf", "nnc/graph/policy_raf.pyx"),
-    ("nnc.invariants", "nnc/invariants.pyx"),
-    ("nnc.capi_handle", "nnc/capi_handle.pyx"),
-    ("nnc.capi", "nnc/capi.pyx"),
-    ("nnc.engine_op", "nnc/engine_op.pyx"),
-    ("nnc.engine", "nnc/engine.pyx"),
-    ("nnc.engine_call", "nnc/engine_call.pyx"),
-    # Needs no CUDA header (only pthread and semaphore.h), so it is always built.
-    ("nnc.cuda._hostfn", "nnc/cuda/_hostfn.pyx"),
-    ("nnc.cuda._ccall", "nnc/cuda/_ccall.pyx"),
-    ("nnc.cuda.gpu_stream", "nnc/cuda/gpu_stream.pyx"),
-]
+# One extension module per .pyx under nnc/, named by its path (nnc/graph/run.pyx is
+# nnc.graph.run): a new module is built by being there. Each .pyx has a .pxd beside it that
+# states its C contract. Sorted, so builds list modules in the same order everywhere.
+MODULES = [(".".join(p.with_suffix("").parts), p.as_posix())
+           for p in sorted(Path("nnc").rglob("*.pyx"))]
 
 DIRECTIVES = {
     "language_level": 3,
