@@ -13,8 +13,8 @@ import numpy as np
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-# One extension module per .pyx under nnc/, named by its path (nnc/graph/run.pyx is
-# nnc.graph.run): a new module is built by being there. Each .pyx has a .pxd beside it that
+# One extension module per .pyx under nnc/, named by its path (nnc/run/run.pyx is
+# nnc.run.run): a new module is built by being there. Each .pyx has a .pxd beside it that
 # states its C contract. Sorted, so builds list modules in the same order everywhere.
 MODULES = [(".".join(p.with_suffix("").parts), p.as_posix())
            for p in sorted(Path("nnc").rglob("*.pyx"))]
@@ -40,7 +40,8 @@ extensions = [
     Extension(
         name,
         [src],
-        include_dirs=[np.get_include()],
+        # nnc/ holds the C API headers (nnc_types.h) that the capi modules' .pxd files name.
+        include_dirs=[np.get_include(), "nnc"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", *EXTRA_COMPILE_ARGS.get(name, [])],
     )

@@ -80,7 +80,7 @@ def sdist_problems(names: set[str], tracked: set[str], untracked: set[str] = fro
     generated = [n for n in names if n.startswith("nnc/") and n.endswith((".c", ".so"))]
     problems += [f"sdist holds generated {n}" for n in sorted(generated)]
     for required in ("LICENSE", "NOTICE", "README.md", "pyproject.toml", "setup.py",
-                     "MANIFEST.in", "nnc/_core.pyx", "nnc/_core.pxd", "nnc/_core.pyi",
+                     "MANIFEST.in", "nnc/base/core.pyx", "nnc/base/core.pxd", "nnc/base/core.pyi",
                      "nnc/py.typed", "nnc/nnc.h", "nnc/nnc_types.h", "tests/c/safety.c",
                      "examples/embed/graph.c", "docs/gpu.md", "benchmarks/capi_bench.c"):
         if required not in names:

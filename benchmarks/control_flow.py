@@ -12,9 +12,9 @@ Measured, in one process:
   iteration enqueues the head (count store, body nodes, a wake-up) and the scheduler thread
   sleeps until the worker posts the wake-up, then evaluates the expression: two thread
   hand-offs per iteration, all in C (no GIL taken on the worker).
-- ``2 hand-offs (C)``: ``nnc.inbox.handoff_roundtrip``, a semaphore ping-pong between two plain
-  C threads: the floor for one iteration on a stream, timed in the same rounds, because this
-  VM's wake-up cost varies several-fold (4–60 µs) with load from other tenants.
+- ``2 hand-offs (C)``: ``nnc.stream.inbox.handoff_roundtrip``, a semaphore ping-pong between
+  two plain C threads: the floor for one iteration on a stream, timed in the same rounds, because
+  this VM's wake-up cost varies several-fold (4–60 µs) with load from other tenants.
 - ``return``: time from calling ``g.run(stream=s)`` until it returns, for a graph whose first
   node is a loop whose body sleeps 20 ms per iteration (5 iterations): the caller must not wait
   for the loop. ``s.wait()`` then checks the loop ran fully.
@@ -29,7 +29,7 @@ import numpy as np
 
 import nnc
 from benchmarks import _util
-from nnc.inbox import handoff_roundtrip
+from nnc.stream.inbox import handoff_roundtrip
 
 SEQ_TARGET_US = 2.0
 STREAM_TARGET_US = 30.0

@@ -429,7 +429,7 @@ def main(argv=None):
         if value < 1:
             p.error(f"{name} must be at least 1")
 
-    from nnc.engine import CFUNC
+    from nnc.engine.engine import CFUNC
 
     nnc.set_num_threads(args.threads)
     notes = []

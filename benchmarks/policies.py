@@ -1,5 +1,5 @@
 """The scheduling policies side by side (issue 16): build time, streams, signals, waits,
-simulated and measured makespan, per policy of ``nnc.graph.schedule.POLICIES``.
+simulated and measured makespan, per policy of ``nnc.schedule.schedule.POLICIES``.
 
     python -m benchmarks.policies [--json] [--quick] [--repeat R] [--threads T] [--nets a,b]
                                   [--dags 10000,100000] [--profiles P] [--pause S]
@@ -48,7 +48,7 @@ import numpy as np
 import nnc
 from benchmarks import _util
 from benchmarks.schedule import random_dag
-from nnc.graph.schedule import POLICIES
+from nnc.schedule.schedule import POLICIES
 
 NETS = ("inception_v3_299", "inception_v3_75", "resnet50")
 DAGS = (10_000, 100_000)

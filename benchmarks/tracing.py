@@ -44,7 +44,7 @@ def run(n, repeat):
                 g.run()
             finally:
                 tr.events = []          # skip writing the file: time the recording only
-                from nnc import worker
+                from nnc.stream import worker
 
                 worker.trace_stop()
                 tr.host.clear()

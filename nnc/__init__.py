@@ -12,8 +12,8 @@ __version__ = "0.1.0"
 
 
 def _built(folder: str) -> bool:
-    """Whether the nnc package in ``folder`` has its compiled modules (its first, ``_core``)."""
-    return any(_os.path.exists(_os.path.join(folder, "_core" + suffix))
+    """Whether the nnc package in ``folder`` has its compiled modules (its first, ``base/core``)."""
+    return any(_os.path.exists(_os.path.join(folder, "base", "core" + suffix))
                for suffix in _machinery.EXTENSION_SUFFIXES)
 
 
@@ -55,12 +55,10 @@ if _installed is not None and _installed.loader is not None:
     _installed.loader.exec_module(_sys.modules[__name__])
 else:
     # Importing a module registers what it implements with the layers below it (docs/design.md,
-    # "Registries"): nnc.invariants the checks of nnc.debug.check(); nnc.cuda the GPU table of
-    # nnc.device; control (while_, case_of ...), schedule, run, flow (run(stream=)) and tools
-    # Graph's methods. So ``import nnc`` fills every table.
-    from nnc import engine_call as _engine_call  # noqa: F401  (registers ENGINE_CALL: recorded C ops)
-    from nnc import invariants as _invariants  # noqa: F401
-    from nnc._core import (
+    # "Registries"): nnc.check.invariants the checks of nnc.base.debug.check(); nnc.cuda the GPU
+    # table of nnc.base.device; control (while_, case_of ...), schedule, run, flow (run(stream=))
+    # and tools Graph's methods. So ``import nnc`` fills every table.
+    from nnc.base.core import (
         MAX_DIM,
         CommandError,
         CUDAError,
@@ -73,7 +71,10 @@ else:
         TensorError,
         get_include,
     )
-    from nnc.cmd import (
+    from nnc.base.device import DeviceError
+    from nnc.base.parallel import get_intra_op_threads, set_intra_op_threads
+    from nnc.check import invariants as _invariants  # noqa: F401
+    from nnc.cmd.command import (
         Backend,
         Cmd,
         backends,
@@ -84,36 +85,35 @@ else:
         register_backend,
         register_command,
     )
-    from nnc.cmd import seal_builtins as _seal_builtins
+    from nnc.cmd.command import seal_builtins as _seal_builtins
     from nnc.cuda import available as cuda_available
     from nnc.cuda import unavailable_reason as cuda_unavailable_reason
     from nnc.cuda.backends import register as _register_gpu_backends
     from nnc.cuda.cublas_gemm import register as _register_cublas_gemm
     from nnc.cuda.cudnn_conv import register as _register_cudnn_conv
-    from nnc.device import DeviceError
-    from nnc.dlpack import DLPackError, from_dlpack
-    from nnc.drain import drain_all as _drain_all  # noqa: F401  (registers the exit hook: nnc.drain)
-    from nnc.engine import Engine
-    from nnc.engine_op import EngineVar
+    from nnc.engine import call as _engine_call  # noqa: F401  (registers ENGINE_CALL: recorded C ops)
+    from nnc.engine.engine import Engine
+    from nnc.engine.op import EngineVar
     from nnc.graph import control as _control  # noqa: F401
-    from nnc.graph import flow as _flow  # noqa: F401
-    from nnc.graph import policy_ios as _policy_ios  # noqa: F401  (registers policy "ios")
-    from nnc.graph import policy_list as _policy_list  # noqa: F401  (registers policy "list")
-    from nnc.graph import policy_nimble as _policy_nimble  # noqa: F401  (registers policy "nimble")
-    from nnc.graph import policy_raf as _policy_raf  # noqa: F401  (registers "wavefront", "asap")
-    from nnc.graph import run as _run  # noqa: F401
-    from nnc.graph import tools as _tools  # noqa: F401
     from nnc.graph.control import Compare
     from nnc.graph.graph import Graph, GraphExec
-    from nnc.graph.hazard import Hazard, graph_hazards
-    from nnc.graph.schedule import ExecSchedule, Schedule, static_schedule
-    from nnc.multiview import MultiView
     from nnc.ops import register_builtins as _register_builtins
-    from nnc.parallel import get_intra_op_threads, set_intra_op_threads
-    from nnc.stream import Signal, Stream
-    from nnc.tensor import Tensor
+    from nnc.run import flow as _flow  # noqa: F401
+    from nnc.run import run as _run  # noqa: F401
+    from nnc.run import tools as _tools  # noqa: F401
+    from nnc.schedule import policy_ios as _policy_ios  # noqa: F401  (registers policy "ios")
+    from nnc.schedule import policy_list as _policy_list  # noqa: F401  (registers policy "list")
+    from nnc.schedule import policy_nimble as _policy_nimble  # noqa: F401  (registers policy "nimble")
+    from nnc.schedule import policy_raf as _policy_raf  # noqa: F401  (registers "wavefront", "asap")
+    from nnc.schedule.hazard import Hazard, graph_hazards
+    from nnc.schedule.schedule import ExecSchedule, Schedule, static_schedule
+    from nnc.stream.drain import drain_all as _drain_all  # noqa: F401  (registers the exit hook: nnc.stream.drain)
+    from nnc.stream.stream import Signal, Stream
+    from nnc.stream.worker import get_num_threads, set_num_threads
+    from nnc.tensor.dlpack import DLPackError, from_dlpack
+    from nnc.tensor.multiview import MultiView
+    from nnc.tensor.tensor import Tensor
     from nnc.trace import trace
-    from nnc.worker import get_num_threads, set_num_threads
 
     _register_builtins()
     # GPU_REF backends: registering them imports no cuda-bindings; only GPU tensors select them.
@@ -128,6 +128,21 @@ else:
     # nnc.onnx (layer 8) imports the onnx package only when load/save are called; nnc.pipeline
     # (layer 8) is TVM's pipeline executor on streams (docs/pipeline.md).
     from nnc import onnx, pipeline  # noqa: E402, F401
+
+    # Modules that moved into the layer folders and whose objects pickles name by module path
+    # (errors, commands' parameters, multiviews, DLPack capsules' errors, schedules): a pickle
+    # made before the move still loads. The packages that replaced a module of the same name
+    # (nnc.tensor, nnc.cmd, nnc.stream, nnc.engine, nnc.capi) re-export that module's names.
+    from nnc.base import core as _core_module
+    from nnc.cmd import params as _params_module
+    from nnc.schedule import schedule as _schedule_module
+    from nnc.tensor import dlpack as _dlpack_module
+    from nnc.tensor import multiview as _multiview_module
+
+    for _old, _module in (("nnc._core", _core_module), ("nnc.cmd_params", _params_module),
+                          ("nnc.dlpack", _dlpack_module), ("nnc.multiview", _multiview_module),
+                          ("nnc.graph.schedule", _schedule_module)):
+        _sys.modules.setdefault(_old, _module)
 
 __all__ = [
     "MAX_DIM",

@@ -5,7 +5,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from nnc.graph.graph import Graph, GraphExec
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 def add_arguments(parser: argparse.ArgumentParser) -> None: ...
 def blas_info() -> dict[str, Any]: ...

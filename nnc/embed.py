@@ -16,7 +16,7 @@ import shutil
 import sys
 import sysconfig
 
-from nnc._core import get_include
+from nnc.base.core import get_include
 
 
 def cflags() -> list[str]:

@@ -6,9 +6,9 @@
  *   ... nnc_graph_new(&graph) ...
  *   nnc_finalize();
  *
- * The functions live in the Python extension module nnc.capi, exported with Cython's `cdef api`
+ * The functions live in the Python extension module nnc.capi.capi, exported with Cython's `cdef api`
  * (a capsule per function in its __pyx_capi__ dict). nnc_init() starts Python if needed, imports
- * nnc.capi and fills the function pointers below, checking each capsule's signature. Until then
+ * nnc.capi.capi and fills the function pointers below, checking each capsule's signature. Until then
  * every function returns NNC_ERROR_NOT_INITIALIZED. The pointers are static: each C file that
  * includes this header calls nnc_init() once (after the first it only loads the pointers).
  *
@@ -184,7 +184,7 @@ static inline void nnc__unload(void) {
     nnc_error_message__p = NULL;
 }
 
-/* Import nnc.capi and fill every pointer, checking each capsule's signature. GIL held. */
+/* Import nnc.capi.capi and fill every pointer, checking each capsule's signature. GIL held. */
 static inline int nnc__load(void) {
     struct { const char* name; const char* sig; void** slot; } table[] = {
 #define NNC__ENTRY(name, params, args, sig) {#name, sig, (void**)&name##__p},
@@ -195,22 +195,22 @@ static inline int nnc__load(void) {
     size_t i, n = sizeof(table) / sizeof(table[0]);
     PyObject *module = NULL, *capi = NULL;
     int rc = NNC_ERROR_NOT_INITIALIZED;
-    module = PyImport_ImportModule("nnc.capi");
+    module = PyImport_ImportModule("nnc.capi.capi");
     if (!module) {
-        nnc__take_python_error("cannot import nnc.capi (is nnc installed for this Python? "
+        nnc__take_python_error("cannot import nnc.capi.capi (is nnc installed for this Python? "
                                "set NNC_PYTHON to a python that has it)");
         return rc;
     }
     capi = PyObject_GetAttrString(module, "__pyx_capi__");
     if (!capi || !PyDict_Check(capi)) {
-        nnc__take_python_error("nnc.capi has no __pyx_capi__");
+        nnc__take_python_error("nnc.capi.capi has no __pyx_capi__");
         goto done;
     }
     for (i = 0; i < n; i++) {
         PyObject* cap = PyDict_GetItemString(capi, table[i].name);
         if (!cap || !PyCapsule_IsValid(cap, table[i].sig)) {
             snprintf(nnc__message, sizeof(nnc__message),
-                     "nnc.capi does not export %s with signature \"%s\"; rebuild against the "
+                     "nnc.capi.capi does not export %s with signature \"%s\"; rebuild against the "
                      "headers of the installed nnc (nnc.get_include())", table[i].name,
                      table[i].sig);
             rc = NNC_ERROR_ABI;

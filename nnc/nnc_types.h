@@ -1,6 +1,6 @@
 /* nnc C API: types, codes and structs shared by C programs and nnc's own capi module.
  *
- * Include "nnc.h" (which includes this file) from C programs. nnc/capi.pyx includes this file
+ * Include "nnc.h" (which includes this file) from C programs. nnc/capi/capi.pyx includes this file
  * alone, so the exported functions and the C callers agree on every type. See docs/capi.md.
  */
 #ifndef NNC_TYPES_H
@@ -65,7 +65,7 @@ typedef struct nnc_graph_exec_handle_s* nnc_graph_exec_h;
 typedef struct nnc_stream_handle_s* nnc_stream_h;
 typedef struct nnc_signal_handle_s* nnc_signal_h;
 
-/* The C view of a tensor, as C backends and expressions see it (nnc/tensor.pxd, field by field;
+/* The C view of a tensor, as C backends and expressions see it (nnc/tensor/tensor.pxd, field by field;
  * nnc_init() checks the layout). Strides count elements, not bytes. */
 typedef struct {
     void* data;                         /* first element */
@@ -79,7 +79,7 @@ typedef struct {
     ssize_t stride[NNC_MAX_DIM];
 } nnc_tensor_t;
 
-/* Parameters a C backend reads (nnc/cmd.pxd). nnc_cmd_new() fills them from its parameter
+/* Parameters a C backend reads (nnc/cmd/command.pxd). nnc_cmd_new() fills them from its parameter
  * string; a command's own normalisation decides which names it takes. */
 typedef struct {
     double a;                           /* SCALAR_MUL's factor, SET's value, ADD's and MUL's p,

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from nnc import stream as _stream
+from nnc.stream import stream as _stream
 
 _KIND = {1: "cmd", 2: "cmd", 3: "emit", 4: "wait", 5: "wake", 6: "count"}
 HOST_TID = 100000                       # host thread k (in order of first event): tid 100000 + k
@@ -47,7 +47,7 @@ class trace:
         return k
 
     def _host_event(self, ident, name, cat, t0, t1, args):
-        """A slice that ran on a host thread (nnc.tracing.trace_host, with the GIL)."""
+        """A slice that ran on a host thread (nnc.base.tracing.trace_host, with the GIL)."""
         if ident not in self.threads:
             self.threads[ident] = threading.current_thread().name
         self.host.append((ident, name, cat, t0, t1, args))

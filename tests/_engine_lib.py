@@ -7,14 +7,14 @@ import subprocess
 import tempfile
 
 from nnc import embed
-from nnc.engine import CFUNC
+from nnc.engine.engine import CFUNC
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _lib = []
 
 
 class EngineLib:
-    """The library's functions as nnc.engine.CFUNC objects."""
+    """The library's functions as nnc.engine.engine.CFUNC objects."""
 
     def __init__(self, path):
         self.dll = ctypes.CDLL(str(path))

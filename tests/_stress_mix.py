@@ -14,8 +14,8 @@ the sequential result or raised a clear error naming an injected failure, 1 when
 wrong (a wrong result, a vague or missing error, a leak or broken invariant with NNC_DEBUG=1),
 and 1 with "Timeout" and every thread's stack on stderr (faulthandler) when a case hung.
 
-With NNC_DEBUG=1 the child also checks nnc.debug's invariants while work is still queued, and at
-the end that the live-object counters are back where they were before the first case.
+With NNC_DEBUG=1 the child also checks nnc.base.debug's invariants while work is still queued,
+and at the end that the live-object counters are back where they were before the first case.
 """
 
 import argparse
@@ -30,7 +30,7 @@ import threading
 import numpy as np
 
 import nnc
-import nnc.debug
+import nnc.base.debug
 
 SIDE = 4                                # every tensor is SIDE x SIDE float32
 SOURCES = 3                             # constant input tensors; inputs -1..-SOURCES name them
@@ -222,8 +222,8 @@ def run_case(case):
     g.run(stream=s)
     done = threading.Event()
     s.add_callback(done.set)
-    if nnc.debug.enabled():
-        broken = nnc.debug.problems()
+    if nnc.base.debug.enabled():
+        broken = nnc.base.debug.problems()
         if broken:
             gate.set()
             raise CaseFailed("invariants broken with work queued: " + "; ".join(broken))
@@ -316,7 +316,7 @@ def run_cases(cases, run_case, case_timeout):
     # A crash prints every thread's stack on stderr; so does a hang, which then exits.
     faulthandler.enable(all_threads=True)
     faulthandler.dump_traceback_later(case_timeout, exit=True)
-    baseline = nnc.debug.counters()
+    baseline = nnc.base.debug.counters()
     summary = {"runs": 0, "errors": 0, "failed": 0, "rss_mib": []}
     for k, case in enumerate(cases):
         try:
@@ -339,10 +339,10 @@ def run_cases(cases, run_case, case_timeout):
     faulthandler.cancel_dump_traceback_later()
     gc.collect()
     summary["rss_mib"].append(_rss_mib())
-    if nnc.debug.enabled():
-        summary["leaks"] = {k: list(v) for k, v in nnc.debug.leaks(baseline, TIMEOUT).items()}
-        summary["problems"] = nnc.debug.problems()
-        summary["counters"] = nnc.debug.counters()
+    if nnc.base.debug.enabled():
+        summary["leaks"] = {k: list(v) for k, v in nnc.base.debug.leaks(baseline, TIMEOUT).items()}
+        summary["problems"] = nnc.base.debug.problems()
+        summary["counters"] = nnc.base.debug.counters()
     print(json.dumps(summary), flush=True)
     bad = summary["failed"] or summary.get("leaks") or summary.get("problems")
     # A normal exit: the interpreter's shutdown (atexit drains every stream) is part of the mix,

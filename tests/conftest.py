@@ -13,7 +13,7 @@ os.environ.setdefault("NNC_NUM_THREADS", str(max(2, len(os.sched_getaffinity(0))
 
 import pytest  # noqa: E402
 
-from nnc import debug  # noqa: E402
+from nnc.base import debug  # noqa: E402
 
 # Seconds to wait for dropped streams' workers to drain and exit and coroutine threads to end
 # before calling what is left a leak.

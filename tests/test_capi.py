@@ -1,4 +1,4 @@
-"""The C API (nnc/capi.pyx through nnc/nnc.h), exercised from C programs compiled here.
+"""The C API (nnc/capi/capi.pyx through nnc/nnc.h), exercised from C programs compiled here.
 
 - examples/embed/graph.c: NNC's parallel graph (parallel.tests.c, d2 = -1.473017), the
   count-based while (while.tests.c, 0.5729198), a while with a carry-over whose C expression
@@ -105,8 +105,8 @@ def test_parallel_for_parts_call_the_api_while_the_caller_holds_the_gil(build):
 
 def test_header_signatures_match_the_exported_functions():
     """nnc.h declares each function twice (C parameters and the capsule signature nnc_init
-    checks); both must agree with what nnc.capi exports, so no C caller can mis-call one."""
-    import nnc.capi as capi
+    checks); both must agree with what nnc.capi.capi exports, so no C caller can mis-call one."""
+    import nnc.capi.capi as capi
 
     text = (ROOT / "nnc" / "nnc.h").read_text()
     exported = {name: re.search(r'"(.*)"', repr(cap)).group(1)
@@ -138,7 +138,7 @@ def _c_signature(params):
 
 def test_handles_and_parameters_from_python():
     """The parameter parser accepts literals only; the handle table starts empty here."""
-    import nnc.capi as capi
+    import nnc.capi.capi as capi
 
     assert capi.parse_params("a=0.5, size=(2, 2)") == {"a": 0.5, "size": (2, 2)}
     assert capi.parse_params("  ") == {}

@@ -284,7 +284,7 @@ def test_convolution_into_concat_slice_and_from_strided_input(backend, k, pad):
 ])
 def test_convolution_opt_parts_on_the_pool(shape, k, params, dtype, threads):
     """CPU_OPT cuts big convolutions into parts of output rows that idle pool threads take
-    (nnc.parallel): every split gives CPU_REF's result, at one thread or several."""
+    (nnc.base.parallel): every split gives CPU_REF's result, at one thread or several."""
     rng = np.random.default_rng(6)
     x = rng.standard_normal(shape).astype(dtype)
     w = rng.standard_normal(k).astype(dtype)
@@ -430,7 +430,7 @@ def test_pool_float16_and_strided(kind):
     np.testing.assert_allclose(out16, want, rtol=2e-3, atol=2e-3)
     # Channels not contiguous: the C backend refuses, the NumPy one and CPU_REF take them.
     cmd = nnc.Cmd(kind, **params)
-    taking = [b.name for b in nnc.cmd.cmd_backends_for(cmd, [strided(x)], [strided(want)])]
+    taking = [b.name for b in nnc.cmd.command.cmd_backends_for(cmd, [strided(x)], [strided(want)])]
     assert taking == ["CPU_NUMPY", "CPU_REF"]
     for b in taking:
         out = strided(np.zeros(want.shape))

@@ -350,7 +350,7 @@ def test_a_task_waits_on_a_real_stream():
 @pytest.mark.parametrize("kind", ["python", "c"])
 def test_inbox_returns_posts_in_order_and_take_without_block_never_waits(kind):
     from nnc.coro import Inbox as PyInbox
-    from nnc.inbox import Inbox as CInbox
+    from nnc.stream.inbox import Inbox as CInbox
 
     box = PyInbox() if kind == "python" else CInbox()
     assert box.take(False) == []
@@ -370,7 +370,7 @@ def test_inbox_returns_posts_in_order_and_take_without_block_never_waits(kind):
 def test_c_inbox_owns_its_items_until_taken_or_dropped():
     import sys
 
-    from nnc.inbox import Inbox
+    from nnc.stream.inbox import Inbox
 
     item = object()
     base = sys.getrefcount(item)
@@ -395,7 +395,7 @@ def test_stream_schedulers_are_woken_from_c_and_loops_store_counts_in_c(tmp_path
     import numpy as np
 
     import nnc
-    from nnc.inbox import Inbox
+    from nnc.stream.inbox import Inbox
 
     s = nnc.Stream("cpu")
     assert isinstance(s.scheduler._inbox, Inbox)
@@ -428,7 +428,7 @@ def test_wake_up_delivered_after_its_inbox_is_dropped_is_freed():
     import numpy as np
 
     import nnc
-    from nnc.inbox import Inbox
+    from nnc.stream.inbox import Inbox
 
     class Wake:                         # the shape of nnc.coro's one-shot wake-up
         def __init__(self, inbox, item):

@@ -113,8 +113,8 @@ def test_gemm_c_backend_takes_transposed_and_sliced_views_without_copies(dtype):
     a = nnc.Tensor(a_t).view((5, 7), 0, (1, 5))
     w = nnc.Tensor(wide).view((7, 6), 2, (12, 1))
     cmd = nnc.Cmd("GEMM")
-    assert [b.name for b in nnc.cmd.cmd_backends_for(cmd, [a, w], [np.zeros((5, 6), dtype)])][0] \
-        == "CPU_OPT"
+    found = nnc.cmd.command.cmd_backends_for(cmd, [a, w], [np.zeros((5, 6), dtype)])
+    assert [b.name for b in found][0] == "CPU_OPT"
     want, got = ref_and_opt("GEMM", [a, w], (5, 6), dtype)
     assert_dot_close(got, want, dtype, 7)
     np.testing.assert_allclose(got, a_t.T.astype(np.float64) @ wide[:, 2:8], rtol=1e-5)
@@ -147,7 +147,7 @@ def test_gemm_c_backend_refuses_layouts_blas_cannot_take():
     every_other = nnc.Tensor(x).view((4, 3), 0, (6, 2))          # no unit stride at all
     w = np.ones((3, 2), np.float32)
     cmd = nnc.Cmd("GEMM")
-    assert [b.name for b in nnc.cmd.cmd_backends_for(cmd, [every_other, w],
+    assert [b.name for b in nnc.cmd.command.cmd_backends_for(cmd, [every_other, w],
                                                       [np.zeros((4, 2), np.float32)])] \
         == ["CPU_NUMPY", "CPU_REF"]
     with pytest.raises(nnc.CommandError, match="CPU_OPT of GEMM does not accept"):
@@ -306,7 +306,7 @@ def test_add_mul_c_backends_match_cpu_ref(case):
         if name == "ADD":
             params["q"] = case["q"]
     out_shape = np.broadcast_shapes(*[x.shape for x in ins])
-    assert [x.name for x in nnc.cmd.cmd_backends_for(nnc.Cmd(name, **params), ins,
+    assert [x.name for x in nnc.cmd.command.cmd_backends_for(nnc.Cmd(name, **params), ins,
                                                      [np.zeros(out_shape, dtype)])][0] \
         == "CPU_OPT"
     want = np.zeros(out_shape, dtype)
@@ -360,7 +360,7 @@ def test_elementwise_c_backends_refuse_what_they_cannot_take():
     f = np.float32
     # A middle-axis broadcast and strided views go to CPU_REF by default.
     a, b = np.ones((2, 3, 4), f), np.ones((2, 1, 4), f)
-    taking = nnc.cmd.cmd_backends_for(nnc.Cmd("ADD"), [a, b], [np.zeros((2, 3, 4), f)])
+    taking = nnc.cmd.command.cmd_backends_for(nnc.Cmd("ADD"), [a, b], [np.zeros((2, 3, 4), f)])
     assert [x.name for x in taking] == ["CPU_REF"]
     out = np.zeros((2, 3, 4), f)
     nnc.cmd_exec(nnc.Cmd("ADD"), [a, b], [out])

@@ -1,4 +1,4 @@
-"""while and case..of captured into CUDA conditional nodes (nnc/cuda/graph.py, nnc/graph/flow.pyx
+"""while and case..of captured into CUDA conditional nodes (nnc/cuda/graph.py, nnc/run/flow.pyx
 flow_capture_run) against the fake driver (tests/_fake_cuda.py), which runs nnc's condition
 kernel from its raw parameters and replays WHILE / IF / SWITCH nodes. Results are compared with
 the same graph run sequentially on the CPU."""
@@ -260,7 +260,7 @@ def test_refusals_name_the_node_and_the_reason(fake):
 
 
 def test_compare_on_a_gpu_tensor_runs_host_driven(fake):
-    """The same declarative loop, driven by the host on GPU streams (nnc.graph.flow reads the
+    """The same declarative loop, driven by the host on GPU streams (nnc.run.flow reads the
     compared element after waiting for the node's stream) and sequentially."""
     cpu, cbody, cs = halving_loop(False, True)
     cpu.run()

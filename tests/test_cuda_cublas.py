@@ -19,7 +19,7 @@ from test_cuda_runtime import GEMM_CASES, GEMM_SHAPES, _t
 
 import nnc
 from nnc import cuda
-from nnc.cmd import cmd_backends_for
+from nnc.cmd.command import cmd_backends_for
 from nnc.cuda import cublas_gemm, memory
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph

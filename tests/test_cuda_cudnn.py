@@ -18,7 +18,7 @@ from _fake_cudnn import install as install_cudnn
 
 import nnc
 from nnc import cuda
-from nnc.cmd import cmd_backends_for
+from nnc.cmd.command import cmd_backends_for
 from nnc.cuda import cudnn_conv, memory
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph

@@ -686,7 +686,7 @@ def test_graph_across_two_gpus_is_refused_at_enqueue(fake):
 
 def test_while_and_case_of_on_a_gpu_stream(fake):
     """A loop whose expression reads a host copy of GPU data, and a branch chosen from one,
-    run by nnc.graph.flow on GPU streams: the coroutine waits through a host function that
+    run by nnc.run.flow on GPU streams: the coroutine waits through a host function that
     posts to the scheduler's inbox without the GIL; the caller's stream holds later work until
     the run's end is emitted."""
     x = gpu(np.ones(4, np.float32))

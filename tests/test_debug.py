@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import nnc
-from nnc import debug
+from nnc.base import debug
 
 HERE = pathlib.Path(__file__).resolve().parent
 TIMEOUT = 60
@@ -32,8 +32,8 @@ def test_counters_follow_each_kind_of_object():
         import threading
         import numpy as np
         import nnc
-        from nnc import debug
-        assert debug.enabled() and nnc._core.DEBUG
+        from nnc.base import debug
+        assert debug.enabled() and nnc.base.core.DEBUG
         base = debug.counters()
         assert set(base) == {"streams", "workers", "tasks", "records", "graphs", "tensors"}
 
@@ -65,7 +65,7 @@ def test_counters_follow_each_kind_of_object():
 def test_counters_stay_zero_with_debug_mode_off():
     run_child("""
         import nnc
-        from nnc import debug
+        from nnc.base import debug
         assert not debug.enabled()
         s = nnc.Stream("cpu")
         s.add_callback(lambda: None)

@@ -1,10 +1,10 @@
-"""nnc.device: the one device-string parser, the array-interface holder, the GPU table."""
+"""nnc.base.device: the one device-string parser, the array-interface holder, the GPU table."""
 
 import numpy as np
 import pytest
 
 import nnc
-from nnc import device
+from nnc.base import device
 
 BAD = ["gpu:", "gpu:-1", "GPU", "cuda", 3, None, "gpu:x", "gpu0", " gpu", "gpu:1.0", "cpu:0",
        "gpu:٣", b"cpu", "", 0.0]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import nnc
-from nnc import dlpack
+from nnc.tensor import dlpack
 
 DTYPES = ["float16", "float32", "float64", "int32", "int64", "uint8"]
 
@@ -171,7 +171,7 @@ def test_no_leak_over_many_round_trips():
 
 
 def test_debug_counters_balance():
-    from nnc import debug
+    from nnc.base import debug
 
     gc.collect()
     before = debug.counters()["tensors"]

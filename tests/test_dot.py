@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import nnc
-from nnc.graph.tools import PALETTE
+from nnc.run.tools import PALETTE
 
 
 def structure(text):

@@ -16,7 +16,7 @@ import pytest
 from _engine_lib import engine_lib
 
 import nnc
-from nnc.engine import CFUNC
+from nnc.engine.engine import CFUNC
 
 T = 60                                  # seconds: the bound on every wait
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import nnc
-from nnc.engine import CFUNC
+from nnc.engine.engine import CFUNC
 
 T = 60                                  # seconds: the bound on every wait
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -179,7 +179,7 @@ def test_push_none_is_refused(naive):
         print("works:", e.wait_for_var(v, timeout=30), flush=True)
     """)
     assert out.returncode == 0, out.stderr
-    assert "refused: fn must be callable or an nnc.engine.CFUNC, not NoneType" in out.stdout
+    assert "refused: fn must be callable or an nnc.engine.engine.CFUNC, not NoneType" in out.stdout
     assert "works: True" in out.stdout
 
 
@@ -333,7 +333,7 @@ def test_a_copy_of_a_call_tensor_whose_function_was_freed_never_runs():
     """The crash as reported: the copy outlives the function it named."""
     out = run_py("""
         import gc, numpy as np, nnc
-        from nnc.engine import CFUNC
+        from nnc.engine.engine import CFUNC
         e = nnc.Engine()
         v = e.new_var()
         fn = CFUNC(lambda arg: 0)
@@ -361,7 +361,7 @@ def test_a_copy_of_a_call_tensor_whose_function_was_freed_never_runs():
 
 
 def test_a_recording_not_made_by_record_is_refused():
-    from nnc.engine_record import Recording
+    from nnc.engine.recording import Recording
 
     with pytest.raises(nnc.EngineError, match="not made by Engine.record"):
         Recording.__new__(Recording).__enter__()

@@ -179,5 +179,5 @@ def test_wheel_files_from_the_sdist(sdist, tmp_path):
     problems = check.wheel_problems(names, check.tracked_files(ROOT),
                                     check.extension_modules(ROOT))
     assert not problems, problems
-    assert "nnc/py.typed" in names and "nnc/nnc.h" in names and "nnc/_core.pxd" in names
+    assert "nnc/py.typed" in names and "nnc/nnc.h" in names and "nnc/base/core.pxd" in names
     assert not [n for n in names if n.endswith((".pyx", ".c"))]

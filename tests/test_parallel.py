@@ -1,4 +1,4 @@
-"""Intra-op parallelism (nnc/parallel.pyx): a command's parts on the caller and idle pool
+"""Intra-op parallelism (nnc/base/parallel.pyx): a command's parts on the caller and idle pool
 threads. NNC's CPU_OPT backends split loops with parallel_for over their own threads; nnc's
 parts share the stream pool's threads (docs/threading.md, "Intra-op parallelism")."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nnc
-from nnc.parallel import parallel_probe
+from nnc.base.parallel import parallel_probe
 
 # Every test here that could hang joins with a deadline (the suite's timeout is the backstop).
 DEADLINE = 60
@@ -133,7 +133,7 @@ def test_one_intra_op_thread_before_the_pool_ever_started():
             "y = np.zeros((1, 40, 40, 8), np.float32)\n"
             "nnc.cmd_exec(nnc.Cmd('CONVOLUTION'), [x, w], [y])\n"
             "assert (y == 16).all()\n"
-            "from nnc.parallel import parallel_probe\n"
+            "from nnc.base.parallel import parallel_probe\n"
             "rc, ran = parallel_probe(4)\n"
             "assert rc == 0 and len(set(ran)) == 1\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -122,7 +122,7 @@ def test_unpickling_an_unregistered_command_says_so():
     nnc.register_command(name)
     nnc.register_backend(name, "CPU_REF", lambda c, i, o: None)
     data = pickle.dumps(nnc.Cmd(name))
-    from nnc import cmd as cmd_module
+    from nnc.cmd import command as cmd_module
 
     # Simulate a process where the command is not registered: the lookup names it.
     blob = data.replace(name.encode(), b"TEST_PICKLE_NONE")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nnc.graph.schedule import POLICIES
+from nnc.schedule.schedule import POLICIES
 
 ROOT = Path(__file__).resolve().parents[1]
 

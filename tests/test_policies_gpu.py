@@ -12,7 +12,7 @@ from _fake_cuda import install, real
 
 import nnc
 from nnc.cuda import memory
-from nnc.graph.schedule import POLICIES
+from nnc.schedule.schedule import POLICIES
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                 "driver borrows its enums and handle types)")

@@ -1,4 +1,4 @@
-"""The "ios" policy (nnc/graph/policy_ios.pyx; docs/schedule.md "Policy "ios""): IOS's dynamic
+"""The "ios" policy (nnc/schedule/policy_ios.pyx; docs/schedule.md "Policy "ios""): IOS's dynamic
 program over stages. Verification and bit-identical runs on random graphs are in
 tests/test_schedule_policies.py (POLICY_NAMES); here: the DP's own answers."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_schedule import random_graph
 
 import nnc
-from nnc.graph.policy_ios import ios_stages, set_ios_options
+from nnc.schedule.policy_ios import ios_stages, set_ios_options
 
 # IOS's README sample: input -> four 3x3 convs -> concat. Costs (ours): the convs are two cheap
 # (1) and two costly (3), the input and concat 1, a stage costs 0.5 more, two streams. One stage

@@ -1,4 +1,4 @@
-"""The "nimble" policy (nnc/graph/policy_nimble.pyx): Nimble's claims checked on hand graphs and
+"""The "nimble" policy (nnc/schedule/policy_nimble.pyx): Nimble's claims checked on hand graphs and
 random DAGs against brute force (transitive reduction, maximum matching, chain-order width)."""
 
 import itertools
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nnc
-from nnc.graph.policy_nimble import nimble_streams
+from nnc.schedule.policy_nimble import nimble_streams
 
 
 def closure(succ):

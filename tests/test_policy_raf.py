@@ -1,4 +1,4 @@
-"""RAF's "wavefront" and "asap" stream assignments (nnc/graph/policy_raf.pyx) on RAF's three test
+"""RAF's "wavefront" and "asap" stream assignments (nnc/schedule/policy_raf.pyx) on RAF's three test
 graphs (awslabs/raf tests/python/pass/test_pass_stream_schedule_{wavefront,asap}.py), checked
 against a plain-Python statement of each algorithm on random DAGs, and for the order they
 promise."""
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nnc
-from nnc.graph.policy_raf import asap_streams, wavefront_streams
+from nnc.schedule.policy_raf import asap_streams, wavefront_streams
 
 # RAF's graphs over positions in a topological order that runs each wave after the one before
 # (so wave barriers are fully expressible). Names follow RAF's pictures; x is the input.

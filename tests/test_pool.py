@@ -1,5 +1,5 @@
-"""The worker pool (nnc/worker.pyx): CPU streams are serial queues that a bounded pool of threads
-runs; a stream waiting on a signal parks instead of holding a thread.
+"""The worker pool (nnc/stream/worker.pyx): CPU streams are serial queues that a bounded pool of
+threads runs; a stream waiting on a signal parks instead of holding a thread.
 
 Every test that could hang runs its body in a child process with a timeout, or waits with one.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import nnc
-from nnc.worker import pool_stats
+from nnc.stream.worker import pool_stats
 
 CHILD_TIMEOUT = 120
 

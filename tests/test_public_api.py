@@ -34,4 +34,7 @@ def test_builtin_commands_are_registered():
 def test_get_include_has_the_pxd_files():
     import os
 
-    assert os.path.exists(os.path.join(nnc.get_include(), "tensor.pxd"))
+    inc = nnc.get_include()
+    assert os.path.exists(os.path.join(inc, "nnc.h"))
+    assert os.path.exists(os.path.join(inc, "nnc_types.h"))
+    assert os.path.exists(os.path.join(inc, "tensor", "tensor.pxd"))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_graph import parallel_graph, scalar
 
 import nnc
-from nnc.stream import Stream
+from nnc.stream.stream import Stream
 
 TIMEOUT = 10
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from test_graph import parallel_graph
 
 import nnc
-from nnc.graph.rank import _set_clock_slots
-from nnc.graph.schedule import graph_schedule
-from nnc.graph.verify import _set_verify_slots
+from nnc.schedule.rank import _set_clock_slots
+from nnc.schedule.schedule import graph_schedule
+from nnc.schedule.verify import _set_verify_slots
 
 ONE = nnc.Tensor(np.ones((1, 2), np.float32))
 OUT = nnc.Tensor(np.zeros((1, 1), np.float32))
@@ -282,7 +282,7 @@ def test_bad_input():
                 dict(max_streams=True)):
         with pytest.raises(nnc.ScheduleError):
             nnc.static_schedule(g, **bad)
-    for bad in ("tpu", "gpu:x"):  # device strings: one parser, one error (nnc.device)
+    for bad in ("tpu", "gpu:x"):  # device strings: one parser, one error (nnc.base.device)
         with pytest.raises(nnc.DeviceError, match="unknown device"):
             nnc.static_schedule(g, stream_type=bad)
     with pytest.raises(nnc.ScheduleError, match="nnc.Graph"):
@@ -627,7 +627,7 @@ def test_dropped_scheduled_graphs_free_their_streams_without_the_collector():
         import gc, os, threading, time, weakref
         import numpy as np
         import nnc
-        from nnc import stream as stream_module
+        from nnc.stream import stream as stream_module
 
         def threads():
             try:

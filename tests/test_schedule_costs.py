@@ -14,7 +14,7 @@ import pytest
 from test_schedule import _run_isolated
 
 import nnc
-from nnc.graph.schedule import POLICIES
+from nnc.schedule.schedule import POLICIES
 
 DBL_MAX = sys.float_info.max
 COST_POLICIES = [name for name in POLICIES if name != "rank"]   # "rank" reads no costs
@@ -216,7 +216,7 @@ print("ok")
 
 
 def test_a_python_policy_cannot_change_the_graph_it_schedules():
-    from nnc.graph.schedule import _register_python_policy, _unregister_policy
+    from nnc.schedule.schedule import _register_python_policy, _unregister_policy
 
     g, ex = diamond()
     seen = []
@@ -303,7 +303,7 @@ def test_costs_whose_sum_overflows_raise_naming_the_node():
     """In a child: "ios" once allocated without bound on such costs."""
     out = run_child(f"""
 import re
-from nnc.graph.policy_ios import ios_stages
+from nnc.schedule.policy_ios import ios_stages
 g, ex = diamond()
 for policy in {COST_POLICIES!r}:
     for costs in ({{e: 1e308 for e in ex}}, lambda e: 1e308 if e.index < 3 else 1.0):
@@ -356,7 +356,7 @@ def test_ios_with_a_huge_stage_overhead_stays_bounded():
     """Every ending's cost past 1e300 (the DP's old "no ending yet" mark): the stage walk
     looped. The answer is the one stage that pays the overhead once."""
     out = run_child("""
-from nnc.graph.policy_ios import ios_stages
+from nnc.schedule.policy_ios import ios_stages
 streams, info = ios_stages([[1, 2], [3], [3], []], [1.0, 2e299, 1.0, 1.0],
                            stage_overhead=9e299)
 print(len(info["stages"]), sorted(info["order"]))
@@ -371,7 +371,7 @@ def test_ios_gives_a_valid_schedule_for_any_finite_costs():
 import random
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from nnc.graph.policy_ios import ios_stages
+from nnc.schedule.policy_ios import ios_stages
 
 @settings(max_examples=60, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow],
@@ -401,7 +401,7 @@ def test_ios_answers_the_same_for_costs_scaled_past_1e300():
 import random
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from nnc.graph.policy_ios import ios_stages
+from nnc.schedule.policy_ios import ios_stages
 
 @settings(max_examples=40, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow],
@@ -424,7 +424,7 @@ print("ok")
 
 
 def test_a_python_policy_whose_exception_cannot_be_printed_is_reported():
-    from nnc.graph.schedule import _register_python_policy, _unregister_policy
+    from nnc.schedule.schedule import _register_python_policy, _unregister_policy
 
     class Unprintable(Exception):
         def __repr__(self):

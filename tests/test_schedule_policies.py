@@ -16,8 +16,8 @@ from test_run import random_sum_graph
 from test_schedule import build, check, dags, random_graph
 
 import nnc
-from nnc.graph.schedule import POLICIES, _register_python_policy, _unregister_policy
-from nnc.stream import Stream
+from nnc.schedule.schedule import POLICIES, _register_python_policy, _unregister_policy
+from nnc.stream.stream import Stream
 
 DIAMOND = [(0, 1), (0, 2), (1, 3), (2, 3)]
 

@@ -1,4 +1,4 @@
-"""Schedule.simulate (nnc/graph/simulate.pyx): hand-computed makespans, an independent reference
+"""Schedule.simulate (nnc/schedule/simulate.pyx): hand-computed makespans, an independent reference
 simulator on random DAGs, bounds, bad costs, the trace file, and one comparison with a real run."""
 
 import json

@@ -35,37 +35,19 @@ def test_cython_lint():
 
 
 # -- the layer map (docs/design.md, "Layers"): a module imports only its own layer or lower ones.
-# Bottom to top; a name covers the module and everything under it; the longest name wins.
+# A module's layer is its folder's: the package tree is the map, so a new module is placed by
+# where it lives. Bottom to top; the longest name that prefixes a module wins.
 LAYERS = {
-    # 0 base: no nnc imports but each other (nnc.coro: the standard library, nnc._core)
-    "nnc._core": 0, "nnc.sync": 0, "nnc.debug": 0, "nnc.tracing": 0, "nnc.coro": 0,
-    "nnc.device": 0, "nnc.workspace": 0, "nnc.parallel": 0,
-    # 1 tensor
-    "nnc.tensor": 1, "nnc.dlpack": 1, "nnc.multiview": 1,
-    # 2 command: commands, backends and the built-in ops
-    "nnc.cmd": 2, "nnc.cmd_params": 2, "nnc.ops": 2,
-    # 3 stream: streams, signals, the worker pool; nnc.cuda beside them (it registers itself
-    # into tensor and stream tables; layers 0-3 never import it)
-    "nnc.stream": 3, "nnc.drain": 3, "nnc.worker": 3, "nnc.pool": 3, "nnc.record": 3,
-    "nnc.waiting": 3,
-    "nnc.inbox": 3,
-    "nnc.cuda": 3,
-    # 4 graph: the concrete graph and its while / case..of nodes
-    "nnc.graph": 4, "nnc.graph.graph": 4, "nnc.graph.control": 4,
-    # 5 schedule: static schedules and what reads them
-    "nnc.graph.schedule": 5, "nnc.graph.rank": 5, "nnc.graph.hazard": 5, "nnc.graph.verify": 5,
-    "nnc.graph.costs": 5, "nnc.graph.dag": 5, "nnc.graph.policy_list": 5,
-    "nnc.graph.policy_nimble": 5, "nnc.graph.policy_raf": 5, "nnc.graph.policy_ios": 5,
-    "nnc.graph.simulate": 5,
-    # 6 run: runs on streams, control flow on coroutines, profile / autotune / dot
-    "nnc.graph.run": 6, "nnc.graph.flow": 6, "nnc.graph.tools": 6,
-    # nnc.cuda.graph captures and replays graph runs (and copies graphs to a GPU): a runner
-    "nnc.cuda.graph": 6,
-    # 7 top: the package, the C API, formats, models, tools that see every layer
-    "nnc": 7, "nnc.capi": 7, "nnc.capi_handle": 7, "nnc.onnx": 7, "nnc.models": 7,
-    "nnc.pipeline": 7, "nnc.engine": 7, "nnc.engine_op": 7, "nnc.engine_record": 7,
-    "nnc.engine_call": 7,
-    "nnc.demo": 7, "nnc.trace": 7, "nnc.embed": 7, "nnc.__main__": 7, "nnc.invariants": 7,
+    "nnc.base": 0, "nnc.coro": 0,       # core types, sync, debug, workspace; coroutines
+    "nnc.tensor": 1,
+    "nnc.cmd": 2, "nnc.ops": 2,         # the command registry; the built-in commands' backends
+    "nnc.stream": 3,
+    "nnc.cuda": 3,                      # beside layer 3: it registers itself into its tables
+    "nnc.graph": 4,
+    "nnc.schedule": 5,
+    "nnc.run": 6,
+    "nnc.cuda.graph": 6,                # CUDA-graph capture of graph runs: a runner
+    "nnc": 7,                           # capi, engine, check, onnx, models, pipeline, tools
 }
 LAYER_NAMES = ["base", "tensor", "command", "stream", "graph", "schedule", "run", "top"]
 # nnc.cuda sits beside layer 3: layers 0-3 reach it only through registries it fills.
@@ -218,6 +200,30 @@ def test_layers_import_only_downward():
     assert not found, "upward imports:\n" + "\n".join(found)
 
 
+def test_the_package_tree_is_the_layer_map():
+    """nnc/ holds folders (and the package's own files: __init__, __main__, the C headers and
+    the top layer's tools), no compiled module; each folder's __init__ docstring begins with
+    the layer LAYERS gives it ("Layer 3 stream. ...")."""
+    pkg = ROOT / "nnc"
+    top_modules = sorted(p.name for p in pkg.glob("*.pyx"))
+    assert top_modules == [], f"compiled modules at the top of nnc/: {top_modules}"
+    for folder in sorted(p for p in pkg.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        if folder.name == "cuda" or not any(folder.glob("*.py*")):
+            continue                    # kernels only, or nnc.cuda (checked below)
+        init = folder / "__init__.py"
+        assert init.exists(), f"{folder.relative_to(ROOT)} has no __init__.py saying its layer"
+        import ast
+
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        n = _layer(f"nnc.{folder.name}")
+        assert doc.startswith(f"Layer {n} "), \
+            f"{init.relative_to(ROOT)}'s docstring must begin 'Layer {n} {LAYER_NAMES[n]}.'"
+    import ast
+
+    doc = ast.get_docstring(ast.parse((pkg / "cuda" / "__init__.py").read_text())) or ""
+    assert "Layer 3" in doc, "nnc/cuda/__init__.py's docstring must state its layer"
+
+
 def test_layer_allowlist_is_current():
     """Each allowed upward edge still exists: a removed one must leave the list."""
     seen = set()
@@ -234,14 +240,15 @@ def test_the_import_reader_sees_every_form(tmp_path):
     """The layer test can fail: the reader finds imports at any depth, parenthesised cimports,
     ``from package import submodule``, and skips strings, comments and TYPE_CHECKING blocks."""
     pyx = tmp_path / "x.pyx"
-    pyx.write_text('"""from nnc.graph.run import x"""\n# import nnc.capi\n'
-                   "from nnc.cmd cimport (\n    Cmd,\n)\ns = 'import nnc.onnx'\n"
-                   "def f():\n    from nnc import cuda, Tensor\n    import nnc.graph.tools as t\n"
-                   "    cimport nnc.stream\n")
-    assert _cython_imports(pyx) == [(3, "nnc.cmd"), (8, "nnc.cuda"), (8, "nnc"),
-                                    (9, "nnc.graph.tools"), (10, "nnc.stream")]
+    pyx.write_text('"""from nnc.run.run import x"""\n# import nnc.capi.capi\n'
+                   "from nnc.cmd.command cimport (\n    Cmd,\n)\ns = 'import nnc.onnx'\n"
+                   "def f():\n    from nnc import cuda, Tensor\n    import nnc.run.tools as t\n"
+                   "    cimport nnc.stream.stream\n")
+    assert _cython_imports(pyx) == [(3, "nnc.cmd.command"), (8, "nnc.cuda"), (8, "nnc"),
+                                    (9, "nnc.run.tools"), (10, "nnc.stream.stream")]
     py = tmp_path / "probe.py"
-    py.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import nnc.capi\n"
-                  "def f():\n    from . import run\n    from nnc.graph.graph import Graph\n")
-    assert _py_imports(py, "nnc.graph.probe") == [(5, "nnc.graph.run"), (6, "nnc.graph.graph")]
-    assert _layer("nnc.graph.flow") == 6 and _layer("nnc.cuda.memory") == 3
+    py.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import nnc.capi.capi\n"
+                  "def f():\n    from . import control\n    from nnc.graph.graph import Graph\n")
+    assert _py_imports(py, "nnc.graph.probe") == [(5, "nnc.graph.control"),
+                                                  (6, "nnc.graph.graph")]
+    assert _layer("nnc.run.flow") == 6 and _layer("nnc.cuda.memory") == 3

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import nnc
-from nnc.stream import Signal, Stream
+from nnc.stream.stream import Signal, Stream
 
 TIMEOUT = 10
 

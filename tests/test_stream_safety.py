@@ -18,7 +18,7 @@ import time
 import pytest
 
 import nnc
-from nnc.stream import Stream
+from nnc.stream.stream import Stream
 
 TIMEOUT = 60
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -372,7 +372,7 @@ def test_nnc_shutdown_drains_dropped_streams():
     # handle (here: object) is gone, finishes its queue before it returns.
     out = run_py("""
         import threading, nnc
-        from nnc.drain import drain_all
+        from nnc.stream.drain import drain_all
         done = []
         go = threading.Event()
         s = nnc.Stream()

@@ -1,4 +1,4 @@
-"""Every ``timeout=`` of nnc goes through one check (``nnc._core.timeout_seconds``): None or
+"""Every ``timeout=`` of nnc goes through one check (``nnc.base.core.timeout_seconds``): None or
 +inf waits forever, a negative timeout is 0 (as ``threading.Event.wait``), NaN and anything
 but a real number raise the subsystem's NNCError (docs/threading.md, "Timeouts").
 
@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 import nnc
-from nnc._core import timeout_seconds
+from nnc.base.core import timeout_seconds
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -74,10 +74,11 @@ WAITS = {
         wait, ERROR = (lambda timeout: pm.close(timeout=timeout)), PipelineError
         """, "raises"),
     "debug.leaks": ("""
-        import nnc.debug
-        before = nnc.debug.counters()
+        import nnc.base.debug
+        before = nnc.base.debug.counters()
         kept = nnc.Stream()             # a live stream: the counters never balance
-        wait, ERROR = (lambda timeout: nnc.debug.leaks(before, timeout) or False), nnc.StreamError
+        wait = lambda timeout: nnc.base.debug.leaks(before, timeout) or False
+        ERROR = nnc.StreamError
         """, False),
 }
 

@@ -233,7 +233,7 @@ def test_stream_run_with_a_loop_names_its_bookkeeping(tmp_path):
 
 
 def test_not_tracing_records_nothing(tmp_path):
-    from nnc import tracing
+    from nnc.base import tracing
 
     g, _ = chain(2)
     g.run()

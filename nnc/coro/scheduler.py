@@ -11,21 +11,21 @@ caller never waits for control flow, and a scheduler never has more than one thr
 Wake-ups arrive through an *inbox* (:class:`Inbox`): an event source posts the woken task there
 from any thread, and only the thread that drives the scheduler turns posts into ready tasks. So
 a source never needs the scheduler's lock, nor the GIL if its inbox is implemented in C: the
-stream layer gives its schedulers one (``nnc.inbox``) that a stream worker posts to without the
-GIL, which makes a wait on a stream exactly two thread hand-offs.
+stream layer gives its schedulers one (``nnc.stream.inbox``) that a stream worker posts to
+without the GIL, which makes a wait on a stream exactly two thread hand-offs.
 
 Two departures from NNC, both deliberate: a task spawned while the thread is active wakes it at
 once (NNC waits for the next stream callback), and every task suspended on a sub-task is resumed
 when that sub-task ends, however many passes it took (NNC's graph runner can lose track of them).
 
-Only the standard library is used here, and nnc._core's check of a ``timeout=`` (the one every
+Only the standard library is used here, and nnc.base.core's check of a ``timeout=`` (the one every
 wait of nnc makes); the stream layer supplies the ``coro_arm`` glue.
 """
 
 import threading
 from collections import deque
 
-from nnc._core import timeout_seconds
+from nnc.base.core import timeout_seconds
 from nnc.coro.traps import AwaitAny, AwaitTask, WaitFor
 
 __all__ = ["Inbox", "Scheduler", "Task", "current_scheduler"]
@@ -63,7 +63,7 @@ class Inbox:
 
     ``post(item)``: a woken Task, or None to make a sleeping taker look at the ready queue.
     ``take(block)``: every item posted so far, oldest first; with ``block`` it sleeps until
-    there is at least one. A C implementation (``nnc.inbox.Inbox``) has the same two methods.
+    there is at least one. A C implementation (``nnc.stream.inbox.Inbox``) has the same two methods.
     """
 
     __slots__ = ("_cond", "_items")

@@ -13,7 +13,7 @@ _Request = WaitFor | AwaitTask | AwaitAny
 _Gen = Generator[_Request, Any, Any]
 
 class _InboxLike(Protocol):
-    # nnc.coro.Inbox, or the C nnc.inbox.Inbox a stream's scheduler uses.
+    # nnc.coro.Inbox, or the C nnc.stream.inbox.Inbox a stream's scheduler uses.
     def post(self, item: object, /) -> None: ...
     def take(self, block: bool = ..., /) -> list[Any]: ...
 

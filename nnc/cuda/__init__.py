@@ -1,5 +1,8 @@
 """CUDA detection: is a usable NVIDIA GPU here, and if not, why not.
 
+Layer 3, beside nnc.stream: layers 0-3 never import it; it fills their device tables when
+``import nnc`` registers it. nnc.cuda.graph (CUDA-graph capture of a run) is a runner, layer 6.
+
 NNC: ccv_nnc_device_count / the GPU half of ccv_nnc_init. Nothing here imports cuda-bindings at
 ``import nnc``: the probe runs on the first call of :func:`available` (or of anything that needs
 a GPU), takes a lock, and caches its answer for the process. It never raises; every GPU request
@@ -35,9 +38,9 @@ import importlib.util
 import os
 import threading
 
-from nnc import device as _device
-from nnc._core import CUDAError, NNCError
-from nnc.stream import stream_register_device
+from nnc.base import device as _device
+from nnc.base.core import CUDAError, NNCError
+from nnc.stream.stream import stream_register_device
 
 __all__ = ["PRECISIONS", "CUDAError", "PrecisionError", "available", "device_count", "parse_gpu",
            "precision", "require", "set_precision", "unavailable_reason"]
@@ -179,7 +182,7 @@ def device_count():
 def parse_gpu(spec):
     """The ordinal of a GPU device string ("gpu" is "gpu:0"); None if spec is not one.
 
-    Only the syntax is checked (by nnc.device's one parser); :func:`require` checks that the
+    Only the syntax is checked (by nnc.base.device's one parser); :func:`require` checks that the
     GPU exists.
     """
     try:
@@ -230,7 +233,7 @@ def _memory_table():
     return memory.device_table()
 
 
-# The tensor layer (below this one) reaches GPUs only through nnc.device's table.
+# The tensor layer (below this one) reaches GPUs only through nnc.base.device's table.
 _device.register_gpu(require, _memory_table)
 
 

@@ -1,7 +1,7 @@
 """CUDA detection (nnc/cuda/__init__.py): is a usable NVIDIA GPU here, and if not, why not."""
 
-from nnc._core import CUDAError as CUDAError
-from nnc._core import NNCError
+from nnc.base.core import CUDAError as CUDAError
+from nnc.base.core import NNCError
 
 __all__ = ["PRECISIONS", "CUDAError", "PrecisionError", "available", "device_count", "parse_gpu",
            "precision", "require", "set_precision", "unavailable_reason"]

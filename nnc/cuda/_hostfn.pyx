@@ -21,7 +21,7 @@ from libc.stdlib cimport free, malloc
 import threading
 import traceback
 
-from nnc.sync cimport (
+from nnc.base.sync cimport (
     pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t, pthread_mutex_unlock, sem_init,
     sem_post, sem_t, sem_wait,
 )

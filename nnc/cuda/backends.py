@@ -20,7 +20,7 @@ same tests check the argument packing and geometry against NumPy emulations of t
 import numpy as np
 
 import nnc.cuda as _cuda
-from nnc._core import CommandError
+from nnc.base.core import CommandError
 from nnc.cuda import memory, nvrtc
 from nnc.cuda.driver import check, device, driver, launch, pack_args
 
@@ -486,7 +486,7 @@ def _transfer_accept(cmd, inputs, outputs):
 
 def register():
     """Register GPU_REF for every built-in command it implements (once, at import nnc)."""
-    from nnc.cmd import register_backend
+    from nnc.cmd.command import register_backend
 
     def add(command, body, accept=_contiguous_same_gpu, device="gpu", datatypes=GPU_TYPES):
         register_backend(command, BACKEND, runner(body, peers=body is _transfer),

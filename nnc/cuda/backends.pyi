@@ -6,8 +6,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from nnc.cmd import Cmd
-from nnc.tensor import Tensor
+from nnc.cmd.command import Cmd
+from nnc.tensor.tensor import Tensor
 
 __all__ = ["ACC_DTYPE", "BACKEND", "GPU_TYPES", "PREPARE", "ByPrecision", "Launch", "bias_act",
            "conv_body", "operands", "pixel_stride", "register", "row_stride", "runner",

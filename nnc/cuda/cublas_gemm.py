@@ -52,7 +52,7 @@ import threading
 
 import numpy as np
 
-from nnc._core import CommandError, CUDAError
+from nnc.base.core import CommandError, CUDAError
 from nnc.cuda import memory
 from nnc.cuda.backends import FLOAT_TYPES, operands, runner, same_gpu, tensors_of
 
@@ -378,7 +378,7 @@ def _accept(cmd, inputs, outputs):
 
 def register():
     """Register GPU_OPT of GEMM (at import nnc: imports neither nvmath nor cuda-bindings)."""
-    from nnc.cmd import register_backend
+    from nnc.cmd.command import register_backend
 
     register_backend("GEMM", BACKEND, runner(_gemm, name=BACKEND, precise=True),
                      datatypes=DATATYPES,

@@ -4,9 +4,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from nnc.cmd import Cmd
+from nnc.cmd.command import Cmd
 from nnc.cuda.driver import CudaStream, Device
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 __all__ = ["BACKEND", "PRIORITY", "CublasHandle", "available", "handle", "register",
            "unavailable_reason", "workspace_size"]

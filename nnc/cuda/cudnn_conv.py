@@ -65,7 +65,7 @@ import weakref
 import numpy as np
 
 import nnc.cuda as _cuda
-from nnc._core import CUDAError
+from nnc.base.core import CUDAError
 from nnc.cuda import memory
 from nnc.cuda.backends import bias_act, operands, pixel_stride, runner, same_gpu, tensors_of
 from nnc.cuda.backends import conv_body as _reference_conv
@@ -788,7 +788,7 @@ def _accept(cmd, inputs, outputs):
 
 def register():
     """Register GPU_OPT for CONVOLUTION (once, at import nnc; imports no CUDA library)."""
-    from nnc.cmd import register_backend
+    from nnc.cmd.command import register_backend
 
     register_backend("CONVOLUTION", BACKEND, runner(_body, name=BACKEND, precise=True),
                      datatypes=("float16", "float32"), accept=_accept, priority=PRIORITY,

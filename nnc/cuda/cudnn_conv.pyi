@@ -4,9 +4,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from nnc.cmd import Cmd
+from nnc.cmd.command import Cmd
 from nnc.cuda.driver import Device
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 __all__ = ["ALIGN", "BACKEND", "CACHE_FILE", "HINT", "LIBRARY", "PRIORITY", "TUNE", "available",
            "cache_path", "describe", "geometry", "implementation", "plan", "register",

@@ -26,7 +26,7 @@ import threading
 import numpy as np
 
 from nnc import cuda as _detect
-from nnc._core import CUDAError, StreamError
+from nnc.base.core import CUDAError, StreamError
 
 __all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "cuda_stream",
            "device", "driver", "driver_version"]

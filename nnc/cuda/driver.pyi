@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nnc.graph.graph import Graph
-from nnc.stream import Stream
+from nnc.stream.stream import Stream
 
 __all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "cuda_stream",
            "device", "driver", "driver_version"]

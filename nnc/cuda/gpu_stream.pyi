@@ -5,7 +5,7 @@ from typing import Self
 from typing_extensions import disjoint_base
 
 from nnc.cuda.driver import CudaEvent, CudaStream
-from nnc.stream import DeviceStream, Signal, Stream
+from nnc.stream.stream import DeviceStream, Signal, Stream
 
 __all__ = ["GpuSignal", "GpuStream", "capturing", "device_half", "set_capturing", "signal_half"]
 

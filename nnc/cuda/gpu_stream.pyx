@@ -1,5 +1,5 @@
 """The device half of ``nnc.Stream("gpu:N")`` and ``nnc.Signal("gpu:N")``: how a CUDA stream runs
-each task kind the runners push (nnc/stream.pxd), so that graph runs, loops, branches and
+each task kind the runners push (nnc/stream/stream.pxd), so that graph runs, loops, branches and
 ``cmd_exec`` reach a GPU through the same code as a CPU stream (docs/gpu.md, "How a GPU stream
 runs each task").
 
@@ -23,7 +23,7 @@ cuda-bindings.
 
 A CUDA event cannot be waited on before it is recorded, but the coroutine runner reserves the
 end signal of a run with control flow and makes the caller's stream wait on it before the
-scheduler thread emits it (nnc/graph/flow.pyx). A GPU stream waiting on a *reserved* signal
+scheduler thread emits it (nnc/run/flow.pyx). A GPU stream waiting on a *reserved* signal
 therefore holds its later work on the host, in order, until that signal's emit is enqueued
 (then it waits on the event and launches what it held) or the signal is set.
 
@@ -39,10 +39,10 @@ from libc.stdint cimport uintptr_t
 import threading
 import time
 
-from nnc._core import CUDAError, StreamError
+from nnc.base.core import CUDAError, StreamError
 
-from nnc.stream cimport DeviceStream, Signal, Stream
-from nnc.worker cimport (
+from nnc.stream.stream cimport DeviceStream, Signal, Stream
+from nnc.stream.worker cimport (
     TASK_C, TASK_CALL, TASK_LAUNCH, TASK_NOW, TASK_PY, TASK_STORE, stream_record_error,
     stream_task_t, task_release_owned,
 )
@@ -113,7 +113,7 @@ cdef class _HostCall:
 
 
 cdef str _where(object ctx, int node):
-    """How a failing task is named in errors, as nnc.worker names it."""
+    """How a failing task is named in errors, as nnc.stream.worker names it."""
     if ctx is not None and node >= 0 and hasattr(ctx, "_label"):
         return f"node {ctx._label(node)}"
     return "a task" if ctx is None else repr(ctx)

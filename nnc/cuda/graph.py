@@ -1,7 +1,7 @@
 """CUDA-graph capture of a graph's run on a GPU stream, and copying a CPU graph to a GPU.
 
 NNC has no counterpart; Nimble (ATC '21) does this. ``g.run(stream=s)`` on a GPU
-``nnc.Stream`` goes through the same runner as on a CPU stream (nnc/graph/run.pyx; the GPU
+``nnc.Stream`` goes through the same runner as on a CPU stream (nnc/run/run.pyx; the GPU
 stream launches each node as it is enqueued, nnc/cuda/gpu_stream.pyx). :func:`capture` records
 one such run into a :class:`~nnc.cuda.driver.CudaGraph`, so a replay costs one cuGraphLaunch
 however many nodes the graph has.
@@ -15,12 +15,12 @@ device scalar, ``cuGraphAddNode`` adds the conditional node after it and
 ``cuStreamUpdateCaptureDependencies`` makes it what the stream's next work depends on; the body
 (each branch) is captured into the node's body graph with ``cuStreamBeginCaptureToGraph`` on a
 stream of its own, its last work the condition kernel again (a WHILE re-evaluates after each
-iteration). nnc.graph.flow enqueues the bodies (``flow_capture_run``).
+iteration). nnc.run.flow enqueues the bodies (``flow_capture_run``).
 """
 
 import numpy as np
 
-from nnc._core import GraphError, error_repr
+from nnc.base.core import GraphError, error_repr
 from nnc.cuda.driver import CudaGraph
 
 __all__ = ["COND_SOURCE", "CapturedGraph", "capture", "to_gpu"]
@@ -134,7 +134,7 @@ class _Node:
 
 
 class _Conditionals:
-    """The recorder nnc.graph.flow calls while a run with control flow is captured (see the
+    """The recorder nnc.run.flow calls while a run with control flow is captured (see the
     module docstring). Made, and its device state prepared, before the capture begins."""
 
     def __init__(self, dev):
@@ -273,7 +273,7 @@ class _Conditionals:
 
     def while_begin(self, w, p, side):
         from nnc.cuda.driver import cuda_stream
-        from nnc.graph.flow import LOOP_HEAD_EMPTY
+        from nnc.run.flow import LOOP_HEAD_EMPTY
 
         node = self.loops[w]
         first = COUNT_RESET_EVAL if node.form == LOOP_HEAD_EMPTY else COUNT_RESET_ENTER
@@ -282,7 +282,7 @@ class _Conditionals:
         return node
 
     def while_end(self, node):
-        from nnc.graph.flow import LOOP_HEAD_EMPTY
+        from nnc.run.flow import LOOP_HEAD_EMPTY
 
         self._condition(node.side,
                         node, COUNT_STEP_EVAL if node.form == LOOP_HEAD_EMPTY else EVAL_COUNT_STEP)
@@ -343,8 +343,8 @@ def capture(graph, stream=None, warmup=True):
     (docs/control_flow.md), before anything is captured.
     """
     from nnc.cuda.gpu_stream import device_half, set_capturing
-    from nnc.graph.flow import flow_capture_prepare, flow_capture_run
-    from nnc.stream import Stream
+    from nnc.run.flow import flow_capture_prepare, flow_capture_run
+    from nnc.stream.stream import Stream
 
     s = stream if stream is not None else Stream("gpu")
     gpu = device_half(s)                # StreamError for a CPU stream
@@ -395,7 +395,7 @@ def to_gpu(graph, device="gpu", dtype=None):
     again, for the GPU); edges, sources and destinations follow the original. Graphs with
     while or case..of nodes are refused.
     """
-    from nnc.cmd import Cmd
+    from nnc.cmd.command import Cmd
     from nnc.cuda import memory
     from nnc.graph.graph import Graph
 

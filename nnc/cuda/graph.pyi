@@ -4,8 +4,8 @@ nodes), and copying a CPU graph to a GPU (nnc/cuda/graph.py)."""
 from nnc.cuda.driver import CudaGraph, CudaStream, Device
 from nnc.graph.control import CaseOfNode, Compare, WhileNode
 from nnc.graph.graph import Graph
-from nnc.stream import Stream
-from nnc.tensor import Tensor
+from nnc.stream.stream import Stream
+from nnc.tensor.tensor import Tensor
 
 __all__ = ["COND_SOURCE", "CapturedGraph", "capture", "to_gpu"]
 

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from nnc._core import CUDAError, TensorError
+from nnc.base.core import CUDAError, TensorError
 from nnc.cuda.driver import Resource, check, device, driver
 
 __all__ = ["DeviceBuffer", "PinnedBuffer", "copy", "empty", "fill_zero", "from_numpy",
@@ -129,7 +129,7 @@ class _Interface:
 
 def empty(shape, dtype, ordinal):
     """A new contiguous GPU tensor (Tensor.empty(..., device="gpu:N") calls this)."""
-    from nnc.tensor import Tensor
+    from nnc.tensor.tensor import Tensor
 
     dt = np.dtype(dtype)
     count = 1
@@ -141,7 +141,7 @@ def empty(shape, dtype, ordinal):
 
 def pinned(shape, dtype="float32", dev=0):
     """A new CPU tensor in pinned host memory (the fast side of host <-> GPU copies)."""
-    from nnc.tensor import Tensor
+    from nnc.tensor.tensor import Tensor
 
     dt = np.dtype(dtype)
     count = 1
@@ -264,7 +264,7 @@ def copy(dst, src, stream):
 
 
 def device_table():
-    """GPU memory for the tensor layer (nnc.device.gpu_memory; registered by nnc.cuda)."""
+    """GPU memory for the tensor layer (nnc.base.device.gpu_memory; registered by nnc.cuda)."""
 
     def synchronize(ordinal):
         d = device(ordinal)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy.typing as npt
 
 from nnc.cuda.driver import CudaStream, Device, Resource
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 __all__ = ["DeviceBuffer", "PinnedBuffer", "copy", "empty", "fill_zero", "from_numpy",
            "pinned", "to_host", "workspace"]

@@ -18,7 +18,7 @@ import os
 import pathlib
 import threading
 
-from nnc._core import CUDAError
+from nnc.base.core import CUDAError
 
 __all__ = ["KERNELS", "KERNEL_FILES", "compile_cubin", "kernel_source", "nvrtc_version"]
 

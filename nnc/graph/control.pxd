@@ -1,5 +1,5 @@
 # while and case..of nodes (nnc/graph/control.pyx): the runner object a WHILE or CASE_OF node's
-# command carries. Other modules (nnc.graph.flow, rank, schedule, hazard, tools) cimport these
+# command carries. Other modules (nnc.run.flow, rank, schedule, hazard, tools) cimport these
 # classes and call their typed cdef methods; the ``def`` methods ``_iter_begin``, ``_iter_end``,
 # ``_finish`` (WhileNode) and ``_select_phis`` (CaseOfNode) are queued on streams as Python
 # callables, reached through a typed reference.
@@ -7,7 +7,7 @@
 cimport cython
 
 from nnc.graph.graph cimport Graph
-from nnc.tensor cimport Tensor
+from nnc.tensor.tensor cimport Tensor
 
 
 # What every control node offers: the sub-graphs it runs, the tensors it reads besides its

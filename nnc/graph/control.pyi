@@ -7,7 +7,7 @@ from typing import final
 from typing_extensions import disjoint_base
 
 from nnc.graph.graph import Graph, GraphExec, _PresentTensors
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 COMPARE_OPS: tuple[str, ...]
 COMPARE_DTYPES: tuple[str, ...]

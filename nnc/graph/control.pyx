@@ -41,15 +41,15 @@ from libc.stdlib cimport free, malloc
 
 import numpy as np
 
-from nnc._core import GraphError, error_repr
-from nnc.cmd import Cmd
+from nnc.base.core import GraphError, error_repr
+from nnc.cmd.command import Cmd
 from nnc.graph.graph import register_control
 
-from nnc.cmd cimport tensor_list
+from nnc.cmd.command cimport tensor_list
 from nnc.graph.graph cimport Graph, GraphExec
-from nnc.multiview cimport MV_K1N, MV_PHI, MultiView
-from nnc.tensor cimport Tensor, tensor_overlap
-from nnc.tracing cimport trace_host, trace_now, trace_on
+from nnc.tensor.multiview cimport MV_K1N, MV_PHI, MultiView
+from nnc.tensor.tensor cimport Tensor, tensor_overlap
+from nnc.base.tracing cimport trace_host, trace_now, trace_on
 
 
 # Compare's operators, in the order of their codes in the condition kernel (nnc/cuda/graph.py).
@@ -506,7 +506,7 @@ cdef class WhileNode(ControlNode):
         finally:
             self._restore_originals(originals)
 
-    # -- the steps of a loop driven by nnc.graph.flow: queued on the node's stream ------------
+    # -- the steps of a loop driven by nnc.run.flow: queued on the node's stream ------------
 
     cdef list start(self):
         """Before the first iteration (host side): prepare; the carry-over tensors' memory.
@@ -748,7 +748,7 @@ register_control(
     set_case_of_expr=graph_set_case_of_expr, set_case_of=graph_set_case_of)
 
 
-# -- what a control node re-points, for static schedules (nnc/graph/rank.pyx) -------------------
+# -- what a control node re-points, for static schedules (nnc/schedule/rank.pyx) -------------------
 
 cdef list _node_tensors(Graph g, int idx):
     """Every tensor node idx of g reads or writes, with those of its sub-graphs' nodes."""

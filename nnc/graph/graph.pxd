@@ -1,6 +1,6 @@
-from nnc.cmd cimport nnc_bound_t
-from nnc.tensor cimport nnc_tensor_t
-from nnc.workspace cimport nnc_stream_context_t
+from nnc.cmd.command cimport nnc_bound_t
+from nnc.tensor.tensor cimport nnc_tensor_t
+from nnc.base.workspace cimport nnc_stream_context_t
 
 cdef enum:
     EXEC_CONTROL = 0x10                 # a while or case..of node (its bound work is BOUND_PY)
@@ -9,7 +9,7 @@ cdef enum:
 # no Python work except for Python-implemented commands.
 ctypedef struct exec_info_t:
     int flags                           # EXEC_CONTROL or 0
-    # The node's work, from the one bind path (nnc.cmd.cmd_bind): its param is the Cmd's in
+    # The node's work, from the one bind path (nnc.cmd.command.cmd_bind): its param is the Cmd's in
     # Graph._cmds, fn/args belong to the call in Graph._py_calls, io points at this node's slots
     # in Graph._io (re-pointed whenever _io moves).
     nnc_bound_t bound
@@ -39,9 +39,9 @@ cdef class Graph:
     cdef readonly long version          # bumped by every change to nodes, edges or ends
     # State of the layers above, each in one structure that layer owns and documents; Graph
     # only holds the reference (typed object: graph.pxd cannot cimport a higher layer).
-    cdef object _sched_state            # nnc.graph.schedule.ScheduleState, or None (never
+    cdef object _sched_state            # nnc.schedule.schedule.ScheduleState, or None (never
     #                                     scheduled): the default and one-stream schedules
-    cdef object _run_state              # nnc.graph.run.RunState, or None (never run on a
+    cdef object _run_state              # nnc.run.run.RunState, or None (never run on a
     #                                     stream): the streams, signals and last control task
     # In-flight guard, Graph's own (``_check_idle`` refuses changes while it is set): the
     # runner counts up when it enqueues a run and calls ``_run_finished`` when the run ends.

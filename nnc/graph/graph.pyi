@@ -6,11 +6,11 @@ from typing import Any
 import numpy.typing as npt
 from typing_extensions import disjoint_base
 
-from nnc.cmd import Cmd, _Tensors
+from nnc.cmd.command import Cmd, _Tensors
 from nnc.graph.control import Compare
-from nnc.graph.schedule import Schedule
-from nnc.stream import Stream
-from nnc.tensor import Tensor
+from nnc.schedule.schedule import Schedule
+from nnc.stream.stream import Stream
+from nnc.tensor.tensor import Tensor
 
 # Loop-expression and case..of tensors: like a command's, but never None.
 _Present = Tensor | npt.NDArray[Any]

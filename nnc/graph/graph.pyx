@@ -17,19 +17,19 @@ from libc.string cimport memset
 
 from collections import namedtuple
 
-from nnc._core import STATUS_NAMES as _STATUS_NAMES
-from nnc._core import CommandError, GraphError, NNCError, error_repr
-from nnc.multiview import register_anchor_type
+from nnc.base.core import STATUS_NAMES as _STATUS_NAMES
+from nnc.base.core import CommandError, GraphError, NNCError, error_repr
+from nnc.tensor.multiview import register_anchor_type
 
-from nnc.cmd cimport (
+from nnc.cmd.command cimport (
     BOUND_NONE, BOUND_PY, Backend, Cmd, cmd_bind, cmd_bound_run, cmd_select, cmd_validate,
     nnc_bound_t, tensor_list, tensors_movable,
 )
-from nnc.debug cimport DEBUG_GRAPHS, debug_count
-from nnc.parallel cimport parallel_ready
-from nnc.tensor cimport tensor_movable_epoch
-from nnc.tracing cimport trace_host, trace_now, trace_on
-from nnc.workspace cimport nnc_context_free
+from nnc.base.debug cimport DEBUG_GRAPHS, debug_count
+from nnc.base.parallel cimport parallel_ready
+from nnc.tensor.tensor cimport tensor_movable_epoch
+from nnc.base.tracing cimport trace_host, trace_now, trace_on
+from nnc.base.workspace cimport nnc_context_free
 
 
 # -- entry points of the layers above (docs/design.md, "Registries") ---------------------------
@@ -37,12 +37,12 @@ from nnc.workspace cimport nnc_context_free
 # by higher layers, which this module must not import. Each registers its functions here when
 # it is imported; nnc/__init__ imports every layer, so after ``import nnc`` all are filled.
 cdef object _control = None             # nnc.graph.control: a _ControlEntries
-cdef object _scheduler = None           # nnc.graph.schedule: graph_schedule(g) -> Schedule|None
-cdef object _runner = None              # nnc.graph.run: graph_run_on_stream(g, stream)
-cdef object _tools = None               # nnc.graph.tools: a _ToolEntries
+cdef object _scheduler = None           # nnc.schedule.schedule: graph_schedule(g) -> Schedule|None
+cdef object _runner = None              # nnc.run.run: graph_run_on_stream(g, stream)
+cdef object _tools = None               # nnc.run.tools: a _ToolEntries
 
 
-# What nnc.graph.control and nnc.graph.tools implement for Graph (fields named as the methods).
+# What nnc.graph.control and nnc.run.tools implement for Graph (fields named as the methods).
 _ControlEntries = namedtuple("_ControlEntries", [
     "while_", "set_while_expr", "add_carry_over", "while_count", "count_tensor", "case_of",
     "set_case_of_expr", "set_case_of"])
@@ -56,19 +56,19 @@ def register_control(**entries):
 
 
 def register_scheduler(graph_schedule):
-    """nnc.graph.schedule's ``graph_schedule(g)``: the default schedule, or None."""
+    """nnc.schedule.schedule's ``graph_schedule(g)``: the default schedule, or None."""
     global _scheduler
     _scheduler = graph_schedule
 
 
 def register_runner(run_on_stream):
-    """nnc.graph.run's ``graph_run_on_stream(g, stream)``."""
+    """nnc.run.run's ``graph_run_on_stream(g, stream)``."""
     global _runner
     _runner = run_on_stream
 
 
 def register_tools(profile, autotune, dot, simplify):
-    """nnc.graph.tools' ``graph_profile``, ``graph_autotune``, ``graph_dot``, ``graph_simplify``."""
+    """nnc.run.tools' ``graph_profile``, ``graph_autotune``, ``graph_dot``, ``graph_simplify``."""
     global _tools
     _tools = _ToolEntries(profile, autotune, dot, simplify)
 
@@ -658,7 +658,7 @@ cdef class Graph:
         schedule the same way (docs/gpu.md). NNC: ccv_nnc_graph_run.
         """
         if stream is not None:
-            _needs(_runner, "nnc.graph.run")(self, stream)
+            _needs(_runner, "nnc.run.run")(self, stream)
             return
         # Busy for the whole run: C backends and Python commands let other threads in.
         self._enter("run it synchronously", "running")
@@ -671,18 +671,18 @@ cdef class Graph:
 
     def profile(self, repeat=1):
         """Run like ``run()`` ``repeat`` times, timing each node; returns [(GraphExec, best s)]."""
-        return _needs(_tools, "nnc.graph.tools").profile(self, repeat)
+        return _needs(_tools, "nnc.run.tools").profile(self, repeat)
 
     def autotune(self, trials=3):
         """Time each node's compatible backends on scratch copies (best of ``trials``) and keep
         the fastest. Nodes with a pinned backend keep it. NNC: ccv_nnc_graph_autotune."""
-        return _needs(_tools, "nnc.graph.tools").autotune(self, trials)
+        return _needs(_tools, "nnc.run.tools").autotune(self, trials)
 
     def simplify(self):
         """Fuse each CONVOLUTION followed only by an in-place RELU of its output into one
         convolution with ``activation="relu"``; the RELU nodes become NOOPs (edges kept).
         Returns how many pairs were fused. NNC: CCV_NNC_SIMPLIFY_OPS_FUSION."""
-        return _needs(_tools, "nnc.graph.tools").simplify(self)
+        return _needs(_tools, "nnc.run.tools").simplify(self)
 
     # -- while and case..of (nnc/graph/control.pyx) ------------------------------------------
 
@@ -739,7 +739,7 @@ cdef class Graph:
         if the graph changed since; None if the graph has none."""
         if self._sched_state is None:
             return None
-        return _needs(_scheduler, "nnc.graph.schedule")(self)
+        return _needs(_scheduler, "nnc.schedule.schedule")(self)
 
     @property
     def execs(self):
@@ -759,7 +759,7 @@ cdef class Graph:
         if len(args) + len(kwargs) > 1 or (kwargs and "long" not in kwargs):
             raise TypeError("dot() takes one optional argument, long")
         long_form = bool(args[0] if args else kwargs.get("long", False))
-        return _needs(_tools, "nnc.graph.tools").dot(self, long_form)
+        return _needs(_tools, "nnc.run.tools").dot(self, long_form)
 
     def __repr__(self):
         return f"<Graph {self._size} nodes>"

@@ -1,4 +1,5 @@
-"""Whole-network graphs built from nnc commands, for demos, benchmarks and end-to-end tests."""
+"""Layer 7 top. Whole-network graphs built from nnc commands, for demos, benchmarks and
+end-to-end tests."""
 
 from nnc.models.inception import (
     InceptionV3,

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnc.cmd import Cmd
+from nnc.cmd.command import Cmd
 from nnc.graph.graph import Graph
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 MIN_SIZE = 75  # the smallest input whose Mixed_7a output is still at least 1x1 (as torchvision)
 NUM_CLASSES = 1000

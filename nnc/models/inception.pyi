@@ -6,7 +6,7 @@ from typing import Any
 import numpy.typing as npt
 
 from nnc.graph.graph import Graph
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 MIN_SIZE: int
 NUM_CLASSES: int

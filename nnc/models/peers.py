@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnc._core import NNCError
+from nnc.base.core import NNCError
 
 
 class PeerUnavailableError(NNCError, RuntimeError):

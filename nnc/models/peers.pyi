@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from nnc._core import NNCError
+from nnc.base.core import NNCError
 
 class PeerUnavailableError(NNCError, RuntimeError): ...
 

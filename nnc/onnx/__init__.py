@@ -1,4 +1,4 @@
-"""Load and save the ONNX subset nnc's commands express (docs/onnx.md).
+"""Layer 7 top. Load and save the ONNX subset nnc's commands express (docs/onnx.md).
 
     g, inputs, outputs = nnc.onnx.load("model.onnx")
     inputs[0].numpy()[...] = x          # the NCHW array you would give onnxruntime
@@ -11,7 +11,7 @@
 of nnc: nothing else in the package imports it.
 """
 
-from nnc._core import NNCError
+from nnc.base.core import NNCError
 from nnc.graph.graph import Graph
 
 

@@ -3,9 +3,9 @@ from typing import Any
 
 from typing_extensions import disjoint_base
 
-from nnc._core import NNCError
+from nnc.base.core import NNCError
 from nnc.graph.graph import Graph
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 class OnnxError(NNCError): ...
 class OnnxMissingError(OnnxError, ImportError): ...

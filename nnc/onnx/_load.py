@@ -24,8 +24,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from nnc._core import NNCError
-from nnc.cmd import Cmd
+from nnc.base.core import NNCError
+from nnc.cmd.command import Cmd
 from nnc.graph.graph import Graph
 from nnc.onnx._ops import (
     TO_NCHW,
@@ -38,7 +38,7 @@ from nnc.onnx._ops import (
     reduce_axes,
     reshape_shape,
 )
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 # Producers whose command accepts a strided output, so they can write into a concat slice.
 # The element-wise ones (contiguous-only C loops) fall back to CPU_REF on such a slice.

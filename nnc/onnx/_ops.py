@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from nnc.cmd import Cmd
-from nnc.tensor import Tensor
+from nnc.cmd.command import Cmd
+from nnc.tensor.tensor import Tensor
 
 TO_NHWC = (0, 2, 3, 1)  # internal axis k is ONNX axis TO_NHWC[k]
 TO_NCHW = (0, 3, 1, 2)

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 _TO_NCHW = [0, 3, 1, 2]
 _TO_NHWC = [0, 2, 3, 1]

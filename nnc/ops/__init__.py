@@ -1,6 +1,6 @@
-"""Built-in commands. Each module registers its commands, their CPU_REF backends and any Python
-backends; the C backends (nnc/ops/cpu_*.pyx) are registered after them. Registration
-is explicit and happens once, when nnc is imported."""
+"""Layer 2 command. Built-in commands. Each module registers its commands, their CPU_REF
+backends and any Python backends; the C backends (nnc/ops/cpu_*.pyx) are registered after them.
+Registration is explicit and happens once, when nnc is imported."""
 
 from nnc.ops import basic, blas, clamp, conv, ew, gemm, pool, reduce, softmax, transpose
 

@@ -3,7 +3,7 @@ the command and the offending tensor, so a malformed node fails when it is built
 
 from numbers import Integral
 
-from nnc._core import CommandError
+from nnc.base.core import CommandError
 
 FLOATS = ("float16", "float32", "float64")
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nnc.cmd import register_backend, register_command, register_control_command
+from nnc.cmd.command import register_backend, register_command, register_control_command
 from nnc.ops import _check
 
 
@@ -23,7 +23,7 @@ def _control_on_device(cmd, inputs, outputs, stream=None):
 def _custom_normalize(params):
     _check.only("CUSTOM", params, ("fn",))
     if not callable(params.get("fn")):
-        from nnc._core import CommandError
+        from nnc.base.core import CommandError
 
         raise CommandError("CUSTOM needs fn=callable(inputs, outputs); use nnc.Cmd.custom(fn)")
     return params
@@ -32,7 +32,7 @@ def _custom_normalize(params):
 def _control_normalize(params):
     # WHILE and CASE_OF nodes are made by Graph.while_ / Graph.case_of, which pass their runner.
     if set(params) != {"fn"} or not callable(params["fn"]):
-        from nnc._core import CommandError
+        from nnc.base.core import CommandError
 
         raise CommandError("WHILE and CASE_OF nodes are made with Graph.while_ and Graph.case_of")
     return params
@@ -56,7 +56,7 @@ def _set_ref(cmd, inputs, outputs):
 def _transfer_check(cmd, inputs, outputs):
     _check.arity(cmd, inputs, outputs, (1, None), (1, None))
     if len(inputs) != len(outputs):
-        from nnc._core import CommandError
+        from nnc.base.core import CommandError
 
         raise CommandError(
             f"DATA_TRANSFER copies input k to output k: got {len(inputs)} inputs and "

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from nnc._core import CommandError
-from nnc.cmd import register_backend, register_command
+from nnc.base.core import CommandError
+from nnc.cmd.command import register_backend, register_command
 from nnc.ops import _check
 
 

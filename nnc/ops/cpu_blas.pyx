@@ -8,7 +8,7 @@ Why this library, and why loaded this way (docs/commands.md, "BLAS"):
 - It is nnc's own copy: NumPy's OpenBLAS (``libscipy_openblas64_`` inside numpy.libs) is a
   different library, so keeping this one at one thread does not change NumPy's (or the user's)
   BLAS threading. nnc's pool provides the parallelism instead: a convolution is split into
-  parts idle pool threads take (nnc.parallel), and streams run side by side, without a second
+  parts idle pool threads take (nnc.base.parallel), and streams run side by side, without a second
   thread pool spinning against them.
 - ``scipy.linalg.cython_blas`` would do too, but brings all of SciPy (and its BLAS is shared
   with the user's SciPy code, so its thread count is not nnc's to set).

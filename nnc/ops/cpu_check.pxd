@@ -2,8 +2,8 @@
 # backend may be called directly (tests, the C API) with any tensors, so it re-checks what its
 # loop relies on and returns NNC_INVALID instead. Inline only: nothing to build or import.
 
-from nnc._core cimport NNC_32F, NNC_64F
-from nnc.tensor cimport Tensor, nnc_tensor_t
+from nnc.base.core cimport NNC_32F, NNC_64F
+from nnc.tensor.tensor cimport Tensor, nnc_tensor_t
 
 
 cdef inline bint tensor_plain(nnc_tensor_t* t) noexcept nogil:

@@ -6,11 +6,11 @@ memory and multiplies them with the weights, split across threads by output rows
 - The output's pixels are cut into *parts* of whole output rows (about 512 KiB of patch matrix
   and at least 512 pixels each, so a part's patches stay in cache between the copy and the
   GEMM, and each GEMM is long enough to amortise packing the weights). Each part copies its
-  patches into the running thread's workspace (nnc.workspace: allocated once, reused run after
+  patches into the running thread's workspace (nnc.base.workspace: allocated once, reused run after
   run, so repeated runs allocate nothing), multiplies them by the weights with one
   single-threaded GEMM per group (nnc.ops.cpu_blas), then adds the bias and applies the fused
   ReLU (``activation="relu"``, Graph.simplify) while the rows are hot.
-- Parts are run through nnc_parallel_for (nnc.parallel): idle pool threads take some, so a
+- Parts are run through nnc_parallel_for (nnc.base.parallel): idle pool threads take some, so a
   large convolution uses every core in a sequential run, and in a scheduled run a thread whose
   stream waits helps the other stream's convolution. Parts write disjoint output rows; the
   weights are only read. With few parts they are evened out to a multiple of
@@ -31,13 +31,13 @@ Part sizes were chosen by sweeping them (``_tune``) over Inception-V3's layers."
 
 from libc.string cimport memcpy, memset
 
-from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
-from nnc.cmd cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
+from nnc.cmd.command cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
-from nnc.parallel cimport nnc_parallel_for, parallel_width
-from nnc.tensor cimport nnc_tensor_t
-from nnc.workspace cimport nnc_workspace
+from nnc.base.parallel cimport nnc_parallel_for, parallel_width
+from nnc.tensor.tensor cimport nnc_tensor_t
+from nnc.base.workspace cimport nnc_workspace
 
 ctypedef fused real:
     float

@@ -10,21 +10,21 @@ transpose_a / transpose_b, an optional bias.
   *view* costs no copy, just like the transpose flags). The output needs unit stride along N
   (a channel slice of a wider buffer is fine: its row stride is GEMM's ldc). Anything else is
   refused by ``accept`` (which runs these same checks), so CPU_REF or the NumPy backend runs it.
-- Work is cut into as many parts as threads may help now (nnc.parallel), each one
+- Work is cut into as many parts as threads may help now (nnc.base.parallel), each one
   single-threaded GEMM (nnc.ops.cpu_blas) on a block of rows of one batch entry, or, when M is
   too small to split (a batch-1 fully connected layer, M = 1), on a block of the output's
   columns; parts run on the caller and idle pool threads. One row is a GEMV (GEMM would pack
   all of w first). The bias is added by each part to its own block while it is hot.
 """
 
-from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
-from nnc.cmd cimport Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_blas cimport (
     BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_dgemv, nnc_sgemm, nnc_sgemv,
 )
 from nnc.ops.cpu_check cimport tensor_views
-from nnc.parallel cimport nnc_parallel_for, parallel_width
-from nnc.tensor cimport nnc_tensor_t
+from nnc.base.parallel cimport nnc_parallel_for, parallel_width
+from nnc.tensor.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
     float

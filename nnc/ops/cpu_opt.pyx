@@ -12,7 +12,7 @@ arithmetic ones. EWEXP, EWLOG and the other transcendental ones are in ops/cpu_o
 from libc.math cimport exp, expf
 from libc.string cimport memcpy, memmove
 
-from nnc._core cimport (
+from nnc.base.core cimport (
     NNC_8U,
     NNC_16F,
     NNC_32F,
@@ -22,9 +22,9 @@ from nnc._core cimport (
     NNC_INVALID,
     NNC_SUCCESS,
 )
-from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
+from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_check cimport tensor_like, tensor_plain, tensors_like
-from nnc.tensor cimport nnc_tensor_t
+from nnc.tensor.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
     float

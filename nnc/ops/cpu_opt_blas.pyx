@@ -1,7 +1,7 @@
 """CPU_OPT C backends of ADD, MUL and CLAMP (NNC: cmd/blas/ccv_nnc_add_cpu_opt, cmd/clamp).
 
 Each is an ``nnc_cmd_exec_f``, so graph runners call it with no Python (ResNet's residual ADDs,
-MobileNet-V2's ReLU6 CLAMPs). Their scalars come from the C parameter struct (nnc/cmd.pxd):
+MobileNet-V2's ReLU6 CLAMPs). Their scalars come from the C parameter struct (nnc/cmd/command.pxd):
 ADD's p and q are ``a`` and ``b``, MUL's p is ``a``, CLAMP's min and max are ``a`` and ``b``
 (NaN: no bound on that side).
 
@@ -12,15 +12,15 @@ aside; CLAMP on any shape. Everything else (strided views, middle-axis broadcast
 ``accept``, which asks these same checks, so CPU_REF runs it.
 
 Big tensors are cut into parts of about PART_ELEMENTS elements (whole rows when the other input
-is a row) that idle pool threads take (nnc.parallel). Each loop reads element i of every input
+is a row) that idle pool threads take (nnc.base.parallel). Each loop reads element i of every input
 before writing element i of the output, so an output that is exactly an input is safe.
 """
 
-from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
-from nnc.cmd cimport Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_check cimport tensor_plain, tensor_views, tensors_like
-from nnc.parallel cimport nnc_parallel_for
-from nnc.tensor cimport nnc_tensor_t
+from nnc.base.parallel cimport nnc_parallel_for
+from nnc.tensor.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
     float

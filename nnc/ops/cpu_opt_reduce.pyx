@@ -17,10 +17,10 @@ overlapping the input, a non-empty reduction for MAX) and returns NNC_INVALID be
 from libc.math cimport INFINITY
 from libc.stdlib cimport free, malloc
 
-from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_MAX_DIM, NNC_OOM, NNC_SUCCESS
-from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_MAX_DIM, NNC_OOM, NNC_SUCCESS
+from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_check cimport tensor_plain
-from nnc.tensor cimport nnc_tensor_t, tensor_overlap
+from nnc.tensor.tensor cimport nnc_tensor_t, tensor_overlap
 
 ctypedef fused real:
     float

@@ -21,10 +21,10 @@ element counts) and returns NNC_INVALID before writing anything. Every loop read
 before writing element i, so the output may be exactly the input (in place).
 """
 
-from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
-from nnc.cmd cimport nnc_cmd_param_t, register_c_backend
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_check cimport tensors_like
-from nnc.tensor cimport nnc_tensor_t
+from nnc.tensor.tensor cimport nnc_tensor_t
 
 cdef extern from *:
     """

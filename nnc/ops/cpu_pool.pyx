@@ -11,17 +11,17 @@ window, or by kh * kw with ``count_include_pad``.
   buffer).
 - Work is cut into parts of whole output rows, or, when there are too few rows (a global
   average pool: one output pixel per image), of channels; parts run on the caller and idle pool
-  threads (nnc.parallel). Parts write disjoint output elements; the input is only read.
+  threads (nnc.base.parallel). Parts write disjoint output elements; the input is only read.
 
 Tensors whose channels are not contiguous are refused by ``accept`` (which runs these same
 checks) and run on the NumPy backend (CPU_NUMPY, pool.py) or CPU_REF.
 """
 
-from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
-from nnc.cmd cimport Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_check cimport tensor_views
-from nnc.parallel cimport nnc_parallel_for
-from nnc.tensor cimport nnc_tensor_t
+from nnc.base.parallel cimport nnc_parallel_for
+from nnc.tensor.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
     float

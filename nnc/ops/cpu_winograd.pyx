@@ -36,13 +36,13 @@ of loads and stores that the compiler vectorises. Repeated runs allocate nothing
 
 from libc.string cimport memcpy, memset
 
-from nnc._core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
-from nnc.cmd cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
+from nnc.cmd.command cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.ops.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.ops.cpu_blas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
-from nnc.parallel cimport nnc_parallel_for
-from nnc.tensor cimport nnc_tensor_t
-from nnc.workspace cimport nnc_workspace
+from nnc.base.parallel cimport nnc_parallel_for
+from nnc.tensor.tensor cimport nnc_tensor_t
+from nnc.base.workspace cimport nnc_workspace
 
 ctypedef fused real:
     float

@@ -6,8 +6,8 @@ the C loops are in ops/cpu_opt.pyx and (exp, log, sqrt, sigmoid, tanh) ops/cpu_o
 
 import numpy as np
 
-from nnc._core import CommandError
-from nnc.cmd import register_backend, register_command
+from nnc.base.core import CommandError
+from nnc.cmd.command import register_backend, register_command
 from nnc.ops import _check
 
 

@@ -16,8 +16,8 @@ CPU_NUMPY (below, priority 15) takes the views it refuses; CPU_REF defines the s
 
 import numpy as np
 
-from nnc._core import CommandError
-from nnc.cmd import register_backend, register_command
+from nnc.base.core import CommandError
+from nnc.cmd.command import register_backend, register_command
 from nnc.ops import _check
 
 

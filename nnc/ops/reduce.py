@@ -13,8 +13,8 @@ from numbers import Integral
 
 import numpy as np
 
-from nnc._core import CommandError
-from nnc.cmd import register_backend, register_command
+from nnc.base.core import CommandError
+from nnc.cmd.command import register_backend, register_command
 from nnc.ops import _check
 
 NAMES = ("REDUCE_SUM", "REDUCE_MEAN", "REDUCE_MAX")

@@ -8,8 +8,8 @@ float32/float64 tensors is in ops/cpu_opt.pyx.
 
 import numpy as np
 
-from nnc._core import CommandError
-from nnc.cmd import register_backend, register_command
+from nnc.base.core import CommandError
+from nnc.cmd.command import register_backend, register_command
 from nnc.ops import _check
 
 _unary_float_check = _check.elementwise(1, floats=True)

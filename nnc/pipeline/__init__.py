@@ -1,4 +1,4 @@
-"""TVM's pipeline executor on nnc: stages (graphs or functions) wired by a
+"""Layer 7 top. TVM's pipeline executor on nnc: stages (graphs or functions) wired by a
 :class:`PipelineConfig`, several inputs in flight at once (docs/pipeline.md).
 
     cfg = pipeline.PipelineConfig()

@@ -43,9 +43,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nnc._core import NNCError
+from nnc.base.core import NNCError
 from nnc.graph.graph import Graph
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 
 class PipelineError(NNCError):

@@ -6,9 +6,9 @@ from typing import Any, NamedTuple, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from nnc._core import NNCError
+from nnc.base.core import NNCError
 from nnc.graph.graph import Graph
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 _Shape: TypeAlias = tuple[int | None, ...]
 # A declared (dtype, shape); None: unknown (checked at run time).

@@ -18,7 +18,7 @@ import numpy as np
 
 from nnc.graph.graph import Graph
 from nnc.pipeline.config import PipelineError
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 _ALIGN = 64             # each group keeps its address modulo this in the copy
 

@@ -3,9 +3,9 @@
 import numpy as np
 import numpy.typing as npt
 
-from nnc.cmd import Cmd
+from nnc.cmd.command import Cmd
 from nnc.graph.graph import Graph
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 _TensorRecord = tuple[int, int, tuple[int, ...], str, tuple[int, ...]]
 _NodeRecord = tuple[Cmd, tuple[int | None, ...], tuple[int | None, ...], str | None, str | None]

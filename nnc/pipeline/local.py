@@ -26,7 +26,7 @@ import functools
 
 from nnc.pipeline.config import PipelineError
 from nnc.pipeline.runtime import PipelineModule, stage_scope
-from nnc.stream import Signal, Stream
+from nnc.stream.stream import Signal, Stream
 
 
 def build(plan, *, depth):

@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from nnc._core import error_repr, timeout_seconds
+from nnc.base.core import error_repr, timeout_seconds
 from nnc.pipeline.config import Module, PipelineError
 from nnc.pipeline.graph_pack import graph_pack, graph_unpack
 from nnc.pipeline.runtime import _WAIT_SLICE, PipelineModule

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from nnc._core import error_repr, timeout_seconds
+from nnc.base.core import error_repr, timeout_seconds
 from nnc.pipeline.config import PipelineError, array_mismatch, spec_str
 
 _WAIT_SLICE = 0.1       # seconds: blocked calls wake this often so Ctrl-C gets through

@@ -29,11 +29,11 @@ import numbers
 
 import numpy as np
 
-from nnc.cmd import Cmd
+from nnc.cmd.command import Cmd
 from nnc.graph.graph import Graph
 from nnc.pipeline.config import Module, PipelineConfig, PipelineError
 from nnc.pipeline.graph_pack import tensor_extent
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 _ALIGN = 64             # a copy keeps each group's address modulo this (SIMD loads care)
 

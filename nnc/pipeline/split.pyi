@@ -5,7 +5,7 @@ from typing import Literal, SupportsFloat
 
 from nnc.graph.graph import Graph, GraphExec
 from nnc.pipeline.config import PipelineConfig
-from nnc.tensor import Tensor
+from nnc.tensor.tensor import Tensor
 
 _Costs = (
     None | Literal["profile"] | dict[GraphExec | int, float]

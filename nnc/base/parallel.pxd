@@ -1,0 +1,47 @@
+# Intra-op parallelism: a C backend splits one command into parts that idle pool threads take
+# (NNC's CPU_OPT backends split their loops across threads with parallel_for; nnc's pool plays that
+# role, so streams and the parts of one command share one set of threads). The lowest layer:
+# backends of any layer call nnc_parallel_for; the pool (nnc.stream.worker) registers how idle
+# threads are woken and lets them take parts; nothing here imports nnc.
+
+# One part of a command: ``part`` in [0, parts); ``context`` is the running thread's own
+# (nnc_stream_context_t: the caller's for parts the caller runs, a pool thread's private one for
+# parts it helps with), so a part may take scratch memory from it with nnc_workspace. Returns 0
+# or a negative nnc_status_e. Must not touch Python and must not wait for other work.
+ctypedef int (*nnc_part_f)(void* arg, Py_ssize_t part, void* context) noexcept nogil
+
+# Run fn(arg, p, context) for every p in [0, parts), on the calling thread and on up to
+# ``intra_op_threads - 1`` idle pool threads; returns once every part has run: 0, or the first
+# failure's status (parts not yet started are then skipped). The caller's ``context`` runs its
+# own parts, so the caller must not hold memory of its workspace across this call.
+cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
+                          void* context) noexcept nogil
+
+# With the GIL, before a synchronous run: start the pool once, so idle threads can help.
+cdef int parallel_ready() except -1
+
+# Threads one command may use (the caller included): 1 means parts run on the caller. Whether
+# helpers come depends on whether pool threads are free while the parts last.
+cdef int parallel_threads() noexcept nogil
+
+# How many ways a backend cuts a command worth splitting where its size does not ask for more:
+# the pool's size (set_num_threads), never the intra-op setting nor how many threads are idle,
+# so a command gives the same bits sequentially or scheduled, at any intra-op setting (a part
+# is the same BLAS call whichever thread makes it; a different cut would not be). A pool of
+# another size may differ in the last bits (docs/threading.md, "Same bits ...").
+cdef int parallel_width() noexcept nogil
+
+# For nnc.stream.worker's pool threads. parallel_pending: some job has parts and room for a helper
+# (read under the pool's lock before a thread sleeps). parallel_help: take parts of one open
+# job with the thread's private context until it has none left; True if there was one.
+cdef bint parallel_pending() noexcept nogil
+cdef bint parallel_help(void* context) noexcept nogil
+
+# The pool registers these (nnc.stream.worker, when it loads): wake up to n sleeping pool threads,
+# and how many threads may help one command (the pool's size - 1; 0 before it starts).
+ctypedef void (*parallel_wake_f)(int n) noexcept nogil
+ctypedef int (*parallel_helpers_f)() noexcept nogil
+cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noexcept nogil
+# The pool tells parallel_width its size whenever it is set (nnc.stream.worker).
+cdef void parallel_set_width(int width) noexcept nogil
+cdef void parallel_after_fork() noexcept nogil

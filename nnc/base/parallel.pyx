@@ -1,0 +1,302 @@
+"""Intra-op parallelism: one command's parts on the caller and the pool's idle threads.
+
+NNC's CPU_OPT backends split their loops with ``parallel_for`` over their own threads; nnc's
+streams already run on one pool (nnc.stream.worker), so a backend's parts are offered to the same
+threads: inter-op (streams) and intra-op (parts) parallelism share one set of cores, and
+nothing else (OpenBLAS's threads, an OpenMP runtime) competes for them.
+
+How a call runs (``nnc_parallel_for``, parallel.pxd):
+
+- The caller posts a *job* (on its own stack) with room for up to ``intra_op_threads - 1``
+  helpers (at most the pool's size - 1 and the parts - 1) and wakes that many sleeping pool
+  threads, if that many sleep. A thread that finishes its stream's work later joins too, before
+  it would sleep: in a scheduled run, the thread whose stream waits for another stream's output
+  helps compute it. With room for none (one part, one thread) the caller runs every part
+  itself: no lock, no wake-up.
+- Parts are claimed one at a time with an atomic counter, by the caller and by helpers, so a
+  slow part or a late helper does not make the others wait (the split need not be even).
+- The caller runs parts until none is left, then closes the job (no new helper may join) and
+  waits only for the parts helpers already took. A helper never waits for anything, so this
+  cannot deadlock, and with every pool thread busy (a scheduled run whose streams fill the
+  pool) a command simply runs on its own thread.
+
+Locks: this module's ``_lock`` guards the job list and each job's room/inside counts; it is
+never held while taking the pool's lock or while running a part. The pool's threads read
+``parallel_pending`` under the pool's lock before they sleep, and posters bump it before
+waking them, so a wake-up is never lost (docs/threading.md, "Intra-op parallelism").
+"""
+
+from nnc.base.core import NNCError
+
+from libc.stdlib cimport calloc, free
+
+from nnc.base.sync cimport (
+    pthread_cond_destroy, pthread_cond_init, pthread_cond_signal, pthread_cond_t,
+    pthread_cond_wait, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t,
+    pthread_mutex_unlock, pthread_t, timespec,
+)
+
+
+cdef extern from *:
+    """
+    static inline Py_ssize_t nnc__claim(Py_ssize_t* p) {
+        return __atomic_fetch_add(p, 1, __ATOMIC_RELAXED);
+    }
+    static inline void nnc__store_ssize(Py_ssize_t* p, Py_ssize_t v) {
+        __atomic_store_n(p, v, __ATOMIC_RELAXED);
+    }
+    static inline void nnc__first_failure(int* p, int rc) {
+        int zero = 0;
+        __atomic_compare_exchange_n(p, &zero, rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    }
+    static inline int nnc__load_int(int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline void nnc__add_int(int* p, int v) { __atomic_add_fetch(p, v, __ATOMIC_RELEASE); }
+    """
+    Py_ssize_t _claim "nnc__claim"(Py_ssize_t* p) noexcept nogil
+    void _store_ssize "nnc__store_ssize"(Py_ssize_t* p, Py_ssize_t v) noexcept nogil
+    void _first_failure "nnc__first_failure"(int* p, int rc) noexcept nogil
+    int _load_int "nnc__load_int"(int* p) noexcept nogil
+    void _add_int "nnc__add_int"(int* p, int v) noexcept nogil
+
+
+# One nnc_parallel_for call, on its caller's stack. fn/arg/parts never change; next and rc are
+# atomics any participant updates; room, inside and link are guarded by _lock. The
+# caller unlinks the job and waits for inside == 0 before its frame goes away.
+ctypedef struct job_t:
+    nnc_part_f fn
+    void* arg
+    Py_ssize_t parts
+    Py_ssize_t next                     # next part to claim (>= parts: none left)
+    int rc                              # first failure, or 0
+    int room                            # helpers that may still join; 0 once closed
+    int inside                          # helpers running parts of this job now
+    pthread_cond_t done                 # the caller waits here for inside == 0
+    job_t* link                         # next open job
+
+
+cdef pthread_mutex_t _lock
+cdef job_t* _jobs = NULL                # open jobs, newest first (guarded by _lock)
+cdef int _open = 0                      # jobs in _jobs with room > 0 (written under _lock)
+cdef int _intra_op = 0                  # threads per command; 0: every pool thread
+# parallel_width: the pool's size, set by nnc.stream.worker whenever it changes (a racy int: a
+# command reads it once, when it plans its parts); 1 until the worker module sets it.
+cdef int _width = 1
+cdef parallel_wake_f _wake = NULL       # registered by the pool
+cdef parallel_helpers_f _helpers = NULL
+cdef bint _started = False              # the pool was asked to start (with the GIL)
+_starter = None                 # the pool's start function (registered by nnc.stream.worker)
+pthread_mutex_init(&_lock, NULL)
+
+
+def parallel_install_starter(start):
+    """nnc.stream.worker: ``start()`` starts the pool's threads (StreamError once it is stopped)."""
+    global _starter
+    _starter = start
+
+
+cdef int parallel_ready() except -1:
+    """Before a synchronous run (``g.run()``, ``cmd_exec``): start the pool once, so its idle
+    threads can take parts. With intra-op threads at 1, or once the exit hook stopped the pool,
+    parts simply run on the caller."""
+    global _started
+    if _started or _starter is None or _intra_op == 1:
+        return 0
+    _started = True
+    try:
+        _starter()
+    except NNCError:
+        pass
+    return 0
+
+
+cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noexcept nogil:
+    global _wake, _helpers
+    _wake = wake
+    _helpers = helpers
+
+
+cdef void parallel_after_fork() noexcept nogil:
+    """In a forked child: the jobs belonged to threads that are gone."""
+    global _jobs, _open, _started
+    pthread_mutex_init(&_lock, NULL)
+    _jobs = NULL
+    _open = 0
+    _started = False
+
+
+cdef int parallel_threads() noexcept nogil:
+    cdef int helpers = _helpers() if _helpers != NULL else 0
+    if helpers < 0:
+        helpers = 0
+    if _intra_op:
+        return min(_intra_op, helpers + 1)
+    return helpers + 1
+
+
+cdef int parallel_width() noexcept nogil:
+    return _width
+
+
+cdef void parallel_set_width(int width) noexcept nogil:
+    global _width
+    _width = max(1, width)
+
+
+cdef bint parallel_pending() noexcept nogil:
+    return _load_int(&_open) > 0
+
+
+cdef inline void _run_parts(job_t* j, void* context) noexcept nogil:
+    cdef Py_ssize_t p
+    cdef int rc
+    while True:
+        p = _claim(&j.next)
+        if p >= j.parts:
+            return
+        rc = j.fn(j.arg, p, context)
+        if rc != 0:
+            _first_failure(&j.rc, rc)
+            _store_ssize(&j.next, j.parts)      # skip the parts nobody started
+
+
+cdef void _close(job_t* j) noexcept nogil:
+    """Unlink j (under _lock) so no helper joins it any more."""
+    global _jobs
+    cdef job_t** at = &_jobs
+    while at[0] != NULL and at[0] != j:
+        at = &at[0].link
+    if at[0] == j:
+        at[0] = j.link
+    if j.room > 0:
+        _add_int(&_open, -1)
+        j.room = 0
+
+
+cdef bint parallel_help(void* context) noexcept nogil:
+    """Take parts of one open job until it has none left; True if there was one. One job
+    only: the pool thread then looks at its ready list again (streams come first)."""
+    cdef job_t* j
+    pthread_mutex_lock(&_lock)
+    j = _jobs
+    while j != NULL and (j.room == 0 or j.next >= j.parts):
+        if j.room > 0:
+            # Every part is taken: no room left for anyone, so parallel_pending stops saying
+            # there is (a pool thread would otherwise spin here until the caller closes it).
+            j.room = 0
+            _add_int(&_open, -1)
+        j = j.link
+    if j == NULL:
+        pthread_mutex_unlock(&_lock)
+        return False
+    j.room -= 1
+    if j.room == 0:
+        _add_int(&_open, -1)
+    j.inside += 1
+    pthread_mutex_unlock(&_lock)
+    _run_parts(j, context)
+    pthread_mutex_lock(&_lock)
+    j.inside -= 1
+    if j.inside == 0:
+        pthread_cond_signal(&j.done)
+    pthread_mutex_unlock(&_lock)
+    return True
+
+
+cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
+                          void* context) noexcept nogil:
+    global _jobs
+    cdef job_t j
+    cdef int helpers
+    j.fn = fn
+    j.arg = arg
+    j.parts = parts
+    j.next = 0
+    j.rc = 0
+    helpers = parallel_threads() - 1 if parts > 1 else 0
+    if helpers > parts - 1:
+        helpers = <int>(parts - 1)
+    if helpers <= 0:
+        _run_parts(&j, context)
+        return j.rc
+    j.room = helpers
+    j.inside = 0
+    pthread_cond_init(&j.done, NULL)
+    pthread_mutex_lock(&_lock)
+    j.link = _jobs
+    _jobs = &j
+    _add_int(&_open, 1)
+    pthread_mutex_unlock(&_lock)
+    _wake(helpers)
+    _run_parts(&j, context)
+    pthread_mutex_lock(&_lock)
+    _close(&j)
+    while j.inside > 0:
+        pthread_cond_wait(&j.done, &_lock)
+    pthread_mutex_unlock(&_lock)
+    pthread_cond_destroy(&j.done)
+    return j.rc
+
+
+def set_intra_op_threads(n):
+    """Let one command use up to ``n`` threads (itself and ``n - 1`` idle pool threads); 1
+    runs every command on its own thread; None: as many as the pool has (the default). Applies
+    to sequential runs (``g.run()``), streams and ``cmd_exec`` alike (docs/threading.md)."""
+    global _intra_op
+    if n is None:
+        _intra_op = 0
+        return
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+        raise NNCError(f"set_intra_op_threads needs None or an int from 1 to 1024, not {n!r}")
+    _intra_op = n
+
+
+def get_intra_op_threads():
+    """The limit set_intra_op_threads set, or None (every pool thread may help)."""
+    return _intra_op or None
+
+
+# -- a probe for tests and benchmarks: which thread ran each part -----------------------------
+
+cdef extern from "<pthread.h>" nogil:
+    pthread_t pthread_self()
+
+cdef extern from "<time.h>" nogil:
+    int nanosleep(const timespec*, timespec*)
+
+
+ctypedef struct _probe_t:
+    unsigned long* ran_by               # part -> pthread id of the thread that ran it
+    long sleep_ns                       # each part sleeps this long (a stand-in for work)
+    Py_ssize_t fail_part                # this part returns -1 (NNC_INVALID); -1: none
+
+
+cdef int _probe_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    cdef _probe_t* p = <_probe_t*>arg
+    cdef timespec ts
+    p.ran_by[part] = pthread_self()
+    if p.sleep_ns > 0:
+        ts.tv_sec = p.sleep_ns // 1000000000
+        ts.tv_nsec = p.sleep_ns % 1000000000
+        nanosleep(&ts, NULL)
+    return -1 if part == p.fail_part else 0
+
+
+def parallel_probe(Py_ssize_t parts, double sleep_s=0.0, Py_ssize_t fail_part=-1):
+    """Run ``parts`` parts that each sleep ``sleep_s`` through nnc_parallel_for (without the
+    GIL); returns (status, [thread id that ran each part, 0 if skipped]). For tests of the
+    pool's intra-op parallelism; nothing else calls it."""
+    cdef _probe_t p
+    cdef int rc
+    if parts < 0:
+        raise NNCError("parallel_probe: parts must be >= 0")
+    parallel_ready()
+    p.ran_by = <unsigned long*>calloc(max(parts, 1), sizeof(unsigned long))
+    if p.ran_by == NULL:
+        raise MemoryError()
+    p.sleep_ns = <long>(sleep_s * 1e9)
+    p.fail_part = fail_part
+    with nogil:
+        rc = nnc_parallel_for(parts, _probe_part, &p, NULL)
+    out = [p.ran_by[i] for i in range(parts)]
+    free(p.ran_by)
+    return rc, out

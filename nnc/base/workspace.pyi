@@ -1,0 +1,1 @@
+"""Stream workspaces (nnc/base/workspace.pyx): C-level only, nothing for Python."""

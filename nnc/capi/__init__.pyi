@@ -1,0 +1,1 @@
+from nnc.capi.capi import *  # noqa: F403

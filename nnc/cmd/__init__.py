@@ -1,0 +1,8 @@
+"""Layer 2 command. Commands: the registry, backends, selection, binding and `cmd_exec` (command),
+parameter normalisation (params); the built-in commands' backends live in nnc.ops. Imports
+layers 0-1.
+"""
+
+# The module this package was before the layer folders: its names stay importable here
+# (``from nnc.cmd import ...`` and pickles made before the move).
+from nnc.cmd.command import *  # noqa: E402, F401, F403

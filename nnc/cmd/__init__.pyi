@@ -1,0 +1,1 @@
+from nnc.cmd.command import *  # noqa: F403

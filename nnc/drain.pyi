@@ -1,3 +1,0 @@
-"""Draining every stream, and the exit rule (nnc/drain.pyx)."""
-
-def drain_all() -> None: ...

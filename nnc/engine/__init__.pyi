@@ -1,0 +1,1 @@
+from nnc.engine.engine import *  # noqa: F403

@@ -1,5 +1,0 @@
-"""ENGINE_CALL: recorded engine C ops as GIL-free graph nodes (nnc/engine_call.pyx)."""
-
-from nnc.tensor import Tensor
-
-def call_tensor(address: int, arg: int, keep: object = None) -> Tensor: ...

@@ -1,9 +1,0 @@
-from nnc.graph.graph import Graph
-from nnc.stream import Stream
-
-LOOP_HEAD_EMPTY: int
-LOOP_TAIL_EMPTY: int
-
-def flow_run(g: Graph, caller: Stream, capture: object = None) -> None: ...
-def flow_capture_prepare(g: Graph, capture: object) -> None: ...
-def flow_capture_run(g: Graph, caller: Stream, capture: object) -> None: ...

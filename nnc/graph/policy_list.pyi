@@ -1,2 +1,0 @@
-"""The "list" scheduling policy (nnc/graph/policy_list.pyx): registered at import as
-``nnc.static_schedule(g, policy="list")``; it has no Python-level names."""

@@ -1,1 +1,0 @@
-"""Signal records (nnc/record.pyx): C-level only, nothing for Python."""

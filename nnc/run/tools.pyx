@@ -1,0 +1,204 @@
+"""Tools on a built graph, outside its run path: Graphviz text, per-node timings, autotune,
+operator fusion.
+
+NNC: ccv_nnc_graph_dot (ccv_nnc_graph.c), ccv_nnc_graph_autotune (ccv_nnc_graph.c),
+ccv_nnc_symbolic_graph_simplify's CCV_NNC_SIMPLIFY_OPS_FUSION (on symbolic graphs there; on the
+concrete graph here); the per-node profile has no NNC counterpart. ``Graph.dot``,
+``Graph.profile``, ``Graph.autotune`` and ``Graph.simplify`` call these; they own no state.
+Profile, autotune and simplify hold the graph busy (Graph._enter) like a synchronous run, so no
+other thread changes or runs it meanwhile.
+"""
+
+import time
+
+from nnc.base.core import NNCError
+from nnc.cmd.command import Cmd as _Cmd
+from nnc.cmd.command import cmd_autotune
+from nnc.graph.graph import register_tools
+
+from nnc.cmd.command cimport BOUND_NONE, Cmd
+from nnc.graph.control cimport CaseOfNode, WhileNode
+from nnc.graph.graph cimport EXEC_CONTROL, Graph, GraphExec, exec_info_t
+from nnc.tensor.tensor cimport Tensor, tensor_same
+
+
+# Fill colours of the streams (ColorBrewer "Set3", 12 colours; stream k takes k mod 12).
+PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69",
+           "#fccde5", "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f")
+
+
+def graph_dot(Graph g, bint long_form):
+    """Graph.dot: Graphviz text. Loop bodies and case..of branches are clusters beside their
+    node (nested for nested control flow). Under a default schedule, each node is filled with
+    its stream's colour (a legend maps colours to stream indices) and a sub-graph's cluster is
+    outlined in the colour of its node's stream (its stream 0). ``long_form`` adds tensor
+    shapes and the schedule's streams, signals and waits."""
+    try:
+        sched = g.schedule
+    except NNCError:
+        sched = None                    # e.g. a cycle: draw the graph without its schedule
+    lines = ["digraph nnc_graph {", "  compound=true;", "  node [shape=box];"]
+    used = set()
+    _dot_body(g, "n", sched, long_form, lines, "  ", used)
+    if used:
+        lines.append('  subgraph cluster_legend {')
+        lines.append('    label="streams"; style=dashed;')
+        for k in sorted(used):
+            lines.append(f'    legend{k} [label="stream {k}", style=filled, '
+                         f'fillcolor="{PALETTE[k % len(PALETTE)]}"];')
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+cdef int _dot_body(Graph g, str prefix, sched, bint long_form, list lines, str pad,
+                   set used) except -1:
+    """Append g's nodes (ids ``prefix`` + index), its edges and its sub-graph clusters."""
+    cdef int i, k, stream
+    for i in range(g._size):
+        cmd = <Cmd>g._cmds[i]
+        label = g._label(i)
+        attrs = ""
+        if cmd.backend is not None:
+            label += f"\\n{cmd.backend}"
+        stream = sched.stream_of(i) if sched is not None and g._order_size else -1
+        if stream >= 0:
+            used.add(stream)
+            attrs = f', style=filled, fillcolor="{PALETTE[stream % len(PALETTE)]}"'
+        if long_form and stream >= 0:
+            es = sched[GraphExec._new(g, i)]
+            label += f"\\nstream {','.join(map(str, es.streams))}"
+            if es.signals:
+                label += f" signal {','.join(map(str, es.signals))}"
+            if es.waits:
+                label += f" waits {','.join(map(str, es.waits))}"
+        if long_form:
+            for kind, ts in (("in", g._inputs[i]), ("out", g._outputs[i])):
+                shapes = ", ".join("-" if t is None else "x".join(map(str, t.shape)) or "()"
+                                   for t in ts)
+                label += f"\\n{kind}: {shapes}"
+        label = label.replace('"', '\\"')
+        lines.append(f'{pad}{prefix}{i} [label="{label}"{attrs}];')
+    for i in range(g._size):
+        for k in range(g._nodes[i].outgoing_size):
+            lines.append(f"{pad}{prefix}{i} -> {prefix}{g._nodes[i].outgoings[k]};")
+    for i in range(g._size):
+        if not g._nodes[i].flags & EXEC_CONTROL:
+            continue
+        fn = (<Cmd>g._cmds[i]).fn
+        stream = sched.stream_of(i) if sched is not None and g._order_size else -1
+        subs = ([("w", "body", (<WhileNode>fn).body)] if isinstance(fn, WhileNode) else
+                [(f"b{k}", f"branch {k}", b) for k, b in (<CaseOfNode>fn).branch_items()])
+        for tag, title, sub in subs:
+            _dot_cluster(<Graph>sub, f"{prefix}{i}{tag}", f"{prefix}{i}", title, stream,
+                         long_form, lines, pad, used)
+    return 0
+
+
+cdef int _dot_cluster(Graph sub, str tag, str owner, str title, int stream,
+                      bint long_form, list lines, str pad, set used) except -1:
+    """Draw ``sub`` as cluster ``cluster_`` + tag (its nodes: tag + "_n" + index), tied to
+    its node ``owner`` by a dashed edge."""
+    name = "cluster_" + tag
+    prefix = tag + "_n"
+    lines.append(f"{pad}subgraph {name} {{")
+    lines.append(f'{pad}  label="{owner} {title}"; style=rounded;')
+    if stream >= 0:
+        lines.append(f'{pad}  color="{PALETTE[stream % len(PALETTE)]}"; penwidth=3;')
+    _dot_body(sub, prefix, None, long_form, lines, pad + "  ", used)
+    lines.append(f"{pad}}}")
+    if sub._size:
+        lines.append(f"{pad}{owner} -> {prefix}0 [lhead={name}, style=dashed, arrowhead=odot];")
+    return 0
+
+
+def graph_profile(Graph g, repeat):
+    """Graph.profile: run like ``run()`` ``repeat`` times, timing each node; returns
+    [(GraphExec, best s)]."""
+    g._enter("profile it", "running")
+    best = {}
+    try:
+        g._prepare()
+        for _ in range(int(repeat)):
+            for k in range(g._order_size):
+                idx = g._order[k]
+                t0 = time.perf_counter()
+                g._run_node(idx)
+                dt = time.perf_counter() - t0
+                if dt < best.get(idx, float("inf")):
+                    best[idx] = dt
+    finally:
+        g._leave()
+    return [(GraphExec._new(g, g._order[k]), best[g._order[k]])
+            for k in range(g._order_size)]
+
+
+def graph_autotune(Graph g, trials):
+    """Graph.autotune: keep the fastest compatible backend of each node not pinned; returns
+    how many nodes changed backend."""
+    g._enter("autotune", "being autotuned")
+    try:
+        if g._dirty:
+            g._compile()
+        changed = 0
+        # Timing runs on copies of whatever the tensors hold now; run the graph once first
+        # if they are uninitialised, so that NaNs or denormals do not skew the comparison.
+        for k in range(g._order_size):
+            idx = g._order[k]
+            cmd = <Cmd>g._cmds[idx]
+            if cmd.pinned or g._nodes[idx].bound.kind == BOUND_NONE or cmd.fn is not None:
+                continue
+            best = cmd_autotune(cmd, list(g._inputs[idx]), list(g._outputs[idx]), trials)
+            if best is not None and best.name != cmd.backend:
+                g._set_node(idx, cmd.copy_with(best), list(g._inputs[idx]),
+                            list(g._outputs[idx]))
+                changed += 1
+    finally:
+        g._leave()
+    return changed
+
+
+cdef bint _same(object a, object b):
+    """a and b are tensors over exactly the same elements (one in-place operand)."""
+    return (isinstance(a, Tensor) and isinstance(b, Tensor)
+            and tensor_same(&(<Tensor>a).t, &(<Tensor>b).t))
+
+
+def graph_simplify(Graph g):
+    """Graph.simplify: fuse each CONVOLUTION whose only successor is an in-place RELU of its
+    output into one convolution with ``activation="relu"`` (its epilogue applies the ReLU
+    while the rows are in cache); the RELU node becomes a NOOP, so every edge and the node
+    count stay as they were. Returns the number of fused pairs. Only CPU nodes whose backend
+    is not pinned are fused (a pinned backend is the user's choice; GPU_REF has no epilogue)."""
+    cdef int idx, j
+    cdef exec_info_t* node
+    cdef Cmd conv, relu
+    g._enter("simplify", "being simplified")
+    try:
+        fused = 0
+        for idx in range(g._size):
+            conv = <Cmd>g._cmds[idx]
+            node = &g._nodes[idx]
+            if (conv.name != "CONVOLUTION" or conv.pinned or node.outgoing_size != 1
+                    or conv.params.get("activation") is not None):
+                continue
+            j = node.outgoings[0]
+            relu = <Cmd>g._cmds[j]
+            outs, ins_j, outs_j = g._outputs[idx], g._inputs[j], g._outputs[j]
+            if (relu.name != "RELU" or relu.pinned or len(outs) != 1 or len(ins_j) != 1
+                    or len(outs_j) != 1 or outs[0] is None or outs[0].device != "cpu"
+                    or not (_same(outs[0], ins_j[0]) and _same(outs[0], outs_j[0]))):
+                continue
+            params = dict(conv.params)
+            params["activation"] = "relu"
+            g._set_node(idx, _Cmd("CONVOLUTION", **params), list(g._inputs[idx]), list(outs))
+            g._set_node(j, _Cmd("NOOP"), [], [])
+            fused += 1
+    finally:
+        g._leave()
+    return fused
+
+
+# Graph.profile, Graph.autotune, Graph.dot and Graph.simplify (the graph layer cannot import
+# this one).
+register_tools(graph_profile, graph_autotune, graph_dot, graph_simplify)

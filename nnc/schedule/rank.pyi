@@ -1,0 +1,13 @@
+from collections.abc import Callable
+
+from nnc.graph.graph import Graph, GraphExec
+from nnc.schedule.schedule import Schedule
+
+def build_rank(
+    g: Graph,
+    stream_type: str,
+    max_streams: int,
+    policy: str,
+    costs: dict[GraphExec, float] | Callable[[GraphExec], float] | None = None,
+) -> Schedule: ...
+def _set_clock_slots(slots: int | None = ...) -> int: ...

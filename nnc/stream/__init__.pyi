@@ -1,0 +1,1 @@
+from nnc.stream.stream import *  # noqa: F403

@@ -1,0 +1,3 @@
+"""Draining every stream, and the exit rule (nnc/stream/drain.pyx)."""
+
+def drain_all() -> None: ...

@@ -1,0 +1,1 @@
+"""Signal records (nnc/stream/record.pyx): C-level only, nothing for Python."""

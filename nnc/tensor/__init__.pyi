@@ -1,0 +1,1 @@
+from nnc.tensor.tensor import *  # noqa: F403
