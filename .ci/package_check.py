@@ -61,13 +61,10 @@ def wheel_names(path: pathlib.Path) -> set[str]:
 
 
 def extension_modules(checkout: pathlib.Path) -> list[str]:
-    """The dotted names in setup.py's MODULES table (read, not imported)."""
-    tree = ast.parse((checkout / "setup.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "MODULES" for t in node.targets):
-            return [name for name, _ in ast.literal_eval(node.value)]
-    raise SystemExit("setup.py has no MODULES table")
+    """The dotted names of the extension modules setup.py builds: one per committed .pyx under
+    nnc/, named by its path (setup.py's rule)."""
+    return sorted(n[:-len(".pyx")].replace("/", ".") for n in tracked_files(checkout)
+                  if n.startswith("nnc/") and n.endswith(".pyx"))
 
 
 def sdist_problems(names: set[str], tracked: set[str], untracked: set[str] = frozenset()) -> list:
