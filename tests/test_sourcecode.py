@@ -224,6 +224,26 @@ def test_the_package_tree_is_the_layer_map():
     assert "Layer 3" in doc, "nnc/cuda/__init__.py's docstring must state its layer"
 
 
+def test_design_table_is_the_layer_map():
+    """docs/design.md's layer table names every folder of LAYERS at its layer, and nothing else."""
+    import re
+
+    text = (ROOT / "docs" / "design.md").read_text()
+    table = text[text.index("| layer | folder |"):]
+    table = table[:table.index("\n\n")]
+    found = set()
+    for row in table.splitlines()[2:]:
+        layer_cell, folder_cell = row.split("|")[1:3]
+        n = int(layer_cell.split()[0])
+        for path in re.findall(r"`(nnc/[\w/.]*)`", folder_cell):
+            dotted = path.rstrip("/").removesuffix(".py").replace("/", ".")
+            found.add((dotted, n))
+    want = set(LAYERS.items())
+    assert want <= found, f"missing from docs/design.md's table: {sorted(want - found)}"
+    extra = {(m, n) for m, n in found - want if _layer(m) != n}
+    assert not extra, f"docs/design.md's table puts these at the wrong layer: {sorted(extra)}"
+
+
 def test_layer_allowlist_is_current():
     """Each allowed upward edge still exists: a removed one must leave the list."""
     seen = set()
