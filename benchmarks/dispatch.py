@@ -250,7 +250,7 @@ def ratios(results):
 
 
 def targets(results):
-    """The issue's targets, plus one informative check (``kind``: "target" or "info").
+    """The targets, plus one informative check (``kind``: "target" or "info").
 
     Targets: NOOP <= 0.1 us/node; 1-element SCALAR_MUL with default backends no slower than the
     plain Python loop calling the same (C) backend, and at least 30x faster than dask.get;

@@ -1,4 +1,4 @@
-"""GPU: CUDA streams, static schedules, captured replay, and the peers (issue 15; docs/gpu.md).
+"""GPU: CUDA streams, static schedules, captured replay, and the peers (docs/gpu.md).
 
     python -m benchmarks.gpu [--json] [--quick] [--repeat R] [--budget S] [--size S]
                              [--kernels N] [--max-streams M] [--peers a,b,c]
@@ -55,10 +55,10 @@ Checks (a failed one prints FAIL and makes the exit status 1): the logits of eve
 configuration (zeroed on the device before its checked run) and of every peer are within
 ``TOLERANCE`` x max|logits| of nnc's CPU run of the same graph.
 
-Targets (issue 15, H100/H200; reported, never asserted): Inception-V3 with GPU_OPT, multi-stream
+Targets (H100/H200; reported, never asserted): Inception-V3 with GPU_OPT, multi-stream
 >= 1.3x over one stream (both replayed, so the streams are what differs; the eager ratio is
 reported beside it); dispatch <= 5 us/node eager and <= 0.2 us/node replayed; replayed
-latency <= 1.2x PyTorch's with CUDA graphs. Issue 35's, where measurable now: eager dispatch
+latency <= 1.2x PyTorch's with CUDA graphs; per launched op: eager dispatch
 <= 10 us per launched op with GPU_OPT and <= 5 with GPU_REF; replayed latency <= torch.compile
 "max-autotune"'s (and "reduce-overhead"'s) at the same precision. Without a GPU the benchmark prints
 ``no GPU: <reason>`` (with ``--json``, ``{"gpu": null, "reason": ...}``), saves nothing and

@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu_host [--json] [--size S] [--repeat R]
 
-Issue 15's targets are host dispatch <= 5 us per node eagerly and <= 0.2 us per node replayed.
+The targets are host dispatch <= 5 us per node eagerly and <= 0.2 us per node replayed.
 On a GPU, ``benchmarks.gpu`` measures the whole cost (nnc plus cuda.bindings plus the driver).
 This benchmark isolates the first part, which a machine without a GPU can measure: the CUDA
 driver is replaced by tests/_fake_cuda.py's fake with every stream operation turned into a no-op

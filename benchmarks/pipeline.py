@@ -1,4 +1,4 @@
-"""Pipeline throughput (issue 18): a network split into stages by ``nnc.pipeline.split``, run by
+"""Pipeline throughput: a network split into stages by ``nnc.pipeline.split``, run by
 the local and the Ray executors, against nnc's best single-inference configurations.
 
     python -m benchmarks.pipeline [--json] [--quick] [--repeat R] [--batch N] [--stages K]

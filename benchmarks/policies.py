@@ -1,4 +1,4 @@
-"""The scheduling policies side by side (issue 16): build time, streams, signals, waits,
+"""The scheduling policies side by side: build time, streams, signals, waits,
 simulated and measured makespan, per policy of ``nnc.schedule.schedule.POLICIES``.
 
     python -m benchmarks.policies [--json] [--quick] [--repeat R] [--threads T] [--nets a,b]
@@ -24,7 +24,7 @@ policy at ``max_streams`` T and 0 (uncapped):
 - simulated: ``sched.simulate(costs, cores=T)`` with costs measured *in every round* (the mean of
   P profile passes at intra-op 1), as benchmarks/simulate.py does, so costs and wall times share
   the machine's load; ``sim/meas`` is the median over the quiet rounds of the per-round ratio.
-  The simulator's model holds one core per node, so the intra-op-1 column is the one the issue's
+  The simulator's model holds one core per node, so the intra-op-1 column is the one the target's
   target (within 15 %) is about; the intra-op-2 ratio is shown for what it says about the model.
 
 Random DAGs (benchmarks/schedule.py's *local* graphs: N NOOP nodes, 4 predecessors among the

@@ -19,7 +19,7 @@ costs from one moment and wall times from another do not compare). Simulated:
 ``seq``, with the round's costs. Measured (``_util.measure_rounds``): interleaved rounds, order
 rotated each round, a pause before each timed call and one untimed call right before it; medians
 over the quiet rounds. ``sim / measured`` is the median over those rounds of the per-round
-ratio. Target (issue 16): the simulated makespan within 15 % of the measured wall time
+ratio. Target: the simulated makespan within 15 % of the measured wall time
 for the CPU runs; a miss prints MISS (the exit status stays 0: it is a measurement, not a
 check). Also reported: each node's host overhead, (measured seq - sum of costs) / nodes, and the
 scheduled runs simulated again with that overhead added to every node's cost.

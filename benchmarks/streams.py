@@ -36,7 +36,7 @@ untuned graph gives the same bits as ``seq1``, and so does every tuned configura
 (Winograd rounds differently); ORT's and PyTorch's outputs are within 1e-4 x max|output| of
 nnc's (float32 summed in other orders; measured differences are near 1e-6).
 
-Targets (issue 14, Inception-V3, 2 cores): at 299 the best scheduled configuration is at least
+Targets (Inception-V3, 2 cores): at 299 the best scheduled configuration is at least
 1.05x faster than the best sequential one, and nnc's best mode takes at most 1.25x ORT's best
 time; at 75 nnc's best takes at most 1.5x ORT's best and scheduled is no slower than sequential.
 """

@@ -1,4 +1,4 @@
-"""The stress mix (issue 11): random DAGs x schedules x injected errors x objects dropped mid-run
+"""The stress mix: random DAGs x schedules x injected errors x objects dropped mid-run
 x concurrent waiters x while / case..of, each run checked against a sequential run.
 
 A *case* is plain JSON (``random_case``), so a failing one can be replayed exactly. This file is

@@ -1,4 +1,4 @@
-"""Repeated runs allocate nothing (issue 14): C backends take scratch memory from their
+"""Repeated runs allocate nothing: C backends take scratch memory from their
 stream's or thread's workspace (nnc.base.workspace), signal records are recycled
 (nnc.stream.worker), and the runners reuse their task arrays. Checked two ways: tracemalloc
 (Python's allocations) and a malloc counter preloaded into a child process (every C allocation,

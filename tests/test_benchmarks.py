@@ -1,4 +1,4 @@
-"""The CPU benchmarks of issue 14 (benchmarks/streams.py, benchmarks/conv.py) run end to end on
+"""The CPU benchmarks (benchmarks/streams.py, benchmarks/conv.py) run end to end on
 the smallest inputs, and their helpers choose rounds as documented. No timing is asserted:
 only that every configuration ran, the outputs agreed and the report has its fields."""
 

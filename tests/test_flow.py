@@ -444,7 +444,7 @@ def carry_race_graph(reader_input=None):
 
 
 def test_a_carried_tensor_is_never_read_while_the_loop_moves_it():
-    """Issue 11, defect 19: a carry-over re-points a's header during the loop. A reader of a
+    """A carry-over re-points a's header during the loop. A reader of a
     on another stream, unordered with the loop, used to see b1's memory mid-loop (every time
     here: it runs 10 ms in, the loop takes about 40 ms). The schedule now orders the reader
     and the loop as the sequential run does, so it reads a's own value, 1."""

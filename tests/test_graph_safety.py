@@ -1,4 +1,4 @@
-"""Graphs under hostile use (issue 11): failed control flow ends a run only after everything it
+"""Graphs under hostile use: failed control flow ends a run only after everything it
 enqueued, sub-graphs of a running graph are guarded, a queued run keeps what its tasks borrow,
 and a graph used by one thread refuses another (docs/threading.md, "Graphs and threads")."""
 
@@ -44,7 +44,7 @@ def failing_branch_graph(log):
     return g, c
 
 
-# -- defect 2: a failed loop or branch ends its run only after everything it enqueued -----------
+# -- a failed loop or branch ends its run only after everything it enqueued -----------
 
 def test_a_failed_branch_ends_the_run_after_every_node_it_enqueued():
     log = []
@@ -144,7 +144,7 @@ def test_freeing_a_graph_after_a_failed_run_is_safe():
     assert out.strip() == "[1.0, 1.0, 1.0, 1.0]"         # the chain had run when wait() returned
 
 
-# -- defect 3: sub-graphs of a running graph refuse changes and runs ----------------------------
+# -- sub-graphs of a running graph refuse changes and runs ----------------------------
 
 def gated_loop():
     go = threading.Event()
@@ -222,7 +222,7 @@ def test_a_graph_refuses_to_run_while_its_sub_graph_runs_on_its_own():
     g.run()
 
 
-# -- defect 4: a second run while the first is queued keeps what the first borrows -------------
+# -- a second run while the first is queued keeps what the first borrows -------------
 
 def test_a_second_run_after_a_tensor_became_movable_keeps_the_queued_calls():
     out = run_isolated("""
@@ -291,7 +291,7 @@ def test_a_loop_body_re_prepared_by_a_second_run_keeps_the_queued_calls():
     assert out.strip() == "[2.0, 2.0, 2.0, 2.0] [8.0, 8.0, 8.0, 8.0]"
 
 
-# -- defect 5: one thread at a time ---------------------------------------------------------------
+# -- one thread at a time ---------------------------------------------------------------
 
 def test_a_graph_running_on_one_thread_refuses_another():
     go, started = threading.Event(), threading.Event()

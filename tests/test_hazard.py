@@ -1,4 +1,4 @@
-"""Data hazards (issue 11, defect 20): nodes with no path between them that touch overlapping
+"""Data hazards: nodes with no path between them that touch overlapping
 memory, one writing, race once scheduled; nnc.graph_hazards and Schedule.verify(hazards=True)
 find every such pair, with views and separate Tensors over one NumPy buffer."""
 

@@ -1,4 +1,4 @@
-"""Every registered scheduling policy runs on GPU streams through the one runner (issue 16):
+"""Every registered scheduling policy runs on GPU streams through the one runner:
 each policy's schedule of a small branchy graph, run on a GPU stream through the fake driver
 (tests/_fake_cuda.py), gives what the CPU run of the same graph gives, and the runner makes
 exactly the waits and records that policy's schedule asks for. GPU results need a GPU:

@@ -39,7 +39,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
 
 @linux_only
 def test_a_thousand_wide_schedule_starts_no_thread():
-    # The measure: 1,000 independent branches scheduled without a stream cap used to
+    # The measure: 1,000 independent branches scheduled without a stream cap used to
     # start 1,003 threads. Now the streams are queues: the thread count stays put.
     g = nnc.Graph()
     src = g.exec(nnc.Cmd("NOOP"))

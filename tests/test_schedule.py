@@ -475,7 +475,7 @@ def test_random_10k_graphs_verify(window):
     assert sched.stream_count > 1 and sched.signal_count > 0
 
 
-# -- verify(): no NULL stream 0 (issue 11, defect 7), memory near-linear (defect 17) ---------------
+# -- verify(): no NULL stream 0, memory near-linear -----------------------------------------------
 
 
 def _run_isolated(code, timeout=120):
@@ -619,7 +619,7 @@ def test_random_10k_graphs_verify_with_few_slots(slots):
         _set_verify_slots(old)
 
 
-# -- ownership: a dropped scheduled graph frees its schedule and streams (issue 11, defect 16) ----
+# -- ownership: a dropped scheduled graph frees its schedule and streams ----
 
 
 def test_dropped_scheduled_graphs_free_their_streams_without_the_collector():

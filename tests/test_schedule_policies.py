@@ -1,4 +1,4 @@
-"""Scheduling policies (issue 16): the registry behind ``nnc.static_schedule(policy=...)``, node
+"""Scheduling policies: the registry behind ``nnc.static_schedule(policy=...)``, node
 costs, the builder's checks of a policy's answer, and the "list" policy (docs/schedule.md,
 "Policies"). Every schedule is verified and, on random DAGs, run bit-identical to a sequential run.
 """

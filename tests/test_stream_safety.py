@@ -1,4 +1,4 @@
-"""Streams under hostile use (issue 11): worker threads and their thread states, exit, Ctrl-C,
+"""Streams under hostile use: worker threads and their thread states, exit, Ctrl-C,
 waits from the wrong thread, concurrent waiters, tracing, threads that cannot start.
 
 Whatever could hang or crash runs in a subprocess with a timeout, so a regression fails the
@@ -35,7 +35,7 @@ def start_py(code):
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
-# -- worker threads keep one thread state (defect 1) ------------------------------------------
+# -- worker threads keep one thread state ------------------------------------------------------
 
 def test_python_tasks_on_a_pool_thread_share_its_thread_state():
     # A raw pthread made a fresh thread state for every Python task, so a threading.local set
@@ -93,7 +93,7 @@ def test_exit_after_a_run_on_many_streams():
     assert out.returncode == 0, out.stderr
 
 
-# -- exit runs all queued work, then refuses more (defect 11) ---------------------------------
+# -- exit runs all queued work, then refuses more ---------------------------------------------
 
 def test_work_on_a_dropped_stream_runs_before_exit():
     out = run_py("""
@@ -127,7 +127,7 @@ def test_work_enqueued_after_the_exit_hook_is_refused():
     assert out.stdout.count("refused:") == 2 and "exiting" in out.stdout
 
 
-# -- Ctrl-C (defect 13) ------------------------------------------------------------------------
+# -- Ctrl-C ------------------------------------------------------------------------------------
 
 # The child installs Python's own SIGINT handler: a shell that starts jobs in the background
 # (nohup, `&` in a script) leaves SIGINT ignored, children inherit that, and Python then installs
@@ -201,7 +201,7 @@ def test_ctrl_c_swallowed_by_threading_shutdown_still_abandons_the_loop():
     assert "abandoning unfinished work" in out.stderr
 
 
-# -- wait() where it would wait for itself (defect 12) -----------------------------------------
+# -- wait() where it would wait for itself -----------------------------------------------------
 
 def test_wait_on_a_worker_thread_is_refused():
     out = run_py("""
@@ -244,7 +244,7 @@ def test_wait_inside_a_while_expression_of_its_own_stream_is_refused():
     assert "own coroutine scheduler" in out.stdout and "again" in out.stdout, out.stdout
 
 
-# -- every waiter sees the failure (defect 14) -------------------------------------------------
+# -- every waiter sees the failure -------------------------------------------------------------
 
 def test_every_wait_in_progress_raises_the_failure():
     s = Stream()
@@ -274,7 +274,7 @@ def test_every_wait_in_progress_raises_the_failure():
     s.wait()                        # reported: a wait that starts afterwards succeeds
 
 
-# -- leaving nnc.trace while another thread uses a stream (defect 9) --------------------------
+# -- leaving nnc.trace while another thread uses a stream --------------------------------------
 
 def test_leaving_trace_while_another_thread_uses_a_stream(tmp_path):
     out = run_py(f"""
@@ -331,7 +331,7 @@ def test_wait_ends_while_another_thread_floods_the_stream():
         out.stdout + out.stderr)
 
 
-# -- a pool thread that cannot start (defect 10) -----------------------------------------------
+# -- a pool thread that cannot start -----------------------------------------------------------
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_streams_need_no_thread_and_a_pool_that_cannot_grow_stays_usable():

@@ -1,4 +1,4 @@
-"""Stress (issue 11): random DAGs of real commands x schedules x injected errors x graphs and
+"""Stress: random DAGs of real commands x schedules x injected errors x graphs and
 streams dropped with work queued x concurrent waiters x while / case..of. Every run must equal a
 sequential run of the same graph, bit for bit, or raise a clear nnc.NNCError naming the failing
 node; nothing may crash or hang.

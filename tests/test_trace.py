@@ -246,7 +246,7 @@ def test_not_tracing_records_nothing(tmp_path):
 
 
 def test_a_scheduled_inception_run_takes_no_gil_on_workers(tmp_path):
-    """Issue 14: on streams, every compute node of Inception-V3 (convolutions with their fused
+    """On streams, every compute node of Inception-V3 (convolutions with their fused
     ReLU, pools, GEMM, SOFTMAX) is a C task, which runs without the GIL; the trace says so."""
     from nnc.models.inception import build_inception_v3
 

@@ -3,7 +3,7 @@
 NNC: gpu/ccv_nnc_compat.cu calls the CUDA API from C. Through cuda-bindings' Python wrappers
 each call costs microseconds of argument conversion with the GIL held (on an H100 host, 9.7 us
 of dispatch per node of Inception-V3, of which 3.3 us was nnc's with a driver that does
-nothing; 4.0-6.6 and 1.1 us with these calls from C: docs/benchmarks.md, "GPU (issue 15)"), so
+nothing; 4.0-6.6 and 1.1 us with these calls from C: docs/benchmarks.md, "gpu"), so
 the three calls every node makes - ``cuLaunchKernel`` for a prepared launch, ``cuEventRecord``
 for an emit, ``cuStreamWaitEvent`` for a wait - go through C function pointers instead, taken
 once per driver from ``libcuda.so.1`` (the library cuda-bindings itself loads; these exported

@@ -1,4 +1,4 @@
-# The DAG a scheduling policy sees (issue 16: nnc.static_schedule(g, policy=...)). The rank
+# The DAG a scheduling policy sees (nnc.static_schedule(g, policy=...)). The rank
 # builder (nnc/schedule/rank.pyx) makes it from the graph's run order, with every edge the
 # schedule must enforce (graph edges, a loop body's head-to-tail edges, the edges that order a
 # control node and the nodes touching the tensors it re-points), and hands it to the policy.

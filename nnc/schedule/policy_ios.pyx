@@ -1,6 +1,6 @@
 """The "ios" scheduling policy: IOS's dynamic program over stages (Ding et al., MLSys 2021), in
 the form RAF re-implements it (blocks, 64-bit state masks, schedule units), with a modelled
-rather than measured stage latency (issue 16; docs/schedule.md "Policy "ios"").
+rather than measured stage latency (docs/schedule.md "Policy "ios"").
 
 The run order is cut into *blocks* of at most ``block_size`` positions, ending at complete cuts
 (_blocks). Inside a block, cheap followers join their chain's *unit* (_block). Per block, a DP

@@ -1,5 +1,5 @@
 """The "list" scheduling policy: a cost-aware list schedule onto ``max_streams`` streams
-(0: as many as help), the baseline the other policies should beat (issue 16).
+(0: as many as help), the baseline the other policies should beat.
 
 A stream runs its nodes in position order (the run order, a topological order), so the policy
 walks the nodes in that order and simulates the run with the node costs: a node is ready when

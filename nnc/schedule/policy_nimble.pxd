@@ -1,4 +1,4 @@
-# The "nimble" scheduling policy (Nimble, NeurIPS 2020; issue 16): minimum equivalent graph,
+# The "nimble" scheduling policy (Nimble, NeurIPS 2020): minimum equivalent graph,
 # a maximum matching of its edges into chains, then chains ordered by reachability share
 # streams, so the stream count is the width of the chain order. docs/schedule.md, "nimble".
 

@@ -374,7 +374,7 @@ cdef class Schedule:
     cdef int _bind(self, Graph g) except -1:
         # Weakly: the graph holds this schedule (and its runtime of streams); a strong
         # reference back made a cycle that kept dropped graphs' worker threads alive until
-        # the garbage collector ran (issue 11, defect 16).
+        # the garbage collector ran.
         self._graph = weakref.ref(g)
         return 0
 

@@ -1,5 +1,5 @@
 """A simulator of static schedules: the makespan and per-stream timeline of a schedule, given
-per-node costs, without running anything (issue 16: compare policies without hardware).
+per-node costs, without running anything (compare policies without hardware).
 
 Not an NNC port (NNC has no simulator). The model (docs/schedule.md, "Simulator"):
 
