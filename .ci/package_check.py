@@ -156,8 +156,8 @@ def smoke(checkout: str) -> int:
     assert meta["Name"] == DIST and "nnc-graph/nnc-graph" in str(meta.get_all("Project-URL"))
 
     # What type checkers, C programs and NVRTC read from the installed package.
-    for rel in ("py.typed", "_core.pyi", "tensor.pyi", "graph/graph.pyi", "nnc.h",
-                "nnc_types.h", "_core.pxd", "cuda/kernels/common.cuh"):
+    for rel in ("py.typed", "base/core.pyi", "tensor/tensor.pyi", "graph/graph.pyi", "nnc.h",
+                "nnc_types.h", "base/core.pxd", "tensor/__init__.pyi", "cuda/kernels/common.cuh"):
         assert (here / rel).is_file(), f"installed nnc lacks {rel}"
     assert not list(here.rglob("*.pyx")) and not list(here.rglob("*.c")), "sources installed"
     assert pathlib.Path(nnc.get_include()) == here
