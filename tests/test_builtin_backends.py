@@ -163,3 +163,12 @@ def test_builtin_commands_keep_their_order():
 def test_builtin_backends_keep_name_priority_device_and_datatypes():
     for name, rows in BUILTINS:
         assert [_row(b) for b in nnc.command_info(name).backends] == rows, name
+
+
+def test_the_documented_blas_path_still_imports():
+    """``nnc.ops.cpu_blas`` (docs/commands.md's former name of the OpenBLAS binding) is
+    nnc.base.openblas, by ``import`` and by attribute."""
+    import nnc.ops.cpu_blas
+    from nnc.base import openblas
+
+    assert nnc.ops.cpu_blas is openblas and isinstance(openblas.config, str)
