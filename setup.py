@@ -31,7 +31,9 @@ DIRECTIVES = {
 # Extra compiler flags of one module. cpu_opt_unary reads neither errno nor the FP exception
 # flags: without them a sqrt call is one instruction, and gcc may turn its selects (x < 0 ? ...)
 # into vector blends, so every loop there vectorises (CFLAGS=-fopt-info-vec shows it).
-EXTRA_COMPILE_ARGS = {"nnc.ops.cpu_opt_unary": ["-fno-math-errno", "-fno-trapping-math"]}
+EXTRA_COMPILE_ARGS = {
+    "nnc.cmd.elementwise.cpu_opt_unary": ["-fno-math-errno", "-fno-trapping-math"],
+}
 
 # NNC_ANNOTATE=1 writes cython -a HTML next to each .pyx (read it for hot loops).
 annotate = os.environ.get("NNC_ANNOTATE", "0") == "1"

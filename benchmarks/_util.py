@@ -240,7 +240,7 @@ def machine_info(packages=("numpy",)):
         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
     }
     try:
-        from nnc.ops import cpu_blas
+        from nnc.base import openblas as cpu_blas
     except ImportError:  # pragma: no cover - an nnc without its C BLAS binding
         cpu_blas = None
     info["nnc_blas"] = getattr(cpu_blas, "config", None)

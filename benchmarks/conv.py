@@ -7,7 +7,7 @@ For every distinct CONVOLUTION shape of nnc's Inception-V3 graph (``nnc.models.i
 
 - ``conv``: ``nnc.cmd_exec`` of the node's command pinned to CPU_OPT (the real backend, bias
   included, as the graph runs it), with ``nnc.set_intra_op_threads(1)``;
-- ``gemm``: ``nnc.ops.cpu_blas.gemm`` (the same single-threaded OpenBLAS the backend calls)
+- ``gemm``: ``nnc.base.openblas.gemm`` (the same single-threaded OpenBLAS the backend calls)
   on M x K by (N x K)^T, where M = output pixels, N = output channels, K = kh*kw*C/groups:
   the matrix product a convolution lowers to, without the lowering;
 - ``winograd``: when a backend named ``CPU_OPT_WINOGRAD`` is registered, that backend on the
@@ -26,7 +26,7 @@ import numpy as np
 
 import nnc
 from benchmarks import _util
-from nnc.ops import cpu_blas
+from nnc.base import openblas as cpu_blas
 
 TARGET = 0.8
 WINOGRAD = "CPU_OPT_WINOGRAD"

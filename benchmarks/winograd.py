@@ -22,7 +22,7 @@ import numpy as np
 
 import nnc
 from benchmarks import _util
-from nnc.ops.conv import conv_shape
+from nnc.cmd.convolution import conv_shape
 
 # (name, H, W, C, O, padding)
 SHAPES = (

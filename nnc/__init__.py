@@ -74,6 +74,7 @@ else:
     from nnc.base.device import DeviceError
     from nnc.base.parallel import get_intra_op_threads, set_intra_op_threads
     from nnc.check import invariants as _invariants  # noqa: F401
+    from nnc.cmd.builtins import register_builtins as _register_builtins
     from nnc.cmd.command import (
         Backend,
         Cmd,
@@ -97,7 +98,6 @@ else:
     from nnc.graph import control as _control  # noqa: F401
     from nnc.graph.control import Compare
     from nnc.graph.graph import Graph, GraphExec
-    from nnc.ops import register_builtins as _register_builtins
     from nnc.run import flow as _flow  # noqa: F401
     from nnc.run import run as _run  # noqa: F401
     from nnc.run import tools as _tools  # noqa: F401

@@ -61,8 +61,8 @@ def blas_info():
     import nnc
 
     try:
-        from nnc.ops import cpu_blas
-        library = cpu_blas.config
+        from nnc.base import openblas
+        library = openblas.config
     except ImportError:  # pragma: no cover - an nnc built without its BLAS binding
         library = None
     return {"source": "nnc", "library": library, "blas_threads": 1,

@@ -140,7 +140,7 @@ def test_clamp_bad_params():
 def test_transpose(dtype, shape, params):
     x = RNG.standard_normal(shape).astype(dtype)
     cmd = nnc.Cmd("TRANSPOSE", **params)
-    from nnc.ops.transpose import permutation
+    from nnc.cmd.transpose import permutation
 
     perm = permutation(cmd, len(shape))
     want = np.transpose(x, perm)

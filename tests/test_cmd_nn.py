@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nnc
-from nnc.ops import conv as conv_module
+from nnc.cmd import convolution as conv_module
 
 FLOATS = ["float32", "float64", "float16"]
 

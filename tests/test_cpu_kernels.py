@@ -1,4 +1,4 @@
-"""The C backends of GEMM, MAX_POOL, AVG_POOL, ADD, MUL and CLAMP (nnc/ops/cpu_gemm.pyx,
+"""The C backends of GEMM, MAX_POOL, AVG_POOL, ADD, MUL and CLAMP (nnc/cmd/gemm/cpu_opt.pyx,
 cpu_pool.pyx, cpu_opt_blas.pyx): each against CPU_REF on random geometry and on views, split into
 parts at one and two intra-op threads, refusing what it cannot take, and running in a scheduled
 graph as C tasks (no Python on the workers)."""

@@ -20,10 +20,10 @@ from test_cuda_runtime import GEMM_CASES, GEMM_SHAPES, _t
 import nnc
 from nnc import cuda
 from nnc.cmd.command import cmd_backends_for
+from nnc.cmd.gemm import gemm_shape
 from nnc.cuda import cublas_gemm, memory
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
-from nnc.ops.gemm import gemm_shape
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                 "driver borrows its enums and handle types)")

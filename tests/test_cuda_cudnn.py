@@ -19,10 +19,10 @@ from _fake_cudnn import install as install_cudnn
 import nnc
 from nnc import cuda
 from nnc.cmd.command import cmd_backends_for
+from nnc.cmd.convolution import conv_shape
 from nnc.cuda import cudnn_conv, memory
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
-from nnc.ops.conv import conv_shape
 
 _no_bindings = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                   "driver borrows its enums and handle types)")

@@ -21,9 +21,9 @@ from _fake_cuda import install, real
 
 import nnc
 from nnc import cuda
+from nnc.cmd.convolution import conv_shape
 from nnc.cuda import cublas_gemm, cudnn_conv, memory
 from nnc.cuda import graph as cgraph
-from nnc.ops.conv import conv_shape
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                 "driver borrows its enums and handle types)")

@@ -226,7 +226,7 @@ def test_gemm_geometry_matches_cpu_ref(env, kind, ta, tb, bias):
     ins = [a, w] + ([rng.standard_normal(5).astype(np.float32)] if bias else [])
     # Pinned: where cuBLAS loads, GPU_OPT would be the default (tests/test_cuda_cublas.py).
     cmd = nnc.Cmd("GEMM", transpose_a=ta, transpose_b=tb, backend="GPU_REF")
-    from nnc.ops.gemm import gemm_shape
+    from nnc.cmd.gemm import gemm_shape
 
     shape = gemm_shape(cmd, a.shape, w.shape)
     want = np.zeros(shape, np.float32)
@@ -258,7 +258,7 @@ def test_convolution_matches_cpu_ref(env, case, slice_out, activation):
     params = {k: case[k] for k in ("stride", "padding", "groups")}
     if activation:
         params["activation"] = activation      # the fused epilogue of Graph.simplify
-    from nnc.ops.conv import conv_shape
+    from nnc.cmd.convolution import conv_shape
 
     shape = conv_shape(nnc.Cmd("CONVOLUTION", **params), x.shape, w.shape)
     want = np.zeros(shape, np.float32)
@@ -297,7 +297,7 @@ def test_pooling_matches_cpu_ref(env, kind, params):
     x = np.random.default_rng(4).standard_normal((2, 7, 8, 3))
     if kind == "AVG_POOL" and "padding" in params:
         params = dict(params, count_include_pad=True)
-    from nnc.ops.pool import pool_shape
+    from nnc.cmd.pooling import pool_shape
 
     shape = pool_shape(nnc.Cmd(kind, **params), x.shape)
     want = np.zeros(shape)

@@ -153,7 +153,8 @@ def _scale_a(cmd, inputs, outputs):
 
 def test_registering_the_builtins_again_changes_nothing():
     """The same registrations (Python and C backends) return the existing entries."""
-    from nnc.ops import basic, cpu_opt
+    from nnc.cmd import basic
+    from nnc.cmd.elementwise import cpu_opt
 
     before = {name: list(nnc.command_info(name).backends) for name in nnc.commands()}
     basic.register()

@@ -1,4 +1,4 @@
-"""CONVOLUTION's CPU_OPT_WINOGRAD (nnc/ops/cpu_winograd.pyx): F(4x4, 3x3) for 3x3 stride-1
+"""CONVOLUTION's CPU_OPT_WINOGRAD (nnc/cmd/convolution/winograd.pyx): F(4x4, 3x3) for 3x3 stride-1
 convolutions, within docs/commands.md's tolerance of CPU_REF, refusing every other shape, chosen
 by autotune where it measures faster."""
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_cmd_nn import conv_ref, strided
 
 import nnc
-from nnc.ops.conv import conv_shape
+from nnc.cmd.convolution import conv_shape
 
 WINOGRAD = "CPU_OPT_WINOGRAD"
 # docs/commands.md, "CPU_OPT_WINOGRAD": this many times CPU_OPT's tolerance.

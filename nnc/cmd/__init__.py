@@ -1,6 +1,6 @@
 """Layer 2 command. Commands: the registry, backends, selection, binding and `cmd_exec` (command),
-parameter normalisation (params); the built-in commands' backends live in nnc.ops. Imports
-layers 0-1.
+parameter normalisation (params); the built-in commands, one folder per command family
+(nnc/cmd/<family>/: definition, CPU_REF, CPU backends), registered by builtins. Imports layers 0-1.
 """
 
 # The module this package was before the layer folders: its names stay importable here

@@ -192,7 +192,7 @@ class _Saver:
         elif name == "SCALAR_MUL":
             out = self.node("Mul", [self.read(ins[0]), self.scalar(p["a"], dt)])
         elif name == "TRANSPOSE":
-            from nnc.ops.transpose import permutation
+            from nnc.cmd.transpose import permutation
 
             out = self.node("Transpose", [self.read(ins[0])],
                             perm=list(permutation(cmd, ins[0].ndim)))

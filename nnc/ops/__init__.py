@@ -1,30 +1,13 @@
-"""Layer 2 command. Built-in commands. Each module registers its commands, their CPU_REF
-backends and any Python backends; the C backends (nnc/ops/cpu_*.pyx) are registered after them.
-Registration is explicit and happens once, when nnc is imported."""
+"""Layer 2 command. The former home of the built-in commands, kept for the one name documented
+there: ``nnc.ops.cpu_blas`` is nnc.base.openblas (the OpenBLAS binding: ``config`` names the
+build, ``gemm`` calls it from Python). The commands and their backends are in nnc/cmd/<family>/.
+"""
 
-from nnc.ops import basic, blas, clamp, conv, ew, gemm, pool, reduce, softmax, transpose
+import sys
 
-_done = False
+from nnc.base import openblas as cpu_blas
 
+# ``import nnc.ops.cpu_blas`` finds the module here once this package is imported.
+sys.modules.setdefault("nnc.ops.cpu_blas", cpu_blas)
 
-def register_builtins():
-    global _done
-    if _done:
-        return
-    _done = True
-    for module in (basic, ew, softmax, gemm, conv, pool, reduce, blas, clamp, transpose):
-        module.register()
-    from nnc.ops import (
-        cpu_conv,
-        cpu_gemm,
-        cpu_opt,
-        cpu_opt_blas,
-        cpu_opt_reduce,
-        cpu_opt_unary,
-        cpu_pool,
-        cpu_winograd,
-    )
-
-    for module in (cpu_conv, cpu_winograd, cpu_gemm, cpu_pool, cpu_opt_blas, cpu_opt,
-                   cpu_opt_unary, cpu_opt_reduce):
-        module.register()
+__all__ = ["cpu_blas"]

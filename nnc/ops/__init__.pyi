@@ -1,4 +1,5 @@
-"""Built-in commands (nnc/ops/): registered once, when nnc is imported. Private; this stub lets
-mypy check ``import nnc`` without following the untyped registration modules."""
+"""The former home of the built-in commands: ``nnc.ops.cpu_blas`` is nnc.base.openblas."""
 
-def register_builtins() -> None: ...
+from nnc.base import openblas as cpu_blas
+
+__all__ = ["cpu_blas"]

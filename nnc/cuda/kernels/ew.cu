@@ -1,4 +1,4 @@
-// Element-wise commands on contiguous tensors of n elements (nnc/ops/ew.py, basic.py).
+// Element-wise commands on contiguous tensors of n elements (nnc/cmd/elementwise/, nnc/cmd/basic/).
 // EWSUM / EWPROD take up to NNC_EW_MAX_INPUTS inputs in one launch (more: chained launches
 // accumulating into the output, which backends.py arranges). Arithmetic is in nnc_acc_t<T>
 // (float for float16); SCALAR_MUL's factor and SET's value come in that type.

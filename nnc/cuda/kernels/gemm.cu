@@ -1,4 +1,4 @@
-// GEMM: out[b] = op(a)[b] @ op(w)[b] + bias (nnc/ops/gemm.py), a 32x32-tiled kernel.
+// GEMM: out[b] = op(a)[b] @ op(w)[b] + bias (nnc/cmd/gemm/), a 32x32-tiled kernel.
 // Layouts are passed as element strides, so transposes, shared 2-D operands (batch stride 0)
 // and strided outputs need no copies:
 //   op(a)[b][m][k] = a[b*a_bs + m*a_ms + k*a_ks]     op(w)[b][k][n] = w[b*w_bs + k*w_ks + n*w_ns]

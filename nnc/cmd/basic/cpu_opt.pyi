@@ -1,0 +1,3 @@
+"""SET's and DATA_TRANSFER's CPU_OPT C backends (nnc/cmd/basic/cpu_opt.pyx)."""
+
+def register() -> None: ...

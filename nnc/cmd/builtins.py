@@ -1,0 +1,34 @@
+"""The built-in commands: one folder per command family under nnc/cmd/ (basic, elementwise,
+softmax, gemm, convolution, pooling, reduce, transpose), each holding the family's definition,
+its CPU_REF and its CPU backends. Registration is explicit and happens once, when nnc is
+imported: the definitions first (commands, CPU_REF and Python backends, in this order, which is
+``nnc.commands()``'s), then the C backends; nnc.cuda registers the GPU backends after them.
+"""
+
+from nnc.cmd import basic, convolution, elementwise, gemm, pooling, reduce, softmax, transpose
+from nnc.cmd.elementwise import binary, clamp
+
+_done = False
+
+
+def register_builtins():
+    global _done
+    if _done:
+        return
+    _done = True
+    for module in (basic, elementwise, softmax, gemm, convolution, pooling, reduce, binary, clamp,
+                   transpose):
+        module.register()
+    from nnc.cmd.basic import cpu_opt as basic_opt
+    from nnc.cmd.convolution import cpu_opt as convolution_opt
+    from nnc.cmd.convolution import winograd
+    from nnc.cmd.elementwise import cpu_opt as elementwise_opt
+    from nnc.cmd.elementwise import cpu_opt_binary, cpu_opt_unary
+    from nnc.cmd.gemm import cpu_opt as gemm_opt
+    from nnc.cmd.pooling import cpu_opt as pooling_opt
+    from nnc.cmd.reduce import cpu_opt as reduce_opt
+    from nnc.cmd.softmax import cpu_opt as softmax_opt
+
+    for module in (convolution_opt, winograd, gemm_opt, pooling_opt, cpu_opt_binary,
+                   elementwise_opt, basic_opt, softmax_opt, cpu_opt_unary, reduce_opt):
+        module.register()

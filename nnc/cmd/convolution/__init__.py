@@ -1,0 +1,120 @@
+"""Layer 2 command, the convolution family: this module (the definition and CPU_REF), cpu_opt.pyx
+(CPU_OPT: im2col + OpenBLAS GEMM), winograd.pyx (CPU_OPT_WINOGRAD). The GPU backends are registered
+by nnc.cuda.
+
+CONVOLUTION, NHWC (NNC: cmd/convolution/ccv_nnc_conv_cpu_ref.c, cpu_opt/_ccv_nnc_conv_cpu_opt.c).
+
+Inputs ``(x, w)`` or ``(x, w, bias)`` (bias may be None), one output:
+
+- x: [N, H, W, C] or [H, W, C],
+- w: [O, kh, kw, C // groups] (NNC's NHWC weight layout),
+- bias: [O],
+- out: [N, Ho, Wo, O] (or [Ho, Wo, O]), Ho = (H + top + bottom - kh) // sh + 1, likewise Wo.
+
+Parameters ``stride`` (int or (sh, sw)), ``padding`` (int, (ph, pw) or (top, left, bottom,
+right); zeros), ``groups`` (C and O are split into that many independent convolutions) and
+``activation`` (None, or "relu": out = max(0, conv + bias), the epilogue ``Graph.simplify``
+fuses a following in-place RELU into; docs/commands.md). Floats only, one dtype, and the output
+may not overlap an input.
+"""
+
+import numpy as np
+
+from nnc.base.core import CommandError
+from nnc.cmd import _check
+from nnc.cmd.command import register_backend, register_command
+
+
+def _conv_normalize(params):
+    _check.only("CONVOLUTION", params, ("stride", "padding", "groups", "activation"))
+    groups = params.get("groups", 1)
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise CommandError(f"CONVOLUTION: groups must be an int >= 1, not {groups!r}")
+    activation = params.get("activation")
+    if activation not in (None, "relu"):
+        raise CommandError(f"CONVOLUTION: activation must be None or 'relu', not {activation!r}")
+    out = {
+        "stride": _check.pair("CONVOLUTION", params.get("stride", 1), "stride", 1),
+        "padding": _check.padding("CONVOLUTION", params.get("padding", 0)),
+        "groups": int(groups),
+    }
+    if activation is not None:          # only fused convolutions carry it (Graph.simplify)
+        out["activation"] = activation
+    return out
+
+
+def conv_shape(cmd, x_shape, w_shape):
+    """The output shape for these x and w shapes, or CommandError saying why there is none."""
+    groups = cmd.params["groups"]
+    c = x_shape[-1]
+    if len(w_shape) != 4:
+        raise CommandError(f"CONVOLUTION: w must be [O, kh, kw, C/groups], got shape {w_shape}")
+    o, kh, kw, cg = w_shape
+    if c % groups or o % groups:
+        raise CommandError(
+            f"CONVOLUTION: groups={groups} must divide both input channels C={c} and "
+            f"output channels O={o}"
+        )
+    if cg != c // groups:
+        raise CommandError(
+            f"CONVOLUTION: w {w_shape} has {cg} input channels per group but x has "
+            f"C={c} / groups={groups} = {c // groups}"
+        )
+    ho, wo = _check.window_output(
+        cmd, x_shape[-3:-1], (kh, kw), cmd.params["stride"], cmd.params["padding"]
+    )
+    return tuple(x_shape[:-3]) + (ho, wo, o)
+
+
+def _conv_check(cmd, inputs, outputs):
+    _check.arity(cmd, inputs, outputs, (2, 3), 1)
+    _check.present(cmd, inputs, "input", 0, 1)
+    _check.present(cmd, outputs, "output", 0)
+    _check.same_dtype(cmd, inputs + outputs)
+    _check.floating(cmd, inputs + outputs)
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    _check.nhwc(cmd, x, "x (input 0)")
+    shape = conv_shape(cmd, tuple(x.shape), tuple(w.shape))
+    if bias is not None:
+        _check.expect_shape(cmd, bias, shape[-1:], "bias")
+    _check.expect_shape(cmd, outputs[0], shape, "output 0")
+
+
+def _geometry(cmd, out):
+    """(sh, sw, top, left, bottom, right, Ho, Wo)."""
+    (sh, sw), (pt, pl, pb, pr) = cmd.params["stride"], cmd.params["padding"]
+    return sh, sw, pt, pl, pb, pr, out.shape[-3], out.shape[-2]
+
+
+def _conv_ref(cmd, inputs, outputs):
+    """The definition: for every kernel offset (i, j) and group, add patch . w[:, i, j, :]^T."""
+    x = inputs[0].astype(np.float64)
+    w = inputs[1].astype(np.float64)
+    bias = inputs[2] if len(inputs) > 2 else None
+    out = outputs[0]
+    sh, sw, pt, pl, pb, pr, ho, wo = _geometry(cmd, out)
+    groups = cmd.params["groups"]
+    o, kh, kw, cg = w.shape
+    og = o // groups
+    h, wd = x.shape[-3], x.shape[-2]
+    xp = np.zeros(x.shape[:-3] + (h + pt + pb, wd + pl + pr, x.shape[-1]))
+    xp[..., pt:pt + h, pl:pl + wd, :] = x
+    acc = np.zeros(out.shape)
+    for g in range(groups):
+        ci, co = slice(g * cg, (g + 1) * cg), slice(g * og, (g + 1) * og)
+        for i in range(kh):
+            for j in range(kw):
+                # Input pixels under kernel tap (i, j) for every output position.
+                patch = xp[..., i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw, ci]
+                acc[..., co] += patch @ w[co, i, j, :].T
+    if bias is not None:
+        acc += bias.astype(np.float64)
+    if cmd.params.get("activation") == "relu":
+        np.maximum(acc, 0.0, out=acc)
+    out[...] = acc
+
+
+def register():
+    register_command("CONVOLUTION", inplace="none", check=_conv_check, normalize=_conv_normalize)
+    register_backend("CONVOLUTION", "CPU_REF", _conv_ref)

@@ -1,0 +1,3 @@
+"""CONVOLUTION's CPU_OPT C backend (nnc/cmd/convolution/cpu_opt.pyx)."""
+
+def register() -> None: ...

@@ -1,0 +1,482 @@
+"""CONVOLUTION's CPU_OPT backend in C: im2col into stream workspace, then BLAS GEMM, no GIL.
+
+NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_opt.c, which packs input patches into scratch
+memory and multiplies them with the weights, split across threads by output rows. Here:
+
+- The output's pixels are cut into *parts* of whole output rows (about 512 KiB of patch matrix
+  and at least 512 pixels each, so a part's patches stay in cache between the copy and the
+  GEMM, and each GEMM is long enough to amortise packing the weights). Each part copies its
+  patches into the running thread's workspace (nnc.base.workspace: allocated once, reused run after
+  run, so repeated runs allocate nothing), multiplies them by the weights with one
+  single-threaded GEMM per group (nnc.base.openblas), then adds the bias and applies the fused
+  ReLU (``activation="relu"``, Graph.simplify) while the rows are hot.
+- Parts are run through nnc_parallel_for (nnc.base.parallel): idle pool threads take some, so a
+  large convolution uses every core in a sequential run, and in a scheduled run a thread whose
+  stream waits helps the other stream's convolution. Parts write disjoint output rows; the
+  weights are only read. With few parts they are evened out to a multiple of
+  ``parallel_width`` (the pool's size); with too few pixels for that many parts (17x17 and 8x8
+  layers) the caller copies every patch once and the parts are ranges of output channels
+  instead; below 4M multiply-adds nothing is split. The cut never depends on how many threads
+  run it (the intra-op setting, idle threads), so sequential and scheduled runs at any intra-op
+  setting give the same bits: each part is the same GEMM.
+- A pointwise (1x1, stride 1, no padding) convolution multiplies the input itself, one GEMM
+  per thread. A depthwise one (groups = C = O) is a direct loop over taps, vectorised over
+  channels (weights laid out tap by tap first): as a GEMM it would be O one-column products.
+- The output may be a channel slice of a wider buffer (a concat's part) and the input any view
+  whose channels are contiguous: GEMM's leading dimensions take the pixel strides.
+
+Weights are [O, kh, kw, C/groups] (NNC's layout), i.e. one [O, K] row-major matrix per group
+with K ordered (i, j, c), the order each patch row is copied in, so they are used as they are.
+Part sizes were chosen by sweeping them (``_tune``) over Inception-V3's layers."""
+
+from libc.string cimport memcpy, memset
+
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
+from nnc.cmd.command cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
+from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
+from nnc.base.parallel cimport nnc_parallel_for, parallel_width
+from nnc.tensor.tensor cimport nnc_tensor_t
+from nnc.base.workspace cimport nnc_workspace
+
+ctypedef fused real:
+    float
+    double
+
+# Patch-matrix bytes per part: small enough to stay in L2 between copy and GEMM, large
+# enough that GEMM runs at full speed (python -m benchmarks.conv; docs/benchmarks.md).
+cdef Py_ssize_t _part_bytes = 1 << 19
+# No part has fewer output pixels than this: GEMM packs the weights once per call, which a
+# part of few pixels would not amortise. Pointwise parts (no patches to keep hot) use it too.
+cdef Py_ssize_t _part_pixels = 512
+
+# A convolution below this many multiply-adds runs whole on its thread: waking a helper
+# (tens of microseconds) would cost more than it saves.
+cdef Py_ssize_t _split_macs = 4000000
+
+cdef enum:
+    # With fewer parts than this many per parallel_width, the split is evened out to a
+    # multiple of it (or, for very few rows, made over output channels).
+    SPLIT_EVEN = 4
+
+
+def _tune(part_bytes, part_pixels, split_macs=None):
+    """Set the part sizes and the smallest convolution worth splitting (for sweeps in
+    benchmarks); returns the previous triple."""
+    global _part_bytes, _part_pixels, _split_macs
+    old = (_part_bytes, _part_pixels, _split_macs)
+    _part_bytes, _part_pixels = max(1, part_bytes), max(1, part_pixels)
+    if split_macs is not None:
+        _split_macs = max(0, split_macs)
+    return old
+
+
+# The geometry of one call, shared (read-only) by its parts. Strides in elements.
+ctypedef struct conv_t:
+    int dtype                           # NNC_32F or NNC_64F
+    char* x
+    const char* w
+    const char* bias                    # NULL: none
+    char* out
+    Py_ssize_t n, h, wd, c              # input [n, h, wd, c]
+    Py_ssize_t xs_n, xs_h, xs_w         # input strides (channel stride is 1)
+    Py_ssize_t ho, wo, o                # output [n, ho, wo, o]
+    Py_ssize_t os_n, os_h, os_w         # output strides (channel stride is 1)
+    int kh, kw, sh, sw, pt, pl
+    int groups
+    Py_ssize_t cg, og, k                # channels per group in and out; K = kh * kw * cg
+    Py_ssize_t rows_per_part            # output rows (of wo pixels) per part
+    const char* patch                   # channel parts: every row's patches (NULL: pointwise)
+    Py_ssize_t chunk                    # channel parts: output channels per part
+    Py_ssize_t rows                     # n * ho
+    int pointwise
+    int depthwise
+    int relu                            # activation="relu": max(0, .) after the bias
+
+
+cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
+                            Py_ssize_t s_n, Py_ssize_t s_h, Py_ssize_t s_w) noexcept nogil:
+    """Rows r0..r1 (each wo pixels) of an [n, ho, wo, ...] view are one evenly strided run of
+    pixels: GEMM can treat them as one matrix with leading dimension s_w."""
+    if r1 - r0 <= 1:
+        return True
+    if s_h != wo * s_w:
+        return False
+    # Crossing an image boundary needs the image stride to continue the run too.
+    return r0 // ho == (r1 - 1) // ho or s_n == ho * s_h
+
+
+cdef void _gemm_cols(const conv_t* cv, const real* a, Py_ssize_t lda, Py_ssize_t m,
+                     Py_ssize_t c0, Py_ssize_t n, real* c, Py_ssize_t ldc) noexcept nogil:
+    """c[m, c0:c0+n] = a[m, K] . w[c0:c0+n, K]^T (output channels c0.. of the weights)."""
+    cdef const real* w = <const real*>cv.w + c0 * cv.k
+    if real is float:
+        nnc_sgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>n, <int>cv.k, 1.0, a, <int>lda,
+                  w, <int>cv.k, 0.0, c + c0, <int>ldc)
+    else:
+        nnc_dgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>n, <int>cv.k, 1.0, a, <int>lda,
+                  w, <int>cv.k, 0.0, c + c0, <int>ldc)
+
+
+cdef inline void _gemm(const conv_t* cv, const real* a, Py_ssize_t lda, Py_ssize_t m,
+                       Py_ssize_t g, real* c, Py_ssize_t ldc) noexcept nogil:
+    """c[m, og] = a[m, K] . w_g[og, K]^T (group g's weights, its output channels at c)."""
+    _gemm_cols(cv, a, lda, m, g * cv.og, cv.og, c, ldc)
+
+
+cdef inline real* _out_row(const conv_t* cv, real* y0, Py_ssize_t r) noexcept nogil:
+    """Output row r (image r // ho, row r % ho); y0 is cv.out, typed."""
+    return y0 + (r // cv.ho) * cv.os_n + (r % cv.ho) * cv.os_h
+
+
+cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
+                    Py_ssize_t c1) noexcept nogil:
+    """Add the bias and apply the fused ReLU to rows r0..r1, channels c0..c1, while they are
+    still in cache."""
+    cdef Py_ssize_t r, _q, j, o = c1 - c0, wo = cv.wo, os_w = cv.os_w
+    cdef real* y
+    cdef real v
+    cdef const real* b = <const real*>cv.bias + c0 if cv.bias != NULL else NULL
+    cdef bint relu = cv.relu
+    for r in range(r0, r1):
+        y = _out_row(cv, y0, r) + c0
+        for _q in range(wo):
+            if b != NULL and relu:
+                for j in range(o):
+                    v = y[j] + b[j]
+                    y[j] = 0 if v < 0 else v    # NaN stays NaN, as RELU keeps it
+            elif b != NULL:
+                for j in range(o):
+                    y[j] = y[j] + b[j]
+            else:
+                for j in range(o):
+                    v = y[j]
+                    y[j] = 0 if v < 0 else v
+            y += os_w
+
+
+cdef inline void _copy(real* dst, const real* src, Py_ssize_t n) noexcept nogil:
+    """memcpy, but a loop for the short runs of thin inputs (3 channels: a call per 12 bytes
+    would cost more than the copy)."""
+    cdef Py_ssize_t i
+    if n >= 16:
+        memcpy(dst, src, n * sizeof(real))
+        return
+    for i in range(n):
+        dst[i] = src[i]
+
+
+cdef void _im2col(const conv_t* cv, real* patch, Py_ssize_t r0, Py_ssize_t r1,
+                  Py_ssize_t g) noexcept nogil:
+    """patch[(r - r0) * wo + q, (i, j, c)] = x[n, oh*sh - pt + i, q*sw - pl + j, g*cg + c], or
+    0 in the padding. The geometry is copied into locals first: extensions build with
+    -fno-strict-aliasing, so each store into the patch would otherwise reload every field."""
+    cdef Py_ssize_t r, q, i, j, ih, iw, oh
+    cdef Py_ssize_t cg = cv.cg, run = cv.kw * cv.cg, k = cv.k, wo = cv.wo, ho = cv.ho
+    cdef Py_ssize_t h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw, sh = cv.sh, sw = cv.sw
+    cdef Py_ssize_t pt = cv.pt, pl = cv.pl, xs_n = cv.xs_n, xs_h = cv.xs_h, xs_w = cv.xs_w
+    cdef real* dst
+    cdef const real* row
+    cdef const real* xg = <const real*>cv.x + g * cg
+    # A kernel row's kw pixels are one contiguous run when channels fill the pixel stride.
+    cdef bint whole = cv.groups == 1 and xs_w == cv.c
+    for r in range(r0, r1):
+        oh = r % ho
+        for q in range(wo):
+            dst = patch + ((r - r0) * wo + q) * k
+            iw = q * sw - pl
+            for i in range(kh):
+                ih = oh * sh - pt + i
+                if ih < 0 or ih >= h:
+                    memset(dst, 0, run * sizeof(real))
+                    dst += run
+                    continue
+                row = xg + (r // ho) * xs_n + ih * xs_h
+                if whole and iw >= 0 and iw + kw <= wd:
+                    _copy(dst, row + iw * xs_w, run)
+                    dst += run
+                    continue
+                for j in range(kw):
+                    if iw + j < 0 or iw + j >= wd:
+                        memset(dst, 0, cg * sizeof(real))
+                    else:
+                        _copy(dst, row + (iw + j) * xs_w, cg)
+                    dst += cg
+
+
+cdef int _part_im2col(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
+                      void* context) noexcept nogil:
+    cdef Py_ssize_t m = (r1 - r0) * cv.wo, r, g
+    cdef real* patch = <real*>nnc_workspace(context, m * cv.k * sizeof(real))
+    cdef bint even = _rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+    if patch == NULL:
+        return NNC_OOM
+    for g in range(cv.groups):
+        _im2col(cv, patch, r0, r1, g)
+        if even:
+            _gemm(cv, patch, cv.k, m, g, _out_row(cv, y0, r0), cv.os_w)
+        else:
+            for r in range(r0, r1):
+                _gemm(cv, patch + (r - r0) * cv.wo * cv.k, cv.k, cv.wo, g,
+                      _out_row(cv, y0, r), cv.os_w)
+    return NNC_SUCCESS
+
+
+cdef void _part_pointwise(const conv_t* cv, real* y0, Py_ssize_t r0,
+                          Py_ssize_t r1) noexcept nogil:
+    cdef Py_ssize_t r, g
+    cdef real* x
+    cdef bint even = (_rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+                      and _rows_even(r0, r1, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w))
+    for g in range(cv.groups):
+        if even:
+            x = <real*>cv.x + (r0 // cv.ho) * cv.xs_n + (r0 % cv.ho) * cv.xs_h + g * cv.cg
+            _gemm(cv, x, cv.xs_w, (r1 - r0) * cv.wo, g, _out_row(cv, y0, r0), cv.os_w)
+            continue
+        for r in range(r0, r1):
+            x = <real*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h + g * cv.cg
+            _gemm(cv, x, cv.xs_w, cv.wo, g, _out_row(cv, y0, r), cv.os_w)
+
+
+cdef void _part_depthwise(const conv_t* cv, real* y0, Py_ssize_t r0,
+                          Py_ssize_t r1) noexcept nogil:
+    """out[n, oh, q, c] = sum over taps of x[n, ih, iw, c] * w[c, i, j, 0]: a direct loop,
+    innermost over channels, contiguous in x, out and the weights, which the caller laid out
+    tap by tap ([kh * kw, C], in cv.patch) so that loop vectorises. Locals, not fields, in the
+    loops (the build's -fno-strict-aliasing would reload every field after each store)."""
+    cdef Py_ssize_t r, q, i, j, ih, iw, oh, ch, c = cv.c, kw = cv.kw, kh = cv.kh
+    cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl, h = cv.h, wd = cv.wd
+    cdef Py_ssize_t ho = cv.ho, wo = cv.wo, os_w = cv.os_w, xs_h = cv.xs_h, xs_w = cv.xs_w
+    cdef real* y
+    cdef const real* src
+    cdef const real* row
+    cdef const real* wt
+    cdef const real* taps = <const real*>cv.patch
+    for r in range(r0, r1):
+        oh = r % ho
+        row = <const real*>cv.x + (r // ho) * cv.xs_n
+        y = _out_row(cv, y0, r)
+        for q in range(wo):
+            for ch in range(c):
+                y[ch] = 0
+            for i in range(kh):
+                ih = oh * sh - pt + i
+                if ih < 0 or ih >= h:
+                    continue
+                for j in range(kw):
+                    iw = q * sw - pl + j
+                    if iw < 0 or iw >= wd:
+                        continue
+                    src = row + ih * xs_h + iw * xs_w
+                    wt = taps + (i * kw + j) * c
+                    for ch in range(c):
+                        y[ch] = y[ch] + src[ch] * wt[ch]
+            y += os_w
+
+
+cdef void _taps_first(const conv_t* cv, real* out) noexcept nogil:
+    """out[tap, c] = w[c, tap]: a depthwise convolution's weights, tap by tap."""
+    cdef Py_ssize_t ch, t, taps = cv.kh * cv.kw
+    cdef const real* w = <const real*>cv.w
+    for ch in range(cv.c):
+        for t in range(taps):
+            out[t * cv.c + ch] = w[ch * taps + t]
+
+
+cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    cdef const conv_t* cv = <const conv_t*>arg
+    cdef Py_ssize_t r0 = part * cv.rows_per_part
+    cdef Py_ssize_t r1 = min(r0 + cv.rows_per_part, cv.rows)
+    cdef int rc = NNC_SUCCESS
+    if cv.dtype == NNC_32F:
+        rc = _part_typed(cv, <float*>cv.out, r0, r1, context)
+    else:
+        rc = _part_typed(cv, <double*>cv.out, r0, r1, context)
+    return rc
+
+
+cdef int _part_typed(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
+                     void* context) noexcept nogil:
+    cdef int rc = NNC_SUCCESS
+    if cv.depthwise:
+        _part_depthwise(cv, y0, r0, r1)
+    elif cv.pointwise:
+        _part_pointwise(cv, y0, r0, r1)
+    else:
+        rc = _part_im2col(cv, y0, r0, r1, context)
+    if rc == NNC_SUCCESS and (cv.bias != NULL or cv.relu):
+        _epilogue(cv, y0, r0, r1, 0, cv.o)
+    return rc
+
+
+cdef int _channel_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    """Output channels [part * chunk, ...) of every pixel: for convolutions with too few
+    output rows to split (17x17 and 8x8 layers), the caller made all the patches once."""
+    cdef const conv_t* cv = <const conv_t*>arg
+    cdef Py_ssize_t c0 = part * cv.chunk
+    cdef Py_ssize_t c1 = min(c0 + cv.chunk, cv.o)
+    if cv.dtype == NNC_32F:
+        _channels_typed(cv, <float*>cv.out, c0, c1)
+    else:
+        _channels_typed(cv, <double*>cv.out, c0, c1)
+    return NNC_SUCCESS
+
+
+cdef void _channels_typed(const conv_t* cv, real* y0, Py_ssize_t c0,
+                          Py_ssize_t c1) noexcept nogil:
+    cdef Py_ssize_t r
+    cdef const real* a
+    cdef bint even = _rows_even(0, cv.rows, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+    if cv.patch != NULL:
+        if even:
+            _gemm_cols(cv, <const real*>cv.patch, cv.k, cv.rows * cv.wo, c0, c1 - c0, y0,
+                       cv.os_w)
+        else:
+            for r in range(cv.rows):
+                _gemm_cols(cv, <const real*>cv.patch + r * cv.wo * cv.k, cv.k, cv.wo, c0,
+                           c1 - c0, _out_row(cv, y0, r), cv.os_w)
+    else:
+        even = even and _rows_even(0, cv.rows, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w)
+        for r in range(cv.rows if not even else 1):
+            a = <const real*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h
+            _gemm_cols(cv, a, cv.xs_w, cv.rows * cv.wo if even else cv.wo, c0, c1 - c0,
+                       _out_row(cv, y0, r), cv.os_w)
+    if cv.bias != NULL or cv.relu:
+        _epilogue(cv, y0, 0, cv.rows, c0, c1)
+
+
+cdef int _split_channels(conv_t* cv, int width, Py_ssize_t itemsize, void* ctx) noexcept nogil:
+    """Too few output rows for ``width`` parts: copy every patch once (on the caller, into its
+    workspace, which no part touches), then split the output channels."""
+    cdef Py_ssize_t m = cv.rows * cv.wo
+    cv.patch = NULL
+    if not cv.pointwise:
+        cv.patch = <const char*>nnc_workspace(ctx, m * cv.k * itemsize)
+        if cv.patch == NULL:
+            return NNC_OOM
+        if cv.dtype == NNC_32F:
+            _im2col(cv, <float*>cv.patch, 0, cv.rows, 0)
+        else:
+            _im2col(cv, <double*>cv.patch, 0, cv.rows, 0)
+    # Chunks of whole 16-channel blocks (full vectors in the epilogue, aligned GEMM panels).
+    cv.chunk = ((cv.o + width - 1) // width + 15) // 16 * 16
+    return nnc_parallel_for((cv.o + cv.chunk - 1) // cv.chunk, _channel_part, cv, ctx)
+
+
+cdef void _empty_sums(const conv_t* cv, real* y0) noexcept nogil:
+    cdef Py_ssize_t r, q, j
+    cdef real* y
+    for r in range(cv.rows):
+        for q in range(cv.wo):
+            y = _out_row(cv, y0, r) + q * cv.os_w
+            for j in range(cv.o):
+                y[j] = 0
+    if cv.bias != NULL or cv.relu:
+        _epilogue(cv, y0, 0, cv.rows, 0, cv.o)
+
+
+cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                  nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef conv_t cv
+    cdef nnc_tensor_t* x
+    cdef nnc_tensor_t* w
+    cdef nnc_tensor_t* b
+    cdef nnc_tensor_t* y
+    cdef int d, dtype, itemsize
+    cdef Py_ssize_t part_pixels, parts
+    cdef int width
+    if not conv_operands_ok(inputs, n_in, outputs, n_out):
+        return NNC_INVALID
+    x, w, y = inputs[0], inputs[1], outputs[0]
+    b = inputs[2] if n_in == 3 else NULL
+    dtype = y.datatype
+    d = x.ndim - 3                      # 1 with a batch axis, 0 without
+    cv.dtype = dtype
+    cv.x, cv.w, cv.out = <char*>x.data, <const char*>w.data, <char*>y.data
+    cv.bias = <const char*>b.data if b != NULL else NULL
+    cv.n = x.dim[0] if d else 1
+    cv.xs_n = x.stride[0] if d else 0
+    cv.h, cv.wd, cv.c = x.dim[d], x.dim[d + 1], x.dim[d + 2]
+    cv.xs_h, cv.xs_w = x.stride[d], x.stride[d + 1]
+    cv.os_n = y.stride[0] if d else 0
+    cv.ho, cv.wo, cv.o = y.dim[d], y.dim[d + 1], y.dim[d + 2]
+    cv.os_h, cv.os_w = y.stride[d], y.stride[d + 1]
+    cv.kh, cv.kw = <int>w.dim[1], <int>w.dim[2]
+    cv.sh, cv.sw = p.stride[0], p.stride[1]
+    cv.pt, cv.pl = p.pad[0], p.pad[1]
+    cv.groups = p.groups
+    cv.relu = p.activation == ACTIVATION_RELU
+    # Re-check what the loops rely on (the command's check did, but a C backend may be called
+    # directly): shapes agree, the output lies where the window says, nothing overflows int.
+    if cv.groups < 1 or cv.c % cv.groups or cv.o % cv.groups or cv.sh < 1 or cv.sw < 1:
+        return NNC_INVALID
+    cv.cg, cv.og = cv.c // cv.groups, cv.o // cv.groups
+    cv.k = cv.kh * cv.kw * cv.cg
+    if w.dim[0] != cv.o or w.dim[3] != cv.cg or (d and y.dim[0] != cv.n):
+        return NNC_INVALID
+    if (cv.ho != (cv.h + cv.pt + p.pad[2] - cv.kh) // cv.sh + 1
+            or cv.wo != (cv.wd + cv.pl + p.pad[3] - cv.kw) // cv.sw + 1
+            or cv.h + cv.pt + p.pad[2] < cv.kh or cv.wd + cv.pl + p.pad[3] < cv.kw):
+        return NNC_INVALID
+    if not (fits_int(cv.k) and fits_int(cv.o) and fits_int(cv.xs_w) and fits_int(cv.os_w)
+            and fits_int(cv.n * cv.ho * cv.wo)):
+        return NNC_INVALID
+    cv.rows = cv.n * cv.ho
+    if cv.rows == 0 or cv.o == 0 or cv.wo == 0:
+        return NNC_SUCCESS
+    if cv.k == 0:
+        # No input channels: every sum is empty (BLAS refuses K = 0 with lda 0), so the output
+        # is the bias, through the ReLU.
+        if dtype == NNC_32F:
+            _empty_sums(&cv, <float*>cv.out)
+        else:
+            _empty_sums(&cv, <double*>cv.out)
+        return NNC_SUCCESS
+    cv.pointwise = (cv.kh == 1 and cv.kw == 1 and cv.sh == 1 and cv.sw == 1 and cv.pt == 0
+                    and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0)
+    cv.depthwise = cv.groups > 1 and cv.cg == 1 and cv.og == 1
+    itemsize = 4 if dtype == NNC_32F else 8
+    width = parallel_width()
+    if cv.rows * cv.wo * cv.o * cv.k < _split_macs:
+        width = 1                       # too small to be worth waking a helper
+    if cv.pointwise:
+        # No patches to keep in cache: one GEMM per part (one for the whole image alone).
+        parts = min(width, cv.rows)
+    else:
+        part_pixels = _part_pixels
+        if not cv.depthwise:
+            part_pixels = max(part_pixels, _part_bytes // (cv.k * itemsize))
+        parts = (cv.rows + max(1, part_pixels // cv.wo) - 1) // max(1, part_pixels // cv.wo)
+    if width > 1 and parts < SPLIT_EVEN * width:
+        if cv.rows * cv.wo < _part_pixels * width and cv.groups == 1 and cv.o >= 2 * 16:
+            # Too few pixels for each part to be a GEMM worth the name (17x17, 8x8).
+            return _split_channels(&cv, width, itemsize, ctx)
+        # A few parts: a multiple of the width, so no thread waits at the end for a lone part.
+        parts = (parts + width - 1) // width * width
+    cv.rows_per_part = (cv.rows + parts - 1) // parts
+    parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
+    if cv.depthwise:
+        # The weights tap by tap, in the caller's workspace: depthwise parts take none of their
+        # own, so this stays valid while they run.
+        cv.patch = <const char*>nnc_workspace(ctx, cv.kh * cv.kw * cv.c * itemsize)
+        if cv.patch == NULL:
+            return NNC_OOM
+        if dtype == NNC_32F:
+            _taps_first(&cv, <float*>cv.patch)
+        else:
+            _taps_first(&cv, <double*>cv.patch)
+    return nnc_parallel_for(parts, _part, &cv, ctx)
+
+
+def _accept(Cmd cmd, list inputs, list outputs):
+    """Channels contiguous in x and the output (any pixel strides); w and bias contiguous."""
+    cdef nnc_tensor_t* io[4]
+    cdef int n_in = tensor_views(inputs, io, 3)
+    cdef int n_out = tensor_views(outputs, io + 3, 1)
+    # The backend's own operand check, on the Tensors' C views: the two cannot disagree.
+    return n_in >= 0 and n_out >= 0 and conv_operands_ok(io, n_in, io + 3, n_out)
+
+
+def register():
+    register_c_backend("CONVOLUTION", "CPU_OPT", conv_opt, NNC_32F | NNC_64F, False, _accept,
+                       None, True)

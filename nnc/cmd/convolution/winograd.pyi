@@ -1,0 +1,3 @@
+"""CONVOLUTION's CPU_OPT_WINOGRAD C backend (nnc/cmd/convolution/winograd.pyx)."""
+
+def register() -> None: ...

@@ -1,0 +1,102 @@
+"""ADD and MUL with broadcasting (NNC: cmd/blas/ccv_nnc_add_cpu_ref.c, ccv_nnc_mul_cpu_ref.c).
+
+- ADD: out = p * a + q * b (parameters ``p=1.0``, ``q=1.0``); b may be None, then out = p * a.
+- MUL: out = p * a * b (parameter ``p=1.0``); b may be None, then out = p * a.
+
+Broadcasting is NNC's rule, which is NumPy's: shapes are aligned at their last axis, a missing
+leading axis counts as 1, and on every axis each input has either the output's size or 1. The
+output must have exactly the broadcast shape (it is never broadcast itself). ONNX's
+multidirectional broadcasting is the same rule, so an ONNX Add maps to one ADD node.
+Floats only, one dtype; the output may be exactly an input (in place).
+
+CPU_OPT is a C backend (cpu_opt_binary.pyx, no GIL): contiguous float32/float64 tensors where
+one input has the output's shape and the other has it too, or is one trailing row of it (a
+per-channel vector [C] of an NHWC tensor) or a single element, leading 1s of any shape aside;
+every other case (strided views, middle-axis broadcasts, float16) runs CPU_REF.
+"""
+
+import math
+
+import numpy as np
+
+from nnc.base.core import CommandError
+from nnc.cmd import _check
+from nnc.cmd.command import register_backend, register_command
+
+
+def _scalar(name, params, key):
+    value = params.get(key, 1.0)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise CommandError(f"{name}: {key} must be a number, not {value!r}") from None
+    if not math.isfinite(value):
+        raise CommandError(f"{name}: {key} must be finite, not {value!r}")
+    return value
+
+
+def _add_normalize(params):
+    _check.only("ADD", params, ("p", "q"))
+    return {"p": _scalar("ADD", params, "p"), "q": _scalar("ADD", params, "q")}
+
+
+def _mul_normalize(params):
+    _check.only("MUL", params, ("p",))
+    return {"p": _scalar("MUL", params, "p")}
+
+
+def broadcast_shape(cmd_name, a_shape, b_shape):
+    """NNC's broadcast of two shapes (trailing alignment, size-1 axes stretch), or CommandError."""
+    nd = max(len(a_shape), len(b_shape))
+    a = (1,) * (nd - len(a_shape)) + tuple(a_shape)
+    b = (1,) * (nd - len(b_shape)) + tuple(b_shape)
+    out = []
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x != y and x != 1 and y != 1:
+            raise CommandError(
+                f"{cmd_name}: shapes {tuple(a_shape)} and {tuple(b_shape)} do not broadcast "
+                f"(axis {k - nd} has {x} and {y}; each must be equal or 1)"
+            )
+        out.append(max(x, y) if x and y else 0)
+    return tuple(out)
+
+
+def _binary_check(cmd, inputs, outputs):
+    _check.arity(cmd, inputs, outputs, (1, 2), 1)
+    _check.present(cmd, inputs, "input", 0)
+    _check.present(cmd, outputs, "output", 0)
+    _check.same_dtype(cmd, inputs + outputs)
+    _check.floating(cmd, inputs + outputs)
+    a = inputs[0]
+    b = inputs[1] if len(inputs) > 1 else None
+    if b is None:
+        if cmd.name == "ADD" and cmd.params["q"] != 0:
+            # NNC asserts q == 0 without b: a q that scales nothing is a mistake.
+            raise CommandError("ADD without b needs q=0 (out = p * a)")
+        shape = tuple(a.shape)
+    else:
+        shape = broadcast_shape(cmd.name, a.shape, b.shape)
+    _check.expect_shape(cmd, outputs[0], shape, "output 0 (the broadcast shape)")
+
+
+def _add_ref(cmd, inputs, outputs):
+    """The definition, in float64 whatever the dtype, rounded once to the output's."""
+    p, q = cmd.params["p"], cmd.params["q"]
+    acc = p * inputs[0].astype(np.float64)
+    if len(inputs) > 1 and inputs[1] is not None:
+        acc = acc + q * inputs[1].astype(np.float64)
+    outputs[0][...] = acc
+
+
+def _mul_ref(cmd, inputs, outputs):
+    acc = cmd.params["p"] * inputs[0].astype(np.float64)
+    if len(inputs) > 1 and inputs[1] is not None:
+        acc = acc * inputs[1].astype(np.float64)
+    outputs[0][...] = acc
+
+
+def register():
+    register_command("ADD", inplace="allow", check=_binary_check, normalize=_add_normalize)
+    register_backend("ADD", "CPU_REF", _add_ref)
+    register_command("MUL", inplace="allow", check=_binary_check, normalize=_mul_normalize)
+    register_backend("MUL", "CPU_REF", _mul_ref)

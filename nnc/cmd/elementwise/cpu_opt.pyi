@@ -1,0 +1,3 @@
+"""The C CPU_OPT backends of the built-in commands (nnc/cmd/elementwise/cpu_opt.pyx)."""
+
+def register() -> None: ...

@@ -1,0 +1,3 @@
+"""ADD's, MUL's and CLAMP's CPU_OPT C backends (nnc/cmd/elementwise/cpu_opt_binary.pyx)."""
+
+def register() -> None: ...

@@ -1,0 +1,276 @@
+"""CPU_OPT C backends of ADD, MUL and CLAMP (NNC: cmd/blas/ccv_nnc_add_cpu_opt, cmd/clamp).
+
+Each is an ``nnc_cmd_exec_f``, so graph runners call it with no Python (ResNet's residual ADDs,
+MobileNet-V2's ReLU6 CLAMPs). Their scalars come from the C parameter struct (nnc/cmd/command.pxd):
+ADD's p and q are ``a`` and ``b``, MUL's p is ``a``, CLAMP's min and max are ``a`` and ``b``
+(NaN: no bound on that side).
+
+Cases taken (contiguous float32/float64 tensors of one dtype): ADD and MUL where one input has
+the output's shape and the other has it too, is one trailing row of it (a per-channel [C]
+vector of an NHWC tensor) or is a single element, or is absent (out = p * a), leading 1s
+aside; CLAMP on any shape. Everything else (strided views, middle-axis broadcasts) is refused by
+``accept``, which asks these same checks, so CPU_REF runs it.
+
+Big tensors are cut into parts of about PART_ELEMENTS elements (whole rows when the other input
+is a row) that idle pool threads take (nnc.base.parallel). Each loop reads element i of every input
+before writing element i of the output, so an output that is exactly an input is safe.
+"""
+
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.cmd.cpu_check cimport tensor_plain, tensor_views, tensors_like
+from nnc.base.parallel cimport nnc_parallel_for
+from nnc.tensor.tensor cimport nnc_tensor_t
+
+ctypedef fused real:
+    float
+    double
+
+cdef enum:
+    OP_ADD = 0
+    OP_MUL = 1
+    OP_CLAMP = 2
+
+cdef enum:
+    B_NONE = 0                          # out = p * a
+    B_SCALAR = 1                        # b holds one element
+    B_FULL = 2                          # b has the output's shape
+    B_ROW = 3                           # b is one trailing row of m elements
+
+cdef enum:
+    # Elements per part: enough that waking a helper thread costs little beside the loop.
+    PART_ELEMENTS = 1 << 16
+
+
+# One call, shared read-only by its parts.
+ctypedef struct ew_t:
+    int op                              # OP_*
+    int mode                            # B_*; OP_CLAMP: B_NONE
+    int dtype                           # NNC_32F or NNC_64F
+    void* y
+    const void* a                       # the input with the output's shape
+    const void* b                       # the other input (mode != B_NONE), else NULL
+    double p, q                         # ADD: y = p*a + q*b; MUL: y = p*a*b; CLAMP: [p, q]
+    Py_ssize_t count                    # elements of y
+    Py_ssize_t m                        # B_ROW: row length (count % m == 0); else 1
+    Py_ssize_t chunk                    # elements per part; B_ROW: a multiple of m
+
+
+cdef void _axpby(real* y, const real* a, const real* b, real p, real q,
+                 Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    if p == 1 and q == 1:
+        for j in range(n):
+            y[j] = a[j] + b[j]
+    else:
+        for j in range(n):
+            y[j] = p * a[j] + q * b[j]
+
+
+cdef void _axpc(real* y, const real* a, real p, real c, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(n):
+        y[j] = p * a[j] + c
+
+
+cdef void _mul(real* y, const real* a, const real* b, real p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    if p == 1:
+        for j in range(n):
+            y[j] = a[j] * b[j]
+    else:
+        for j in range(n):
+            y[j] = p * a[j] * b[j]
+
+
+cdef void _mulc(real* y, const real* a, real p, real c, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(n):
+        y[j] = p * a[j] * c
+
+
+cdef void _clamp(real* y, const real* x, Py_ssize_t n, real lo, real hi, bint has_lo,
+                 bint has_hi) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef real v
+    # "v < lo ? lo : v" keeps a NaN element NaN, as CPU_REF's np.maximum does.
+    if has_lo and has_hi:
+        for i in range(n):
+            v = x[i]
+            v = lo if v < lo else v
+            y[i] = hi if v > hi else v
+    elif has_lo:
+        for i in range(n):
+            v = x[i]
+            y[i] = lo if v < lo else v
+    elif has_hi:
+        for i in range(n):
+            v = x[i]
+            y[i] = hi if v > hi else v
+    else:
+        for i in range(n):
+            y[i] = x[i]
+
+
+cdef void _run(const ew_t* e, real* y, const real* a, const real* b, Py_ssize_t i0,
+               Py_ssize_t i1) noexcept nogil:
+    """Elements i0..i1 - 1 of the output."""
+    cdef real p = <real>e.p, q = <real>e.q
+    cdef Py_ssize_t n = i1 - i0, r
+    y += i0
+    a += i0
+    if e.op == OP_CLAMP:
+        _clamp(y, a, n, p, q, e.p == e.p, e.q == e.q)     # x == x: not NaN
+    elif e.mode == B_NONE:
+        _mulc(y, a, p, 1, n)
+    elif e.mode == B_SCALAR:
+        if e.op == OP_ADD:
+            _axpc(y, a, p, q * b[0], n)
+        else:
+            _mulc(y, a, p, b[0], n)
+    elif e.mode == B_FULL:
+        if e.op == OP_ADD:
+            _axpby(y, a, b + i0, p, q, n)
+        else:
+            _mul(y, a, b + i0, p, n)
+    else:
+        for r in range(n // e.m):       # parts start and end on row boundaries
+            if e.op == OP_ADD:
+                _axpby(y + r * e.m, a + r * e.m, b, p, q, e.m)
+            else:
+                _mul(y + r * e.m, a + r * e.m, b, p, e.m)
+
+
+cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    cdef const ew_t* e = <const ew_t*>arg
+    cdef Py_ssize_t i0 = part * e.chunk
+    cdef Py_ssize_t i1 = min(i0 + e.chunk, e.count)
+    if e.dtype == NNC_32F:
+        _run(e, <float*>e.y, <const float*>e.a, <const float*>e.b, i0, i1)
+    else:
+        _run(e, <double*>e.y, <const double*>e.a, <const double*>e.b, i0, i1)
+    return NNC_SUCCESS
+
+
+cdef int _go(ew_t* e, void* ctx) noexcept nogil:
+    """Cut e into parts and run them."""
+    if e.count == 0:
+        return NNC_SUCCESS
+    e.chunk = PART_ELEMENTS
+    if e.mode == B_ROW:
+        e.chunk = max(1, PART_ELEMENTS // e.m) * e.m
+    return nnc_parallel_for((e.count + e.chunk - 1) // e.chunk, _part, e, ctx)
+
+
+cdef int _lead(const nnc_tensor_t* t) noexcept nogil:
+    """How many leading axes of t have size 1."""
+    cdef int i = 0
+    while i < t.ndim and t.dim[i] == 1:
+        i += 1
+    return i
+
+
+cdef bint _same_shape(const nnc_tensor_t* t, const nnc_tensor_t* like) noexcept nogil:
+    """Equal shapes but for leading 1s: the same elements in the same (contiguous) order."""
+    cdef int i, s = _lead(t), u = _lead(like)
+    if t.ndim - s != like.ndim - u:
+        return False
+    for i in range(t.ndim - s):
+        if t.dim[s + i] != like.dim[u + i]:
+            return False
+    return True
+
+
+cdef bint _row_of(const nnc_tensor_t* t, const nnc_tensor_t* y) noexcept nogil:
+    """t is [1, ..., 1, m] with m y's last axis: one row that broadcasts along y's others."""
+    return t.ndim >= 1 and y.ndim >= 1 and _lead(t) >= t.ndim - 1 \
+        and t.dim[t.ndim - 1] == y.dim[y.ndim - 1]
+
+
+cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                      nnc_tensor_t** outputs, int n_out, ew_t* e) noexcept nogil:
+    """Fill e for ADD or MUL on these tensors, or NNC_INVALID (nothing written)."""
+    cdef nnc_tensor_t* y
+    cdef nnc_tensor_t* a
+    cdef nnc_tensor_t* b
+    if n_in < 1 or n_in > 2 or n_out != 1 or outputs[0] == NULL or inputs[0] == NULL:
+        return NNC_INVALID
+    y, a = outputs[0], inputs[0]
+    b = inputs[1] if n_in == 2 else NULL
+    if not tensor_plain(y) or not (y.datatype == NNC_32F or y.datatype == NNC_64F):
+        return NNC_INVALID
+    if not tensor_plain(a) or a.datatype != y.datatype:
+        return NNC_INVALID
+    if b != NULL and (not tensor_plain(b) or b.datatype != y.datatype):
+        return NNC_INVALID
+    e.op, e.dtype, e.y, e.count, e.m = op, y.datatype, y.data, y.count, 1
+    e.p, e.q = p.a, (p.b if op == OP_ADD else 0)
+    if b == NULL:
+        if not _same_shape(a, y):
+            return NNC_INVALID
+        e.mode, e.a, e.b = B_NONE, a.data, NULL
+        return NNC_SUCCESS
+    if not _same_shape(a, y):
+        # b carries the output's shape: swap, so a is always the whole one (p and q with them).
+        a, b = b, a
+        if op == OP_ADD:
+            e.p, e.q = e.q, e.p
+        if not _same_shape(a, y):
+            return NNC_INVALID
+    e.a, e.b = a.data, b.data
+    if _same_shape(b, y):
+        e.mode = B_FULL
+    elif b.count == 1:
+        e.mode = B_SCALAR
+    elif _row_of(b, y):
+        e.mode, e.m = B_ROW, b.count
+    else:
+        return NNC_INVALID
+    return NNC_SUCCESS
+
+
+cdef int add_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                 nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef ew_t e
+    if _binary_plan(OP_ADD, p, inputs, n_in, outputs, n_out, &e) != NNC_SUCCESS:
+        return NNC_INVALID
+    return _go(&e, ctx)
+
+
+cdef int mul_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                 nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef ew_t e
+    if _binary_plan(OP_MUL, p, inputs, n_in, outputs, n_out, &e) != NNC_SUCCESS:
+        return NNC_INVALID
+    return _go(&e, ctx)
+
+
+cdef int clamp_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef ew_t e
+    if n_in != 1 or n_out != 1 or not tensors_like(inputs, n_in, outputs, n_out):
+        return NNC_INVALID
+    if p.a > p.b:                       # False when either is NaN (no bound)
+        return NNC_INVALID
+    e.op, e.mode, e.dtype = OP_CLAMP, B_NONE, outputs[0].datatype
+    e.y, e.a, e.b = outputs[0].data, inputs[0].data, NULL
+    e.p, e.q, e.count, e.m = p.a, p.b, outputs[0].count, 1
+    return _go(&e, ctx)
+
+
+def _accept_binary(Cmd cmd, list inputs, list outputs):
+    """ADD's and MUL's accept: the C backend's own checks, run on the Tensors' C views."""
+    cdef nnc_tensor_t* io[3]
+    cdef ew_t e
+    cdef int n_in = tensor_views(inputs, io, 2)
+    cdef int n_out = tensor_views(outputs, io + 2, 1)
+    return (n_in >= 0 and n_out >= 0
+            and _binary_plan(OP_ADD, &cmd.param, io, n_in, io + 2, n_out, &e) == NNC_SUCCESS)
+
+
+def register():
+    """Register ADD's, MUL's and CLAMP's CPU_OPT (called once by register_builtins)."""
+    mask = NNC_32F | NNC_64F
+    register_c_backend("ADD", "CPU_OPT", add_opt, mask, True, _accept_binary, None, True)
+    register_c_backend("MUL", "CPU_OPT", mul_opt, mask, True, _accept_binary, None, True)
+    register_c_backend("CLAMP", "CPU_OPT", clamp_opt, mask, True, None, None, True)

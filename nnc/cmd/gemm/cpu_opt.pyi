@@ -1,0 +1,3 @@
+"""GEMM's CPU_OPT C backend (nnc/cmd/gemm/cpu_opt.pyx)."""
+
+def register() -> None: ...

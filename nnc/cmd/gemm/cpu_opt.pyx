@@ -1,0 +1,278 @@
+"""GEMM's CPU_OPT backend in C: single-threaded BLAS GEMMs split into parts, no GIL.
+
+NNC: cmd/blas/ccv_nnc_gemm_cpu_opt.c. out = op(a) . op(w) + bias for every shape GEMM takes
+(nnc/cmd/gemm/__init__.py): a vector a, a batch on a, on w or on both, a 2-D w shared by the batch,
+transpose_a / transpose_b, an optional bias.
+
+- Each operand is a batch of matrices described by its logical strides (after op): a's
+  [M, K], w's [K, N] and the output's [M, N]. A matrix with unit stride along its columns is
+  row-major for BLAS; one with unit stride along its rows is passed transposed (so a transposed
+  *view* costs no copy, just like the transpose flags). The output needs unit stride along N
+  (a channel slice of a wider buffer is fine: its row stride is GEMM's ldc). Anything else is
+  refused by ``accept`` (which runs these same checks), so CPU_REF or the NumPy backend runs it.
+- Work is cut into as many parts as threads may help now (nnc.base.parallel), each one
+  single-threaded GEMM (nnc.base.openblas) on a block of rows of one batch entry, or, when M is
+  too small to split (a batch-1 fully connected layer, M = 1), on a block of the output's
+  columns; parts run on the caller and idle pool threads. One row is a GEMV (GEMM would pack
+  all of w first). The bias is added by each part to its own block while it is hot.
+"""
+
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.base.openblas cimport (
+    BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_dgemv, nnc_sgemm, nnc_sgemv,
+)
+from nnc.cmd.cpu_check cimport tensor_views
+from nnc.base.parallel cimport nnc_parallel_for, parallel_width
+from nnc.tensor.tensor cimport nnc_tensor_t
+
+ctypedef fused real:
+    float
+    double
+
+cdef enum:
+    # Multiply-adds a part must have at least: about a tenth of a millisecond of one core's
+    # GEMM, so waking a helper thread is cheap beside it.
+    PART_MACS = 1 << 20
+    MIN_PART_ROWS = 32                  # fewer rows than this and GEMM's packing dominates
+    MIN_PART_COLS = 64
+
+
+# How one operand matrix is handed to BLAS.
+ctypedef struct operand_t:
+    int trans                           # BLAS_NO_TRANS or BLAS_TRANS
+    int ld                              # leading dimension, elements
+
+
+# The geometry of one call, shared (read-only) by its parts. Strides in elements; a batch
+# stride of 0 shares one matrix across the batch.
+ctypedef struct gemm_t:
+    int dtype                           # NNC_32F or NNC_64F
+    const char* a
+    const char* w
+    const char* bias                    # NULL: none
+    char* out
+    Py_ssize_t batch, m, n, k
+    Py_ssize_t a_sb, a_sm, a_sk         # a's logical [batch, M, K] strides
+    Py_ssize_t w_sb, w_sk, w_sn         # w's logical [batch, K, N] strides
+    Py_ssize_t o_sb, o_sm               # out's [batch, M, N] strides (N's is 1)
+    Py_ssize_t bias_s                   # bias's stride
+    operand_t op_a, op_w
+    Py_ssize_t rows, cols               # a part's block: rows of M by cols of N
+    Py_ssize_t row_parts, col_parts     # per batch entry
+
+
+cdef bint _operand(Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t s_r, Py_ssize_t s_c,
+                   operand_t* op) noexcept nogil:
+    """A logical [rows, cols] matrix with strides (s_r, s_c) as a CBLAS row-major operand:
+    unit column stride -> as is (ld = s_r); unit row stride -> transposed (ld = s_c). Strides
+    along an axis of size 1 do not matter. False if neither fits."""
+    cdef Py_ssize_t ld
+    if cols <= 1 or s_c == 1:
+        ld = max(cols, 1) if rows <= 1 else s_r
+        if ld >= max(cols, 1) and ld <= 2147483647:
+            op.trans, op.ld = BLAS_NO_TRANS, <int>ld
+            return True
+    if rows <= 1 or s_r == 1:
+        ld = max(rows, 1) if cols <= 1 else s_c
+        if ld >= max(rows, 1) and ld <= 2147483647:
+            op.trans, op.ld = BLAS_TRANS, <int>ld
+            return True
+    return False
+
+
+cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+               nnc_tensor_t** outputs, int n_out, gemm_t* g) noexcept nogil:
+    """Fill g for these tensors, or NNC_INVALID (the shapes disagree, or a layout BLAS cannot
+    take). Re-checks everything the command's check did: a C backend may be called directly."""
+    cdef nnc_tensor_t* a
+    cdef nnc_tensor_t* w
+    cdef nnc_tensor_t* b
+    cdef nnc_tensor_t* y
+    cdef nnc_tensor_t* t
+    cdef int dtype, i, yd
+    cdef Py_ssize_t batch_a = -1, batch_w = -1, k_w, r, c, sr, sc
+    cdef operand_t op_out
+    if n_in < 2 or n_in > 3 or n_out != 1:
+        return NNC_INVALID
+    a, w, y = inputs[0], inputs[1], outputs[0]
+    b = inputs[2] if n_in == 3 else NULL
+    if a == NULL or w == NULL or y == NULL:
+        return NNC_INVALID
+    dtype = y.datatype
+    if not (dtype == NNC_32F or dtype == NNC_64F):
+        return NNC_INVALID
+    for i in range(n_in + 1):
+        t = y if i == n_in else inputs[i]
+        if t != NULL and (t.device >= 0 or t.datatype != dtype):
+            return NNC_INVALID
+    g.dtype = dtype
+    g.a, g.w, g.out = <const char*>a.data, <const char*>w.data, <char*>y.data
+    # a: [K] (M = 1), [M, K] or [B, M, K]; transpose_a swaps its last two axes.
+    if a.ndim == 1:
+        if p.transpose_a:
+            return NNC_INVALID
+        g.m, g.k, g.a_sm, g.a_sk = 1, a.dim[0], 0, a.stride[0]
+    elif a.ndim == 2 or a.ndim == 3:
+        r, c = a.dim[a.ndim - 2], a.dim[a.ndim - 1]
+        sr, sc = a.stride[a.ndim - 2], a.stride[a.ndim - 1]
+        if p.transpose_a:
+            r, c, sr, sc = c, r, sc, sr
+        g.m, g.k, g.a_sm, g.a_sk = r, c, sr, sc
+    else:
+        return NNC_INVALID
+    g.a_sb = a.stride[0] if a.ndim == 3 else 0
+    if a.ndim == 3:
+        batch_a = a.dim[0]
+    # w: [K, N] or [B, K, N]; transpose_b swaps its last two axes.
+    if w.ndim != 2 and w.ndim != 3:
+        return NNC_INVALID
+    r, c = w.dim[w.ndim - 2], w.dim[w.ndim - 1]
+    sr, sc = w.stride[w.ndim - 2], w.stride[w.ndim - 1]
+    if p.transpose_b:
+        r, c, sr, sc = c, r, sc, sr
+    k_w, g.n, g.w_sk, g.w_sn = r, c, sr, sc
+    g.w_sb = w.stride[0] if w.ndim == 3 else 0
+    if w.ndim == 3:
+        batch_w = w.dim[0]
+    if k_w != g.k or (batch_a >= 0 and batch_w >= 0 and batch_a != batch_w):
+        return NNC_INVALID
+    g.batch = max(batch_a, batch_w, 1)
+    # out: [B?, M?, N], B present when a or w has one, M when a is a matrix.
+    yd = (1 if batch_a >= 0 or batch_w >= 0 else 0) + (1 if a.ndim > 1 else 0) + 1
+    if y.ndim != yd or y.dim[yd - 1] != g.n:
+        return NNC_INVALID
+    if (batch_a >= 0 or batch_w >= 0) and y.dim[0] != g.batch:
+        return NNC_INVALID
+    if a.ndim > 1 and y.dim[yd - 2] != g.m:
+        return NNC_INVALID
+    g.o_sb = y.stride[0] if yd == 3 or (yd == 2 and a.ndim == 1) else 0
+    g.o_sm = y.stride[yd - 2] if a.ndim > 1 else 0
+    if b != NULL:
+        if b.ndim != 1 or b.dim[0] != g.n:
+            return NNC_INVALID
+        g.bias, g.bias_s = <const char*>b.data, b.stride[0]
+    else:
+        g.bias, g.bias_s = NULL, 0
+    if not (g.m <= 2147483647 and g.n <= 2147483647 and g.k <= 2147483647):
+        return NNC_INVALID
+    # K = 0 multiplies nothing (the output is the bias or 0): a and w are never read.
+    if g.k > 0 and not (_operand(g.m, g.k, g.a_sm, g.a_sk, &g.op_a)
+                        and _operand(g.k, g.n, g.w_sk, g.w_sn, &g.op_w)):
+        return NNC_INVALID
+    # The output must be row-major: BLAS writes C with unit column stride.
+    if not (_operand(g.m, g.n, g.o_sm, y.stride[yd - 1], &op_out)
+            and op_out.trans == BLAS_NO_TRANS):
+        return NNC_INVALID
+    return NNC_SUCCESS
+
+
+cdef void _split(gemm_t* g) noexcept nogil:
+    """Up to parallel_width parts (each about PART_MACS at least): blocks of rows, or of
+    columns when M is too small; a batch's entries are parts already. A GEMM split finer than
+    that would pack w once per part for nothing. The cut does not depend on the threads that
+    run it, so every intra-op setting and schedule gives the same bits."""
+    cdef Py_ssize_t want = min(<Py_ssize_t>parallel_width(),
+                               max(1, g.batch * g.m * g.n * g.k // PART_MACS))
+    want = (want + g.batch - 1) // g.batch          # parts per batch entry
+    g.rows, g.cols = g.m, g.n
+    if want > 1 and g.m >= want * MIN_PART_ROWS:
+        g.rows = ((g.m + want - 1) // want + 7) // 8 * 8
+    elif want > 1 and g.n >= want * MIN_PART_COLS:
+        g.cols = ((g.n + want - 1) // want + 15) // 16 * 16
+    g.rows, g.cols = max(min(g.rows, g.m), 1), max(min(g.cols, g.n), 1)
+    g.row_parts = (g.m + g.rows - 1) // g.rows
+    g.col_parts = (g.n + g.cols - 1) // g.cols
+
+
+cdef void _gemv(const gemm_t* g, const real* a, const real* w, real* y,
+                Py_ssize_t n) noexcept nogil:
+    """y[n] = a[K] . w[K, n]: w^T a when w is stored [K, N], S a when stored S = [N, K]."""
+    cdef int inc = <int>g.a_sk if g.k > 1 else 1
+    cdef int trans = BLAS_TRANS if g.op_w.trans == BLAS_NO_TRANS else BLAS_NO_TRANS
+    cdef int rows = <int>g.k if trans == BLAS_TRANS else <int>n
+    cdef int cols = <int>n if trans == BLAS_TRANS else <int>g.k
+    if real is float:
+        nnc_sgemv(trans, rows, cols, 1.0, w, g.op_w.ld, a, inc, 0.0, y, 1)
+    else:
+        nnc_dgemv(trans, rows, cols, 1.0, w, g.op_w.ld, a, inc, 0.0, y, 1)
+
+
+cdef void _block(const gemm_t* g, const real* a, const real* w, const real* bias, real* y,
+                 Py_ssize_t m, Py_ssize_t n) noexcept nogil:
+    """y[m, n] (leading dimension g.o_sm) = a[m, K] . w[K, n] (+ bias[n])."""
+    cdef Py_ssize_t i, j
+    cdef real* row
+    # One row: ldc is never used to step, but BLAS requires ldc >= n.
+    cdef int ldc = <int>(max(n, 1) if m <= 1 else g.o_sm)
+    if g.k == 0:
+        for i in range(m):
+            row = y + i * g.o_sm
+            for j in range(n):
+                row[j] = 0
+    elif m == 1:
+        _gemv(g, a, w, y, n)
+    elif real is float:
+        nnc_sgemm(g.op_a.trans, g.op_w.trans, <int>m, <int>n, <int>g.k, 1.0, a, g.op_a.ld,
+                  w, g.op_w.ld, 0.0, y, ldc)
+    else:
+        nnc_dgemm(g.op_a.trans, g.op_w.trans, <int>m, <int>n, <int>g.k, 1.0, a, g.op_a.ld,
+                  w, g.op_w.ld, 0.0, y, ldc)
+    if bias == NULL:
+        return
+    for i in range(m):
+        row = y + i * g.o_sm
+        if g.bias_s == 1:
+            for j in range(n):
+                row[j] = row[j] + bias[j]
+        else:
+            for j in range(n):
+                row[j] = row[j] + bias[j * g.bias_s]
+
+
+cdef void _part_typed(const gemm_t* g, Py_ssize_t part, real* unused) noexcept nogil:
+    cdef Py_ssize_t per_batch = g.row_parts * g.col_parts
+    cdef Py_ssize_t bi = part // per_batch, rest = part % per_batch
+    cdef Py_ssize_t i0 = (rest // g.col_parts) * g.rows, j0 = (rest % g.col_parts) * g.cols
+    cdef Py_ssize_t m = min(g.rows, g.m - i0), n = min(g.cols, g.n - j0)
+    cdef const real* a = <const real*>g.a + bi * g.a_sb + i0 * g.a_sm
+    cdef const real* w = <const real*>g.w + bi * g.w_sb + j0 * g.w_sn
+    cdef const real* bias = <const real*>g.bias + j0 * g.bias_s if g.bias != NULL else NULL
+    cdef real* y = <real*>g.out + bi * g.o_sb + i0 * g.o_sm + j0
+    _block(g, a, w, bias, y, m, n)
+
+
+cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    cdef const gemm_t* g = <const gemm_t*>arg
+    if g.dtype == NNC_32F:
+        _part_typed(g, part, <float*>NULL)
+    else:
+        _part_typed(g, part, <double*>NULL)
+    return NNC_SUCCESS
+
+
+cdef int gemm_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                  nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef gemm_t g
+    if _plan(p, inputs, n_in, outputs, n_out, &g) != NNC_SUCCESS:
+        return NNC_INVALID
+    if g.m == 0 or g.n == 0:
+        return NNC_SUCCESS
+    _split(&g)
+    return nnc_parallel_for(g.batch * g.row_parts * g.col_parts, _part, &g, ctx)
+
+
+def _accept(Cmd cmd, list inputs, list outputs):
+    """The C backend's own checks, on the Tensors' C views: BLAS can take these layouts."""
+    cdef nnc_tensor_t* io[4]
+    cdef gemm_t g
+    cdef int n_in = tensor_views(inputs, io, 3)
+    cdef int n_out = tensor_views(outputs, io + 3, 1)
+    return (n_in >= 0 and n_out >= 0
+            and _plan(&cmd.param, io, n_in, io + 3, n_out, &g) == NNC_SUCCESS)
+
+
+def register():
+    """Register GEMM's CPU_OPT (called once by register_builtins)."""
+    register_c_backend("GEMM", "CPU_OPT", gemm_opt, NNC_32F | NNC_64F, False, _accept, None,
+                       True)

@@ -1,0 +1,146 @@
+"""Layer 2 command, the pooling family: this module (the definitions, CPU_REF and CPU_NUMPY),
+cpu_opt.pyx (CPU_OPT). The GPU backends are registered by nnc.cuda.
+
+MAX_POOL and AVG_POOL, NHWC (NNC: cmd/pool/ccv_nnc_max_pool_cpu_ref.c, _avg_pool_cpu_ref.c).
+
+One input x [N, H, W, C] or [H, W, C], one output [N, Ho, Wo, C] (or [Ho, Wo, C]) with
+Ho = (H + top + bottom - kh) // sh + 1, likewise Wo. Parameters ``size`` (required; int or
+(kh, kw)), ``stride`` (default: ``size``) and ``padding`` (int, (ph, pw) or (top, left, bottom,
+right)); each padding must be smaller than the window, so every window holds a real element.
+
+Padding never wins a max (it acts as -inf). AVG_POOL divides by the number of real (non-padding)
+elements under the window, as NNC does; ``count_include_pad=True`` divides by kh * kw instead.
+Floats only, one dtype, and the output may not overlap the input.
+
+Backends: CPU_OPT is C (cpu_opt.pyx, no GIL, split into parts on the pool) for float32/64
+tensors whose channel axis is contiguous (any pixel strides: channel slices of a concat buffer);
+CPU_NUMPY (below, priority 15) takes the views it refuses; CPU_REF defines the semantics.
+"""
+
+import numpy as np
+
+from nnc.base.core import CommandError
+from nnc.cmd import _check
+from nnc.cmd.command import register_backend, register_command
+
+
+def _pool_normalize(name, params, extra=()):
+    _check.only(name, params, ("size", "stride", "padding") + extra)
+    if params.get("size") is None:
+        raise CommandError(f"{name} needs size=k or size=(kh, kw), the pooling window")
+    size = _check.pair(name, params["size"], "size", 1)
+    stride = params.get("stride")
+    stride = size if stride is None else _check.pair(name, stride, "stride", 1)
+    pad = _check.padding(name, params.get("padding", 0))
+    if max(pad[0], pad[2]) >= size[0] or max(pad[1], pad[3]) >= size[1]:
+        raise CommandError(
+            f"{name}: padding {pad} must be smaller than the window {size} on each side, "
+            "or a window could hold padding only"
+        )
+    return {"size": size, "stride": stride, "padding": pad}
+
+
+def _max_normalize(params):
+    return _pool_normalize("MAX_POOL", params)
+
+
+def _avg_normalize(params):
+    out = _pool_normalize("AVG_POOL", params, ("count_include_pad",))
+    flag = params.get("count_include_pad", False)
+    if flag not in (True, False, 0, 1) or isinstance(flag, float):
+        raise CommandError(f"AVG_POOL: count_include_pad must be True or False, not {flag!r}")
+    out["count_include_pad"] = bool(flag)
+    return out
+
+
+def pool_shape(cmd, x_shape):
+    """The output shape of a pooling command on ``x_shape``."""
+    ho, wo = _check.window_output(
+        cmd, x_shape[-3:-1], cmd.params["size"], cmd.params["stride"], cmd.params["padding"]
+    )
+    return tuple(x_shape[:-3]) + (ho, wo, x_shape[-1])
+
+
+def _pool_check(cmd, inputs, outputs):
+    _check.arity(cmd, inputs, outputs, 1, 1)
+    _check.present(cmd, inputs, "input", 0)
+    _check.present(cmd, outputs, "output", 0)
+    _check.same_dtype(cmd, inputs + outputs)
+    _check.floating(cmd, inputs + outputs)
+    _check.nhwc(cmd, inputs[0], "input 0")
+    _check.expect_shape(cmd, outputs[0], pool_shape(cmd, tuple(inputs[0].shape)), "output 0")
+
+
+def _pool_ref(cmd, inputs, outputs):
+    """The definition: one window at a time, clipped to the real pixels, reduced in float64."""
+    x, out = inputs[0], outputs[0]
+    kh, kw = cmd.params["size"]
+    sh, sw = cmd.params["stride"]
+    pt, pl = cmd.params["padding"][:2]
+    is_max = cmd.name == "MAX_POOL"
+    h, w = x.shape[-3], x.shape[-2]
+    for oh in range(out.shape[-3]):
+        r0 = oh * sh - pt
+        rows = slice(max(r0, 0), min(r0 + kh, h))
+        for ow in range(out.shape[-2]):
+            c0 = ow * sw - pl
+            cols = slice(max(c0, 0), min(c0 + kw, w))
+            win = x[..., rows, cols, :].astype(np.float64)
+            if is_max:
+                out[..., oh, ow, :] = win.max(axis=(-3, -2))
+            else:
+                real = (rows.stop - rows.start) * (cols.stop - cols.start)
+                div = kh * kw if cmd.params["count_include_pad"] else real
+                out[..., oh, ow, :] = win.sum(axis=(-3, -2)) / div
+
+
+def _taps(n_out, n_in, k, s, p):
+    """For each window tap t: (lo, hi, first) where outputs lo..hi-1 read real input rows
+    first, first + s, ... (output o reads input o * s + t - p; padding rows are skipped)."""
+    taps = []
+    for t in range(k):
+        lo = max(0, -((t - p) // s))
+        hi = min(n_out, (n_in - 1 + p - t) // s + 1)
+        if hi > lo:
+            taps.append((lo, hi, lo * s + t - p))
+    return taps
+
+
+def _pool_numpy(cmd, inputs, outputs):
+    """Vectorised: one whole-image np.maximum / np.add per window tap (kh * kw NumPy calls)."""
+    x, out = inputs[0], outputs[0]
+    kh, kw = cmd.params["size"]
+    sh, sw = cmd.params["stride"]
+    pt, pl, pb, pr = cmd.params["padding"]
+    ho, wo = out.shape[-3], out.shape[-2]
+    row_taps = _taps(ho, x.shape[-3], kh, sh, pt)
+    col_taps = _taps(wo, x.shape[-2], kw, sw, pl)
+    is_max = cmd.name == "MAX_POOL"
+    out[...] = -np.inf if is_max else 0
+    combine = np.maximum if is_max else np.add
+    for r_lo, r_hi, r0 in row_taps:
+        rows = slice(r0, r0 + (r_hi - r_lo - 1) * sh + 1, sh)
+        for c_lo, c_hi, c0 in col_taps:
+            cols = slice(c0, c0 + (c_hi - c_lo - 1) * sw + 1, sw)
+            dst = out[..., r_lo:r_hi, c_lo:c_hi, :]
+            combine(dst, x[..., rows, cols, :], out=dst)
+    if is_max:
+        return
+    if cmd.params["count_include_pad"]:
+        out /= kh * kw
+        return
+    # Real elements under window (oh, ow) = real rows(oh) * real columns(ow).
+    count_h = np.zeros(ho)
+    count_w = np.zeros(wo)
+    for lo, hi, _ in row_taps:
+        count_h[lo:hi] += 1
+    for lo, hi, _ in col_taps:
+        count_w[lo:hi] += 1
+    out /= np.multiply.outer(count_h, count_w)[:, :, None].astype(out.dtype)
+
+
+def register():
+    for name, normalize in (("MAX_POOL", _max_normalize), ("AVG_POOL", _avg_normalize)):
+        register_command(name, inplace="none", check=_pool_check, normalize=normalize)
+        register_backend(name, "CPU_REF", _pool_ref)
+        register_backend(name, "CPU_NUMPY", _pool_numpy, datatypes=("float32", "float64"))

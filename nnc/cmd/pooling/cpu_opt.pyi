@@ -1,0 +1,3 @@
+"""MAX_POOL's and AVG_POOL's CPU_OPT C backends (nnc/cmd/pooling/cpu_opt.pyx)."""
+
+def register() -> None: ...

@@ -1,0 +1,98 @@
+"""Layer 2 command, the reduce family: this module (the definitions and CPU_REF), cpu_opt.pyx
+(CPU_OPT). The GPU backends are registered by nnc.cuda.
+
+REDUCE_SUM, REDUCE_MEAN and REDUCE_MAX over some axes (NNC: cmd/reduce, CMD_REDUCE_SUM_FORWARD
+and friends, whose ``reduce.axis``/``count`` is ``axes`` here).
+
+One input, one output of the same dtype and ndim: each axis in ``axes`` has size 1 in the output
+and every other axis the input's size (NNC keeps the reduced dimensions). ``axes`` may be
+negative (counted from the end, as NumPy does) and is normalised against the input's ndim when
+the command is checked. SUM and MEAN are computed in float64 and rounded once; MAX is exact and a
+NaN anywhere in a reduction makes its result NaN (np.max; NNC's kernel skips NaN). The C loops for
+contiguous float32/float64 tensors are in cpu_opt.pyx.
+"""
+
+from numbers import Integral
+
+import numpy as np
+
+from nnc.base.core import CommandError
+from nnc.cmd import _check
+from nnc.cmd.command import register_backend, register_command
+
+NAMES = ("REDUCE_SUM", "REDUCE_MEAN", "REDUCE_MAX")
+
+
+def _normalize(name):
+    def normalize(params):
+        _check.only(name, params, ("axes",))
+        if "axes" not in params:
+            raise CommandError(f"{name} needs axes=(axis, ...), the axes to reduce")
+        axes = params["axes"]
+        if isinstance(axes, Integral) and not isinstance(axes, bool):
+            axes = (axes,)
+        try:
+            axes = tuple(axes)
+        except TypeError:
+            raise CommandError(f"{name}: axes must be an int or ints, not {axes!r}") from None
+        if not axes or not all(isinstance(a, Integral) and not isinstance(a, bool)
+                               for a in axes):
+            raise CommandError(f"{name}: axes must be one or more ints, not {params['axes']!r}")
+        return {"axes": tuple(int(a) for a in axes)}
+
+    return normalize
+
+
+def axes_of(cmd, ndim):
+    """``cmd``'s axes as sorted non-negative ints for an input of ``ndim`` dimensions."""
+    out = set()
+    for a in cmd.params["axes"]:
+        if not -ndim <= a < ndim:
+            raise CommandError(
+                f"{cmd.name}: axis {a} is out of range for an input of {ndim} dimensions"
+            )
+        a %= ndim
+        if a in out:
+            raise CommandError(f"{cmd.name}: axis {a} is given twice in {cmd.params['axes']}")
+        out.add(a)
+    return tuple(sorted(out))
+
+
+def _check_reduce(cmd, inputs, outputs):
+    _check.arity(cmd, inputs, outputs, 1, 1)
+    _check.present(cmd, inputs, "input", 0)
+    _check.present(cmd, outputs, "output", 0)
+    _check.same_dtype(cmd, inputs + outputs)
+    _check.floating(cmd, inputs + outputs)
+    x = inputs[0]
+    axes = axes_of(cmd, x.ndim)
+    want = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+    _check.expect_shape(cmd, outputs[0], want, "output 0 (the input's shape, reduced axes 1)")
+    if cmd.name == "REDUCE_MAX" and any(x.shape[i] == 0 for i in axes):
+        raise CommandError(f"REDUCE_MAX of input shape {x.shape} over axes {axes}: the maximum "
+                           "of no elements is undefined")
+
+
+def _sum_ref(cmd, inputs, outputs):
+    x = inputs[0]
+    outputs[0][...] = np.sum(x, axis=axes_of(cmd, x.ndim), dtype=np.float64, keepdims=True)
+
+
+def _mean_ref(cmd, inputs, outputs):
+    x = inputs[0]
+    axes = axes_of(cmd, x.ndim)
+    total = np.sum(x, axis=axes, dtype=np.float64, keepdims=True)
+    count = float(np.prod([x.shape[i] for i in axes]))
+    with np.errstate(invalid="ignore"):  # 0 / 0 = NaN: the mean of nothing
+        outputs[0][...] = total / count
+
+
+def _max_ref(cmd, inputs, outputs):
+    x = inputs[0]
+    outputs[0][...] = np.max(x, axis=axes_of(cmd, x.ndim), keepdims=True)
+
+
+def register():
+    for name, fn in zip(NAMES, (_sum_ref, _mean_ref, _max_ref)):
+        register_command(name, inplace="none", check=_check_reduce, normalize=_normalize(name))
+        register_backend(name, "CPU_REF", fn)

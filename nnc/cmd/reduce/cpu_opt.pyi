@@ -1,0 +1,3 @@
+"""The C CPU_OPT backends of nnc/cmd/reduce/cpu_opt.pyx."""
+
+def register() -> None: ...

@@ -1,0 +1,3 @@
+"""SOFTMAX's CPU_OPT C backend (nnc/cmd/softmax/cpu_opt.pyx)."""
+
+def register() -> None: ...

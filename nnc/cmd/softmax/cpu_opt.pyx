@@ -1,0 +1,74 @@
+"""CPU_OPT of SOFTMAX: a C loop over the last axis, row by row (NNC: cmd/softmax/cpu_opt).
+
+The backend is an ``nnc_cmd_exec_f``: it re-checks what it relies on (non-NULL, contiguous,
+equal element counts, one datatype) and returns NNC_INVALID instead of trusting its caller, so
+calling it directly (tests, the C API) can never read or write out of bounds. A row is read
+whole (its max) before it is written, so an output that is exactly the input (in place) is safe.
+"""
+
+from libc.math cimport exp, expf
+
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
+from nnc.cmd.cpu_check cimport tensors_like
+from nnc.tensor.tensor cimport nnc_tensor_t
+
+ctypedef fused real:
+    float
+    double
+
+cdef int FLOAT_MASK = NNC_32F | NNC_64F
+
+
+# ---- SOFTMAX over the last axis: y = exp(x - max) / sum(exp(x - max)), row by row
+
+cdef void _softmax(real* y, const real* x, Py_ssize_t rows, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t r, i
+    cdef const real* xr
+    cdef real* yr
+    cdef real m, e, inv
+    cdef double total
+    for r in range(rows):
+        xr = x + r * n
+        yr = y + r * n
+        m = xr[0]
+        for i in range(1, n):
+            if xr[i] > m:
+                m = xr[i]
+        # Summed in double so long float32 rows lose nothing to rounding.
+        total = 0
+        for i in range(n):
+            if real is float:
+                e = expf(xr[i] - m)
+            else:
+                e = exp(xr[i] - m)
+            yr[i] = e
+            total += e
+        inv = <real>(1 / total)
+        for i in range(n):
+            yr[i] = yr[i] * inv
+
+
+cdef int softmax_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                     nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef nnc_tensor_t* x
+    cdef nnc_tensor_t* y
+    cdef Py_ssize_t n
+    if n_in != 1 or n_out != 1 or not tensors_like(inputs, n_in, outputs, n_out):
+        return NNC_INVALID
+    x, y = inputs[0], outputs[0]
+    if x.ndim < 1 or y.ndim < 1 or x.dim[x.ndim - 1] != y.dim[y.ndim - 1]:
+        return NNC_INVALID
+    n = y.dim[y.ndim - 1]
+    if n == 0 or y.count == 0:
+        return NNC_SUCCESS
+    if y.datatype == NNC_32F:
+        _softmax(<float*>y.data, <const float*>x.data, y.count // n, n)
+    else:
+        _softmax(<double*>y.data, <const double*>x.data, y.count // n, n)
+    return NNC_SUCCESS
+
+
+def register():
+    """Register SOFTMAX's CPU_OPT (called once by register_builtins)."""
+    register_c_backend("SOFTMAX", "CPU_OPT", softmax_opt, FLOAT_MASK, True, None, None, True)

@@ -1,7 +1,0 @@
-"""BLAS for nnc's C backends (nnc/ops/cpu_blas.pyx)."""
-
-import numpy as np
-
-config: str
-
-def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, trans_b: bool = False) -> None: ...

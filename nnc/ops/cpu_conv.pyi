@@ -1,3 +1,0 @@
-"""CONVOLUTION's CPU_OPT C backend (nnc/ops/cpu_conv.pyx)."""
-
-def register() -> None: ...

@@ -1,3 +1,0 @@
-"""GEMM's CPU_OPT C backend (nnc/ops/cpu_gemm.pyx)."""
-
-def register() -> None: ...

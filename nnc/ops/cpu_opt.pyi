@@ -1,3 +1,0 @@
-"""The C CPU_OPT backends of the built-in commands (nnc/ops/cpu_opt.pyx)."""
-
-def register() -> None: ...

@@ -1,3 +1,0 @@
-"""ADD's, MUL's and CLAMP's CPU_OPT C backends (nnc/ops/cpu_opt_blas.pyx)."""
-
-def register() -> None: ...

@@ -1,3 +1,0 @@
-"""The C CPU_OPT backends of nnc/ops/cpu_opt_unary.pyx."""
-
-def register() -> None: ...

@@ -1,3 +1,0 @@
-"""MAX_POOL's and AVG_POOL's CPU_OPT C backends (nnc/ops/cpu_pool.pyx)."""
-
-def register() -> None: ...

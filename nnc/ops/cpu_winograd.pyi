@@ -1,3 +1,0 @@
-"""CONVOLUTION's CPU_OPT_WINOGRAD C backend (nnc/ops/cpu_winograd.pyx)."""
-
-def register() -> None: ...

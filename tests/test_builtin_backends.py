@@ -1,0 +1,174 @@
+"""The built-in registry: every command and its backends, in order, as ``import nnc`` leaves them.
+
+The command families (nnc/cmd/<family>/) register themselves from nnc.cmd.builtins and the GPU
+backends from nnc.cuda; moving a backend between modules must not change which commands exist,
+their order in ``nnc.commands()``, or any command's backends (name, priority, device, datatypes,
+C or Python, layout rule) in default-selection order. Each row: "NAME PRIORITY DEVICE DATATYPES"
+then " C" for a C backend and " contiguous" for one that takes contiguous tensors only.
+"""
+
+import nnc
+
+_ABBR = {"uint8": "u8", "int32": "i32", "int64": "i64", "float16": "f16", "float32": "f32",
+         "float64": "f64"}
+
+BUILTINS = [
+    ('ENGINE_CALL', [
+        'CPU_REF 10 cpu i64 C contiguous',
+    ]),
+    ('NOOP', [
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('CUSTOM', [
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('WHILE', [
+        'GPU_REF 15 gpu u8,i32,i64,f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('CASE_OF', [
+        'GPU_REF 15 gpu u8,i32,i64,f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('SET', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('DATA_TRANSFER', [
+        'CPU_OPT 20 cpu u8,i32,i64,f16,f32,f64 C contiguous',
+        'GPU_REF 15 any u8,i32,i64,f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('EWSUM', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('EWPROD', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('EWEXP', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('EWLOG', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('EWSQRT', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('SIGMOID', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('TANH', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('RELU', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('EWDIV', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('SCALAR_MUL', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('SOFTMAX', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('GEMM', [
+        'CPU_OPT 20 cpu f32,f64 C',
+        'GPU_OPT 20 gpu f16,f32,f64',
+        'CPU_NUMPY 15 cpu f32,f64',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('CONVOLUTION', [
+        'CPU_OPT 20 cpu f32,f64 C',
+        'GPU_OPT 20 gpu f16,f32',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_OPT_WINOGRAD 12 cpu f32,f64 C',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('MAX_POOL', [
+        'CPU_OPT 20 cpu f32,f64 C',
+        'CPU_NUMPY 15 cpu f32,f64',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('AVG_POOL', [
+        'CPU_OPT 20 cpu f32,f64 C',
+        'CPU_NUMPY 15 cpu f32,f64',
+        'GPU_REF 15 gpu f16,f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('REDUCE_SUM', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('REDUCE_MEAN', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('REDUCE_MAX', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('ADD', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('MUL', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('CLAMP', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('TRANSPOSE', [
+        'CPU_OPT 20 cpu f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+]
+
+
+def _row(b):
+    dt = ",".join(_ABBR[x] for x in sorted(b.datatype_names, key=list(_ABBR).index))
+    return (f"{b.name} {b.priority} {b.device} {dt}{' C' if b.is_c else ''}"
+            f"{' contiguous' if b.contiguous_only else ''}")
+
+
+def test_builtin_commands_keep_their_order():
+    builtin = [c for c in nnc.commands() if nnc.command_info(c).builtin]
+    assert builtin == [name for name, _rows in BUILTINS]
+
+
+def test_builtin_backends_keep_name_priority_device_and_datatypes():
+    for name, rows in BUILTINS:
+        assert [_row(b) for b in nnc.command_info(name).backends] == rows, name
+
+
+def test_the_documented_blas_path_still_imports():
+    """``nnc.ops.cpu_blas`` (docs/commands.md's former name of the OpenBLAS binding) is
+    nnc.base.openblas, by ``import`` and by attribute."""
+    import nnc.ops.cpu_blas
+    from nnc.base import openblas
+
+    assert nnc.ops.cpu_blas is openblas and isinstance(openblas.config, str)
