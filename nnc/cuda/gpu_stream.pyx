@@ -217,7 +217,7 @@ cdef class GpuStream(DeviceStream):
         cdef int kind = t.kind
         ctx = <object>t.ctx if t.ctx != NULL else None
         if kind == TASK_PY:
-            fn, args = <object>t.fn, <object>t.args
+            fn, args = <object>t.bound.fn, <object>t.bound.args
             if t.flags & TASK_LAUNCH:
                 op = (OP_LAUNCH, fn, args, t.node >= 0)
             elif t.flags & TASK_NOW:

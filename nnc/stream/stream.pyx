@@ -240,8 +240,9 @@ cdef class Stream:
         t.flags = TASK_OWNS_PY | flags
         Py_INCREF(fn)
         Py_INCREF(args)
-        t.fn = <PyObject*>fn
-        t.args = <PyObject*>args
+        t.bound.kind = TASK_PY
+        t.bound.fn = <PyObject*>fn
+        t.bound.args = <PyObject*>args
         if keep is not None:
             Py_INCREF(keep)
             t.keep = <PyObject*>keep
@@ -251,8 +252,8 @@ cdef class Stream:
         try:
             self.push(&t, wake)
         except BaseException:
-            Py_XDECREF(t.fn)
-            Py_XDECREF(t.args)
+            Py_XDECREF(t.bound.fn)
+            Py_XDECREF(t.bound.args)
             Py_XDECREF(t.keep)
             Py_XDECREF(t.ctx)
             raise
@@ -429,30 +430,24 @@ cdef class Stream:
         if trace_on:
             t.label = trace_label(cmd.name)
         t.flags = TASK_OWNS_IO | TASK_OWNS_PY | (TASK_LAUNCH if b.flags & BOUND_DEVICE else 0)
-        t.c_exec = b.c_exec
-        t.param = b.param
-        t.io = io
-        t.input_size = b.input_size
-        t.output_size = b.output_size
+        t.bound = b                     # its io is the array malloc'd above (TASK_OWNS_IO)
         # The task owns the Cmd (its param struct), the tensors and the call until it has run.
         keep = (cmd, tuple(inputs + outputs), call)
         Py_INCREF(keep)
         Py_INCREF(cmd)
         t.keep = <PyObject*>keep
         t.ctx = <PyObject*>cmd
-        if call is not None:
+        if call is not None:            # b borrows fn and args from call; the task owns them
             Py_INCREF(call[0])
             Py_INCREF(call[1])
-            t.fn = <PyObject*>call[0]
-            t.args = <PyObject*>call[1]
         try:
             self.push(&t)
         except BaseException:
             free(io)
             Py_DECREF(keep)
             Py_DECREF(cmd)
-            Py_XDECREF(t.fn)
-            Py_XDECREF(t.args)
+            Py_XDECREF(t.bound.fn)
+            Py_XDECREF(t.bound.args)
             raise
 
     def __enter__(self):

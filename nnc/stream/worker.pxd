@@ -5,12 +5,11 @@
 
 from cpython.object cimport PyObject
 
-from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t
+from nnc.cmd.command cimport nnc_bound_t
 from nnc.base.sync cimport (
     CLOCK_REALTIME, clock_gettime, mono_now, pthread_cond_t, pthread_mutex_lock, pthread_mutex_t,
     pthread_mutex_unlock, timespec,
 )
-from nnc.tensor.tensor cimport nnc_tensor_t
 from nnc.base.workspace cimport nnc_stream_context_t
 
 
@@ -23,8 +22,8 @@ from nnc.stream.record cimport (
 
 
 cdef enum:
-    TASK_C = 1                          # rc = c_exec(param, io, n_in, io + n_in, n_out, ctx)
-    TASK_PY = 2                         # fn(*args) under the GIL
+    TASK_C = 1                          # bound: rc = c_exec(param, io, ..., the stream's context)
+    TASK_PY = 2                         # bound: fn(*args) under the GIL
     TASK_EMIT = 3                       # record.done = 1, wake its waiters
     TASK_WAIT = 4                       # park the stream until record.done
     TASK_CALL = 5                       # call(arg), without the GIL
@@ -46,13 +45,14 @@ cdef enum:
 ctypedef struct stream_task_t:
     int kind
     int flags
-    nnc_cmd_exec_f c_exec
-    const nnc_cmd_param_t* param
-    nnc_tensor_t** io
-    int input_size
-    int output_size
-    PyObject* fn                        # TASK_PY: the callable
-    PyObject* args                      # TASK_PY: its argument tuple
+    # TASK_C / TASK_PY: the work, a copy of the one bind path's record (nnc.cmd.command.cmd_bind;
+    # its kind equals ``kind``); zeroed for the other kinds. A copy, not a pointer to the graph
+    # node's record: _prepare may rebind a node (Graph._set_node rewrites exec_info_t.bound in
+    # place) while earlier runs' tasks are still queued, and those must run what was bound when
+    # they were enqueued. What the copy points at (param, io, fn, args) stays alive until the
+    # task has run: the graph keeps it (Graph._retire keeps replaced ones while runs are in
+    # flight), or the task owns it (TASK_OWNS_IO, TASK_OWNS_PY).
+    nnc_bound_t bound
     PyObject* keep                      # keeps tensors alive (TASK_C from cmd_exec), or NULL
     PyObject* ctx                       # names the work in errors: Graph (with node) or Cmd
     int node                            # graph node index, or -1

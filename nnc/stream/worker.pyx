@@ -54,6 +54,7 @@ from nnc.stream.pool cimport (
     pool_t, pool_thread_is, pool_thread_mark, pool_wake_one,
 )
 from nnc.base.workspace cimport nnc_context_free, nnc_stream_context_t
+from nnc.cmd.command cimport cmd_bound_run_c
 
 
 cdef extern from "Python.h":
@@ -380,14 +381,14 @@ cdef void _report_rc(stream_t* s, stream_task_t* t, int rc) noexcept with gil:
 
 cdef void _run_py(stream_t* s, stream_task_t* t) noexcept with gil:
     try:
-        PyObject_Call(t.fn, t.args, NULL)
+        PyObject_Call(t.bound.fn, t.bound.args, NULL)
     except BaseException as e:
         _add_error(s, t, e)
 
 
 cdef void _drop_refs(stream_task_t* t) noexcept with gil:
-    Py_XDECREF(t.fn)
-    Py_XDECREF(t.args)
+    Py_XDECREF(t.bound.fn)
+    Py_XDECREF(t.bound.args)
     Py_XDECREF(t.keep)
     Py_XDECREF(t.ctx)
 
@@ -396,7 +397,7 @@ cdef void task_release_owned(stream_task_t* t) noexcept nogil:
     """Free what a task owns once it has run (or been handed on): its io array
     (TASK_OWNS_IO) and its Python references (TASK_OWNS_PY, taking the GIL only then)."""
     if t.flags & TASK_OWNS_IO:
-        free(t.io)
+        free(t.bound.io)
     if t.flags & TASK_OWNS_PY:
         _drop_refs(t)
 
@@ -426,8 +427,8 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     if s.trace:
         t0 = _now()
     if t.kind == TASK_C:
-        rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
-                      &s.context)
+        rc = cmd_bound_run_c(&t.bound, &s.context)     # pool threads hold no GIL: BOUND_NOGIL
+        #                                                 says nothing here
         if rc != 0:
             _report_rc(s, t, rc)
     elif t.kind == TASK_PY:
