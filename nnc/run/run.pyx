@@ -83,13 +83,12 @@ cdef bint _node_task(Graph g, int idx, stream_task_t* t) noexcept:
     if b.kind == BOUND_NONE:
         return False
     memset(t, 0, sizeof(stream_task_t))
-    t.kind = b.kind                     # BOUND_C / BOUND_PY are TASK_C / TASK_PY
-    t.bound = b[0]
+    t.bound = b[0]                      # BOUND_C / BOUND_PY are TASK_C / TASK_PY
     t.node = idx
     t.label = -1
     t.ctx = <PyObject*>g
     if b.flags & BOUND_DEVICE:
-        t.flags = TASK_LAUNCH           # a GPU stream launches it with its CUDA stream
+        t.bound.flags |= TASK_LAUNCH    # a GPU stream launches it with its CUDA stream
     return True
 
 

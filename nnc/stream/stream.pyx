@@ -61,7 +61,7 @@ _live = weakref.WeakSet()               # every Stream object, for tracing and s
 cdef inline void _task_init(stream_task_t* t, int kind) noexcept nogil:
     """A zeroed task of ``kind`` that belongs to no graph node and has no trace label yet."""
     memset(t, 0, sizeof(stream_task_t))
-    t.kind = kind
+    t.bound.kind = kind
     t.node = -1
     t.label = -1
 
@@ -237,10 +237,9 @@ cdef class Stream:
         _task_init(&t, TASK_PY)
         if trace_on:
             t.label = trace_label(name if name is not None else _qualname(fn))
-        t.flags = TASK_OWNS_PY | flags
+        t.bound.flags = TASK_OWNS_PY | flags
         Py_INCREF(fn)
         Py_INCREF(args)
-        t.bound.kind = TASK_PY
         t.bound.fn = <PyObject*>fn
         t.bound.args = <PyObject*>args
         if keep is not None:
@@ -427,10 +426,11 @@ cdef class Stream:
             free(io)
             return
         _task_init(&t, b.kind)
+        t.bound = b                     # its io is the array malloc'd above (TASK_OWNS_IO)
+        t.bound.flags |= TASK_OWNS_IO | TASK_OWNS_PY | (TASK_LAUNCH if b.flags & BOUND_DEVICE
+                                                        else 0)
         if trace_on:
             t.label = trace_label(cmd.name)
-        t.flags = TASK_OWNS_IO | TASK_OWNS_PY | (TASK_LAUNCH if b.flags & BOUND_DEVICE else 0)
-        t.bound = b                     # its io is the array malloc'd above (TASK_OWNS_IO)
         # The task owns the Cmd (its param struct), the tensors and the call until it has run.
         keep = (cmd, tuple(inputs + outputs), call)
         Py_INCREF(keep)
@@ -643,7 +643,7 @@ cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=T
     set in stream order without the GIL."""
     cdef stream_task_t t
     _task_init(&t, TASK_STORE)
-    t.flags = TASK_NOW                  # a GPU stream stores it at enqueue (stream.pxd)
+    t.bound.flags = TASK_NOW            # a GPU stream stores it at enqueue (worker.pxd)
     t.arg = count.t.data
     t.value = value
     s.push(&t, wake)
