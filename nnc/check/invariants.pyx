@@ -54,20 +54,20 @@ _TASK_PROBLEMS = {
 
 
 cdef int _task_problem(const stream_task_t* t) noexcept nogil:
-    if t.kind == TASK_C:
-        if t.c_exec == NULL or t.input_size < 0 or t.output_size < 0 or (
-                t.io == NULL and t.input_size + t.output_size > 0):
+    if t.bound.kind == TASK_C:
+        if t.bound.c_exec == NULL or t.bound.input_size < 0 or t.bound.output_size < 0 or (
+                t.bound.io == NULL and t.bound.input_size + t.bound.output_size > 0):
             return BAD_C
-    elif t.kind == TASK_PY:
-        if t.fn == NULL or t.args == NULL:
+    elif t.bound.kind == TASK_PY:
+        if t.bound.fn == NULL or t.bound.args == NULL:
             return BAD_PY
-    elif t.kind == TASK_EMIT or t.kind == TASK_WAIT:
+    elif t.bound.kind == TASK_EMIT or t.bound.kind == TASK_WAIT:
         if t.record == NULL:
             return BAD_RECORD
-    elif t.kind == TASK_CALL:
+    elif t.bound.kind == TASK_CALL:
         if t.call == NULL:
             return BAD_CALL
-    elif t.kind == TASK_STORE:
+    elif t.bound.kind == TASK_STORE:
         if t.arg == NULL:
             return BAD_STORE
     else:

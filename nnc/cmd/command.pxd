@@ -40,8 +40,8 @@ ctypedef int (*nnc_cmd_exec_f)(
 
 # How a command becomes work: the one bind path (cmd_bind). A command, its chosen backend and
 # its tensors become a bound record that every runner executes: the sequential node loop
-# (cmd_bound_run), stream tasks (copied into nnc.stream.worker's stream_task_t), cmd_exec, loop and
-# branch bodies, the C API. Kinds keep the values of nnc.stream.worker's TASK_C / TASK_PY.
+# (cmd_bound_run), stream tasks (embedded, copied, in nnc.stream.worker's stream_task_t), cmd_exec,
+# loop and branch bodies, the C API. Kinds keep the values of nnc.stream.worker's TASK_C / TASK_PY.
 cdef enum:
     BOUND_NONE = 0                      # nothing to run (NOOP)
     BOUND_C = 1                         # rc = c_exec(param, io, n_in, io + n_in, n_out, context)
@@ -129,6 +129,12 @@ cdef extern from "Python.h":
     object PyObject_Call(PyObject* fn, PyObject* args, PyObject* kwargs)
 
 
+cdef inline int cmd_bound_run_c(const nnc_bound_t* t, void* context) noexcept nogil:
+    """Call BOUND_C work's backend on the calling thread, as it is (GIL held or not): its
+    status. The one place that spells a C backend's calling convention for bound work."""
+    return t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size, context)
+
+
 cdef inline int cmd_bound_run(const nnc_bound_t* t, void* context) except 1:
     """Run bound work on the calling thread (which holds the GIL): 0, or a C backend's negative
     status; a Python backend's exception propagates. ``context``: the scratch memory owner
@@ -138,11 +144,9 @@ cdef inline int cmd_bound_run(const nnc_bound_t* t, void* context) except 1:
     if t.kind == BOUND_C:
         if t.flags & BOUND_NOGIL:
             with nogil:
-                rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
-                              context)
+                rc = cmd_bound_run_c(t, context)
         else:
-            rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
-                          context)
+            rc = cmd_bound_run_c(t, context)
     elif t.kind == BOUND_PY:
         PyObject_Call(t.fn, t.args, NULL)
     return rc

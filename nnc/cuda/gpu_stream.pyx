@@ -214,19 +214,19 @@ cdef class GpuStream(DeviceStream):
         self.handle = <void*><uintptr_t>int(self.cuda.handle)
 
     cdef int push(self, Stream owner, stream_task_t* t) except -1:
-        cdef int kind = t.kind
+        cdef int kind = t.bound.kind
         ctx = <object>t.ctx if t.ctx != NULL else None
         if kind == TASK_PY:
-            fn, args = <object>t.fn, <object>t.args
-            if t.flags & TASK_LAUNCH:
+            fn, args = <object>t.bound.fn, <object>t.bound.args
+            if t.bound.flags & TASK_LAUNCH:
                 op = (OP_LAUNCH, fn, args, t.node >= 0)
-            elif t.flags & TASK_NOW:
+            elif t.bound.flags & TASK_NOW:
                 op = (OP_NOW, fn, args)
             else:
                 op = (OP_HOST, fn, args, _where(ctx, t.node))
         elif kind == TASK_CALL:
             op = (OP_CALL, <uintptr_t>t.call, <uintptr_t>t.arg)
-        elif kind == TASK_STORE and t.flags & TASK_NOW:
+        elif kind == TASK_STORE and t.bound.flags & TASK_NOW:
             op = (OP_STORE, <uintptr_t>t.arg, t.value)
         elif kind == TASK_C:
             raise StreamError(f"{_where(ctx, t.node)} has a CPU (C) backend; {owner!r} runs GPU "

@@ -269,7 +269,7 @@ cdef class Engine:
                     r.refs += 1
                     pthread_mutex_unlock(&signal_lock)
                     memset(&self.tasks[nw], 0, sizeof(stream_task_t))
-                    self.tasks[nw].kind = TASK_WAIT
+                    self.tasks[nw].bound.kind = TASK_WAIT
                     self.tasks[nw].record = r
                     self.tasks[nw].node = -1
                     self.tasks[nw].label = -1
@@ -283,7 +283,7 @@ cdef class Engine:
                 raise
             op.n_wait = 0               # stream order and the waits replace parking
             memset(&self.tasks[nw], 0, sizeof(stream_task_t))
-            self.tasks[nw].kind = TASK_CALL
+            self.tasks[nw].bound.kind = TASK_CALL
             self.tasks[nw].call = op_run
             self.tasks[nw].arg = op
             self.tasks[nw].node = -1

@@ -30,6 +30,7 @@ from nnc.base.parallel cimport parallel_ready
 from nnc.tensor.tensor cimport tensor_movable_epoch
 from nnc.base.tracing cimport trace_host, trace_now, trace_on
 from nnc.base.workspace cimport nnc_context_free
+from nnc.stream.stream cimport Stream
 
 
 # -- entry points of the layers above (docs/design.md, "Registries") ---------------------------
@@ -658,7 +659,7 @@ cdef class Graph:
         schedule the same way (docs/gpu.md). NNC: ccv_nnc_graph_run.
         """
         if stream is not None:
-            _needs(_runner, "nnc.run.run")(self, stream)
+            self._run_on_stream(stream)
             return
         # Busy for the whole run: C backends and Python commands let other threads in.
         self._enter("run it synchronously", "running")
@@ -668,6 +669,24 @@ cdef class Graph:
             self._run_order()
         finally:
             self._leave()
+
+    cdef int _run_on_stream(self, object stream) except -1:
+        """run(stream=...): the graph's own part (its guard, compile and bind) here, around
+        the registered runner (nnc.run.run), which enqueues and calls back into nothing of this
+        module."""
+        runner = _needs(_runner, "nnc.run.run")
+        if not isinstance(stream, Stream):
+            raise GraphError(f"run(stream=...) needs an nnc.Stream, not {type(stream).__name__}")
+        # Busy while enqueueing: _prepare and the runner's control-flow checks run Python code,
+        # so another thread could otherwise change or run the graph meanwhile. Earlier runs on
+        # this stream may still be queued: whatever _prepare replaces, they keep (_retire).
+        self._enter("run it", "enqueueing a run", stream)
+        try:
+            self._prepare()
+            runner(self, stream)
+        finally:
+            self._leave()
+        return 0
 
     def profile(self, repeat=1):
         """Run like ``run()`` ``repeat`` times, timing each node; returns [(GraphExec, best s)]."""

@@ -76,25 +76,19 @@ cdef _Runtime _runtime_for(Graph g, Schedule sched, Stream first=None):
 
 
 cdef bint _node_task(Graph g, int idx, stream_task_t* t) noexcept:
-    """Fill t with node idx's bound work (nnc.cmd.command.cmd_bind, made when the node was set);
-    False for a node with nothing to run (NOOP)."""
+    """Fill t with node idx's bound work (nnc.cmd.command.cmd_bind, made when the node was set),
+    copied whole (stream_task_t.bound says why a copy); False for a node with nothing to run
+    (NOOP)."""
     cdef const nnc_bound_t* b = &g._nodes[idx].bound
     if b.kind == BOUND_NONE:
         return False
     memset(t, 0, sizeof(stream_task_t))
+    t.bound = b[0]                      # BOUND_C / BOUND_PY are TASK_C / TASK_PY
     t.node = idx
     t.label = -1
     t.ctx = <PyObject*>g
-    t.kind = b.kind                     # BOUND_C / BOUND_PY are TASK_C / TASK_PY
-    t.c_exec = b.c_exec
-    t.param = b.param
-    t.io = b.io
-    t.input_size = b.input_size
-    t.output_size = b.output_size
-    t.fn = b.fn
-    t.args = b.args
     if b.flags & BOUND_DEVICE:
-        t.flags = TASK_LAUNCH           # a GPU stream launches it with its CUDA stream
+        t.bound.flags |= TASK_LAUNCH    # a GPU stream launches it with its CUDA stream
     return True
 
 
@@ -186,22 +180,9 @@ cdef int _move_errors(list streams, Stream caller) except -1:
     return 0
 
 
-def graph_run_on_stream(Graph g not None, stream):
-    """Enqueue one run of g on ``stream`` and return (see the module docstring)."""
-    if not isinstance(stream, Stream):
-        raise GraphError(f"run(stream=...) needs an nnc.Stream, not {type(stream).__name__}")
-    # Busy while enqueueing: _prepare and the control-flow checks run Python code, so another
-    # thread could otherwise change or run the graph meanwhile. Earlier runs on this stream
-    # may still be queued: whatever _prepare replaces, they keep (Graph._retire).
-    g._enter("run it", "enqueueing a run", stream)
-    try:
-        _run_on_stream(g, <Stream>stream)
-    finally:
-        g._leave()
-
-
-cdef int _run_on_stream(Graph g, Stream stream) except -1:
-    g._prepare()
+def graph_run_on_stream(Graph g not None, Stream stream not None):
+    """Enqueue one run of g on ``stream`` and return (see the module docstring). Graph.run's
+    runner: it calls this with g marked busy and prepared (compiled, its nodes bound)."""
     cdef int k
     args = schedule_args(g)
     kind = None if args is None else args["stream_type"]
@@ -215,7 +196,7 @@ cdef int _run_on_stream(Graph g, Stream stream) except -1:
                 raise GraphError("a run with while or case..of nodes needs nnc.run.flow, "
                                  "which is not loaded; import nnc")
             _flow_run(g, stream)
-            return 0
+            return
     sched = graph_schedule(g)
     cdef bint finished = False
     g._inflight += 1
@@ -237,7 +218,6 @@ cdef int _run_on_stream(Graph g, Stream stream) except -1:
             for st in run_state(g).runtime.streams:
                 st.kick()
         stream.kick()
-    return 0
 
 
 register_runner(graph_run_on_stream)   # Graph.run(stream=...) (graph cannot import this layer)

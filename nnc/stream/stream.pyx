@@ -61,7 +61,7 @@ _live = weakref.WeakSet()               # every Stream object, for tracing and s
 cdef inline void _task_init(stream_task_t* t, int kind) noexcept nogil:
     """A zeroed task of ``kind`` that belongs to no graph node and has no trace label yet."""
     memset(t, 0, sizeof(stream_task_t))
-    t.kind = kind
+    t.bound.kind = kind
     t.node = -1
     t.label = -1
 
@@ -237,11 +237,11 @@ cdef class Stream:
         _task_init(&t, TASK_PY)
         if trace_on:
             t.label = trace_label(name if name is not None else _qualname(fn))
-        t.flags = TASK_OWNS_PY | flags
+        t.bound.flags = TASK_OWNS_PY | flags
         Py_INCREF(fn)
         Py_INCREF(args)
-        t.fn = <PyObject*>fn
-        t.args = <PyObject*>args
+        t.bound.fn = <PyObject*>fn
+        t.bound.args = <PyObject*>args
         if keep is not None:
             Py_INCREF(keep)
             t.keep = <PyObject*>keep
@@ -251,8 +251,8 @@ cdef class Stream:
         try:
             self.push(&t, wake)
         except BaseException:
-            Py_XDECREF(t.fn)
-            Py_XDECREF(t.args)
+            Py_XDECREF(t.bound.fn)
+            Py_XDECREF(t.bound.args)
             Py_XDECREF(t.keep)
             Py_XDECREF(t.ctx)
             raise
@@ -426,33 +426,28 @@ cdef class Stream:
             free(io)
             return
         _task_init(&t, b.kind)
+        t.bound = b                     # its io is the array malloc'd above (TASK_OWNS_IO)
+        t.bound.flags |= TASK_OWNS_IO | TASK_OWNS_PY | (TASK_LAUNCH if b.flags & BOUND_DEVICE
+                                                        else 0)
         if trace_on:
             t.label = trace_label(cmd.name)
-        t.flags = TASK_OWNS_IO | TASK_OWNS_PY | (TASK_LAUNCH if b.flags & BOUND_DEVICE else 0)
-        t.c_exec = b.c_exec
-        t.param = b.param
-        t.io = io
-        t.input_size = b.input_size
-        t.output_size = b.output_size
         # The task owns the Cmd (its param struct), the tensors and the call until it has run.
         keep = (cmd, tuple(inputs + outputs), call)
         Py_INCREF(keep)
         Py_INCREF(cmd)
         t.keep = <PyObject*>keep
         t.ctx = <PyObject*>cmd
-        if call is not None:
+        if call is not None:            # b borrows fn and args from call; the task owns them
             Py_INCREF(call[0])
             Py_INCREF(call[1])
-            t.fn = <PyObject*>call[0]
-            t.args = <PyObject*>call[1]
         try:
             self.push(&t)
         except BaseException:
             free(io)
             Py_DECREF(keep)
             Py_DECREF(cmd)
-            Py_XDECREF(t.fn)
-            Py_XDECREF(t.args)
+            Py_XDECREF(t.bound.fn)
+            Py_XDECREF(t.bound.args)
             raise
 
     def __enter__(self):
@@ -648,7 +643,7 @@ cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=T
     set in stream order without the GIL."""
     cdef stream_task_t t
     _task_init(&t, TASK_STORE)
-    t.flags = TASK_NOW                  # a GPU stream stores it at enqueue (stream.pxd)
+    t.bound.flags = TASK_NOW            # a GPU stream stores it at enqueue (worker.pxd)
     t.arg = count.t.data
     t.value = value
     s.push(&t, wake)

@@ -5,12 +5,11 @@
 
 from cpython.object cimport PyObject
 
-from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t
+from nnc.cmd.command cimport nnc_bound_t
 from nnc.base.sync cimport (
     CLOCK_REALTIME, clock_gettime, mono_now, pthread_cond_t, pthread_mutex_lock, pthread_mutex_t,
     pthread_mutex_unlock, timespec,
 )
-from nnc.tensor.tensor cimport nnc_tensor_t
 from nnc.base.workspace cimport nnc_stream_context_t
 
 
@@ -23,36 +22,42 @@ from nnc.stream.record cimport (
 
 
 cdef enum:
-    TASK_C = 1                          # rc = c_exec(param, io, n_in, io + n_in, n_out, ctx)
-    TASK_PY = 2                         # fn(*args) under the GIL
+    # A task's kind (stream_task_t.bound.kind): TASK_C and TASK_PY are the bind path's BOUND_C
+    # and BOUND_PY and run the bound work; the others are the stream's own.
+    TASK_C = 1                          # bound: rc = c_exec(param, io, ..., the stream's context)
+    TASK_PY = 2                         # bound: fn(*args) under the GIL
     TASK_EMIT = 3                       # record.done = 1, wake its waiters
     TASK_WAIT = 4                       # park the stream until record.done
     TASK_CALL = 5                       # call(arg), without the GIL
     TASK_STORE = 6                      # (<long long*>arg)[0] = value: a loop count, in order
 
 cdef enum:
-    TASK_OWNS_PY = 0x2                  # fn, args and keep are owned references: drop after run
-    TASK_OWNS_IO = 0x4                  # io was malloc'd for this task: free after run
+    # A task's flags, in stream_task_t.bound.flags above the bind path's BOUND_* bits (0x1-0x4).
     # Said by the pusher, read only by device streams (a CPU stream runs every task in order):
     TASK_NOW = 0x8                      # host bookkeeping that only orders later launches (a
     #                                     count store, multiview selection, carry-over
     #                                     re-pointing): a GPU stream runs it at enqueue time
     TASK_LAUNCH = 0x10                  # TASK_PY whose fn is a device backend: a GPU stream
     #                                     launches fn(*args, stream=...) at enqueue time
+    # Read by whoever runs or drops the task:
+    TASK_OWNS_PY = 0x20                 # fn, args and keep are owned references: drop after run
+    TASK_OWNS_IO = 0x40                 # io was malloc'd for this task: free after run
 
 
 # A queued unit of work. Tasks of graph runs borrow everything from the graph, which the run
 # keeps alive; tasks from cmd_exec/add_callback own their references (TASK_OWNS_PY).
 ctypedef struct stream_task_t:
-    int kind
-    int flags
-    nnc_cmd_exec_f c_exec
-    const nnc_cmd_param_t* param
-    nnc_tensor_t** io
-    int input_size
-    int output_size
-    PyObject* fn                        # TASK_PY: the callable
-    PyObject* args                      # TASK_PY: its argument tuple
+    # The task's kind and flags (bound.kind, bound.flags: TASK_* above) and, for TASK_C and
+    # TASK_PY, its work: a copy of the one bind path's record (nnc.cmd.command.cmd_bind), zeroed
+    # beyond kind and flags for the other kinds. A copy, not a pointer to the graph node's
+    # record: _prepare may rebind a node (Graph._set_node rewrites exec_info_t.bound in place)
+    # while earlier runs' tasks are still queued, and those must run what was bound when they
+    # were enqueued. What the copy points at (param, io, fn, args) stays alive until the task
+    # has run: the graph keeps it (Graph._retire keeps replaced ones while runs are in flight),
+    # or the task owns it (TASK_OWNS_IO, TASK_OWNS_PY). Kind and flags share the record's, not
+    # fields of their own: the queue copies every task a few times, and 8 more bytes per task
+    # measured slower per node on streams (benchmarks.dispatch's nnc stream column).
+    nnc_bound_t bound
     PyObject* keep                      # keeps tensors alive (TASK_C from cmd_exec), or NULL
     PyObject* ctx                       # names the work in errors: Graph (with node) or Cmd
     int node                            # graph node index, or -1

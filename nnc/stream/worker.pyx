@@ -54,6 +54,7 @@ from nnc.stream.pool cimport (
     pool_t, pool_thread_is, pool_thread_mark, pool_wake_one,
 )
 from nnc.base.workspace cimport nnc_context_free, nnc_stream_context_t
+from nnc.cmd.command cimport cmd_bound_run_c
 
 
 cdef extern from "Python.h":
@@ -349,7 +350,7 @@ cdef void _trace_add(stream_t* s, stream_task_t* t, double t0, double t1) noexce
     s.trace_size += 1
     ev.t0 = t0
     ev.t1 = t1
-    ev.kind = t.kind
+    ev.kind = t.bound.kind
     ev.node = t.node
     ev.label = t.label
     ev.record = t.record.id if t.record != NULL else 0
@@ -380,14 +381,14 @@ cdef void _report_rc(stream_t* s, stream_task_t* t, int rc) noexcept with gil:
 
 cdef void _run_py(stream_t* s, stream_task_t* t) noexcept with gil:
     try:
-        PyObject_Call(t.fn, t.args, NULL)
+        PyObject_Call(t.bound.fn, t.bound.args, NULL)
     except BaseException as e:
         _add_error(s, t, e)
 
 
 cdef void _drop_refs(stream_task_t* t) noexcept with gil:
-    Py_XDECREF(t.fn)
-    Py_XDECREF(t.args)
+    Py_XDECREF(t.bound.fn)
+    Py_XDECREF(t.bound.args)
     Py_XDECREF(t.keep)
     Py_XDECREF(t.ctx)
 
@@ -395,9 +396,9 @@ cdef void _drop_refs(stream_task_t* t) noexcept with gil:
 cdef void task_release_owned(stream_task_t* t) noexcept nogil:
     """Free what a task owns once it has run (or been handed on): its io array
     (TASK_OWNS_IO) and its Python references (TASK_OWNS_PY, taking the GIL only then)."""
-    if t.flags & TASK_OWNS_IO:
-        free(t.io)
-    if t.flags & TASK_OWNS_PY:
+    if t.bound.flags & TASK_OWNS_IO:
+        free(t.bound.io)
+    if t.bound.flags & TASK_OWNS_PY:
         _drop_refs(t)
 
 
@@ -425,22 +426,22 @@ cdef void _run_task(stream_t* s, stream_task_t* t) noexcept nogil:
     cdef double t0 = 0
     if s.trace:
         t0 = _now()
-    if t.kind == TASK_C:
-        rc = t.c_exec(t.param, t.io, t.input_size, t.io + t.input_size, t.output_size,
-                      &s.context)
+    if t.bound.kind == TASK_C:
+        rc = cmd_bound_run_c(&t.bound, &s.context)     # pool threads hold no GIL: BOUND_NOGIL
+        #                                                 says nothing here
         if rc != 0:
             _report_rc(s, t, rc)
-    elif t.kind == TASK_PY:
+    elif t.bound.kind == TASK_PY:
         _run_py(s, t)
-    elif t.kind == TASK_EMIT:
+    elif t.bound.kind == TASK_EMIT:
         pthread_mutex_lock(&signal_lock)
         record_done(t.record)
         pthread_mutex_unlock(&signal_lock)
-    elif t.kind == TASK_CALL:
+    elif t.bound.kind == TASK_CALL:
         t.call(t.arg)
-    elif t.kind == TASK_STORE:
+    elif t.bound.kind == TASK_STORE:
         (<long long*>t.arg)[0] = t.value
-    elif t.kind == TASK_WAIT:
+    elif t.bound.kind == TASK_WAIT:
         _block_on(t.record)             # reached only when parking failed; else done already
     if s.trace:
         _trace_add(s, t, t0, _now())
@@ -496,7 +497,7 @@ cdef void _serve(stream_t* s) noexcept nogil:
         s.count -= n
         pthread_mutex_unlock(&s.lock)
         for i in range(n):
-            if batch[i].kind == TASK_WAIT and _park(s, batch + i, n - i, i):
+            if batch[i].bound.kind == TASK_WAIT and _park(s, batch + i, n - i, i):
                 # s is no longer ours: an emit may already have made it ready again.
                 _set_current(NULL)
                 debug_count(DEBUG_WORKERS, -1)
