@@ -31,7 +31,7 @@ from nnc.tensor.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
 from nnc.base.parallel cimport parallel_ready
-from nnc.base.tracing cimport trace_host, trace_now, trace_on
+from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
 from nnc.base.workspace cimport nnc_stream_context_t, thread_context
 
 cdef int ALL_DATATYPES = 0

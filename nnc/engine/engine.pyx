@@ -673,7 +673,7 @@ cdef class Engine:
         """``with engine.record() as g:`` — the ops pushed inside also become nodes of the
         Graph g, with the edges their vars imply (transitively reduced): a dynamic program
         traced once, to schedule statically and replay (docs/engine.md, "Record")."""
-        from nnc.engine.recording import Recording
+        from nnc.engine.region_graph import Recording
 
         _check_usable(self)
         return Recording(self)

@@ -49,7 +49,7 @@ from nnc.cmd.command cimport tensor_list
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.tensor.multiview cimport MV_K1N, MV_PHI, MultiView
 from nnc.tensor.tensor cimport Tensor, tensor_overlap
-from nnc.base.tracing cimport trace_host, trace_now, trace_on
+from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
 
 
 # Compare's operators, in the order of their codes in the condition kernel (nnc/cuda/graph.py).
@@ -748,7 +748,7 @@ register_control(
     set_case_of_expr=graph_set_case_of_expr, set_case_of=graph_set_case_of)
 
 
-# -- what a control node re-points, for static schedules (nnc/schedule/rank.pyx) -------------------
+# -- what a control node re-points, for static schedules (nnc/schedule/builder.pyx) ----------------
 
 cdef list _node_tensors(Graph g, int idx):
     """Every tensor node idx of g reads or writes, with those of its sub-graphs' nodes."""

@@ -28,7 +28,7 @@ from nnc.cmd.command cimport (
 from nnc.base.debug cimport DEBUG_GRAPHS, debug_count
 from nnc.base.parallel cimport parallel_ready
 from nnc.tensor.tensor cimport tensor_movable_epoch
-from nnc.base.tracing cimport trace_host, trace_now, trace_on
+from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
 from nnc.base.workspace cimport nnc_context_free
 
 

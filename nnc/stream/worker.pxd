@@ -14,9 +14,9 @@ from nnc.tensor.tensor cimport nnc_tensor_t
 from nnc.base.workspace cimport nnc_stream_context_t
 
 
-# The pool's shared state and job queue live in nnc.stream.pool, signal records, their waiters and
-# signal_lock in nnc.stream.record (what other modules use is re-exported here).
-from nnc.stream.pool cimport pool_generation, pool_job_t, pool_refusing, pool_submit
+# The pool's shared state and job queue live in nnc.stream.worker_state, signal records, their
+# waiters and signal_lock in nnc.stream.record (what other modules use is re-exported here).
+from nnc.stream.worker_state cimport pool_generation, pool_job_t, pool_refusing, pool_submit
 from nnc.stream.record cimport (
     record_after_fork, record_new, record_release, signal_lock, signal_record_t, waiter_t,
 )

@@ -49,7 +49,7 @@ from nnc.base.parallel import parallel_install_starter
 from nnc.base.parallel cimport (
     parallel_after_fork, parallel_help, parallel_install, parallel_pending, parallel_set_width,
 )
-from nnc.stream.pool cimport (
+from nnc.stream.worker_state cimport (
     MAX_THREADS, pool, pool_default_size, pool_settings_read, pool_spin, pool_spin_seconds,
     pool_t, pool_thread_is, pool_thread_mark, pool_wake_one,
 )
@@ -78,8 +78,8 @@ cdef enum:
     SLICE = 256                         # tasks a stream runs before others ready get a turn
 
 
-# The pool (nnc.stream.pool's, initialised there) and the threading.Thread of every pool thread not
-# yet joined (guarded by the GIL).
+# The pool (nnc.stream.worker_state's, initialised there) and the threading.Thread of every pool
+# thread not yet joined (guarded by the GIL).
 cdef pool_t* _pool = &pool
 _threads = []
 
