@@ -45,7 +45,7 @@ from nnc.stream.worker cimport (
     TASK_CALL, TASK_EMIT, TASK_LAUNCH, TASK_NOW, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY,
     TASK_STORE, TASK_WAIT, mono_now, pool_refusing, record_done, record_new, record_release,
     signal_lock, stream_check_not_worker, stream_drain, stream_enqueue, stream_new,
-    stream_record_error, stream_release, trace_event_t,
+    stream_keep_error, stream_release, trace_event_t,
 )
 
 
@@ -657,7 +657,7 @@ cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=T
 
 cdef int stream_add_error(Stream s, str where, object exc) except -1:
     """Record a failure on s from the host, as a failing task would (with the GIL)."""
-    return stream_record_error(s.s, (where, exc))
+    return stream_keep_error(s.s, (where, exc))
 
 
 cdef int stream_move_errors(Stream src, Stream dst) except -1:
@@ -668,7 +668,7 @@ cdef int stream_move_errors(Stream src, Stream dst) except -1:
     moved = list(errors)
     del errors[:]
     for entry in moved:
-        stream_record_error(dst.s, <tuple>entry)
+        stream_keep_error(dst.s, <tuple>entry)
     return 0
 
 

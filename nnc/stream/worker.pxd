@@ -120,7 +120,7 @@ cdef stream_t* stream_new(int index) except NULL
 cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except -1
 cdef void stream_release(stream_t* s) noexcept
 cdef int stream_drain(stream_t* s, double timeout=*) except -1
-cdef int stream_record_error(stream_t* s, tuple entry) except -1
+cdef int stream_keep_error(stream_t* s, tuple entry) except -1
 cdef int stream_check_not_worker(str what=*) except -1
 cdef void record_done(signal_record_t* r) noexcept nogil
 cdef void task_release_owned(stream_task_t* t) noexcept nogil
