@@ -180,7 +180,7 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
 
 def register_control_command(name, normalize):
     """Register ``name`` as a control command (CommandInfo.control): its nodes run sub-graphs
-    (nnc.graph.control makes them; Graph.exec refuses them). For the built-in WHILE and
+    (nnc.graph.while_node, case_of make them; Graph.exec refuses them). For the built-in WHILE and
     CASE_OF, registered by nnc.ops.basic; normalize(params) must accept the runner as fn."""
     cdef CommandInfo info = register_command(name, inplace="any", normalize=normalize)
     info.control = True

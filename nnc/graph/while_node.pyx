@@ -1,8 +1,8 @@
-"""while and case..of sub-graphs (NNC: ccv_nnc_graph_while.c, ccv_nnc_graph_case_of.c).
+"""while nodes (NNC: ccv_nnc_graph_while.c): the loop runner, its body's loop state, and the
+selection of multiviews by loop count that every node inside a loop goes through.
 
-A while or case..of node is a node of its parent graph whose command (``WHILE``, ``CASE_OF``)
-carries a runner object from this module; the node loop calls it like any Python command, so
-the parent's C loop needs nothing special.
+A while node is a node of its parent graph whose ``WHILE`` command carries a :class:`WhileNode`
+(an nnc.graph.subgraph.ControlNode); the node loop calls it like any Python command.
 
 **while** (:class:`WhileNode`): for count = 0, 1, ...: set the count; if count > 0, apply
 the carry-overs; run the body's nodes up to and including the breakpoints (the breakpoints and
@@ -23,16 +23,9 @@ copied). When the loop ends, every ``dst`` aliases its own memory again; NNC lea
 which only its symbolic layer, with private loop tensors, hides. The read-only flag moves with
 the memory, and a node writing ``dst`` is refused (CommandError) if ``src`` may be read-only.
 
-**case..of** (:class:`CaseOfNode`): ``index = offset + expr(*arrays)``; index >= 0 runs that
-branch graph fully (an index with no branch raises GraphError; NNC has undefined behaviour),
-index < 0 runs nothing. Then every PHI multiview among the node's outputs selects its branch
-version (1) or its fallback input (0).
-
-**Declarative expressions** (:class:`Compare`): instead of a Python callable, a loop or branch
-may take ``Compare(lhs, op, value)``, the loop count or the one element of an expression input
-compared with a constant. The host evaluates it exactly as the device does (the same
-conversions), so it means the same on a CPU, on a host-driven GPU run and inside a captured
-CUDA graph, where nnc.cuda.graph compiles it into a condition kernel.
+Multiview selection lives here, not in a module of its own, because an anchor is a loop body: a
+multiview selects its version by the count of the loop it is anchored to (``count_ptr``);
+nnc.graph.case_of and nnc.run.flow call it for the nodes they run.
 """
 
 cimport cython
@@ -41,150 +34,20 @@ from libc.stdlib cimport free, malloc
 
 import numpy as np
 
-from nnc.base.core import GraphError, error_repr
+from nnc.base.core import GraphError
 from nnc.cmd.command import Cmd
-from nnc.graph.graph import register_control
+from nnc.graph.graph import register_while
+from nnc.graph.subgraph import check_sub_idle
 
-from nnc.cmd.command cimport tensor_list
+from nnc.graph.compare cimport Compare
 from nnc.graph.graph cimport Graph, GraphExec
+from nnc.graph.subgraph cimport ControlNode, as_tensors, check_sub
 from nnc.tensor.multiview cimport MV_K1N, MV_PHI, MultiView
-from nnc.tensor.tensor cimport Tensor, tensor_overlap
+from nnc.tensor.tensor cimport Tensor
 from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
 
 
-# Compare's operators, in the order of their codes in the condition kernel (nnc/cuda/graph.py).
-COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
-# The dtypes a compared input may have, in the order of their codes in the condition kernel.
-COMPARE_DTYPES = ("float32", "float64", "int32", "int64")
-
-
-@cython.final
-cdef class Compare:
-    """A declarative loop or branch expression: ``lhs op value``.
-
-    ``lhs`` is ``"count"`` (a while loop's count, NNC's ``ccv_nnc_tensor_for_while_count``) or
-    ``i``, the index of an expression input, whose one element is compared (NNC's expression
-    sees ``inputs[i]->data``); ``op`` one of ``< <= > >= == !=``; ``value`` an int or float
-    constant. A while loop goes on while it holds; a case..of takes ``offset + 1`` when it
-    holds, else ``offset``. When the element is an integer (the count, an int32 or int64 input)
-    and ``value`` an int, they compare exactly; otherwise both are converted to float64 first,
-    on the host as on the device. A NaN compares false except with ``!=``.
-    """
-
-    cdef readonly object lhs            # "count" or an input index >= 0
-    cdef readonly str op                # one of COMPARE_OPS
-    cdef readonly object value          # an int or a float
-
-    def __init__(self, lhs, op, value):
-        if not (lhs == "count" if isinstance(lhs, str) else
-                isinstance(lhs, int) and not isinstance(lhs, bool) and lhs >= 0):
-            raise GraphError(f"Compare's left side must be 'count' or the index (>= 0) of an "
-                             f"expression input, not {lhs!r}")
-        if op not in COMPARE_OPS:
-            raise GraphError(f"Compare's operator must be one of {' '.join(COMPARE_OPS)}, not "
-                             f"{op!r}")
-        numbers = (int, float, np.integer, np.floating)
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers):
-            raise GraphError(f"Compare's value must be an int or a float, not {value!r}")
-        if isinstance(value, (int, np.integer)):
-            value = int(value)
-            if not -2 ** 63 <= value < 2 ** 63:
-                raise GraphError(f"Compare's value {value} does not fit in 64 bits")
-        else:
-            value = float(value)
-        self.lhs, self.op, self.value = lhs, op, value
-
-    def __repr__(self):
-        lhs = "count" if self.lhs == "count" else f"inputs[{self.lhs}][0]"
-        return f"nnc.Compare({lhs} {self.op} {self.value!r})"
-
-    def __reduce__(self):
-        return Compare, (self.lhs, self.op, self.value)
-
-    def check(self, list inputs, bint has_count, str what):
-        """GraphError unless this expression can read what it names among ``inputs``."""
-        if self.lhs == "count":
-            if not has_count:
-                raise GraphError(f"{what}: a case..of expression has no loop count; compare an "
-                                 "input instead")
-            return
-        if self.lhs >= len(inputs):
-            raise GraphError(f"{what}: {self!r} reads input {self.lhs}, but the expression has "
-                             f"{len(inputs)} input(s)")
-        t = <Tensor>inputs[self.lhs]
-        if t.size != 1 or t.dtype.name not in COMPARE_DTYPES:
-            raise GraphError(f"{what}: {self!r} compares one element: input {self.lhs} must "
-                             f"have exactly one element of {', '.join(COMPARE_DTYPES)}, not "
-                             f"{t!r}")
-
-    def exact(self, list inputs):
-        """Whether the comparison is of two integers (else of two float64s)."""
-        if not isinstance(self.value, int):
-            return False
-        return self.lhs == "count" or (<Tensor>inputs[self.lhs]).dtype.kind == "i"
-
-    def holds(self, long long count, list inputs):
-        """Evaluate on the host (a GPU input is copied to the host first: wait for the stream
-        writing it before). Mirrors the condition kernel's conversions exactly."""
-        cdef object x, a, b             # Python ints stay exact (not inferred as C doubles)
-        if self.lhs == "count":
-            x = count
-        else:
-            x = (<Tensor>inputs[self.lhs]).numpy().reshape(-1)[0]
-        if self.exact(inputs):
-            a, b = int(x), self.value
-        else:
-            a, b = float(x), float(self.value)
-        op = self.op
-        if op == "<":
-            return a < b
-        if op == "<=":
-            return a <= b
-        if op == ">":
-            return a > b
-        if op == ">=":
-            return a >= b
-        if op == "==":
-            return a == b
-        return a != b
-
-
-cdef int _check_sub(Graph parent, object sub, str what) except -1:
-    if not isinstance(sub, Graph):
-        raise GraphError(f"{what} must be an nnc.Graph, not {type(sub).__name__}")
-    if sub is parent:
-        raise GraphError(f"a graph cannot be its own {what}")
-    p = parent
-    while p is not None:
-        if p is sub:
-            raise GraphError(f"{what} {sub!r} encloses this graph: nesting would loop forever")
-        p = (<Graph>p)._control_parent
-    owner = (<Graph>sub)._control_parent
-    if owner is not None and owner is not parent:
-        raise GraphError(f"{sub!r} already belongs to a node of another graph; a sub-graph "
-                         "has one parent node")
-    return 0
-
-
-def check_sub_idle(Graph sub):
-    """Before a loop body or branch runs as part of its parent: refuse if it is running on its
-    own (a run of its own on a stream, or a call on a thread), whose tasks borrow its arrays.
-    (The reverse, a sub-graph started while its parent runs, Graph._check_idle refuses.)"""
-    if sub._inflight:
-        raise GraphError(f"sub-graph {sub!r} runs on its own on {sub._inflight_stream!r}; wait "
-                         "for that stream before running the graph enclosing it")
-    if sub._busy is not None:
-        raise GraphError(f"sub-graph {sub!r} runs on its own ({sub._busy}) on a thread; wait "
-                         "for it before running the graph enclosing it")
-
-
-cdef list _as_tensors(object items, str what):
-    """tensor_list (a Tensor, an ndarray or a list of them), with no absent (None) entries."""
-    cdef list out = tensor_list(items, what)
-    if any(t is None for t in out):
-        raise GraphError(f"{what} cannot be None")
-    return out
-
+# -- multiview selection: by the count of the loop a multiview is anchored to ---------------------
 
 cdef list _loop_anchors(Graph g):
     """The loop bodies whose counts select multiviews used in g: g if it is one, and every
@@ -239,7 +102,9 @@ def select_now(list mvs):
     select_multiviews(mvs)
 
 
-cdef tuple _carried_leaves(Tensor dst):
+# -- the loop --------------------------------------------------------------------------------------
+
+cdef tuple carried_leaves(Tensor dst):
     """The tensors a carry-over into ``dst`` re-points: dst, or the versions of a multiview
     that counts >= 1 select (a K1N's version 0 is only used at count 0, never carried into)."""
     if not isinstance(dst, MultiView):
@@ -257,19 +122,6 @@ cdef Tensor _header_copy(Tensor v):
     c._lo = v._lo
     c._hi = v._hi
     return c
-
-
-cdef class ControlNode:
-    """What every while and case..of runner offers the runner, the scheduler and the tools."""
-
-    cdef int check(self) except -1:
-        raise NotImplementedError
-
-    cdef list subgraphs(self):
-        raise NotImplementedError
-
-    cdef list tensors(self):
-        raise NotImplementedError
 
 
 @cython.final
@@ -311,7 +163,7 @@ cdef class WhileNode(ControlNode):
         if not callable(expr) and not isinstance(expr, Compare):
             raise GraphError(f"the while expression must be callable or an nnc.Compare, not "
                              f"{type(expr).__name__}")
-        ins = _as_tensors(inputs, "while expression inputs")
+        ins = as_tensors(inputs, "while expression inputs")
         if isinstance(expr, Compare):
             expr.check(ins, True, f"the while loop over {self.body!r}")
         bps = []
@@ -342,7 +194,7 @@ cdef class WhileNode(ControlNode):
         for v in ([dst] if not isinstance(dst, MultiView) else list(dst.versions)):
             (<Tensor>v)._make_movable()
             (<Tensor>v)._may_alias(<Tensor>src)   # so a node writing dst sees src read-only
-        for v in _carried_leaves(dst):
+        for v in carried_leaves(dst):
             self.carry_home.append(_header_copy(v))
         # ``saved`` starts as a copy of src's header (shape, dtype, memory): a whole tensor, so
         # debug.check() finds no half-made header on a live loop; _carry_save re-points it
@@ -559,121 +411,9 @@ cdef class WhileNode(ControlNode):
         return 0
 
 
-@cython.final
-cdef class CaseOfNode(ControlNode):
-    """The runner of a case..of node."""
-
-    def _init(self, Graph parent, list inputs, list outputs):
-        self.parent = parent
-        self.expr = None
-        self.offset = 0
-        self.branches = {}
-        self.inputs = inputs
-        self.phis = [t for t in outputs
-                     if isinstance(t, MultiView) and (<MultiView>t).kind == MV_PHI]
-        self.last_index = -1
-
-    def __call__(self, inputs, outputs):
-        self.run()
-
-    cdef list tensors(self):
-        return self.inputs
-
-    cdef list subgraphs(self):
-        return list(self.branches.values())
-
-    cdef list branch_items(self):
-        """(index, branch graph) pairs in index order (Graph.dot draws them)."""
-        return sorted(self.branches.items())
-
-    def set_expr(self, expr, offset):
-        if not callable(expr) and not isinstance(expr, Compare):
-            raise GraphError(f"the case..of expression must be callable or an nnc.Compare, not "
-                             f"{type(expr).__name__}")
-        if isinstance(expr, Compare):
-            expr.check(self.inputs, False, f"case..of node {self.parent._label(self.index)}")
-        self.expr = expr
-        self.cond = expr if isinstance(expr, Compare) else None
-        self.offset = int(offset)
-
-    def set_branch(self, branch, index):
-        i = int(index)
-        if i < 0:
-            raise GraphError(f"case..of branch index must be >= 0, not {index}")
-        _check_sub(self.parent, branch, "case..of branch")
-        old = self.branches.get(i)
-        if old is not None and old is not branch:
-            (<Graph>old)._control_parent = None
-        (<Graph>branch)._control_parent = self.parent
-        self.branches[i] = branch
-
-    cdef int check(self) except -1:
-        if self.expr is None:
-            raise GraphError(f"case..of node {self.parent._label(self.index)} has no "
-                             "expression; call set_case_of_expr(node, expr, offset)")
-        return 0
-
-    def run(self):
-        cdef Graph b
-        cdef int k, idx
-        cdef bint traced = trace_on     # nnc.trace: the branch's nodes in a "branch i" slice
-        cdef double t0 = trace_now() if traced else 0
-        branch = self.choose()
-        if branch is not None:
-            b = branch
-            # Not b.run(): the parent's run is using the branch (its _check_idle refuses).
-            check_sub_idle(b)
-            b._prepare()
-            sel = node_multiviews(b)
-            for k in range(b._order_size):
-                idx = b._order[k]
-                if sel[idx] is not None:
-                    select_multiviews(<list>sel[idx])
-                if traced:
-                    b._run_node_traced(idx)
-                else:
-                    b._run_node(idx)
-            if traced:
-                trace_host(f"branch {self.last_index}", "branch", t0, trace_now(), None)
-        self._select_phis(self.last_index)
-
-    cdef object choose(self):
-        """Evaluate the expression: the branch graph to run, or None (index < 0)."""
-        self.check()
-        if self.cond is not None:
-            got = int((<Compare>self.cond).holds(0, self.inputs))
-        else:
-            got = self.expr(*[(<Tensor>t).numpy() for t in self.inputs])
-        try:
-            i = self.offset + int(got)
-        except (TypeError, ValueError, OverflowError):
-            raise GraphError(f"the case..of expression returned {error_repr(got)}, not an "
-                             "int") from None
-        self.last_index = i
-        if i >= 0:
-            branch = self.branches.get(i)
-            if branch is None:
-                raise GraphError(
-                    f"case..of node {self.parent._label(self.index)} chose branch {i}, which "
-                    f"was never set (branches: {sorted(self.branches)})"
-                )
-            return branch
-        return None
-
-    def _select_phis(self, long index):
-        """PHI outputs: the branch's version (1) after a branch ran, else the fallback (0)."""
-        cdef MultiView mv
-        for mv in self.phis:
-            mv.select(1 if index >= 0 else 0)
-
-    @property
-    def has_phis(self):
-        return bool(self.phis)
-
-
 def graph_while(Graph parent, body, name=None):
     """Graph.while_: add a node running ``body`` as a loop."""
-    _check_sub(parent, body, "while body")
+    check_sub(parent, body, "while body")
     w = (<Graph>body)._loop
     if w is not None and (<WhileNode>w).parent is not None:
         raise GraphError(f"{body!r} is already the body of a while node")
@@ -684,17 +424,6 @@ def graph_while(Graph parent, body, name=None):
     e = parent._exec_control(Cmd("WHILE", fn=w), [], [], name)
     (<Graph>body)._loop = w
     (<Graph>body)._control_parent = parent
-    return e
-
-
-def graph_case_of(Graph parent, inputs, outputs, name=None):
-    """Graph.case_of: add a node choosing a branch graph by an expression."""
-    ins = _as_tensors(inputs, "case..of inputs")
-    outs = _as_tensors(outputs, "case..of outputs")
-    c = CaseOfNode()
-    c._init(parent, ins, outs)
-    e = parent._exec_control(Cmd("CASE_OF", fn=c), ins, outs, name)
-    c.index = (<GraphExec>e).index
     return e
 
 
@@ -724,155 +453,7 @@ def body_count_tensor(Graph body):
     return loop_of(body).count_tensor
 
 
-cdef CaseOfNode case_of_node(Graph g, e):
-    if not isinstance(e, GraphExec) or (<GraphExec>e).graph is not g:
-        raise GraphError(f"expected a case..of node of this graph, not {e!r}")
-    fn = g._cmds[(<GraphExec>e).index].fn
-    if not isinstance(fn, CaseOfNode):
-        raise GraphError(f"{e!r} is not a case..of node")
-    return <CaseOfNode>fn
-
-
-def graph_set_case_of_expr(Graph g, e, expr, offset=0):
-    case_of_node(g, e).set_expr(expr, offset)
-
-
-def graph_set_case_of(Graph g, e, branch, index):
-    case_of_node(g, e).set_branch(branch, index)
-
-
-# Graph's loop and branch methods (the graph layer cannot import this module, which builds on it).
-register_control(
+# Graph's loop methods (the graph layer cannot import this module, which builds on it).
+register_while(
     while_=graph_while, set_while_expr=body_set_while_expr, add_carry_over=body_add_carry_over,
-    while_count=body_while_count, count_tensor=body_count_tensor, case_of=graph_case_of,
-    set_case_of_expr=graph_set_case_of_expr, set_case_of=graph_set_case_of)
-
-
-# -- what a control node re-points, for static schedules (nnc/schedule/builder.pyx) ----------------
-
-cdef list _node_tensors(Graph g, int idx):
-    """Every tensor node idx of g reads or writes, with those of its sub-graphs' nodes."""
-    cdef Graph sub
-    cdef int i
-    cdef list out = [t for t in g._inputs[idx] + g._outputs[idx] if t is not None]
-    fn = g._cmds[idx].fn
-    if isinstance(fn, ControlNode):
-        out.extend((<ControlNode>fn).tensors())
-        for sub in (<ControlNode>fn).subgraphs():
-            for i in range(sub._size):
-                out.extend(_node_tensors(sub, i))
-    return out
-
-
-cdef int _add_moved(Tensor t, dict moved) except -1:
-    moved[id(t)] = t
-    if isinstance(t, MultiView):
-        for s in (<MultiView>t)._synced:
-            moved[id(s)] = s
-    return 0
-
-
-cdef int _moved_by(ControlNode fn, dict moved, list homes) except -1:
-    """The tensors whose headers a run of control node ``fn`` re-points (``moved``, by id):
-    carry-over destinations (a multiview's carried versions too), the multiviews anchored to a loop
-    body inside it and PHI outputs, with the tensors synchronised to them. ``homes``: copies
-    of the carry-over destinations' own headers (their memory)."""
-    cdef WhileNode w
-    cdef Graph sub
-    cdef int i
-    if isinstance(fn, WhileNode):
-        w = fn
-        for _src, dst, _saved in w.carry:
-            _add_moved(dst, moved)
-            for v in _carried_leaves(dst):
-                _add_moved(v, moved)
-        homes.extend(w.carry_home)
-        inside = list(w.inputs)
-        for i in range(w.body._size):
-            inside.extend(_node_tensors(w.body, i))
-        for t in inside:
-            if isinstance(t, MultiView) and (<MultiView>t).anchor is w.body:
-                _add_moved(t, moved)
-    else:
-        for mv in (<CaseOfNode>fn).phis:
-            _add_moved(mv, moved)
-    for sub in fn.subgraphs():
-        for i in range(sub._size):
-            inner = sub._cmds[i].fn
-            if isinstance(inner, ControlNode):
-                _moved_by(inner, moved, homes)
-    return 0
-
-
-cdef object _touches(list tensors, dict moved, list homes):
-    """The first of ``tensors`` that is in ``moved`` or shares memory with a home, or None."""
-    cdef Tensor h
-    for t in tensors:
-        if id(t) in moved:
-            return t
-        leaves = (<MultiView>t).versions if isinstance(t, MultiView) else (t,)
-        for v in leaves:
-            for h in homes:
-                if tensor_overlap(&(<Tensor>v).t, &h.t):
-                    return t
-    return None
-
-
-def moved_tensor_pairs(Graph g, list order):
-    """Pairs of g's nodes a static schedule must order although no path joins them.
-
-    A while or case..of node re-points tensor headers while it runs (carry-overs, multiview
-    selection, PHI outputs). A node on another stream that reads or writes such a tensor (or
-    the memory of a carry-over destination) at the same time would see whichever memory the
-    header holds at that instant. For each such unordered pair (control node, node) this
-    returns (earlier, later, tensor) by position in ``order``: ordering them the way the
-    sequential run (which also follows ``order``) does keeps every result the same.
-    """
-    cdef int n = g._size, m = len(order), k, i, j, x
-    pos = [-1] * n
-    for k in range(m):
-        pos[order[k]] = k
-    preds = [[] for _ in range(n)]
-    for i in order:
-        for j in range(g._nodes[<int>i].outgoing_size):
-            x = g._nodes[<int>i].outgoings[j]
-            if pos[x] >= 0:
-                preds[x].append(i)
-    pairs = []
-    touched = None
-    for ctl in order:
-        fn = g._cmds[<int>ctl].fn
-        if not isinstance(fn, ControlNode):
-            continue
-        moved, homes = {}, []
-        _moved_by(fn, moved, homes)
-        if not moved and not homes:
-            continue
-        if touched is None:
-            touched = {i: _node_tensors(g, <int>i) for i in order}
-        # Nodes joined to ctl by a path either way are ordered already.
-        joined = {ctl}
-        todo = [ctl]
-        while todo:
-            i = todo.pop()
-            for j in range(g._nodes[<int>i].outgoing_size):
-                x = g._nodes[<int>i].outgoings[j]
-                if pos[x] >= 0 and x not in joined:
-                    joined.add(x)
-                    todo.append(x)
-        back = {ctl}
-        todo = [ctl]
-        while todo:
-            i = todo.pop()
-            for x in preds[<int>i]:
-                if x not in back:
-                    back.add(x)
-                    todo.append(x)
-        for other in order:
-            if other in joined or other in back:
-                continue
-            t = _touches(touched[other], moved, homes)
-            if t is not None:
-                a, b = (ctl, other) if pos[ctl] < pos[other] else (other, ctl)
-                pairs.append((a, b, t))
-    return pairs
+    while_count=body_while_count, count_tensor=body_count_tensor)

@@ -31,7 +31,7 @@ import operator
 from nnc.base.core import NNCError, ScheduleError
 
 from nnc.cmd.command cimport Cmd
-from nnc.graph.control cimport WhileNode
+from nnc.graph.while_node cimport WhileNode
 from nnc.schedule.costs cimport fill_costs, shown
 from nnc.schedule.dag cimport dag_t
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
@@ -778,7 +778,7 @@ cdef dict _moved_edges(Graph g, const int* order, int m, int split):
     """Edges (by position) that order a while or case..of node and the nodes on other streams
     that touch tensors it re-points while it runs (control.moved_tensor_pairs), unless an
     edge, or the head-to-tail edges of a loop body, already joins them."""
-    from nnc.graph.control import moved_tensor_pairs
+    from nnc.schedule.repointed import moved_tensor_pairs
 
     cdef dict extra = {}
     cdef int k, u, v

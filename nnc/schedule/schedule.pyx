@@ -22,7 +22,8 @@ from nnc.base.device import parse_device, require_device
 from nnc.graph.graph import register_scheduler
 
 from nnc.cmd.command cimport Cmd
-from nnc.graph.control cimport ControlNode, WhileNode
+from nnc.graph.subgraph cimport ControlNode
+from nnc.graph.while_node cimport WhileNode
 from nnc.schedule.costs cimport normalize_costs, shown
 from nnc.schedule.dag cimport dag_t, policy_assign_f
 from nnc.graph.graph cimport EXEC_CONTROL, GraphExec
