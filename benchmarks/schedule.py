@@ -22,7 +22,7 @@ import numpy as np
 
 import nnc
 from benchmarks import _util
-from nnc.schedule import rank as schedule_module
+from nnc.schedule import builder as schedule_module
 
 KINDS = {"local": 64, "global": 0}
 TARGET_100K_S = 1.0

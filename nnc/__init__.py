@@ -56,8 +56,8 @@ if _installed is not None and _installed.loader is not None:
 else:
     # Importing a module registers what it implements with the layers below it (docs/design.md,
     # "Registries"): nnc.check.invariants the checks of nnc.base.debug.check(); nnc.cuda the GPU
-    # table of nnc.base.device; control (while_, case_of ...), schedule, run, flow (run(stream=))
-    # and tools Graph's methods. So ``import nnc`` fills every table.
+    # table of nnc.base.device; while_node (while_ ...), case_of, schedule, run, flow
+    # (run(stream=)) and tools Graph's methods. So ``import nnc`` fills every table.
     from nnc.base.core import (
         MAX_DIM,
         CommandError,
@@ -95,8 +95,9 @@ else:
     from nnc.engine import call as _engine_call  # noqa: F401  (registers ENGINE_CALL: recorded C ops)
     from nnc.engine.engine import Engine
     from nnc.engine.op import EngineVar
-    from nnc.graph import control as _control  # noqa: F401
-    from nnc.graph.control import Compare
+    from nnc.graph import case_of as _case_of  # noqa: F401
+    from nnc.graph import while_node as _while_node  # noqa: F401
+    from nnc.graph.compare import Compare
     from nnc.graph.graph import Graph, GraphExec
     from nnc.run import flow as _flow  # noqa: F401
     from nnc.run import run as _run  # noqa: F401
@@ -130,18 +131,22 @@ else:
     from nnc import onnx, pipeline  # noqa: E402, F401
 
     # Modules that moved into the layer folders and whose objects pickles name by module path
-    # (errors, commands' parameters, multiviews, DLPack capsules' errors, schedules): a pickle
-    # made before the move still loads. The packages that replaced a module of the same name
-    # (nnc.tensor, nnc.cmd, nnc.stream, nnc.engine, nnc.capi) re-export that module's names.
+    # (errors, commands' parameters, multiviews, DLPack capsules' errors, schedules, Compare of
+    # nnc.graph.control, since split by node kind into nnc.graph's while_node, case_of, subgraph
+    # and compare): a pickle made before the move still loads. The packages that replaced a
+    # module of the same name (nnc.tensor, nnc.cmd, nnc.stream, nnc.engine, nnc.capi) re-export
+    # that module's names.
     from nnc.base import core as _core_module
     from nnc.cmd import params as _params_module
+    from nnc.graph import compare as _compare_module
     from nnc.schedule import schedule as _schedule_module
     from nnc.tensor import dlpack as _dlpack_module
     from nnc.tensor import multiview as _multiview_module
 
     for _old, _module in (("nnc._core", _core_module), ("nnc.cmd_params", _params_module),
                           ("nnc.dlpack", _dlpack_module), ("nnc.multiview", _multiview_module),
-                          ("nnc.graph.schedule", _schedule_module)):
+                          ("nnc.graph.schedule", _schedule_module),
+                          ("nnc.graph.control", _compare_module)):
         _sys.modules.setdefault(_old, _module)
 
 __all__ = [

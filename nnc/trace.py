@@ -47,7 +47,7 @@ class trace:
         return k
 
     def _host_event(self, ident, name, cat, t0, t1, args):
-        """A slice that ran on a host thread (nnc.base.tracing.trace_host, with the GIL)."""
+        """A slice that ran on a host thread (nnc.base.trace_switch.trace_host, with the GIL)."""
         if ident not in self.threads:
             self.threads[ident] = threading.current_thread().name
         self.host.append((ident, name, cat, t0, t1, args))

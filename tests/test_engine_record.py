@@ -10,7 +10,7 @@ from _engine_lib import engine_lib
 from test_engine import T, rand_workloads, read_vars, serial_sum
 
 import nnc
-from nnc.engine.recording import direct_deps, reduce_edges
+from nnc.engine.region_graph import direct_deps, reduce_edges
 
 
 def test_edges_are_the_var_conflicts_transitively_reduced():

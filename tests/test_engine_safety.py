@@ -361,7 +361,7 @@ def test_a_copy_of_a_call_tensor_whose_function_was_freed_never_runs():
 
 
 def test_a_recording_not_made_by_record_is_refused():
-    from nnc.engine.recording import Recording
+    from nnc.engine.region_graph import Recording
 
     with pytest.raises(nnc.EngineError, match="not made by Engine.record"):
         Recording.__new__(Recording).__enter__()

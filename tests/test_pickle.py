@@ -154,6 +154,19 @@ def test_live_objects_refuse_with_a_reason():
     s.wait()
 
 
+
+def test_compare_pickled_under_its_old_module_loads():
+    """nnc.Compare pickles by module path; one made when it lived in nnc.graph.control (since
+    split into while_node, case_of, subgraph and compare) still loads."""
+    # pickle.dumps(nnc.Compare(0, ">=", 2.5), protocol=2) from before the split:
+    old = (b"\x80\x02cnnc.graph.control\nCompare\nq\x00K\x00X\x02\x00\x00\x00>=q\x01"
+           b"G@\x04\x00\x00\x00\x00\x00\x00\x87q\x02Rq\x03.")
+    c = pickle.loads(old)
+    assert isinstance(c, nnc.Compare) and (c.lhs, c.op, c.value) == (0, ">=", 2.5)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        again = pickle.loads(pickle.dumps(c, protocol=protocol))
+        assert (again.lhs, again.op, again.value) == (0, ">=", 2.5)
+
 @pytest.fixture
 def fake_gpu(monkeypatch):
     import gc

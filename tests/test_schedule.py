@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from test_graph import parallel_graph
 
 import nnc
-from nnc.schedule.rank import _set_clock_slots
+from nnc.schedule.builder import _set_clock_slots
 from nnc.schedule.schedule import graph_schedule
 from nnc.schedule.verify import _set_verify_slots
 

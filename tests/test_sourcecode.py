@@ -268,7 +268,7 @@ def test_the_import_reader_sees_every_form(tmp_path):
                                     (9, "nnc.run.tools"), (10, "nnc.stream.stream")]
     py = tmp_path / "probe.py"
     py.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import nnc.capi.capi\n"
-                  "def f():\n    from . import control\n    from nnc.graph.graph import Graph\n")
-    assert _py_imports(py, "nnc.graph.probe") == [(5, "nnc.graph.control"),
+                  "def f():\n    from . import case_of\n    from nnc.graph.graph import Graph\n")
+    assert _py_imports(py, "nnc.graph.probe") == [(5, "nnc.graph.case_of"),
                                                   (6, "nnc.graph.graph")]
     assert _layer("nnc.run.flow") == 6 and _layer("nnc.cuda.memory") == 3

@@ -233,14 +233,14 @@ def test_stream_run_with_a_loop_names_its_bookkeeping(tmp_path):
 
 
 def test_not_tracing_records_nothing(tmp_path):
-    from nnc.base import tracing
+    from nnc.base import trace_switch
 
     g, _ = chain(2)
     g.run()
-    assert tracing.tracer() is None
+    assert trace_switch.tracer() is None
     with nnc.trace(tmp_path / "t.json") as tr:
-        assert tracing.tracer() is tr
-    assert tracing.tracer() is None and tr.host == []
+        assert trace_switch.tracer() is tr
+    assert trace_switch.tracer() is None and tr.host == []
     g.run()
     assert tr.host == []
 

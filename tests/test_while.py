@@ -503,7 +503,7 @@ def test_compare_is_evaluated_on_the_host_as_the_condition_kernel_does():
     assert nnc.Compare(0, ">", 2 ** 53).holds(0, [big])                 # exact int64
     assert not nnc.Compare(0, ">", float(2 ** 53)).holds(0, [big])      # as float64
     nan = nnc.Tensor(np.array([np.nan], np.float32))
-    assert [nnc.Compare(0, op, 0.0).holds(0, [nan]) for op in nnc.graph.control.COMPARE_OPS] \
+    assert [nnc.Compare(0, op, 0.0).holds(0, [nan]) for op in nnc.graph.compare.COMPARE_OPS] \
         == [False] * 5 + [True]
     with pytest.raises(nnc.GraphError, match="exactly one element"):
         body.set_while_expr(nnc.Compare(0, "<", 1), [np.zeros(2, np.float32)], [noop])

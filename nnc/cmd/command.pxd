@@ -94,8 +94,8 @@ cdef class CommandInfo:
     cdef readonly list backends         # Backend objects, sorted by (-priority, seq)
     cdef readonly bint builtin          # registered by import nnc: never replaced
     # WHILE and CASE_OF (register_control_command): the node runs sub-graphs through the
-    # runner object in its Cmd.fn (nnc.graph.control). Graphs and schedules test this flag (and
-    # a node's EXEC_CONTROL bit), never the command names.
+    # runner object in its Cmd.fn (nnc.graph.while_node, case_of). Graphs and schedules test this
+    # flag (and a node's EXEC_CONTROL bit), never the command names.
     cdef readonly bint control
 
 

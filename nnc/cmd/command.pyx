@@ -31,7 +31,7 @@ from nnc.tensor.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
 from nnc.base.parallel cimport parallel_ready
-from nnc.base.tracing cimport trace_host, trace_now, trace_on
+from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
 from nnc.base.workspace cimport nnc_stream_context_t, thread_context
 
 cdef int ALL_DATATYPES = 0
@@ -180,8 +180,8 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
 
 def register_control_command(name, normalize):
     """Register ``name`` as a control command (CommandInfo.control): its nodes run sub-graphs
-    (nnc.graph.control makes them; Graph.exec refuses them). For the built-in WHILE and
-    CASE_OF, registered by nnc.cmd.basic; normalize(params) must accept the runner as fn."""
+    (nnc.graph.while_node and case_of make them; Graph.exec refuses them). For the built-in WHILE
+    and CASE_OF, registered by nnc.cmd.basic; normalize(params) must accept the runner as fn."""
     cdef CommandInfo info = register_command(name, inplace="any", normalize=normalize)
     info.control = True
     return info

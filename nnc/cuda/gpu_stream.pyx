@@ -43,7 +43,7 @@ from nnc.base.core import CUDAError, StreamError
 
 from nnc.stream.stream cimport DeviceStream, Signal, Stream
 from nnc.stream.worker cimport (
-    TASK_C, TASK_CALL, TASK_LAUNCH, TASK_NOW, TASK_PY, TASK_STORE, stream_record_error,
+    TASK_C, TASK_CALL, TASK_LAUNCH, TASK_NOW, TASK_PY, TASK_STORE, stream_keep_error,
     stream_task_t, task_release_owned,
 )
 
@@ -105,7 +105,7 @@ cdef class _HostCall:
         try:
             self.fn(*self.args)
         except BaseException as e:
-            stream_record_error(self.owner.s, (self.where, e))
+            stream_keep_error(self.owner.s, (self.where, e))
         finally:
             with _cond:
                 self.token.done = True
@@ -381,7 +381,7 @@ cdef class GpuStream(DeviceStream):
             try:
                 self._do(owner, op)
             except Exception as e:
-                stream_record_error(owner.s, (f"work held on {owner!r}", e))
+                stream_keep_error(owner.s, (f"work held on {owner!r}", e))
 
     cdef int drain(self, Stream owner, double timeout) except -1:
         """wait(): held work launched, the CUDA stream idle, its host tasks run; 0 on timeout.
@@ -404,7 +404,7 @@ cdef class GpuStream(DeviceStream):
                         return 0
                     time.sleep(0.0005)
         except CUDAError as e:
-            stream_record_error(owner.s, (repr(owner), e))
+            stream_keep_error(owner.s, (repr(owner), e))
         return 1 if _wait_tokens(self.host, end, timeout) else 0
 
     cdef int query(self) except -1:

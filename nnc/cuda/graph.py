@@ -233,7 +233,7 @@ class _Conditionals:
     def _condition(self, stream, node, step):
         """Launch the condition kernel on ``stream``: set node's handle from its Compare."""
         from nnc.cuda.driver import launch
-        from nnc.graph.control import COMPARE_DTYPES, COMPARE_OPS
+        from nnc.graph.compare import COMPARE_DTYPES, COMPARE_OPS
 
         cond = node.cond
         x = None if cond.lhs == "count" else node.inputs[cond.lhs]

@@ -2,8 +2,10 @@
 nodes), and copying a CPU graph to a GPU (nnc/cuda/graph.py)."""
 
 from nnc.cuda.driver import CudaGraph, CudaStream, Device
-from nnc.graph.control import CaseOfNode, Compare, WhileNode
+from nnc.graph.case_of import CaseOfNode
+from nnc.graph.compare import Compare
 from nnc.graph.graph import Graph
+from nnc.graph.while_node import WhileNode
 from nnc.stream.stream import Stream
 from nnc.tensor.tensor import Tensor
 

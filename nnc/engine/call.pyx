@@ -1,4 +1,4 @@
-"""ENGINE_CALL: the command a recorded engine region's C ops become (nnc.engine.recording), so
+"""ENGINE_CALL: the command a recorded engine region's C ops become (nnc.engine.region_graph), so
 that replaying the recorded graph calls each C function ``int fn(void* arg)`` from C without
 the GIL, as the engine does, instead of through ctypes under the GIL.
 

@@ -8,7 +8,7 @@ from typing_extensions import disjoint_base
 
 from nnc.cmd.command import Cmd
 from nnc.engine.op import EngineVar
-from nnc.engine.recording import Recording
+from nnc.engine.region_graph import Recording
 from nnc.stream.stream import Stream
 from nnc.tensor.tensor import Tensor
 

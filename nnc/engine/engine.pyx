@@ -6,6 +6,10 @@ depends on is running; until then it waits, linked into the successor list of on
 whose completion releases it (nnc/engine/op.pyx). Var state is updated at push time by the host
 only (GIL held), so workers touch no var list and take no engine lock. docs/engine.md explains
 the design, the error rule and who owns what.
+
+One file of ~700 lines because it is one cdef class: Cython keeps a class's methods in its module,
+and the Engine's push, wait and delete paths share its private state; the ops' C state and
+their running are nnc/engine/op.pyx, recording into a graph nnc/engine/region_graph.py.
 """
 
 import ctypes
@@ -673,7 +677,7 @@ cdef class Engine:
         """``with engine.record() as g:`` — the ops pushed inside also become nodes of the
         Graph g, with the edges their vars imply (transitively reduced): a dynamic program
         traced once, to schedule statically and replay (docs/engine.md, "Record")."""
-        from nnc.engine.recording import Recording
+        from nnc.engine.region_graph import Recording
 
         _check_usable(self)
         return Recording(self)

@@ -60,9 +60,10 @@ cdef class Graph:
     # Scratch memory of sequential runs (the C backends' context); only the thread marked busy
     # running the graph touches it. Freed with the graph.
     cdef nnc_stream_context_t _context
-    # Place in a tree of while / case..of sub-graphs (set by nnc.graph.control only). The
-    # guards walk up ``_control_parent``: a sub-graph is busy whenever an enclosing graph is.
-    cdef object _loop                   # control.WhileNode if this is a loop body, else None
+    # Place in a tree of while / case..of sub-graphs (set by nnc.graph.while_node and case_of
+    # only). The guards walk up ``_control_parent``: a sub-graph is busy whenever an enclosing
+    # graph is.
+    cdef object _loop                   # a WhileNode if this is a loop body, else None
     cdef Graph _control_parent          # the graph whose while/case..of node runs this one
     cdef object __weakref__             # Schedules hold their graph weakly (no graph cycle)
 

@@ -7,7 +7,7 @@ import numpy.typing as npt
 from typing_extensions import disjoint_base
 
 from nnc.cmd.command import Cmd, _Tensors
-from nnc.graph.control import Compare
+from nnc.graph.compare import Compare
 from nnc.schedule.schedule import Schedule
 from nnc.stream.stream import Stream
 from nnc.tensor.tensor import Tensor
@@ -99,13 +99,16 @@ class Graph:
     def dot(self, long: bool = False) -> str: ...
 
 # Registries the layers above fill when imported (docs/design.md, "Registries").
-def register_control(
+def register_while(
     *,
     while_: Callable[..., GraphExec],
     set_while_expr: Callable[..., None],
     add_carry_over: Callable[[Graph, Tensor, Tensor], None],
     while_count: Callable[[Graph], int],
     count_tensor: Callable[[Graph], Tensor],
+) -> None: ...
+def register_case_of(
+    *,
     case_of: Callable[..., GraphExec],
     set_case_of_expr: Callable[..., None],
     set_case_of: Callable[[Graph, GraphExec, Graph, int], None],

@@ -9,6 +9,10 @@ The run order is recomputed only after a change (``_dirty``): a global Kahn pass
 then the nodes on a path from a source to a destination are ordered topologically. A run walks
 that C array and, per node, calls a C backend or, for Python-implemented commands, one cached
 Python callable with cached argument lists: repeated runs allocate nothing.
+
+One file of ~800 lines because it is one cdef class (with its node handle): Cython keeps a class's
+methods in its module, and the layers above already hold what is not the graph itself (while and
+case..of in while_node / case_of, schedules, runs on streams, tools), registered as its methods.
 """
 
 from cpython.pythread cimport PyThread_get_thread_ident
@@ -28,7 +32,7 @@ from nnc.cmd.command cimport (
 from nnc.base.debug cimport DEBUG_GRAPHS, debug_count
 from nnc.base.parallel cimport parallel_ready
 from nnc.tensor.tensor cimport tensor_movable_epoch
-from nnc.base.tracing cimport trace_host, trace_now, trace_on
+from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
 from nnc.base.workspace cimport nnc_context_free
 from nnc.stream.stream cimport Stream
 
@@ -37,23 +41,31 @@ from nnc.stream.stream cimport Stream
 # Graph's methods for loops and branches, schedules, runs on streams and tools are implemented
 # by higher layers, which this module must not import. Each registers its functions here when
 # it is imported; nnc/__init__ imports every layer, so after ``import nnc`` all are filled.
-cdef object _control = None             # nnc.graph.control: a _ControlEntries
+cdef object _while = None               # nnc.graph.while_node: a _WhileEntries
+cdef object _case_of = None             # nnc.graph.case_of: a _CaseOfEntries
 cdef object _scheduler = None           # nnc.schedule.schedule: graph_schedule(g) -> Schedule|None
 cdef object _runner = None              # nnc.run.run: graph_run_on_stream(g, stream)
 cdef object _tools = None               # nnc.run.tools: a _ToolEntries
 
 
-# What nnc.graph.control and nnc.run.tools implement for Graph (fields named as the methods).
-_ControlEntries = namedtuple("_ControlEntries", [
-    "while_", "set_while_expr", "add_carry_over", "while_count", "count_tensor", "case_of",
-    "set_case_of_expr", "set_case_of"])
+# What nnc.graph.while_node, nnc.graph.case_of and nnc.run.tools implement for Graph (fields
+# named as the methods).
+_WhileEntries = namedtuple("_WhileEntries", [
+    "while_", "set_while_expr", "add_carry_over", "while_count", "count_tensor"])
+_CaseOfEntries = namedtuple("_CaseOfEntries", ["case_of", "set_case_of_expr", "set_case_of"])
 _ToolEntries = namedtuple("_ToolEntries", ["profile", "autotune", "dot", "simplify"])
 
 
-def register_control(**entries):
-    """nnc.graph.control's entry points (keyword arguments named as _ControlEntries' slots)."""
-    global _control
-    _control = _ControlEntries(**entries)
+def register_while(**entries):
+    """nnc.graph.while_node's entry points (keyword arguments named as _WhileEntries' slots)."""
+    global _while
+    _while = _WhileEntries(**entries)
+
+
+def register_case_of(**entries):
+    """nnc.graph.case_of's entry points (keyword arguments named as _CaseOfEntries' slots)."""
+    global _case_of
+    _case_of = _CaseOfEntries(**entries)
 
 
 def register_scheduler(graph_schedule):
@@ -364,7 +376,7 @@ cdef class Graph:
         return self._exec_control(cmd, inputs, outputs, name)
 
     def _exec_control(self, cmd, inputs=(), outputs=(), name=None):
-        """Graph.exec without the refusal of WHILE/CASE_OF (nnc.graph.control uses it)."""
+        """Graph.exec without the refusal of WHILE/CASE_OF (while_node and case_of use it)."""
         if not isinstance(cmd, Cmd):
             raise CommandError(f"Graph.exec needs an nnc.Cmd, not {type(cmd).__name__}")
         ins = tensor_list(inputs, "inputs")
@@ -703,12 +715,12 @@ cdef class Graph:
         Returns how many pairs were fused. NNC: CCV_NNC_SIMPLIFY_OPS_FUSION."""
         return _needs(_tools, "nnc.run.tools").simplify(self)
 
-    # -- while and case..of (nnc/graph/control.pyx) ------------------------------------------
+    # -- while and case..of (nnc/graph/while_node.pyx, nnc/graph/case_of.pyx) -----------------
 
     def while_(self, body, name=None):
         """Add a node that runs ``body`` as a loop (NNC: ccv_nnc_graph_while)."""
         self._check_idle("add a node")
-        return _needs(_control, "nnc.graph.control").while_(self, body, name)
+        return _needs(_while, "nnc.graph.while_node").while_(self, body, name)
 
     def set_while_expr(self, expr, inputs=(), breakpoints=()):
         """On a loop body: ``expr(count, *arrays)`` is evaluated after the breakpoints ran;
@@ -716,41 +728,41 @@ cdef class Graph:
         of an input's one element), which a CUDA-graph capture can evaluate on the device.
         NNC: ccv_nnc_graph_set_while_expr."""
         self._check_idle("change the loop expression")
-        _needs(_control, "nnc.graph.control").set_while_expr(self, expr, inputs, breakpoints)
+        _needs(_while, "nnc.graph.while_node").set_while_expr(self, expr, inputs, breakpoints)
 
     def add_carry_over(self, src, dst):
         """On a loop body: from the second iteration on, ``dst`` aliases the memory ``src``
         held at the end of the previous one. NNC: ccv_nnc_graph_add_carry_over."""
         self._check_idle("add a carry-over")
-        _needs(_control, "nnc.graph.control").add_carry_over(self, src, dst)
+        _needs(_while, "nnc.graph.while_node").add_carry_over(self, src, dst)
 
     @property
     def while_count(self):
         """On a loop body: the count at which the last run of the loop ended."""
-        return _needs(_control, "nnc.graph.control").while_count(self)
+        return _needs(_while, "nnc.graph.while_node").while_count(self)
 
     @property
     def count_tensor(self):
         """On a loop body: an int64 [1] tensor holding the loop count (for expressions of
         nested loops). NNC: ccv_nnc_tensor_for_while_count."""
-        return _needs(_control, "nnc.graph.control").count_tensor(self)
+        return _needs(_while, "nnc.graph.while_node").count_tensor(self)
 
     def case_of(self, inputs=(), outputs=(), name=None):
         """Add a node that runs one of several branch graphs, chosen by an expression on
         ``inputs`` (NNC: ccv_nnc_graph_case_of_new)."""
         self._check_idle("add a node")
-        return _needs(_control, "nnc.graph.control").case_of(self, inputs, outputs, name)
+        return _needs(_case_of, "nnc.graph.case_of").case_of(self, inputs, outputs, name)
 
     def set_case_of_expr(self, e, expr, offset=0):
         """``index = offset + expr(*arrays)`` picks the branch; < 0 runs none. ``expr`` may be
         an :class:`nnc.Compare` instead (1 when it holds, else 0)."""
         self._check_idle("change a case..of expression")
-        _needs(_control, "nnc.graph.control").set_case_of_expr(self, e, expr, offset)
+        _needs(_case_of, "nnc.graph.case_of").set_case_of_expr(self, e, expr, offset)
 
     def set_case_of(self, e, branch, index):
         """Make ``branch`` (a Graph) the branch ``index`` of case..of node ``e``."""
         self._check_idle("change a branch")
-        _needs(_control, "nnc.graph.control").set_case_of(self, e, branch, index)
+        _needs(_case_of, "nnc.graph.case_of").set_case_of(self, e, branch, index)
 
     @property
     def schedule(self):

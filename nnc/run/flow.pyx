@@ -20,6 +20,14 @@ pending sub-tasks one at a time and enqueues what they released; nothing is lost
 suspended sub-tasks). When every task is blocked the caller returns and the scheduler's one
 thread finishes the work; ``s.wait()`` joins it.
 
+Flow and the graph layer: a while or case..of node's *meaning* lives in layer 4, one module per
+node kind (nnc.graph.while_node, nnc.graph.case_of; their shared base and sub-graph checks in
+nnc.graph.subgraph, the ``nnc.Compare`` expression in nnc.graph.compare), with the sequential
+runner that ``g.run()`` calls. Flow is the other runner of those same nodes, on streams: it
+never re-implements a step, it queues theirs (``WhileNode.start``, ``_iter_begin``,
+``_iter_end``, ``_finish``, ``CaseOfNode.choose``, ``_select_phis``, ``select_now``) between
+the nodes it enqueues with nnc.run.run.
+
 The caller's stream waits on an *end* signal reserved at call time (``signal_reserve``) and
 emitted by the root task after the last node, so work submitted to ``s`` later runs after this
 run, and ``s.wait()`` reports the failures of every stream the run used. A failed command stops
@@ -44,7 +52,9 @@ joined back before the body's capture ends.
 """
 
 from nnc.cmd.command cimport BOUND_NONE, Cmd
-from nnc.graph.control cimport CaseOfNode, ControlNode, WhileNode, node_multiviews
+from nnc.graph.case_of cimport CaseOfNode
+from nnc.graph.subgraph cimport ControlNode
+from nnc.graph.while_node cimport WhileNode, node_multiviews
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.run.run cimport (
     RunState, _move_errors, _push_node, _push_waits, _Runtime, _runtime_for, _tracing,
@@ -60,7 +70,8 @@ from nnc.stream.worker cimport TASK_NOW
 from nnc.base.core import GraphError, ScheduleError
 
 from nnc.coro import AwaitAny, AwaitTask, WaitFor, current_scheduler
-from nnc.graph.control import check_sub_idle, select_now
+from nnc.graph.subgraph import check_sub_idle
+from nnc.graph.while_node import select_now
 from nnc.run.run import register_flow
 from nnc.schedule.schedule import flow_schedule
 from nnc.stream.stream import Signal as PySignal

@@ -22,7 +22,7 @@ from nnc.graph.graph cimport EXEC_CONTROL, Graph
 from nnc.schedule.schedule cimport Schedule, schedule_args
 from nnc.stream.stream cimport Signal, Stream, stream_emit, stream_move_errors, stream_wait_signal
 from nnc.stream.worker cimport TASK_LAUNCH, TASK_NOW, stream_task_t
-from nnc.base.tracing cimport trace_label, trace_on
+from nnc.base.trace_switch cimport trace_label, trace_on
 
 from nnc.graph.graph import register_runner
 from nnc.schedule.schedule import graph_schedule

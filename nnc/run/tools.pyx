@@ -17,7 +17,8 @@ from nnc.cmd.command import cmd_autotune
 from nnc.graph.graph import register_tools
 
 from nnc.cmd.command cimport BOUND_NONE, Cmd
-from nnc.graph.control cimport CaseOfNode, WhileNode
+from nnc.graph.case_of cimport CaseOfNode
+from nnc.graph.while_node cimport WhileNode
 from nnc.graph.graph cimport EXEC_CONTROL, Graph, GraphExec, exec_info_t
 from nnc.tensor.tensor cimport Tensor, tensor_same
 

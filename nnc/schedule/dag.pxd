@@ -1,5 +1,5 @@
 # The DAG a scheduling policy sees (nnc.static_schedule(g, policy=...)). The rank
-# builder (nnc/schedule/rank.pyx) makes it from the graph's run order, with every edge the
+# builder (nnc/schedule/builder.pyx) makes it from the graph's run order, with every edge the
 # schedule must enforce (graph edges, a loop body's head-to-tail edges, the edges that order a
 # control node and the nodes touching the tensors it re-points), and hands it to the policy.
 # Nodes are *positions* 0 .. m-1 of the run order, a topological order: every edge u -> v has

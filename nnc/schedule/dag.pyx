@@ -1,6 +1,6 @@
 """DagBuffer: a policy's DAG (dag.pxd) built from Python successor lists, so that each policy's
 test wrapper (ios_stages, wavefront_streams, asap_streams, nimble_streams) checks its input the
-same way and runs the same C code the builder (nnc/schedule/rank.pyx) calls."""
+same way and runs the same C code the builder (nnc/schedule/builder.pyx) calls."""
 
 from libc.stdlib cimport free, malloc
 

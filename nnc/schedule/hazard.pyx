@@ -19,7 +19,7 @@ from v that never goes below u's position, one per v for all its questions.
 from collections import namedtuple
 
 from nnc.cmd.command cimport Cmd
-from nnc.graph.control cimport ControlNode
+from nnc.graph.subgraph cimport ControlNode
 from nnc.graph.graph cimport EXEC_CONTROL, Graph, GraphExec
 from nnc.tensor.multiview cimport MultiView
 from nnc.tensor.tensor cimport Tensor

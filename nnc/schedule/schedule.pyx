@@ -4,7 +4,7 @@ stream depends on get a signal, and each node lists the signals it waits on.
 NNC: ccv_nnc_graph_static_schedule_t and ccv_nnc_graph_set_default_static_schedule. This module
 holds the result (Schedule: C arrays indexed by node, schedule.pxd), the public entry points and
 the registry of policies (POLICIES); the builder, which runs the "rank" policy itself and any
-other policy through its registered assignment function, lives in nnc/schedule/rank.pyx, node
+other policy through its registered assignment function, lives in nnc/schedule/builder.pyx, node
 costs in costs.pyx, the verifier in verify.pyx.
 """
 
@@ -22,7 +22,8 @@ from nnc.base.device import parse_device, require_device
 from nnc.graph.graph import register_scheduler
 
 from nnc.cmd.command cimport Cmd
-from nnc.graph.control cimport ControlNode, WhileNode
+from nnc.graph.subgraph cimport ControlNode
+from nnc.graph.while_node cimport WhileNode
 from nnc.schedule.costs cimport normalize_costs, shown
 from nnc.schedule.dag cimport dag_t, policy_assign_f
 from nnc.graph.graph cimport EXEC_CONTROL, GraphExec
@@ -178,12 +179,12 @@ cdef bint enter_unless_in_use(Graph g, str what, str doing) except -1:
 
 
 cdef Schedule _build(Graph g, dict args):
-    from nnc.schedule.rank import build_rank
+    from nnc.schedule.builder import build_schedule
 
     cdef bint entered = enter_unless_in_use(g, "schedule it", "being scheduled")
     try:
-        return build_rank(g, args["stream_type"], args["max_streams"], args["policy"],
-                          args["costs"])
+        return build_schedule(g, args["stream_type"], args["max_streams"], args["policy"],
+                              args["costs"])
     finally:
         if entered:
             g._leave()

@@ -1,5 +1,5 @@
 """Layer 3 stream. Streams and signals (stream), the worker pool that runs CPU streams (worker) and
-its shared state and job queue (pool), signal records (record), host waits (waiting), the
+its shared state and job queue (worker_state), signal records (record), host waits (waiting), the
 coroutine inbox (inbox) and the exit drain (drain). Imports layers 0-2; nnc.cuda sits beside
 this layer and fills its tables.
 """

@@ -33,19 +33,19 @@ import weakref
 from nnc.base.core import CommandError, NNCError, StreamError, error_repr
 from nnc.cmd.command import cmd_register_stream
 from nnc.coro import Scheduler, current_scheduler
-from nnc.base.tracing import tracing_begin, tracing_end
+from nnc.base.trace_switch import tracing_begin, tracing_end
 
 from nnc.cmd.command cimport BOUND_DEVICE, BOUND_NONE, Backend, Cmd, cmd_bind, nnc_bound_t
 from nnc.base.debug cimport DEBUG_TASKS, debug_count
 from nnc.stream.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
 from nnc.base.sync cimport pthread_mutex_lock, pthread_mutex_unlock
 from nnc.tensor.tensor cimport nnc_tensor_t
-from nnc.base.tracing cimport trace_label, trace_on
+from nnc.base.trace_switch cimport trace_label, trace_on
 from nnc.stream.worker cimport (
     TASK_CALL, TASK_EMIT, TASK_LAUNCH, TASK_NOW, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY,
     TASK_STORE, TASK_WAIT, mono_now, pool_refusing, record_done, record_new, record_release,
     signal_lock, stream_check_not_worker, stream_drain, stream_enqueue, stream_new,
-    stream_record_error, stream_release, trace_event_t,
+    stream_keep_error, stream_release, trace_event_t,
 )
 
 
@@ -652,7 +652,7 @@ cdef int stream_store_count(Stream s, Tensor count, long long value, bint wake=T
 
 cdef int stream_add_error(Stream s, str where, object exc) except -1:
     """Record a failure on s from the host, as a failing task would (with the GIL)."""
-    return stream_record_error(s.s, (where, exc))
+    return stream_keep_error(s.s, (where, exc))
 
 
 cdef int stream_move_errors(Stream src, Stream dst) except -1:
@@ -663,14 +663,14 @@ cdef int stream_move_errors(Stream src, Stream dst) except -1:
     moved = list(errors)
     del errors[:]
     for entry in moved:
-        stream_record_error(dst.s, <tuple>entry)
+        stream_keep_error(dst.s, <tuple>entry)
     return 0
 
 
 # -- tracing: every live stream times its tasks (nnc.trace) -------------------------------------
 
 def trace_start(tracer):
-    """Start recording (nnc.trace): tasks are named as they are enqueued (nnc.base.tracing) and
+    """Start recording (nnc.trace): tasks are named as they are enqueued (nnc.base.trace_switch) and
     the pool thread running a stream times them into that stream's trace buffer."""
     cdef Stream st
     tracing_begin(tracer)

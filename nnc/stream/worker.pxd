@@ -13,9 +13,9 @@ from nnc.base.sync cimport (
 from nnc.base.workspace cimport nnc_stream_context_t
 
 
-# The pool's shared state and job queue live in nnc.stream.pool, signal records, their waiters and
-# signal_lock in nnc.stream.record (what other modules use is re-exported here).
-from nnc.stream.pool cimport pool_generation, pool_job_t, pool_refusing, pool_submit
+# The pool's shared state and job queue live in nnc.stream.worker_state, signal records, their
+# waiters and signal_lock in nnc.stream.record (what other modules use is re-exported here).
+from nnc.stream.worker_state cimport pool_generation, pool_job_t, pool_refusing, pool_submit
 from nnc.stream.record cimport (
     record_after_fork, record_new, record_release, signal_lock, signal_record_t, waiter_t,
 )
@@ -125,7 +125,7 @@ cdef stream_t* stream_new(int index) except NULL
 cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except -1
 cdef void stream_release(stream_t* s) noexcept
 cdef int stream_drain(stream_t* s, double timeout=*) except -1
-cdef int stream_record_error(stream_t* s, tuple entry) except -1
+cdef int stream_keep_error(stream_t* s, tuple entry) except -1
 cdef int stream_check_not_worker(str what=*) except -1
 cdef void record_done(signal_record_t* r) noexcept nogil
 cdef void task_release_owned(stream_task_t* t) noexcept nogil

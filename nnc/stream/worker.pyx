@@ -25,7 +25,7 @@ freeing a stream nobody else holds. Locks: signal_lock, then a stream's lock, th
 the GIL is never taken while any is held.
 
 Errors: a failing task (a C backend's status, a Python exception) is recorded on its stream
-(``stream_record_error``) and the stream keeps going; ``Stream.wait`` raises it (nnc.stream.stream).
+(``stream_keep_error``) and the stream keeps going; ``Stream.wait`` raises it (nnc.stream.stream).
 """
 
 import os
@@ -49,7 +49,7 @@ from nnc.base.parallel import parallel_install_starter
 from nnc.base.parallel cimport (
     parallel_after_fork, parallel_help, parallel_install, parallel_pending, parallel_set_width,
 )
-from nnc.stream.pool cimport (
+from nnc.stream.worker_state cimport (
     MAX_THREADS, pool, pool_default_size, pool_settings_read, pool_spin, pool_spin_seconds,
     pool_t, pool_thread_is, pool_thread_mark, pool_wake_one,
 )
@@ -79,8 +79,8 @@ cdef enum:
     SLICE = 256                         # tasks a stream runs before others ready get a turn
 
 
-# The pool (nnc.stream.pool's, initialised there) and the threading.Thread of every pool thread not
-# yet joined (guarded by the GIL).
+# The pool (nnc.stream.worker_state's, initialised there) and the threading.Thread of every pool
+# thread not yet joined (guarded by the GIL).
 cdef pool_t* _pool = &pool
 _threads = []
 
@@ -195,7 +195,7 @@ cdef void _free_from_pool(stream_t* s) noexcept with gil:
     _stream_free(s)
 
 
-cdef int stream_record_error(stream_t* s, tuple entry) except -1:
+cdef int stream_keep_error(stream_t* s, tuple entry) except -1:
     """Keep (where, exc) for the next wait() and for every wait() in progress (with the GIL)."""
     (<list>s.errors).append(entry)
     for box in <list>s.waiters:
@@ -369,7 +369,7 @@ cdef void _add_error(stream_t* s, stream_task_t* t, object exc) noexcept:
     except BaseException:
         where = "a task"                # the failure is still recorded, only less well named
     try:
-        stream_record_error(s, (where, exc))
+        stream_keep_error(s, (where, exc))
     except BaseException:
         pass                            # no memory for one list item: nothing else to do
 

@@ -17,7 +17,7 @@ Tensors registered with :meth:`MultiView.synchronize` follow the current version
 Re-pointing carries the read-only flag with the memory (``readonly`` is the current version's),
 and a multiview, or a tensor following one, with any read-only version is never a valid output.
 
-Who selects: the loop runners (nnc.graph.control, nnc.run.flow), just before a node that uses
+Who selects: the loop runners (nnc.graph.while_node, nnc.run.flow), just before a node that uses
 the multiview runs, with its anchor loop's current count (NNC: ``_ccv_nnc_graph_exec_unwrap_io``);
 never at the start of an iteration.
 """

@@ -1,10 +1,14 @@
-"""The worker pool's shared state (pool.pxd): its struct, the job queue, its settings from the
-environment, and how an idle pool thread spins before it sleeps.
+"""The worker pool's shared state (worker_state.pxd): its struct, the job queue, its settings from
+the environment, and how an idle pool thread spins before it sleeps.
+
+Named for what it holds, the state nnc.stream.worker (the worker pool itself) edits: "pool" alone
+would also name the pooling commands (MAX_POOL, AVG_POOL). Its C names keep the ``pool_`` prefix
+of the struct they act on (``pool_submit``, ``pool_spin``).
 
 libdispatch's two kinds of queue share one pool of threads: serial queues (nnc's streams, run
-by nnc.stream.worker on the ready list here) and a concurrent queue (jobs: ``pool_submit``, any free
-thread runs them). nnc.stream.worker owns the threads and everything about streams; this module only
-keeps what both kinds of work, and the engine submitting jobs, share.
+by nnc.stream.worker on the ready list here) and a concurrent queue (jobs: ``pool_submit``, any
+free thread runs them). nnc.stream.worker owns the threads and everything about streams; this
+module only keeps what both kinds of work, and the engine submitting jobs, share.
 """
 
 import os

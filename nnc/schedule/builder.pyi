@@ -3,7 +3,7 @@ from collections.abc import Callable
 from nnc.graph.graph import Graph, GraphExec
 from nnc.schedule.schedule import Schedule
 
-def build_rank(
+def build_schedule(
     g: Graph,
     stream_type: str,
     max_streams: int,

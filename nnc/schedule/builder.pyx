@@ -1,5 +1,9 @@
-"""The builder behind static_schedule and its "rank" policy (NNC: ccv_nnc_graph.c,
-_ccv_nnc_graph_static_schedule_new and _ccv_nnc_graph_schedule_assign_signals).
+"""The builder behind static_schedule for every policy, and NNC's "rank" policy (NNC:
+ccv_nnc_graph.c, _ccv_nnc_graph_static_schedule_new and _ccv_nnc_graph_schedule_assign_signals).
+
+One file of ~800 lines: the rank policy's stream choice (_Builder.choose, chain) and the signal
+placement every policy's answer goes through (run_assigned) share one _Builder's scratch arrays
+and vector clocks.
 
 Any other policy (schedule.POLICIES) only assigns streams: the builder hands it the DAG
 (nnc/schedule/dag.pxd), checks its answer, adds the edges it asks for, and places signals and
@@ -27,7 +31,7 @@ import operator
 from nnc.base.core import NNCError, ScheduleError
 
 from nnc.cmd.command cimport Cmd
-from nnc.graph.control cimport WhileNode
+from nnc.graph.while_node cimport WhileNode
 from nnc.schedule.costs cimport fill_costs, shown
 from nnc.schedule.dag cimport dag_t
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
@@ -774,7 +778,7 @@ cdef dict _moved_edges(Graph g, const int* order, int m, int split):
     """Edges (by position) that order a while or case..of node and the nodes on other streams
     that touch tensors it re-points while it runs (control.moved_tensor_pairs), unless an
     edge, or the head-to-tail edges of a loop body, already joins them."""
-    from nnc.graph.control import moved_tensor_pairs
+    from nnc.schedule.repointed import moved_tensor_pairs
 
     cdef dict extra = {}
     cdef int k, u, v
@@ -792,7 +796,7 @@ cdef dict _moved_edges(Graph g, const int* order, int m, int split):
     return extra
 
 
-def build_rank(Graph g not None, str stream_type, int max_streams, str policy, costs=None):
+def build_schedule(Graph g not None, str stream_type, int max_streams, str policy, costs=None):
     """A Schedule of g by a registered policy; costs as costs.normalize_costs left them
     (static_schedule checked the arguments)."""
     return _build(g, stream_type, max_streams, policy, costs)

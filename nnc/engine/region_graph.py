@@ -4,6 +4,9 @@ The bridge neither MXNet nor NNC has: ops pushed to the dynamic engine become no
 ``Graph`` whose edges are the read/mutate conflicts between them, reduced to the minimal set
 (no edge another path implies), so ``nnc.static_schedule(g)`` and ``g.run(stream=s)`` replay
 the region without the engine. docs/engine.md, "Record".
+
+Named for what it makes, the graph of a region: ``engine.record()`` keeps MXNet's public name,
+while in nnc's modules a "record" is a signal record (nnc.stream.record).
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
-# while and case..of nodes (nnc/graph/control.pyx): the runner object a WHILE or CASE_OF node's
-# command carries. Other modules (nnc.run.flow, rank, schedule, hazard, tools) cimport these
-# classes and call their typed cdef methods; the ``def`` methods ``_iter_begin``, ``_iter_end``,
-# ``_finish`` (WhileNode) and ``_select_phis`` (CaseOfNode) are queued on streams as Python
-# callables, reached through a typed reference.
+# while nodes (nnc/graph/while_node.pyx): the runner a WHILE node's command carries, which is
+# also its body's loop state (``body._loop``), and multiview selection by loop count. Other
+# modules (nnc.graph.case_of, nnc.run.flow, the schedule layer, nnc.run.tools) cimport these and
+# call the typed cdef methods; ``_iter_begin``, ``_iter_end`` and ``_finish`` are queued on
+# streams as Python callables, reached through a typed reference.
 
 cimport cython
 
 from nnc.graph.graph cimport Graph
+from nnc.graph.subgraph cimport ControlNode
 from nnc.tensor.tensor cimport Tensor
-
-
-# What every control node offers: the sub-graphs it runs, the tensors it reads besides its
-# node's own (expression inputs, carry-overs), and a check that it can run (GraphError).
-cdef class ControlNode:
-    cdef list inputs                    # Tensors whose arrays the expression receives
-    # The expression as an nnc.Compare (declarative: the host evaluates it, and a CUDA-graph
-    # capture compiles it into a condition kernel), or None when it is a Python callable.
-    cdef readonly object cond
-    cdef int check(self) except -1
-    cdef list subgraphs(self)
-    cdef list tensors(self)
 
 
 @cython.final
@@ -56,21 +45,11 @@ cdef class WhileNode(ControlNode):
     cdef list start(self)               # before a run on streams: the originals to restore
 
 
-@cython.final
-cdef class CaseOfNode(ControlNode):
-    cdef readonly Graph parent
-    cdef readonly int index             # the node's index in parent
-    cdef object expr
-    cdef long offset
-    cdef dict branches                  # index -> Graph
-    cdef list phis                      # PHI MultiViews among the outputs
-    cdef readonly long last_index       # the index chosen by the last run
-
-    cdef list branch_items(self)        # (index, branch) pairs in index order
-    cdef object choose(self)            # evaluate: the branch Graph to run, or None
-
-
+# Per node index of g: the multiviews that node selects before it runs, or None.
 cdef list node_multiviews(Graph g)
+# Point each multiview at the version its anchor loop's current count selects.
 cdef int select_multiviews(list mvs) except -1
+# The loop state of body, made on first use (set_while_expr may precede while_).
 cdef WhileNode loop_of(Graph body)
-cdef CaseOfNode case_of_node(Graph g, e)
+# The tensors a carry-over into dst re-points: dst, or the versions counts >= 1 select.
+cdef tuple carried_leaves(Tensor dst)

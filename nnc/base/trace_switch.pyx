@@ -1,12 +1,16 @@
 """The switch of nnc.trace and its host-side recording: what every layer that records needs.
 
 Not an NNC port (NNC has no tracer). nnc.trace (the recorder, at the top) turns recording on and
-off here; the layers below record into it without importing it: ``cmd_exec`` (nnc.cmd.command), the
-sequential node loop (nnc.graph.graph) and sub-graph runs (nnc.graph.control) add host slices
-with :func:`trace_host`; streams name their tasks with :func:`trace_label` and time them in their
-own C buffers (nnc.stream.worker). This module imports nothing above the standard library and _core.
+off here; the layers below record into it without importing it: ``cmd_exec`` (nnc.cmd.command),
+the sequential node loop (nnc.graph.graph) and sub-graph runs (nnc.graph.while_node, case_of) add
+host slices with :func:`trace_host`; streams name their tasks with :func:`trace_label` and time
+them in their own C buffers (nnc.stream.worker). This module imports nothing above the standard
+library and _core.
 
-State: ``trace_on`` (C int, tracing.pxd) and ``_tracer`` (the active recorder or None), both
+Named for what it is, the switch: ``nnc.trace`` (nnc/trace.py, public) is the recorder the user
+opens, which writes the file; this module is the on/off flag and the hook it installs below.
+
+State: ``trace_on`` (C int, trace_switch.pxd) and ``_tracer`` (the active recorder or None), both
 changed only with the GIL; the recorder's lists are appended to with the GIL.
 """
 

@@ -1,4 +1,4 @@
-"""Recording an engine region as a concrete graph (nnc/engine/recording.py)."""
+"""Recording an engine region as a concrete graph (nnc/engine/region_graph.py)."""
 
 from types import TracebackType
 from typing import Any

@@ -1,0 +1,23 @@
+"""Declarative loop and branch expressions (nnc/graph/compare.pyx): ``nnc.Compare``."""
+
+from typing import final
+
+from nnc.tensor.tensor import Tensor
+
+COMPARE_OPS: tuple[str, ...]
+COMPARE_DTYPES: tuple[str, ...]
+
+@final
+class Compare:
+    """A declarative loop or branch expression: ``lhs op value`` (lhs: "count" or an input
+    index)."""
+    @property
+    def lhs(self) -> str | int: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def value(self) -> int | float: ...
+    def __init__(self, lhs: str | int, op: str, value: int | float) -> None: ...
+    def check(self, inputs: list[Tensor], has_count: bool, what: str) -> None: ...
+    def exact(self, inputs: list[Tensor]) -> bool: ...
+    def holds(self, count: int, inputs: list[Tensor]) -> bool: ...

@@ -1,1 +1,0 @@
-"""The worker pool's shared state (nnc/stream/pool.pyx): C-level only, nothing for Python."""
