@@ -90,6 +90,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CC is None, reason="no C compiler (sysconfig CC or cc) found")
 @pytest.mark.skipif(sys.platform != "linux", reason="LD_PRELOAD malloc counter: Linux only")
 def test_repeated_runs_make_no_heap_allocation(tmp_path):

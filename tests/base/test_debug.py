@@ -108,6 +108,7 @@ def test_check_raises_naming_each_broken_invariant():
     debug.check()
 
 
+@pytest.mark.slow
 def test_teardown_fails_a_module_that_leaks(tmp_path):
     """The conftest fixture, run on a module that keeps a stream and a graph alive."""
     (tmp_path / "conftest.py").write_text((HERE.parent / "conftest.py").read_text())

@@ -366,6 +366,7 @@ def test_autotune_compares_gpu_ref_with_the_timed_plan(dnn):
     np.testing.assert_allclose(out.numpy(), _ref(PARAMS, x, w, b), **_tol(x, w, b))
 
 
+@pytest.mark.slow
 def test_concurrent_writers_in_two_processes(tmp_path):
     # Two processes writing the same cache file at once: every entry lands, none fails.
     script = textwrap.dedent("""

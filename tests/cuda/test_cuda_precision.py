@@ -401,6 +401,7 @@ def test_to_gpu_keeps_integer_tensors(fake_ref):
     assert [str(t.dtype) for t in new.execs[0].inputs + new.execs[0].outputs] == ["int32"] * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("libraries", [False, True])
 def test_inception_float16_on_the_gpu_within_its_bound(monkeypatch, tmp_path, libraries):
     """Inception-V3 (75x75) converted to float16: every node has a float16 GPU backend

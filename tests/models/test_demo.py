@@ -196,6 +196,7 @@ def test_cli_usage_and_unknown_command():
     assert r.returncode == 2 and "frobnicate" in r.stderr
 
 
+@pytest.mark.slow
 def test_demo_streams_writes_a_timeline(tmp_path):
     import io
     import json

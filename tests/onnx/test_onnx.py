@@ -389,6 +389,7 @@ TORCHVISION_PARAMS = {"resnet50": 25_557_032, "inception_v3": 23_834_568,
                       "mobilenet_v2": 3_504_872}
 
 
+@pytest.mark.slow
 def test_network_matches_onnxruntime(network):
     name, m, loaded, feeds, got, want = network
     assert onnx_zoo.trainable_parameters(m) == TORCHVISION_PARAMS[name]
@@ -409,6 +410,7 @@ def test_network_scheduled_on_streams_matches_sequential(network):
     np.testing.assert_allclose(scheduled, got, rtol=1e-5, atol=1e-5 * np.abs(got).max())
 
 
+@pytest.mark.slow
 def test_network_save_round_trip(tmp_path):
     """save(load(m)) runs in onnxruntime to m's outputs; load(save(load(m))) does in nnc."""
     m = onnx_zoo.inception_v3(seed=4, size=107)   # every Concat kind, in under 2 s

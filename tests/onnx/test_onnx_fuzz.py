@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Hundreds of mutated models in child processes (docs/dev.md, "The quick loop").
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("onnx", reason="nnc.onnx tests need onnx (pip install -e '.[test]')")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -54,6 +54,7 @@ def reshape_cases(node_cases):
 
 # -- Flatten -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_onnx_flatten_node_tests(flatten_cases):
     names = [name for name, *_ in flatten_cases]
     assert {f"test_flatten_negative_axis{k}" for k in range(1, 5)} <= set(names)

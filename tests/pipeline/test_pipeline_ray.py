@@ -13,6 +13,9 @@ from nnc.models import build_inception_v3_model
 from nnc.pipeline import PipelineError
 from nnc.pipeline.graph_pack import graph_pack, graph_unpack
 
+# One local Ray cluster for the whole module: seconds to start (docs/dev.md, "The quick loop").
+pytestmark = pytest.mark.slow
+
 
 def test_without_ray_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)        # import ray -> ImportError

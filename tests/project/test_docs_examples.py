@@ -22,6 +22,10 @@ import pytest
 
 import nnc
 
+# mypy over every block, and every block run in a child: tens of seconds (docs/dev.md, "The
+# quick loop").
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FLAGS = {"gpu", "fragment"}
 FENCE = re.compile(r"^```python(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)

@@ -20,6 +20,10 @@ import pytest
 
 import nnc
 
+# The sdist built for real and the wheel's files listed: the packaging round trip (docs/dev.md,
+# "The quick loop").
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HOME = "https://github.com/nnc-graph/nnc-graph"
 

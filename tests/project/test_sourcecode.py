@@ -24,6 +24,7 @@ def test_ruff():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_cython_lint():
     files = sorted(str(p) for ext in ("pyx", "pxd") for p in ROOT.glob(f"nnc/**/*.{ext}"))
     # cython-lint runs pycodestyle by name: put this interpreter's bin folder on PATH.

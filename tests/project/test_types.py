@@ -47,12 +47,14 @@ def run_mypy(args, cwd):
         pytest.fail(f"{args[0]} did not finish within {TIMEOUT} s:\n{e.stdout}\n{e.stderr}")
 
 
+@pytest.mark.slow
 def test_stubtest(tmp_path):
     out = run_mypy(["mypy.stubtest", "nnc", "--allowlist", str(ALLOWLIST)], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Success" in out.stdout, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_stubs_pass_mypy_strict(tmp_path):
     stubs = sorted(str(p) for p in (ROOT / "nnc").rglob("*.pyi"))
     assert len(stubs) > 20, stubs

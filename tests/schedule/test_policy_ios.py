@@ -227,6 +227,7 @@ def test_static_schedule_uses_the_options():
     assert [e.name for e in sched.nodes_on(1)] == ["n2", "n4"]
 
 
+@pytest.mark.slow
 def test_ios_on_a_100k_node_random_dag():
     """Timing printed, never asserted (docs/schedule.md quotes it)."""
     g = random_graph(100_000, window=64, seed=3)

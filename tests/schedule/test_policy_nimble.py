@@ -182,6 +182,7 @@ def random_dag(n, window, k=4, seed=0):
     return succ
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [64, 0])
 def test_100k_node_dag_prints_its_time(window, capsys):
     succ = random_dag(100_000, window)

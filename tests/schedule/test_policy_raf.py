@@ -297,6 +297,7 @@ def random_dag(m, width, seed):
     return [sorted(s) for s in succ]
 
 
+@pytest.mark.slow
 def test_100k_node_dag_timing_is_printed():
     succ = random_dag(100_000, 50, 1)
     for policy in (wavefront_streams, asap_streams):

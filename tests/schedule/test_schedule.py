@@ -435,6 +435,7 @@ def build(n, edges, cmds):
     return g
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dags())
 def test_random_dags_match_the_reference_and_every_wait_is_needed(case):
@@ -508,6 +509,7 @@ def test_verify_without_a_node_on_stream_0():
     """)
 
 
+@pytest.mark.slow
 def test_verify_memory_is_near_linear_on_wide_graphs():
     # 100,000 independent nodes get 100,000 streams; dense clocks of S ints per pending emitter
     # needed 40 GB (MemoryError). Bound the address space so a regression fails fast.

@@ -256,6 +256,7 @@ def test_list_fills_the_cap_and_starts_each_node_as_early_as_it_can():
 POLICY_NAMES = ["list", "nimble", "wavefront", "asap", "ios"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dags(), st.booleans())
@@ -342,6 +343,7 @@ def test_list_with_profiled_costs_runs_a_loop():
     assert body.schedule.policy == "list"
 
 
+@pytest.mark.slow
 def test_policies_on_a_100k_node_random_dag():
     """Timing printed, never asserted (docs/schedule.md quotes it)."""
     g = random_graph(100_000, window=64, seed=3)

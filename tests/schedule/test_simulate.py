@@ -313,6 +313,7 @@ def test_the_simulated_makespan_is_near_a_measured_run():
     assert 0.3 < ratio < 1.5        # sleeps overshoot, never undershoot; a loose sanity bound
 
 
+@pytest.mark.slow
 def test_the_benchmark_runs_end_to_end():
     """benchmarks/simulate.py on the small input, one round: every field there, no timing
     asserted."""

@@ -1,4 +1,4 @@
-/* C functions for tests/test_engine*.py, run by nnc.Engine as CFUNC ops: int fn(void* arg),
+/* C functions for tests/engine/test_engine*.py, run by nnc.Engine as CFUNC ops: int fn(void* arg),
  * called without the GIL on pool threads. Built into a shared library by
  * tests/engine/_engine_lib.py. */
 #define _POSIX_C_SOURCE 199309L
