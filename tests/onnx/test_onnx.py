@@ -403,6 +403,7 @@ def test_network_matches_onnxruntime(network):
         assert "DATA_TRANSFER" not in commands(loaded) and len(loaded.concats) == 15
 
 
+@pytest.mark.slow
 def test_network_scheduled_on_streams_matches_sequential(network):
     name, m, loaded, feeds, got, want = network
     scheduled = nnc_run(loaded, feeds, stream=True)[0]

@@ -95,6 +95,7 @@ def test_flatten_axis_out_of_range_names_node_and_attribute(axis, const):
 
 # -- Reshape -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_onnx_reshape_node_tests_with_the_shape_as_a_constant(reshape_cases):
     assert any("allowzero" in name for name, *_ in reshape_cases)
     for name, m, xs, want in reshape_cases:
