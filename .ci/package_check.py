@@ -10,7 +10,8 @@
   demo runs, the stubs, headers and kernels are where type checkers, C programs and NVRTC
   look, and the C example embeds the installed nnc.
 
-tests/test_packaging.py imports the contents rules from here (sdist_problems, wheel_problems).
+tests/project/test_packaging.py imports the contents rules from here (sdist_problems,
+wheel_problems).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def sdist_problems(names: set[str], tracked: set[str], untracked: set[str] = fro
     problems += [f"sdist holds generated {n}" for n in sorted(generated)]
     for required in ("LICENSE", "NOTICE", "README.md", "pyproject.toml", "setup.py",
                      "MANIFEST.in", "nnc/base/core.pyx", "nnc/base/core.pxd", "nnc/base/core.pyi",
-                     "nnc/py.typed", "nnc/nnc.h", "nnc/nnc_types.h", "tests/c/safety.c",
+                     "nnc/py.typed", "nnc/nnc.h", "nnc/nnc_types.h", "tests/capi/c/safety.c",
                      "examples/embed/graph.c", "docs/gpu.md", "benchmarks/capi_bench.c"):
         if required not in names:
             problems.append(f"sdist lacks {required}")

@@ -3,10 +3,10 @@
     python -m benchmarks._soak_onnx --seed S --cases C [--timeout T]
 
 It prints a JSON line per failed case and a summary line, as the stress mixes of tests/ do
-(tests/_stress_mix.py, ``run_cases``), which benchmarks/soak.py reads. One case of the seed runs
-first as a warm-up (imports, the first load), so that the RSS measured after it and at the end
-shows growth, not start-up. A hang prints every thread's stack and exits after ``--timeout``
-seconds (faulthandler), which the soak counts as a hang.
+(tests/stress/_stress_mix.py, ``run_cases``), which benchmarks/soak.py reads. One case of the seed
+runs first as a warm-up (imports, the first load), so that the RSS measured after it and at the end
+shows growth, not start-up. A hang prints every thread's stack and exits after ``--timeout`` seconds
+(faulthandler), which the soak counts as a hang.
 """
 
 import argparse

@@ -5,12 +5,12 @@
 The targets are host dispatch <= 5 us per node eagerly and <= 0.2 us per node replayed.
 On a GPU, ``benchmarks.gpu`` measures the whole cost (nnc plus cuda.bindings plus the driver).
 This benchmark isolates the first part, which a machine without a GPU can measure: the CUDA
-driver is replaced by tests/_fake_cuda.py's fake with every stream operation turned into a no-op
-(kernels are not emulated, copies not made; host functions run on one thread), so a timed
-``g.run(stream=s)`` is nnc's runner and the GPU stream's enqueue logic - everything but the
-driver's own work. The per-node calls (``cuLaunchKernel``, ``cuEventRecord``,
-``cuStreamWaitEvent``) go from C to entry points that return at once (nnc/cuda/_ccall.pyx), as
-they go to libcuda's on a GPU; the rest through cuda.bindings' argument conversion to the fake.
+driver is replaced by tests/fakes/cuda_driver.py's fake with every stream operation turned into a
+no-op (kernels are not emulated, copies not made; host functions run on one thread), so a timed
+``g.run(stream=s)`` is nnc's runner and the GPU stream's enqueue logic - everything but the driver's
+own work. The per-node calls (``cuLaunchKernel``, ``cuEventRecord``, ``cuStreamWaitEvent``) go from
+C to entry points that return at once (nnc/cuda/_ccall.pyx), as they go to libcuda's on a GPU; the
+rest through cuda.bindings' argument conversion to the fake.
 
 Measured: Inception-V3 batch 1 (``g.simplify()``, as the CPU benchmarks), copied to the (fake)
 GPU with ``to_gpu`` and statically scheduled on GPU streams; eager = host seconds of
@@ -38,7 +38,7 @@ TARGET_REPLAY_US = 0.2
 def _null_driver_class():
     """A FakeDriver whose stream work does nothing (see the module docstring)."""
     sys.path.insert(0, os.path.join(_util.ROOT, "tests"))
-    from _fake_cuda import FakeDriver, real
+    from fakes.cuda_driver import FakeDriver, real
 
     if real is None:
         raise SystemExit("benchmarks.gpu_host needs cuda-bindings (pip install -e '.[cuda]')")
@@ -89,7 +89,7 @@ def install_null_driver(setattr=setattr):
     setattr(drv, "_tls", threading.local())
     setattr(memory, "_staging", {})
     # GPU_REF only: a real cuBLAS / cuDNN (on a GPU machine) must never see fake pointers.
-    from _fake_cuda import unfake_libraries
+    from fakes.cuda_driver import unfake_libraries
 
     unfake_libraries(types.SimpleNamespace(setattr=setattr))
     return d

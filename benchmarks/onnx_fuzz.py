@@ -10,7 +10,7 @@ order, external-data entries (which a model given as bytes must never get read).
 allowed outcomes of a case are an ``nnc.NNCError`` or a correct result: an unmutated model must
 match a NumPy reference (and onnxruntime when it is installed); a mutated model that loads and
 that onnxruntime also runs must match it too. A case is a function of ``(seed, case index)``
-only, so a failure replays with ``--seed S --case C``. ``tests/test_onnx_fuzz.py`` runs a few
+only, so a failure replays with ``--seed S --case C``. ``tests/onnx/test_onnx_fuzz.py`` runs a few
 hundred cases; ``python -m benchmarks.soak --onnx`` thousands, in child processes.
 """
 

@@ -6,12 +6,12 @@ child processes, for N minutes.
 
 The mixes (docs/dev.md, "Stress and soak"); with no mix named, every available one, in turn:
 
-- graph (tests/_stress_mix.py): random DAGs x schedules x injected errors x graphs and streams
-  dropped mid-run x concurrent waiters x while / case..of;
-- engine (tests/_stress_engine.py): random push programs on nnc.Engine, threaded and naive, with
-  injected failures of every kind, waits with timeouts and closes mid-flight, checked against a
+- graph (tests/stress/_stress_mix.py): random DAGs x schedules x injected errors x graphs and
+  streams dropped mid-run x concurrent waiters x while / case..of;
+- engine (tests/stress/_stress_engine.py): random push programs on nnc.Engine, threaded and naive,
+  with injected failures of every kind, waits with timeouts and closes mid-flight, checked against a
   serial replay;
-- pipeline (tests/_stress_pipeline.py): chains of function and graph stages on the local
+- pipeline (tests/stress/_stress_pipeline.py): chains of function and graph stages on the local
   executor with failures of every kind and random timeouts; with Ray installed, every K-th
   pipeline child (--ray-every, default 4; 0: never) also runs 2 cases on executor="ray", in a
   cluster of its own;
@@ -46,8 +46,9 @@ import time
 
 from benchmarks import _util
 
-MIX = os.path.join(_util.ROOT, "tests", "_stress_mix.py")
-# mix -> the script a child runs (tests/, whose random_case(rnd) draws its cases from the seed)
+MIX = os.path.join(_util.ROOT, "tests", "stress", "_stress_mix.py")
+# mix -> the script a child runs (tests/stress/, whose random_case(rnd) draws its cases from
+# the seed)
 SCRIPTS = {"graph": "_stress_mix.py", "engine": "_stress_engine.py",
            "pipeline": "_stress_pipeline.py"}
 MIXES = ("graph", "engine", "pipeline", "onnx")
@@ -73,8 +74,8 @@ def child_command(mix, seed, cases, ray_cases=0, child_timeout=300):
     if mix == "onnx":
         return [sys.executable, "-m", "benchmarks._soak_onnx", "--seed", str(seed), "--cases",
                 str(cases), "--timeout", str(max(1.0, child_timeout - 10))]
-    cmd = [sys.executable, os.path.join(_util.ROOT, "tests", SCRIPTS[mix]), "--seed", str(seed),
-           "--cases", str(cases)]
+    cmd = [sys.executable, os.path.join(_util.ROOT, "tests", "stress", SCRIPTS[mix]),
+           "--seed", str(seed), "--cases", str(cases)]
     return cmd + (["--ray-cases", str(ray_cases)] if ray_cases else [])
 
 

@@ -13,7 +13,7 @@ device's per-thread synchronous stream and waits (``nnc.cmd_exec`` without a str
 Results match CPU_REF within docs/commands.md's tolerances for float32/float64 (GEMM and
 CONVOLUTION accumulate in the tensor dtype, like BLAS; float16 is stored as float16 and
 computed in float32, docs/gpu.md states its bound) - meant to be checked on a GPU by the
-"gpu" variants of tests/test_cuda_runtime.py, skipped where there is none; without a GPU the
+"gpu" variants of tests/cuda/test_cuda_runtime.py, skipped where there is none; without a GPU the
 same tests check the argument packing and geometry against NumPy emulations of the kernels.
 """
 

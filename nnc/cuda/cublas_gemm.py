@@ -45,7 +45,7 @@ GEMM on GPU tensors, once per process.
   those of the precision current at each run.
 
 Written against cuBLAS's documented semantics and checked with a fake cuBLAS on the fake
-driver (tests/_fake_cublas.py); docs/gpu.md lists what a GPU run must confirm.
+driver (tests/fakes/cublas.py); docs/gpu.md lists what a GPU run must confirm.
 """
 
 import threading

@@ -48,7 +48,7 @@ plan without timing; a cached choice that no longer builds is timed again and ov
 untimed and uncached; so does a first use while the thread captures a CUDA graph (timing
 synchronises, which a capture refuses). :func:`implementation` says what a node runs.
 
-Written against cudnn-frontend 1.32 and tested against tests/_fake_cudnn.py; docs/gpu.md
+Written against cudnn-frontend 1.32 and tested against tests/fakes/cudnn_frontend.py; docs/gpu.md
 lists what a GPU must still confirm.
 """
 
@@ -99,7 +99,8 @@ _REPEAT = 4
 _TRIALS = 5
 TUNE = None                         # True / False override NNC_CUDNN_TUNE; None follows it
 CACHE_FILE = "cudnn_plans.sqlite3"
-_clock = time.perf_counter          # the timing clock (tests/_fake_cudnn.py installs its own)
+# The timing clock (tests/fakes/cudnn_frontend.py installs its own).
+_clock = time.perf_counter
 
 _status = None                      # (cudnn module or None, reason or None), probed once
 _status_lock = threading.Lock()

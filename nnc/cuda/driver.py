@@ -6,7 +6,7 @@ events, kernel launches). Calls go through ``cuda.bindings.driver`` at the Pytho
 wrappers release the GIL around every driver call, so nnc's extension modules need no CUDA
 headers to build. Call sequences follow cuda-python's driver bindings (checked against the real
 bindings); the "driver" attribute of this module may be replaced in tests by a fake that records
-the calls (tests/_fake_cuda.py).
+the calls (tests/fakes/cuda_driver.py).
 
 - :class:`Device`: one GPU: its primary context (made current per host thread, since the
   current context is thread-local), compute capability and loaded kernel modules.

@@ -8,7 +8,7 @@ the device-to-host copy run at full bandwidth). :func:`pinned` makes CPU tensors
 memory: copies between them and GPU tensors are truly asynchronous on a stream.
 
 Written against ecosystem.md §1's call sequences; the argument forms are checked against the
-real cuda.bindings in tests/test_cuda_runtime.py, but no copy here has run on a GPU yet.
+real cuda.bindings in tests/cuda/test_cuda_runtime.py, but no copy here has run on a GPU yet.
 """
 
 import threading

@@ -5,7 +5,7 @@ architecture, so the package ships CUDA C sources (``nnc/cuda/kernels/*.cu``) an
 toolkit to build. NVRTC comes from the ``nvidia-cuda-nvrtc`` wheel
 (``pip install 'nnc-graph[cuda]'``) through ``cuda.bindings.nvrtc``, which finds it with
 cuda-pathfinder (a dependency of cuda-bindings), and works without a GPU or a driver, so CI
-compile-checks every kernel (tests/test_cuda_kernels.py).
+compile-checks every kernel (tests/cuda/test_cuda_kernels.py).
 
 The result is a cubin for ``sm_XY`` (not PTX: PTX from an NVRTC newer than the driver may fail
 to load; a cubin for the exact architecture does not). Cache: in memory for the process, and on

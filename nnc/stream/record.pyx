@@ -3,7 +3,7 @@
 A record is one emit of a signal; waits capture it and block (or park their stream) until it
 is done. A run on streams emits the same signals every time, so records go back to a free list
 when their last reference drops and the next emit takes one from there: repeated runs allocate
-none (tests/test_alloc.py). nnc.stream.worker marks records done and wakes their waiters.
+none (tests/base/test_alloc.py). nnc.stream.worker marks records done and wakes their waiters.
 """
 
 from libc.stdlib cimport free, malloc

@@ -13,7 +13,7 @@ exp(x) = 2^n (1 + q) where q = expm1(r) is a polynomial in r, and 2^n is made fr
 bits as two factors 2^(n/2) 2^(n - n/2) so subnormal results and overflow round once. log: x =
 2^k m with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s) with s = (m - 1)/(m + 1), an odd series
 in s, and log x = k ln2 + log m. Special values (inf, NaN, 0, negative, subnormal inputs) are
-fixed up with selects at the end, as NumPy gives them. Accuracy (tests/test_cmd_ops.py checks it
+fixed up with selects at the end, as NumPy gives them. Accuracy (tests/cmd/test_cmd_ops.py checks it
 against float64 NumPy over the whole range): float32 within 2 ulp, float64 within 2 ulp.
 
 Each backend re-checks what it relies on (non-NULL, contiguous, CPU, one float datatype, equal

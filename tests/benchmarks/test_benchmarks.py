@@ -1,0 +1,185 @@
+"""The CPU benchmarks (benchmarks/streams.py, benchmarks/conv.py) run end to end on
+the smallest inputs, and their helpers choose rounds as documented. No timing is asserted:
+only that every configuration ran, the outputs agreed and the report has its fields."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks import _util
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(*args, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", *args, "--json"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_quiet_rounds():
+    # the rounds during which others used at most 0.1 core, when there are 3 of them
+    assert _util.quiet_rounds([0.0, 0.5, 0.05, 0.1, 2.0]) == [0, 2, 3]
+    # otherwise the quieter half, at least 3
+    assert _util.quiet_rounds([0.9, 0.5, 0.3, 0.2, 0.8, 0.4]) == [2, 3, 5]
+    assert _util.quiet_rounds([0.9, 0.5]) == [0, 1]
+    # no load figures (no /proc/stat): every round
+    assert _util.quiet_rounds([None, None, None, None]) == [0, 1, 2, 3]
+
+
+def test_measure_rounds_rotates_and_times_every_callable():
+    calls = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    samples, others = _util.measure_rounds(fns, 2, pause=0)
+    assert {k: len(v) for k, v in samples.items()} == {"a": 2, "b": 2, "c": 2}
+    assert len(others) == 2
+    # warm-up a b c; round 0: a a b b c c; round 1 starts one place later: b b c c a a
+    assert "".join(calls) == "abc" + "aabbcc" + "bbccaa"
+
+
+def test_streams_benchmark_smoke():
+    r = _bench("benchmarks.streams", "--size", "75", "--models", "inception_v3",
+               "--repeat", "1", "--pause", "0")
+    assert r["ok"] and r["benchmark"] == "streams"
+    (row,) = r["rows"]
+    assert row["net"] == "inception_v3_75" and row["nodes"] == 204
+    t = r["threads"]
+    names = {"seq1", "sched", "sched_nosplit"} | ({f"seq{t}"} if t > 1 else set())
+    assert names <= set(row["ms"])
+    assert all(c["ok"] for c in row["checks"])
+    assert row["best"]["sequential"].startswith("seq")
+    assert row["best"]["scheduled"].startswith("sched")
+    assert row["x_best_seq"][row["best"]["sequential"]] == 1.0
+    assert "scheduled >= 1.0x best sequential" in row["targets"]
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        assert row["missing"]["onnxruntime"] == "not installed"
+    else:
+        assert "ort_seq1" in row["ms"] and row["best"]["ort"].startswith("ort_")
+        assert row["per_ort_best"][row["best"]["ort"]] == 1.0
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert row["missing"]["torch"] == "not installed"
+    assert r["machine"]["nnc_blas"]
+
+
+def test_streams_benchmark_rejects_unknown_models():
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "benchmarks.streams", "--models", "vgg"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown models" in r.stderr
+
+
+def test_conv_benchmark_smoke():
+    limit = 3
+    r = _bench("benchmarks.conv", "--size", "75", "--limit", str(limit), "--repeat", "1")
+    assert r["shapes"] == limit and len(r["rows"]) == limit
+    first = r["rows"][0]
+    # Conv2d_1a_3x3 at 75x75: 37x37 output pixels, 32 channels, K = 3*3*3
+    assert (first["M"], first["N"], first["K"]) == (37 * 37, 32, 27)
+    for row in r["rows"]:
+        assert row["gflops"]["conv"] > 0 and row["gflops"]["gemm"] > 0
+    assert r["winograd_errors_ok"]
+
+
+def _unbuilt_checkout(tmp_path):
+    """A clone's root whose nnc/ was never built (its Python files, no compiled module), and a
+    site folder holding this checkout's built nnc, as a wheel install would: the project's
+    tools run from the clone's root must use the installed nnc (``python -m`` puts the working
+    directory first on sys.path, before it)."""
+    clone, site = tmp_path / "clone", tmp_path / "site"
+    shutil.copytree(ROOT / "benchmarks", clone / "benchmarks",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (clone / "tests" / "stress").mkdir(parents=True)
+    for mix in (ROOT / "tests" / "stress").glob("_stress*.py"):
+        shutil.copy(mix, clone / "tests" / "stress")
+
+    def not_python(folder, names):
+        return [n for n in names if n == "__pycache__"
+                or (not n.endswith(".py") and not os.path.isdir(os.path.join(folder, n)))]
+
+    shutil.copytree(ROOT / "nnc", clone / "nnc", ignore=not_python)
+    assert not list((clone / "nnc").glob("_core*"))
+    site.mkdir()
+    (site / "nnc").symlink_to(ROOT / "nnc", target_is_directory=True)
+    env = dict(os.environ, PYTHONPATH=str(site))
+    return clone, env
+
+
+def test_tools_use_the_installed_nnc_from_an_unbuilt_checkout(tmp_path):
+    clone, env = _unbuilt_checkout(tmp_path)
+    r = subprocess.run([sys.executable, "-c", "import nnc; print(nnc.__file__, nnc.Tensor)"],
+                       cwd=clone, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert os.path.realpath(r.stdout.split()[0]) == str(ROOT / "nnc" / "__init__.py")
+    r = subprocess.run([sys.executable, "-m", "nnc"], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "demo" in r.stdout, r.stderr[-2000:]
+    # The soak's parent reads nnc only for its report, after every child ran.
+    r = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--minutes", "0.001",
+                        "--graph", "--cases", "1", "--json"], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    assert report["totals"]["runs"] >= 1 and report["machine"]["nnc"]
+
+
+def test_tools_refuse_an_unbuilt_checkout_at_start(tmp_path):
+    # -S: no site-packages, so no installed nnc anywhere: the clone's unbuilt nnc is the only one.
+    clone, env = _unbuilt_checkout(tmp_path)
+    del env["PYTHONPATH"]
+    # A child of the soak would leave this file behind.
+    (clone / "tests" / "stress" / "_stress_mix.py").write_text("open('child_ran', 'w').close()\n")
+    r = subprocess.run([sys.executable, "-S", "-c", "import nnc"], cwd=clone, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "not built" in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-S", "-m", "benchmarks.soak", "--minutes", "0.001"],
+                       cwd=clone, env=env, capture_output=True, text=True, timeout=60)
+    # Before any child ran: no report, the reason on stderr.
+    assert r.returncode == 1 and "not built" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert not (clone / "child_ran").exists()
+
+
+def _soak(clone, env, *args):
+    r = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--minutes", "0.001", *args,
+                        "--json"], cwd=clone, env=env, capture_output=True, text=True,
+                       timeout=240)
+    return r.returncode, json.loads(r.stdout.strip().splitlines()[-1]), r.stdout + r.stderr
+
+
+def test_soak_reports_each_mix_it_runs(tmp_path):
+    clone, env = _unbuilt_checkout(tmp_path)
+    # The onnx mix's child calls benchmarks.onnx_fuzz.fuzz(cases, seed): one that reports a
+    # failed case, so that the soak must count it and show how to replay it.
+    (clone / "benchmarks" / "onnx_fuzz.py").write_text(
+        "def fuzz(cases, seed=0):\n"
+        "    return {'cases': cases, 'loaded': cases, 'nnc_errors': 1,\n"
+        "            'failures': [{'seed': seed, 'case': 1, 'error': 'ValueError(7)'}]}\n")
+    rc, r, out = _soak(clone, env, "--engine", "--onnx", "--cases", "2", "--onnx-cases", "5")
+    assert rc == 1, out[-3000:]
+    assert r["mixes_run"] == ["engine", "onnx"] and not r["unavailable"]
+    engine, onnx = r["mixes"]["engine"], r["mixes"]["onnx"]
+    assert engine["children"] == 1 and engine["runs"] + engine["failed"] == 2
+    assert onnx == {**onnx, "children": 1, "runs": 4, "errors": 1, "failed": 1, "crashes": 0,
+                    "hangs": 0}
+    assert r["totals"]["children"] == 2
+    (bad,) = [c for c in r["bad"] if c["mix"] == "onnx"]
+    assert bad["replay"] == "python -m benchmarks._soak_onnx --seed 0 --cases 5"
+    assert "ValueError(7)" in bad["failures"][0]
+
+
+def test_soak_skips_the_onnx_mix_without_its_fuzz(tmp_path):
+    clone, env = _unbuilt_checkout(tmp_path)
+    (clone / "benchmarks" / "onnx_fuzz.py").unlink(missing_ok=True)
+    rc, r, out = _soak(clone, env, "--onnx")
+    assert rc == 0, out[-3000:]
+    assert r["unavailable"] == {"onnx": "onnx mix unavailable (benchmarks/onnx_fuzz.py missing)"}
+    assert r["mixes_run"] == [] and r["totals"]["children"] == 0
+    assert "onnx mix unavailable (benchmarks/onnx_fuzz.py missing)" in out

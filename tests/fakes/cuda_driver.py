@@ -1,0 +1,759 @@
+"""A fake CUDA driver for machines without a GPU, so nnc.cuda's host-side logic can be tested.
+
+Device memory is host memory (so copies are memmoves), streams run everything at once, stream
+capture records the calls and cuGraphLaunch replays them, and the kernels nnc launches are
+emulated in NumPy from the raw ``void**`` parameter array. Conditional nodes (CUDA 12.4+) are
+too: a conditional handle holds a value, nnc's condition kernel (``nnc_cond_set``) sets it, and
+on replay a WHILE node reruns its body graph while the value is nonzero, an IF runs body 0 when
+it is nonzero (body 1, if any, when zero), a SWITCH runs body ``value`` when there is one; body
+graphs are filled by cuStreamBeginCaptureToGraph - which checks that nnc packs each
+kernel's arguments as its C signature in nnc/cuda/kernels/*.cu expects. When the real
+cuda.bindings is installed, every call is first made on the real module too, which (with no
+driver) converts all arguments and then fails to load libcuda: a TypeError there means nnc
+passes an argument the real bindings would reject. This proves argument forms and host logic
+only; GPU results need a GPU.
+"""
+
+import ctypes
+import threading
+import time
+
+import numpy as np
+
+from nnc.cuda.backends import GEMM_FIELDS, WINDOW_T
+
+try:
+    from cuda.bindings import driver as real
+except ImportError:
+    real = None
+
+
+def _driver_library_present():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+# Only where no driver can load: with one, the real calls would run with fake handles.
+REAL_CHECK = real is not None and not _driver_library_present()
+
+NOT_READY = 600
+
+
+class _Handle(int):
+    """A handle for when the real bindings are missing (int-valued, like theirs)."""
+
+
+def _arr(ptr, dtype, shape, strides):
+    dt = np.dtype(dtype)
+    iface = {"version": 3, "shape": tuple(shape), "typestr": dt.str, "data": (int(ptr), False),
+             "strides": tuple(s * dt.itemsize for s in strides)}
+    holder = type("H", (), {"__array_interface__": iface})()
+    return np.asarray(holder)
+
+
+def _contig(ptr, dtype, n):
+    return _arr(ptr, dtype, (n,), (1,))
+
+
+class FakeDriver:
+    def __init__(self, count=1, arch=(9, 0), driver_version=13000):
+        self.count, self.arch = count, arch
+        self.driver_version = driver_version    # what cuDriverGetVersion says (CUDA 13.0)
+        self.calls = []                 # names of driver calls made, in order
+        self.c_errors = []              # (name, exception) raised inside a C entry point
+        self.buffers = {}               # ptr -> backing ndarray (device and pinned memory)
+        self.modules = {}               # id -> cubin bytes
+        self.functions = {}             # id -> kernel name
+        # Open captures, innermost last: (stream id, graph id). A stream capturing into a body
+        # graph (cuStreamBeginCaptureToGraph) records there until its cuStreamEndCapture.
+        self.capture_stack = []
+        self.capture_thread = None      # the thread that began the capture (thread-local mode)
+        self.capture_invalidated = None  # the unsafe call that broke the capture, if any
+        self.graphs = {}                # id -> list of deferred calls
+        self.graph_parent = {}          # body graph id -> the graph holding its conditional node
+        self.cond_values = {}           # conditional handle -> its value now
+        self.cond_defaults = {}         # conditional handle -> (graph id, default, flags)
+        self.conditional_nodes = []     # (type name, size) of every conditional node added
+        self.max_iterations = 100000    # a WHILE node running longer is a hang: raise instead
+        self._keep = []                 # ctypes arrays the driver "owns" (phGraph_out)
+        self.launches = []              # kernel names launched (executed)
+        self.live_streams = set()
+        self.live_events = set()
+        self.ctx_of = {}                # stream / event / module / function id -> context
+        self._current = threading.local()   # .ctx: this thread's current context
+        self.busy = False               # cuStreamQuery says NOT_READY while set
+        self.host_delay = 0.02          # seconds before a host function runs
+        self._next = 1
+
+    # -- helpers
+    def _id(self):
+        self._next += 1
+        return self._next
+
+    def _h(self, kind, value):
+        return getattr(real, kind)(value) if real is not None else _Handle(value)
+
+    @staticmethod
+    def ok(*values):
+        err = real.CUresult.CUDA_SUCCESS if real is not None else _Handle(0)
+        return (err, *values)
+
+    def _alloc(self, n):
+        buf = np.zeros(n + 64, np.uint8)
+        ptr = buf.ctypes.data
+        self.buffers[ptr] = buf
+        return ptr
+
+    def unsafe(self, name):
+        """CUDA's rule for a capture in thread-local mode (the mode nnc uses): on the capturing
+        thread, calls that may synchronise or allocate (cuMemAlloc, cuMemFree, module loading,
+        synchronising or querying) are refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+        invalidate the capture (cuStreamEndCapture then fails). Other threads are unaffected.
+        Returns the error tuple to return, or None when the call is legal now. Fake libraries
+        (tests/fakes/cublas.py, fakes/cudnn_frontend.py) ask it for their allocating calls too."""
+        if self.capturing is None or threading.get_ident() != self.capture_thread:
+            return None
+        self.capture_invalidated = self.capture_invalidated or name
+        return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+
+    @property
+    def capturing(self):
+        """The list of calls the innermost open capture records, or None."""
+        return self.graphs[self.capture_stack[-1][1]] if self.capture_stack else None
+
+    def _run(self, fn):
+        # Stream work runs at once, unless a stream is capturing: then it becomes a graph node.
+        if self.capturing is not None:
+            self.capturing.append(fn)
+        else:
+            fn()
+
+    # -- device and context
+    def cuDriverGetVersion(self):
+        return self.ok(self.driver_version)
+
+    def cuInit(self, flags):
+        return self.ok()
+
+    def cuDeviceGetCount(self):
+        return self.ok(self.count)
+
+    def cuDeviceGet(self, ordinal):
+        return self.ok(self._h("CUdevice", ordinal))
+
+    def cuDeviceGetName(self, length, dev):
+        # Like the real bindings: the whole buffer of ``length`` bytes, the name NUL-terminated.
+        name = f"Fake GPU {int(dev)}".encode()[:length - 1] + b"\0"
+        return self.ok(name + b" " * (length - len(name)))
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return self.ok(self._h("CUcontext", 0x1000 + int(dev)))
+
+    def cuCtxSetCurrent(self, ctx):
+        self._current.ctx = int(ctx)
+        return self.ok()
+
+    def cuCtxSynchronize(self):
+        bad = self.unsafe("cuCtxSynchronize")
+        if bad:
+            return bad
+        # Every stream runs its work at once, so the device is always idle here.
+        return self.ok()
+
+    def _made(self, h):
+        """Remember the context current when handle h was made (None: none was)."""
+        self.ctx_of[h] = getattr(self._current, "ctx", None)
+        return h
+
+    def _same_ctx(self, a, b):
+        # As the driver: a stream records only its own context's events and runs its own
+        # context's kernels; nnc must never mix them.
+        if self.ctx_of[int(a)] != self.ctx_of[int(b)]:
+            return (real.CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        return None
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        name = getattr(attr, "name", "")
+        value = {"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": self.arch[0],
+                 "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": self.arch[1],
+                 "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 4}[name]
+        return self.ok(value)
+
+    # -- memory
+    def cuMemAlloc(self, n):
+        bad = self.unsafe("cuMemAlloc")
+        if bad:
+            return (*bad, None)
+        return self.ok(self._h("CUdeviceptr", self._alloc(n)))
+
+    def cuMemFree(self, ptr):
+        bad = self.unsafe("cuMemFree")
+        if bad:
+            return bad
+        del self.buffers[int(ptr)]
+        return self.ok()
+
+    def cuMemHostAlloc(self, n, flags):
+        bad = self.unsafe("cuMemHostAlloc")
+        if bad:
+            return (*bad, None)
+        return self.ok(self._alloc(n))
+
+    def cuMemFreeHost(self, ptr):
+        bad = self.unsafe("cuMemFreeHost")
+        if bad:
+            return bad
+        del self.buffers[int(ptr)]
+        return self.ok()
+
+    def _copy(self, dst, src, n):
+        self._run(lambda: ctypes.memmove(int(dst), int(src), n))
+        return self.ok()
+
+    def cuMemcpyHtoDAsync(self, dst, src, n, stream):
+        return self._copy(dst, src, n)
+
+    def cuMemcpyDtoHAsync(self, dst, src, n, stream):
+        return self._copy(dst, src, n)
+
+    def cuMemcpyDtoDAsync(self, dst, src, n, stream):
+        return self._copy(dst, src, n)
+
+    def cuMemcpyPeerAsync(self, dst, dctx, src, sctx, n, stream):
+        return self._copy(dst, src, n)
+
+    def cuMemsetD8Async(self, ptr, value, n, stream):
+        self._run(lambda: ctypes.memset(int(ptr), value, n))
+        return self.ok()
+
+    # -- streams, events, capture
+    def cuStreamCreate(self, flags):
+        h = self._made(self._id())
+        self.live_streams.add(h)
+        return self.ok(self._h("CUstream", h))
+
+    def cuStreamDestroy(self, s):
+        self.live_streams.discard(int(s))
+        return self.ok()
+
+    def cuStreamSynchronize(self, s):
+        bad = self.unsafe("cuStreamSynchronize")
+        if bad:
+            return bad
+        return self.ok()
+
+    def cuStreamQuery(self, s):
+        if self.busy:
+            return (real.CUresult.CUDA_ERROR_NOT_READY,)
+        return self.ok()
+
+    def cuLaunchHostFunc(self, s, fn, data):
+        # The driver calls fn(data) on its own thread once the stream gets there: here, from
+        # a plain thread a little later, through ctypes (which does not take the GIL for it).
+        cfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(int(fn))
+
+        def later():
+            time.sleep(self.host_delay)
+            self.busy = False
+            cfn(data)
+
+        self._run(lambda: threading.Thread(target=later).start())
+        return self.ok()
+
+    def cuEventCreate(self, flags):
+        h = self._made(self._id())
+        self.live_events.add(h)
+        return self.ok(self._h("CUevent", h))
+
+    def cuEventDestroy(self, e):
+        self.live_events.discard(int(e))
+        return self.ok()
+
+    def cuEventRecord(self, e, s):
+        return self._same_ctx(e, s) or self.ok()
+
+    def cuEventQuery(self, e):
+        return self.ok()
+
+    def cuEventSynchronize(self, e):
+        bad = self.unsafe("cuEventSynchronize")
+        if bad:
+            return bad
+        return self.ok()
+
+    def cuStreamWaitEvent(self, s, e, flags):
+        return self.ok()
+
+    def _begin(self, s, g):
+        if any(st == int(s) for st, _ in self.capture_stack):
+            return (real.CUresult.CUDA_ERROR_ILLEGAL_STATE,)   # already capturing
+        if not self.capture_stack:
+            self.capture_thread = threading.get_ident()
+            self.capture_invalidated = None
+        self.capture_stack.append((int(s), g))
+        return self.ok()
+
+    def cuStreamBeginCapture(self, s, mode):
+        g = self._id()
+        self.graphs[g] = []
+        return self._begin(s, g)
+
+    def cuStreamBeginCaptureToGraph(self, s, graph, deps, edge_data, count, mode):
+        if int(graph) not in self.graphs:
+            return (real.CUresult.CUDA_ERROR_INVALID_VALUE,)
+        return self._begin(s, int(graph))
+
+    def cuStreamEndCapture(self, s):
+        # As CUDA: only the stream that began a capture ends it (and the innermost first).
+        if not self.capture_stack or self.capture_stack[-1][0] != int(s):
+            return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, None)
+        _, g = self.capture_stack.pop()
+        if not self.capture_stack:
+            self.capture_thread = None
+            if self.capture_invalidated:
+                return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
+        return self.ok(self._h("CUgraph", g))
+
+    def cuStreamGetCaptureInfo(self, s):
+        # CUDA 13's form: status, id, graph, dependencies, edge data, count. Dependencies are
+        # not modelled (recorded calls run in order): one stand-in node.
+        status = real.CUstreamCaptureStatus
+        if not self.capture_stack:
+            return self.ok(status.CU_STREAM_CAPTURE_STATUS_NONE, 0, None, [], [], 0)
+        g = self.capture_stack[-1][1]
+        return self.ok(status.CU_STREAM_CAPTURE_STATUS_ACTIVE, g, self._h("CUgraph", g),
+                       [self._h("CUgraphNode", self._id())], [], 1)
+
+    def cuStreamUpdateCaptureDependencies(self, s, nodes, edge_data, count, flags):
+        if not self.capture_stack or count != len(nodes):
+            return (real.CUresult.CUDA_ERROR_ILLEGAL_STATE,)
+        return self.ok()
+
+    def cuGraphConditionalHandleCreate(self, graph, ctx, default, flags):
+        if int(graph) not in self.graphs:
+            return (real.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        h = self._id()
+        self.cond_defaults[h] = (int(graph), default, int(flags))
+        self.cond_values[h] = default
+        return self.ok(self._h("CUgraphConditionalHandle", h))
+
+    def cuGraphAddNode(self, graph, deps, edge_data, count, params):
+        g = int(graph)
+        kinds = real.CUgraphConditionalNodeType
+        conditional = real.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        if g not in self.graphs or params.type != conditional:
+            return (real.CUresult.CUDA_ERROR_NOT_SUPPORTED, None)
+        c = params.conditional
+        h, kind, size = int(c.handle), c.type, int(c.size)
+        sizes = {kinds.CU_GRAPH_COND_TYPE_WHILE: (1,), kinds.CU_GRAPH_COND_TYPE_IF: (1, 2),
+                 kinds.CU_GRAPH_COND_TYPE_SWITCH: range(1, 1 << 16)}
+        if h not in self.cond_defaults or size not in sizes[kind]:
+            return (real.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        bodies = [self._id() for _ in range(size)]
+        for b in bodies:
+            self.graphs[b] = []
+            self.graph_parent[b] = g
+        # The driver fills phGraph_out with an array it owns: its pointer, in the struct
+        # cuda.bindings wraps (CUgraphNodeParams: type, 3 reserved ints, then the union, where
+        # CUDA_CONDITIONAL_NODE_PARAMS has handle, type, size, then phGraph_out).
+        arr = (ctypes.c_uint64 * size)(*bodies)
+        self._keep.append(arr)
+        ctypes.c_uint64.from_address(params.getPtr() + 32).value = ctypes.addressof(arr)
+        self.conditional_nodes.append((kind.name, size))
+
+        def run():
+            def body(i):
+                for fn in self.graphs[bodies[i]]:
+                    fn()
+            if kind == kinds.CU_GRAPH_COND_TYPE_WHILE:
+                n = 0
+                while self.cond_values[h]:
+                    n += 1
+                    if n > self.max_iterations:
+                        raise RuntimeError(f"WHILE node of handle {h} never ends")
+                    body(0)
+            elif kind == kinds.CU_GRAPH_COND_TYPE_IF:
+                if self.cond_values[h]:
+                    body(0)
+                elif size == 2:
+                    body(1)
+            elif self.cond_values[h] < size:
+                body(self.cond_values[h])
+
+        self.graphs[g].append(run)
+        return self.ok(self._h("CUgraphNode", self._id()))
+
+    def cuGraphInstantiate(self, g, flags):
+        return self.ok(self._h("CUgraphExec", int(g)))
+
+    def _root(self, g):
+        while g in self.graph_parent:
+            g = self.graph_parent[g]
+        return g
+
+    def cuGraphLaunch(self, gexec, s):
+        # CU_GRAPH_COND_ASSIGN_DEFAULT: the handle takes its default at every launch.
+        for h, (g, default, flags) in self.cond_defaults.items():
+            if flags and self._root(g) == int(gexec):
+                self.cond_values[h] = default
+        for fn in self.graphs[int(gexec)]:
+            fn()
+        return self.ok()
+
+    def cuGraphExecDestroy(self, gexec):
+        return self.ok()
+
+    def cuGraphDestroy(self, g):
+        self.graphs.pop(int(g), None)
+        return self.ok()
+
+    # -- modules and kernels
+    def cuModuleLoadData(self, image):
+        bad = self.unsafe("cuModuleLoadData")
+        if bad:
+            return (*bad, None)
+        m = self._made(self._id())
+        self.modules[m] = bytes(image)
+        return self.ok(self._h("CUmodule", m))
+
+    def cuModuleGetFunction(self, module, name):
+        image = self.modules[int(module)]
+        if image != b"fake" and name + b"\0" not in image:
+            err = real.CUresult.CUDA_ERROR_NOT_FOUND if real is not None else _Handle(500)
+            return (err, None)
+        f = self._id()
+        self.ctx_of[f] = self.ctx_of[int(module)]
+        self.functions[f] = name.decode()
+        return self.ok(self._h("CUfunction", f))
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        bad = self._same_ctx(f, stream)
+        if bad:
+            return bad
+        name = self.functions[int(f)]
+        if name == "nnc_cond_set":
+            kernel, dtype = "cond_set", None
+        else:
+            base, dtype = name.rsplit("_", 1)
+            dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[dtype]
+            kernel = base[4:]
+        # Like the driver, copy the argument values now: the caller may free them on return
+        # (a captured launch runs later, at replay).
+        sizes = [np.dtype(_acc(dtype)).itemsize if n == "A" else n for n in SIGNATURES[kernel]]
+        keep = [ctypes.create_string_buffer(
+            ctypes.string_at(ctypes.c_uint64.from_address(params + 8 * i).value, n), n)
+            for i, n in enumerate(sizes)]
+        addrs = [ctypes.addressof(b) for b in keep]
+        grid = (gx, gy, gz)
+
+        def run():
+            self.launches.append(name)
+            if kernel == "cond_set":
+                self._cond_set(addrs)
+            else:
+                EMULATE[kernel](addrs, dtype, grid)
+            del keep[:0]    # keep the copies alive as long as this launch may run
+
+        self._run(run)
+        return self.ok()
+
+
+def _cond_set(self, a):
+    """nnc's condition kernel (nnc/cuda/graph.py COND_SOURCE), written again from its C: the
+    count step, the comparison, the handle's new value."""
+    handle, count, step = _ptr(a[0]), _ptr(a[1]), _scalar(a[2], ctypes.c_int)
+    x, dtype, op = _ptr(a[3]), _scalar(a[4], ctypes.c_int), _scalar(a[5], ctypes.c_int)
+    exact, vi, vf = _scalar(a[6], ctypes.c_int), _i64(a[7]), _scalar(a[8], ctypes.c_double)
+    c = _i64(count) if count else 0
+    c = 0 if step in (1, 3) else c + 1 if step == 2 else c
+    v = 1
+    if step != 3:
+        xi, xf = c, float(c)
+        if x:
+            ctype = (ctypes.c_float, ctypes.c_double, ctypes.c_int32, ctypes.c_int64)[dtype]
+            raw = ctype.from_address(x).value
+            xi, xf = (0, float(raw)) if dtype < 2 else (int(raw), float(raw))
+        a_, b_ = (xi, vi) if exact else (xf, vf)
+        v = int((a_ < b_, a_ <= b_, a_ > b_, a_ >= b_, a_ == b_, a_ != b_)[op])
+        if step == 4 and v:
+            c += 1
+    if count:
+        ctypes.c_int64.from_address(count).value = c
+    self.cond_values[handle] = v
+
+
+FakeDriver._cond_set = _cond_set
+
+
+def _scalar(addr, ctype):
+    return ctype.from_address(addr).value
+
+
+def _ptr(addr):
+    return ctypes.c_uint64.from_address(addr).value
+
+
+def _i64(addr):
+    return ctypes.c_int64.from_address(addr).value
+
+
+def _acc(dtype):
+    """The type a kernel computes in (nnc_acc_t in common.cuh): float for float16."""
+    return np.float64 if dtype == np.float64 else np.float32
+
+
+def _ctype(dtype):
+    return ctypes.c_double if dtype == np.float64 else ctypes.c_float
+
+
+def _ew_reduce(prod):
+    def run(a, dt, grid):
+        ptrs = [ctypes.c_uint64.from_address(a[0] + 8 * i).value for i in range(8)]
+        count, y, n = _scalar(a[1], ctypes.c_int), _ptr(a[2]), _i64(a[3])
+        xs = [_contig(p, dt, n).copy() for p in ptrs[:count]]
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = acc * x if prod else acc + x
+        _contig(y, dt, n)[:] = acc
+
+    return run
+
+
+def _ewdiv(a, dt, grid):
+    pa, pb, y, n = _ptr(a[0]), _ptr(a[1]), _ptr(a[2]), _i64(a[3])
+    num = 1 if pa == 0 else _contig(pa, dt, n)
+    _contig(y, dt, n)[:] = num / _contig(pb, dt, n)
+
+
+def _unary(fn):
+    def run(a, dt, grid):
+        x, xs, y, ys, n, cols = _ptr(a[0]), _i64(a[1]), _ptr(a[2]), _i64(a[3]), _i64(a[4]), \
+            _i64(a[5])
+        _arr(y, dt, (n // cols, cols), (ys, 1))[...] = fn(_arr(x, dt, (n // cols, cols), (xs, 1)))
+
+    return run
+
+
+def _scalar_mul(a, dt, grid):
+    s, x, xs, y, ys, n, cols = _scalar(a[0], _ctype(dt)), _ptr(a[1]), _i64(a[2]), _ptr(a[3]), \
+        _i64(a[4]), _i64(a[5]), _i64(a[6])
+    x = _arr(x, dt, (n // cols, cols), (xs, 1)).astype(_acc(dt))
+    _arr(y, dt, (n // cols, cols), (ys, 1))[...] = _acc(dt)(s) * x
+
+
+def _set(a, dt, grid):
+    v, y, ys, n, cols = _scalar(a[0], _ctype(dt)), _ptr(a[1]), _i64(a[2]), _i64(a[3]), \
+        _i64(a[4])
+    _arr(y, dt, (n // cols, cols), (ys, 1))[...] = v
+
+
+def _bias_act(a, dt, grid):
+    pb, relu, y, ys, n, cols = _ptr(a[0]), _scalar(a[1], ctypes.c_int), _ptr(a[2]), _i64(a[3]), \
+        _i64(a[4]), _i64(a[5])
+    v = _arr(y, dt, (n // cols, cols), (ys, 1))
+    acc = v + _contig(pb, dt, cols) if pb else v.copy()
+    v[...] = np.where(acc < 0, 0, acc) if relu else acc      # NaN stays NaN
+
+
+def _softmax(a, dt, grid):
+    x, y, rows, cols = _ptr(a[0]), _ptr(a[1]), _i64(a[2]), _i64(a[3])
+    v = _arr(x, dt, (rows, cols), (cols, 1)).astype(np.float64)
+    e = np.exp(v - v.max(axis=1, keepdims=True))
+    _arr(y, dt, (rows, cols), (cols, 1))[:] = e / e.sum(axis=1, keepdims=True)
+
+
+def _gemm(a, dt, grid):
+    g = dict(zip(GEMM_FIELDS, np.frombuffer(ctypes.string_at(a[0], 88), np.int64).tolist()))
+    pa, pw, pb, po = _ptr(a[1]), _ptr(a[2]), _ptr(a[3]), _ptr(a[4])
+    batch = grid[2]
+    av = _arr(pa, dt, (batch, g["m"], g["k"]), (g["a_bs"], g["a_ms"], g["a_ks"]))
+    wv = _arr(pw, dt, (batch, g["k"], g["n"]), (g["w_bs"], g["w_ks"], g["w_ns"]))
+    acc = np.matmul(av.astype(np.float64), wv.astype(np.float64))
+    if pb:
+        acc += _contig(pb, dt, g["n"])
+    _arr(po, dt, (batch, g["m"], g["n"]), (g["o_bs"], g["o_ms"], 1))[...] = acc
+
+
+def _window(addr):
+    return np.frombuffer(ctypes.string_at(addr, WINDOW_T.itemsize), WINDOW_T)[0]
+
+
+def _window_views(g, px, po, dt, out_c):
+    n, h, w, c = int(g["n"]), int(g["h"]), int(g["w"]), int(g["c"])
+    ho, wo = int(g["ho"]), int(g["wo"])
+    xps, ops = int(g["x_ps"]), int(g["o_ps"])
+    x = _arr(px, dt, (n, h, w, c), (h * w * xps, w * xps, xps, 1)).astype(np.float64)
+    out = _arr(po, dt, (n, ho, wo, out_c), (ho * wo * ops, wo * ops, ops, 1))
+    return x, out
+
+
+def _taps(g, x):
+    """Yield (tap window of x for every output pixel, validity mask) per kernel offset."""
+    ho, wo = int(g["ho"]), int(g["wo"])
+    for i in range(int(g["kh"])):
+        for j in range(int(g["kw"])):
+            ys = np.arange(ho) * int(g["sh"]) - int(g["pt"]) + i
+            xs = np.arange(wo) * int(g["sw"]) - int(g["pl"]) + j
+            my = (ys >= 0) & (ys < x.shape[1])
+            mx = (xs >= 0) & (xs < x.shape[2])
+            patch = x[:, np.clip(ys, 0, x.shape[1] - 1)][:, :, np.clip(xs, 0, x.shape[2] - 1)]
+            yield i, j, patch, (my[:, None] & mx[None, :])[None, :, :, None]
+
+
+def _conv(a, dt, grid):
+    g = _window(a[0])
+    px, pw, pb, po = _ptr(a[1]), _ptr(a[2]), _ptr(a[3]), _ptr(a[4])
+    o, groups = int(g["o"]), int(g["groups"])
+    kh, kw, cg = int(g["kh"]), int(g["kw"]), int(g["c"]) // groups
+    x, out = _window_views(g, px, po, dt, o)
+    wt = _contig(pw, dt, o * kh * kw * cg).reshape(o, kh, kw, cg).astype(np.float64)
+    acc = np.zeros(out.shape)
+    og = o // groups
+    for i, j, patch, mask in _taps(g, x):
+        for k in range(groups):
+            ci, co = slice(k * cg, (k + 1) * cg), slice(k * og, (k + 1) * og)
+            acc[..., co] += np.where(mask, patch[..., ci], 0) @ wt[co, i, j, :].T
+    if pb:
+        acc += _contig(pb, dt, o)
+    if g["relu"]:
+        acc = np.where(acc < 0, 0.0, acc)       # NaN stays NaN, as in conv.cu
+    out[...] = acc
+
+
+def _pool(is_max):
+    def run(a, dt, grid):
+        g = _window(a[0])
+        x, out = _window_views(g, _ptr(a[1]), _ptr(a[2]), dt, int(g["c"]))
+        acc = np.full(out.shape, -np.inf if is_max else 0.0)
+        count = np.zeros(out.shape[1:3])[None, :, :, None]
+        for _, _, patch, mask in _taps(g, x):
+            if is_max:
+                acc = np.where(mask, np.maximum(acc, patch), acc)
+            else:
+                acc += np.where(mask, patch, 0)
+            count = count + mask
+        if not is_max:
+            acc /= (int(g["kh"]) * int(g["kw"])) if g["count_include_pad"] else count
+        out[...] = acc
+
+    return run
+
+
+# Bytes of each kernel parameter ("A": the size of the type the kernel computes in, nnc_acc_t),
+# as declared in kernels/*.cu.
+_P = 8
+SIGNATURES = {
+    "ewsum": (64, 4, _P, 8), "ewprod": (64, 4, _P, 8), "ewdiv": (_P, _P, _P, 8),
+    "ewexp": (_P, 8, _P, 8, 8, 8), "ewlog": (_P, 8, _P, 8, 8, 8), "relu": (_P, 8, _P, 8, 8, 8),
+    "scalar_mul": ("A", _P, 8, _P, 8, 8, 8), "set": ("A", _P, 8, 8, 8),
+    "softmax": (_P, _P, 8, 8), "bias_act": (_P, 4, _P, 8, 8, 8),
+    "gemm": (88, _P, _P, _P, _P), "conv": (88, _P, _P, _P, _P), "max_pool": (88, _P, _P),
+    "avg_pool": (88, _P, _P), "cond_set": (8, _P, 4, _P, 4, 4, 4, 8, 8),
+}
+
+EMULATE = {
+    "ewsum": _ew_reduce(False), "ewprod": _ew_reduce(True), "ewdiv": _ewdiv,
+    "ewexp": _unary(np.exp), "ewlog": _unary(np.log), "relu": _unary(lambda v: np.maximum(v, 0)),
+    "scalar_mul": _scalar_mul, "set": _set, "softmax": _softmax, "bias_act": _bias_act,
+    "gemm": _gemm, "conv": _conv, "max_pool": _pool(True), "avg_pool": _pool(False),
+}
+
+
+class Checked:
+    """Forwards to the fake, after making the same call on the real bindings (see top)."""
+
+    def __init__(self, fake):
+        self.fake = fake
+        self._c = None
+
+    def c_entry_points(self):
+        """{name: address} of the calls nnc makes from C (nnc/cuda/_ccall.pyx): the fake's
+        own, so the suite runs that path without a GPU."""
+        if self._c is None:
+            self._c = {"cuLaunchKernel": _c_entry(self, "cuLaunchKernel", _LAUNCH_T),
+                       "cuEventRecord": _c_entry(self, "cuEventRecord", _RECORD_T),
+                       "cuStreamWaitEvent": _c_entry(self, "cuStreamWaitEvent", _WAIT_T)}
+        return {n: ctypes.cast(f, ctypes.c_void_p).value for n, f in self._c.items()}
+
+    def __getattr__(self, name):
+        target = getattr(self.fake, name, None)
+        if target is None or not callable(target) or not name.startswith("cu"):
+            if real is None:
+                raise AttributeError(name)
+            return getattr(real, name)   # enums and handle types
+
+        def call(*args):
+            self.fake.calls.append(name)
+            if REAL_CHECK:
+                try:
+                    getattr(real, name)(*args)
+                except TypeError as e:
+                    raise AssertionError(f"real cuda.bindings rejects {name}{args}: {e}") from e
+                except RuntimeError:
+                    pass                 # got as far as loading libcuda: arguments accepted
+            return target(*args)
+
+        return call
+
+
+_LAUNCH_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7,
+                             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_RECORD_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_WAIT_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
+
+
+def _c_entry(checked, name, ctype):
+    """A C function pointer that makes call ``name`` on the fake, recorded as the Python calls
+    are (nnc/cuda/_ccall.pyx calls it without the GIL; ctypes takes it). A NULL pointer comes
+    as None; an exception becomes CUDA_ERROR_UNKNOWN, so nnc raises instead of going on."""
+    def entry(*args):
+        try:
+            checked.fake.calls.append(name)
+            result = getattr(checked.fake, name)(*[0 if a is None else a for a in args])
+            return int(result[0])
+        except BaseException as e:  # noqa: BLE001 - must not unwind through C
+            checked.fake.c_errors.append((name, e))
+            return 999
+    return ctype(entry)
+
+
+def install(monkeypatch, count=1):
+    """Make nnc.cuda use a new FakeDriver with ``count`` GPUs until the test ends; returns it.
+
+    The library backends (GPU_OPT) are marked unavailable (see unfake_libraries); the kernel
+    cache is off, and where NVRTC is missing the fake loads any module. Call gc.collect()
+    before the test returns so fake buffers are freed while it is installed."""
+    from nnc import CUDAError, cuda
+    from nnc.cuda import driver as drv
+    from nnc.cuda import memory, nvrtc
+
+    f = FakeDriver(count=count)
+    monkeypatch.setattr(cuda, "_status", (count, None))
+    monkeypatch.setattr(drv, "_driver", Checked(f))
+    monkeypatch.setattr(drv, "_devices", {})
+    monkeypatch.setattr(drv, "_tls", threading.local())
+    monkeypatch.setattr(memory, "_staging", {})
+    unfake_libraries(monkeypatch)
+    monkeypatch.setenv("NNC_CUDA_CACHE", "")
+    try:
+        nvrtc.nvrtc_version()
+    except CUDAError:
+        # Without NVRTC the fake module loads anything; with it, kernel names are looked up
+        # in the real cubin (cuModuleGetFunction fails for a name the sources do not define).
+        monkeypatch.setattr(nvrtc, "compile_cubin", lambda *a, **k: b"fake")
+    return f
+
+
+def unfake_libraries(monkeypatch):
+    """Mark cuBLAS and cuDNN unavailable while a fake driver is installed: a real library
+    (where one is installed, on a GPU machine too) would run on fake pointers.
+    tests/fakes/cublas.py's and fakes/cudnn_frontend.py's install() replace them with fakes."""
+    from nnc.cuda import cublas_gemm, cudnn_conv
+
+    monkeypatch.setattr(cublas_gemm, "_probed",
+                        (None, "cuBLAS is not faked (tests/fakes/cublas.py)"))
+    monkeypatch.setattr(cudnn_conv, "_status",
+                        (None, "cuDNN is not faked (tests/fakes/cudnn_frontend.py)"))

@@ -1,0 +1,433 @@
+"""nnc.onnx against onnxruntime on the same ONNX file: one model per operator, the three
+torchvision networks with random weights (batch 1), save round trips, unsupported operators and
+bad input. Tolerance (docs/onnx.md): max|nnc - ort| <= 1e-4 * max|ort| in float32."""
+
+import sys
+
+import numpy as np
+import pytest
+
+import nnc
+
+onnx = pytest.importorskip("onnx", reason="nnc.onnx tests need onnx (pip install -e '.[test]')")
+ort = pytest.importorskip("onnxruntime", reason="the ONNX tests compare with onnxruntime")
+import nnc.onnx  # noqa: E402
+from nnc.models import onnx_zoo  # noqa: E402
+
+h = onnx.helper
+TP = onnx.TensorProto
+RTOL = 1e-4
+RNG = np.random.default_rng(0)
+
+
+def model(nodes, inputs, outputs, inits=None, opset=17):
+    """A ModelProto from nodes, {input: shape}, {output: shape or None}, {init: array}."""
+    g = h.make_graph(
+        nodes, "t", [h.make_tensor_value_info(k, TP.FLOAT, s) for k, s in inputs.items()],
+        [h.make_tensor_value_info(k, TP.FLOAT, s) for k, s in outputs.items()],
+        [onnx.numpy_helper.from_array(np.array(v, order="C"), k)
+         for k, v in (inits or {}).items()])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def session(m):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def ort_run(m, feeds):
+    return session(m).run(None, feeds)
+
+
+def nnc_run(loaded, feeds, stream=False):
+    g, inputs, outputs = loaded
+    for name, t in zip(loaded.input_names, inputs):
+        t.numpy()[...] = feeds[name]
+    if stream:
+        nnc.static_schedule(g)
+        s = nnc.Stream("cpu")
+        g.run(stream=s)
+        s.wait()
+    else:
+        g.run()
+    return [t.numpy().copy() for t in outputs]
+
+
+def close(got, want, rtol=RTOL):
+    assert got.shape == want.shape
+    scale = max(float(np.abs(want).max()), 1e-6)
+    err = float(np.abs(got - want).max())
+    assert err <= rtol * scale, f"max|diff| {err} > {rtol} * {scale}"
+
+
+def check(m, **kw):
+    """Load m, run nnc and ORT on the same random inputs, compare; return the LoadedModel."""
+    loaded = nnc.onnx.load(m, **kw)
+    feeds = {n: RNG.standard_normal(t.shape).astype(np.float32)
+             for n, t in zip(loaded.input_names, loaded.inputs)}
+    for got, want in zip(nnc_run(loaded, feeds), ort_run(m, feeds)):
+        close(got, want)
+    return loaded
+
+
+def commands(loaded):
+    return [e.cmd.name for e in loaded.graph.topsort()]
+
+
+# -- one operator at a time -------------------------------------------------------------------
+
+@pytest.mark.parametrize("c,o,k,group,stride,pads,bias", [
+    (3, 8, 3, 1, 1, [1, 1, 1, 1], True),
+    (4, 6, 3, 2, 2, [1, 0, 2, 1], False),      # grouped, strided, asymmetric pads
+    (8, 8, 3, 8, 1, [1, 1, 1, 1], True),       # depthwise
+    (5, 7, (1, 3), 1, 2, [0, 1, 0, 1], True),  # 1x3
+])
+def test_conv(c, o, k, group, stride, pads, bias):
+    kh, kw = (k, k) if isinstance(k, int) else k
+    inits = {"w": RNG.standard_normal((o, c // group, kh, kw)).astype(np.float32)}
+    ins = ["x", "w"]
+    if bias:
+        inits["b"] = RNG.standard_normal(o).astype(np.float32)
+        ins.append("b")
+    node = h.make_node("Conv", ins, ["y"], group=group, strides=[stride, stride], pads=pads,
+                       kernel_shape=[kh, kw])
+    loaded = check(model([node], {"x": [1, c, 9, 11]}, {"y": None}, inits))
+    assert commands(loaded) == ["TRANSPOSE", "CONVOLUTION", "TRANSPOSE"]
+
+
+def test_conv_auto_pad_same_upper():
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    node = h.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])
+    check(model([node], {"x": [2, 3, 8, 7]}, {"y": None}, {"w": w}))
+
+
+def test_conv_bn_relu_folds_and_runs_in_place():
+    c = 6
+    inits = {"w": RNG.standard_normal((c, 3, 3, 3)).astype(np.float32),
+             "g": RNG.uniform(0.5, 1.5, c).astype(np.float32),
+             "b": RNG.normal(0, 0.1, c).astype(np.float32),
+             "m": RNG.normal(0, 0.1, c).astype(np.float32),
+             "v": RNG.uniform(0.5, 1.5, c).astype(np.float32)}
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"], epsilon=1e-3),
+             h.make_node("Relu", ["n"], ["y"])]
+    loaded = check(model(nodes, {"x": [1, 3, 8, 8]}, {"y": None}, inits))
+    assert len(loaded.folded) == 1
+    assert commands(loaded) == ["TRANSPOSE", "CONVOLUTION", "RELU", "TRANSPOSE"]
+    relu = loaded.graph.topsort()[2]
+    assert relu.inputs[0].data_ptr == relu.outputs[0].data_ptr  # in place
+
+
+def test_bn_not_folded_when_conv_output_is_shared():
+    c = 4
+    inits = {"w": RNG.standard_normal((c, 3, 1, 1)).astype(np.float32),
+             "g": RNG.uniform(0.5, 1.5, c).astype(np.float32),
+             "b": RNG.normal(0, 0.1, c).astype(np.float32),
+             "m": RNG.normal(0, 0.1, c).astype(np.float32),
+             "v": RNG.uniform(0.5, 1.5, c).astype(np.float32)}
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]),
+             h.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"]),
+             h.make_node("Add", ["n", "c"], ["y"])]
+    loaded = check(model(nodes, {"x": [1, 3, 5, 5]}, {"y": None}, inits))
+    assert loaded.folded == []
+    assert {"MUL", "ADD"} <= set(commands(loaded))
+
+
+@pytest.mark.parametrize("opset,attrs,ins", [
+    (17, {}, ["x", "lo", "hi"]),                # ReLU6 as torch exports it
+    (17, {}, ["x", "", "hi"]),                  # max only
+    (6, {"min": -0.5, "max": 0.25}, ["x"]),     # attributes before opset 11
+])
+def test_clip(opset, attrs, ins):
+    node = h.make_node("Clip", ins, ["y"], **attrs)
+    inits = {k: np.array(v, np.float32) for k, v in (("lo", 0.0), ("hi", 6.0)) if k in ins}
+    m = model([node], {"x": [2, 3, 4, 5]}, {"y": None}, inits, opset=opset)
+    loaded = nnc.onnx.load(m)
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32) * 8
+    close(nnc_run(loaded, {"x": x})[0], ort_run(m, {"x": x})[0])
+    assert commands(loaded) == ["CLAMP"]
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+@pytest.mark.parametrize("b_shape,b_const", [
+    ((8, 1, 1), True),          # per-channel constant against an NCHW activation
+    ((1,), True),               # a scalar
+    ((1, 8, 5, 6), False),      # two activations
+    ((5, 6), True),             # trailing spatial constant
+])
+def test_add_mul_broadcast_after_conv(op, b_shape, b_const):
+    w = RNG.standard_normal((8, 3, 1, 1)).astype(np.float32)
+    inits = {"w": w}
+    ins = {"x": [1, 3, 5, 6]}
+    if b_const:
+        inits["b"] = RNG.standard_normal(b_shape).astype(np.float32)
+    else:
+        ins["b"] = list(b_shape)
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]), h.make_node(op, ["c", "b"], ["y"])]
+    check(model(nodes, ins, {"y": None}, inits))
+
+
+def test_add_plain_2d_broadcast():
+    node = h.make_node("Add", ["x", "b"], ["y"])
+    check(model([node], {"x": [4, 7], "b": [7]}, {"y": None}))
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1],
+                         count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                         count_include_pad=0)),
+    ("AveragePool", dict(kernel_shape=[2, 3], strides=[2, 1])),
+    ("GlobalAveragePool", {}),
+])
+def test_pools(op, attrs):
+    check(model([h.make_node(op, ["x"], ["y"], **attrs)], {"x": [1, 4, 9, 10]}, {"y": None}))
+
+
+@pytest.mark.parametrize("ta,tb,alpha,beta,c_shape", [
+    (0, 1, 1.0, 1.0, (10,)),
+    (1, 0, 0.5, 2.0, (1, 10)),
+    (0, 0, 1.0, 0.5, (3, 10)),    # a full C matrix: GEMM then ADD
+    (0, 1, 2.0, 1.0, None),
+])
+def test_gemm(ta, tb, alpha, beta, c_shape):
+    a_shape = (6, 3) if ta else (3, 6)
+    inits = {"w": RNG.standard_normal((10, 6) if tb else (6, 10)).astype(np.float32)}
+    ins = ["a", "w"]
+    if c_shape:
+        inits["c"] = RNG.standard_normal(c_shape).astype(np.float32)
+        ins.append("c")
+    node = h.make_node("Gemm", ins, ["y"], transA=ta, transB=tb, alpha=alpha, beta=beta)
+    check(model([node], {"a": list(a_shape)}, {"y": None}, inits))
+
+
+def test_matmul_and_softmax():
+    nodes = [h.make_node("MatMul", ["a", "b"], ["m"]), h.make_node("Softmax", ["m"], ["y"])]
+    check(model(nodes, {"a": [2, 4, 5], "b": [2, 5, 3]}, {"y": None}))
+
+
+@pytest.mark.parametrize("axis", [1, 2, -1])
+def test_softmax_on_image_axes(axis):
+    w = RNG.standard_normal((5, 3, 1, 1)).astype(np.float32)
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]), h.make_node("Softmax", ["c"], ["y"],
+                                                                  axis=axis)]
+    check(model(nodes, {"x": [1, 3, 4, 6]}, {"y": None}, {"w": w}))
+
+
+def test_flatten_reshape_transpose_identity_dropout():
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("Identity", ["c"], ["i"]),
+             h.make_node("Dropout", ["i"], ["d"]),
+             # spatial 5x6 > 1: nnc must put NHWC back in NCHW order before flattening
+             h.make_node("Flatten", ["d"], ["f"], axis=1),
+             h.make_node("Reshape", ["f", "shape"], ["r"]),
+             h.make_node("Transpose", ["r"], ["y"], perm=[1, 0, 2]),
+             h.make_node("Transpose", ["c"], ["t"], perm=[0, 3, 2, 1])]
+    m = model(nodes, {"x": [2, 3, 5, 6]}, {"y": None, "t": None},
+              {"w": w, "shape": np.array([2, 4, -1], np.int64)})
+    check(m)
+
+
+def test_concat_is_zero_copy():
+    """Every Concat input is written by its producer straight into a slice of one buffer."""
+    inits = {f"w{k}": RNG.standard_normal((c, 3, 1, 1)).astype(np.float32)
+             for k, c in enumerate((4, 5, 6))}
+    nodes = [h.make_node("Conv", ["x", "w0"], ["a"]),
+             h.make_node("Relu", ["a"], ["ar"]),
+             h.make_node("Conv", ["x", "w1"], ["b"]),
+             h.make_node("Conv", ["x", "w2"], ["c"]),
+             h.make_node("Concat", ["b", "c"], ["bc"], axis=1),     # nested
+             h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                         strides=[1, 1]),
+             h.make_node("Concat", ["ar", "bc", "p"], ["y"], axis=1)]
+    loaded = check(model(nodes, {"x": [1, 3, 7, 8]}, {"y": None}, inits))
+    assert "DATA_TRANSFER" not in commands(loaded)
+    buf, slices = loaded.concats["y"] if "y" in loaded.concats else next(
+        v for v in loaded.concats.values() if v[0].shape[-1] == 18)
+    assert buf.shape == (1, 7, 8, 18)
+    item = buf.dtype.itemsize
+    offsets = [(s.data_ptr - buf.data_ptr) // item for s in slices]
+    assert offsets == [0, 4, 15] and all(s.strides == buf.strides for s in slices)
+
+
+def test_concat_of_graph_input_falls_back_to_a_copy():
+    w = RNG.standard_normal((2, 3, 1, 1)).astype(np.float32)
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]),
+             h.make_node("Concat", ["x", "c", "c"], ["y"], axis=1)]
+    loaded = check(model(nodes, {"x": [1, 3, 4, 4]}, {"y": None}, {"w": w}))
+    assert commands(loaded).count("DATA_TRANSFER") == 2  # x, and the second use of c
+
+
+def test_symbolic_batch_defaults_to_one_or_takes_input_shapes():
+    node = h.make_node("Relu", ["x"], ["y"])
+    m = model([node], {"x": ["N", 3]}, {"y": ["N", 3]})
+    assert nnc.onnx.load(m).inputs[0].shape == (1, 3)
+    loaded = nnc.onnx.load(m, input_shapes={"x": (5, 3)})
+    assert loaded.inputs[0].shape == loaded.outputs[0].shape == (5, 3)
+    with pytest.raises(nnc.onnx.OnnxError, match="not graph inputs"):
+        nnc.onnx.load(m, input_shapes={"z": (1, 3)})
+    with pytest.raises(nnc.onnx.OnnxError, match="disagrees"):
+        nnc.onnx.load(model([node], {"x": [2, 3]}, {"y": None}), input_shapes={"x": (5, 3)})
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+def test_unsupported_operators_are_all_listed():
+    w = RNG.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    nodes = [h.make_node("Sin", ["x"], ["s1"], name="sin_a"),
+             h.make_node("Sin", ["s1"], ["s2"], name="sin_b"),
+             h.make_node("Cos", ["s2"], ["c"], name="cos"),
+             h.make_node("Conv", ["c", "w"], ["y"], dilations=[2, 2], name="dilated"),
+             h.make_node("MaxPool", ["y"], ["p"], kernel_shape=[2, 2], ceil_mode=1,
+                         name="ceil")]
+    with pytest.raises(nnc.onnx.UnsupportedError) as info:
+        nnc.onnx.load(model(nodes, {"x": [1, 3, 9, 9]}, {"p": None}, {"w": w}))
+    e = info.value
+    assert isinstance(e, nnc.NNCError)
+    assert set(e.problems) == {"Sin", "Cos", "Conv", "MaxPool"}
+    assert e.problems["Sin"][:2] == (2, ["sin_a", "sin_b"])
+    msg = str(e)
+    assert "Sin x2" in msg and "dilations" in msg and "ceil_mode" in msg and "'cos'" in msg
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(nnc.onnx.OnnxError, match="cannot read"):
+        nnc.onnx.load(tmp_path / "missing.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff\x00 not a protobuf")
+    with pytest.raises(nnc.onnx.OnnxError):
+        nnc.onnx.load(str(bad))
+    with pytest.raises(TypeError, match="ModelProto") as info:
+        nnc.onnx.load(42)
+    assert isinstance(info.value, nnc.NNCError)
+    with pytest.raises(nnc.onnx.OnnxError, match="not a serialized"):
+        nnc.onnx.load(b"\xff\xff")
+    relu = model([h.make_node("Relu", ["x"], ["y"])], {"x": [3]}, {"y": None})
+    assert nnc.onnx.load(relu.SerializeToString()).inputs[0].shape == (3,)
+    broken = model([h.make_node("Relu", ["nowhere"], ["y"])], {"x": [1]}, {"y": None})
+    with pytest.raises(nnc.onnx.OnnxError, match="invalid ONNX model"):
+        nnc.onnx.load(broken)
+    with pytest.raises(nnc.onnx.OnnxError, match="dtype"):
+        nnc.onnx.load(model([h.make_node("Relu", ["x"], ["y"])], {"x": [1]}, {"y": None}),
+                      dtype="int8")
+
+
+def test_missing_onnx_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(nnc.onnx.OnnxMissingError, match=r'pip install "nnc-graph\[onnx\]"'):
+        nnc.onnx.load("model.onnx")
+    with pytest.raises(ImportError):
+        nnc.onnx.save(nnc.Graph(), None, inputs=[], outputs=[])
+
+
+def test_save_rejects_commands_without_onnx_form():
+    g = nnc.Graph()
+    x = nnc.Tensor(np.zeros(3, np.float32))
+    g.exec(nnc.Cmd.custom(lambda i, o: None), [x], [x], name="mine")
+    g.exec(nnc.Cmd.custom(lambda i, o: None), [x], [x], name="other")
+    with pytest.raises(nnc.onnx.UnsupportedError, match="CUSTOM x2"):
+        nnc.onnx.save(g, None, inputs=[x], outputs=[x])
+    with pytest.raises(TypeError, match="nnc.Tensor") as info:
+        nnc.onnx.save(nnc.Graph(), None, inputs=[np.zeros(3)], outputs=[])
+    assert isinstance(info.value, nnc.NNCError)
+
+
+def test_save_of_a_hand_built_graph_runs_in_ort():
+    g = nnc.Graph()
+    x = nnc.Tensor.empty((1, 6, 6, 3), dtype="float32")
+    w = nnc.Tensor(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    y = nnc.Tensor.empty((1, 6, 6, 4), dtype="float32")
+    z = nnc.Tensor.empty((1, 6, 6, 4), dtype="float32")
+    a = g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y])
+    b = g.exec(nnc.Cmd("CLAMP", min=0.0, max=6.0), [y], [y])
+    c = g.exec(nnc.Cmd("ADD", p=2.0, q=-1.0), [y, nnc.Tensor(np.ones(4, np.float32))], [z])
+    g.concat(a, b)
+    g.concat(b, c)
+    x.numpy()[...] = RNG.standard_normal(x.shape)
+    g.run()
+    m = nnc.onnx.save(g, None, inputs=[x], outputs=[z], input_names=["img"])
+    close(ort_run(m, {"img": x.numpy()})[0], z.numpy())
+
+
+def test_save_of_a_simplified_graph_writes_the_fused_relu():
+    """Graph.simplify's CONVOLUTION with activation="relu" saves as Conv + Relu (its RELU node,
+    now a NOOP, writes nothing)."""
+    g = nnc.Graph()
+    x = nnc.Tensor(RNG.standard_normal((1, 6, 6, 3)).astype(np.float32))
+    w = nnc.Tensor(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    y = nnc.Tensor.empty((1, 6, 6, 4), dtype="float32")
+    g.concat(g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y]),
+             g.exec(nnc.Cmd("RELU"), [y], [y]))
+    assert g.simplify() == 1
+    g.run()
+    assert y.numpy().min() == 0
+    m = nnc.onnx.save(g, None, inputs=[x], outputs=[y], input_names=["img"])
+    assert [n.op_type for n in m.graph.node].count("Relu") == 1
+    close(ort_run(m, {"img": x.numpy()})[0], y.numpy())
+
+
+# -- the three networks ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module", params=["resnet50", "inception_v3", "mobilenet_v2"])
+def network(request):
+    m = getattr(onnx_zoo, request.param)(seed=1)
+    loaded = nnc.onnx.load(m)
+    x = np.random.default_rng(2).standard_normal(loaded.inputs[0].shape).astype(np.float32)
+    feeds = {loaded.input_names[0]: x}
+    want = ort_run(m, feeds)[0]
+    got = nnc_run(loaded, feeds)[0]
+    return request.param, m, loaded, feeds, got, want
+
+
+TORCHVISION_PARAMS = {"resnet50": 25_557_032, "inception_v3": 23_834_568,
+                      "mobilenet_v2": 3_504_872}
+
+
+@pytest.mark.slow
+def test_network_matches_onnxruntime(network):
+    name, m, loaded, feeds, got, want = network
+    assert onnx_zoo.trainable_parameters(m) == TORCHVISION_PARAMS[name]
+    assert got.shape == (1, 1000)
+    assert np.isfinite(want).all() and np.abs(want).max() > 0.1
+    close(got, want)
+    ops = {n.op_type for n in m.graph.node}
+    assert "BatchNormalization" in ops and len(loaded.folded) == sum(
+        n.op_type == "BatchNormalization" for n in m.graph.node)
+    if name == "inception_v3":
+        assert "DATA_TRANSFER" not in commands(loaded) and len(loaded.concats) == 15
+
+
+@pytest.mark.slow
+def test_network_scheduled_on_streams_matches_sequential(network):
+    name, m, loaded, feeds, got, want = network
+    scheduled = nnc_run(loaded, feeds, stream=True)[0]
+    assert loaded.graph.schedule.stream_count >= 1
+    np.testing.assert_allclose(scheduled, got, rtol=1e-5, atol=1e-5 * np.abs(got).max())
+
+
+@pytest.mark.slow
+def test_network_save_round_trip(tmp_path):
+    """save(load(m)) runs in onnxruntime to m's outputs; load(save(load(m))) does in nnc."""
+    m = onnx_zoo.inception_v3(seed=4, size=107)   # every Concat kind, in under 2 s
+    loaded = nnc.onnx.load(m)
+    feeds = {"x": RNG.standard_normal((1, 3, 107, 107)).astype(np.float32)}
+    want = ort_run(m, feeds)[0]
+    close(nnc_run(loaded, feeds)[0], want)
+    path = tmp_path / "saved.onnx"
+    nnc.onnx.save(loaded.graph, path, inputs=loaded.inputs, outputs=loaded.outputs,
+                  input_names=loaded.input_names, output_names=loaded.output_names)
+    close(ort_run(onnx.load(path), feeds)[0], want)
+    again = nnc.onnx.load(path)
+    close(nnc_run(again, feeds)[0], want)
+
+
+def test_folded_export_variant_matches():
+    m = onnx_zoo.mobilenet_v2(seed=3, fold_bn=True, size=96)
+    assert "BatchNormalization" not in {n.op_type for n in m.graph.node}
+    check(m)
