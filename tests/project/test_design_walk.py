@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "design.md"
 
 # "### One CPU convolution, ... (11 files, 8 returns)", then numbered steps until the next heading.
