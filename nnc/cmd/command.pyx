@@ -1,5 +1,8 @@
 """Commands, their backends, the registry, backend selection and one-command execution.
 
+One file of ~770 lines because its parts read and write the same cdef classes (Cmd, Backend) and
+bound records: Cython keeps a class's methods in its module.
+
 NNC: ccv_nnc_cmd.c, cmd/ccv_nnc_cmd.inc. A :class:`Cmd` is a command id plus normalised
 parameters; each command has one or more :class:`Backend` objects. ``CPU_REF`` defines the
 semantics and accepts every case; ``CPU_OPT`` and user backends may accept a subset.

@@ -1,5 +1,9 @@
 """GPU_OPT of CONVOLUTION: cuDNN through NVIDIA's cudnn-frontend Python API (``import cudnn``).
 
+One file of ~800 lines: the plans, their timing, the disk cache and the execute all key on one
+geometry record and share one per-device lock; it moves to the convolution family's folder with
+the other GPU backends.
+
 NNC: cmd/convolution/gpu/ccv_nnc_conv_gpu_cudnn.cu. GPU_REF's direct convolution is a
 reference kernel; this backend hands the same NHWC convolution, with its fused bias + ReLU
 epilogue, to cuDNN's graph API. Registered at ``import nnc`` with priority 20 (GPU_REF: 15),

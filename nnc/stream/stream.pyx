@@ -1,5 +1,8 @@
 """CPU streams and signals: asynchronous serial queues with CUDA-event-like synchronisation.
 
+One file of ~730 lines because it is two cdef classes that touch each other's C state (Stream
+and Signal): Cython keeps a class's methods in its module.
+
 NNC: ccv_nnc_stream.c, _ccv_nnc_stream.h. A :class:`Stream` is a queue of tasks in C (``stream_t``,
 worker.pxd) that nnc.stream.worker's pool of threads runs in order, libdispatch-style: a stream
 costs no thread of its own, and one waiting on a signal occupies none. Enqueueing returns at once.

@@ -1,5 +1,9 @@
 """The worker pool: CPU streams are serial queues that a few pool threads run.
 
+One file of ~800 lines: the pool's threads, their run loop and the stream states they move
+between share one lock and the invariants worker.pxd states on its fields; split, each part would
+have to cimport the others' internals.
+
 NNC: ccv_nnc_stream.c's CPU stream context, whose own documentation names libdispatch's model:
 a stream is a *serial queue*, not a thread. One process-wide pool of worker threads, sized to the
 usable cores (``nnc.set_num_threads``, or ``NNC_NUM_THREADS``), runs every stream. Any number of

@@ -225,6 +225,19 @@ def test_the_package_tree_is_the_layer_map():
     assert "Layer 3" in doc, "nnc/cuda/__init__.py's docstring must state its layer"
 
 
+def test_long_files_say_why_they_are_one_file():
+    """A source file under nnc/ over 750 lines states at its top why it is one file ("One file of
+    ~N lines because ..."), so a split is decided, not drifted into."""
+    long = []
+    for p in sorted((ROOT / "nnc").rglob("*")):
+        if p.suffix not in (".py", ".pyx", ".pxd") or p.name.endswith(("_api.h",)):
+            continue
+        lines = p.read_text().splitlines()
+        if len(lines) > 750 and not any("One file of" in ln for ln in lines[:25]):
+            long.append(f"{p.relative_to(ROOT)} ({len(lines)} lines)")
+    assert not long, f"over 750 lines with no reason at the top: {long}"
+
+
 def test_design_table_is_the_layer_map():
     """docs/design.md's layer table names every folder of LAYERS at its layer, and nothing else."""
     import re
