@@ -41,7 +41,7 @@ GEMM on GPU tensors, once per process.
   cores on inputs rounded to TF32, float32 accumulation); float16 cublasGemmEx with float16
   operands and CUBLAS_COMPUTE_32F (float32 accumulation and float32 alpha / beta). The bias
   broadcast never uses TF32 (a bias rounded to TF32 would lose bits for no speed). A prepared
-  float32 node keeps the calls of each precision (nnc.cuda.backends.ByPrecision) and enqueues
+  float32 node keeps the calls of each precision (nnc.cuda.runner.ByPrecision) and enqueues
   those of the precision current at each run.
 
 Written against cuBLAS's documented semantics and checked with a fake cuBLAS on the fake
@@ -54,7 +54,7 @@ import numpy as np
 
 from nnc.base.core import CommandError, CUDAError
 from nnc.cuda import memory
-from nnc.cuda.backends import FLOAT_TYPES, operands, runner, same_gpu, tensors_of
+from nnc.cuda.runner import FLOAT_TYPES, operands, runner, same_gpu, tensors_of
 
 __all__ = ["BACKEND", "PRIORITY", "CublasHandle", "available", "handle", "register",
            "unavailable_reason", "workspace_size"]

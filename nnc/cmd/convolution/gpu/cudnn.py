@@ -1,8 +1,8 @@
 """GPU_OPT of CONVOLUTION: cuDNN through NVIDIA's cudnn-frontend Python API (``import cudnn``).
 
 One file of ~800 lines: the plans, their timing, the disk cache and the execute all key on one
-geometry record and share one per-device lock; it moves to the convolution family's folder with
-the other GPU backends.
+geometry record and share one per-device lock. Its documented path ``nnc.cuda.cudnn_conv`` is this
+same module (nnc/cuda/cudnn_conv.py makes it so), so setting ``TUNE`` there reaches it.
 
 NNC: cmd/convolution/gpu/ccv_nnc_conv_gpu_cudnn.cu. GPU_REF's direct convolution is a
 reference kernel; this backend hands the same NHWC convolution, with its fused bias + ReLU
@@ -30,7 +30,7 @@ large Winograd tiles), and float32 plans under nnc.cuda.precision() "ieee" also 
 cores, so the results keep docs/commands.md's float32 bound like GPU_REF's; under "tf32"
 tensor-core engines may run them (docs/gpu.md: the TF32 bound). The precision is part of the
 key, and a prepared float32 node looks its plan up again when it changes
-(nnc.cuda.backends.ByPrecision). float16 runs with io_data_type HALF and compute FLOAT (tensor
+(nnc.cuda.runner.ByPrecision). float16 runs with io_data_type HALF and compute FLOAT (tensor
 cores, float32 accumulation, the fused bias + ReLU in float32). float64 is not registered:
 cuDNN serves double convolutions only through its pre-compiled single-operation engines, not
 the runtime-fusion engines a bias + ReLU epilogue needs, so GPU_REF runs float64.
@@ -70,10 +70,11 @@ import numpy as np
 
 import nnc.cuda as _cuda
 from nnc.base.core import CUDAError
+from nnc.cmd.convolution.gpu.ref import bias_act
+from nnc.cmd.convolution.gpu.ref import conv_body as _reference_conv
 from nnc.cuda import memory
-from nnc.cuda.backends import bias_act, operands, pixel_stride, runner, same_gpu, tensors_of
-from nnc.cuda.backends import conv_body as _reference_conv
 from nnc.cuda.driver import CudaGraph, CudaStream, check, device, driver
+from nnc.cuda.runner import operands, pixel_stride, runner, same_gpu, tensors_of
 
 __all__ = ["ALIGN", "BACKEND", "CACHE_FILE", "HINT", "LIBRARY", "PRIORITY", "TUNE", "available",
            "cache_path", "describe", "geometry", "implementation", "plan", "register",

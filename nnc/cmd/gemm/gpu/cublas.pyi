@@ -1,4 +1,4 @@
-"""GPU_OPT of GEMM through cuBLAS (nvmath-python) (nnc/cuda/cublas_gemm.py)."""
+"""GPU_OPT of GEMM through cuBLAS (nvmath-python) (nnc/cmd/gemm/gpu/cublas.py)."""
 
 import threading
 from collections.abc import Sequence

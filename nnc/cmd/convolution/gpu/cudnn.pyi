@@ -1,4 +1,4 @@
-"""GPU_OPT of CONVOLUTION through cuDNN's frontend (nnc/cuda/cudnn_conv.py)."""
+"""GPU_OPT of CONVOLUTION through cuDNN's frontend (nnc/cmd/convolution/gpu/cudnn.py)."""
 
 import threading
 from collections.abc import Sequence
