@@ -119,7 +119,7 @@ def _nvidia_driver():
 def _cudnn_version():
     """The cuDNN library nnc's GPU_OPT convolutions load (through nvidia-cudnn-frontend), as
     cuDNN numbers it (91900: 9.19.0), or why there is none."""
-    from nnc.cuda import cudnn_conv
+    from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
 
     if not cudnn_conv.available():
         return f"unavailable: {cudnn_conv.unavailable_reason()}"
@@ -193,7 +193,7 @@ def _implementations(g):
     GPU_OPT CONVOLUTION as ``nnc.cuda.cudnn_conv.implementation`` reports it ("cudnn fused",
     "cudnn + epilogue" or "GPU_REF"), a GPU_OPT GEMM "cublas", a node on GPU_REF "GPU_REF", a
     NOOP "NOOP", any other node its backend. Read after the runs (the plans are built)."""
-    from nnc.cuda import cudnn_conv
+    from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
 
     impl_of = getattr(cudnn_conv, "implementation", None)
     counts, records = Counter(), []

@@ -60,7 +60,8 @@ def _per_call(fn, wait, calls, repeat):
 
 def run(calls=200, repeat=15, say=print):
     from benchmarks.gpu import device_info
-    from nnc.cuda import cudnn_conv, memory
+    from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
+    from nnc.cuda import memory
     from nnc.cuda.driver import CudaGraph, check, cuda_stream, driver
     from nnc.cuda.graph import capture, to_gpu
 

@@ -89,9 +89,7 @@ else:
     from nnc.cmd.command import seal_builtins as _seal_builtins
     from nnc.cuda import available as cuda_available
     from nnc.cuda import unavailable_reason as cuda_unavailable_reason
-    from nnc.cuda.backends import register as _register_gpu_backends
-    from nnc.cuda.cublas_gemm import register as _register_cublas_gemm
-    from nnc.cuda.cudnn_conv import register as _register_cudnn_conv
+    from nnc.cuda.builtins import register_gpu_builtins as _register_gpu_builtins
     from nnc.engine import call as _engine_call  # noqa: F401  (registers ENGINE_CALL: recorded C ops)
     from nnc.engine.engine import Engine
     from nnc.engine.op import EngineVar
@@ -117,12 +115,10 @@ else:
     from nnc.trace import trace
 
     _register_builtins()
-    # GPU_REF backends: registering them imports no cuda-bindings; only GPU tensors select them.
-    _register_gpu_backends()
-    # GPU_OPT of GEMM (cuBLAS): registering imports neither nvmath nor cuda-bindings.
-    _register_cublas_gemm()
-    # GPU_OPT CONVOLUTION through cuDNN: registering imports neither cuda-bindings nor cudnn.
-    _register_cudnn_conv()
+    # The families' GPU backends (GPU_REF, then GPU_OPT through cuBLAS and cuDNN), after every
+    # CPU backend: registering imports neither cuda-bindings nor a library; only GPU tensors
+    # select them.
+    _register_gpu_builtins()
     # From here on the commands registered above are built-in: never replaced by a re-registration.
     _seal_builtins()
 

@@ -2,7 +2,8 @@
 softmax, gemm, convolution, pooling, reduce, transpose), each holding the family's definition,
 its CPU_REF and its CPU backends. Registration is explicit and happens once, when nnc is
 imported: the definitions first (commands, CPU_REF and Python backends, in this order, which is
-``nnc.commands()``'s), then the C backends; nnc.cuda registers the GPU backends after them.
+``nnc.commands()``'s), then the C backends; nnc.cuda.builtins registers the families' GPU
+backends (their gpu/ folders) after them.
 """
 
 from nnc.cmd import basic, convolution, elementwise, gemm, pooling, reduce, softmax, transpose

@@ -79,7 +79,7 @@ cdef class Backend:
     cdef readonly bint release_gil      # C backend worth running without the GIL on big tensors
     # "cpu": every tensor in host memory, py_exec gets ndarrays. "gpu": every tensor on a GPU;
     # "any": no device rule (accept decides). Non-"cpu" Python backends get the Tensors and
-    # py_exec(cmd, inputs, outputs, stream=None) runs synchronously (nnc/cuda/backends.py).
+    # py_exec(cmd, inputs, outputs, stream=None) runs synchronously (nnc/cuda/runner.py).
     cdef readonly str device
 
     cdef bint accepts(self, object cmd, list inputs, list outputs) except -1

@@ -2,6 +2,8 @@
 
 Layer 3, beside nnc.stream: layers 0-3 never import it; it fills their device tables when
 ``import nnc`` registers it. nnc.cuda.graph (CUDA-graph capture of a run) is a runner, layer 6.
+The GPU backends live with their command families (nnc/cmd/<family>/gpu/, this layer too), made
+by nnc.cuda.runner and registered by nnc.cuda.builtins.
 
 NNC: ccv_nnc_device_count / the GPU half of ccv_nnc_init. Nothing here imports cuda-bindings at
 ``import nnc``: the probe runs on the first call of :func:`available` (or of anything that needs

@@ -19,7 +19,7 @@ cdef class CCalls:
 
 
 cdef class CLaunch:
-    # A prepared kernel launch (nnc.cuda.backends._Launch) in C fields; immutable once made.
+    # A prepared kernel launch (nnc.cuda.runner.Launch) in C fields; immutable once made.
     cdef void* f                        # CUfunction
     cdef unsigned dims[6]               # grid x, y, z, block x, y, z
     cdef void** params                  # the _Launch's packed parameter array

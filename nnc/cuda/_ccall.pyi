@@ -2,8 +2,8 @@
 
 from typing_extensions import disjoint_base
 
-from nnc.cuda.backends import Launch
 from nnc.cuda.driver import Device
+from nnc.cuda.runner import Launch
 
 __all__ = ["CCalls", "CLaunch", "NAMES", "calls_of", "enabled", "null_entry_points"]
 

@@ -8,7 +8,7 @@ later; a GPU stream decides at enqueue time, on the enqueueing thread:
 
 - a device launch (TASK_PY with TASK_LAUNCH: a GPU backend) is launched now with the CUDA
   stream, as prepared launches (parameters packed once) for graph nodes whose backend offers
-  ``prepare`` (registered in nnc.cuda.backends.PREPARE) and whose tensors cannot move;
+  ``prepare`` (registered in nnc.cuda.runner.PREPARE) and whose tensors cannot move;
 - host bookkeeping (TASK_NOW: a loop's count, multiview selection, carry-overs) runs now: it
   only has to precede the launches that read the pointers it sets;
 - a C call (TASK_CALL, e.g. a coroutine's inbox post) becomes ``cuLaunchHostFunc`` with that C
@@ -50,9 +50,9 @@ from nnc.stream.worker cimport (
 from nnc.cuda._ccall cimport CCalls, CLaunch, calls_of
 
 from nnc.cuda import _hostfn
-from nnc.cuda.backends import PREPARE   # backend function -> prepare: never found by name
-from nnc.cuda.backends import Launch
 from nnc.cuda.driver import CudaEvent, CudaStream, check, driver
+from nnc.cuda.runner import PREPARE     # backend function -> prepare: never found by name
+from nnc.cuda.runner import Launch
 
 __all__ = ["GpuSignal", "GpuStream", "capturing", "device_half", "set_capturing", "signal_half"]
 

@@ -21,9 +21,10 @@ import nnc
 from nnc import cuda
 from nnc.cmd.command import cmd_backends_for
 from nnc.cmd.gemm import gemm_shape
-from nnc.cuda import cublas_gemm, memory
+from nnc.cmd.gemm.gpu import cublas as cublas_gemm
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
+from nnc.cuda import memory
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                 "driver borrows its enums and handle types)")
@@ -63,7 +64,7 @@ def backend_fn(name):
 
 
 # ---------------------------------------------------------------------------------------------
-# GEMM (nnc/cuda/cublas_gemm.py)
+# GEMM (nnc/cmd/gemm/gpu/cublas.py)
 # ---------------------------------------------------------------------------------------------
 
 def _reference(ta, tb, ins, dtype):

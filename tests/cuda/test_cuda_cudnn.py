@@ -1,4 +1,4 @@
-"""CONVOLUTION through cuDNN (nnc/cuda/cudnn_conv.py) against fakes: the fake driver of
+"""CONVOLUTION through cuDNN (nnc/cmd/convolution/gpu/cudnn.py) against fakes: the fake driver of
 tests/fakes/cuda_driver.py and the fake cuDNN frontend of tests/fakes/cudnn_frontend.py. Where the
 real frontend imports, our graphs are also recorded on it and the fake's surface is checked against
 it. The "gpu" variants run on a real GPU where one (and the library) exists."""
@@ -20,9 +20,10 @@ import nnc
 from nnc import cuda
 from nnc.cmd.command import cmd_backends_for
 from nnc.cmd.convolution import conv_shape
-from nnc.cuda import cudnn_conv, memory
+from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
+from nnc.cuda import memory
 
 _no_bindings = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                   "driver borrows its enums and handle types)")

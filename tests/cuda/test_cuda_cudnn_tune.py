@@ -1,5 +1,5 @@
-"""Timed cuDNN plans (nnc/cuda/cudnn_conv.py): every candidate timed on first use, the fastest
-kept and cached on disk, the record implementation() returns. Against the fake driver of
+"""Timed cuDNN plans (nnc/cmd/convolution/gpu/cudnn.py): every candidate timed on first use, the
+fastest kept and cached on disk, the record implementation() returns. Against the fake driver of
 tests/fakes/cuda_driver.py and the fake frontend of tests/fakes/cudnn_frontend.py, whose candidates
 have known costs and whose clock advances by exactly those costs, so every choice here is
 deterministic. The disk cache always lives in the test's tmp_path."""
@@ -22,8 +22,9 @@ from fakes.cudnn_frontend import install as install_cudnn
 from test_cuda_cudnn import _case, _gpu, _nhwc_strides, _ref, _run_conv, _tol
 
 import nnc
-from nnc.cuda import cudnn_conv, memory
+from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
 from nnc.cuda import driver as drv
+from nnc.cuda import memory
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                 "driver borrows its enums and handle types)")
@@ -372,7 +373,7 @@ def test_concurrent_writers_in_two_processes(tmp_path):
     script = textwrap.dedent("""
         import sys, warnings
         warnings.simplefilter("error")
-        from nnc.cuda import cudnn_conv as c
+        from nnc.cmd.convolution.gpu import cudnn as c
         who = sys.argv[1]
         for k in range(60):
             choice = c._Choice("timed", f"plan{who}{k}", 1.0 + k, 3, engine=k, knobs="[]")

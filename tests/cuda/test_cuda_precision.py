@@ -22,8 +22,10 @@ from fakes.cuda_driver import install, real
 import nnc
 from nnc import cuda
 from nnc.cmd.convolution import conv_shape
-from nnc.cuda import cublas_gemm, cudnn_conv, memory
+from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
+from nnc.cmd.gemm.gpu import cublas as cublas_gemm
 from nnc.cuda import graph as cgraph
+from nnc.cuda import memory
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                 "driver borrows its enums and handle types)")

@@ -17,9 +17,9 @@ from fakes.cuda_driver import REAL_CHECK, install, real
 
 import nnc
 from nnc import cuda
-from nnc.cuda import backends, memory
 from nnc.cuda import driver as drv
 from nnc.cuda import graph as cgraph
+from nnc.cuda import memory, runner
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "
                                 "driver borrows its enums and handle types)")
@@ -268,7 +268,7 @@ def test_convolution_matches_cpu_ref(env, case, slice_out, activation):
         buf = nnc.Tensor.zeros(shape[:-1] + (shape[-1] + 3,), device="gpu")
         pixels = int(np.prod(shape[:-1]))
         out = buf.view(shape, offset=1, strides=_nhwc_strides(shape, shape[-1] + 3))
-        assert pixels and backends.pixel_stride(out) == shape[-1] + 3
+        assert pixels and runner.pixel_stride(out) == shape[-1] + 3
     else:
         out = nnc.Tensor.empty(shape, device="gpu")
     nnc.cmd_exec(nnc.Cmd("CONVOLUTION", **params), [gpu(x), gpu(w), gpu(bias)], [out])
@@ -309,12 +309,12 @@ def test_pooling_matches_cpu_ref(env, kind, params):
 
 def test_pixel_stride():
     t = nnc.Tensor.empty((2, 3, 4, 5))
-    assert backends.pixel_stride(t) == 5
-    assert backends.pixel_stride(t.view((2, 3, 4, 2), 1, (60, 20, 5, 1))) == 5
-    assert backends.pixel_stride(t.view((2, 3, 2, 5), 0, (60, 20, 10, 1))) == 10
-    assert backends.pixel_stride(t.view((2, 3, 4, 2), 0, (60, 20, 5, 2))) is None
-    assert backends.pixel_stride(t.view((2, 3, 4, 5), 0, (60, 20, 4, 1))) is None  # overlap
-    assert backends.pixel_stride(nnc.Tensor.empty((4, 5))) is None
+    assert runner.pixel_stride(t) == 5
+    assert runner.pixel_stride(t.view((2, 3, 4, 2), 1, (60, 20, 5, 1))) == 5
+    assert runner.pixel_stride(t.view((2, 3, 2, 5), 0, (60, 20, 10, 1))) == 10
+    assert runner.pixel_stride(t.view((2, 3, 4, 2), 0, (60, 20, 5, 2))) is None
+    assert runner.pixel_stride(t.view((2, 3, 4, 5), 0, (60, 20, 4, 1))) is None  # overlap
+    assert runner.pixel_stride(nnc.Tensor.empty((4, 5))) is None
 
 
 def test_struct_layouts_match_c():
@@ -324,9 +324,9 @@ def test_struct_layouts_match_c():
             "count_include_pad", "relu")] + [("x_ps", ctypes.c_longlong),
                                              ("o_ps", ctypes.c_longlong)]
 
-    assert backends.WINDOW_T.itemsize == ctypes.sizeof(Window) == 88
+    assert runner.WINDOW_T.itemsize == ctypes.sizeof(Window) == 88
     for name, _ in Window._fields_:
-        assert backends.WINDOW_T.fields[name][1] == getattr(Window, name).offset, name
+        assert runner.WINDOW_T.fields[name][1] == getattr(Window, name).offset, name
     params, keep = drv.pack_args([np.float32(2.5), np.uint64(0xDEADBEEF), np.int64(-3)])
     assert ctypes.c_float.from_address(int(params[0])).value == 2.5
     assert ctypes.c_uint64.from_address(int(params[1])).value == 0xDEADBEEF

@@ -1,7 +1,7 @@
 """Fakes of the GPU libraries nnc calls, for machines without a GPU (docs/gpu.md, "Testing
 without a GPU"): cuda_driver (the CUDA driver through cuda-bindings), cudnn_frontend (the
-cudnn-frontend surface of nnc.cuda.cudnn_conv), cublas (nvmath-python's cuBLAS surface of
-nnc.cuda.cublas_gemm), and gpu_bench (benchmarks.gpu on the fake driver, run as a script).
+cudnn-frontend surface of nnc.cmd.convolution.gpu.cudnn), cublas (nvmath-python's cuBLAS surface of
+nnc.cmd.gemm.gpu.cublas), and gpu_bench (benchmarks.gpu on the fake driver, run as a script).
 
 Tests import them as ``from fakes.cuda_driver import install`` (tests/conftest.py puts tests/ on
 sys.path)."""

@@ -1,4 +1,4 @@
-"""A fake of the nvmath-python cuBLAS surface nnc uses (nnc/cuda/cublas_gemm.py), on the fake
+"""A fake of the nvmath-python cuBLAS surface nnc uses (nnc/cmd/gemm/gpu/cublas.py), on the fake
 driver of tests/fakes/cuda_driver.py.
 
 Handles remember their device context, stream, workspace and modes; every GEMM checks its
@@ -282,7 +282,7 @@ class FakeCublas:
 
 def install(monkeypatch, fake_driver):
     """Make GPU_OPT use a new FakeCublas on ``fake_driver`` until the test ends; returns it."""
-    from nnc.cuda import cublas_gemm
+    from nnc.cmd.gemm.gpu import cublas as cublas_gemm
 
     fake = FakeCublas(fake_driver)
     monkeypatch.setattr(cublas_gemm, "_probed", (fake, None))

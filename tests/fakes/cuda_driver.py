@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from nnc.cuda.backends import GEMM_FIELDS, WINDOW_T
+from nnc.cmd.gemm.gpu.ref import GEMM_FIELDS
+from nnc.cuda.runner import WINDOW_T
 
 try:
     from cuda.bindings import driver as real
@@ -751,7 +752,8 @@ def unfake_libraries(monkeypatch):
     """Mark cuBLAS and cuDNN unavailable while a fake driver is installed: a real library
     (where one is installed, on a GPU machine too) would run on fake pointers.
     tests/fakes/cublas.py's and fakes/cudnn_frontend.py's install() replace them with fakes."""
-    from nnc.cuda import cublas_gemm, cudnn_conv
+    from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
+    from nnc.cmd.gemm.gpu import cublas as cublas_gemm
 
     monkeypatch.setattr(cublas_gemm, "_probed",
                         (None, "cuBLAS is not faked (tests/fakes/cublas.py)"))

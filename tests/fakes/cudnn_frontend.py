@@ -1,4 +1,5 @@
-"""A fake of the cudnn-frontend surface nnc.cuda.cudnn_conv uses, over tests/fakes/cuda_driver.py.
+"""A fake of the cudnn-frontend surface nnc.cmd.convolution.gpu.cudnn uses, over
+tests/fakes/cuda_driver.py.
 
 It accepts exactly the calls and keywords nnc makes (tests/cuda/test_cuda_cudnn.py checks each one
 against the real frontend where ``cudnn`` is importable), enforces the frontend's call order
@@ -459,10 +460,10 @@ def _conv_nchw(x, w, pre, post, stride):
 
 
 def install(monkeypatch, driver, cache_dir, **config):
-    """Make nnc.cuda.cudnn_conv use a new FakeCudnn over FakeDriver ``driver`` until the test
-    ends (fresh plan caches and handles, the fake's clock for timing, timed plans on, and the
+    """Make nnc.cmd.convolution.gpu.cudnn use a new FakeCudnn over FakeDriver ``driver`` until the
+    test ends (fresh plan caches and handles, the fake's clock for timing, timed plans on, and the
     disk cache in ``cache_dir``: never the user's); returns it."""
-    from nnc.cuda import cudnn_conv
+    from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
 
     fake = FakeCudnn(driver, **config)
     monkeypatch.setattr(cudnn_conv, "_status", (fake, None))

@@ -23,8 +23,11 @@ sys.path[:0] = [os.path.dirname(os.path.dirname(HERE)), os.path.dirname(HERE)]
 import nnc  # noqa: E402
 from fakes.cuda_driver import Checked, FakeDriver, unfake_libraries  # noqa: E402
 from nnc import cuda  # noqa: E402
-from nnc.cuda import backends, cudnn_conv, nvrtc  # noqa: E402
+from nnc.cmd.convolution.gpu import cudnn as cudnn_conv  # noqa: E402
+from nnc.cmd.convolution.gpu.ref import conv_body  # noqa: E402
+from nnc.cmd.pooling.gpu.ref import pool_body  # noqa: E402
 from nnc.cuda import driver as drv  # noqa: E402
+from nnc.cuda import nvrtc, runner  # noqa: E402
 
 
 def install():
@@ -47,11 +50,11 @@ def stand_in_implementation(cmd, inputs, outputs):
 
 
 def register_stand_in_gpu_opt():
-    for command, body in (("MAX_POOL", backends._pool("max_pool")),
-                          ("AVG_POOL", backends._pool("avg_pool")),
-                          ("CONVOLUTION", backends.conv_body)):
-        nnc.register_backend(command, "GPU_OPT", backends.runner(body, name="GPU_OPT"),
-                             datatypes=backends.FLOAT_TYPES, accept=backends._window_accept,
+    for command, body in (("MAX_POOL", pool_body("max_pool")),
+                          ("AVG_POOL", pool_body("avg_pool")),
+                          ("CONVOLUTION", conv_body)):
+        nnc.register_backend(command, "GPU_OPT", runner.runner(body, name="GPU_OPT"),
+                             datatypes=runner.FLOAT_TYPES, accept=runner.window_accept,
                              device="gpu", priority=16, replace=True)
     cudnn_conv.implementation = stand_in_implementation
 

@@ -38,3 +38,27 @@ def test_get_include_has_the_pxd_files():
     assert os.path.exists(os.path.join(inc, "nnc.h"))
     assert os.path.exists(os.path.join(inc, "nnc_types.h"))
     assert os.path.exists(os.path.join(inc, "tensor", "tensor.pxd"))
+
+
+def test_documented_gpu_opt_paths_are_the_backend_modules():
+    """``nnc.cuda.cudnn_conv`` and ``nnc.cuda.cublas_gemm`` (docs/gpu.md) are the very modules
+    of the families' gpu/ folders, by import, by attribute and by import_module, so a setting
+    made through the documented path (``TUNE``) reaches the backend."""
+    import importlib
+
+    import nnc.cuda.cublas_gemm
+    import nnc.cuda.cudnn_conv
+    from nnc.cmd.convolution.gpu import cudnn
+    from nnc.cmd.gemm.gpu import cublas
+    from nnc.cuda import cublas_gemm, cudnn_conv
+
+    assert cudnn_conv is nnc.cuda.cudnn_conv is cudnn
+    assert importlib.import_module("nnc.cuda.cudnn_conv") is cudnn
+    assert cublas_gemm is nnc.cuda.cublas_gemm is cublas
+    assert importlib.import_module("nnc.cuda.cublas_gemm") is cublas
+    old = cudnn.TUNE
+    try:
+        nnc.cuda.cudnn_conv.TUNE = False
+        assert cudnn.TUNE is False
+    finally:
+        cudnn.TUNE = old

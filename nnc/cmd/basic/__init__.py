@@ -1,5 +1,6 @@
 """Layer 2 command, the basic family: this module (the definitions and CPU_REF), cpu_opt.pyx
-(CPU_OPT of SET and DATA_TRANSFER). The GPU backends are registered by nnc.cuda.
+(CPU_OPT of SET and DATA_TRANSFER); gpu/ (layer 3, never imported from here): GPU_REF of SET and
+DATA_TRANSFER, registered by nnc.cuda.builtins.
 
 NOOP, CUSTOM, SET and DATA_TRANSFER: commands that move or fill data (NNC: cmd/util, blas)."""
 

@@ -1,7 +1,7 @@
 """Layer 2 command, the element-wise family: this module (EW*, SCALAR_MUL, RELU, SIGMOID, TANH),
 binary.py (ADD, MUL with broadcasting), clamp.py (CLAMP): definitions and CPU_REF; cpu_opt.pyx,
-cpu_opt_unary.pyx and cpu_opt_binary.pyx: their CPU_OPT C loops. The GPU backends are registered by
-nnc.cuda.
+cpu_opt_unary.pyx and cpu_opt_binary.pyx: their CPU_OPT C loops; gpu/ (layer 3, never imported
+from here): GPU_REF of EW*, RELU and SCALAR_MUL, registered by nnc.cuda.builtins.
 
 Element-wise commands: EWSUM, EWPROD, EWDIV, EWEXP, EWLOG, EWSQRT, SCALAR_MUL, RELU, SIGMOID,
 TANH (NNC: cmd/ew, cmd/scalar_mul, cmd/relu, cmd/sigmoid, cmd/tanh). All inputs and outputs share

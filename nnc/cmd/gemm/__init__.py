@@ -1,5 +1,6 @@
 """Layer 2 command, the GEMM family: this module (the definition, CPU_REF and CPU_NUMPY),
-cpu_opt.pyx (CPU_OPT: OpenBLAS GEMM). The GPU backends are registered by nnc.cuda.
+cpu_opt.pyx (CPU_OPT: OpenBLAS GEMM); gpu/ (layer 3, never imported from here): GPU_REF and
+GPU_OPT through cuBLAS, registered by nnc.cuda.builtins.
 
 GEMM: out = op(a) @ op(w) + bias (NNC: cmd/blas/ccv_nnc_gemm_cpu_ref.c, ccv_nnc_gemm_cpu_opt.c).
 

@@ -1,5 +1,6 @@
 """Layer 2 command, the pooling family: this module (the definitions, CPU_REF and CPU_NUMPY),
-cpu_opt.pyx (CPU_OPT). The GPU backends are registered by nnc.cuda.
+cpu_opt.pyx (CPU_OPT); gpu/ (layer 3, never imported from here): GPU_REF, registered by
+nnc.cuda.builtins.
 
 MAX_POOL and AVG_POOL, NHWC (NNC: cmd/pool/ccv_nnc_max_pool_cpu_ref.c, _avg_pool_cpu_ref.c).
 

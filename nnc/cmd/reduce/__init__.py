@@ -1,5 +1,5 @@
 """Layer 2 command, the reduce family: this module (the definitions and CPU_REF), cpu_opt.pyx
-(CPU_OPT). The GPU backends are registered by nnc.cuda.
+(CPU_OPT). No GPU backend.
 
 REDUCE_SUM, REDUCE_MEAN and REDUCE_MAX over some axes (NNC: cmd/reduce, CMD_REDUCE_SUM_FORWARD
 and friends, whose ``reduce.axis``/``count`` is ``axes`` here).

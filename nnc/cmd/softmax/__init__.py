@@ -1,5 +1,5 @@
 """Layer 2 command, the softmax family: this module (the definition and CPU_REF), cpu_opt.pyx
-(CPU_OPT). The GPU backends are registered by nnc.cuda.
+(CPU_OPT); gpu/ (layer 3, never imported from here): GPU_REF, registered by nnc.cuda.builtins.
 
 SOFTMAX over the last axis (NNC: cmd/softmax/ccv_nnc_softmax_cpu_ref.c).
 

@@ -1,5 +1,5 @@
 """Layer 2 command, the transpose family: this module (the definition, CPU_REF and CPU_OPT's Python
-entry), cpu_opt.pyx (the C tile loops). The GPU backends are registered by nnc.cuda.
+entry), cpu_opt.pyx (the C tile loops). No GPU backend.
 
 TRANSPOSE (NNC: cmd/util's CMD_TRANSPOSE_FORWARD(axis_a, axis_b)).
 

@@ -1,8 +1,8 @@
-// Shared by every nnc kernel file (nnc/cuda/kernels.py prepends it; NVRTC needs no headers).
+// Shared by every nnc kernel file (nnc/cuda/nvrtc.py prepends it; NVRTC needs no headers).
 // Element counts and offsets are long long: a tensor may hold more than 2^31 elements.
 // Each kernel file defines templates and instantiates them once per dtype under C names
-// "nnc_<kernel>_f16" / "nnc_<kernel>_f32" / "nnc_<kernel>_f64", which nnc/cuda/backends.py
-// looks up.
+// "nnc_<kernel>_f16" / "nnc_<kernel>_f32" / "nnc_<kernel>_f64", which nnc/cuda/runner.py
+// (kernel_function) looks up.
 
 #define NNC_GRID_STRIDE(i, n) \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \

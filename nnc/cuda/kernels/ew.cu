@@ -1,7 +1,7 @@
 // Element-wise commands on contiguous tensors of n elements (nnc/cmd/elementwise/, nnc/cmd/basic/).
 // EWSUM / EWPROD take up to NNC_EW_MAX_INPUTS inputs in one launch (more: chained launches
-// accumulating into the output, which backends.py arranges). Arithmetic is in nnc_acc_t<T>
-// (float for float16); SCALAR_MUL's factor and SET's value come in that type.
+// accumulating into the output, which nnc/cmd/elementwise/gpu/ref.py arranges). Arithmetic is
+// in nnc_acc_t<T> (float for float16); SCALAR_MUL's factor and SET's value come in that type.
 
 #define NNC_EW_MAX_INPUTS 8
 
@@ -70,9 +70,10 @@ __device__ void set_value(nnc_acc_t<T> value, T* y, long long ys, long long n, l
     NNC_GRID_STRIDE(i, n) { NNC_ROWS_AT(y, ys, i, cols) = v; }
 }
 
-// The epilogue of a convolution whose library call could not fuse it (nnc/cuda/cudnn_conv.py):
-// y = y + bias[c] (bias may be NULL), then ReLU if relu, in place over rows of `cols` channels
-// spaced ys apart (a concat slice as output). NaN stays NaN, as in ew_relu and conv_direct.
+// The epilogue of a convolution whose library call could not fuse it
+// (nnc/cmd/convolution/gpu/cudnn.py): y = y + bias[c] (bias may be NULL), then ReLU if relu, in
+// place over rows of `cols` channels spaced ys apart (a concat slice as output). NaN stays NaN,
+// as in ew_relu and conv_direct.
 template <typename T>
 __device__ void bias_act(const T* bias, int relu, T* y, long long ys, long long n,
                          long long cols) {

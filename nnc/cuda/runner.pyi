@@ -1,4 +1,5 @@
-"""GPU_REF: the GPU backends of the built-in commands (nnc/cuda/backends.py)."""
+"""How a GPU backend's body reaches a CUDA stream: the runner and shared helpers
+(nnc/cuda/runner.py)."""
 
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -9,16 +10,18 @@ import numpy.typing as npt
 from nnc.cmd.command import Cmd
 from nnc.tensor.tensor import Tensor
 
-__all__ = ["ACC_DTYPE", "BACKEND", "GPU_TYPES", "PREPARE", "ByPrecision", "Launch", "bias_act",
-           "conv_body", "operands", "pixel_stride", "register", "row_stride", "runner",
-           "same_gpu", "tensors_of"]
+__all__ = ["ACC_DTYPE", "BACKEND", "FLOAT_TYPES", "GPU_TYPES", "PREPARE", "THREADS", "WINDOW_T",
+           "ByPrecision", "Launch", "contiguous_same_gpu", "grid_1d", "kernel_function",
+           "operands", "pixel_stride", "ptr", "register_ref", "row_layout", "row_stride",
+           "rows_same_gpu", "runner", "same_gpu", "scalar_param", "tensors_of", "window_accept",
+           "window_geometry"]
 
 BACKEND: str
 FLOAT_TYPES: tuple[str, ...]
 GPU_TYPES: tuple[str, ...]
 ACC_DTYPE: dict[np.dtype[Any], np.dtype[Any]]
+THREADS: int
 WINDOW_T: np.dtype[np.void]
-GEMM_FIELDS: tuple[str, ...]
 PREPARE: dict[Callable[..., None], Callable[..., list[Callable[[Any], None]]]]
 
 class ByPrecision:
@@ -37,28 +40,36 @@ class Launch:
                  args: Sequence[Any]) -> None: ...
     def __call__(self, stream: Any) -> None: ...
 
+def ptr(t: Tensor | None) -> np.uint64: ...
+def grid_1d(dev: Any, n: int, threads: int = ...) -> tuple[int]: ...
 def tensors_of(
     inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
 ) -> list[Tensor]: ...
 def same_gpu(ts: Sequence[Tensor]) -> bool: ...
 def pixel_stride(t: Tensor) -> int | None: ...
 def row_stride(t: Tensor) -> int | None: ...
+def row_layout(*ts: Tensor) -> tuple[int, int, list[int | None]]: ...
+def kernel_function(dev: Any, kernel: str, t: Tensor) -> Any: ...
+def scalar_param(t: Tensor, value: float) -> npt.NDArray[Any]: ...
 def operands(
     inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor]: ...
-def bias_act(dev: Any, sink: Any, bias: Tensor | None, relu: bool, out: Tensor) -> None: ...
-def conv_body(
-    dev: Any, sink: Any, cmd: Cmd, inputs: Sequence[Tensor | None],
-    outputs: Sequence[Tensor | None],
-) -> None: ...
 def runner(
     body: Callable[..., None], name: str = ..., peers: bool = ..., precise: bool = ...
 ) -> Callable[..., None]: ...
-
-def gemm_geometry(
-    cmd: Cmd, a: Tensor, w: Tensor, out: Tensor
-) -> tuple[tuple[int, int, int], npt.NDArray[np.int64]]: ...
 def window_geometry(
     cmd: Cmd, x: Tensor, out: Tensor, groups: int = 1
 ) -> npt.NDArray[np.void]: ...
-def register() -> None: ...
+def window_accept(
+    cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
+) -> bool: ...
+def contiguous_same_gpu(
+    cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
+) -> bool: ...
+def rows_same_gpu(
+    cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
+) -> bool: ...
+def register_ref(
+    command: str, body: Callable[..., None], accept: Callable[..., bool] = ...,
+    device: str = ..., datatypes: Sequence[str] | None = ..., peers: bool = ...,
+) -> None: ...

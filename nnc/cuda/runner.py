@@ -1,17 +1,28 @@
-"""GPU_REF: the GPU backends of the built-in commands, launching nnc's NVRTC-compiled kernels.
+"""How a GPU backend's body reaches a CUDA stream: the runner every GPU backend is made by, and
+the helpers the built-in families' kernels share.
 
-NNC: cmd/*/gpu/ccv_nnc_*_gpu_ref.cu (reference CUDA kernels). Each backend is registered for
-float16, float32 and float64 with ``device="gpu"`` (DATA_TRANSFER: ``"any"``, one side may be host
-memory), so the default choice follows the tensors' device: host tensors get CPU_OPT/CPU_REF,
-GPU tensors get GPU_REF. Registering them needs no CUDA (nothing here imports cuda-bindings until
-a kernel is launched); on a machine without a GPU no tensor can select them.
+NNC: the launch half of cmd/*/gpu/ccv_nnc_*_gpu_ref.cu. The backends themselves live with their
+command family (nnc/cmd/<family>/gpu/: ``ref.py`` for GPU_REF, ``cudnn.py`` / ``cublas.py`` for
+GPU_OPT), registered in order by nnc/cuda/builtins.py; their CUDA C kernels are
+nnc/cuda/kernels/*.cu, compiled by nnc.cuda.nvrtc. Here: :func:`runner` (a body becomes a backend
+that runs now or is prepared once for a GPU stream, :data:`PREPARE`), the two sinks a body sends
+its work to, :class:`Launch` (a kernel launch packed once), :class:`ByPrecision` (a prepared
+float32 GPU_OPT node keyed by nnc.cuda.precision()), the compiled kernel of a dtype
+(:func:`kernel_function`), launch geometry (:func:`grid_1d`, :func:`window_geometry`), the
+operand layouts the kernels take (:func:`pixel_stride`, :func:`row_stride`, :func:`row_layout`)
+and the ``accept`` predicates several families share.
+
+GPU_REF is registered for float16, float32 and float64 with ``device="gpu"`` (DATA_TRANSFER:
+``"any"``, one side may be host memory), so the default choice follows the tensors' device: host
+tensors get CPU_OPT/CPU_REF, GPU tensors get GPU_REF. Registering needs no CUDA (nothing here
+imports cuda-bindings until a kernel is launched); on a machine without a GPU no tensor can select
+them.
 
 A backend is ``fn(cmd, inputs, outputs, stream=None)`` on Tensors: with a
 :class:`~nnc.cuda.driver.CudaStream` it enqueues and returns; without one it runs on the
 device's per-thread synchronous stream and waits (``nnc.cmd_exec`` without a stream, and
-``Graph.run()``). Kernels: nnc/cuda/kernels/*.cu; launch geometry below.
-Results match CPU_REF within docs/commands.md's tolerances for float32/float64 (GEMM and
-CONVOLUTION accumulate in the tensor dtype, like BLAS; float16 is stored as float16 and
+``Graph.run()``). Results match CPU_REF within docs/commands.md's tolerances for float32/float64
+(GEMM and CONVOLUTION accumulate in the tensor dtype, like BLAS; float16 is stored as float16 and
 computed in float32, docs/gpu.md states its bound) - meant to be checked on a GPU by the
 "gpu" variants of tests/cuda/test_cuda_runtime.py, skipped where there is none; without a GPU the
 same tests check the argument packing and geometry against NumPy emulations of the kernels.
@@ -24,9 +35,11 @@ from nnc.base.core import CommandError
 from nnc.cuda import memory, nvrtc
 from nnc.cuda.driver import check, device, driver, launch, pack_args
 
-__all__ = ["ACC_DTYPE", "BACKEND", "GPU_TYPES", "PREPARE", "ByPrecision", "Launch", "bias_act",
-           "conv_body", "operands", "pixel_stride", "register", "row_stride", "runner",
-           "same_gpu", "tensors_of"]
+__all__ = ["ACC_DTYPE", "BACKEND", "FLOAT_TYPES", "GPU_TYPES", "PREPARE", "THREADS", "WINDOW_T",
+           "ByPrecision", "Launch", "contiguous_same_gpu", "grid_1d", "kernel_function",
+           "operands", "pixel_stride", "ptr", "row_layout", "row_stride", "rows_same_gpu",
+           "register_ref", "runner", "same_gpu", "scalar_param", "tensors_of", "window_accept",
+           "window_geometry"]
 
 BACKEND = "GPU_REF"
 FLOAT_TYPES = ("float32", "float64")
@@ -39,11 +52,7 @@ ACC_DTYPE = {np.dtype(np.float16): np.dtype(np.float32),
              np.dtype(np.float32): np.dtype(np.float32),
              np.dtype(np.float64): np.dtype(np.float64)}
 _FILE_OF = {k: f for f, names in nvrtc.KERNELS.items() for k in names}
-_THREADS = 256
-_MAX_EW_INPUTS = 8                  # NNC_EW_MAX_INPUTS in ew.cu
-_SOFTMAX_THREADS = 256              # NNC_SOFTMAX_THREADS in softmax.cu
-_GEMM_TILE, _GEMM_ROWS = 32, 8      # NNC_TILE, NNC_ROWS in gemm.cu
-_MAX_GRID_Z = 65535
+THREADS = 256
 
 # nnc_window_t in conv.cu, field by field (align=True gives the C layout: 88 bytes).
 WINDOW_T = np.dtype([("n", "<i8"), ("h", "<i4"), ("w", "<i4"), ("c", "<i4"), ("ho", "<i4"),
@@ -51,15 +60,14 @@ WINDOW_T = np.dtype([("n", "<i8"), ("h", "<i4"), ("w", "<i4"), ("c", "<i4"), ("h
                      ("sw", "<i4"), ("pt", "<i4"), ("pl", "<i4"), ("groups", "<i4"),
                      ("count_include_pad", "<i4"), ("relu", "<i4"), ("x_ps", "<i8"),
                      ("o_ps", "<i8")], align=True)
-# nnc_gemm_t in gemm.cu: m, n, k, a_bs, a_ms, a_ks, w_bs, w_ks, w_ns, o_bs, o_ms (all int64).
-GEMM_FIELDS = ("m", "n", "k", "a_bs", "a_ms", "a_ks", "w_bs", "w_ks", "w_ns", "o_bs", "o_ms")
 
 
-def _ptr(t):
+def ptr(t):
+    """A tensor's device address as a kernel argument (0 for None: an absent bias)."""
     return np.uint64(0 if t is None else t.data_ptr)
 
 
-def _grid_1d(dev, n, threads=_THREADS):
+def grid_1d(dev, n, threads=THREADS):
     # Grid-stride kernels: enough blocks to fill every SM a few times, no more.
     return (max(1, min((n + threads - 1) // threads, dev.sm_count * 32)),)
 
@@ -182,10 +190,11 @@ def runner(body, name=BACKEND, peers=False, precise=False):
 
     The body sends its work to ``sink``: ``sink.kernel(f, grid, block, args)``,
     ``sink.copy(dst, src)`` or ``sink.call(op)``, where ``op(cuda_stream)`` enqueues work
-    through a library (cuBLAS, cuDNN: nnc/cuda/cublas_gemm.py, cudnn_conv.py). The backend runs
-    the body at once (onto a stream); its ``prepare(cmd, inputs, outputs)`` runs it into a
-    list of ops with every kernel's parameters packed, which a graph runner replays for each
-    run at the cost of one driver call per launch (a GPU nnc.Stream, :data:`PREPARE`).
+    through a library (cuBLAS, cuDNN: nnc/cmd/gemm/gpu/cublas.py,
+    nnc/cmd/convolution/gpu/cudnn.py). The backend runs the body at once (onto a stream); its
+    ``prepare(cmd, inputs, outputs)`` runs it into a list of ops with every kernel's parameters
+    packed, which a graph runner replays for each run at the cost of one driver call per launch
+    (a GPU nnc.Stream, :data:`PREPARE`).
     ``peers``: the tensors may be on several devices (copies); otherwise they must be on the
     stream's. ``precise``: the body reads ``sink.precision`` (nnc.cuda.precision(), read when it
     runs) for float32 tensors, so a prepared float32 node is one :class:`ByPrecision` op.
@@ -235,45 +244,17 @@ def runner(body, name=BACKEND, peers=False, precise=False):
     return backend
 
 
-def _fn(dev, kernel, t):
+def kernel_function(dev, kernel, t):
+    """The compiled ``nnc_<kernel>_f16|f32|f64`` of t's dtype on ``dev`` (nnc/cuda/kernels)."""
     return dev.function(_FILE_OF[kernel], f"nnc_{kernel}_{_SUFFIX[t.dtype]}")
 
 
-def _scalar(t, value):
+def scalar_param(t, value):
+    """A scalar parameter as the kernels of t's dtype take it (:data:`ACC_DTYPE`)."""
     return np.asarray(value, ACC_DTYPE[np.dtype(t.dtype)])
 
 
-def _ew_reduce(kernel):
-    def body(dev, sink, cmd, inputs, outputs):
-        y = outputs[0]
-        n = y.size
-        if n == 0:
-            return
-        f = _fn(dev, kernel, y)
-        pending = list(inputs)
-        first = True
-        while first or pending:
-            # Later chunks fold into y: y = y (+|*) x_k ... (each element read, then written).
-            take = pending[:_MAX_EW_INPUTS if first else _MAX_EW_INPUTS - 1]
-            del pending[:len(take)]
-            ptrs = ([] if first else [y]) + take
-            arr = np.zeros(_MAX_EW_INPUTS, np.uint64)
-            arr[:len(ptrs)] = [t.data_ptr for t in ptrs]
-            sink.kernel(f, _grid_1d(dev, n), (_THREADS,),
-                        [arr, np.int32(len(ptrs)), _ptr(y), np.int64(n)])
-            first = False
-
-    return body
-
-
-def _ewdiv(dev, sink, cmd, inputs, outputs):
-    y = outputs[0]
-    if y.size:
-        sink.kernel(_fn(dev, "ewdiv", y), _grid_1d(dev, y.size), (_THREADS,),
-                    [_ptr(inputs[0]), _ptr(inputs[1]), _ptr(y), np.int64(y.size)])
-
-
-def _row_layout(*ts):
+def row_layout(*ts):
     """(n, cols, [row stride of each t]) for same-shape tensors seen as rows x cols (ew.cu):
     one row when all are contiguous, else rows of the last axis, evenly spaced."""
     n = ts[0].size
@@ -299,107 +280,9 @@ def row_stride(t):
     return p
 
 
-def _unary(kernel):
-    def body(dev, sink, cmd, inputs, outputs):
-        x, y = inputs[0], outputs[0]
-        n, cols, (xs, ys) = _row_layout(x, y)
-        if n:
-            sink.kernel(_fn(dev, kernel, y), _grid_1d(dev, n), (_THREADS,),
-                        [_ptr(x), np.int64(xs), _ptr(y), np.int64(ys), np.int64(n),
-                         np.int64(cols)])
-
-    return body
-
-
-def _scalar_mul(dev, sink, cmd, inputs, outputs):
-    x, y = inputs[0], outputs[0]
-    n, cols, (xs, ys) = _row_layout(x, y)
-    if n:
-        sink.kernel(_fn(dev, "scalar_mul", y), _grid_1d(dev, n), (_THREADS,),
-                    [_scalar(y, cmd.params["a"]), _ptr(x), np.int64(xs), _ptr(y), np.int64(ys),
-                     np.int64(n), np.int64(cols)])
-
-
-def _set(dev, sink, cmd, inputs, outputs):
-    for y in outputs:
-        n, cols, (ys,) = _row_layout(y)
-        if n:
-            sink.kernel(_fn(dev, "set", y), _grid_1d(dev, n), (_THREADS,),
-                        [_scalar(y, cmd.params["value"]), _ptr(y), np.int64(ys), np.int64(n),
-                         np.int64(cols)])
-
-
-def _rows_same_gpu(cmd, inputs, outputs):
-    ts = tensors_of(inputs, outputs)
-    return same_gpu(ts) and all(t.is_contiguous or row_stride(t) is not None for t in ts)
-
-
-def _softmax(dev, sink, cmd, inputs, outputs):
-    y = outputs[0]
-    if y.size == 0:
-        return
-    cols = y.shape[-1]
-    rows = y.size // cols
-    grid = (max(1, min(rows, dev.sm_count * 16)),)
-    sink.kernel(_fn(dev, "softmax", y), grid, (_SOFTMAX_THREADS,),
-                [_ptr(inputs[0]), _ptr(y), np.int64(rows), np.int64(cols)])
-
-
-def gemm_geometry(cmd, a, w, out):
-    """(grid, nnc_gemm_t as int64[11]) for GEMM on these tensors (element strides)."""
-    ta, tb = cmd.params["transpose_a"], cmd.params["transpose_b"]
-    if a.ndim == 1:
-        m, k, a_ms, a_ks, a_bs = 1, a.shape[0], 0, a.strides[0], 0
-    else:
-        if ta:
-            k, m = a.shape[-2:]
-            a_ks, a_ms = a.strides[-2:]
-        else:
-            m, k = a.shape[-2:]
-            a_ms, a_ks = a.strides[-2:]
-        a_bs = a.strides[0] if a.ndim == 3 else 0
-    if tb:
-        n = w.shape[-2]
-        w_ns, w_ks = w.strides[-2:]
-    else:
-        n = w.shape[-1]
-        w_ks, w_ns = w.strides[-2:]
-    w_bs = w.strides[0] if w.ndim == 3 else 0
-    batch = a.shape[0] if a.ndim == 3 else (w.shape[0] if w.ndim == 3 else 1)
-    # out is [B?, M?, N]: the M axis exists when a is a matrix, the batch axis when B does.
-    has_m = a.ndim >= 2
-    o_ms = out.strides[-2] if has_m else 0
-    o_bs = out.strides[0] if out.ndim == (2 if not has_m else 3) else 0
-    g = np.array([m, n, k, a_bs, a_ms, a_ks, w_bs, w_ks, w_ns, o_bs, o_ms], np.int64)
-    grid = ((n + _GEMM_TILE - 1) // _GEMM_TILE, (m + _GEMM_TILE - 1) // _GEMM_TILE, batch)
-    return grid, g
-
-
 def operands(inputs, outputs):
     """(x or a, w, bias or None, out) of GEMM and CONVOLUTION."""
     return inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, outputs[0]
-
-
-def _gemm(dev, sink, cmd, inputs, outputs):
-    a, w, bias, out = operands(inputs, outputs)
-    if out.size == 0:
-        return
-    grid, g = gemm_geometry(cmd, a, w, out)
-    sink.kernel(_fn(dev, "gemm", out), grid, (_GEMM_TILE, _GEMM_ROWS),
-                [g, _ptr(a), _ptr(w), _ptr(bias), _ptr(out)])
-
-
-def _gemm_accept(cmd, inputs, outputs):
-    out = outputs[0]
-    if not same_gpu(tensors_of(inputs, outputs)) or out.strides[-1] != 1 and out.shape[-1] > 1:
-        return False
-    bias = operands(inputs, outputs)[2]
-    if bias is not None and not bias.is_contiguous:
-        return False
-    batch = max(t.shape[0] if t.ndim == 3 else 1 for t in inputs[:2])
-    rows = out.shape[-2] if inputs[0].ndim >= 2 else 1
-    # gridDim.y and gridDim.z are limited to 65535 blocks.
-    return batch <= _MAX_GRID_Z and (rows + _GEMM_TILE - 1) // _GEMM_TILE <= _MAX_GRID_Z
 
 
 def window_geometry(cmd, x, out, groups=1):
@@ -421,40 +304,9 @@ def window_geometry(cmd, x, out, groups=1):
     return g
 
 
-def bias_act(dev, sink, bias, relu, out):
-    """Enqueue ``out += bias`` (per channel; bias may be None) then ReLU if ``relu``, in place:
-    the epilogue of a library convolution that could not fuse it (nnc/cuda/cudnn_conv.py).
-    out: NHWC, pixels evenly spaced with unit channel stride (a concat slice too)."""
-    if out.size == 0 or (bias is None and not relu):
-        return
-    cols = out.shape[-1]
-    sink.kernel(_fn(dev, "bias_act", out), _grid_1d(dev, out.size), (_THREADS,),
-                [_ptr(bias), np.int32(bool(relu)), _ptr(out), np.int64(pixel_stride(out)),
-                 np.int64(out.size), np.int64(cols)])
-
-
-def conv_body(dev, sink, cmd, inputs, outputs):
-    """GPU_REF's CONVOLUTION: the direct kernel (GPU_OPT runs it where cuDNN has no plan)."""
-    x, w, bias, out = operands(inputs, outputs)
-    if out.size == 0:
-        return
-    g = window_geometry(cmd, x, out, cmd.params["groups"])
-    g["kh"], g["kw"] = w.shape[1], w.shape[2]
-    sink.kernel(_fn(dev, "conv", out), _grid_1d(dev, out.size), (_THREADS,),
-                [g, _ptr(x), _ptr(w), _ptr(bias), _ptr(out)])
-
-
-def _pool(kernel):
-    def body(dev, sink, cmd, inputs, outputs):
-        out = outputs[0]
-        if out.size:
-            sink.kernel(_fn(dev, kernel, out), _grid_1d(dev, out.size), (_THREADS,),
-                        [window_geometry(cmd, inputs[0], out), _ptr(inputs[0]), _ptr(out)])
-
-    return body
-
-
-def _window_accept(cmd, inputs, outputs):
+def window_accept(cmd, inputs, outputs):
+    """``accept`` of the window kernels (conv.cu: CONVOLUTION, MAX_POOL, AVG_POOL): one GPU,
+    NHWC pixels evenly spaced with unit channel stride, weights and bias contiguous."""
     if cmd.params.get("activation") not in (None, "relu"):
         return False                    # the kernels fuse ReLU only
     ts = tensors_of(inputs, outputs)
@@ -466,43 +318,24 @@ def _window_accept(cmd, inputs, outputs):
     return all(t.is_contiguous for t in inputs[1:] if t is not None)
 
 
-def _contiguous_same_gpu(cmd, inputs, outputs):
+def contiguous_same_gpu(cmd, inputs, outputs):
+    """``accept`` of kernels that take flat buffers: one GPU, every tensor contiguous."""
     ts = tensors_of(inputs, outputs)
     return same_gpu(ts) and all(t.is_contiguous for t in ts)
 
 
-def _transfer(dev, sink, cmd, inputs, outputs):
-    for x, y in zip(inputs, outputs):
-        sink.copy(y, x)
+def rows_same_gpu(cmd, inputs, outputs):
+    """``accept`` of the row kernels of ew.cu: one GPU, every tensor contiguous or evenly spaced
+    rows of a unit-stride last axis (:func:`row_layout`)."""
+    ts = tensors_of(inputs, outputs)
+    return same_gpu(ts) and all(t.is_contiguous or row_stride(t) is not None for t in ts)
 
 
-def _transfer_accept(cmd, inputs, outputs):
-    # Every pair is contiguous and has a GPU side (host <-> GPU, or GPU <-> GPU, peers too).
-    for x, y in zip(inputs, outputs):
-        if not (x.is_contiguous and y.is_contiguous) or x.device == y.device == "cpu":
-            return False
-    return True
-
-
-def register():
-    """Register GPU_REF for every built-in command it implements (once, at import nnc)."""
+def register_ref(command, body, accept=contiguous_same_gpu, device="gpu", datatypes=GPU_TYPES,
+                 peers=False):
+    """Register ``body`` as ``command``'s GPU_REF (each family's gpu/ref.py, once, at import
+    nnc through nnc/cuda/builtins.py)."""
     from nnc.cmd.command import register_backend
 
-    def add(command, body, accept=_contiguous_same_gpu, device="gpu", datatypes=GPU_TYPES):
-        register_backend(command, BACKEND, runner(body, peers=body is _transfer),
-                         datatypes=datatypes, accept=accept, device=device)
-
-    add("EWSUM", _ew_reduce("ewsum"))
-    add("EWPROD", _ew_reduce("ewprod"))
-    add("EWDIV", _ewdiv)
-    add("EWEXP", _unary("ewexp"), accept=_rows_same_gpu)
-    add("EWLOG", _unary("ewlog"), accept=_rows_same_gpu)
-    add("RELU", _unary("relu"), accept=_rows_same_gpu)
-    add("SCALAR_MUL", _scalar_mul, accept=_rows_same_gpu)
-    add("SET", _set, accept=_rows_same_gpu)
-    add("SOFTMAX", _softmax)
-    add("GEMM", _gemm, accept=_gemm_accept)
-    add("CONVOLUTION", conv_body, accept=_window_accept)
-    add("MAX_POOL", _pool("max_pool"), accept=_window_accept)
-    add("AVG_POOL", _pool("avg_pool"), accept=_window_accept)
-    add("DATA_TRANSFER", _transfer, accept=_transfer_accept, device="any", datatypes=None)
+    register_backend(command, BACKEND, runner(body, peers=peers), datatypes=datatypes,
+                     accept=accept, device=device)
