@@ -77,8 +77,10 @@ def test_extras_name_what_nnc_imports():
         names = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0] for r in extras[extra]}
         assert {"cuda-bindings", "nvidia-cuda-nvrtc"} <= names, extra
         assert "cuda-python" not in names, "the meta-package also pulls cuda-core"
-    # nnc.cuda imports cuda.bindings only (cuda.pathfinder comes with cuda-bindings).
-    sources = "".join(p.read_text() for p in (ROOT / "nnc" / "cuda").glob("*.py"))
+    # nnc.cuda and the families' GPU backends (nnc/cmd/<family>/gpu/) import cuda.bindings only
+    # (cuda.pathfinder comes with cuda-bindings).
+    files = [*(ROOT / "nnc" / "cuda").glob("*.py"), *(ROOT / "nnc" / "cmd").glob("*/gpu/*.py")]
+    sources = "".join(p.read_text() for p in files)
     imported = set(re.findall(r"^\s*(?:from|import) (cuda\.\w+)", sources, re.M))
     assert imported == {"cuda.bindings"}, imported
     # GPU_OPT imports nvmath (cuBLAS) and cudnn (the frontend); the extra brings them and the
