@@ -1,6 +1,6 @@
 """Inception-V3's convolution shapes at one thread: nnc's CPU_OPT against a plain BLAS GEMM.
 
-    python -m benchmarks.conv [--json] [--repeat R] [--size S] [--limit N]
+    python -m benchmarks.conv [--json] [--repeat R] [--size S] [--limit N] [--no-limits]
 
 For every distinct CONVOLUTION shape of nnc's Inception-V3 graph (``nnc.models.inception`` at
 ``--size``, default 299, batch 1, float32, NHWC), on preallocated contiguous tensors:
@@ -17,6 +17,11 @@ For every distinct CONVOLUTION shape of nnc's Inception-V3 graph (``nnc.models.i
 GFLOP/s = 2*M*N*K / time; time = the median of R interleaved rounds (``measure_interleaved``).
 ``conv / gemm`` is the issue-14 target: at least 80 % on every shape. A summary weights each
 shape by how often the network uses it.
+
+Against the machine: before the shapes, ``benchmarks._limits.measure_limits`` measures in this
+process the single-thread SGEMM peak (a large square GEMM through the same OpenBLAS) and the
+memory bandwidth; each shape's ``of peak`` is its GFLOP/s over that peak, and so is the whole
+network's (``--no-limits`` skips the measurement and the fractions).
 """
 
 import sys
@@ -25,7 +30,7 @@ from collections import OrderedDict
 import numpy as np
 
 import nnc
-from benchmarks import _util
+from benchmarks import _limits, _util
 from nnc.base import openblas as cpu_blas
 
 TARGET = 0.8
@@ -106,10 +111,17 @@ def measure_shape(s, repeat, rng):
     }
 
 
-def run(size, repeat, limit=None, seed=0, say=print):
+def run(size, repeat, limit=None, seed=0, say=print, limits=True):
+    """``limits``: True to measure the machine's limits first, False for none, or a dict
+    ``_limits.measure_limits`` returned (tests pass a quick one)."""
     shapes = conv_shapes(size)
     if limit:
         shapes = shapes[:limit]
+    if limits is True:
+        say("  measuring the machine's limits")
+        limits = _limits.measure_limits(threads=(1,))
+    limits = limits or None
+    peak = _limits.peak_gflops(limits, 1)
     before = nnc.get_intra_op_threads()
     nnc.set_intra_op_threads(1)
     rng = np.random.default_rng(seed)
@@ -117,6 +129,8 @@ def run(size, repeat, limit=None, seed=0, say=print):
     try:
         for i, s in enumerate(shapes):
             rows.append(measure_shape(s, repeat, rng))
+            rows[-1]["of_peak"] = {k: v / peak for k, v in rows[-1]["gflops"].items()} \
+                if peak else None
             say(f"  {i + 1}/{len(shapes)} {rows[-1]['shape']}")
     finally:
         nnc.set_intra_op_threads(before)
@@ -135,6 +149,10 @@ def run(size, repeat, limit=None, seed=0, say=print):
         "winograd": WINOGRAD in nnc.backends("CONVOLUTION"),
         "rows": rows,
         "network_gflops": {"conv": weighted("conv"), "gemm": weighted("gemm")},
+        "limits": limits,
+        "peak_gflops": peak,
+        "network_of_peak": {k: weighted(k) / peak for k in ("conv", "gemm")} if peak
+        else None,
         "target": {"conv >= 80 % of gemm on every shape": not below, "below": below},
         "winograd_tolerance": TOL_WINOGRAD,
         "winograd_errors_ok": not bad_wino,
@@ -147,6 +165,8 @@ def render(r):
             "conv/gemm"]
     if r["winograd"]:
         head += ["wino GF/s", "wino/conv"]
+    if r["peak_gflops"]:
+        head += ["conv/peak", "gemm/peak"]
     body = []
     for x in r["rows"]:
         g = x["gflops"]
@@ -155,14 +175,20 @@ def render(r):
         if r["winograd"]:
             line += [_util.fmt(g.get("winograd")),
                      "—" if x["winograd_vs_conv"] is None else f"{x['winograd_vs_conv']:.2f}x"]
+        if r["peak_gflops"]:
+            line += [f"{100 * x['of_peak']['conv']:.0f} %", f"{100 * x['of_peak']['gemm']:.0f} %"]
         body.append(line)
     net = r["network_gflops"]
     t = r["target"]
+    of = r["network_of_peak"]
     out = [f"Inception-V3 {r['size']}x{r['size']} convolutions, 1 thread, float32 NHWC, "
            f"median of {r['repeat']}; nnc BLAS: {r['machine']['nnc_blas']}",
+           _limits.describe(r["limits"]) if r["limits"] else "limits: not measured (--no-limits)",
            _util.table(head, body),
            f"whole network (each shape x its count): conv {_util.fmt(net['conv'])} GFLOP/s, "
-           f"gemm {_util.fmt(net['gemm'])} GFLOP/s",
+           f"gemm {_util.fmt(net['gemm'])} GFLOP/s"
+           + (f"; {100 * of['conv']:.0f} % and {100 * of['gemm']:.0f} % of the 1-thread peak"
+              if of else ""),
            f"target conv >= {100 * TARGET:.0f} % of gemm on every shape: "
            + ("pass" if t["conv >= 80 % of gemm on every shape"]
               else f"FAIL on {len(t['below'])}: " + "; ".join(t["below"]))]
@@ -179,11 +205,13 @@ def main(argv=None):
     p = _util.parser("Inception-V3 convolution shapes: CPU_OPT vs plain GEMM", repeat=7)
     p.add_argument("--size", type=int, default=299, help="Inception-V3 input size (>= 75)")
     p.add_argument("--limit", type=int, default=None, help="only the first N shapes")
+    p.add_argument("--no-limits", action="store_true",
+                   help="skip measuring the machine's SGEMM peak and bandwidth (a few seconds)")
     a = p.parse_args(argv)
     if a.size < 75 or a.repeat < 1 or (a.limit is not None and a.limit < 1):
         p.error("--size must be at least 75, --repeat and --limit at least 1")
     say = (lambda *x: print(*x, file=sys.stderr)) if a.json else print
-    report = run(a.size, a.repeat, a.limit, say=say)
+    report = run(a.size, a.repeat, a.limit, say=say, limits=not a.no_limits)
     _util.publish(report, "conv", render, a.json)
     return 0 if report["winograd_errors_ok"] else 1
 

@@ -1,7 +1,7 @@
 """nnc's sequential and scheduled runs against what a user would pick instead, batch 1 on CPU.
 
     python -m benchmarks.streams [--json] [--repeat R] [--size {299,75}]... [--models a,b]
-                                 [--threads T] [--max-streams S] [--pause P]
+                                 [--threads T] [--max-streams S] [--pause P] [--no-limits]
 
 Networks: Inception-V3 as nnc's own graph (``nnc.models.inception``) at each ``--size``
 (default 299 and 75), and ResNet-50 and MobileNet-V2 at 224 from ``nnc/models/onnx_zoo.py``
@@ -30,6 +30,14 @@ during the round, else the quieter half); ratios are medians of per-round ratios
 rounds: ``x best seq`` = best sequential time / this time (above 1: faster than nnc's best
 sequential configuration), ``/ ORT best`` = this time / ORT's best configuration's time.
 
+Against the machine: before the networks, ``benchmarks._limits.measure_limits`` measures in this
+process the SGEMM peak at 1 and T threads (a large square GEMM through nnc's OpenBLAS, T at
+once) and the memory bandwidth. ``x limit`` = this time / (the network's GFLOP / the peak at the
+configuration's thread count): 1.0 would be every convolution and GEMM at the GEMM peak and
+everything else free. A network's GFLOP are 2*M*N*K over its CONVOLUTION and GEMM nodes
+(``_limits.graph_gflop``); ``seq1`` and ``ort_seq1`` (and their ``_tuned`` forms) count at the
+1-thread peak, every other configuration at the T-thread one. ``--no-limits`` skips it.
+
 Checks (a failed check prints FAIL and makes the exit status 1): every nnc configuration on the
 untuned graph gives the same bits as ``seq1``, and so does every tuned configuration as
 ``seq1_tuned``; the tuned graph's outputs are within 1e-3 x max|output| of the untuned ones
@@ -49,7 +57,7 @@ import numpy as np
 
 import nnc
 import nnc.onnx
-from benchmarks import _util
+from benchmarks import _limits, _util
 from nnc.models.peers import OrtRun, ort_version
 
 MODELS = ("inception_v3", "resnet50", "mobilenet_v2")
@@ -222,6 +230,12 @@ def _summarise(samples, others):
     }
 
 
+def _config_threads(name, threads):
+    """The threads configuration ``name`` may use: 1 for the single-threaded sequential runs,
+    else the pool's T (a schedule at intra-op 1 still runs T streams)."""
+    return 1 if name.removesuffix("_tuned") in ("seq1", "ort_seq1") else threads
+
+
 def _targets(net, size, summary):
     if not net.name.startswith("inception_v3") or size not in TARGETS:
         return {}
@@ -239,9 +253,10 @@ def _targets(net, size, summary):
     return out
 
 
-def run_net(net, size, repeat, threads, max_streams, pause, seed, say):
+def run_net(net, size, repeat, threads, max_streams, pause, seed, say, limits=None):
     say(f"{net.label}: building")
     g, x, outputs = net.make()
+    gflop = _limits.graph_gflop(g)
     x.numpy()[...] = np.random.default_rng(seed).standard_normal(x.shape).astype(x.dtype)
     if net.onnx_model is None:
         try:
@@ -289,11 +304,16 @@ def run_net(net, size, repeat, threads, max_streams, pause, seed, say):
     samples, others = _util.measure_rounds(fns, repeat, pause=pause)
     nnc.set_intra_op_threads(None)
     summary = _summarise(samples, others)
+    x_limit = {k: _limits.x_limit(ms, gflop,
+                                  _limits.peak_gflops(limits, _config_threads(k, threads)))
+               for k, ms in summary["ms"].items()} if limits else None
     return {
         "net": net.name,
         "label": net.label,
         "size": size,
         "nodes": len(g),
+        "gflop": gflop,
+        "x_limit": x_limit,
         "schedule": sched_info,
         "schedule_tuned": tuned_info,
         "autotune_changes": dict(changes),
@@ -305,18 +325,25 @@ def run_net(net, size, repeat, threads, max_streams, pause, seed, say):
     }
 
 
-def run(models, sizes, repeat, threads, max_streams, pause, seed=0, say=print):
+def run(models, sizes, repeat, threads, max_streams, pause, seed=0, say=print, limits=True):
+    """``limits``: True to measure the machine's limits first (at 1 and ``threads``
+    threads), False for none, or a dict ``_limits.measure_limits`` returned."""
     nnc.set_num_threads(threads)
+    if limits is True:
+        say("measuring the machine's limits")
+        limits = _limits.measure_limits(threads=(1, threads))
+    limits = limits or None
     rows = []
     for name in models:
         if name == "inception_v3":
             for size in sizes:
                 rows.append(run_net(_inception(size, seed), size, repeat, threads, max_streams,
-                                    pause, seed, say))
+                                    pause, seed, say, limits))
         else:
             rows.append(run_net(_zoo(name, seed), 224, repeat, threads, max_streams, pause,
-                                seed, say))
+                                seed, say, limits))
     return {"threads": threads, "max_streams": max_streams, "repeat": repeat, "pause_s": pause,
+            "limits": limits,
             "tolerances": {"peer": TOL_PEER, "tuned": TOL_TUNED}, "rows": rows,
             "ok": all(c["ok"] for r in rows for c in r["checks"])}
 
@@ -330,12 +357,14 @@ def render(r):
     out = [f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs; nnc {m['nnc']} "
            f"({m['git']}), pool {r['threads']} threads, max_streams {r['max_streams']}; "
            f"nnc BLAS: {m['nnc_blas']}; numpy {m['numpy']}, onnx {m['onnx']}, "
-           f"onnxruntime {m['onnxruntime']}, torch {m['torch'] or 'not installed'}"]
+           f"onnxruntime {m['onnxruntime']}, torch {m['torch'] or 'not installed'}",
+           _limits.describe(r["limits"]) if r["limits"] else "limits: not measured (--no-limits)"]
     for row in r["rows"]:
         q = row["quiet_rounds"]
         loads = [o for o in row["others_cores"] if o is not None]
         out.append("")
-        out.append(f"{row['label']}: {row['nodes']} nodes; {len(q)} quiet of "
+        out.append(f"{row['label']}: {row['nodes']} nodes, {_util.fmt(row['gflop'])} GFLOP; "
+                   f"{len(q)} quiet of "
                    f"{len(row['others_cores'])} rounds"
                    + (f" (others used {min(loads):.2f}-{max(loads):.2f} cores)" if loads
                       else ""))
@@ -346,9 +375,12 @@ def render(r):
                 " <- best scheduled" if k == best["scheduled"] else (
                     " <- ORT best" if k == best["ort"] else ""))
             vs_ort = row["per_ort_best"][k] if row["per_ort_best"] else None
-            body.append([k + mark, _util.fmt(ms), _x(row["x_best_seq"][k]), _x(vs_ort)])
-        out.append(_util.table(["config", "ms (quiet median)", "x best seq", "/ ORT best"],
-                               body))
+            line = [k + mark, _util.fmt(ms), _x(row["x_best_seq"][k]), _x(vs_ort)]
+            if row["x_limit"]:
+                line.append(_x(row["x_limit"][k]))
+            body.append(line)
+        out.append(_util.table(["config", "ms (quiet median)", "x best seq", "/ ORT best"]
+                               + (["x limit"] if row["x_limit"] else []), body))
         if row["autotune_changes"]:
             out.append("autotune: " + ", ".join(f"{k} x{n}"
                                                 for k, n in row["autotune_changes"].items()))
@@ -376,6 +408,8 @@ def main(argv=None):
                    help="the schedule's stream cap (default: --threads)")
     p.add_argument("--pause", type=float, default=0.1,
                    help="seconds of idle before each timed run (default 0.1)")
+    p.add_argument("--no-limits", action="store_true",
+                   help="skip measuring the machine's SGEMM peak and bandwidth (a few seconds)")
     a = p.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
     bad = set(models) - set(MODELS)
@@ -386,7 +420,8 @@ def main(argv=None):
     sizes = a.size or list(SIZES)
     max_streams = a.threads if a.max_streams is None else a.max_streams
     say = (lambda *x: print(*x, file=sys.stderr)) if a.json else print
-    report = run(models, sizes, a.repeat, a.threads, max_streams, a.pause, say=say)
+    report = run(models, sizes, a.repeat, a.threads, max_streams, a.pause, say=say,
+                 limits=not a.no_limits)
     _util.publish(report, "streams", render, a.json,
                   packages=("numpy", "onnx", "onnxruntime", "torch"))
     return 0 if report["ok"] else 1

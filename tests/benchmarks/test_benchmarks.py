@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks import _util
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +70,26 @@ def test_streams_benchmark_smoke():
     except ImportError:
         assert row["missing"]["torch"] == "not installed"
     assert r["machine"]["nnc_blas"]
+    # the machine's limits, measured in the same process, and each time as a multiple of them
+    lim = r["limits"]
+    assert set(lim["sgemm_gflops"]) == {"1", str(t)}
+    assert all(v > 0 for v in lim["sgemm_gflops"].values())
+    assert lim["bandwidth_gbs"]["copy"] > 0 and lim["bandwidth_gbs"]["read"] > 0
+    assert "OPENBLAS_CORETYPE" in lim and lim["openblas"] == r["machine"]["nnc_blas"]
+    # Inception-V3 at 75: the convolutions' and the classifier's 2*M*N*K
+    assert 0.40 < row["gflop"] < 0.42
+    assert set(row["x_limit"]) == set(row["ms"])
+    peak1 = lim["sgemm_gflops"]["1"]
+    assert row["x_limit"]["seq1"] == pytest.approx(row["ms"]["seq1"] / (row["gflop"] / peak1 * 1e3))
+    assert all(v > 0 for v in row["x_limit"].values())
+
+
+def test_streams_benchmark_without_limits():
+    r = _bench("benchmarks.streams", "--size", "75", "--models", "inception_v3",
+               "--repeat", "1", "--pause", "0", "--no-limits", "--threads", "1")
+    assert r["ok"] and r["limits"] is None
+    (row,) = r["rows"]
+    assert row["x_limit"] is None and row["gflop"] > 0
 
 
 def test_streams_benchmark_rejects_unknown_models():
@@ -87,6 +109,18 @@ def test_conv_benchmark_smoke():
     for row in r["rows"]:
         assert row["gflops"]["conv"] > 0 and row["gflops"]["gemm"] > 0
     assert r["winograd_errors_ok"]
+    # each shape's and the network's GFLOP/s as fractions of the 1-thread peak measured first
+    peak = r["peak_gflops"]
+    assert peak > 0 and r["limits"]["sgemm_gflops"] == {"1": peak}
+    for row in r["rows"]:
+        assert row["of_peak"]["conv"] == pytest.approx(row["gflops"]["conv"] / peak)
+    assert r["network_of_peak"]["conv"] == pytest.approx(r["network_gflops"]["conv"] / peak)
+
+
+def test_conv_benchmark_without_limits():
+    r = _bench("benchmarks.conv", "--size", "75", "--limit", "1", "--repeat", "1", "--no-limits")
+    assert r["limits"] is None and r["peak_gflops"] is None and r["network_of_peak"] is None
+    assert r["rows"][0]["of_peak"] is None
 
 
 def _unbuilt_checkout(tmp_path):
