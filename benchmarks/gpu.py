@@ -6,7 +6,7 @@
                              [--compile-budget S] [--save DIR]
 
 nnc's side runs through ``nnc.cuda``: CPU-built graphs copied to the GPU with
-``nnc.cuda.graph.to_gpu`` and run with ``g.run(stream=s); s.wait()`` on ``nnc.Stream("gpu")``,
+``nnc.cuda.capture.to_gpu`` and run with ``g.run(stream=s); s.wait()`` on ``nnc.Stream("gpu")``,
 so each measurement is the wall time of one run, host and device.
 
 - (a) ``independent``: N independent SCALAR_MUL nodes on 4096-element float32 tensors on one
@@ -163,7 +163,7 @@ def _independent_graph(n, size=4096):
 def _gpu_copy(cpu_graph, max_streams, pin_ref):
     """A GPU copy of ``cpu_graph`` with its static schedule (``max_streams`` 0: no cap);
     ``pin_ref``: every node that has a GPU_REF backend is pinned to it."""
-    from nnc.cuda.graph import to_gpu
+    from nnc.cuda.capture import to_gpu
 
     g, _ = to_gpu(cpu_graph)
     if pin_ref:
@@ -242,7 +242,7 @@ class _Set:
     the host's dispatch out of the way, they measure what the schedule's streams gain."""
 
     def __init__(self, name, one, many, s, out_index):
-        from nnc.cuda.graph import capture
+        from nnc.cuda.capture import capture
 
         self.name, self.one, self.many, self.s = name, one, many, s
         self.cg = capture(many, s)          # runs ``many`` once first (compiles the kernels)

@@ -62,8 +62,8 @@ def run(calls=200, repeat=15, say=print):
     from benchmarks.gpu import device_info
     from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
     from nnc.cuda import memory
+    from nnc.cuda.capture import capture, to_gpu
     from nnc.cuda.driver import CudaGraph, check, cuda_stream, driver
-    from nnc.cuda.graph import capture, to_gpu
 
     if not cudnn_conv.available():
         return {"benchmark": "gpu_conv_dispatch", "skipped": cudnn_conv.unavailable_reason()}

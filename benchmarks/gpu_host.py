@@ -108,7 +108,7 @@ def _host_us(fn, s, nodes, repeat):
 
 
 def run(size=299, repeat=31, log=print):
-    from nnc.cuda.graph import capture, to_gpu
+    from nnc.cuda.capture import capture, to_gpu
     from nnc.models.inception import build_inception_v3_model
 
     m = build_inception_v3_model(size=size)

@@ -26,7 +26,7 @@ timed from the first enqueue to the end of a synchronisation, medians of ``--rep
 - ``nnc_host`` / ``nnc_captured``: the same loop as an nnc graph (a while node whose body is a
   GEMM ``y = A x`` and a SCALAR_MUL ``x = y / rho``, with ``nnc.Compare("count", "<", K)`` as
   its expression), run host-driven by ``g.run(stream=s)`` and replayed from
-  ``nnc.cuda.graph.capture``, which records the while node as a conditional WHILE node. nnc has
+  ``nnc.cuda.capture.capture``, which records the while node as a conditional WHILE node. nnc has
   no norm command, so this loop scales by the spectral radius instead of normalising.
 
 Every variant's x is checked against NumPy's float64 power iteration of the same K steps.
@@ -287,7 +287,7 @@ class _NncLoop:
     """The power iteration as an nnc graph with a while node (see the module docstring)."""
 
     def __init__(self, loop):
-        from nnc.cuda import graph as cgraph
+        from nnc.cuda import capture as cgraph
         from nnc.cuda import memory
 
         self.loop, self.memory = loop, memory

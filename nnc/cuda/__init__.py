@@ -1,7 +1,7 @@
 """CUDA detection: is a usable NVIDIA GPU here, and if not, why not.
 
 Layer 3, beside nnc.stream: layers 0-3 never import it; it fills their device tables when
-``import nnc`` registers it. nnc.cuda.graph (CUDA-graph capture of a run) is a runner, layer 6.
+``import nnc`` registers it. nnc.cuda.capture (CUDA-graph capture of a run) is a runner, layer 6.
 The GPU backends live with their command families (nnc/cmd/<family>/gpu/, this layer too), made
 by nnc.cuda.runner and registered by nnc.cuda.builtins.
 
@@ -213,7 +213,7 @@ def set_precision(value):
 
     Read each time a float32 GPU_OPT node is enqueued (an eager ``cmd_exec``, each node of each
     ``Graph.run`` on a GPU stream, autotune's trial runs), so it takes effect from the next
-    run of every graph, bound or not; a CUDA graph captured earlier (nnc.cuda.graph.capture)
+    run of every graph, bound or not; a CUDA graph captured earlier (nnc.cuda.capture.capture)
     replays the precision it was captured with. float16 and float64 do not depend on it.
     Needs no GPU. Anything but "ieee" or "tf32" raises :class:`PrecisionError`.
     """

@@ -71,7 +71,7 @@ class CudaGraph:
     graph: Any
     exec_handle: Any
     device: Device
-    source: Graph  # set by nnc.cuda.graph.capture: keeps the captured graph alive
+    source: Graph  # set by nnc.cuda.capture.capture: keeps the captured graph alive
     def __init__(self, graph: Any, exec_handle: Any, stream: CudaStream) -> None: ...
     @classmethod
     def capture(cls, stream: CudaStream | Stream, fn: Callable[[], object]) -> CudaGraph: ...

@@ -76,7 +76,7 @@ _tls = threading.local()                # .capturing: this thread is capturing a
 
 
 def capturing():
-    """True while the calling thread captures a CUDA graph (nnc.cuda.graph.capture)."""
+    """True while the calling thread captures a CUDA graph (nnc.cuda.capture.capture)."""
     return getattr(_tls, "capturing", False)
 
 

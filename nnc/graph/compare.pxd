@@ -1,5 +1,5 @@
 # A declarative loop or branch expression (nnc/graph/compare.pyx): while_node and case_of evaluate
-# it on the host through a typed reference; nnc.cuda.graph compiles it into a condition kernel.
+# it on the host through a typed reference; nnc.cuda.capture compiles it into a condition kernel.
 
 cimport cython
 

@@ -3,7 +3,7 @@
 Instead of a Python callable, a while loop or a case..of node may take ``Compare(lhs, op,
 value)``, the loop count or the one element of an expression input compared with a constant.
 The host evaluates it exactly as the device does (the same conversions), so it means the same on
-a CPU, on a host-driven GPU run and inside a captured CUDA graph, where nnc.cuda.graph compiles it
+a CPU, on a host-driven GPU run and inside a captured CUDA graph, where nnc.cuda.capture compiles it
 into a condition kernel.
 
 Pickles made before while and case..of had modules of their own name this class
@@ -19,7 +19,7 @@ from nnc.base.core import GraphError
 from nnc.tensor.tensor cimport Tensor
 
 
-# Compare's operators, in the order of their codes in the condition kernel (nnc/cuda/graph.py).
+# Compare's operators, in the order of their codes in the condition kernel (nnc/cuda/capture.py).
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 # The dtypes a compared input may have, in the order of their codes in the condition kernel.
 COMPARE_DTYPES = ("float32", "float64", "int32", "int64")

@@ -41,10 +41,10 @@ failed *fences* its streams into its stream 0 (an emit on each, waited on by str
 of waiting on its exit signals, some of which belong to cancelled nodes and are never emitted.
 So stream 0, and the end signal after it, comes after every task the run enqueued.
 
-**Captured** (``flow_run(g, s, capture)``, called by nnc.cuda.graph.capture while ``s``
+**Captured** (``flow_run(g, s, capture)``, called by nnc.cuda.capture.capture while ``s``
 captures a CUDA graph): the same enqueueing, but no task ever suspends. A while node becomes a
 CUDA conditional WHILE node and a case..of node an IF or SWITCH node, made by ``capture`` (a
-recorder from nnc.cuda.graph) on the node's stream; the body or branch is enqueued once, on the
+recorder from nnc.cuda.capture) on the node's stream; the body or branch is enqueued once, on the
 streams of a runtime of its own made before the capture began (``flow_capture_prepare``): a
 stream that took part in one capture cannot join another, and a body is captured into its own
 graph. Each is fenced by its stream 0, as any part is, so every stream forked inside a body has
@@ -89,7 +89,7 @@ cdef class _Run:
     cdef dict args                      # schedule arguments for sub-graphs; None: one stream
     cdef list runtimes                  # every runtime the run has used, root first
     cdef list streams                   # their streams, each once (to kick, to collect errors)
-    # The recorder of a CUDA-graph capture (nnc.cuda.graph), or None for a host-driven run.
+    # The recorder of a CUDA-graph capture (nnc.cuda.capture), or None for a host-driven run.
     # Captured, no task suspends and a failure goes to the recorder, which makes the capture
     # raise, instead of to the caller's stream.
     cdef object capture
@@ -464,7 +464,7 @@ def _case_of(_Run run, CaseOfNode c, Stream p):
 
 # -- capture into CUDA conditional nodes -----------------------------------------------------
 
-# How a captured loop's condition kernel treats the count (nnc/cuda/graph.py's COND_SOURCE):
+# How a captured loop's condition kernel treats the count (nnc/cuda/capture.py's COND_SOURCE):
 # a loop whose head (breakpoints and ancestors) launches nothing evaluates before the WHILE
 # node and after each tail; one whose tail launches nothing enters once and evaluates after
 # each head.

@@ -403,7 +403,7 @@ cdef Tensor _consume(object capsule, int device):
     if device >= 0:
         r._owner = owner
     else:
-        # CPU tensors' owner is an ndarray (nnc.cuda.graph.to_gpu copies it): one over the
+        # CPU tensors' owner is an ndarray (nnc.cuda.capture.to_gpu copies it): one over the
         # extent, which keeps the producer's memory through ``owner``.
         r._owner = np.asarray(ArrayInterface(
             {"version": 3, "shape": (nbytes // itemsize,), "typestr": dtype.str,

@@ -11,8 +11,8 @@ from fakes.cuda_driver import install, real
 import nnc
 from nnc import cuda
 from nnc.cuda import _ccall, memory
+from nnc.cuda import capture as cgraph
 from nnc.cuda import driver as drv
-from nnc.cuda import graph as cgraph
 from nnc.cuda.gpu_stream import device_half, signal_half
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "

@@ -1,4 +1,4 @@
-"""while and case..of captured into CUDA conditional nodes (nnc/cuda/graph.py, nnc/run/flow.pyx
+"""while and case..of captured into CUDA conditional nodes (nnc/cuda/capture.py, nnc/run/flow.pyx
 flow_capture_run) against the fake driver (tests/fakes/cuda_driver.py), which runs nnc's condition
 kernel from its raw parameters and replays WHILE / IF / SWITCH nodes. Results are compared with
 the same graph run sequentially on the CPU."""
@@ -10,7 +10,7 @@ import pytest
 from fakes.cuda_driver import install, real
 
 import nnc
-from nnc.cuda import graph as cgraph
+from nnc.cuda import capture as cgraph
 from nnc.cuda import memory
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "

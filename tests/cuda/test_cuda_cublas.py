@@ -22,8 +22,8 @@ from nnc import cuda
 from nnc.cmd.command import cmd_backends_for
 from nnc.cmd.gemm import gemm_shape
 from nnc.cmd.gemm.gpu import cublas as cublas_gemm
+from nnc.cuda import capture as cgraph
 from nnc.cuda import driver as drv
-from nnc.cuda import graph as cgraph
 from nnc.cuda import memory
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "

@@ -21,8 +21,8 @@ from nnc import cuda
 from nnc.cmd.command import cmd_backends_for
 from nnc.cmd.convolution import conv_shape
 from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
+from nnc.cuda import capture as cgraph
 from nnc.cuda import driver as drv
-from nnc.cuda import graph as cgraph
 from nnc.cuda import memory
 
 _no_bindings = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "

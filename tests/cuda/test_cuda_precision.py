@@ -1,6 +1,6 @@
 """Precision options on the GPU: nnc.cuda.set_precision ("ieee" / "tf32") for GPU_OPT's float32
 CONVOLUTION (cuDNN) and GEMM (cuBLAS), float16 tensors on GPU_OPT and GPU_REF, and
-nnc.cuda.graph.to_gpu(dtype="float16").
+nnc.cuda.capture.to_gpu(dtype="float16").
 
 Against the fakes (tests/fakes/cuda_driver.py, fakes/cudnn_frontend.py, fakes/cublas.py) these check
 the plumbing: which cuDNN data types and numerical notes and which cuBLAS compute types reach the
@@ -24,7 +24,7 @@ from nnc import cuda
 from nnc.cmd.convolution import conv_shape
 from nnc.cmd.convolution.gpu import cudnn as cudnn_conv
 from nnc.cmd.gemm.gpu import cublas as cublas_gemm
-from nnc.cuda import graph as cgraph
+from nnc.cuda import capture as cgraph
 from nnc.cuda import memory
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "

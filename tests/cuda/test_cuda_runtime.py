@@ -17,8 +17,8 @@ from fakes.cuda_driver import REAL_CHECK, install, real
 
 import nnc
 from nnc import cuda
+from nnc.cuda import capture as cgraph
 from nnc.cuda import driver as drv
-from nnc.cuda import graph as cgraph
 from nnc.cuda import memory, runner
 
 pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not installed (the fake "

@@ -463,7 +463,7 @@ class FakeDriver:
 
 
 def _cond_set(self, a):
-    """nnc's condition kernel (nnc/cuda/graph.py COND_SOURCE), written again from its C: the
+    """nnc's condition kernel (nnc/cuda/capture.py COND_SOURCE), written again from its C: the
     count step, the comparison, the handle's new value."""
     handle, count, step = _ptr(a[0]), _ptr(a[1]), _scalar(a[2], ctypes.c_int)
     x, dtype, op = _ptr(a[3]), _scalar(a[4], ctypes.c_int), _scalar(a[5], ctypes.c_int)

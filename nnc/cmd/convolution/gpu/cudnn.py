@@ -312,7 +312,7 @@ def _heuristic(g, i, note):
 
 
 def _capturing():
-    """Whether this thread is capturing a CUDA graph (nnc.cuda.graph.capture, or any
+    """Whether this thread is capturing a CUDA graph (nnc.cuda.capture.capture, or any
     CudaGraph.capture): timing synchronises and allocates, which a capture refuses."""
     from nnc.cuda import driver as drv
     from nnc.cuda.gpu_stream import capturing

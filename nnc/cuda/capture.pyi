@@ -1,5 +1,5 @@
 """CUDA-graph capture of a graph's run on a GPU stream (while and case..of as CUDA conditional
-nodes), and copying a CPU graph to a GPU (nnc/cuda/graph.py)."""
+nodes), and copying a CPU graph to a GPU (nnc/cuda/capture.py)."""
 
 from nnc.cuda.driver import CudaGraph, CudaStream, Device
 from nnc.graph.case_of import CaseOfNode
