@@ -62,3 +62,15 @@ def test_documented_gpu_opt_paths_are_the_backend_modules():
         assert cudnn.TUNE is False
     finally:
         cudnn.TUNE = old
+
+
+def test_cuda_graph_is_the_capture_module():
+    """``nnc.cuda.graph`` (the capture module's earlier path) is nnc.cuda.capture itself."""
+    import importlib
+
+    import nnc.cuda.graph
+    from nnc.cuda import capture, graph
+
+    assert graph is nnc.cuda.graph is capture
+    assert importlib.import_module("nnc.cuda.graph") is capture
+    assert graph.capture is capture.capture and graph.to_gpu is capture.to_gpu
