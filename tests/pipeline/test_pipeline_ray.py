@@ -259,7 +259,10 @@ def test_ray_shut_down_under_a_pipeline_fails_its_inputs():
 
     def slow(x):
         import time
-        time.sleep(0.5)
+        # Far longer than submitting three inputs takes on a loaded machine (or with
+        # NNC_DEBUG=1), so every input is still in flight at the shutdown, which ends the
+        # sleep: the test does not wait for it.
+        time.sleep(10)
         return x
 
     first = pipeline.Module.function(slow, inputs={"x": spec}, outputs=[spec], name="slow")
