@@ -224,6 +224,12 @@ def test_layers_import_only_downward():
     assert not found, "upward imports:\n" + "\n".join(found)
 
 
+def _docstring(path):
+    import ast
+
+    return ast.get_docstring(ast.parse(path.read_text())) or ""
+
+
 def test_the_package_tree_is_the_layer_map():
     """nnc/ holds folders (and the package's own files: __init__, __main__, the C headers and
     the top layer's tools), no compiled module; each folder's __init__ docstring begins with
@@ -236,16 +242,11 @@ def test_the_package_tree_is_the_layer_map():
             continue                    # kernels only, or nnc.cuda (checked below)
         init = folder / "__init__.py"
         assert init.exists(), f"{folder.relative_to(ROOT)} has no __init__.py saying its layer"
-        import ast
-
-        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         n = _layer(f"nnc.{folder.name}")
-        assert doc.startswith(f"Layer {n} "), \
+        assert _docstring(init).startswith(f"Layer {n} "), \
             f"{init.relative_to(ROOT)}'s docstring must begin 'Layer {n} {LAYER_NAMES[n]}.'"
-    import ast
-
-    doc = ast.get_docstring(ast.parse((pkg / "cuda" / "__init__.py").read_text())) or ""
-    assert "Layer 3" in doc, "nnc/cuda/__init__.py's docstring must state its layer"
+    assert "Layer 3" in _docstring(pkg / "cuda" / "__init__.py"), \
+        "nnc/cuda/__init__.py's docstring must state its layer"
 
 
 def test_long_files_say_why_they_are_one_file():
