@@ -1,0 +1,395 @@
+/* nnc's float32 GEMM over packed weights: C[m, n] = act(sum_k A[m, k] * B[k, n] + bias[n]
+ * + residual[m, n]), the hot path of CONVOLUTION and GEMM on CPU.
+ *
+ * Why by hand (docs/kernels.md): OpenBLAS re-packs B on every call (for a convolution B is
+ * the weights, constant run after run, so that cost never needs to recur) and reaches ~80 % of
+ * the FMA peak on the thin products convolutions make (N = 32-448); a register-blocked tile
+ * over B packed once reaches ~90-98 % on the same shapes, takes A rows by pointer (a pixel of
+ * an NHWC input, or a row of an im2col patch: no copy for 1x1 convolutions), and applies
+ * bias, residual add and clamp while the tile is still in registers.
+ *
+ * Layout. B is packed in panels of NR columns: panel p holds, for k = 0..K-1, the NR values
+ * B[k, p*NR .. p*NR+NR-1] (zero past N), so one tile step loads NR consecutive outputs'
+ * weights with aligned-size vector loads. NR and the tile's row count MR depend on the ISA
+ * (nnc/base/isa.pxd): AVX-512 12x32 (24 of 32 zmm accumulate), AVX2+FMA 6x16 (12 of 16 ymm),
+ * baseline 4x8 in GCC vector extensions (SSE2 on x86-64, NEON on arm64). A packed copy is
+ * only valid for the NR it was packed with (nnc_sgemm_nr).
+ *
+ * Loop order: blocks of MC rows; in each, every panel; in each panel, every MR-row tile over the
+ * whole K (measured: no K blocking is fastest for these K <= ~4k, as the panel, K*NR*4 bytes,
+ * stays in L2 while MC rows of A pass through L1/L2).
+ *
+ * Static functions only: the header is compiled into each extension that uses it, each kernel
+ * variant under its own target attribute, so the extension stays baseline x86-64. */
+#ifndef NNC_SGEMM_KERNEL_H
+#define NNC_SGEMM_KERNEL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define NNC_SGEMM_X86 1
+#endif
+
+enum {
+    NNC_ACT_NONE = 0,
+    NNC_ACT_RELU = 1,                   /* max(0, v); NaN stays NaN */
+    NNC_ACT_CLAMP = 2,                  /* min(max(v, lo), hi) (ReLU6: 0, 6); NaN stays NaN */
+};
+
+/* What is applied to each tile before it is stored, in this order: + bias[n], + residual[m, n],
+ * the activation. Fields are read-only during a call. */
+typedef struct {
+    const float* bias;                  /* N values, or NULL */
+    const float* residual;              /* row m at residual + m * ldr, or NULL; may be C itself */
+    ptrdiff_t ldr;
+    int act;                            /* NNC_ACT_* */
+    float lo, hi;                       /* NNC_ACT_CLAMP bounds (-INFINITY / INFINITY: none) */
+} nnc_epilogue_t;
+
+/* Rows of A per call, each K floats, by pointer: a[m] is row m. */
+typedef const float* const* nnc_rows_t;
+
+enum { NNC_SGEMM_MC = 48 };             /* rows per block: 4 AVX-512 tiles, 8 AVX2, 12 base */
+
+/* Loops over a tile's rows are unrolled whole, so each accumulator is a register: left to
+ * itself gcc may turn the zeroing loop into a memset, which puts the arrays in memory and
+ * stores every accumulator at every k step (half the AVX2 kernel's speed). */
+#define NNC_UNROLL _Pragma("GCC unroll 16")
+
+static inline int nnc_sgemm_nr(int isa) { return isa >= 2 ? 32 : isa == 1 ? 16 : 8; }
+static inline int nnc_sgemm_mr(int isa) { return isa >= 2 ? 12 : isa == 1 ? 6 : 4; }
+
+/* Floats a packed B of N columns and K rows takes. */
+static inline size_t nnc_sgemm_packed_floats(int isa, ptrdiff_t n, ptrdiff_t k) {
+    ptrdiff_t nr = nnc_sgemm_nr(isa);
+    return (size_t)((n + nr - 1) / nr) * (size_t)nr * (size_t)k;
+}
+
+/* Pack B[k, n] = b[k * sk + n * sn] (k < K, n < N) for isa into packed
+ * (nnc_sgemm_packed_floats(isa, N, K) floats). Weights [O, K] row-major are sk = 1, sn = K. */
+static void nnc_sgemm_pack(int isa, const float* b, ptrdiff_t sk, ptrdiff_t sn, ptrdiff_t n,
+                           ptrdiff_t k, float* packed) {
+    ptrdiff_t nr = nnc_sgemm_nr(isa), p, kk, j, w;
+    for (p = 0; p < n; p += nr) {
+        w = n - p < nr ? n - p : nr;
+        if (sn == 1) {
+            for (kk = 0; kk < k; kk++) {
+                memcpy(packed + kk * nr, b + kk * sk + p, (size_t)w * sizeof(float));
+                for (j = w; j < nr; j++)
+                    packed[kk * nr + j] = 0.0f;
+            }
+        } else {
+            /* Column by column: each column of b is a contiguous run when sk == 1. */
+            for (j = 0; j < nr; j++) {
+                const float* col = b + (p + j) * sn;
+                if (j < w) {
+                    for (kk = 0; kk < k; kk++)
+                        packed[kk * nr + j] = col[kk * sk];
+                } else {
+                    for (kk = 0; kk < k; kk++)
+                        packed[kk * nr + j] = 0.0f;
+                }
+            }
+        }
+        packed += nr * k;
+    }
+}
+
+/* Apply the epilogue to one value of output (m, n). */
+static inline float nnc_epilogue_one(const nnc_epilogue_t* ep, float v, ptrdiff_t m,
+                                     ptrdiff_t n) {
+    if (ep == NULL)
+        return v;
+    if (ep->bias != NULL)
+        v += ep->bias[n];
+    if (ep->residual != NULL)
+        v += ep->residual[m * ep->ldr + n];
+    if (ep->act == NNC_ACT_RELU)
+        v = v < 0.0f ? 0.0f : v;
+    else if (ep->act == NNC_ACT_CLAMP) {
+        v = v < ep->lo ? ep->lo : v;
+        v = v > ep->hi ? ep->hi : v;
+    }
+    return v;
+}
+
+/* ---- baseline: 4 x 8 in GCC vector extensions (two 4-float vectors per row) ---- */
+
+typedef float nnc_v4f __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) void nnc_tile_base(
+        const int MR, ptrdiff_t k, const float* const* a, const float* bp, float* c,
+        ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr, const nnc_epilogue_t* ep) {
+    nnc_v4f acc0[4], acc1[4];
+    const float* row[4];
+    float out[8];
+    ptrdiff_t kk;
+    int i, j;
+    NNC_UNROLL
+    for (i = 0; i < MR; i++) {
+        acc0[i] = (nnc_v4f){0, 0, 0, 0};
+        acc1[i] = (nnc_v4f){0, 0, 0, 0};
+        row[i] = a[i];
+    }
+    for (kk = 0; kk < k; kk++) {
+        nnc_v4f b0, b1;
+        memcpy(&b0, bp, 16);
+        memcpy(&b1, bp + 4, 16);
+        bp += 8;
+        NNC_UNROLL
+        for (i = 0; i < MR; i++) {
+            float x = row[i][kk];
+            acc0[i] += x * b0;
+            acc1[i] += x * b1;
+        }
+    }
+    nnc_v4f out0[4], out1[4];                    /* see nnc_tile_avx2 */
+    NNC_UNROLL
+    for (i = 0; i < MR; i++) {
+        out0[i] = acc0[i];
+        out1[i] = acc1[i];
+    }
+    for (i = 0; i < mr; i++) {
+        memcpy(out, &out0[i], 16);
+        memcpy(out + 4, &out1[i], 16);
+        for (j = 0; j < nr; j++)
+            c[i * ldc + j] = nnc_epilogue_one(ep, out[j], m0 + i, n0 + j);
+    }
+}
+
+static void nnc_tile_base_4(ptrdiff_t k, const float* const* a, const float* bp, float* c,
+                            ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
+                            const nnc_epilogue_t* ep) {
+    nnc_tile_base(4, k, a, bp, c, ldc, m0, n0, mr, nr, ep);
+}
+
+static void nnc_tile_base_1(ptrdiff_t k, const float* const* a, const float* bp, float* c,
+                            ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
+                            const nnc_epilogue_t* ep) {
+    nnc_tile_base(1, k, a, bp, c, ldc, m0, n0, mr, nr, ep);
+}
+
+#ifdef NNC_SGEMM_X86
+
+/* ---- AVX2 + FMA: 6 x 16 (two ymm per row) ---- */
+
+#define NNC_AVX2 __attribute__((target("avx2,fma")))
+
+static inline __attribute__((always_inline)) NNC_AVX2 __m256 nnc_ep_avx2(
+        const nnc_epilogue_t* ep, __m256 v, ptrdiff_t m, ptrdiff_t n, __m256i mask, int full) {
+    if (ep->bias != NULL)
+        v = _mm256_add_ps(v, full ? _mm256_loadu_ps(ep->bias + n)
+                                  : _mm256_maskload_ps(ep->bias + n, mask));
+    if (ep->residual != NULL) {
+        const float* r = ep->residual + m * ep->ldr + n;
+        v = _mm256_add_ps(v, full ? _mm256_loadu_ps(r) : _mm256_maskload_ps(r, mask));
+    }
+    /* max/min with v as the second operand: a NaN v comes out as itself (NaN stays NaN). */
+    if (ep->act == NNC_ACT_RELU)
+        v = _mm256_max_ps(_mm256_setzero_ps(), v);
+    else if (ep->act == NNC_ACT_CLAMP)
+        v = _mm256_min_ps(_mm256_set1_ps(ep->hi), _mm256_max_ps(_mm256_set1_ps(ep->lo), v));
+    return v;
+}
+
+static inline __attribute__((always_inline)) NNC_AVX2 void nnc_tile_avx2(
+        const int MR, ptrdiff_t k, const float* const* a, const float* bp, float* c,
+        ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr, const nnc_epilogue_t* ep) {
+    __m256 acc0[6], acc1[6];
+    const float* row[6];
+    ptrdiff_t kk;
+    int i;
+    NNC_UNROLL
+    for (i = 0; i < MR; i++) {
+        acc0[i] = _mm256_setzero_ps();
+        acc1[i] = _mm256_setzero_ps();
+        row[i] = a[i];
+    }
+    for (kk = 0; kk < k; kk++) {
+        __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+        bp += 16;
+        NNC_UNROLL
+        for (i = 0; i < MR; i++) {
+            __m256 x = _mm256_broadcast_ss(row[i] + kk);
+            acc0[i] = _mm256_fmadd_ps(x, b0, acc0[i]);
+            acc1[i] = _mm256_fmadd_ps(x, b1, acc1[i]);
+        }
+    }
+    {
+        int full0 = nr >= 8, full1 = nr >= 16;
+        int w1 = nr - 8;
+        __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        __m256i mask0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane);
+        __m256i mask1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w1), lane);
+        /* The accumulators go through memory once, here, by constant index: indexing them
+         * by the run-time mr would make gcc keep them in memory, storing them every k step. */
+        __m256 out0[6], out1[6];
+        NNC_UNROLL
+        for (i = 0; i < MR; i++) {
+            out0[i] = acc0[i];
+            out1[i] = acc1[i];
+        }
+        for (i = 0; i < mr; i++) {
+            float* ci = c + i * ldc;
+            __m256 v0 = out0[i], v1 = out1[i];
+            if (ep != NULL) {
+                v0 = nnc_ep_avx2(ep, v0, m0 + i, n0, mask0, full0);
+                if (w1 > 0)
+                    v1 = nnc_ep_avx2(ep, v1, m0 + i, n0 + 8, mask1, full1);
+            }
+            if (full0)
+                _mm256_storeu_ps(ci, v0);
+            else
+                _mm256_maskstore_ps(ci, mask0, v0);
+            if (full1)
+                _mm256_storeu_ps(ci + 8, v1);
+            else if (w1 > 0)
+                _mm256_maskstore_ps(ci + 8, mask1, v1);
+        }
+    }
+}
+
+#define NNC_TILE_AVX2(R)                                                                      \
+    static NNC_AVX2 void nnc_tile_avx2_##R(ptrdiff_t k, const float* const* a,              \
+                                           const float* bp, float* c, ptrdiff_t ldc,       \
+                                           ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,     \
+                                           const nnc_epilogue_t* ep) {                     \
+        nnc_tile_avx2(R, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                             \
+    }
+NNC_TILE_AVX2(6)
+NNC_TILE_AVX2(4)
+NNC_TILE_AVX2(2)
+NNC_TILE_AVX2(1)
+
+/* ---- AVX-512: 12 x 32 (two zmm per row), masked edges ---- */
+
+#define NNC_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+
+static inline __attribute__((always_inline)) NNC_AVX512 __m512 nnc_ep_avx512(
+        const nnc_epilogue_t* ep, __m512 v, ptrdiff_t m, ptrdiff_t n, __mmask16 mask) {
+    if (ep->bias != NULL)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ep->bias + n));
+    if (ep->residual != NULL)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, ep->residual + m * ep->ldr + n));
+    if (ep->act == NNC_ACT_RELU)
+        v = _mm512_max_ps(_mm512_setzero_ps(), v);
+    else if (ep->act == NNC_ACT_CLAMP)
+        v = _mm512_min_ps(_mm512_set1_ps(ep->hi), _mm512_max_ps(_mm512_set1_ps(ep->lo), v));
+    return v;
+}
+
+static inline __attribute__((always_inline)) NNC_AVX512 void nnc_tile_avx512(
+        const int MR, ptrdiff_t k, const float* const* a, const float* bp, float* c,
+        ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr, const nnc_epilogue_t* ep) {
+    __m512 acc0[12], acc1[12];
+    const float* row[12];
+    ptrdiff_t kk;
+    int i;
+    NNC_UNROLL
+    for (i = 0; i < MR; i++) {
+        acc0[i] = _mm512_setzero_ps();
+        acc1[i] = _mm512_setzero_ps();
+        row[i] = a[i];
+    }
+    for (kk = 0; kk < k; kk++) {
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+        bp += 32;
+        NNC_UNROLL
+        for (i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(row[i][kk]);
+            acc0[i] = _mm512_fmadd_ps(x, b0, acc0[i]);
+            acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
+        }
+    }
+    {
+        __mmask16 mask0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
+        __mmask16 mask1 = nr >= 32 ? (__mmask16)0xFFFF
+                          : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+        __m512 out0[12], out1[12];                /* see nnc_tile_avx2 */
+        NNC_UNROLL
+        for (i = 0; i < MR; i++) {
+            out0[i] = acc0[i];
+            out1[i] = acc1[i];
+        }
+        for (i = 0; i < mr; i++) {
+            float* ci = c + i * ldc;
+            __m512 v0 = out0[i], v1 = out1[i];
+            if (ep != NULL) {
+                v0 = nnc_ep_avx512(ep, v0, m0 + i, n0, mask0);
+                if (mask1)
+                    v1 = nnc_ep_avx512(ep, v1, m0 + i, n0 + 16, mask1);
+            }
+            _mm512_mask_storeu_ps(ci, mask0, v0);
+            if (mask1)
+                _mm512_mask_storeu_ps(ci + 16, mask1, v1);
+        }
+    }
+}
+
+#define NNC_TILE_AVX512(R)                                                                    \
+    static NNC_AVX512 void nnc_tile_avx512_##R(ptrdiff_t k, const float* const* a,          \
+                                               const float* bp, float* c, ptrdiff_t ldc,   \
+                                               ptrdiff_t m0, ptrdiff_t n0, int mr, int nr, \
+                                               const nnc_epilogue_t* ep) {                 \
+        nnc_tile_avx512(R, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                           \
+    }
+NNC_TILE_AVX512(12)
+NNC_TILE_AVX512(8)
+NNC_TILE_AVX512(4)
+NNC_TILE_AVX512(2)
+NNC_TILE_AVX512(1)
+
+#endif /* NNC_SGEMM_X86 */
+
+typedef void (*nnc_tile_f)(ptrdiff_t k, const float* const* a, const float* bp, float* c,
+                           ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
+                           const nnc_epilogue_t* ep);
+
+/* The tile for rem (1..MR) rows: the smallest instance with at least that many rows (the rows
+ * past rem repeat the last one and are not stored). */
+static inline nnc_tile_f nnc_sgemm_tile(int isa, int rem) {
+#ifdef NNC_SGEMM_X86
+    if (isa >= 2)
+        return rem > 8 ? nnc_tile_avx512_12 : rem > 4 ? nnc_tile_avx512_8
+               : rem > 2 ? nnc_tile_avx512_4 : rem > 1 ? nnc_tile_avx512_2 : nnc_tile_avx512_1;
+    if (isa == 1)
+        return rem > 4 ? nnc_tile_avx2_6 : rem > 2 ? nnc_tile_avx2_4
+               : rem > 1 ? nnc_tile_avx2_2 : nnc_tile_avx2_1;
+#endif
+    (void)isa;
+    return rem > 1 ? nnc_tile_base_4 : nnc_tile_base_1;
+}
+
+/* C rows m0..m1 (row m at c + m * ldc), columns n0..n1 (n0 a multiple of NR), of A (row m at
+ * a[m - m0], K floats each) times the packed B (all of it: panel p at packed + p * NR * K),
+ * through the epilogue ep (NULL: none; its bias and residual are indexed by absolute m and n).
+ * isa must be the one B was packed for. Disjoint (rows, columns) ranges may run at once. */
+static void nnc_sgemm_packed(int isa, ptrdiff_t m0, ptrdiff_t m1, ptrdiff_t n0, ptrdiff_t n1,
+                             ptrdiff_t k, nnc_rows_t a, const float* packed, float* c,
+                             ptrdiff_t ldc, const nnc_epilogue_t* ep) {
+    const ptrdiff_t nr = nnc_sgemm_nr(isa), mr = nnc_sgemm_mr(isa);
+    const float* rows[12];
+    ptrdiff_t b0, b1, n, m;
+    int i;
+#ifndef NNC_SGEMM_X86
+    isa = 0;
+#endif
+    for (b0 = m0; b0 < m1; b0 += NNC_SGEMM_MC) {
+        b1 = b0 + NNC_SGEMM_MC < m1 ? b0 + NNC_SGEMM_MC : m1;
+        for (n = n0; n < n1; n += nr) {
+            const float* panel = packed + (n / nr) * nr * k;
+            int w = (int)(n1 - n < nr ? n1 - n : nr);
+            for (m = b0; m < b1; m += mr) {
+                int rem = (int)(b1 - m < mr ? b1 - m : mr);
+                for (i = 0; i < mr; i++)
+                    rows[i] = a[(m - m0) + (i < rem ? i : rem - 1)];
+                nnc_sgemm_tile(isa, rem)(k, rows, panel, c + m * ldc + n, ldc, m, n, rem, w, ep);
+            }
+        }
+    }
+}
+
+#endif /* NNC_SGEMM_KERNEL_H */
