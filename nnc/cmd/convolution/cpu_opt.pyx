@@ -32,12 +32,16 @@ Part sizes were chosen by sweeping them (``_tune``) over Inception-V3's layers."
 from libc.string cimport memcpy, memset
 
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
-from nnc.cmd.command cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
-from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
+from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.base.parallel cimport nnc_parallel_for, parallel_width
-from nnc.tensor.tensor cimport nnc_tensor_t
 from nnc.base.workspace cimport nnc_workspace
+from nnc.cmd.command cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
+from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_NONE, NNC_ACT_RELU, nnc_epilogue_t,
+                                        nnc_sgemm_nr, nnc_sgemm_pack, nnc_sgemm_packed,
+                                        nnc_sgemm_packed_floats)
+from nnc.tensor.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
     float
@@ -92,6 +96,13 @@ ctypedef struct conv_t:
     int pointwise
     int depthwise
     int relu                            # activation="relu": max(0, .) after the bias
+    # float32 (but depthwise): nnc's own GEMM tiles (gemm/sgemm_kernel.h) over packed weights.
+    int isa                             # the level the weights were packed for (cpu_isa())
+    const float* packed                 # group g's packed weights at packed + g * gfloats
+    Py_ssize_t gfloats
+    size_t skip                         # bytes the packed weights take at the start of the
+    #                                     caller's workspace: parts' scratch starts after them
+    const float** rowp                  # channel parts: every pixel's A row (the caller's)
 
 
 cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
@@ -375,6 +386,132 @@ cdef void _empty_sums(const conv_t* cv, real* y0) noexcept nogil:
         _epilogue(cv, y0, 0, cv.rows, 0, cv.o)
 
 
+cdef inline size_t _align64(size_t n) noexcept nogil:
+    return (n + 63) & ~(<size_t>63)
+
+
+cdef inline size_t _rows_bytes(const conv_t* cv, Py_ssize_t m) noexcept nogil:
+    """Scratch a packed part of m pixels takes after cv.skip: its A-row pointers, then (but
+    pointwise) its patch."""
+    return _align64(m * sizeof(float*)) + (0 if cv.pointwise else m * cv.k * sizeof(float))
+
+
+cdef void _pixel_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g,
+                      const float** rows) noexcept nogil:
+    """rows[i]: the input pixel of output pixel i of rows r0..r1, at group g's channels
+    (pointwise: A is the input itself, any pixel strides)."""
+    cdef Py_ssize_t r, q, i = 0
+    cdef const float* px
+    for r in range(r0, r1):
+        px = <const float*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h + g * cv.cg
+        for q in range(cv.wo):
+            rows[i] = px + q * cv.xs_w
+            i += 1
+
+
+cdef void _packed_rows(const conv_t* cv, const float** rows, Py_ssize_t r0, Py_ssize_t r1,
+                       Py_ssize_t g, Py_ssize_t c0, Py_ssize_t c1) noexcept nogil:
+    """Output rows r0..r1, group g's channels c0..c1 (c0 a multiple of the tile width) = A rows
+    (rows[i] for pixel i of those rows) times group g's packed weights, with the bias and ReLU
+    applied in registers."""
+    cdef nnc_epilogue_t ep
+    cdef float* y0 = <float*>cv.out
+    cdef const float* bp = cv.packed + g * cv.gfloats
+    cdef Py_ssize_t r
+    ep.bias = <const float*>cv.bias + g * cv.og if cv.bias != NULL else NULL
+    ep.residual = NULL
+    ep.ldr = 0
+    ep.act = NNC_ACT_RELU if cv.relu else NNC_ACT_NONE
+    ep.lo = 0
+    ep.hi = 0
+    if _rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w):
+        nnc_sgemm_packed(cv.isa, 0, (r1 - r0) * cv.wo, c0, c1, cv.og, cv.k, rows, bp,
+                         _out_row(cv, y0, r0) + g * cv.og, cv.os_w, &ep)
+        return
+    for r in range(r0, r1):
+        nnc_sgemm_packed(cv.isa, 0, cv.wo, c0, c1, cv.og, cv.k, rows + (r - r0) * cv.wo, bp,
+                         _out_row(cv, y0, r) + g * cv.og, cv.os_w, &ep)
+
+
+cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    """Output rows of one part, every group: A is the input (pointwise) or the part's
+    patches, in the running thread's workspace after the packed weights' room (on the
+    caller's thread that room holds them; the caller asked for this size first, so it does
+    not grow here and they stay)."""
+    cdef const conv_t* cv = <const conv_t*>arg
+    cdef Py_ssize_t r0 = part * cv.rows_per_part
+    cdef Py_ssize_t r1 = min(r0 + cv.rows_per_part, cv.rows)
+    cdef Py_ssize_t m = (r1 - r0) * cv.wo, i, g, most = cv.rows_per_part * cv.wo
+    cdef char* scratch = <char*>nnc_workspace(context, cv.skip + _rows_bytes(cv, most))
+    cdef const float** rows
+    cdef float* patch
+    if scratch == NULL:
+        return NNC_OOM
+    rows = <const float**>(scratch + cv.skip)
+    patch = <float*>(scratch + cv.skip + _align64(most * sizeof(float*)))
+    if not cv.pointwise:
+        for i in range(m):
+            rows[i] = patch + i * cv.k
+    for g in range(cv.groups):
+        if cv.pointwise:
+            _pixel_rows(cv, r0, r1, g, rows)
+        else:
+            _im2col(cv, patch, r0, r1, g)
+        _packed_rows(cv, rows, r0, r1, g, 0, cv.og)
+    return NNC_SUCCESS
+
+
+cdef int _channel_part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    """Output channels [part * chunk, ...) of every pixel (one group): the caller made every
+    A row once (cv.rowp)."""
+    cdef const conv_t* cv = <const conv_t*>arg
+    cdef Py_ssize_t c0 = part * cv.chunk
+    _packed_rows(cv, cv.rowp, 0, cv.rows, 0, c0, min(c0 + cv.chunk, cv.o))
+    return NNC_SUCCESS
+
+
+cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
+                      void* ctx) noexcept nogil:
+    """float32 through nnc's own GEMM tiles: pack every group's weights into the caller's
+    workspace, then run the parts (of output rows, or of output channels when there are too
+    few pixels to split rows). Each output value is the same sum in the same order whichever
+    part computes it, so the bits do not depend on the split."""
+    cdef Py_ssize_t g, i, m = cv.rows * cv.wo
+    cdef size_t need
+    cdef char* scratch
+    cdef const float* w = <const float*>cv.w
+    cdef float* patch
+    cdef int nr
+    cv.isa = cpu_isa()
+    nr = nnc_sgemm_nr(cv.isa)
+    cv.gfloats = <Py_ssize_t>nnc_sgemm_packed_floats(cv.isa, cv.og, cv.k)
+    cv.skip = _align64(cv.groups * cv.gfloats * sizeof(float))
+    # The whole size first: parts run on this thread ask for no more, so nothing moves.
+    need = cv.skip + (_rows_bytes(cv, m) if by_channels
+                      else _rows_bytes(cv, cv.rows_per_part * cv.wo))
+    scratch = <char*>nnc_workspace(ctx, need)
+    if scratch == NULL:
+        return NNC_OOM
+    cv.packed = <const float*>scratch
+    for g in range(cv.groups):
+        # Group g's weights are rows g*og.. of the [O, K] matrix: B[k, n] = w[(g*og + n)*K + k].
+        nnc_sgemm_pack(cv.isa, w + g * cv.og * cv.k, 1, cv.k, cv.og, cv.k,
+                       <float*>scratch + g * cv.gfloats)
+    if not by_channels:
+        return nnc_parallel_for(parts, _part_packed, cv, ctx)
+    cv.rowp = <const float**>(scratch + cv.skip)
+    if cv.pointwise:
+        _pixel_rows(cv, 0, cv.rows, 0, cv.rowp)
+    else:
+        patch = <float*>(scratch + cv.skip + _align64(m * sizeof(float*)))
+        _im2col(cv, patch, 0, cv.rows, 0)
+        for i in range(m):
+            cv.rowp[i] = patch + i * cv.k
+    # Chunks of whole tiles, so each part's first column starts a packed panel.
+    cv.chunk = ((cv.o + width - 1) // width + nr - 1) // nr * nr
+    return nnc_parallel_for((cv.o + cv.chunk - 1) // cv.chunk, _channel_part_packed, cv, ctx)
+
+
 cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
     cdef conv_t cv
@@ -385,6 +522,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef int d, dtype, itemsize
     cdef Py_ssize_t part_pixels, parts
     cdef int width
+    cdef bint packed
     if not conv_operands_ok(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, w, y = inputs[0], inputs[1], outputs[0]
@@ -447,14 +585,19 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         if not cv.depthwise:
             part_pixels = max(part_pixels, _part_bytes // (cv.k * itemsize))
         parts = (cv.rows + max(1, part_pixels // cv.wo) - 1) // max(1, part_pixels // cv.wo)
+    packed = dtype == NNC_32F and not cv.depthwise
     if width > 1 and parts < SPLIT_EVEN * width:
         if cv.rows * cv.wo < _part_pixels * width and cv.groups == 1 and cv.o >= 2 * 16:
             # Too few pixels for each part to be a GEMM worth the name (17x17, 8x8).
+            if packed:
+                return _conv_packed(&cv, 0, True, width, ctx)
             return _split_channels(&cv, width, itemsize, ctx)
         # A few parts: a multiple of the width, so no thread waits at the end for a lone part.
         parts = (parts + width - 1) // width * width
     cv.rows_per_part = (cv.rows + parts - 1) // parts
     parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
+    if packed:
+        return _conv_packed(&cv, parts, False, width, ctx)
     if cv.depthwise:
         # The weights tap by tap, in the caller's workspace: depthwise parts take none of their
         # own, so this stays valid while they run.

@@ -62,39 +62,49 @@ enum { NNC_SGEMM_MC = 48 };             /* rows per block: 4 AVX-512 tiles, 8 AV
 static inline int nnc_sgemm_nr(int isa) { return isa >= 2 ? 32 : isa == 1 ? 16 : 8; }
 static inline int nnc_sgemm_mr(int isa) { return isa >= 2 ? 12 : isa == 1 ? 6 : 4; }
 
+/* Columns panel p packs for N columns: NR, or NR / 2 for a last panel of at most that many
+ * (N = 48 on AVX-512: a 32 and a 16, not two 32s of which 16 columns are zeros). */
+static inline ptrdiff_t nnc_sgemm_panel_width(int isa, ptrdiff_t n, ptrdiff_t p) {
+    ptrdiff_t nr = nnc_sgemm_nr(isa), left = n - p * nr;
+    return left >= nr ? nr : left > nr / 2 ? nr : nr / 2;
+}
+
 /* Floats a packed B of N columns and K rows takes. */
 static inline size_t nnc_sgemm_packed_floats(int isa, ptrdiff_t n, ptrdiff_t k) {
-    ptrdiff_t nr = nnc_sgemm_nr(isa);
-    return (size_t)((n + nr - 1) / nr) * (size_t)nr * (size_t)k;
+    ptrdiff_t nr = nnc_sgemm_nr(isa), full = n / nr;
+    return ((size_t)full * (size_t)nr
+            + (n > full * nr ? (size_t)nnc_sgemm_panel_width(isa, n, full) : 0)) * (size_t)k;
 }
 
 /* Pack B[k, n] = b[k * sk + n * sn] (k < K, n < N) for isa into packed
- * (nnc_sgemm_packed_floats(isa, N, K) floats). Weights [O, K] row-major are sk = 1, sn = K. */
+ * (nnc_sgemm_packed_floats(isa, N, K) floats). Weights [O, K] row-major are sk = 1, sn = K.
+ * Panel p starts at packed + p * NR * K (only the last may be narrower). */
 static void nnc_sgemm_pack(int isa, const float* b, ptrdiff_t sk, ptrdiff_t sn, ptrdiff_t n,
                            ptrdiff_t k, float* packed) {
-    ptrdiff_t nr = nnc_sgemm_nr(isa), p, kk, j, w;
+    ptrdiff_t nr = nnc_sgemm_nr(isa), p, kk, j, w, pw;
     for (p = 0; p < n; p += nr) {
         w = n - p < nr ? n - p : nr;
+        pw = nnc_sgemm_panel_width(isa, n, p / nr);
         if (sn == 1) {
             for (kk = 0; kk < k; kk++) {
-                memcpy(packed + kk * nr, b + kk * sk + p, (size_t)w * sizeof(float));
-                for (j = w; j < nr; j++)
-                    packed[kk * nr + j] = 0.0f;
+                memcpy(packed + kk * pw, b + kk * sk + p, (size_t)w * sizeof(float));
+                for (j = w; j < pw; j++)
+                    packed[kk * pw + j] = 0.0f;
             }
         } else {
             /* Column by column: each column of b is a contiguous run when sk == 1. */
-            for (j = 0; j < nr; j++) {
+            for (j = 0; j < pw; j++) {
                 const float* col = b + (p + j) * sn;
                 if (j < w) {
                     for (kk = 0; kk < k; kk++)
-                        packed[kk * nr + j] = col[kk * sk];
+                        packed[kk * pw + j] = col[kk * sk];
                 } else {
                     for (kk = 0; kk < k; kk++)
-                        packed[kk * nr + j] = 0.0f;
+                        packed[kk * pw + j] = 0.0f;
                 }
             }
         }
-        packed += nr * k;
+        packed += pw * k;
     }
 }
 
@@ -116,14 +126,18 @@ static inline float nnc_epilogue_one(const nnc_epilogue_t* ep, float v, ptrdiff_
     return v;
 }
 
+/* Each tile is a template over MR (rows) and NV (vectors per row: 2 for a full panel, 1 for
+ * a half one), instantiated below for the row counts a block's last tile may need. */
+
 /* ---- baseline: 4 x 8 in GCC vector extensions (two 4-float vectors per row) ---- */
 
 typedef float nnc_v4f __attribute__((vector_size(16)));
 
 static inline __attribute__((always_inline)) void nnc_tile_base(
-        const int MR, ptrdiff_t k, const float* const* a, const float* bp, float* c,
-        ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr, const nnc_epilogue_t* ep) {
-    nnc_v4f acc0[4], acc1[4];
+        const int MR, const int NV, ptrdiff_t k, const float* const* a, const float* bp,
+        float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
+        const nnc_epilogue_t* ep) {
+    nnc_v4f acc0[4], acc1[4], out0[4], out1[4];
     const float* row[4];
     float out[8];
     ptrdiff_t kk;
@@ -135,20 +149,21 @@ static inline __attribute__((always_inline)) void nnc_tile_base(
         row[i] = a[i];
     }
     for (kk = 0; kk < k; kk++) {
-        nnc_v4f b0, b1;
+        nnc_v4f b0, b1 = {0, 0, 0, 0};
         memcpy(&b0, bp, 16);
-        memcpy(&b1, bp + 4, 16);
-        bp += 8;
+        if (NV == 2)
+            memcpy(&b1, bp + 4, 16);
+        bp += 4 * NV;
         NNC_UNROLL
         for (i = 0; i < MR; i++) {
             float x = row[i][kk];
             acc0[i] += x * b0;
-            acc1[i] += x * b1;
+            if (NV == 2)
+                acc1[i] += x * b1;
         }
     }
-    nnc_v4f out0[4], out1[4];                    /* see nnc_tile_avx2 */
     NNC_UNROLL
-    for (i = 0; i < MR; i++) {
+    for (i = 0; i < MR; i++) {                   /* see nnc_tile_avx2 */
         out0[i] = acc0[i];
         out1[i] = acc1[i];
     }
@@ -160,17 +175,16 @@ static inline __attribute__((always_inline)) void nnc_tile_base(
     }
 }
 
-static void nnc_tile_base_4(ptrdiff_t k, const float* const* a, const float* bp, float* c,
-                            ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
-                            const nnc_epilogue_t* ep) {
-    nnc_tile_base(4, k, a, bp, c, ldc, m0, n0, mr, nr, ep);
-}
-
-static void nnc_tile_base_1(ptrdiff_t k, const float* const* a, const float* bp, float* c,
-                            ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
-                            const nnc_epilogue_t* ep) {
-    nnc_tile_base(1, k, a, bp, c, ldc, m0, n0, mr, nr, ep);
-}
+#define NNC_TILE_BASE(R, V)                                                                   \
+    static void nnc_tile_base_##R##x##V(ptrdiff_t k, const float* const* a, const float* bp, \
+                                        float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, \
+                                        int mr, int nr, const nnc_epilogue_t* ep) {          \
+        nnc_tile_base(R, V, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                            \
+    }
+NNC_TILE_BASE(4, 2)
+NNC_TILE_BASE(1, 2)
+NNC_TILE_BASE(4, 1)
+NNC_TILE_BASE(1, 1)
 
 #ifdef NNC_SGEMM_X86
 
@@ -196,9 +210,10 @@ static inline __attribute__((always_inline)) NNC_AVX2 __m256 nnc_ep_avx2(
 }
 
 static inline __attribute__((always_inline)) NNC_AVX2 void nnc_tile_avx2(
-        const int MR, ptrdiff_t k, const float* const* a, const float* bp, float* c,
-        ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr, const nnc_epilogue_t* ep) {
-    __m256 acc0[6], acc1[6];
+        const int MR, const int NV, ptrdiff_t k, const float* const* a, const float* bp,
+        float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
+        const nnc_epilogue_t* ep) {
+    __m256 acc0[6], acc1[6], out0[6], out1[6];
     const float* row[6];
     ptrdiff_t kk;
     int i;
@@ -209,14 +224,23 @@ static inline __attribute__((always_inline)) NNC_AVX2 void nnc_tile_avx2(
         row[i] = a[i];
     }
     for (kk = 0; kk < k; kk++) {
-        __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
-        bp += 16;
+        __m256 b0 = _mm256_loadu_ps(bp), b1 = NV == 2 ? _mm256_loadu_ps(bp + 8)
+                                                     : _mm256_setzero_ps();
+        bp += 8 * NV;
         NNC_UNROLL
         for (i = 0; i < MR; i++) {
             __m256 x = _mm256_broadcast_ss(row[i] + kk);
             acc0[i] = _mm256_fmadd_ps(x, b0, acc0[i]);
-            acc1[i] = _mm256_fmadd_ps(x, b1, acc1[i]);
+            if (NV == 2)
+                acc1[i] = _mm256_fmadd_ps(x, b1, acc1[i]);
         }
+    }
+    /* The accumulators go through memory once, here, by constant index: indexing them by the
+     * run-time mr would make gcc keep them in memory, storing them every k step. */
+    NNC_UNROLL
+    for (i = 0; i < MR; i++) {
+        out0[i] = acc0[i];
+        out1[i] = acc1[i];
     }
     {
         int full0 = nr >= 8, full1 = nr >= 16;
@@ -224,14 +248,6 @@ static inline __attribute__((always_inline)) NNC_AVX2 void nnc_tile_avx2(
         __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         __m256i mask0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane);
         __m256i mask1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w1), lane);
-        /* The accumulators go through memory once, here, by constant index: indexing them
-         * by the run-time mr would make gcc keep them in memory, storing them every k step. */
-        __m256 out0[6], out1[6];
-        NNC_UNROLL
-        for (i = 0; i < MR; i++) {
-            out0[i] = acc0[i];
-            out1[i] = acc1[i];
-        }
         for (i = 0; i < mr; i++) {
             float* ci = c + i * ldc;
             __m256 v0 = out0[i], v1 = out1[i];
@@ -252,17 +268,21 @@ static inline __attribute__((always_inline)) NNC_AVX2 void nnc_tile_avx2(
     }
 }
 
-#define NNC_TILE_AVX2(R)                                                                      \
-    static NNC_AVX2 void nnc_tile_avx2_##R(ptrdiff_t k, const float* const* a,              \
-                                           const float* bp, float* c, ptrdiff_t ldc,       \
-                                           ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,     \
-                                           const nnc_epilogue_t* ep) {                     \
-        nnc_tile_avx2(R, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                             \
+#define NNC_TILE_AVX2(R, V)                                                                   \
+    static NNC_AVX2 void nnc_tile_avx2_##R##x##V(ptrdiff_t k, const float* const* a,        \
+                                                 const float* bp, float* c, ptrdiff_t ldc, \
+                                                 ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,\
+                                                 const nnc_epilogue_t* ep) {               \
+        nnc_tile_avx2(R, V, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                            \
     }
-NNC_TILE_AVX2(6)
-NNC_TILE_AVX2(4)
-NNC_TILE_AVX2(2)
-NNC_TILE_AVX2(1)
+NNC_TILE_AVX2(6, 2)
+NNC_TILE_AVX2(4, 2)
+NNC_TILE_AVX2(2, 2)
+NNC_TILE_AVX2(1, 2)
+NNC_TILE_AVX2(6, 1)
+NNC_TILE_AVX2(4, 1)
+NNC_TILE_AVX2(2, 1)
+NNC_TILE_AVX2(1, 1)
 
 /* ---- AVX-512: 12 x 32 (two zmm per row), masked edges ---- */
 
@@ -282,9 +302,10 @@ static inline __attribute__((always_inline)) NNC_AVX512 __m512 nnc_ep_avx512(
 }
 
 static inline __attribute__((always_inline)) NNC_AVX512 void nnc_tile_avx512(
-        const int MR, ptrdiff_t k, const float* const* a, const float* bp, float* c,
-        ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr, const nnc_epilogue_t* ep) {
-    __m512 acc0[12], acc1[12];
+        const int MR, const int NV, ptrdiff_t k, const float* const* a, const float* bp,
+        float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
+        const nnc_epilogue_t* ep) {
+    __m512 acc0[12], acc1[12], out0[12], out1[12];
     const float* row[12];
     ptrdiff_t kk;
     int i;
@@ -295,25 +316,26 @@ static inline __attribute__((always_inline)) NNC_AVX512 void nnc_tile_avx512(
         row[i] = a[i];
     }
     for (kk = 0; kk < k; kk++) {
-        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
-        bp += 32;
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = NV == 2 ? _mm512_loadu_ps(bp + 16)
+                                                     : _mm512_setzero_ps();
+        bp += 16 * NV;
         NNC_UNROLL
         for (i = 0; i < MR; i++) {
             __m512 x = _mm512_set1_ps(row[i][kk]);
             acc0[i] = _mm512_fmadd_ps(x, b0, acc0[i]);
-            acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
+            if (NV == 2)
+                acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
         }
+    }
+    NNC_UNROLL
+    for (i = 0; i < MR; i++) {                   /* see nnc_tile_avx2 */
+        out0[i] = acc0[i];
+        out1[i] = acc1[i];
     }
     {
         __mmask16 mask0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
         __mmask16 mask1 = nr >= 32 ? (__mmask16)0xFFFF
                           : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
-        __m512 out0[12], out1[12];                /* see nnc_tile_avx2 */
-        NNC_UNROLL
-        for (i = 0; i < MR; i++) {
-            out0[i] = acc0[i];
-            out1[i] = acc1[i];
-        }
         for (i = 0; i < mr; i++) {
             float* ci = c + i * ldc;
             __m512 v0 = out0[i], v1 = out1[i];
@@ -329,18 +351,24 @@ static inline __attribute__((always_inline)) NNC_AVX512 void nnc_tile_avx512(
     }
 }
 
-#define NNC_TILE_AVX512(R)                                                                    \
-    static NNC_AVX512 void nnc_tile_avx512_##R(ptrdiff_t k, const float* const* a,          \
-                                               const float* bp, float* c, ptrdiff_t ldc,   \
-                                               ptrdiff_t m0, ptrdiff_t n0, int mr, int nr, \
-                                               const nnc_epilogue_t* ep) {                 \
-        nnc_tile_avx512(R, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                           \
+#define NNC_TILE_AVX512(R, V)                                                                 \
+    static NNC_AVX512 void nnc_tile_avx512_##R##x##V(ptrdiff_t k, const float* const* a,    \
+                                                     const float* bp, float* c,            \
+                                                     ptrdiff_t ldc, ptrdiff_t m0,          \
+                                                     ptrdiff_t n0, int mr, int nr,         \
+                                                     const nnc_epilogue_t* ep) {           \
+        nnc_tile_avx512(R, V, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                          \
     }
-NNC_TILE_AVX512(12)
-NNC_TILE_AVX512(8)
-NNC_TILE_AVX512(4)
-NNC_TILE_AVX512(2)
-NNC_TILE_AVX512(1)
+NNC_TILE_AVX512(12, 2)
+NNC_TILE_AVX512(8, 2)
+NNC_TILE_AVX512(4, 2)
+NNC_TILE_AVX512(2, 2)
+NNC_TILE_AVX512(1, 2)
+NNC_TILE_AVX512(12, 1)
+NNC_TILE_AVX512(8, 1)
+NNC_TILE_AVX512(4, 1)
+NNC_TILE_AVX512(2, 1)
+NNC_TILE_AVX512(1, 1)
 
 #endif /* NNC_SGEMM_X86 */
 
@@ -348,45 +376,59 @@ typedef void (*nnc_tile_f)(ptrdiff_t k, const float* const* a, const float* bp, 
                            ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
                            const nnc_epilogue_t* ep);
 
-/* The tile for rem (1..MR) rows: the smallest instance with at least that many rows (the rows
- * past rem repeat the last one and are not stored). */
-static inline nnc_tile_f nnc_sgemm_tile(int isa, int rem) {
+/* The tile for rem (1..MR) rows of a full panel (half = 0) or a half one (half = 1): the
+ * smallest instance with at least that many rows (the rows past rem repeat the last one and
+ * are not stored). */
+static inline nnc_tile_f nnc_sgemm_tile(int isa, int rem, int half) {
 #ifdef NNC_SGEMM_X86
+    if (isa >= 2 && !half)
+        return rem > 8 ? nnc_tile_avx512_12x2 : rem > 4 ? nnc_tile_avx512_8x2
+               : rem > 2 ? nnc_tile_avx512_4x2 : rem > 1 ? nnc_tile_avx512_2x2
+               : nnc_tile_avx512_1x2;
     if (isa >= 2)
-        return rem > 8 ? nnc_tile_avx512_12 : rem > 4 ? nnc_tile_avx512_8
-               : rem > 2 ? nnc_tile_avx512_4 : rem > 1 ? nnc_tile_avx512_2 : nnc_tile_avx512_1;
+        return rem > 8 ? nnc_tile_avx512_12x1 : rem > 4 ? nnc_tile_avx512_8x1
+               : rem > 2 ? nnc_tile_avx512_4x1 : rem > 1 ? nnc_tile_avx512_2x1
+               : nnc_tile_avx512_1x1;
+    if (isa == 1 && !half)
+        return rem > 4 ? nnc_tile_avx2_6x2 : rem > 2 ? nnc_tile_avx2_4x2
+               : rem > 1 ? nnc_tile_avx2_2x2 : nnc_tile_avx2_1x2;
     if (isa == 1)
-        return rem > 4 ? nnc_tile_avx2_6 : rem > 2 ? nnc_tile_avx2_4
-               : rem > 1 ? nnc_tile_avx2_2 : nnc_tile_avx2_1;
+        return rem > 4 ? nnc_tile_avx2_6x1 : rem > 2 ? nnc_tile_avx2_4x1
+               : rem > 1 ? nnc_tile_avx2_2x1 : nnc_tile_avx2_1x1;
 #endif
     (void)isa;
-    return rem > 1 ? nnc_tile_base_4 : nnc_tile_base_1;
+    if (!half)
+        return rem > 1 ? nnc_tile_base_4x2 : nnc_tile_base_1x2;
+    return rem > 1 ? nnc_tile_base_4x1 : nnc_tile_base_1x1;
 }
 
-/* C rows m0..m1 (row m at c + m * ldc), columns n0..n1 (n0 a multiple of NR), of A (row m at
- * a[m - m0], K floats each) times the packed B (all of it: panel p at packed + p * NR * K),
- * through the epilogue ep (NULL: none; its bias and residual are indexed by absolute m and n).
- * isa must be the one B was packed for. Disjoint (rows, columns) ranges may run at once. */
+/* C rows m0..m1 (row m at c + m * ldc), columns n0..n1, of A (row m at a[m - m0], K floats
+ * each) times the packed B of N columns (all of it: panel p at packed + p * NR * K), through
+ * the epilogue ep (NULL: none; its bias and residual are indexed by absolute m and n). n0 is a
+ * multiple of NR; n1 is one too, or N. isa must be the one B was packed for. Disjoint (rows,
+ * columns) ranges may run at once. */
 static void nnc_sgemm_packed(int isa, ptrdiff_t m0, ptrdiff_t m1, ptrdiff_t n0, ptrdiff_t n1,
-                             ptrdiff_t k, nnc_rows_t a, const float* packed, float* c,
-                             ptrdiff_t ldc, const nnc_epilogue_t* ep) {
+                             ptrdiff_t n, ptrdiff_t k, nnc_rows_t a, const float* packed,
+                             float* c, ptrdiff_t ldc, const nnc_epilogue_t* ep) {
     const ptrdiff_t nr = nnc_sgemm_nr(isa), mr = nnc_sgemm_mr(isa);
     const float* rows[12];
-    ptrdiff_t b0, b1, n, m;
+    ptrdiff_t b0, b1, col, m;
     int i;
 #ifndef NNC_SGEMM_X86
     isa = 0;
 #endif
     for (b0 = m0; b0 < m1; b0 += NNC_SGEMM_MC) {
         b1 = b0 + NNC_SGEMM_MC < m1 ? b0 + NNC_SGEMM_MC : m1;
-        for (n = n0; n < n1; n += nr) {
-            const float* panel = packed + (n / nr) * nr * k;
-            int w = (int)(n1 - n < nr ? n1 - n : nr);
+        for (col = n0; col < n1; col += nr) {
+            const float* panel = packed + (col / nr) * nr * k;
+            int w = (int)(n1 - col < nr ? n1 - col : nr);
+            int half = nnc_sgemm_panel_width(isa, n, col / nr) < nr;
             for (m = b0; m < b1; m += mr) {
                 int rem = (int)(b1 - m < mr ? b1 - m : mr);
                 for (i = 0; i < mr; i++)
                     rows[i] = a[(m - m0) + (i < rem ? i : rem - 1)];
-                nnc_sgemm_tile(isa, rem)(k, rows, panel, c + m * ldc + n, ldc, m, n, rem, w, ep);
+                nnc_sgemm_tile(isa, rem, half)(k, rows, panel, c + m * ldc + col, ldc, m, col,
+                                               rem, w, ep);
             }
         }
     }

@@ -1,0 +1,146 @@
+"""nnc's own float32 GEMM tiles (nnc/cmd/gemm/sgemm_kernel.h) through CONVOLUTION's CPU_OPT, at
+every ISA level this machine runs: tile edges (rows and columns that do not fill a tile, half
+panels), groups, the channel split of few-pixel layers, strided views, the fused bias and ReLU,
+NaN, and the same bits whichever split or thread count computes them."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import nnc
+from nnc.base import isa as cpu_isa
+
+
+@pytest.fixture(params=cpu_isa.supported_isas())
+def isa(request):
+    old = cpu_isa.set_cpu_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        cpu_isa.set_cpu_isa(old)
+
+
+def conv64(x, w, bias, stride, pad, groups, relu=False):
+    """NHWC convolution in float64 by patches (x: [n, h, w, c], w: [o, kh, kw, c/groups])."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, h, wd, c = x.shape
+    o, kh, kw, cg = w.shape
+    (sh, sw), (pt, pl, pb, pr) = stride, pad
+    xp = np.zeros((n, h + pt + pb, wd + pl + pr, c))
+    xp[:, pt:pt + h, pl:pl + wd] = x
+    ho, wo = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
+    out = np.zeros((n, ho, wo, o))
+    og = o // groups
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[:, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw]
+            for g in range(groups):
+                out[..., g * og:(g + 1) * og] += (win[..., g * cg:(g + 1) * cg]
+                                                  @ w[g * og:(g + 1) * og, i, j].T)
+    if bias is not None:
+        out += bias
+    return np.maximum(out, 0) if relu else out
+
+
+def check(got, want, k, x, w, bias):
+    eps = float(np.finfo(np.float32).eps)
+    atol = k * eps * float(np.abs(x).max()) * float(np.abs(w).max()) * 2
+    atol += eps * (0 if bias is None else float(np.abs(bias).max()))
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=atol + 1e-30)
+
+
+def run_conv(x, w, bias, out, **params):
+    ins = [x, w] if bias is None else [x, w, bias]
+    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_OPT", **params), ins, [out])
+    return out
+
+
+# The isa fixture holds for every generated case (it only sets a level).
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(o=st.integers(1, 70), c=st.integers(1, 9), k=st.sampled_from([(1, 1), (3, 3), (1, 3)]),
+       hw=st.integers(1, 9), relu=st.booleans(), with_bias=st.booleans(),
+       seed=st.integers(0, 2 ** 16))
+def test_tile_edges_match_float64(isa, o, c, k, hw, relu, with_bias, seed):
+    """Every output-channel count 1..70 (full, half and masked panels of every ISA) and pixel
+    counts that leave a partial row tile."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, hw, hw + 1, c)).astype(np.float32)
+    w = rng.standard_normal((o, *k, c)).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32) if with_bias else None
+    pad = (k[0] // 2, k[1] // 2, k[0] // 2, k[1] // 2)
+    want = conv64(x, w, bias, (1, 1), pad, 1, relu)
+    out = np.full(want.shape, np.nan, np.float32)
+    run_conv(x, w, bias, out, padding=pad, activation="relu" if relu else None)
+    check(out, want, k[0] * k[1] * c, x, w, bias)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape, wshape, params", [
+    # Each above CPU_OPT's 4M multiply-adds, so two threads split it.
+    ((1, 8, 8, 512), (200, 1, 1, 512), {}),                            # channel split, 1x1
+    ((1, 9, 9, 96), (72, 3, 3, 96), dict(padding=1)),                  # channel split, im2col
+    ((2, 37, 33, 12), (40, 3, 3, 12), dict(padding=1)),                # row parts
+    ((1, 100, 98, 8), (48, 3, 3, 4), dict(stride=2, padding=1, groups=2)),  # groups
+    ((1, 160, 150, 3), (32, 3, 3, 3), dict(stride=2)),                 # the first layer's C = 3
+])
+def test_splits_and_threads_give_the_same_bits(isa, threads, shape, wshape, params):
+    """Each output value is the same sum in the same order whichever part (of rows or of
+    channels) computes it: one thread and two give identical bits, close to float64."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    bias = rng.standard_normal(wshape[0]).astype(np.float32)
+    cmd = nnc.Cmd("CONVOLUTION", **params)
+    want = conv64(x, w, bias, cmd.stride, cmd.padding, cmd.groups)
+    outs = []
+    for t in (1, threads):
+        nnc.set_intra_op_threads(t)
+        try:
+            outs.append(run_conv(x, w, bias, np.full(want.shape, np.nan, np.float32), **params))
+        finally:
+            nnc.set_intra_op_threads(None)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    check(outs[1], want, wshape[1] * wshape[2] * wshape[3], x, w, bias)
+
+
+def test_strided_input_and_uneven_output_rows(isa):
+    """A channel slice of a wider input, and an output whose rows are not one even run of
+    pixels (a row stride wider than its pixels): rows go to the tiles one by one."""
+    rng = np.random.default_rng(5)
+    big = rng.standard_normal((2, 7, 9, 11)).astype(np.float32)
+    x = nnc.Tensor(big).view((2, 7, 9, 6), 3, (7 * 9 * 11, 9 * 11, 11, 1))
+    w = rng.standard_normal((20, 3, 3, 6)).astype(np.float32)
+    buf = np.full((2, 7, 10, 24), -5.0, np.float32)
+    out = nnc.Tensor(buf).view((2, 7, 9, 20), 2, (7 * 10 * 24, 10 * 24, 24, 1))
+    run_conv(x, w, None, out, padding=1)
+    want = conv64(big[..., 3:9], w, None, (1, 1), (1, 1, 1, 1), 1)
+    check(out.numpy(), want, 54, big, w, None)
+    assert (buf[..., :2] == -5).all() and (buf[..., 22:] == -5).all() and (buf[:, :, 9] == -5).all()
+
+
+def test_nan_propagates_through_the_fused_relu(isa):
+    x = np.ones((1, 4, 4, 5), np.float32)
+    x[0, 1, 2, 3] = np.nan
+    w = np.ones((40, 1, 1, 5), np.float32)
+    out = run_conv(x, w, np.zeros(40, np.float32), np.zeros((1, 4, 4, 40), np.float32),
+                   activation="relu")
+    assert np.isnan(out[0, 1, 2]).all()
+    assert (out[0, 0] == 5).all()
+
+
+def test_isa_levels_agree_within_tolerance():
+    """Different levels may round differently (FMA or not), never by more than the dot-product
+    tolerance."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 12, 12, 16)).astype(np.float32)
+    w = rng.standard_normal((50, 3, 3, 16)).astype(np.float32)
+    want = conv64(x, w, None, (1, 1), (1, 1, 1, 1), 1)
+    for level in cpu_isa.supported_isas():
+        old = cpu_isa.set_cpu_isa(level)
+        try:
+            out = run_conv(x, w, None, np.zeros(want.shape, np.float32), padding=1)
+        finally:
+            cpu_isa.set_cpu_isa(old)
+        check(out, want, 144, x, w, None)
