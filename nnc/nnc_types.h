@@ -92,7 +92,8 @@ typedef struct {
     int pad[4];
     double b;                           /* ADD's q, CLAMP's max (NaN: no upper bound) */
     int count_include_pad;              /* AVG_POOL: 1 divides by the whole window */
-    int activation;                     /* CONVOLUTION: 1 = ReLU fused into the epilogue */
+    int activation;                     /* CONVOLUTION: 1 = ReLU fused into the epilogue,
+                                           2 = clamp to [a, b] (ReLU6: [0, 6]) */
 } nnc_cmd_param_t;
 
 /* A C command backend. Absent tensors are NULL. Returns NNC_SUCCESS or a negative NNC_* status.

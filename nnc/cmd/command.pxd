@@ -10,6 +10,7 @@ cdef enum:
 cdef enum:
     ACTIVATION_NONE = 0
     ACTIVATION_RELU = 1                 # CONVOLUTION activation="relu" (Graph.simplify's fusion)
+    ACTIVATION_CLAMP = 2                # CONVOLUTION activation="clamp": min(max(., a), b)
 
 # Parameters C backends can read. Python backends read cmd.params instead; both are filled from
 # the same normalised dict when the Cmd is made, and neither can change after, so they never
@@ -26,7 +27,8 @@ ctypedef struct nnc_cmd_param_t:
     # Appended after the fields above, so their offsets (the C ABI's) stay as they were.
     double b                            # ADD's q, CLAMP's max (NaN: no upper bound)
     int count_include_pad               # AVG_POOL: 1 divides by kh * kw, 0 by real elements
-    int activation                      # CONVOLUTION: ACTIVATION_RELU applies max(0, .) last
+    int activation                      # CONVOLUTION: ACTIVATION_RELU applies max(0, .) last,
+    #                                     ACTIVATION_CLAMP min(max(., a), b) (its clamp=(a, b))
 
 # A C command backend. Absent (None) tensors are NULL. Returns NNC_SUCCESS (0) or a negative
 # nnc_status_e. Must not touch Python: graph runners may call it without the GIL.

@@ -364,7 +364,11 @@ cdef class Cmd:
             self.param.stride[0], self.param.stride[1] = p.get("stride", (1, 1))
             pad = p.get("padding", (0, 0, 0, 0))
             self.param.pad[0], self.param.pad[1], self.param.pad[2], self.param.pad[3] = pad
-            self.param.activation = ACTIVATION_RELU if p.get("activation") == "relu" else 0
+            act = p.get("activation")
+            self.param.activation = (ACTIVATION_RELU if act == "relu" else
+                                     ACTIVATION_CLAMP if act == "clamp" else 0)
+            if act == "clamp":
+                self.param.a, self.param.b = p["clamp"]
         except (TypeError, ValueError, OverflowError) as e:
             raise CommandError(
                 f"{self.info.name}: bad parameters {p!r} (a, value: numbers; size, stride: "

@@ -55,18 +55,21 @@ cdef inline bint fits_int(Py_ssize_t v) noexcept nogil:
 
 cdef inline bint conv_operands_ok(nnc_tensor_t** inputs, int n_in, nnc_tensor_t** outputs,
                                   int n_out) noexcept nogil:
-    """A convolution's operands as its C backends need them: (x, w) or (x, w, bias) -> y, all
-    in CPU memory and of y's float dtype; x and y [n, h, w, c] or [h, w, c] (same rank) with
-    contiguous channels; w [O, kh, kw, C/groups] and bias [O] contiguous."""
+    """A convolution's operands as its C backends need them: (x, w), (x, w, bias) or (x, w,
+    bias, residual) -> y, all in CPU memory and of y's float dtype; x, y and the residual
+    [n, h, w, c] or [h, w, c] (same rank) with contiguous channels, the residual of y's shape;
+    w [O, kh, kw, C/groups] and bias [O] contiguous."""
     cdef nnc_tensor_t* x
     cdef nnc_tensor_t* w
     cdef nnc_tensor_t* b
+    cdef nnc_tensor_t* r
     cdef nnc_tensor_t* y
-    cdef int dtype
-    if n_in < 2 or n_in > 3 or n_out != 1 or inputs[0] == NULL or outputs[0] == NULL:
+    cdef int dtype, i
+    if n_in < 2 or n_in > 4 or n_out != 1 or inputs[0] == NULL or outputs[0] == NULL:
         return False
     x, w, y = inputs[0], inputs[1], outputs[0]
-    b = inputs[2] if n_in == 3 else NULL
+    b = inputs[2] if n_in >= 3 else NULL
+    r = inputs[3] if n_in == 4 else NULL
     dtype = y.datatype
     if not (dtype == NNC_32F or dtype == NNC_64F):
         return False
@@ -74,6 +77,12 @@ cdef inline bint conv_operands_ok(nnc_tensor_t** inputs, int n_in, nnc_tensor_t*
         return False
     if w == NULL or w.device >= 0 or w.datatype != dtype or not w.contiguous or w.ndim != 4:
         return False
+    if r != NULL:
+        if not _channels_last(r, dtype) or r.ndim != y.ndim:
+            return False
+        for i in range(y.ndim):
+            if r.dim[i] != y.dim[i]:
+                return False
     return b == NULL or (b.device < 0 and b.datatype == dtype and b.contiguous
                          and b.count == w.dim[0])
 

@@ -309,6 +309,8 @@ def window_accept(cmd, inputs, outputs):
     NHWC pixels evenly spaced with unit channel stride, weights and bias contiguous."""
     if cmd.params.get("activation") not in (None, "relu"):
         return False                    # the kernels fuse ReLU only
+    if cmd.name == "CONVOLUTION" and len(inputs) > 3:
+        return False                    # ... and no residual
     ts = tensors_of(inputs, outputs)
     if not same_gpu(ts):
         return False

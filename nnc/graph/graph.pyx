@@ -410,15 +410,19 @@ cdef class Graph:
 
         NNC: ccv_nnc_graph_exec_concat.
         """
-        cdef int i = self._check_exec(a), j = self._check_exec(b), k
-        cdef exec_info_t* node = &self._nodes[i]
-        cdef int* grown
+        cdef int i = self._check_exec(a), j = self._check_exec(b)
         self._check_idle("add an edge")
         if i == j:
             raise GraphError(f"cannot make {a!r} depend on itself")
+        return self._edge_add(i, j) == 1
+
+    cdef int _edge_add(self, int i, int j) except -1:
+        cdef exec_info_t* node = &self._nodes[i]
+        cdef int* grown
+        cdef int k
         for k in range(node.outgoing_size):
             if node.outgoings[k] == j:
-                return False
+                return 0
         if node.outgoing_size == node.outgoing_cap:
             cap = max(4, node.outgoing_cap * 2)
             grown = <int*>realloc(node.outgoings, sizeof(int) * cap)
@@ -430,7 +434,7 @@ cdef class Graph:
         node.outgoing_size += 1
         self._dirty = True
         self.version += 1
-        return True
+        return 1
 
     def disjoin(self, a, b):
         """Remove the edge ``a -> b``; GraphError if there is none. NNC: ..._exec_disjoin."""
@@ -710,9 +714,11 @@ cdef class Graph:
         return _needs(_tools, "nnc.run.tools").autotune(self, trials)
 
     def simplify(self):
-        """Fuse each CONVOLUTION followed only by an in-place RELU of its output into one
-        convolution with ``activation="relu"``; the RELU nodes become NOOPs (edges kept).
-        Returns how many pairs were fused. NNC: CCV_NNC_SIMPLIFY_OPS_FUSION."""
+        """Fold into each CONVOLUTION the in-place epilogue its only successor applies: an ADD
+        of a tensor of the output's shape (the residual), then a RELU or CLAMP (the
+        activation); folded nodes become NOOPs (edges kept; an ADD's other predecessors become
+        the convolution's). Returns how many nodes were folded. Call it before
+        ``nnc.static_schedule`` (it changes edges). NNC: CCV_NNC_SIMPLIFY_OPS_FUSION."""
         return _needs(_tools, "nnc.run.tools").simplify(self)
 
     # -- while and case..of (nnc/graph/while_node.pyx, nnc/graph/case_of.pyx) -----------------

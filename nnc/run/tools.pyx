@@ -9,6 +9,7 @@ Profile, autotune and simplify hold the graph busy (Graph._enter) like a synchro
 other thread changes or runs it meanwhile.
 """
 
+import math
 import time
 
 from nnc.base.core import NNCError
@@ -165,36 +166,127 @@ cdef bint _same(object a, object b):
             and tensor_same(&(<Tensor>a).t, &(<Tensor>b).t))
 
 
+cdef list _predecessors(Graph g, int j):
+    """Every node with an edge to node j."""
+    cdef int i, k
+    out = []
+    for i in range(g._size):
+        for k in range(g._nodes[i].outgoing_size):
+            if g._nodes[i].outgoings[k] == j:
+                out.append(i)
+                break
+    return out
+
+
+cdef object _fusable_tail(Graph g, int idx):
+    """(successor index, its Cmd) when CONVOLUTION node idx's only successor is a CPU node
+    working in place on the convolution's one output, else None. NOOPs with one successor
+    are looked through (a node folded before: CONVOLUTION, ADD, RELU folds whole)."""
+    cdef exec_info_t* node = &g._nodes[idx]
+    cdef Cmd nxt
+    if node.outgoing_size != 1:
+        return None
+    j = node.outgoings[0]
+    nxt = <Cmd>g._cmds[j]
+    while nxt.name == "NOOP" and g._nodes[j].outgoing_size == 1:
+        j = g._nodes[j].outgoings[0]
+        nxt = <Cmd>g._cmds[j]
+    outs, ins_j, outs_j = g._outputs[idx], g._inputs[j], g._outputs[j]
+    if (nxt.pinned or len(outs) != 1 or len(outs_j) != 1 or not ins_j or outs[0] is None
+            or outs[0].device != "cpu" or not _same(outs[0], outs_j[0])):
+        return None
+    return j, nxt
+
+
+cdef object _fused_params(Graph g, int idx, int j, Cmd conv, Cmd nxt, bint direct):
+    """(params, inputs) of CONVOLUTION node idx with its successor j folded in, or None when
+    j is not a fusable epilogue: an in-place RELU or CLAMP of the output (the activation), or,
+    before any activation, an in-place ADD (p = q = 1) of the output and another tensor of the
+    output's shape (the residual, added before the activation), only as idx's direct
+    successor (its other predecessors become idx's: through a NOOP that could make a cycle)."""
+    params = dict(conv.params)
+    ins = list(g._inputs[idx])
+    out, ins_j = g._outputs[idx][0], g._inputs[j]
+    if params.get("activation") is not None:
+        return None
+    if nxt.name == "RELU" and len(ins_j) == 1 and _same(out, ins_j[0]):
+        params["activation"] = "relu"
+    elif nxt.name == "CLAMP" and len(ins_j) == 1 and _same(out, ins_j[0]):
+        lo, hi = nxt.params["min"], nxt.params["max"]
+        params["activation"] = "clamp"      # NaN: no bound (CLAMP's rule)
+        params["clamp"] = (-math.inf if math.isnan(lo) else lo,
+                           math.inf if math.isnan(hi) else hi)
+    elif (nxt.name == "ADD" and len(ins_j) == 2 and len(ins) <= 3 and direct
+          and nxt.params["p"] == 1.0 and nxt.params["q"] == 1.0):
+        if _same(out, ins_j[0]):
+            other = ins_j[1]
+        elif _same(out, ins_j[1]):
+            other = ins_j[0]
+        else:
+            return None
+        if (other is None or tuple(other.shape) != tuple(out.shape) or other.dtype != out.dtype
+                or other.device != "cpu"):
+            return None
+        ins += [None] * (3 - len(ins)) + [other]
+    else:
+        return None
+    return params, ins
+
+
 def graph_simplify(Graph g):
-    """Graph.simplify: fuse each CONVOLUTION whose only successor is an in-place RELU of its
-    output into one convolution with ``activation="relu"`` (its epilogue applies the ReLU
-    while the rows are in cache); the RELU node becomes a NOOP, so every edge and the node
-    count stay as they were. Returns the number of fused pairs. Only CPU nodes whose backend
-    is not pinned are fused (a pinned backend is the user's choice; GPU_REF has no epilogue)."""
+    """Graph.simplify: fold the epilogue a CONVOLUTION's only successor applies to its output in
+    place into the convolution, which applies it while the rows are in registers or cache:
+
+    - an in-place ADD (p = q = 1) of the output and another tensor of its shape becomes the
+      convolution's residual (out = conv + bias + residual: ResNet's shortcut); the ADD's
+      other predecessors become the convolution's, as it now reads that tensor;
+    - an in-place RELU becomes ``activation="relu"``, an in-place CLAMP ``activation="clamp"``
+      (ReLU6), after any residual.
+
+    Folding repeats until nothing changes (CONVOLUTION, ADD, RELU becomes one node). A folded
+    node becomes a NOOP, so every edge and the node count stay. Only CPU nodes whose backends
+    are not pinned are folded, and only where the node's backend takes the fused command (a
+    fusion never moves a node from CPU_OPT to CPU_REF). Returns the number of folded nodes."""
     cdef int idx, j
-    cdef exec_info_t* node
-    cdef Cmd conv, relu
+    cdef Cmd conv, nxt
     g._enter("simplify", "being simplified")
     try:
         fused = 0
-        for idx in range(g._size):
-            conv = <Cmd>g._cmds[idx]
-            node = &g._nodes[idx]
-            if (conv.name != "CONVOLUTION" or conv.pinned or node.outgoing_size != 1
-                    or conv.params.get("activation") is not None):
-                continue
-            j = node.outgoings[0]
-            relu = <Cmd>g._cmds[j]
-            outs, ins_j, outs_j = g._outputs[idx], g._inputs[j], g._outputs[j]
-            if (relu.name != "RELU" or relu.pinned or len(outs) != 1 or len(ins_j) != 1
-                    or len(outs_j) != 1 or outs[0] is None or outs[0].device != "cpu"
-                    or not (_same(outs[0], ins_j[0]) and _same(outs[0], outs_j[0]))):
-                continue
-            params = dict(conv.params)
-            params["activation"] = "relu"
-            g._set_node(idx, _Cmd("CONVOLUTION", **params), list(g._inputs[idx]), list(outs))
-            g._set_node(j, _Cmd("NOOP"), [], [])
-            fused += 1
+        changed = True
+        while changed:
+            changed = False
+            for idx in range(g._size):
+                conv = <Cmd>g._cmds[idx]
+                if conv.name != "CONVOLUTION" or conv.pinned:
+                    continue
+                tail = _fusable_tail(g, idx)
+                if tail is None:
+                    continue
+                j, nxt = tail
+                plan = _fused_params(g, idx, j, conv, nxt,
+                                     j == g._nodes[idx].outgoings[0])
+                if plan is None:
+                    continue
+                params, ins = plan
+                outs = list(g._outputs[idx])
+                old_ins = list(g._inputs[idx])
+                try:
+                    g._set_node(idx, _Cmd("CONVOLUTION", **params), ins, outs)
+                except NNCError:
+                    # The fused command's own check refused it (a residual overlapping the
+                    # output): the node stays as it was.
+                    g._set_node(idx, conv, old_ins, outs)
+                    continue
+                if (<Cmd>g._cmds[idx]).backend != conv.backend:
+                    g._set_node(idx, conv, old_ins, outs)
+                    continue
+                if nxt.name == "ADD":
+                    for i in _predecessors(g, j):
+                        if i != idx:
+                            g._edge_add(i, idx)
+                g._set_node(j, _Cmd("NOOP"), [], [])
+                fused += 1
+                changed = True
     finally:
         g._leave()
     return fused

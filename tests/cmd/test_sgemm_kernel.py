@@ -144,3 +144,63 @@ def test_isa_levels_agree_within_tolerance():
         finally:
             cpu_isa.set_cpu_isa(old)
         check(out, want, 144, x, w, None)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("wshape, params", [
+    ((40, 3, 3, 6), dict(padding=1)),                                  # packed tiles (float32)
+    ((6, 3, 3, 1), dict(padding=1, groups=6)),                         # depthwise
+    ((40, 1, 1, 6), {}),                                               # pointwise
+])
+@pytest.mark.parametrize("act", [None, "relu", (0.0, 6.0), (-0.5, float("inf"))])
+def test_residual_and_clamp_epilogue_every_backend(isa, dtype, wshape, params, act):
+    """out = act(conv + bias + residual) on CPU_OPT (every path) and CPU_REF; the residual may
+    be a strided view (a channel slice), and NaN stays NaN through the clamp."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 9, 8, 6)).astype(dtype)
+    x[0, 4, 4, :] = np.nan
+    w = rng.standard_normal(wshape).astype(dtype)
+    bias = rng.standard_normal(wshape[0]).astype(dtype)
+    o = wshape[0]
+    wide = rng.standard_normal((2, 9, 8, o + 3)).astype(dtype)
+    residual = nnc.Tensor(wide).view((2, 9, 8, o), 1, (9 * 8 * (o + 3), 8 * (o + 3), o + 3, 1))
+    extra = {} if act is None else (dict(activation="relu") if act == "relu"
+                                    else dict(activation="clamp", clamp=act))
+    cmd = nnc.Cmd("CONVOLUTION", **params)
+    want = conv64(x, w, bias, cmd.stride, cmd.padding, cmd.groups) + wide[..., 1:o + 1]
+    if act == "relu":
+        want = np.maximum(want, 0)
+    elif act is not None:
+        want = np.minimum(np.maximum(want, act[0]), act[1])
+    for backend in ("CPU_OPT", "CPU_REF"):
+        out = np.full(want.shape, -3.0, dtype)
+        nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend=backend, **params, **extra),
+                     [x, w, bias, residual], [out])
+        assert (np.isnan(out) == np.isnan(want)).all()
+        ok = ~np.isnan(want)
+        eps = float(np.finfo(dtype).eps)
+        np.testing.assert_allclose(out[ok], want[ok], rtol=1e-5 if dtype == "float32" else 1e-12,
+                                   atol=60 * eps * 20)
+
+
+def test_clamp_and_residual_are_checked():
+    x = np.ones((1, 4, 4, 3), np.float32)
+    w = np.ones((5, 1, 1, 3), np.float32)
+    out = np.zeros((1, 4, 4, 5), np.float32)
+    with pytest.raises(nnc.CommandError, match="clamp=.*goes with activation='clamp'"):
+        nnc.Cmd("CONVOLUTION", clamp=(0, 6))
+    with pytest.raises(nnc.CommandError, match="clamp=.*goes with activation='clamp'"):
+        nnc.Cmd("CONVOLUTION", activation="clamp")
+    for bad in ((6, 0), (float("nan"), 1), "ab", (1,), None):
+        with pytest.raises(nnc.CommandError, match="clamp must be"):
+            nnc.Cmd("CONVOLUTION", activation="clamp", clamp=bad)
+    with pytest.raises(nnc.CommandError, match="residual .* should have shape"):
+        nnc.cmd_exec(nnc.Cmd("CONVOLUTION"), [x, w, None, np.ones((1, 4, 4, 4), np.float32)],
+                     [out])
+    with pytest.raises(nnc.CommandError):     # the residual may not be the output itself
+        nnc.cmd_exec(nnc.Cmd("CONVOLUTION"), [x, w, None, out], [out])
+    # No GPU or Winograd backend takes a residual or a clamp: selection never picks one.
+    cmd = nnc.Cmd("CONVOLUTION", activation="clamp", clamp=(0, 6), backend="CPU_OPT_WINOGRAD")
+    with pytest.raises(nnc.CommandError, match="does not accept"):
+        nnc.cmd_exec(cmd, [np.ones((1, 6, 6, 3), np.float32), np.ones((5, 3, 3, 3), np.float32)],
+                     [np.zeros((1, 4, 4, 5), np.float32)])

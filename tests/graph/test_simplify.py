@@ -1,6 +1,8 @@
-"""Graph.simplify: a CONVOLUTION and the in-place RELU that alone follows it become one
-convolution with activation="relu" (NNC: ccv_nnc_symbolic_graph_simplify with
+"""Graph.simplify: a CONVOLUTION and the in-place epilogue that alone follows it (an ADD of a
+residual, a RELU, a CLAMP) become one convolution (NNC: ccv_nnc_symbolic_graph_simplify with
 CCV_NNC_SIMPLIFY_OPS_FUSION; here on the concrete graph), and the fused convolution itself."""
+
+import threading
 
 import numpy as np
 import pytest
@@ -68,8 +70,8 @@ def test_fused_convolution_equals_conv_then_relu(backend, dtype):
         assert (got >= 0).all()
 
 
-def test_activation_must_be_none_or_relu():
-    with pytest.raises(nnc.CommandError, match="activation must be None or 'relu'"):
+def test_activation_must_be_none_relu_or_clamp():
+    with pytest.raises(nnc.CommandError, match="activation must be None, 'relu' or 'clamp'"):
         nnc.Cmd("CONVOLUTION", activation="gelu")
 
 
@@ -84,3 +86,102 @@ def test_inception_fuses_every_convolution_and_runs_identically_scheduled():
     g.run(stream=s)
     s.wait()
     np.testing.assert_array_equal(out.numpy(), want)
+
+
+def _residual_graph(act="relu", add_order=0, p=1.0, residual_shape=(1, 9, 9, 6)):
+    """r = x2 * 0.5 (the residual's producer), y = conv(x), y = y + r (in place), then y's
+    activation in place: ResNet's block tail."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 9, 9, 4)).astype(np.float32)
+    x2 = rng.standard_normal(residual_shape).astype(np.float32)
+    w = rng.standard_normal((6, 3, 3, 4)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    r = np.zeros(residual_shape, np.float32)
+    y = np.zeros((1, 9, 9, 6), np.float32)
+    g = nnc.Graph()
+    make_r = g.exec(nnc.Cmd("SCALAR_MUL", a=0.5), [x2], [r])
+    conv = g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w, b], [y])
+    add = g.exec(nnc.Cmd("ADD", p=p), [y, r] if add_order == 0 else [r, y], [y])
+    g.concat(conv, add)
+    g.concat(make_r, add)
+    tail = add
+    if act == "relu":
+        tail = g.exec(nnc.Cmd("RELU"), [y], [y])
+    elif act == "relu6":
+        tail = g.exec(nnc.Cmd("CLAMP", min=0, max=6), [y], [y])
+    elif act == "clamp_hi":
+        tail = g.exec(nnc.Cmd("CLAMP", max=0.5), [y], [y])     # no lower bound (NaN)
+    if tail is not add:
+        g.concat(add, tail)
+    return g, dict(make_r=make_r, conv=conv, add=add, tail=tail), y
+
+
+@pytest.mark.parametrize("act", ["relu", "relu6", "clamp_hi", None])
+@pytest.mark.parametrize("add_order", [0, 1])
+def test_residual_add_and_activation_fold_into_the_convolution(act, add_order):
+    g, n, y = _residual_graph(act, add_order)
+    g.run()
+    want = y.copy()
+    y[...] = np.nan
+    assert g.simplify() == (2 if act else 1)
+    conv = n["conv"].cmd
+    assert n["add"].cmd.name == "NOOP" and len(n["conv"].inputs) == 4
+    if act is not None:
+        assert n["tail"].cmd.name == "NOOP"
+    assert conv.params.get("activation") == {"relu": "relu", None: None}.get(act, "clamp")
+    if act == "clamp_hi":
+        assert conv.params["clamp"] == (-np.inf, 0.5)
+    # The residual's producer now runs before the convolution that reads it.
+    assert n["conv"].index in [e.index for e in n["make_r"].outgoings]
+    g.run()
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+    assert g.simplify() == 0
+    nnc.static_schedule(g, max_streams=2)
+    s = nnc.Stream()
+    y[...] = np.nan
+    g.run(stream=s)
+    s.wait(timeout=30)
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["scaled_add", "broadcast_add"])
+def test_adds_that_are_not_a_residual_stay(case):
+    """An ADD with p != 1 scales the convolution; a broadcast operand is no residual."""
+    kw = dict(p=2.0) if case == "scaled_add" else dict(residual_shape=(1, 1, 1, 6))
+    g, n, y = _residual_graph(None, **kw)
+    g.run()
+    want = y.copy()
+    assert g.simplify() == 0 and n["add"].cmd.name == "ADD"
+    g.run()
+    np.testing.assert_array_equal(y, want)
+
+
+def test_simplify_keeps_a_node_on_its_backend():
+    """A fusion the node's backend cannot run is not made: a float64 convolution pinned to
+    nothing but run by a backend without clamp stays unfused rather than moving to CPU_REF."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 8, 8, 4))
+    w = rng.standard_normal((4, 3, 3, 4))
+    y = np.zeros((1, 8, 8, 4))
+    g = nnc.Graph()
+    conv = g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y])
+    g.concat(conv, g.exec(nnc.Cmd("CLAMP", min=0, max=6), [y], [y]))
+    before = conv.backend
+    g.simplify()
+    assert conv.backend == before
+
+
+def test_simplify_refuses_while_running_elsewhere():
+    g, _, _ = _residual_graph("relu")
+    started, release = threading.Event(), threading.Event()
+    blocker = g.exec(nnc.Cmd.custom(lambda ins, outs: (started.set(), release.wait(10))))
+    s = nnc.Stream()
+    g.run(stream=s)
+    try:
+        assert started.wait(10)
+        with pytest.raises(nnc.GraphError):
+            g.simplify()
+    finally:
+        release.set()
+        s.wait(timeout=30)
+    del blocker

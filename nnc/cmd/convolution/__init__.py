@@ -4,18 +4,23 @@ from here): GPU_REF and GPU_OPT through cuDNN, registered by nnc.cuda.builtins.
 
 CONVOLUTION, NHWC (NNC: cmd/convolution/ccv_nnc_conv_cpu_ref.c, cpu_opt/_ccv_nnc_conv_cpu_opt.c).
 
-Inputs ``(x, w)`` or ``(x, w, bias)`` (bias may be None), one output:
+Inputs ``(x, w)``, ``(x, w, bias)`` or ``(x, w, bias, residual)`` (bias may be None), one
+output:
 
 - x: [N, H, W, C] or [H, W, C],
 - w: [O, kh, kw, C // groups] (NNC's NHWC weight layout),
 - bias: [O],
+- residual: the output's shape, added before the activation (a ResNet shortcut: out =
+  act(conv + bias + residual), what ``Graph.simplify`` makes of a convolution and the in-place
+  ADD after it),
 - out: [N, Ho, Wo, O] (or [Ho, Wo, O]), Ho = (H + top + bottom - kh) // sh + 1, likewise Wo.
 
 Parameters ``stride`` (int or (sh, sw)), ``padding`` (int, (ph, pw) or (top, left, bottom,
 right); zeros), ``groups`` (C and O are split into that many independent convolutions) and
-``activation`` (None, or "relu": out = max(0, conv + bias), the epilogue ``Graph.simplify``
-fuses a following in-place RELU into; docs/commands.md). Floats only, one dtype, and the output
-may not overlap an input.
+``activation``: None; "relu": max(0, .); "clamp" with ``clamp=(lo, hi)``: min(max(., lo), hi)
+(ReLU6 is (0, 6)): the epilogues ``Graph.simplify`` fuses a following in-place RELU or CLAMP
+into (docs/commands.md). NaN stays NaN through both. Floats only, one dtype, and the output may
+not overlap an input.
 """
 
 import numpy as np
@@ -25,14 +30,31 @@ from nnc.cmd import _check
 from nnc.cmd.command import register_backend, register_command
 
 
+def _clamp_bounds(value):
+    """``clamp=(lo, hi)`` as two floats, lo <= hi, neither NaN (+-inf: no bound)."""
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise CommandError(f"CONVOLUTION: clamp must be a pair of numbers (lo, hi), not "
+                           f"{value!r}") from None
+    if lo != lo or hi != hi or lo > hi:
+        raise CommandError(f"CONVOLUTION: clamp must be (lo, hi) with lo <= hi and neither NaN, "
+                           f"not {value!r}")
+    return (lo, hi)
+
+
 def _conv_normalize(params):
-    _check.only("CONVOLUTION", params, ("stride", "padding", "groups", "activation"))
+    _check.only("CONVOLUTION", params, ("stride", "padding", "groups", "activation", "clamp"))
     groups = params.get("groups", 1)
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
         raise CommandError(f"CONVOLUTION: groups must be an int >= 1, not {groups!r}")
     activation = params.get("activation")
-    if activation not in (None, "relu"):
-        raise CommandError(f"CONVOLUTION: activation must be None or 'relu', not {activation!r}")
+    if activation not in (None, "relu", "clamp"):
+        raise CommandError(f"CONVOLUTION: activation must be None, 'relu' or 'clamp', not "
+                           f"{activation!r}")
+    if (activation == "clamp") != ("clamp" in params):
+        raise CommandError("CONVOLUTION: clamp=(lo, hi) goes with activation='clamp', and only "
+                           "with it")
     out = {
         "stride": _check.pair("CONVOLUTION", params.get("stride", 1), "stride", 1),
         "padding": _check.padding("CONVOLUTION", params.get("padding", 0)),
@@ -40,6 +62,8 @@ def _conv_normalize(params):
     }
     if activation is not None:          # only fused convolutions carry it (Graph.simplify)
         out["activation"] = activation
+    if activation == "clamp":
+        out["clamp"] = _clamp_bounds(params["clamp"])
     return out
 
 
@@ -67,7 +91,7 @@ def conv_shape(cmd, x_shape, w_shape):
 
 
 def _conv_check(cmd, inputs, outputs):
-    _check.arity(cmd, inputs, outputs, (2, 3), 1)
+    _check.arity(cmd, inputs, outputs, (2, 4), 1)
     _check.present(cmd, inputs, "input", 0, 1)
     _check.present(cmd, outputs, "output", 0)
     _check.same_dtype(cmd, inputs + outputs)
@@ -78,6 +102,8 @@ def _conv_check(cmd, inputs, outputs):
     shape = conv_shape(cmd, tuple(x.shape), tuple(w.shape))
     if bias is not None:
         _check.expect_shape(cmd, bias, shape[-1:], "bias")
+    if len(inputs) > 3 and inputs[3] is not None:
+        _check.expect_shape(cmd, inputs[3], shape, "residual (input 3)")
     _check.expect_shape(cmd, outputs[0], shape, "output 0")
 
 
@@ -110,8 +136,15 @@ def _conv_ref(cmd, inputs, outputs):
                 acc[..., co] += patch @ w[co, i, j, :].T
     if bias is not None:
         acc += bias.astype(np.float64)
-    if cmd.params.get("activation") == "relu":
+    if len(inputs) > 3 and inputs[3] is not None:
+        acc += inputs[3].astype(np.float64)
+    act = cmd.params.get("activation")
+    # fmax/fmin would drop a NaN; maximum/minimum keep it, as the C epilogues do.
+    if act == "relu":
         np.maximum(acc, 0.0, out=acc)
+    elif act == "clamp":
+        lo, hi = cmd.params["clamp"]
+        np.minimum(np.maximum(acc, lo), hi, out=acc)
     out[...] = acc
 
 

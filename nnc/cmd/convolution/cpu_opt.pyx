@@ -36,9 +36,11 @@ from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.base.parallel cimport nnc_parallel_for, parallel_width
 from nnc.base.workspace cimport nnc_workspace
-from nnc.cmd.command cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_RELU, Cmd, nnc_cmd_param_t,
+                              register_c_backend)
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
-from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_NONE, NNC_ACT_RELU, nnc_epilogue_t,
+from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_NONE, NNC_ACT_RELU,
+                                        nnc_epilogue_t,
                                         nnc_sgemm_nr, nnc_sgemm_pack, nnc_sgemm_packed,
                                         nnc_sgemm_packed_floats)
 from nnc.tensor.tensor cimport nnc_tensor_t
@@ -95,7 +97,11 @@ ctypedef struct conv_t:
     Py_ssize_t rows                     # n * ho
     int pointwise
     int depthwise
-    int relu                            # activation="relu": max(0, .) after the bias
+    # The epilogue, in this order: + bias, + residual, the activation.
+    const char* residual                # NULL: none; else [n, ho, wo, o] like the output
+    Py_ssize_t rs_n, rs_h, rs_w         # its strides (channel stride is 1)
+    int act                             # NNC_ACT_NONE, NNC_ACT_RELU or NNC_ACT_CLAMP
+    float lo, hi                        # NNC_ACT_CLAMP's bounds
     # float32 (but depthwise): nnc's own GEMM tiles (gemm/sgemm_kernel.h) over packed weights.
     int isa                             # the level the weights were packed for (cpu_isa())
     const float* packed                 # group g's packed weights at packed + g * gfloats
@@ -140,30 +146,42 @@ cdef inline real* _out_row(const conv_t* cv, real* y0, Py_ssize_t r) noexcept no
     return y0 + (r // cv.ho) * cv.os_n + (r % cv.ho) * cv.os_h
 
 
+cdef inline bint _has_epilogue(const conv_t* cv) noexcept nogil:
+    return cv.bias != NULL or cv.residual != NULL or cv.act != NNC_ACT_NONE
+
+
 cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
                     Py_ssize_t c1) noexcept nogil:
-    """Add the bias and apply the fused ReLU to rows r0..r1, channels c0..c1, while they are
-    still in cache."""
-    cdef Py_ssize_t r, _q, j, o = c1 - c0, wo = cv.wo, os_w = cv.os_w
+    """Add the bias and the residual and apply the activation to rows r0..r1, channels
+    c0..c1, while they are still in cache. max/min keep a NaN (v is the operand tested)."""
+    cdef Py_ssize_t r, _q, j, o = c1 - c0, wo = cv.wo, os_w = cv.os_w, rs_w = cv.rs_w
     cdef real* y
+    cdef const real* res = NULL
     cdef real v
     cdef const real* b = <const real*>cv.bias + c0 if cv.bias != NULL else NULL
-    cdef bint relu = cv.relu
+    cdef int act = cv.act
+    cdef real lo = cv.lo, hi = cv.hi
     for r in range(r0, r1):
         y = _out_row(cv, y0, r) + c0
+        if cv.residual != NULL:
+            res = (<const real*>cv.residual + (r // cv.ho) * cv.rs_n + (r % cv.ho) * cv.rs_h
+                   + c0)
         for _q in range(wo):
-            if b != NULL and relu:
-                for j in range(o):
-                    v = y[j] + b[j]
-                    y[j] = 0 if v < 0 else v    # NaN stays NaN, as RELU keeps it
-            elif b != NULL:
-                for j in range(o):
-                    y[j] = y[j] + b[j]
-            else:
-                for j in range(o):
-                    v = y[j]
-                    y[j] = 0 if v < 0 else v
+            for j in range(o):
+                v = y[j]
+                if b != NULL:
+                    v = v + b[j]
+                if res != NULL:
+                    v = v + res[j]
+                if act == NNC_ACT_RELU:
+                    v = 0 if v < 0 else v
+                elif act == NNC_ACT_CLAMP:
+                    v = lo if v < lo else v
+                    v = hi if v > hi else v
+                y[j] = v
             y += os_w
+            if res != NULL:
+                res += rs_w
 
 
 cdef inline void _copy(real* dst, const real* src, Py_ssize_t n) noexcept nogil:
@@ -315,7 +333,7 @@ cdef int _part_typed(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
         _part_pointwise(cv, y0, r0, r1)
     else:
         rc = _part_im2col(cv, y0, r0, r1, context)
-    if rc == NNC_SUCCESS and (cv.bias != NULL or cv.relu):
+    if rc == NNC_SUCCESS and _has_epilogue(cv):
         _epilogue(cv, y0, r0, r1, 0, cv.o)
     return rc
 
@@ -352,7 +370,7 @@ cdef void _channels_typed(const conv_t* cv, real* y0, Py_ssize_t c0,
             a = <const real*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h
             _gemm_cols(cv, a, cv.xs_w, cv.rows * cv.wo if even else cv.wo, c0, c1 - c0,
                        _out_row(cv, y0, r), cv.os_w)
-    if cv.bias != NULL or cv.relu:
+    if _has_epilogue(cv):
         _epilogue(cv, y0, 0, cv.rows, c0, c1)
 
 
@@ -382,7 +400,7 @@ cdef void _empty_sums(const conv_t* cv, real* y0) noexcept nogil:
             y = _out_row(cv, y0, r) + q * cv.os_w
             for j in range(cv.o):
                 y[j] = 0
-    if cv.bias != NULL or cv.relu:
+    if _has_epilogue(cv):
         _epilogue(cv, y0, 0, cv.rows, 0, cv.o)
 
 
@@ -409,26 +427,38 @@ cdef void _pixel_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t
             i += 1
 
 
+cdef inline const float* _residual_row(
+        const conv_t* cv, Py_ssize_t r, Py_ssize_t g) noexcept nogil:
+    """Row r of the residual at group g's channels, or NULL without one."""
+    if cv.residual == NULL:
+        return NULL
+    return (<const float*>cv.residual + (r // cv.ho) * cv.rs_n + (r % cv.ho) * cv.rs_h
+            + g * cv.og)
+
+
 cdef void _packed_rows(const conv_t* cv, const float** rows, Py_ssize_t r0, Py_ssize_t r1,
                        Py_ssize_t g, Py_ssize_t c0, Py_ssize_t c1) noexcept nogil:
     """Output rows r0..r1, group g's channels c0..c1 (c0 a multiple of the tile width) = A rows
     (rows[i] for pixel i of those rows) times group g's packed weights, with the bias and ReLU
-    applied in registers."""
+    the residual and the activation applied in registers."""
     cdef nnc_epilogue_t ep
     cdef float* y0 = <float*>cv.out
     cdef const float* bp = cv.packed + g * cv.gfloats
     cdef Py_ssize_t r
     ep.bias = <const float*>cv.bias + g * cv.og if cv.bias != NULL else NULL
-    ep.residual = NULL
-    ep.ldr = 0
-    ep.act = NNC_ACT_RELU if cv.relu else NNC_ACT_NONE
-    ep.lo = 0
-    ep.hi = 0
-    if _rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w):
+    ep.ldr = cv.rs_w
+    ep.act = cv.act
+    ep.lo = cv.lo
+    ep.hi = cv.hi
+    if (_rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+            and (cv.residual == NULL
+                 or _rows_even(r0, r1, cv.ho, cv.wo, cv.rs_n, cv.rs_h, cv.rs_w))):
+        ep.residual = _residual_row(cv, r0, g)
         nnc_sgemm_packed(cv.isa, 0, (r1 - r0) * cv.wo, c0, c1, cv.og, cv.k, rows, bp,
                          _out_row(cv, y0, r0) + g * cv.og, cv.os_w, &ep)
         return
     for r in range(r0, r1):
+        ep.residual = _residual_row(cv, r, g)
         nnc_sgemm_packed(cv.isa, 0, cv.wo, c0, c1, cv.og, cv.k, rows + (r - r0) * cv.wo, bp,
                          _out_row(cv, y0, r) + g * cv.og, cv.os_w, &ep)
 
@@ -518,6 +548,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef nnc_tensor_t* x
     cdef nnc_tensor_t* w
     cdef nnc_tensor_t* b
+    cdef nnc_tensor_t* r
     cdef nnc_tensor_t* y
     cdef int d, dtype, itemsize
     cdef Py_ssize_t part_pixels, parts
@@ -526,7 +557,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     if not conv_operands_ok(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, w, y = inputs[0], inputs[1], outputs[0]
-    b = inputs[2] if n_in == 3 else NULL
+    b = inputs[2] if n_in >= 3 else NULL
     dtype = y.datatype
     d = x.ndim - 3                      # 1 with a batch axis, 0 without
     cv.dtype = dtype
@@ -543,7 +574,14 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cv.sh, cv.sw = p.stride[0], p.stride[1]
     cv.pt, cv.pl = p.pad[0], p.pad[1]
     cv.groups = p.groups
-    cv.relu = p.activation == ACTIVATION_RELU
+    cv.act = (NNC_ACT_RELU if p.activation == ACTIVATION_RELU else
+              NNC_ACT_CLAMP if p.activation == ACTIVATION_CLAMP else NNC_ACT_NONE)
+    cv.lo, cv.hi = <float>p.a, <float>p.b
+    r = inputs[3] if n_in == 4 else NULL
+    cv.residual = <const char*>r.data if r != NULL else NULL
+    cv.rs_n = r.stride[0] if r != NULL and d else 0
+    cv.rs_h = r.stride[d] if r != NULL else 0
+    cv.rs_w = r.stride[d + 1] if r != NULL else 0
     # Re-check what the loops rely on (the command's check did, but a C backend may be called
     # directly): shapes agree, the output lies where the window says, nothing overflows int.
     if cv.groups < 1 or cv.c % cv.groups or cv.o % cv.groups or cv.sh < 1 or cv.sw < 1:
@@ -613,11 +651,11 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
 
 def _accept(Cmd cmd, list inputs, list outputs):
     """Channels contiguous in x and the output (any pixel strides); w and bias contiguous."""
-    cdef nnc_tensor_t* io[4]
-    cdef int n_in = tensor_views(inputs, io, 3)
-    cdef int n_out = tensor_views(outputs, io + 3, 1)
+    cdef nnc_tensor_t* io[5]
+    cdef int n_in = tensor_views(inputs, io, 4)
+    cdef int n_out = tensor_views(outputs, io + 4, 1)
     # The backend's own operand check, on the Tensors' C views: the two cannot disagree.
-    return n_in >= 0 and n_out >= 0 and conv_operands_ok(io, n_in, io + 3, n_out)
+    return n_in >= 0 and n_out >= 0 and conv_operands_ok(io, n_in, io + 4, n_out)
 
 
 def register():

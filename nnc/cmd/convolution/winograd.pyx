@@ -340,8 +340,11 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     if not conv_operands_ok(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, w, y = inputs[0], inputs[1], outputs[0]
-    b = inputs[2] if n_in == 3 else NULL
+    b = inputs[2] if n_in >= 3 else NULL
     dtype = y.datatype
+    # Its epilogue has the bias and ReLU only: a residual or a clamp is CPU_OPT's.
+    if (n_in == 4 and inputs[3] != NULL) or p.activation > ACTIVATION_RELU:
+        return NNC_INVALID
     if not _winograd_shape(p, w):
         return NNC_INVALID
     d = x.ndim - 3                      # 1 with a batch axis, 0 without
@@ -397,7 +400,7 @@ def _accept(Cmd cmd, list inputs, list outputs):
     cdef int n_out = tensor_views(outputs, io + 3, 1)
     # The backend's own checks, on the Tensors' C views: the two cannot disagree.
     return (n_in >= 0 and n_out >= 0 and conv_operands_ok(io, n_in, io + 3, n_out)
-            and _winograd_shape(&cmd.param, io[1]))
+            and cmd.param.activation <= ACTIVATION_RELU and _winograd_shape(&cmd.param, io[1]))
 
 
 def register():

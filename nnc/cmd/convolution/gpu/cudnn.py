@@ -777,8 +777,8 @@ def _accept(cmd, inputs, outputs):
         if cmd.pinned and cmd.backend == BACKEND:
             raise CUDAError(f"CONVOLUTION/{BACKEND} needs cuDNN: {reason}")
         return False
-    if cmd.params.get("activation") not in (None, "relu"):
-        return False
+    if cmd.params.get("activation") not in (None, "relu") or len(inputs) > 3:
+        return False                    # its epilogue is bias and ReLU: no clamp, no residual
     ts = tensors_of(inputs, outputs)
     x, out = inputs[0], outputs[0]
     if not same_gpu(ts) or pixel_stride(x) is None or pixel_stride(out) is None:
