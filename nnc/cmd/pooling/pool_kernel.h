@@ -1,12 +1,12 @@
 /* nnc's float32 MAX_POOL and AVG_POOL over NHWC rows: the hot path of the pools on CPU.
  *
  * Why by hand: the Cython loop this replaces kept its running max / sum in the output (one load
- * and one store of it per window tap), ran one short loop per tap (versioned at run time for
- * aliasing, the extension being built with -fno-strict-aliasing) and stayed at SSE's 4 lanes:
- * 10-16 GB/s on Inception-V3's pools. Here each output pixel's window is clipped to the real
- * input once, then U vectors of channels accumulate in registers over the whole window (no
- * bounds check per tap or per element) and are stored once: the loads of the window are all
- * that is left.
+ * and one store of it per window tap), ran one short loop per tap (versioned at run time, as
+ * the compiler cannot tell the output from the input apart) and stayed at SSE's 4 lanes:
+ * 10-16 GB/s on Inception-V3's pools (benchmarks/pool.py). Here each output pixel's window is
+ * clipped to the real input once, then U vectors of channels accumulate in registers over the
+ * whole window (no bounds check per tap or per element) and are stored once: the loads of the
+ * window are all that is left.
  *
  * Semantics (pool.py): padding never wins a max (a window is its real pixels only); the taps
  * are combined in the window's row-major order, starting from the first tap's value, so:
@@ -24,8 +24,8 @@
  *
  * Variants (nnc/base/isa.pxd): AVX-512 (4 x 16 channels a block, masked tail), AVX2 (4 x 8,
  * maskload tail), baseline (4 x 4 in GCC vector extensions: SSE2 on x86-64, NEON on arm64;
- * the last channels one at a time), which always takes the exact select. Static functions only, each variant under its own target attribute, so the extension
- * stays baseline x86-64. */
+ * the last channels one at a time), which always takes the exact select. Static functions
+ * only, each variant under its own target attribute, so the extension stays baseline x86-64. */
 #ifndef NNC_POOL_KERNEL_H
 #define NNC_POOL_KERNEL_H
 
