@@ -38,6 +38,17 @@ EXTRA_COMPILE_ARGS = {
 # NNC_ANNOTATE=1 writes cython -a HTML next to each .pyx (read it for hot loops).
 annotate = os.environ.get("NNC_ANNOTATE", "0") == "1"
 
+# Hand-written kernel headers (nnc/**/*_kernel.h), named from nnc/ in `cdef extern from`: a
+# module that names one is rebuilt when it changes (Cython's own dependency scan does not look
+# them up on the include path, so an edited kernel would otherwise leave a stale extension).
+KERNEL_HEADERS = sorted(p.relative_to("nnc").as_posix() for p in Path("nnc").rglob("*_kernel.h"))
+
+
+def kernel_depends(src):
+    text = Path(src).read_text(encoding="utf-8")
+    return [f"nnc/{h}" for h in KERNEL_HEADERS if f'"{h}"' in text]
+
+
 extensions = [
     Extension(
         name,
@@ -46,6 +57,7 @@ extensions = [
         include_dirs=[np.get_include(), "nnc"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", *EXTRA_COMPILE_ARGS.get(name, [])],
+        depends=kernel_depends(src),
     )
     for name, src in MODULES
 ]

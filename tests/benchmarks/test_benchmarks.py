@@ -1,5 +1,5 @@
-"""The CPU benchmarks (benchmarks/streams.py, benchmarks/conv.py) run end to end on
-the smallest inputs, and their helpers choose rounds as documented. No timing is asserted:
+"""The CPU benchmarks (benchmarks/streams.py, benchmarks/conv.py, benchmarks/pool.py) run end to
+end on the smallest inputs, and their helpers choose rounds as documented. No timing is asserted:
 only that every configuration ran, the outputs agreed and the report has its fields."""
 
 import json
@@ -121,6 +121,44 @@ def test_conv_benchmark_without_limits():
     r = _bench("benchmarks.conv", "--size", "75", "--limit", "1", "--repeat", "1", "--no-limits")
     assert r["limits"] is None and r["peak_gflops"] is None and r["network_of_peak"] is None
     assert r["rows"][0]["of_peak"] is None
+
+
+def test_pool_benchmark_smoke():
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    r = _bench("benchmarks.pool", "--size", "75", "--limit", "3", "--repeat", "1",
+               "--isa", "baseline")
+    assert r["benchmark"] == "pool" and r["isa"] == "baseline" and r["outputs_agree"]
+    assert len(r["rows"]) == 3
+    first = r["rows"][0]
+    # MaxPool_3a_3x3 at 75x75: 35x35x64 in, 17x17x64 out, 4 bytes each
+    assert first["shape"].startswith("max 35x35x64 3x3/2")
+    assert first["bytes"] == 4 * (35 * 35 * 64 + 17 * 17 * 64)
+    bw = r["bandwidth_gbs"]
+    for row in r["rows"]:
+        assert row["outputs_agree"] is True
+        for name in ("nnc", "ort_nchwc", "ort_nchw"):
+            assert row["us"][name] > 0
+            assert row["gbs"][name] == pytest.approx(row["bytes"] / row["us"][name] / 1e3)
+        assert row["of_memory"]["nnc"] == pytest.approx(row["gbs"]["nnc"] / bw)
+    assert r["total_us"]["nnc"] == pytest.approx(
+        sum(row["us"]["nnc"] * row["count"] for row in r["rows"]))
+
+
+def test_pool_benchmark_without_onnxruntime_or_limits(tmp_path):
+    # onnxruntime hidden: nnc's column alone; --no-limits: no bandwidth, no fractions
+    (tmp_path / "onnxruntime.py").write_text("raise ImportError('hidden by the test')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    out = subprocess.run([sys.executable, "-m", "benchmarks.pool", "--size", "75", "--limit",
+                          "1", "--repeat", "1", "--no-limits", "--json"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["onnxruntime"] is None and r["bandwidth_gbs"] is None
+    (row,) = r["rows"]
+    assert set(row["us"]) == {"nnc"} and row["of_memory"] is None
+    assert row["outputs_agree"] is None and r["outputs_agree"]
+    assert "onnxruntime not installed" in out.stdout
 
 
 def _unbuilt_checkout(tmp_path):

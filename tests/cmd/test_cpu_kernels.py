@@ -1,6 +1,7 @@
 """The C backends of GEMM, MAX_POOL, AVG_POOL, ADD, MUL and CLAMP (nnc/cmd/gemm/cpu_opt.pyx,
-cpu_pool.pyx, cpu_opt_blas.pyx): each against CPU_REF on random geometry and on views, split into
-parts at one and two intra-op threads, refusing what it cannot take, and running in a scheduled
+nnc/cmd/pooling/cpu_opt.pyx with pool_kernel.h, cpu_opt_blas.pyx): each against CPU_REF on random
+geometry and on views, split into parts at one and two intra-op threads (the pools' kernel at
+every ISA level the machine runs), refusing what it cannot take, and running in a scheduled
 graph as C tasks (no Python on the workers)."""
 
 import math
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nnc
+from nnc.base import isa
 
 TIMEOUT = 30
 
@@ -270,6 +272,164 @@ def test_pool_c_backend_refuses_bad_tensors():
     with pytest.raises(nnc.CommandError, match="output 0 should have shape"):
         nnc.cmd_exec(nnc.Cmd("AVG_POOL", size=2, backend="CPU_OPT"),
                      [np.ones((4, 4, 3), np.float32)], [np.zeros((3, 3, 3), np.float32)])
+
+
+# ---- MAX_POOL and AVG_POOL: pool_kernel.h at every ISA level this machine runs
+
+
+@pytest.fixture(params=isa.ISA_NAMES)
+def kernel_isa(request):
+    """Each kernel level in turn (skipped where the CPU lacks it), restored afterwards."""
+    if request.param not in isa.supported_isas():
+        pytest.skip(f"this CPU does not run {request.param}")
+    old = isa.set_cpu_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        isa.set_cpu_isa(old)
+
+
+def bits(a):
+    """float32 values as their bit patterns: equal bits, not only equal values (NaN payloads,
+    the sign of zero)."""
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+# Channel counts cover each variant's blocks: 4 vectors (AVX-512 64, AVX2 32, baseline 16),
+# single vectors, the masked (or scalar) tail, and 1000 channels, whose 3x3 window is wider
+# than L1 (walked one channel block at a time).
+POOL_KERNEL_CASES = [
+    ((1, 7, 9, 1), dict(size=3, stride=2, padding=1)),
+    ((2, 6, 5, 3), dict(size=(2, 3), stride=(1, 2), padding=(1, 0, 0, 2))),
+    ((1, 8, 8, 17), dict(size=3, stride=1, padding=1)),
+    ((5, 4, 33), dict(size=2, stride=1)),
+    ((1, 6, 7, 81), dict(size=3, stride=2, padding=(0, 1, 2, 1))),
+    ((1, 2, 3, 17), dict(size=(4, 5), stride=1, padding=(1, 2, 1, 2))),   # window > input
+    ((1, 5, 5, 33), dict(size=5, stride=5)),                               # global
+    ((1, 5, 6, 1000), dict(size=3, stride=1, padding=1)),
+    ((1, 3, 4, 1000), dict(size=3, stride=2, padding=(1, 1, 0, 0))),
+]
+
+
+@pytest.mark.parametrize("x_shape, params", POOL_KERNEL_CASES,
+                         ids=[f"c{s[-1]}_{i}" for i, (s, _) in enumerate(POOL_KERNEL_CASES)])
+@pytest.mark.parametrize("kind", ["MAX_POOL", "AVG", "AVG_PAD"])
+@pytest.mark.parametrize("views", [False, True], ids=["dense", "views"])
+def test_pool_kernel_matches_cpu_ref_at_every_isa(kernel_isa, x_shape, params, kind, views):
+    params = dict(params)
+    if kind != "MAX_POOL":
+        params["count_include_pad"] = kind == "AVG_PAD"
+        kind = "AVG_POOL"
+    x = np.random.default_rng(len(x_shape) + x_shape[-1]).standard_normal(x_shape)
+    x = x.astype(np.float32)
+    if views:                       # a channel slice of a wider buffer, in and out
+        view = concat_slice(x_shape, "float32", extra=3, offset=1)
+        view.numpy()[...] = x
+        x = view
+    cmd = nnc.Cmd(kind, **params)
+    out_shape = pool_out_shape(x_shape, cmd.params["size"], cmd.params["stride"],
+                               cmd.params["padding"])
+    c = out_shape[-1]
+    out_buf = nnc.Tensor(np.full(out_shape[:-1] + (c + 5,), -7.0, np.float32))
+    strides = np.array(out_buf.numpy().strides) // 4
+
+    def out_view(shape):            # channels 2..2+c of the buffer
+        return out_buf.view(shape, 2, tuple(int(s) for s in strides))
+
+    want, got = ref_and_opt(kind, [x], out_shape, "float32", out_view if views else None,
+                            **params)
+    if kind == "MAX_POOL":
+        np.testing.assert_array_equal(got, want)
+    else:
+        assert_dot_close(got, want, "float32", int(np.prod(cmd.params["size"])))
+    if views:                       # the channels around the slice are untouched
+        around = np.concatenate([out_buf.numpy()[..., :2], out_buf.numpy()[..., 2 + c:]], -1)
+        assert (around == -7.0).all()
+
+
+def max_pool_sequential(x, size, stride, pad):
+    """MAX_POOL as pool_kernel.h defines it, one float32 at a time: the window's real taps in
+    row-major order from the first one's value; a tap replaces the running max when greater or
+    NaN, so ties keep the first value and the first NaN wins with its payload."""
+    kh, kw = size
+    h, w, c = x.shape
+    ho = (h + pad[0] + pad[2] - kh) // stride[0] + 1
+    wo = (w + pad[1] + pad[3] - kw) // stride[1] + 1
+    out = np.zeros((ho, wo, c), np.float32)
+    for oh in range(ho):
+        for ow in range(wo):
+            r0, c0 = oh * stride[0] - pad[0], ow * stride[1] - pad[1]
+            for ch in range(c):
+                acc = None
+                for i in range(max(r0, 0), min(r0 + kh, h)):
+                    for j in range(max(c0, 0), min(c0 + kw, w)):
+                        v = x[i, j, ch]
+                        if acc is None or v > acc or v != v:
+                            acc = v
+                out[oh, ow, ch] = acc
+    return out
+
+
+def nan_with_payload(payload):
+    return np.array([0x7FC00000 | payload], np.uint32).view(np.float32)[0]
+
+
+@pytest.mark.parametrize("c", [1, 3, 17, 33, 70])
+def test_max_pool_kernel_nan_and_ties_bit_for_bit_at_every_isa(kernel_isa, c):
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal((7, 8, c)).astype(np.float32)
+    # NaNs with distinct payloads (first tap of a window, middle, last, two in one window),
+    # an inf meeting -inf (the NaN check's sum is NaN, the max is not), and signed zeros.
+    x[0, 0, 0] = nan_with_payload(1)
+    x[2, 3, c // 2] = nan_with_payload(2)
+    x[2, 4, c // 2] = nan_with_payload(3)
+    x[6, 7, c - 1] = nan_with_payload(4)
+    x[4, 1, :] = np.inf
+    x[4, 2, :] = -np.inf
+    x[5, 5:, :] = -0.0
+    x[6, 5:, :] = 0.0
+    x[5, 6, :] = 0.0
+    for size, stride, pad in [((3, 3), (2, 2), (1, 1, 1, 1)), ((2, 2), (1, 1), (0, 0, 0, 0)),
+                              ((3, 2), (1, 2), (2, 1, 0, 1))]:
+        want = max_pool_sequential(x, size, stride, pad)
+        got = np.full(want.shape, 7.0, np.float32)
+        nnc.cmd_exec(nnc.Cmd("MAX_POOL", size=size, stride=stride, padding=pad,
+                             backend="CPU_OPT"), [x], [got])
+        np.testing.assert_array_equal(bits(got), bits(want))
+        assert np.isnan(got).any()
+        ref = np.full(want.shape, 7.0, np.float32)
+        nnc.cmd_exec(nnc.Cmd("MAX_POOL", size=size, stride=stride, padding=pad,
+                             backend="CPU_REF"), [x], [ref])
+        np.testing.assert_array_equal(got, ref)          # NaN where CPU_REF has NaN
+
+
+@pytest.mark.parametrize("kind, x_shape, params", [
+    ("AVG_POOL", (1, 35, 35, 96), dict(size=3, stride=1, padding=1)),      # row parts
+    ("AVG_POOL", (2, 8, 8, 520), dict(size=8)),                             # channel parts
+    ("MAX_POOL", (1, 17, 17, 300), dict(size=3, stride=2)),
+    ("AVG_POOL", (1, 9, 9, 1100), dict(size=3, stride=1, padding=1, count_include_pad=True)),
+], ids=["rows", "channels", "max", "blockwise"])
+def test_pool_kernel_same_bits_at_every_isa_and_thread_setting(kind, x_shape, params):
+    x = np.random.default_rng(3).standard_normal(x_shape).astype(np.float32)
+    cmd = nnc.Cmd(kind, backend="CPU_OPT", **params)
+    out_shape = pool_out_shape(x_shape, cmd.params["size"], cmd.params["stride"],
+                               cmd.params["padding"])
+    results = {}
+    old = isa.get_cpu_isa()
+    try:
+        for level in isa.supported_isas():
+            isa.set_cpu_isa(level)
+            for threads in (1, 2):
+                nnc.set_intra_op_threads(threads)
+                got = np.full(out_shape, np.nan, np.float32)
+                nnc.cmd_exec(cmd, [x], [got])
+                results[level, threads] = bits(got)
+    finally:
+        isa.set_cpu_isa(old)
+        nnc.set_intra_op_threads(None)
+    first = next(iter(results.values()))
+    for key, got in results.items():
+        np.testing.assert_array_equal(got, first, err_msg=str(key))
 
 
 # ---- ADD, MUL and CLAMP

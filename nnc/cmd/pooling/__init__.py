@@ -13,9 +13,10 @@ Padding never wins a max (it acts as -inf). AVG_POOL divides by the number of re
 elements under the window, as NNC does; ``count_include_pad=True`` divides by kh * kw instead.
 Floats only, one dtype, and the output may not overlap the input.
 
-Backends: CPU_OPT is C (cpu_opt.pyx, no GIL, split into parts on the pool) for float32/64
-tensors whose channel axis is contiguous (any pixel strides: channel slices of a concat buffer);
-CPU_NUMPY (below, priority 15) takes the views it refuses; CPU_REF defines the semantics.
+Backends: CPU_OPT is C (cpu_opt.pyx, no GIL, split into parts on the pool; float32 through the
+hand-written pool_kernel.h, one variant per ISA level) for float32/64 tensors whose channel axis
+is contiguous (any pixel strides: channel slices of a concat buffer); CPU_NUMPY (below, priority
+15) takes the views it refuses; CPU_REF defines the semantics.
 """
 
 import numpy as np
