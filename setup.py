@@ -44,9 +44,15 @@ annotate = os.environ.get("NNC_ANNOTATE", "0") == "1"
 KERNEL_HEADERS = sorted(p.relative_to("nnc").as_posix() for p in Path("nnc").rglob("*_kernel.h"))
 
 
+# A .pxd that declares a header's functions passes the dependency on to its cimporters.
+KERNEL_PXDS = {h: [".".join(p.with_suffix("").parts) for p in Path("nnc").rglob("*.pxd")
+                   if f'"{h}"' in p.read_text(encoding="utf-8")] for h in KERNEL_HEADERS}
+
+
 def kernel_depends(src):
     text = Path(src).read_text(encoding="utf-8")
-    return [f"nnc/{h}" for h in KERNEL_HEADERS if f'"{h}"' in text]
+    return [f"nnc/{h}" for h in KERNEL_HEADERS
+            if f'"{h}"' in text or any(m in text for m in KERNEL_PXDS[h])]
 
 
 extensions = [
