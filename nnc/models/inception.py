@@ -271,7 +271,8 @@ def build_inception_v3_model(graph=None, size=299, batch=1, seed=0, dtype="float
     ``size``: input height and width, at least 75. ``backend``: pin every node to this backend
     (e.g. ``"CPU_REF"``); by default each node gets its command's default backend.
     ``freeze``: the weights are constant (made in frozen memory, read-only: see
-    ``nnc.Tensor.freeze``); ``freeze=False`` leaves them writable. The input tensor is filled with standard-normal numbers drawn after the weights.
+    ``nnc.Tensor.freeze``); ``freeze=False`` leaves them writable. The input tensor is filled
+    with standard-normal numbers drawn after the weights.
     """
     size, batch = int(size), int(batch)
     if size < MIN_SIZE:
