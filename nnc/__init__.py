@@ -94,6 +94,7 @@ else:
     from nnc.engine.engine import Engine
     from nnc.engine.op import EngineVar
     from nnc.graph import case_of as _case_of  # noqa: F401
+    from nnc.graph import freeze as _freeze  # noqa: F401  (registers Graph.freeze, Graph.memory)
     from nnc.graph import while_node as _while_node  # noqa: F401
     from nnc.graph.compare import Compare
     from nnc.graph.graph import Graph, GraphExec

@@ -31,6 +31,7 @@ from nnc.stream.worker cimport (
     TASK_PY, TASK_STORE, TASK_WAIT, stream_t, stream_task_t,
 )
 from nnc.base.sync cimport pthread_mutex_lock, pthread_mutex_unlock
+from nnc.tensor.constant cimport constant_contains
 from nnc.tensor.tensor cimport nnc_tensor_t, Tensor
 
 
@@ -253,6 +254,12 @@ cdef list tensor_problems(Tensor x):
     if x._array is not None and x._array_data == t.data:
         if x._array.__array_interface__["data"][0] != <Py_ssize_t>t.data:
             out.append(f"{name}: its cached ndarray does not alias its data")
+    if t.device < 0 and constant_contains(t.data):
+        # Frozen memory never changes (packed copies of it are kept): nothing may write it.
+        if not x.readonly:
+            out.append(f"{name}: it points at frozen memory but is not read-only")
+        if x._array is not None and x._array_data == t.data and x._array.flags.writeable:
+            out.append(f"{name}: its cached ndarray over frozen memory is writable")
     return out
 
 

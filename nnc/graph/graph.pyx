@@ -31,7 +31,7 @@ from nnc.cmd.command cimport (
 )
 from nnc.base.debug cimport DEBUG_GRAPHS, debug_count
 from nnc.base.parallel cimport parallel_ready
-from nnc.tensor.tensor cimport tensor_movable_epoch
+from nnc.tensor.tensor cimport Tensor, tensor_movable_epoch
 from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
 from nnc.base.workspace cimport nnc_context_free
 from nnc.stream.stream cimport Stream
@@ -46,6 +46,7 @@ cdef object _case_of = None             # nnc.graph.case_of: a _CaseOfEntries
 cdef object _scheduler = None           # nnc.schedule.schedule: graph_schedule(g) -> Schedule|None
 cdef object _runner = None              # nnc.run.run: graph_run_on_stream(g, stream)
 cdef object _tools = None               # nnc.run.tools: a _ToolEntries
+cdef object _freeze = None              # nnc.graph.freeze: a _FreezeEntries
 
 
 # What nnc.graph.while_node, nnc.graph.case_of and nnc.run.tools implement for Graph (fields
@@ -54,6 +55,7 @@ _WhileEntries = namedtuple("_WhileEntries", [
     "while_", "set_while_expr", "add_carry_over", "while_count", "count_tensor"])
 _CaseOfEntries = namedtuple("_CaseOfEntries", ["case_of", "set_case_of_expr", "set_case_of"])
 _ToolEntries = namedtuple("_ToolEntries", ["profile", "autotune", "dot", "simplify"])
+_FreezeEntries = namedtuple("_FreezeEntries", ["freeze", "memory"])
 
 
 def register_while(**entries):
@@ -84,6 +86,20 @@ def register_tools(profile, autotune, dot, simplify):
     """nnc.run.tools' ``graph_profile``, ``graph_autotune``, ``graph_dot``, ``graph_simplify``."""
     global _tools
     _tools = _ToolEntries(profile, autotune, dot, simplify)
+
+
+def register_freeze(**entries):
+    """nnc.graph.freeze's entry points (keyword arguments named as _FreezeEntries' slots)."""
+    global _freeze
+    _freeze = _FreezeEntries(**entries)
+
+
+cdef bint _any_readonly(tuple tensors) except -1:
+    cdef object t
+    for t in tensors:
+        if t is not None and (<Tensor>t).readonly:
+            return True
+    return False
 
 
 cdef object _needs(object entry, str module):
@@ -290,14 +306,16 @@ cdef class Graph:
         return 0
 
     cdef int _prepare(self) except -1:
-        """Compile if needed; re-check nodes whose tensors became movable (rebuilding their
-        Python calls, and refusing outputs a loop may now point at read-only memory)."""
+        """Compile if needed; re-check nodes whose tensors became movable or were frozen
+        (rebuilding their Python calls, which hold ndarrays of the memory a tensor left, and
+        refusing outputs now read-only or that a loop may point at read-only memory)."""
         cdef int i
         if self._dirty:
             self._compile()
         if self._epoch != tensor_movable_epoch():
             for i in range(self._size):
-                if tensors_movable(list(self._inputs[i] + self._outputs[i])):
+                if (tensors_movable(list(self._inputs[i] + self._outputs[i]))
+                        or _any_readonly(self._inputs[i]) or _any_readonly(self._outputs[i])):
                     self._set_node(i, self._cmds[i], list(self._inputs[i]),
                                    list(self._outputs[i]))
             self._epoch = tensor_movable_epoch()
@@ -720,6 +738,23 @@ cdef class Graph:
         the convolution's). Returns how many nodes were folded. Call it before
         ``nnc.static_schedule`` (it changes edges). NNC: CCV_NNC_SIMPLIFY_OPS_FUSION."""
         return _needs(_tools, "nnc.run.tools").simplify(self)
+
+    # -- constant weights (nnc/graph/freeze.pyx) ------------------------------------------------
+
+    def freeze(self, tensors=None):
+        """Make weights constant, so kernels may keep packed copies of them: move ``tensors``
+        (by default every tensor a CONVOLUTION or GEMM node reads as its weight or bias that no
+        node writes, in sub-graphs too) into frozen memory (:meth:`nnc.Tensor.freeze`), and
+        re-bind every node reading them. Returns the tensors frozen (those already frozen are
+        not listed). GraphError for a tensor a node writes (or a loop may re-point), and while
+        the graph runs. See docs/design.md, "Constant weights"."""
+        return _needs(_freeze, "nnc.graph.freeze").freeze(self, tensors)
+
+    def memory(self):
+        """What the graph's constant weights cost: ``{"frozen_bytes": ..., "packed_bytes": ...,
+        "frozen_blocks": ...}``, the frozen memory its tensors (sub-graphs' too) lie in, each
+        block counted once, and the packed copies kernels keep of it."""
+        return _needs(_freeze, "nnc.graph.freeze").memory(self)
 
     # -- while and case..of (nnc/graph/while_node.pyx, nnc/graph/case_of.pyx) -----------------
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from nnc.cmd.command import Cmd
 from nnc.graph.graph import Graph
+from nnc.tensor.constant import frozen_copy
 from nnc.tensor.tensor import Tensor
 
 MIN_SIZE = 75  # the smallest input whose Mixed_7a output is still at least 1x1 (as torchvision)
@@ -81,8 +82,9 @@ def _pad4(p):
 
 
 class _Builder:
-    def __init__(self, graph, batch, seed, dtype, backend):
+    def __init__(self, graph, batch, seed, dtype, backend, freeze):
         self.g = graph
+        self.freeze = freeze
         self.n = batch
         self.rng = np.random.default_rng(seed)
         self.dtype = np.dtype(dtype)
@@ -103,6 +105,8 @@ class _Builder:
 
     def random(self, shape, scale):
         a = self.rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)
+        if self.freeze:             # made in frozen memory with the one copy: constant weights
+            return Tensor(frozen_copy(a, self.dtype))
         return Tensor(np.ascontiguousarray(a, dtype=self.dtype))
 
     def empty(self, shape):
@@ -260,13 +264,15 @@ class _Builder:
 
 
 def build_inception_v3_model(graph=None, size=299, batch=1, seed=0, dtype="float32",
-                             backend=None):
+                             backend=None, freeze=True):
     """Build the forward graph and return an :class:`InceptionV3` record.
 
     ``graph``: an empty (or not) :class:`nnc.Graph` to add the nodes to; a new one by default.
     ``size``: input height and width, at least 75. ``backend``: pin every node to this backend
     (e.g. ``"CPU_REF"``); by default each node gets its command's default backend.
-    The input tensor is filled with standard-normal numbers drawn after the weights.
+    ``freeze``: the weights are constant (made in frozen memory, read-only: see
+    ``nnc.Tensor.freeze``); ``freeze=False`` leaves them writable. The input tensor is filled
+    with standard-normal numbers drawn after the weights.
     """
     size, batch = int(size), int(batch)
     if size < MIN_SIZE:
@@ -275,7 +281,7 @@ def build_inception_v3_model(graph=None, size=299, batch=1, seed=0, dtype="float
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     g = Graph() if graph is None else graph
-    b = _Builder(g, batch, seed, dtype, backend)
+    b = _Builder(g, batch, seed, dtype, backend, freeze)
     x_t = b.empty((batch, size, size, 3))
     x = _Act(x_t, [])
     x = b.conv("Conv2d_1a_3x3", x, 32, 3, stride=2)
@@ -303,12 +309,13 @@ def build_inception_v3_model(graph=None, size=299, batch=1, seed=0, dtype="float
                        concats=b.concats)
 
 
-def build_inception_v3(graph=None, size=299, batch=1, seed=0, dtype="float32", backend=None):
+def build_inception_v3(graph=None, size=299, batch=1, seed=0, dtype="float32", backend=None,
+                       freeze=True):
     """Build Inception-V3's forward graph; returns ``(graph, input_tensor, output_tensor)``.
 
     See :func:`build_inception_v3_model` for the arguments and for the other tensors.
     """
-    m = build_inception_v3_model(graph, size, batch, seed, dtype, backend)
+    m = build_inception_v3_model(graph, size, batch, seed, dtype, backend, freeze)
     return m.graph, m.input, m.output
 
 

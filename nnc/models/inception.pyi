@@ -28,11 +28,11 @@ class InceptionV3:
 
 def build_inception_v3_model(
     graph: Graph | None = None, size: int = 299, batch: int = 1, seed: int = 0,
-    dtype: npt.DTypeLike = "float32", backend: str | None = None,
+    dtype: npt.DTypeLike = "float32", backend: str | None = None, freeze: bool = True,
 ) -> InceptionV3: ...
 def build_inception_v3(
     graph: Graph | None = None, size: int = 299, batch: int = 1, seed: int = 0,
-    dtype: npt.DTypeLike = "float32", backend: str | None = None,
+    dtype: npt.DTypeLike = "float32", backend: str | None = None, freeze: bool = True,
 ) -> tuple[Graph, Tensor, Tensor]: ...
 def reference_forward(
     x: npt.ArrayLike | None = None, size: int = 299, batch: int = 1, seed: int = 0,

@@ -43,6 +43,7 @@ def load(
     dtype: str = ...,
     base_dir: str | os.PathLike[str] | None = ...,
     max_bytes: int | None = ...,
+    freeze: bool = ...,
 ) -> LoadedModel: ...
 def save(
     graph: Graph, path: str | os.PathLike[str] | None, *, inputs: list[Tensor],

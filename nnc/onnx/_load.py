@@ -93,7 +93,8 @@ def _fix_shapes(onnx, model, input_shapes, inits):
         raise _err(f"invalid ONNX model (shape inference failed): {e}") from e
 
 
-def load(model, *, input_shapes=None, dtype="float32", base_dir=None, max_bytes=None):
+def load(model, *, input_shapes=None, dtype="float32", base_dir=None, max_bytes=None,
+         freeze=True):
     """Build an nnc graph from an ONNX model (a path, serialized bytes or an ``onnx.ModelProto``).
 
     Returns a :class:`LoadedModel`, unpackable as ``g, inputs, outputs``. ``input_shapes``:
@@ -104,7 +105,10 @@ def load(model, *, input_shapes=None, dtype="float32", base_dir=None, max_bytes=
     ModelProto (docs/onnx.md, "Trust model"). ``max_bytes``: the most memory the declared
     activations (inputs, intermediate values, outputs) may take together, checked before any is
     allocated; by default the machine's physical memory (nnc gives each value its own memory, so
-    a model past it could not run). Raises :class:`nnc.onnx.UnsupportedError` listing
+    a model past it could not run). ``freeze``: the initializers (weights, biases, other
+    constants) are made constant, directly in frozen memory (``nnc.Tensor.freeze``: read-only,
+    so kernels may keep packed copies of them); ``freeze=False`` leaves them writable, for
+    code that changes weights between runs. Raises :class:`nnc.onnx.UnsupportedError` listing
     every unsupported operator, :class:`nnc.onnx.OnnxError` for an invalid model.
     """
     from nnc.onnx import OnnxError, OnnxTypeError, _import_onnx
@@ -144,7 +148,7 @@ def load(model, *, input_shapes=None, dtype="float32", base_dir=None, max_bytes=
           or max_bytes < 0):
         raise OnnxTypeError(f"max_bytes must be an int >= 0 or None, not {max_bytes!r}")
     loader = _Loader(onnx, model, input_shapes or {}, np.dtype(dtype), base_dir,
-                     None if max_bytes is None else int(max_bytes))
+                     None if max_bytes is None else int(max_bytes), bool(freeze))
     try:
         return loader.run()
     except OnnxError:
@@ -322,8 +326,9 @@ _ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4
 
 
 class _Loader(OpEmitter):
-    def __init__(self, onnx, model, input_shapes, dtype, base_dir, max_bytes):
+    def __init__(self, onnx, model, input_shapes, dtype, base_dir, max_bytes, freeze):
         self.onnx = onnx
+        self.freeze = freeze  # constants go to frozen memory (OpEmitter.constant)
         self.max_bytes = max_bytes  # the declared activations' budget; None: none
         self.src = model
         self.base_dir = base_dir
@@ -611,7 +616,7 @@ class _Loader(OpEmitter):
             a = a.reshape((1,) * (like - a.ndim) + a.shape)
             if layout == "nhwc":
                 a = np.transpose(a, TO_NHWC)
-        return Tensor(np.ascontiguousarray(a))
+        return self.constant(a)
 
     def get(self, v, layout):
         """(tensor, deps) of value v in ``layout``, converting with one cached TRANSPOSE."""

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from nnc.cmd.command import Cmd
+from nnc.tensor.constant import frozen_copy
 from nnc.tensor.tensor import Tensor
 
 TO_NHWC = (0, 2, 3, 1)  # internal axis k is ONNX axis TO_NHWC[k]
@@ -163,6 +164,13 @@ class OpEmitter:
     operator, mixed into ``_load._Loader`` (which supplies ``get``, ``storage``, ``node``,
     ``_write``, ``const`` and the plan's ``layout``/``shapes``/``consts``)."""
 
+    def constant(self, a):
+        """A tensor holding ``a`` in the model's dtype, made with one copy: in frozen memory
+        (read-only; kernels may keep packed copies) unless the load said ``freeze=False``."""
+        if self.freeze:
+            return Tensor(frozen_copy(a, self.dtype))
+        return Tensor(np.ascontiguousarray(a, dtype=self.dtype))
+
     def _op_Conv(self, k, n, a):
         x, deps = self.get(n.input[0], "nhwc")
         w = self.consts[n.input[1]].astype(np.float64)
@@ -186,8 +194,8 @@ class OpEmitter:
                               f"input's {x.shape[3]} and the output's {o} channels")
         stride = tuple(a.get("strides", [1, 1]))
         pads = self._pads(n, a, x.shape[1:3], (kh, kw), stride)
-        wt = Tensor(np.ascontiguousarray(np.transpose(w, TO_NHWC), dtype=self.dtype))
-        bt = Tensor(b.astype(self.dtype))
+        wt = self.constant(np.transpose(w, TO_NHWC))
+        bt = self.constant(b)
         self._write(n, Cmd("CONVOLUTION", stride=stride, padding=pads, groups=groups),
                     [x, wt, bt], deps)
 
@@ -277,8 +285,8 @@ class OpEmitter:
         x, deps = self.get(n.input[0], lay)
         gamma, beta, mean, var = (self.consts[i].astype(np.float64) for i in n.input[1:5])
         s = gamma / np.sqrt(var + a.get("epsilon", 1e-5))
-        st = Tensor(s.astype(self.dtype))
-        bt = Tensor((beta - mean * s).astype(self.dtype))
+        st = self.constant(s)
+        bt = self.constant(beta - mean * s)
         y = self.storage(n.output[0])
         e = self.node(Cmd("MUL"), [x, st], [y], f"{n.name}/scale", deps)
         self._write(n, Cmd("ADD"), [y, bt], [e], f"{n.name}/shift")
@@ -289,7 +297,7 @@ class OpEmitter:
         x, deps = self.get(n.input[0], "plain")
         bname = n.input[1]
         if bname in self.consts and alpha != 1.0:
-            w = Tensor(np.ascontiguousarray(self.consts[bname] * alpha, dtype=self.dtype))
+            w = self.constant(self.consts[bname] * alpha)
             alpha = 1.0
         else:
             w, d = self.get(bname, "plain")
@@ -303,7 +311,7 @@ class OpEmitter:
                     np.asarray(self.consts[c]).ndim < 2 or self.consts[c].shape[0] == 1):
                 cv = np.broadcast_to(np.asarray(self.consts[c], np.float64).reshape(-1),
                                      (m_n[1],)) * beta
-                bias = Tensor(np.ascontiguousarray(cv, dtype=self.dtype))
+                bias = self.constant(cv)
             else:
                 extra, d = (self.const(c, "plain", 2), []) if c in self.consts else \
                     self.get(c, "plain")

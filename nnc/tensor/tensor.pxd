@@ -22,8 +22,9 @@ cdef class Tensor:
     cdef char* _lo                      # first byte of the owner's memory
     cdef char* _hi                      # one past its last byte
     cdef object _array                  # cached ndarray aliasing t.data; None until asked
-    # The memory t.data points at now is read-only (a read-only ndarray or memmap): such a
-    # tensor may be an input, never an output. A property of the memory, so it moves with it.
+    # The memory t.data points at now is read-only (a read-only ndarray or memmap, or frozen
+    # memory: nnc/tensor/constant.pyx): such a tensor may be an input, never an output. A
+    # property of the memory, so it moves with it. Frozen memory implies readonly.
     cdef readonly bint readonly
     # Loops may re-point t.data (a MultiView, a view synchronised to one, a carry-over target);
     # then _owner/_lo/_hi/readonly move with it, and _array is valid only while
@@ -47,6 +48,11 @@ cdef long tensor_movable_epoch()
 
 # True if t's memory, or any memory a loop may point t at, is read-only: t must not be an output.
 cdef bint tensor_may_be_readonly(Tensor t) except -1
+
+
+# Re-point CPU tensors (not movable, not frozen) at frozen copies of their elements; those over
+# one owner share one block (nnc/tensor/constant.pyx). Bumps tensor_movable_epoch.
+cdef int tensors_freeze(list tensors) except -1
 
 
 cdef Tensor tensor_wrap(object array)

@@ -23,6 +23,7 @@ from nnc.base.core import DATATYPE_NAMES, DATATYPES, TensorError
 from nnc.base.device import ArrayInterface, gpu_memory, parse_device, require_device
 
 from nnc.base.debug cimport DEBUG_TENSORS, debug_count
+from nnc.tensor.constant cimport constant_contains, frozen_array
 
 _ALIGN = 64
 _NP_DTYPE = {code: np.dtype(name) for name, code in DATATYPES.items()}
@@ -217,11 +218,62 @@ cdef bint tensor_may_be_readonly(Tensor t) except -1:
     return False
 
 
-def _tensor_from_array(array):
-    """A new 64-byte aligned tensor holding a copy of ``array`` (unpickling and copy.copy)."""
-    cdef Tensor t = Tensor.empty(np.shape(array), np.asarray(array).dtype)
+def _tensor_from_array(array, frozen=False):
+    """A new 64-byte aligned tensor holding a copy of ``array`` (unpickling and copy.copy);
+    in frozen memory when ``frozen`` (a frozen tensor's pickle)."""
+    cdef Tensor t
+    if frozen:
+        return tensor_wrap(frozen_array(array))
+    t = Tensor.empty(np.shape(array), np.asarray(array).dtype)
     t.numpy()[...] = array
     return t
+
+
+cdef int tensors_freeze(list tensors) except -1:
+    """Re-point CPU tensors (none movable, none frozen: the callers check) at frozen copies of
+    their elements. Tensors over one owner share one copy of the bytes they span together, at
+    the same offsets, so views of one weight stay views of one block. The memory they left is
+    not touched: arrays and tensors still over it are detached from them."""
+    global _movable_epoch
+    cdef Tensor t
+    cdef char* lo
+    cdef char* hi
+    cdef char* tlo
+    cdef char* thi
+    cdef char* base
+    groups = {}
+    for t in tensors:
+        groups.setdefault(id(t._owner), []).append(t)
+    for members in groups.values():
+        lo = hi = NULL
+        for t in members:
+            if t.t.count == 0:
+                continue
+            _extent(&t.t, &tlo, &thi)
+            if lo == NULL or tlo < lo:
+                lo = tlo
+            if hi == NULL or thi > hi:
+                hi = thi
+        if lo == NULL:
+            lo = hi = <char*>(<Tensor>members[0]).t.data     # only empty tensors: no bytes
+        span = np.asarray(ArrayInterface({
+            "version": 3, "shape": (<Py_ssize_t>(hi - lo),), "typestr": "|u1",
+            "data": (<uintptr_t>lo, True), "strides": None,
+        }, (<Tensor>members[0])._owner))
+        block = frozen_array(span)
+        base = <char*><uintptr_t>block.__array_interface__["data"][0]
+        for t in members:
+            # Empty tensors read nothing; any address inside the block keeps _lo <= data.
+            t.t.data = base + ((<char*>t.t.data - lo) if t.t.count else 0)
+            t._owner = block
+            t._lo = base
+            t._hi = base + (hi - lo)
+            t.readonly = True
+            t._array = None
+    # Graphs bound to the old memory (Python backends hold its ndarrays) or writing these
+    # tensors re-check their nodes before their next run (Graph._prepare).
+    _movable_epoch += 1
+    return 0
 
 
 cdef class Tensor:
@@ -310,6 +362,41 @@ cdef class Tensor:
         self._hi = <char*>ptr + nbytes
         self._array = None
         self.readonly = False
+        return self
+
+    @property
+    def frozen(self):
+        """Its memory is frozen (:meth:`freeze`, nnc.tensor.constant): its contents can never
+        change, so kernels may keep packed copies of it."""
+        return self.t.device < 0 and constant_contains(self.t.data)
+
+    def freeze(self):
+        """Make this tensor constant: copy its elements into frozen memory and point it there.
+        Returns self; freezing a frozen tensor does nothing.
+
+        From then on its memory is read-only: ``t.numpy()`` cannot be written (NumPy raises
+        ValueError) and no command or graph node may write it (CommandError). Arrays taken
+        from it before (``t.numpy()``, the array it wrapped) are detached, as in
+        ``torch.jit.freeze``: writing them no longer reaches the tensor. Only a root tensor
+        (one over the whole memory it was made with, not a :meth:`view`) is frozen here;
+        :meth:`nnc.Graph.freeze` freezes a graph's weights, views included. Refused (a
+        TensorError) for GPU tensors and tensors a loop may re-point (movable)."""
+        if self.t.device >= 0:
+            raise TensorError(f"cannot freeze a {self.device} tensor: frozen memory is host "
+                              "memory (freeze the weights before copying them to the GPU)")
+        if self.movable or self._aliases is not None:
+            raise TensorError("cannot freeze a tensor a loop may re-point (a MultiView, a "
+                              "tensor synchronised to one or a carry-over's destination): "
+                              "its contents change from iteration to iteration")
+        if constant_contains(self.t.data):
+            return self
+        if not (self.t.contiguous and <char*>self.t.data == self._lo and
+                self._lo + self.t.count * self.t.itemsize == self._hi):
+            raise TensorError(
+                "cannot freeze a view on its own: it shares memory with the tensor it views, "
+                "which would keep the old memory; freeze that tensor (the base) first, or "
+                "freeze the graph's weights with Graph.freeze()")
+        tensors_freeze([self])
         return self
 
     @property
@@ -459,13 +546,16 @@ cdef class Tensor:
 
     def __reduce__(self):
         """Pickles as (a copy of) its elements, dtype and shape; unpickling makes a new,
-        writable, contiguous tensor. Views, aliasing and the read-only flag are not kept; a
-        movable tensor pickles the elements it points at now."""
+        writable, contiguous tensor, or a frozen one for a frozen tensor. Views, aliasing and
+        the read-only flag are not kept; a movable tensor pickles the elements it points at
+        now."""
         if self.t.device >= 0:
             raise TypeError(
                 f"a {self.device} tensor cannot be pickled: its memory is on the GPU; pickle "
                 "t.numpy() (a host copy) and rebuild it with nnc.cuda.memory.from_numpy"
             )
+        if self.frozen:
+            return (_tensor_from_array, (self.numpy(), True))
         return (_tensor_from_array, (self.numpy(),))
 
     def view(self, shape, offset=0, strides=None):

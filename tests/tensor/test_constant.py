@@ -1,0 +1,246 @@
+"""Frozen memory (nnc/tensor/constant.pyx) and Tensor.freeze: weights that can never change, and
+the packed copies kernels keep of them (made once, freed with the memory)."""
+
+import copy
+import ctypes
+import gc
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import nnc
+from nnc.tensor import constant
+
+
+def run_isolated(code):
+    """Run ``code`` in a fresh interpreter with a deadline: a hang or crash fails the test."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def settle():
+    gc.collect()
+    return constant.frozen_count()
+
+
+# -- frozen memory -----------------------------------------------------------------------------
+
+def test_frozen_copy_is_a_read_only_aligned_copy_no_view_can_make_writable():
+    src = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    a = constant.frozen_copy(src[:, ::-1])              # strided source: NumPy does the copy
+    np.testing.assert_array_equal(a, src[:, ::-1])
+    assert a.flags.c_contiguous and not a.flags.writeable
+    assert a.__array_interface__["data"][0] % 64 == 0
+    with pytest.raises(ValueError):
+        a[0, 0, 0] = 1
+    for v in (a, a[1:], a.reshape(-1), a.T, a.view(np.int32)):
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            v.flags.writeable = True
+    with pytest.raises(TypeError):
+        memoryview(a).cast("B")[0] = 1
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        np.frombuffer(constant.frozen_copy(np.ones(2)), np.uint8).flags.writeable = True
+    owner = a.base.base.obj                             # reshape's base: frombuffer's array
+    assert isinstance(owner, constant.FrozenMemory) and owner.nbytes == a.nbytes
+    assert memoryview(owner).readonly
+    with pytest.raises((BufferError, TypeError)):
+        (ctypes.c_char * owner.nbytes).from_buffer(owner)   # asks for a writable buffer
+    assert constant.frozen_copy(src, "float64").dtype == np.float64
+
+
+def test_frozen_copy_refuses_objects():
+    with pytest.raises(nnc.TensorError, match="object"):
+        constant.frozen_copy(np.array([1, "a"], dtype=object))
+
+
+def test_frozen_memory_is_freed_with_its_last_array_or_tensor():
+    before = settle()
+    a = constant.frozen_copy(np.ones(100, np.float32))
+    v = a[10:20]
+    t = nnc.Tensor(a)
+    assert settle() == before + 1
+    del a
+    assert settle() == before + 1 and v.sum() == 10
+    del v
+    assert settle() == before + 1
+    del t
+    assert settle() == before
+
+
+def test_frozen_accounting_and_recognition_of_views():
+    a = constant.frozen_copy(np.zeros(64, np.float32))
+    assert constant.is_frozen(a) and constant.is_frozen(a[5:])
+    assert constant.frozen_nbytes(a[5:]) == 256 and constant.packed_nbytes(a) == 0
+    t = nnc.Tensor(a)
+    assert t.frozen and t.view((4,), offset=60).frozen
+    plain = np.zeros(64, np.float32)
+    assert not constant.is_frozen(plain) and constant.frozen_nbytes(plain) == 0
+    assert not nnc.Tensor(plain).frozen
+    with pytest.raises(nnc.TensorError):
+        constant.frozen_nbytes("not an array")
+    with pytest.raises(TypeError):
+        constant.FrozenMemory()
+
+
+# -- packed copies -----------------------------------------------------------------------------
+
+def test_pack_is_made_once_kept_and_freed_with_the_memory():
+    src = np.arange(16, dtype=np.uint8)
+    a = constant.frozen_copy(src)
+    got, calls, packed = constant._pack_test(a, 1, 16)
+    assert calls == 1 and got[0] != 0 and got[0] % 64 == 0
+    assert packed == bytes(~src & 0xFF)
+    assert constant.packed_nbytes(a) == 16
+    again, calls, _ = constant._pack_test(a, 1, 16)
+    assert again == got and calls == 0                  # kept: not packed again
+    other, calls, _ = constant._pack_test(a, 2, 16)     # another format: another copy
+    assert calls == 1 and other != got
+    assert constant.packed_nbytes(a) == 32
+    # A view's data pointer lies in the block: its packed copy is kept with the block.
+    view, calls, packed = constant._pack_test(a[4:], 1, 8)
+    assert calls == 1 and packed == bytes(~src[4:12] & 0xFF)
+    assert constant.packed_nbytes(a) == 40
+    before = settle()
+    del a
+    assert settle() == before - 1
+
+
+def test_pack_of_memory_that_is_not_frozen_is_null():
+    got, calls, packed = constant._pack_test(np.ones(8, np.float32), 1, 32)
+    assert got == [0] and calls == 0 and packed is None
+    t = nnc.Tensor(np.ones(8, np.float32))
+    assert constant._pack_test(t, 1, 32)[0] == [0]
+
+
+def test_pack_under_concurrent_first_use_is_made_once():
+    """Eight C threads ask for the same packed copy at once, without the GIL: one packs (slowly),
+    the others wait for it and get the same copy; then the registry empties."""
+    out = run_isolated("""
+        import gc
+        import numpy as np
+        from nnc.tensor import constant
+        a = constant.frozen_copy(np.arange(4096, dtype=np.uint8))
+        got, calls, packed = constant._pack_test(a, 7, 4096, threads=8, sleep_s=0.05)
+        assert calls == 1, calls
+        assert len(set(got)) == 1 and got[0] != 0, got
+        assert packed == bytes(~np.arange(4096, dtype=np.uint8) & 0xFF)
+        for key in range(20):       # distinct keys at once: one copy each
+            got, calls, _ = constant._pack_test(a[key:], 100 + key, 64, threads=4)
+            assert calls == 1 and len(set(got)) == 1, (key, got, calls)
+        assert constant.packed_nbytes(a) == 4096 + 20 * 64
+        del a
+        gc.collect()
+        print(constant.frozen_count())
+    """)
+    assert out.split() == ["0"]
+
+
+# -- Tensor.freeze -----------------------------------------------------------------------------
+
+def test_freeze_snapshots_and_makes_the_tensor_read_only():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = nnc.Tensor(a)
+    before = t.numpy()
+    assert not t.frozen and not t.readonly
+    assert t.freeze() is t
+    assert t.frozen and t.readonly and t.data_ptr % 64 == 0
+    np.testing.assert_array_equal(t.numpy(), a)
+    with pytest.raises(ValueError):
+        t.numpy()[0, 0] = 5
+    with pytest.raises(ValueError):
+        np.asarray(t).flags.writeable = True
+    # Arrays taken before are detached: writing them no longer reaches the tensor.
+    a[...] = -1
+    before[0, 0] = 7
+    np.testing.assert_array_equal(t.numpy(), np.arange(6).reshape(2, 3))
+    ptr = t.data_ptr
+    assert t.freeze() is t and t.data_ptr == ptr         # idempotent
+    assert t.view((3,), offset=3).frozen
+
+
+def test_freeze_refuses_views_movable_tensors_and_reports_why():
+    base = nnc.Tensor(np.zeros((4, 4), np.float32))
+    with pytest.raises(nnc.TensorError, match="freeze that tensor .the base."):
+        base.view((2, 4), offset=4).freeze()
+    with pytest.raises(nnc.TensorError, match="Graph.freeze"):
+        base.view((4,), strides=(4,)).freeze()
+    mv = nnc.MultiView([nnc.Tensor.zeros(3), nnc.Tensor.zeros(3)], anchor=nnc.Graph())
+    with pytest.raises(nnc.TensorError, match="loop may re-point"):
+        mv.freeze()
+    base.freeze()
+    assert base.view((2, 4), offset=4).freeze().frozen  # a view of frozen memory: nothing to do
+
+
+def test_command_writing_a_frozen_tensor_is_refused():
+    w = nnc.Tensor(np.ones(4, np.float32)).freeze()
+    x = nnc.Tensor(np.ones(4, np.float32))
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        nnc.cmd_exec(nnc.Cmd("RELU"), [x], [w])
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        nnc.cmd_exec(nnc.Cmd("RELU"), [w], [w])
+    g = nnc.Graph()
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        g.exec(nnc.Cmd("RELU"), [x], [w])
+    np.testing.assert_array_equal(w.numpy(), 1)
+
+
+def test_freezing_a_tensor_a_built_graph_writes_stops_its_next_run():
+    x = nnc.Tensor(np.ones(4, np.float32))
+    y = nnc.Tensor(np.zeros(4, np.float32))
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("SCALAR_MUL", a=2.0), [x], [y])
+    g.run()
+    y.freeze()
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        g.run()
+    np.testing.assert_array_equal(y.numpy(), 2)
+    with pytest.raises(nnc.CommandError, match="read-only"):
+        g.run(stream=nnc.Stream())
+
+
+def test_freezing_an_input_rebinds_python_backends_of_a_built_graph():
+    """A Python backend was bound to the ndarray of the memory the tensor left: after freezing,
+    writing that array must not change the graph's result."""
+    x = np.ones((1, 4, 4, 2), np.float32)
+    w0 = np.full((3, 1, 1, 2), 0.5, np.float32)
+    w = nnc.Tensor(w0)
+    y = nnc.Tensor.zeros((1, 4, 4, 3))
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("CONVOLUTION", backend="CPU_REF"), [x, w, None], [y])
+    g.run()
+    want = y.numpy().copy()
+    w.freeze()
+    w0[...] = 100                                       # the detached array
+    y.numpy()[...] = np.nan
+    g.run()
+    np.testing.assert_array_equal(y.numpy(), want)
+
+
+def test_pickle_and_copy_of_frozen_tensors():
+    t = nnc.Tensor(np.arange(5, dtype=np.float32)).freeze()
+    back = pickle.loads(pickle.dumps(t))
+    assert back.frozen and back.readonly and back.data_ptr != t.data_ptr
+    np.testing.assert_array_equal(back.numpy(), t.numpy())
+    plain = pickle.loads(pickle.dumps(nnc.Tensor(np.ones(2, np.float32))))
+    assert not plain.frozen and not plain.readonly
+    c = copy.copy(t)                                    # a copy is for changing: writable
+    assert not c.frozen and not c.readonly
+    c.numpy()[0] = 9
+    assert t.numpy()[0] == 0
+
+
+def test_frozen_tensors_pass_the_invariant_checks():
+    from nnc.check.invariants import live_graph_and_tensor_problems
+
+    t = nnc.Tensor(np.ones(3, np.float32)).freeze()
+    v = t.view((2,), offset=1)
+    t.numpy()
+    v.numpy()
+    names = (f"{id(t):#x}", f"{id(v):#x}")
+    assert [p for p in live_graph_and_tensor_problems() if any(n in p for n in names)] == []
