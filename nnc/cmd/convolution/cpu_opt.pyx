@@ -29,6 +29,7 @@ Weights are [O, kh, kw, C/groups] (NNC's layout), i.e. one [O, K] row-major matr
 with K ordered (i, j, c), the order each patch row is copied in, so they are used as they are.
 Part sizes were chosen by sweeping them (``_tune``) over Inception-V3's layers."""
 
+from libc.math cimport INFINITY
 from libc.string cimport memcpy, memset
 
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
@@ -38,6 +39,30 @@ from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.base.parallel cimport nnc_parallel_for, parallel_width
 from nnc.tensor.tensor cimport nnc_tensor_t
 from nnc.base.workspace cimport nnc_workspace
+from nnc.base.isa cimport cpu_isa
+
+cdef extern from "cmd/convolution/depthwise_kernel.h" nogil:
+    # cmd/gemm/sgemm_kernel.h's epilogue, which the depthwise kernel includes.
+    ctypedef struct nnc_epilogue_t:
+        const float* bias
+        const float* residual
+        Py_ssize_t ldr
+        int act
+        float lo, hi
+    enum:
+        NNC_ACT_NONE
+        NNC_ACT_RELU
+        NNC_ACT_CLAMP
+    ctypedef struct nnc_dw_t:
+        const float* x
+        Py_ssize_t xs_n, xs_h, xs_w, h, w, c
+        float* y
+        Py_ssize_t ys_n, ys_h, ys_w, ho, wo
+        int kh, kw, sh, sw, pt, pl
+        const float* taps
+    void nnc_dw_taps(const float* w, Py_ssize_t c, Py_ssize_t taps, float* out)
+    void nnc_dw_rows(int isa, const nnc_dw_t* d, Py_ssize_t r0, Py_ssize_t r1,
+                     const nnc_epilogue_t* ep)
 
 ctypedef fused real:
     float
@@ -92,6 +117,7 @@ ctypedef struct conv_t:
     int pointwise
     int depthwise
     int relu                            # activation="relu": max(0, .) after the bias
+    int isa                             # float32 depthwise: cpu_isa() read once per call
 
 
 cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
@@ -274,6 +300,24 @@ cdef void _part_depthwise(const conv_t* cv, real* y0, Py_ssize_t r0,
             y += os_w
 
 
+cdef void _part_depthwise_f32(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    """Rows r0..r1 of a float32 depthwise convolution through nnc's own kernel
+    (cmd/convolution/depthwise_kernel.h): vectorised over channels at the ISA the call chose,
+    the 3x3 weights in registers, bias and ReLU applied before the store (no second pass)."""
+    cdef nnc_dw_t d
+    cdef nnc_epilogue_t ep
+    d.x, d.xs_n, d.xs_h, d.xs_w = <const float*>cv.x, cv.xs_n, cv.xs_h, cv.xs_w
+    d.h, d.w, d.c = cv.h, cv.wd, cv.c
+    d.y, d.ys_n, d.ys_h, d.ys_w = <float*>cv.out, cv.os_n, cv.os_h, cv.os_w
+    d.ho, d.wo = cv.ho, cv.wo
+    d.kh, d.kw, d.sh, d.sw, d.pt, d.pl = cv.kh, cv.kw, cv.sh, cv.sw, cv.pt, cv.pl
+    d.taps = <const float*>cv.patch
+    ep.bias, ep.residual, ep.ldr = <const float*>cv.bias, NULL, 0
+    ep.act = NNC_ACT_RELU if cv.relu else NNC_ACT_NONE
+    ep.lo, ep.hi = 0, INFINITY
+    nnc_dw_rows(cv.isa, &d, r0, r1, &ep)
+
+
 cdef void _taps_first(const conv_t* cv, real* out) noexcept nogil:
     """out[tap, c] = w[c, tap]: a depthwise convolution's weights, tap by tap."""
     cdef Py_ssize_t ch, t, taps = cv.kh * cv.kw
@@ -298,13 +342,18 @@ cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
 cdef int _part_typed(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
                      void* context) noexcept nogil:
     cdef int rc = NNC_SUCCESS
+    cdef bint fused = False             # bias and ReLU already applied
     if cv.depthwise:
-        _part_depthwise(cv, y0, r0, r1)
+        if real is float:
+            _part_depthwise_f32(cv, r0, r1)
+            fused = True
+        else:
+            _part_depthwise(cv, y0, r0, r1)
     elif cv.pointwise:
         _part_pointwise(cv, y0, r0, r1)
     else:
         rc = _part_im2col(cv, y0, r0, r1, context)
-    if rc == NNC_SUCCESS and (cv.bias != NULL or cv.relu):
+    if rc == NNC_SUCCESS and not fused and (cv.bias != NULL or cv.relu):
         _epilogue(cv, y0, r0, r1, 0, cv.o)
     return rc
 
@@ -462,7 +511,8 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         if cv.patch == NULL:
             return NNC_OOM
         if dtype == NNC_32F:
-            _taps_first(&cv, <float*>cv.patch)
+            cv.isa = cpu_isa()                  # one kernel for every part: the same bits
+            nnc_dw_taps(<const float*>cv.w, cv.c, cv.kh * cv.kw, <float*>cv.patch)
         else:
             _taps_first(&cv, <double*>cv.patch)
     return nnc_parallel_for(parts, _part, &cv, ctx)
