@@ -60,7 +60,8 @@ cdef extern from "cmd/convolution/depthwise_kernel.h" nogil:
         Py_ssize_t ys_n, ys_h, ys_w, ho, wo
         int kh, kw, sh, sw, pt, pl
         const float* taps
-    void nnc_dw_taps(const float* w, Py_ssize_t c, Py_ssize_t taps, float* out)
+        int finite
+    int nnc_dw_taps(const float* w, Py_ssize_t c, Py_ssize_t taps, float* out)
     void nnc_dw_rows(int isa, const nnc_dw_t* d, Py_ssize_t r0, Py_ssize_t r1,
                      const nnc_epilogue_t* ep)
 
@@ -118,6 +119,7 @@ ctypedef struct conv_t:
     int depthwise
     int relu                            # activation="relu": max(0, .) after the bias
     int isa                             # float32 depthwise: cpu_isa() read once per call
+    int finite                          # float32 depthwise: every weight finite
 
 
 cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
@@ -311,7 +313,7 @@ cdef void _part_depthwise_f32(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1) no
     d.y, d.ys_n, d.ys_h, d.ys_w = <float*>cv.out, cv.os_n, cv.os_h, cv.os_w
     d.ho, d.wo = cv.ho, cv.wo
     d.kh, d.kw, d.sh, d.sw, d.pt, d.pl = cv.kh, cv.kw, cv.sh, cv.sw, cv.pt, cv.pl
-    d.taps = <const float*>cv.patch
+    d.taps, d.finite = <const float*>cv.patch, cv.finite
     ep.bias, ep.residual, ep.ldr = <const float*>cv.bias, NULL, 0
     ep.act = NNC_ACT_RELU if cv.relu else NNC_ACT_NONE
     ep.lo, ep.hi = 0, INFINITY
@@ -512,7 +514,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             return NNC_OOM
         if dtype == NNC_32F:
             cv.isa = cpu_isa()                  # one kernel for every part: the same bits
-            nnc_dw_taps(<const float*>cv.w, cv.c, cv.kh * cv.kw, <float*>cv.patch)
+            cv.finite = nnc_dw_taps(<const float*>cv.w, cv.c, cv.kh * cv.kw, <float*>cv.patch)
         else:
             _taps_first(&cv, <double*>cv.patch)
     return nnc_parallel_for(parts, _part, &cv, ctx)

@@ -19,8 +19,10 @@
  * image's columns (no bounds checks: row pointers advance by the stride), and the edge pixels
  * left and right of it. A window's taps inside the image always form a rectangle, rows
  * [i0, i1) by columns [j0, j1): edge pixels and rows near the top and bottom sum exactly those
- * taps (nnc_dw_pixel_*), so a tap in the padding is left out rather than multiplied by a zero
- * (an infinite weight times a padding zero would be NaN where the definition has no term).
+ * taps (nnc_dw_pixel_*). The padding is zeros, and a zero times a finite weight adds nothing,
+ * so leaving those taps out gives the sum CPU_REF and the im2col path compute; a zero times an
+ * infinite or NaN weight is NaN, though, so when some weight is not finite (nnc_dw_taps says)
+ * every pixel sums every tap, padding included, in scalar code (nnc_dw_pixel_padded).
  *
  * Variants. AVX-512 (16 channels per vector, channel tails masked), AVX2+FMA (8) and baseline
  * (4, GCC vector extensions: SSE2 on x86-64, NEON on arm64; tails of fewer than a vector in
@@ -50,18 +52,25 @@ typedef struct {
     ptrdiff_t ho, wo;
     int kh, kw, sh, sw, pt, pl;         /* window, strides (>= 1), top and left padding */
     const float* taps;                  /* [kh * kw, c]: nnc_dw_taps of the weights */
+    int finite;                         /* every weight finite (what nnc_dw_taps returned) */
 } nnc_dw_t;
 
 /* Output pixels per block of a 3-wide run: a block's input rows stay in L1/L2 while each
  * channel block walks them, and the weight vectors are loaded once per channel block. */
 enum { NNC_DW_BLOCK = 32 };
 
-/* out[t * c + ch] = w[ch * taps + t]: the weights [c, taps] tap by tap. */
-static void nnc_dw_taps(const float* w, ptrdiff_t c, ptrdiff_t taps, float* out) {
+/* out[t * c + ch] = w[ch * taps + t]: the weights [c, taps] tap by tap. Returns whether every
+ * weight is finite (nnc_dw_t.finite). */
+static int nnc_dw_taps(const float* w, ptrdiff_t c, ptrdiff_t taps, float* out) {
     ptrdiff_t ch, t;
+    int finite = 1;
     for (ch = 0; ch < c; ch++)
-        for (t = 0; t < taps; t++)
-            out[t * c + ch] = w[ch * taps + t];
+        for (t = 0; t < taps; t++) {
+            float v = w[ch * taps + t];
+            finite &= isfinite(v) != 0;
+            out[t * c + ch] = v;
+        }
+    return finite;
 }
 
 /* The epilogue on one value of channel ch (scalar tails), as the vector code applies it. */
@@ -75,6 +84,25 @@ static inline float nnc_dw_ep1(const nnc_epilogue_t* ep, float v, ptrdiff_t ch) 
         v = v > ep->hi ? ep->hi : v;
     }
     return v;
+}
+
+/* Scalar: every channel of one pixel, every tap in order, the padding's zeros times their
+ * weights included (for weights that are not all finite: 0 * inf is NaN). */
+static void nnc_dw_pixel_padded(const nnc_dw_t* d, const float* xb, ptrdiff_t ih0,
+                                ptrdiff_t iw0, float* y, const nnc_epilogue_t* ep) {
+    const ptrdiff_t c = d->c, kh = d->kh, kw = d->kw;
+    ptrdiff_t ch, i, j;
+    for (ch = 0; ch < c; ch++) {
+        float acc = 0.0f;
+        for (i = 0; i < kh; i++)
+            for (j = 0; j < kw; j++) {
+                const ptrdiff_t ih = ih0 + i, iw = iw0 + j;
+                const float x = ih >= 0 && ih < d->h && iw >= 0 && iw < d->w
+                                ? xb[ih * d->xs_h + iw * d->xs_w + ch] : 0.0f;
+                acc += x * d->taps[(i * kw + j) * c + ch];
+            }
+        y[ch] = nnc_dw_ep1(ep, acc, ch);
+    }
 }
 
 /* Scalar: channels [ch0, c) of one pixel, taps [i0, i1) x [j0, j1); x at the window's tap (0, 0)
@@ -478,6 +506,15 @@ static void nnc_dw_rows(int isa, const nnc_dw_t* d, ptrdiff_t r0, ptrdiff_t r1,
      * in [0, w). The same for every row. */
     q0 = nnc_dw_clamp((pl + sw - 1) / sw, 0, wo);
     q1 = w - kw + pl >= 0 ? nnc_dw_clamp((w - kw + pl) / sw + 1, q0, wo) : q0;
+    if (!d->finite) {
+        for (r = r0; r < r1; r++) {
+            const ptrdiff_t b = r / ho, oh = r % ho;
+            for (q = 0; q < wo; q++)
+                nnc_dw_pixel_padded(d, d->x + b * d->xs_n, oh * sh - pt, q * sw - pl,
+                                    d->y + b * d->ys_n + oh * d->ys_h + q * ys_w, ep);
+        }
+        return;
+    }
     for (r = r0; r < r1; r++) {
         const ptrdiff_t b = r / ho, oh = r % ho, ih0 = oh * sh - pt;
         const float* xb = d->x + b * d->xs_n;
