@@ -10,8 +10,7 @@ from test_cmd_nn import close_dot
 
 import nnc
 from nnc.base import isa
-from nnc.cmd.convolution import conv_shape
-from nnc.cmd.convolution import cpu_opt
+from nnc.cmd.convolution import conv_shape, cpu_opt
 
 # Channel counts around the vector widths (4, 8, 16): tails alone, one vector and a tail,
 # whole vectors, MobileNet's 144.
