@@ -26,14 +26,16 @@ memory bandwidth; each shape's ``of peak`` is its GFLOP/s over that peak, and so
 network's (``--no-limits`` skips the measurement and the fractions).
 
 ``--depthwise``: MobileNet-V2's depthwise layers instead (224x224 input, batch 1, 3x3 windows,
-padding 1, groups = C = O, bias), which move more bytes than they compute: for each, at one
-thread and in interleaved rounds, ``nnc`` (the command pinned to CPU_OPT, at the kernel ISA nnc
-dispatched, which the report names) and ``ort`` (ONNX Runtime, when installed: a one-node Conv
-with ``group`` = C on the same data in NCHW, its own layout, one intra-op thread). Each is
-reported as GFLOP/s (2*9 per output element) and as effective GB/s: the bytes a pass must move
-(input + output + weights + bias) over its time, against the measured copy bandwidth (read +
-write, the same way of counting). One timed sample is as many calls as take about a millisecond,
-so the per-call overhead of each runtime is included but the timer's resolution is not.
+padding 1, groups = C = O, bias), which move more bytes than they compute. For each, at one
+thread and in interleaved rounds: ``nnc``, the command pinned to CPU_OPT in a one-node graph
+(as a network runs it: ``cmd_exec`` would add its Python checks, as long as the smallest layers
+take), at the kernel ISA nnc dispatched, which the report names; ``ort``, ONNX Runtime when
+installed: a one-node Conv with ``group`` = C on the same data in NCHW (its own layout), one
+intra-op thread. Each is reported as GFLOP/s (2*9 per output element) and as effective GB/s:
+the bytes a pass must move (input + output + weights + bias) over its time, against the
+measured copy bandwidth (read + write, the same way of counting). One timed sample is as many
+calls as take about a millisecond, so each runtime's per-call overhead is included but the
+timer's resolution is not.
 """
 
 import sys
@@ -263,8 +265,12 @@ def measure_depthwise(size, c, stride, count, repeat, rng):
     ba = rng.standard_normal(c).astype(np.float32)
     x, w, bias = nnc.Tensor(xa), nnc.Tensor(wa), nnc.Tensor(ba)
     y = nnc.Tensor.zeros((1, ho, ho, c), dtype="float32")
-    conv = nnc.Cmd("CONVOLUTION", backend="CPU_OPT", stride=stride, padding=1, groups=c)
-    one = {"nnc": lambda: nnc.cmd_exec(conv, [x, w, bias], [y])}
+    # A one-node graph, as a network runs the layer: cmd_exec would add its Python checks
+    # (tens of microseconds, as much as the smallest layers take).
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("CONVOLUTION", backend="CPU_OPT", stride=stride, padding=1, groups=c),
+           [x, w, bias], [y])
+    one = {"nnc": g.run}
     ort, why = _ort_depthwise(xa, wa, ba, stride)
     err = None
     if ort is not None:

@@ -159,32 +159,50 @@ static inline __attribute__((always_inline)) void nnc_dw_run3_tail(
  * MUL, ADD, FMA(a, b, c) = a * b + c, SET1(f), ZERO, MAX(a, v) / MIN(a, v) returning v when
  * either is NaN, and TAIL_PIXEL / TAIL_RUN3 for the channels past the last whole vector. */
 
-/* A pixel: channels of taps [i0, i1) x [j0, j1), one accumulator per channel vector. */
+/* A pixel: channels of taps [i0, i1) x [j0, j1), one accumulator per channel vector, NV
+ * vectors at once (independent chains: one alone would wait on each FMA's latency). */
 #define NNC_DW_PIXEL(S)                                                                       \
+    static inline __attribute__((always_inline)) NNC_DW_ATTR void nnc_dw_pixel_body_##S(     \
+            const int NV, const nnc_dw_t* d, const float* xb, ptrdiff_t ih0, ptrdiff_t iw0,   \
+            int i0, int i1, int j0, int j1, ptrdiff_t ch, float* y,                           \
+            const nnc_epilogue_t* ep) {                                                       \
+        const ptrdiff_t c = d->c, xs_h = d->xs_h, xs_w = d->xs_w, kw = d->kw;                 \
+        const int act = ep->act;                                                              \
+        V acc[4];                                                                             \
+        int i, j, v;                                                                          \
+        NNC_UNROLL                                                                            \
+        for (v = 0; v < NV; v++)                                                              \
+            acc[v] = ZERO;                                                                    \
+        for (i = i0; i < i1; i++) {                                                           \
+            const float* p = xb + (ih0 + i) * xs_h + (iw0 + j0) * xs_w + ch;                  \
+            const float* wt = d->taps + (i * kw + j0) * c + ch;                               \
+            for (j = j0; j < j1; j++, p += xs_w, wt += c) {                                   \
+                NNC_UNROLL                                                                    \
+                for (v = 0; v < NV; v++)                                                      \
+                    acc[v] = FMA(LD(p + v * W), LD(wt + v * W), acc[v]);                      \
+            }                                                                                 \
+        }                                                                                     \
+        NNC_UNROLL                                                                            \
+        for (v = 0; v < NV; v++) {                                                            \
+            V a = acc[v];                                                                     \
+            if (ep->bias != NULL)                                                             \
+                a = ADD(a, LD(ep->bias + ch + v * W));                                        \
+            if (act == NNC_ACT_RELU)                                                          \
+                a = MAX(ZERO, a);                                                             \
+            else if (act == NNC_ACT_CLAMP)                                                    \
+                a = MIN(SET1(ep->hi), MAX(SET1(ep->lo), a));                                  \
+            ST(y + ch + v * W, a);                                                            \
+        }                                                                                     \
+    }                                                                                         \
     static NNC_DW_ATTR void nnc_dw_pixel_##S(                                                 \
             const nnc_dw_t* d, const float* xb, ptrdiff_t ih0, ptrdiff_t iw0, int i0, int i1, \
             int j0, int j1, float* y, const nnc_epilogue_t* ep) {                              \
-        const ptrdiff_t c = d->c, xs_h = d->xs_h, xs_w = d->xs_w, kw = d->kw;                 \
-        const int act = ep->act;                                                              \
-        const V lo = SET1(ep->lo), hi = SET1(ep->hi);                                         \
-        ptrdiff_t ch;                                                                         \
-        int i, j;                                                                             \
-        for (ch = 0; ch + W <= c; ch += W) {                                                  \
-            V acc = ZERO;                                                                     \
-            for (i = i0; i < i1; i++) {                                                       \
-                const float* p = xb + (ih0 + i) * xs_h + (iw0 + j0) * xs_w + ch;              \
-                const float* wt = d->taps + (i * kw + j0) * c + ch;                           \
-                for (j = j0; j < j1; j++, p += xs_w, wt += c)                                 \
-                    acc = FMA(LD(p), LD(wt), acc);                                            \
-            }                                                                                 \
-            if (ep->bias != NULL)                                                             \
-                acc = ADD(acc, LD(ep->bias + ch));                                            \
-            if (act == NNC_ACT_RELU)                                                          \
-                acc = MAX(ZERO, acc);                                                         \
-            else if (act == NNC_ACT_CLAMP)                                                    \
-                acc = MIN(hi, MAX(lo, acc));                                                  \
-            ST(y + ch, acc);                                                                  \
-        }                                                                                     \
+        const ptrdiff_t c = d->c;                                                             \
+        ptrdiff_t ch = 0;                                                                     \
+        for (; ch + 4 * W <= c; ch += 4 * W)                                                  \
+            nnc_dw_pixel_body_##S(4, d, xb, ih0, iw0, i0, i1, j0, j1, ch, y, ep);             \
+        for (; ch + W <= c; ch += W)                                                          \
+            nnc_dw_pixel_body_##S(1, d, xb, ih0, iw0, i0, i1, j0, j1, ch, y, ep);             \
         if (ch < c)                                                                           \
             TAIL_PIXEL(d, xb, ih0, iw0, i0, i1, j0, j1, ch, y, ep);                           \
     }
