@@ -20,8 +20,11 @@ memory and multiplies them with the weights, split across threads by output rows
   run it (the intra-op setting, idle threads), so sequential and scheduled runs at any intra-op
   setting give the same bits: each part is the same GEMM.
 - A pointwise (1x1, stride 1, no padding) convolution multiplies the input itself, one GEMM
-  per thread. A depthwise one (groups = C = O) is a direct loop over taps, vectorised over
-  channels (weights laid out tap by tap first): as a GEMM it would be O one-column products.
+  per thread. A depthwise one (groups = C = O) is no GEMM (it would be O one-column products):
+  in float32 it runs nnc's own kernel (cmd/convolution/depthwise_kernel.h: vectorised over
+  channels per CPU ISA, 3x3 weights in registers, interior pixels without bounds checks, bias
+  and ReLU fused), on weights laid out tap by tap once per call in the caller's workspace (its
+  parts take none of their own); float64 is a direct loop over taps.
 - The output may be a channel slice of a wider buffer (a concat's part) and the input any view
   whose channels are contiguous: GEMM's leading dimensions take the pixel strides.
 
