@@ -1,6 +1,8 @@
-"""Inception-V3's convolution shapes at one thread: nnc's CPU_OPT against a plain BLAS GEMM.
+"""Inception-V3's convolution shapes at one thread: nnc's CPU_OPT against a plain BLAS GEMM;
+MobileNet-V2's depthwise layers against ONNX Runtime.
 
     python -m benchmarks.conv [--json] [--repeat R] [--size S] [--limit N] [--no-limits]
+    python -m benchmarks.conv --depthwise [--json] [--repeat R] [--limit N] [--no-limits]
 
 For every distinct CONVOLUTION shape of nnc's Inception-V3 graph (``nnc.models.inception`` at
 ``--size``, default 299, batch 1, float32, NHWC), on preallocated contiguous tensors:
@@ -22,9 +24,22 @@ Against the machine: before the shapes, ``benchmarks._limits.measure_limits`` me
 process the single-thread SGEMM peak (a large square GEMM through the same OpenBLAS) and the
 memory bandwidth; each shape's ``of peak`` is its GFLOP/s over that peak, and so is the whole
 network's (``--no-limits`` skips the measurement and the fractions).
+
+``--depthwise``: MobileNet-V2's depthwise layers instead (224x224 input, batch 1, 3x3 windows,
+padding 1, groups = C = O, bias), which move more bytes than they compute. For each, at one
+thread and in interleaved rounds: ``nnc``, the command pinned to CPU_OPT in a one-node graph
+(as a network runs it: ``cmd_exec`` would add its Python checks, as long as the smallest layers
+take), at the kernel ISA nnc dispatched, which the report names; ``ort``, ONNX Runtime when
+installed: a one-node Conv with ``group`` = C on the same data in NCHW (its own layout), one
+intra-op thread. Each is reported as GFLOP/s (2*9 per output element) and as effective GB/s:
+the bytes a pass must move (input + output + weights + bias) over its time, against the
+measured copy bandwidth (read + write, the same way of counting). One timed sample is as many
+calls as take about a millisecond, so each runtime's per-call overhead is included but the
+timer's resolution is not.
 """
 
 import sys
+import time
 from collections import OrderedDict
 
 import numpy as np
@@ -36,6 +51,13 @@ from nnc.base import openblas as cpu_blas
 TARGET = 0.8
 WINOGRAD = "CPU_OPT_WINOGRAD"
 TOL_WINOGRAD = 1e-3   # max|winograd - CPU_OPT| / max|CPU_OPT|
+TOL_ORT = 1e-4        # max|ort - nnc| / max|nnc| on the depthwise layers
+
+# MobileNet-V2's depthwise layers at 224x224: (input size, channels, stride, how many).
+MOBILENET_V2_DEPTHWISE = [
+    (112, 32, 1, 1), (112, 96, 2, 1), (56, 144, 1, 1), (56, 144, 2, 1), (28, 192, 1, 2),
+    (28, 192, 2, 1), (14, 384, 1, 4), (14, 576, 1, 2), (14, 576, 2, 1), (7, 960, 1, 3),
+]
 
 
 def conv_shapes(size):
@@ -201,16 +223,177 @@ def render(r):
     return "\n".join(out)
 
 
+def _ort_depthwise(x, w, bias, stride):
+    """An OrtRun of one Conv node with group = C on x (NHWC, as nnc holds it) made NCHW, or the
+    reason there is none."""
+    try:
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
+        from nnc.models.peers import OrtRun
+    except ImportError as e:
+        return None, f"not installed ({e.name})"
+    c = x.shape[-1]
+    x_nchw = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    w_oihw = np.ascontiguousarray(w.transpose(0, 3, 1, 2))        # [C, 1, 3, 3]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, kernel_shape=[3, 3],
+                            pads=[1, 1, 1, 1], strides=[stride, stride])
+    graph = helper.make_graph(
+        [node], "depthwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_nchw.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w_oihw, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = min(model.ir_version, onnx.IR_VERSION)
+    return OrtRun(model, {"x": x_nchw}, intra_op=1), None
+
+
+def _calls_per_sample(fn, seconds=1e-3):
+    """How many calls of fn take about ``seconds`` (at least 1)."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    return max(1, int(seconds / max(time.perf_counter() - t0, 1e-9)))
+
+
+def measure_depthwise(size, c, stride, count, repeat, rng):
+    ho = (size + 2 - 3) // stride + 1
+    flop = 2.0 * ho * ho * c * 9
+    nbytes = 4 * (size * size * c + ho * ho * c + 9 * c + c)
+    xa = rng.standard_normal((1, size, size, c)).astype(np.float32)
+    wa = (rng.standard_normal((c, 3, 3, 1)) / 3).astype(np.float32)
+    ba = rng.standard_normal(c).astype(np.float32)
+    x, w, bias = nnc.Tensor(xa), nnc.Tensor(wa), nnc.Tensor(ba)
+    y = nnc.Tensor.zeros((1, ho, ho, c), dtype="float32")
+    # A one-node graph, as a network runs the layer: cmd_exec would add its Python checks
+    # (tens of microseconds, as much as the smallest layers take).
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("CONVOLUTION", backend="CPU_OPT", stride=stride, padding=1, groups=c),
+           [x, w, bias], [y])
+    one = {"nnc": g.run}
+    ort, why = _ort_depthwise(xa, wa, ba, stride)
+    err = None
+    if ort is not None:
+        one["ort"] = ort
+        one["nnc"]()
+        ort()
+        want = y.numpy()
+        got = ort.outputs[0].transpose(0, 2, 3, 1)
+        err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+    calls = {k: _calls_per_sample(f) for k, f in one.items()}
+
+    def batch(f, n):
+        def run():
+            for _ in range(n):
+                f()
+        return run
+
+    samples = _util.measure_interleaved({k: batch(f, calls[k]) for k, f in one.items()},
+                                        repeat)
+    sec = {k: _util.median(v) / calls[k] for k, v in samples.items()}
+    return {
+        "shape": f"{size}x{size}x{c} 3x3/{stride} p1 -> {ho}x{ho}x{c}", "count": count,
+        "gflop": flop / 1e9, "mbytes": nbytes / 1e6,
+        "ms": {k: v * 1e3 for k, v in sec.items()},
+        "gflops": {k: flop / v / 1e9 for k, v in sec.items()},
+        "gbs": {k: nbytes / v / 1e9 for k, v in sec.items()},
+        "calls_per_sample": calls,
+        "ort_rel_err": err, "ort": why or "ok",
+    }
+
+
+def run_depthwise(repeat, limit=None, seed=0, say=print, limits=True):
+    """MobileNet-V2's depthwise layers (module docstring); ``limits`` as for ``run``."""
+    from nnc.base import isa
+
+    layers = MOBILENET_V2_DEPTHWISE[:limit] if limit else MOBILENET_V2_DEPTHWISE
+    if limits is True:
+        say("  measuring the machine's limits")
+        limits = _limits.measure_limits(threads=(1,))
+    limits = limits or None
+    bandwidth = limits["bandwidth_gbs"]["copy"] if limits else None
+    before = nnc.get_intra_op_threads()
+    nnc.set_intra_op_threads(1)
+    rng = np.random.default_rng(seed)
+    rows = []
+    try:
+        for i, (size, c, stride, count) in enumerate(layers):
+            rows.append(measure_depthwise(size, c, stride, count, repeat, rng))
+            rows[-1]["of_bandwidth"] = {k: v / bandwidth for k, v in rows[-1]["gbs"].items()} \
+                if bandwidth else None
+            say(f"  {i + 1}/{len(layers)} {rows[-1]['shape']}")
+    finally:
+        nnc.set_intra_op_threads(before)
+
+    def total(key):
+        ms = [r["ms"].get(key) for r in rows]
+        return None if None in ms else sum(m * r["count"] for m, r in zip(ms, rows))
+
+    bad = [r["shape"] for r in rows if r["ort_rel_err"] is not None
+           and not r["ort_rel_err"] <= TOL_ORT]
+    return {
+        "mode": "depthwise", "repeat": repeat, "shapes": len(rows), "isa": isa.get_cpu_isa(),
+        "rows": rows, "limits": limits, "bandwidth_gbs": bandwidth,
+        "total_ms": {"nnc": total("nnc"), "ort": total("ort")},
+        "ort_tolerance": TOL_ORT, "ort_errors_ok": not bad, "ort_errors_bad": bad,
+    }
+
+
+def render_depthwise(r):
+    ort = any("ort" in x["ms"] for x in r["rows"])
+    head = ["layer (HxWxC 3x3/stride)", "x", "nnc ms", "nnc GF/s", "nnc GB/s"]
+    if ort:
+        head += ["ort ms", "ort GF/s", "ort GB/s", "nnc/ort"]
+    if r["bandwidth_gbs"]:
+        head += ["nnc/bw"] + (["ort/bw"] if ort else [])
+    body = []
+    for x in r["rows"]:
+        line = [x["shape"], x["count"], _util.fmt(x["ms"]["nnc"]),
+                _util.fmt(x["gflops"]["nnc"]), _util.fmt(x["gbs"]["nnc"])]
+        if ort:
+            o = "ort" in x["ms"]
+            line += [_util.fmt(x["ms"].get("ort")), _util.fmt(x["gflops"].get("ort")),
+                     _util.fmt(x["gbs"].get("ort")),
+                     f"{x['ms']['nnc'] / x['ms']['ort']:.2f}" if o else "—"]
+        if r["bandwidth_gbs"]:
+            line += [f"{100 * x['of_bandwidth']['nnc']:.0f} %"]
+            if ort:
+                line += [f"{100 * x['of_bandwidth']['ort']:.0f} %" if "ort" in x["gbs"]
+                         else "—"]
+        body.append(line)
+    t = r["total_ms"]
+    why = r["rows"][0]["ort"] if r["rows"] else "ok"
+    out = [f"MobileNet-V2 224 depthwise layers, 1 thread, float32, bias, median of "
+           f"{r['repeat']} interleaved rounds; nnc kernel ISA {r['isa']}; nnc NHWC, "
+           f"onnxruntime NCHW" + ("" if ort else f" (onnxruntime {why})"),
+           _limits.describe(r["limits"]) if r["limits"] else "limits: not measured (--no-limits)",
+           _util.table(head, body),
+           f"all depthwise layers (each x its count): nnc {_util.fmt(t['nnc'])} ms"
+           + (f", onnxruntime {_util.fmt(t['ort'])} ms, nnc/ort {t['nnc'] / t['ort']:.2f}"
+              if t["ort"] else "")]
+    if ort:
+        out.append(f"onnxruntime within {TOL_ORT:g} of nnc: " + (
+            "pass" if r["ort_errors_ok"] else "FAIL on " + "; ".join(r["ort_errors_bad"])))
+    return "\n".join(out)
+
+
 def main(argv=None):
     p = _util.parser("Inception-V3 convolution shapes: CPU_OPT vs plain GEMM", repeat=7)
     p.add_argument("--size", type=int, default=299, help="Inception-V3 input size (>= 75)")
     p.add_argument("--limit", type=int, default=None, help="only the first N shapes")
     p.add_argument("--no-limits", action="store_true",
                    help="skip measuring the machine's SGEMM peak and bandwidth (a few seconds)")
+    p.add_argument("--depthwise", action="store_true",
+                   help="MobileNet-V2's depthwise layers against ONNX Runtime instead")
     a = p.parse_args(argv)
     if a.size < 75 or a.repeat < 1 or (a.limit is not None and a.limit < 1):
         p.error("--size must be at least 75, --repeat and --limit at least 1")
     say = (lambda *x: print(*x, file=sys.stderr)) if a.json else print
+    if a.depthwise:
+        report = run_depthwise(a.repeat, a.limit, say=say, limits=not a.no_limits)
+        _util.publish(report, "conv", render_depthwise, a.json,
+                      packages=("numpy", "onnxruntime"))
+        return 0 if report["ort_errors_ok"] else 1
     report = run(a.size, a.repeat, a.limit, say=say, limits=not a.no_limits)
     _util.publish(report, "conv", render, a.json)
     return 0 if report["winograd_errors_ok"] else 1

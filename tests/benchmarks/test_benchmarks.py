@@ -1,6 +1,7 @@
-"""The CPU benchmarks (benchmarks/streams.py, benchmarks/conv.py, benchmarks/pool.py) run end to
-end on the smallest inputs, and their helpers choose rounds as documented. No timing is asserted:
-only that every configuration ran, the outputs agreed and the report has its fields."""
+"""The CPU benchmarks (benchmarks/streams.py, benchmarks/conv.py and its --depthwise mode,
+benchmarks/pool.py) run end to end on the smallest inputs, and their helpers choose rounds as
+documented. No timing is asserted: only that every configuration ran, the outputs agreed and the
+report has its fields."""
 
 import json
 import os
@@ -159,6 +160,25 @@ def test_pool_benchmark_without_onnxruntime_or_limits(tmp_path):
     assert set(row["us"]) == {"nnc"} and row["of_memory"] is None
     assert row["outputs_agree"] is None and r["outputs_agree"]
     assert "onnxruntime not installed" in out.stdout
+
+
+def test_conv_benchmark_depthwise_smoke():
+    r = _bench("benchmarks.conv", "--depthwise", "--limit", "2", "--repeat", "1")
+    assert r["mode"] == "depthwise" and r["shapes"] == 2 and len(r["rows"]) == 2
+    assert r["isa"] in ("baseline", "avx2", "avx512")
+    first = r["rows"][0]
+    # MobileNet-V2's first depthwise layer: 112x112x32, 3x3 stride 1: 2*9 per output element
+    assert first["shape"].startswith("112x112x32 3x3/1")
+    assert first["gflop"] == pytest.approx(2 * 9 * 112 * 112 * 32 / 1e9)
+    assert first["mbytes"] == pytest.approx(4 * (2 * 112 * 112 * 32 + 10 * 32) / 1e6)
+    bandwidth = r["bandwidth_gbs"]
+    assert bandwidth == r["limits"]["bandwidth_gbs"]["copy"] > 0
+    for row in r["rows"]:
+        assert set(row["ms"]) == ({"nnc", "ort"} if row["ort"] == "ok" else {"nnc"})
+        for k, gbs in row["gbs"].items():
+            assert gbs == pytest.approx(row["mbytes"] / row["ms"][k])
+            assert row["of_bandwidth"][k] == pytest.approx(gbs / bandwidth)
+    assert r["ort_errors_ok"]
 
 
 def _unbuilt_checkout(tmp_path):

@@ -20,8 +20,11 @@ memory and multiplies them with the weights, split across threads by output rows
   run it (the intra-op setting, idle threads), so sequential and scheduled runs at any intra-op
   setting give the same bits: each part is the same GEMM.
 - A pointwise (1x1, stride 1, no padding) convolution multiplies the input itself, one GEMM
-  per thread. A depthwise one (groups = C = O) is a direct loop over taps, vectorised over
-  channels (weights laid out tap by tap first): as a GEMM it would be O one-column products.
+  per thread. A depthwise one (groups = C = O) is no GEMM (it would be O one-column products):
+  in float32 it runs nnc's own kernel (cmd/convolution/depthwise_kernel.h: vectorised over
+  channels per CPU ISA, 3x3 weights in registers, interior pixels without bounds checks, bias
+  and ReLU fused), on weights laid out tap by tap once per call in the caller's workspace (its
+  parts take none of their own); float64 is a direct loop over taps.
 - The output may be a channel slice of a wider buffer (a concat's part) and the input any view
   whose channels are contiguous: GEMM's leading dimensions take the pixel strides.
 
@@ -44,6 +47,19 @@ from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_NONE, NNC_ACT_REL
                                         nnc_sgemm_nr, nnc_sgemm_pack, nnc_sgemm_packed,
                                         nnc_sgemm_packed_floats)
 from nnc.tensor.tensor cimport nnc_tensor_t
+
+cdef extern from "cmd/convolution/depthwise_kernel.h" nogil:
+    ctypedef struct nnc_dw_t:
+        const float* x
+        Py_ssize_t xs_n, xs_h, xs_w, h, w, c
+        float* y
+        Py_ssize_t ys_n, ys_h, ys_w, ho, wo
+        int kh, kw, sh, sw, pt, pl
+        const float* taps
+        int finite
+    int nnc_dw_taps(const float* w, Py_ssize_t c, Py_ssize_t taps, float* out)
+    void nnc_dw_rows(int isa, const nnc_dw_t* d, Py_ssize_t r0, Py_ssize_t r1,
+                     const nnc_epilogue_t* ep)
 
 ctypedef fused real:
     float
@@ -102,8 +118,9 @@ ctypedef struct conv_t:
     Py_ssize_t rs_n, rs_h, rs_w         # its strides (channel stride is 1)
     int act                             # NNC_ACT_NONE, NNC_ACT_RELU or NNC_ACT_CLAMP
     float lo, hi                        # NNC_ACT_CLAMP's bounds
-    # float32 (but depthwise): nnc's own GEMM tiles (gemm/sgemm_kernel.h) over packed weights.
-    int isa                             # the level the weights were packed for (cpu_isa())
+    # float32: nnc's own kernels, the level read once per call (one kernel for every part).
+    int isa                             # cpu_isa(): the level the weights were packed for
+    int finite                          # depthwise: every weight finite
     const float* packed                 # group g's packed weights at packed + g * gfloats
     Py_ssize_t gfloats
     size_t skip                         # bytes the packed weights take at the start of the
@@ -303,6 +320,27 @@ cdef void _part_depthwise(const conv_t* cv, real* y0, Py_ssize_t r0,
             y += os_w
 
 
+cdef void _part_depthwise_f32(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1,
+                              bint epilogue) noexcept nogil:
+    """Rows r0..r1 of a float32 depthwise convolution through nnc's own kernel
+    (cmd/convolution/depthwise_kernel.h): vectorised over channels at the ISA the call chose,
+    the 3x3 weights in registers, with ``epilogue`` the bias and activation applied before the
+    store (no second pass)."""
+    cdef nnc_dw_t d
+    cdef nnc_epilogue_t ep
+    d.x, d.xs_n, d.xs_h, d.xs_w = <const float*>cv.x, cv.xs_n, cv.xs_h, cv.xs_w
+    d.h, d.w, d.c = cv.h, cv.wd, cv.c
+    d.y, d.ys_n, d.ys_h, d.ys_w = <float*>cv.out, cv.os_n, cv.os_h, cv.os_w
+    d.ho, d.wo = cv.ho, cv.wo
+    d.kh, d.kw, d.sh, d.sw, d.pt, d.pl = cv.kh, cv.kw, cv.sh, cv.sw, cv.pt, cv.pl
+    d.taps, d.finite = <const float*>cv.patch, cv.finite
+    ep.bias = <const float*>cv.bias if epilogue else NULL
+    ep.residual, ep.ldr = NULL, 0
+    ep.act = cv.act if epilogue else NNC_ACT_NONE
+    ep.lo, ep.hi = cv.lo, cv.hi
+    nnc_dw_rows(cv.isa, &d, r0, r1, &ep)
+
+
 cdef void _taps_first(const conv_t* cv, real* out) noexcept nogil:
     """out[tap, c] = w[c, tap]: a depthwise convolution's weights, tap by tap."""
     cdef Py_ssize_t ch, t, taps = cv.kh * cv.kw
@@ -327,13 +365,20 @@ cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
 cdef int _part_typed(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
                      void* context) noexcept nogil:
     cdef int rc = NNC_SUCCESS
+    cdef bint fused = False             # the whole epilogue already applied
     if cv.depthwise:
-        _part_depthwise(cv, y0, r0, r1)
+        if real is float:
+            # The kernel's epilogue has no residual: with one, the whole epilogue (bias,
+            # residual, activation, in that order) is the separate pass below.
+            fused = cv.residual == NULL
+            _part_depthwise_f32(cv, r0, r1, fused)
+        else:
+            _part_depthwise(cv, y0, r0, r1)
     elif cv.pointwise:
         _part_pointwise(cv, y0, r0, r1)
     else:
         rc = _part_im2col(cv, y0, r0, r1, context)
-    if rc == NNC_SUCCESS and _has_epilogue(cv):
+    if rc == NNC_SUCCESS and not fused and _has_epilogue(cv):
         _epilogue(cv, y0, r0, r1, 0, cv.o)
     return rc
 
@@ -643,7 +688,8 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         if cv.patch == NULL:
             return NNC_OOM
         if dtype == NNC_32F:
-            _taps_first(&cv, <float*>cv.patch)
+            cv.isa = cpu_isa()                  # one kernel for every part: the same bits
+            cv.finite = nnc_dw_taps(<const float*>cv.w, cv.c, cv.kh * cv.kw, <float*>cv.patch)
         else:
             _taps_first(&cv, <double*>cv.patch)
     return nnc_parallel_for(parts, _part, &cv, ctx)

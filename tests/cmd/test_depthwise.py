@@ -1,0 +1,141 @@
+"""CONVOLUTION's CPU_OPT on depthwise float32 convolutions (groups = C = O): nnc's own kernel
+(nnc/cmd/convolution/depthwise_kernel.h) at every ISA level this machine runs, against CPU_REF
+within docs/commands.md's tolerance, on the geometries its code paths split on (3-wide runs over
+1-3 window rows, edge pixels, windows larger than the input, channel tails), with the fused
+bias and ReLU, NaN and infinities, strided views and parts on the pool."""
+
+import numpy as np
+import pytest
+from test_cmd_nn import close_dot
+
+import nnc
+from nnc.base import isa
+from nnc.cmd.convolution import conv_shape, cpu_opt
+
+# Channel counts around the vector widths (4, 8, 16): tails alone, one vector and a tail,
+# whole vectors, MobileNet's 144.
+CHANNELS = [1, 3, 17, 32, 33, 144]
+
+# (input shape without channels, window, stride, padding)
+GEOMETRIES = [
+    ((2, 9, 11), (3, 3), 1, 1),                 # MobileNet's 3x3, stride 1
+    ((1, 10, 9), (3, 3), 2, 1),                 # stride 2, even and odd sizes
+    ((1, 9, 10), (3, 3), 2, (0, 0, 1, 1)),      # TF's SAME: padding only after
+    ((1, 8, 9), (5, 5), 1, 2),
+    ((1, 9, 8), (5, 5), 2, 2),
+    ((1, 9, 9), (7, 7), 1, 3),
+    ((1, 7, 8), (3, 1), 1, (1, 0)),
+    ((1, 6, 7), (1, 3), 1, (0, 1)),             # a 3-wide run over one window row
+    ((1, 7, 8), (3, 3), 1, 0),                  # no padding: no edge pixels
+    ((1, 2, 1), (5, 5), 1, 2),                  # the input smaller than the window
+    ((2, 2), (3, 3), 2, 3),                     # no batch axis; windows of padding alone
+    ((1, 5, 13), (3, 3), 3, (2, 1, 0, 2)),      # stride 3, uneven padding
+]
+
+
+@pytest.fixture(params=isa.supported_isas())
+def cpu_isa(request):
+    old = isa.set_cpu_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        isa.set_cpu_isa(old)
+
+
+def depthwise(x, w, bias, stride, padding, backend, activation=None, out=None):
+    c = x.shape[-1]
+    params = dict(stride=stride, padding=padding, groups=c, backend=backend)
+    if activation:
+        params["activation"] = activation
+    cmd = nnc.Cmd("CONVOLUTION", **params)
+    if out is None:
+        out = np.full(conv_shape(cmd, x.shape, w.shape), np.nan, np.float32)
+    nnc.cmd_exec(cmd, [x, w] if bias is None else [x, w, bias], [out])
+    return out
+
+
+def operands(rng, shape, k, c):
+    x = rng.standard_normal(shape + (c,)).astype(np.float32)
+    w = rng.standard_normal((c, *k, 1)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    return x, w, bias
+
+
+@pytest.mark.parametrize("shape, k, stride, padding", GEOMETRIES)
+def test_depthwise_matches_cpu_ref_at_every_isa(shape, k, stride, padding, cpu_isa):
+    rng = np.random.default_rng(0)
+    for c in CHANNELS:
+        x, w, bias = operands(rng, shape, k, c)
+        for b, act in [(None, None), (bias, None), (bias, "relu"), (None, "relu")]:
+            want = depthwise(x, w, b, stride, padding, "CPU_REF", act)
+            got = depthwise(x, w, b, stride, padding, "CPU_OPT", act)
+            close_dot(got, want.astype(np.float64), "float32", k[0] * k[1], x, w, bias=b)
+            if act:
+                assert (got >= 0).all()
+
+
+def test_depthwise_nan_and_infinities_as_cpu_ref(cpu_isa):
+    """NaN in the input reaches exactly the outputs whose windows hold it, through the ReLU too;
+    an infinite weight meets only the input it multiplies, never the padding (a zero there
+    would make NaN where the sum has no such term)."""
+    rng = np.random.default_rng(1)
+    for c in (3, 17, 33):
+        x, w, bias = operands(rng, (1, 7, 9), (3, 3), c)
+        x[0, 0, 0, :] = np.nan
+        x[0, 3, 4, c // 2] = np.nan
+        x[0, 6, 8, -1] = np.nan
+        w[:, 0, 0, 0] = np.inf
+        w[c - 1, 2, 1, 0] = -np.inf
+        for stride in (1, 2):
+            with np.errstate(invalid="ignore"):     # CPU_REF's NumPy meets inf - inf
+                want = depthwise(x, w, bias, stride, 1, "CPU_REF", "relu")
+            got = depthwise(x, w, bias, stride, 1, "CPU_OPT", "relu")
+            assert np.isnan(want).any() and np.isinf(want).any()
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+            finite = np.isfinite(want)
+            close_dot(got[finite], want[finite].astype(np.float64), "float32", 9,
+                      x[np.isfinite(x)], w[np.isfinite(w)], bias=bias)
+
+
+def test_depthwise_strided_views_write_only_their_channels(cpu_isa):
+    """The input a window of a wider image (pixel and row strides past its channels), the
+    output a channel slice of a concat buffer: the kernel reads and writes through the
+    strides and leaves the buffer's other channels alone."""
+    rng = np.random.default_rng(2)
+    for c in (17, 32):
+        n, h, wd, extra = 2, 8, 9, 5
+        big = rng.standard_normal((n, h + 2, wd + 3, c + extra)).astype(np.float32)
+        sw_, sh_, sn_ = c + extra, (wd + 3) * (c + extra), (h + 2) * (wd + 3) * (c + extra)
+        x = nnc.Tensor(big).view((n, h, wd, c), sh_ + 2 * sw_ + 2, (sn_, sh_, sw_, 1))
+        xc = np.ascontiguousarray(big[:, 1:h + 1, 2:wd + 2, 2:c + 2])
+        w = rng.standard_normal((c, 3, 3, 1)).astype(np.float32)
+        bias = rng.standard_normal(c).astype(np.float32)
+        for stride in (1, 2):
+            want = depthwise(xc, w, bias, stride, 1, "CPU_REF", "relu")
+            ho, wo = want.shape[1:3]
+            cat = np.full((n, ho, wo, c + 7), -7.0, np.float32)
+            out = nnc.Tensor(cat).view((n, ho, wo, c), 3,
+                                       (ho * wo * (c + 7), wo * (c + 7), c + 7, 1))
+            depthwise(x, w, bias, stride, 1, "CPU_OPT", "relu", out=out)
+            close_dot(cat[..., 3:c + 3], want.astype(np.float64), "float32", 9, xc, w,
+                      bias=bias)
+            assert (cat[..., :3] == -7).all() and (cat[..., c + 3:] == -7).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_same_bits_in_any_split(threads, cpu_isa):
+    """Each output row is summed the same way whichever part computes it: one row per part on
+    one or two threads gives the bits of the whole call on one thread."""
+    rng = np.random.default_rng(3)
+    x, w, bias = operands(rng, (2, 23, 21), (3, 3), 33)
+    whole = depthwise(x, w, bias, 1, 1, "CPU_OPT", "relu")
+    old = cpu_opt._tune(1 << 19, 1, 0)          # every row its own part, every call split
+    nnc.set_intra_op_threads(threads)
+    try:
+        for _ in range(3):
+            split = depthwise(x, w, bias, 1, 1, "CPU_OPT", "relu")
+            np.testing.assert_array_equal(split, whole)
+    finally:
+        nnc.set_intra_op_threads(None)
+        cpu_opt._tune(*old)
