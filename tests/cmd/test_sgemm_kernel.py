@@ -204,3 +204,57 @@ def test_clamp_and_residual_are_checked():
     with pytest.raises(nnc.CommandError, match="does not accept"):
         nnc.cmd_exec(cmd, [np.ones((1, 6, 6, 3), np.float32), np.ones((5, 3, 3, 3), np.float32)],
                      [np.zeros((1, 4, 4, 5), np.float32)])
+
+
+def _one_conv_graph(w, relu=False):
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 10, 10, w.shape[-1])).astype(np.float32)
+    y = np.zeros((1, 10, 10, w.shape[0]), np.float32)
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("CONVOLUTION", padding=1, activation="relu" if relu else None,
+                   backend="CPU_OPT"), [x, w], [y])
+    return g, x, y
+
+
+def test_frozen_weights_are_packed_once_and_kept(isa):
+    """Frozen weights: the packed copy is made on the first run and counted by Graph.memory();
+    results equal the unfrozen run's bit for bit; another ISA level packs a copy of its own."""
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((40, 3, 3, 6)).astype(np.float32)
+    g, x, y = _one_conv_graph(w)
+    g.run()
+    want = y.copy()
+    assert g.memory()["packed_bytes"] == 0          # not frozen: packed per call, nothing kept
+    assert g.freeze()
+    y[...] = np.nan
+    g.run()
+    np.testing.assert_array_equal(y, want)
+    packed = g.memory()["packed_bytes"]
+    assert packed >= w.nbytes                       # the copy is kept ...
+    g.run()
+    assert g.memory()["packed_bytes"] == packed     # ... and made once
+    np.testing.assert_array_equal(y, want)
+    for level in cpu_isa.supported_isas():
+        if level == isa:
+            continue
+        old = cpu_isa.set_cpu_isa(level)
+        try:
+            g.run()
+        finally:
+            cpu_isa.set_cpu_isa(old)
+        check(y, conv64(x, w, None, (1, 1), (1, 1, 1, 1), 1), 54, x, w, None)
+        assert g.memory()["packed_bytes"] > packed  # its own layout, its own copy
+        packed = g.memory()["packed_bytes"]
+
+
+def test_unfrozen_weights_written_between_runs_are_used(isa):
+    """Weights that are not frozen are packed on every call: a write between runs (through the
+    array the graph was built from) shows in the next run, never a stale packed copy."""
+    rng = np.random.default_rng(14)
+    w = rng.standard_normal((40, 3, 3, 6)).astype(np.float32)
+    g, x, y = _one_conv_graph(w)
+    for _ in range(3):
+        g.run()
+        check(y, conv64(x, w, None, (1, 1), (1, 1, 1, 1), 1), 54, x, w, None)
+        w *= -1.5
+    assert g.memory()["packed_bytes"] == 0

@@ -46,6 +46,7 @@ from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_NONE, NNC_ACT_REL
                                         nnc_epilogue_t,
                                         nnc_sgemm_nr, nnc_sgemm_pack, nnc_sgemm_packed,
                                         nnc_sgemm_packed_floats)
+from nnc.tensor.constant cimport constant_pack
 from nnc.tensor.tensor cimport nnc_tensor_t
 
 cdef extern from "cmd/convolution/depthwise_kernel.h" nogil:
@@ -75,6 +76,10 @@ cdef Py_ssize_t _part_pixels = 512
 # A convolution below this many multiply-adds runs whole on its thread: waking a helper
 # (tens of microseconds) would cost more than it saves.
 cdef Py_ssize_t _split_macs = 4000000
+
+cdef enum:
+    # The packed-weight layout's version, in the cache key of frozen weights' packed copies.
+    PACK_FORMAT = 1
 
 cdef enum:
     # With fewer parts than this many per parallel_width, the split is evened out to a
@@ -545,33 +550,61 @@ cdef int _channel_part_packed(void* arg, Py_ssize_t part, void* context) noexcep
     return NNC_SUCCESS
 
 
+cdef void _pack_weights(void* arg, void* dst) noexcept nogil:
+    """Every group's weights packed for cv.isa into dst (groups * gfloats floats): group g's are
+    rows g*og.. of the [O, K] matrix, B[k, n] = w[(g*og + n)*K + k]."""
+    cdef const conv_t* cv = <const conv_t*>arg
+    cdef const float* w = <const float*>cv.w
+    cdef Py_ssize_t g
+    for g in range(cv.groups):
+        nnc_sgemm_pack(cv.isa, w + g * cv.og * cv.k, 1, cv.k, cv.og, cv.k,
+                       <float*>dst + g * cv.gfloats)
+
+
+cdef unsigned long long _pack_key(const conv_t* cv) noexcept nogil:
+    """What the packed copy depends on besides the weights' address, as exact bit fields (no
+    hash: two layouts can never share a key): the format, the ISA (its tile width), groups,
+    output channels per group and K. 0 when a field does not fit (the call packs per call)."""
+    if cv.groups >= (1 << 16) or cv.og >= (1 << 20) or cv.k >= (1 << 22):
+        return 0
+    return ((<unsigned long long>PACK_FORMAT << 60) | (<unsigned long long>cv.isa << 58)
+            | (<unsigned long long>cv.groups << 42) | (<unsigned long long>cv.og << 22)
+            | <unsigned long long>cv.k)
+
+
 cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
                       void* ctx) noexcept nogil:
     """float32 through nnc's own GEMM tiles: pack every group's weights into the caller's
     workspace, then run the parts (of output rows, or of output channels when there are too
     few pixels to split rows). Each output value is the same sum in the same order whichever
     part computes it, so the bits do not depend on the split."""
-    cdef Py_ssize_t g, i, m = cv.rows * cv.wo
+    cdef Py_ssize_t i, m = cv.rows * cv.wo
     cdef size_t need
     cdef char* scratch
     cdef const float* w = <const float*>cv.w
     cdef float* patch
+    cdef unsigned long long key
     cdef int nr
     cv.isa = cpu_isa()
     nr = nnc_sgemm_nr(cv.isa)
     cv.gfloats = <Py_ssize_t>nnc_sgemm_packed_floats(cv.isa, cv.og, cv.k)
-    cv.skip = _align64(cv.groups * cv.gfloats * sizeof(float))
+    key = _pack_key(cv)
+    # Frozen weights can never change: their packed copy is made once and kept with them
+    # (nnc.tensor.constant). Others are packed into this call's workspace.
+    cv.packed = NULL
+    if key != 0:
+        cv.packed = <const float*>constant_pack(w, key, cv.groups * cv.gfloats * sizeof(float),
+                                                _pack_weights, cv)
+    cv.skip = 0 if cv.packed != NULL else _align64(cv.groups * cv.gfloats * sizeof(float))
     # The whole size first: parts run on this thread ask for no more, so nothing moves.
     need = cv.skip + (_rows_bytes(cv, m) if by_channels
                       else _rows_bytes(cv, cv.rows_per_part * cv.wo))
     scratch = <char*>nnc_workspace(ctx, need)
     if scratch == NULL:
         return NNC_OOM
-    cv.packed = <const float*>scratch
-    for g in range(cv.groups):
-        # Group g's weights are rows g*og.. of the [O, K] matrix: B[k, n] = w[(g*og + n)*K + k].
-        nnc_sgemm_pack(cv.isa, w + g * cv.og * cv.k, 1, cv.k, cv.og, cv.k,
-                       <float*>scratch + g * cv.gfloats)
+    if cv.packed == NULL:
+        _pack_weights(cv, scratch)
+        cv.packed = <const float*>scratch
     if not by_channels:
         return nnc_parallel_for(parts, _part_packed, cv, ctx)
     cv.rowp = <const float**>(scratch + cv.skip)
