@@ -109,6 +109,7 @@ def test_conv_benchmark_smoke():
     assert (first["M"], first["N"], first["K"]) == (37 * 37, 32, 27)
     for row in r["rows"]:
         assert row["gflops"]["conv"] > 0 and row["gflops"]["gemm"] > 0
+        assert row["gflops"]["conv_unfrozen"] > 0
     assert r["winograd_errors_ok"]
     # each shape's and the network's GFLOP/s as fractions of the 1-thread peak measured first
     peak = r["peak_gflops"]
