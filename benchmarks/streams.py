@@ -263,8 +263,9 @@ def run_net(net, size, repeat, threads, max_streams, pause, seed, say, limits=No
             net.onnx_model = nnc.onnx.save(g, None, inputs=[x], outputs=outputs)
         except nnc.onnx.OnnxMissingError:
             pass  # no onnx: no peers either (reported below)
-    # nnc's best form of the graph: each convolution with its ReLU fused (Graph.simplify).
-    say(f"  simplify: fused {g.simplify()} convolution + ReLU pair(s)")
+    # nnc's best form of the graph: each convolution with the residual ADD and the ReLU/ReLU6
+    # after it folded in (Graph.simplify).
+    say(f"  simplify: folded {g.simplify()} ADD/RELU/CLAMP node(s) into their convolutions")
     checks = []
     fns, want, sched_info = _nnc_configs(g, outputs, threads, max_streams, "", checks, say)
 

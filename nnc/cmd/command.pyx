@@ -30,6 +30,7 @@ import numpy as np
 from nnc.base.core import DATATYPE_NAMES, DATATYPES, STATUS_NAMES, CommandError
 from nnc.cmd.params import CmdParams
 from nnc.base.device import gpu_memory
+from nnc.tensor.constant cimport constant_contains
 from nnc.tensor.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
@@ -730,6 +731,10 @@ def _scratch(list inputs, list outputs):
         if x is None:
             return None
         t = <Tensor>x
+        if t.t.device < 0 and constant_contains(t.t.data):
+            # Frozen: nothing can write it, so the backends read it itself, as the run will
+            # (with the packed copies kept for it: a scratch copy would time packing too).
+            return x
         for orig, dup in made:
             u = <Tensor>orig
             if tensor_same(&t.t, &u.t):
@@ -746,14 +751,20 @@ def _scratch(list inputs, list outputs):
 def cmd_autotune(Cmd cmd not None, inputs, outputs, trials=3):
     """Time every backend that accepts these tensors on scratch copies; return the fastest.
 
-    NNC: ccv_nnc_cmd_autotune (best of 3 trials; in-place aliasing kept on the scratch copies).
-    A backend that raises is dropped. Returns the Backend, or None if none accepts.
+    NNC: ccv_nnc_cmd_autotune (best of 3 trials; in-place aliasing kept on the scratch copies;
+    frozen inputs are read as they are). A backend that raises is dropped. When a C backend
+    accepts the tensors only C backends are timed: a Python backend holds the GIL while it runs
+    (another stream's Python work waits) and NumPy's BLAS may start threads of its own against
+    nnc's pool, which a timing of the node alone does not see. Returns the Backend, or None if
+    none accepts.
     """
     ins = tensor_list(inputs, "inputs")
     outs = tensor_list(outputs, "outputs")
     candidates = [b for b in cmd.info.backends if (<Backend>b).accepts(cmd, ins, outs)]
     if cmd.pinned:
         return cmd._backend
+    if any((<Backend>b).c_exec != NULL for b in candidates):
+        candidates = [b for b in candidates if (<Backend>b).c_exec != NULL]
     if len(candidates) <= 1:
         return candidates[0] if candidates else None
     s_in, s_out = _scratch(ins, outs)

@@ -5,8 +5,9 @@ Three passes over the (topologically sorted) ONNX nodes:
 1. plan: every value gets a layout -- "nhwc" (a 4-D activation as nnc's convolutions and pools
    store it) or "plain" (ONNX's own axis order) -- constants are collected, BatchNormalization is
    folded into the Conv before it when that Conv feeds only the BN, and in-place aliases are
-   chosen (element-wise nodes after a single-use producer run in place; Identity/Dropout, and a
-   Reduce* with no axes and noop_with_empty_axes, are the value).
+   chosen (element-wise nodes after a single-use producer run in place, an Add into such an
+   operand of its own shape; Identity/Dropout, and a Reduce* with no axes and
+   noop_with_empty_axes, are the value).
 2. place: each Concat, consumers first, asks its inputs' producers to write straight into a
    slice of its own buffer (zero-copy, as nnc/models/inception.py does); an input that cannot
    (a graph input, a view, a value placed already) is copied in by a DATA_TRANSFER.
@@ -472,6 +473,7 @@ class _Loader(OpEmitter):
                 if o:
                     self.producer[o] = k
         self.alias = {}
+        self.inplace_adds = set()  # Add nodes writing into an operand (their output's alias)
         self.fold = {}  # Conv node index -> the BatchNormalization node folded into it
         self.folded_names = []
         outs = set(self.graph_outputs)
@@ -508,6 +510,16 @@ class _Loader(OpEmitter):
             elif op in ("Add", "Mul", "Concat"):
                 nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
                 lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"
+                if op == "Add":
+                    # In place into an operand only this Add reads, of the output's shape and
+                    # layout: a Conv's output then carries the sum, which Graph.simplify folds
+                    # into the Conv as its residual (ResNet's shortcut, MobileNet's skip).
+                    for i in acts:
+                        if (self.shapes.get(i) == self.shapes.get(out)
+                                and self.layout.get(i) == lay and self._own(i, k)):
+                            self.alias[out] = i
+                            self.inplace_adds.add(k)
+                            break
             else:
                 lay = "plain"
             for o in n.output:
@@ -542,8 +554,9 @@ class _Loader(OpEmitter):
         """True if node k may overwrite x: x is a real (not aliased or viewed) intermediate that
         only node k reads and nobody outside the graph sees."""
         p = self.producer.get(x)
-        if x in self.alias and p in self.fold.values():
-            # A folded BN's output is its Conv's, which only that BN read.
+        if x in self.alias and (p in self.fold.values() or p in self.inplace_adds):
+            # A folded BN's output is its Conv's, which only that BN read; an in-place Add's
+            # is the operand it overwrote, which only that Add read.
             return x not in self.graph_outputs and self.consumers[x] == [k]
         return (p is not None and x not in self.consts and x not in self.graph_outputs
                 and self.nodes[p].op_type not in ("Flatten", "Reshape")

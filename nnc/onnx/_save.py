@@ -119,6 +119,22 @@ class _Saver:
         return self.init(np.transpose(t.numpy(), perm), "w")
 
     # -- commands ----------------------------------------------------------------------------
+    def _conv_epilogue(self, out, p, ins, dt):
+        """Graph.simplify's fused epilogue as the nodes it folded: + residual, then the
+        activation (NHWC, after the transpose back)."""
+        if len(ins) > 3 and ins[3] is not None:
+            out = self.node("Add", [out, self.read(ins[3])])
+        if p.get("activation") == "relu":
+            out = self.node("Relu", [out])
+        elif p.get("activation") == "clamp":
+            lo, hi = p["clamp"]
+            args = [out, "" if lo == -math.inf else self.scalar(lo, dt),
+                    "" if hi == math.inf else self.scalar(hi, dt)]
+            while args[-1] == "":
+                args.pop()
+            out = self.node("Clip", args)
+        return out
+
     def emit(self, e):
         cmd, ins, outs = e.cmd, list(e.inputs), list(e.outputs)
         p = cmd.params
@@ -146,8 +162,6 @@ class _Saver:
                 kh, kw = ins[1].shape[1:3]
                 z = self.node("Conv", args, group=p["groups"], kernel_shape=[kh, kw], pads=pads,
                               strides=list(p["stride"]), dilations=[1, 1])
-                if p.get("activation") == "relu":       # Graph.simplify's fused epilogue
-                    z = self.node("Relu", [z])
             elif name == "MAX_POOL":
                 z = self.node("MaxPool", [x], kernel_shape=list(p["size"]), pads=pads,
                               strides=list(p["stride"]))
@@ -156,6 +170,8 @@ class _Saver:
                               strides=list(p["stride"]),
                               count_include_pad=int(p["count_include_pad"]))
             out = self.node("Transpose", [z], perm=_TO_NHWC)
+            if name == "CONVOLUTION":
+                out = self._conv_epilogue(out, p, ins, dt)
         elif name in _UNARY:
             op = _UNARY[name]
             out = self.node(op, [self.read(ins[0])], **({"axis": -1} if op == "Softmax" else {}))

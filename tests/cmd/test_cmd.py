@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nnc
+from nnc.cmd import command as cmd_module
 
 EW = ["EWSUM", "EWPROD", "EWDIV", "EWEXP", "EWLOG", "SCALAR_MUL", "RELU", "SOFTMAX"]
 ALLOW = EW + ["SET", "DATA_TRANSFER"]
@@ -474,6 +475,40 @@ def test_no_backend_accepts():
     nnc.register_backend(name, "CPU_REF", lambda c, i, o: None, datatypes=["float64"])
     with pytest.raises(nnc.CommandError, match="no backend of .* accepts float32"):
         nnc.cmd_exec(nnc.Cmd(name), [np.zeros(2, np.float32)], [])
+
+
+def test_autotune_keeps_c_backends_and_reads_frozen_inputs_in_place(monkeypatch):
+    """With a C backend accepting, Python backends (GIL held; NumPy's BLAS threads) are not
+    candidates even when they would time faster; frozen inputs are not copied for timing."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    wg = rng.standard_normal((16, 32)).astype(np.float32)
+    out = np.zeros((64, 16), np.float32)
+    gemm = nnc.Cmd("GEMM", transpose_b=True)
+    assert {"CPU_OPT", "CPU_NUMPY", "CPU_REF"} <= set(nnc.backends("GEMM", device="cpu"))
+    for _ in range(3):
+        assert nnc.cmd_autotune(gemm, [a, wg], [out]).name == "CPU_OPT"
+    # float16 has no C backend: the Python ones are timed as before.
+    h = np.ones((4, 4), np.float16)
+    assert nnc.cmd_autotune(gemm, [h, h], [np.zeros((4, 4), np.float16)]).name != "CPU_OPT"
+
+    # Two C backends (CPU_OPT, CPU_OPT_WINOGRAD) are timed on scratch copies, but a frozen
+    # weight is read as it is.
+    x = rng.standard_normal((1, 10, 10, 8)).astype(np.float32)
+    w = nnc.Tensor(rng.standard_normal((8, 3, 3, 8)).astype(np.float32)).freeze()
+    y = np.zeros((1, 10, 10, 8), np.float32)
+    seen = []
+    real = cmd_module._scratch
+
+    def spy(inputs, outputs):
+        s_in, s_out = real(inputs, outputs)
+        seen.append((s_in[0] is inputs[0], s_in[1] is inputs[1]))
+        return s_in, s_out
+
+    monkeypatch.setattr(cmd_module, "_scratch", spy)
+    best = nnc.cmd_autotune(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y])
+    assert best.name in ("CPU_OPT", "CPU_OPT_WINOGRAD")
+    assert seen == [(False, True)]
 
 
 def test_autotune_picks_an_accepting_backend_on_scratch_copies():

@@ -372,6 +372,29 @@ def test_save_of_a_simplified_graph_writes_the_fused_relu():
     close(ort_run(m, {"img": x.numpy()})[0], y.numpy())
 
 
+@pytest.mark.parametrize("act", ["relu", "relu6", "clamp_hi"])
+def test_save_of_a_fused_residual_and_clamp_runs_in_ort(act):
+    """A convolution with a folded residual ADD and a RELU/CLAMP saves as Conv, Add and the
+    activation, and ONNX Runtime computes what nnc did."""
+    g = nnc.Graph()
+    x = nnc.Tensor(RNG.standard_normal((1, 6, 6, 3)).astype(np.float32))
+    w = nnc.Tensor(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    r = nnc.Tensor(RNG.standard_normal((1, 6, 6, 4)).astype(np.float32))
+    y = nnc.Tensor.empty((1, 6, 6, 4), dtype="float32")
+    conv = g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y])
+    add = g.exec(nnc.Cmd("ADD"), [y, r], [y])
+    tail = g.exec({"relu": nnc.Cmd("RELU"), "relu6": nnc.Cmd("CLAMP", min=0, max=6),
+                   "clamp_hi": nnc.Cmd("CLAMP", max=0.25)}[act], [y], [y])
+    g.concat(conv, add)
+    g.concat(add, tail)
+    assert g.simplify() == 2
+    g.run()
+    m = nnc.onnx.save(g, None, inputs=[x, r], outputs=[y], input_names=["img", "res"])
+    ops = [n.op_type for n in m.graph.node]
+    assert ops.count("Add") == 1 and ops.count("Relu" if act == "relu" else "Clip") == 1
+    close(ort_run(m, {"img": x.numpy(), "res": r.numpy()})[0], y.numpy())
+
+
 # -- the three networks ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module", params=["resnet50", "inception_v3", "mobilenet_v2"])
@@ -401,6 +424,20 @@ def test_network_matches_onnxruntime(network):
         n.op_type == "BatchNormalization" for n in m.graph.node)
     if name == "inception_v3":
         assert "DATA_TRANSFER" not in commands(loaded) and len(loaded.concats) == 15
+
+
+def test_simplified_network_matches_onnxruntime(network):
+    """Graph.simplify folds every Add-into-operand, Relu and Clip after a Conv (the loader runs
+    them in place so they can be folded): no element-wise node is left, and the result is
+    still ONNX Runtime's."""
+    name, m, _, feeds, _, want = network
+    loaded = nnc.onnx.load(m)
+    folded = loaded.graph.simplify()
+    left = {c for c in commands(loaded)} & {"ADD", "RELU", "CLAMP"}
+    adds = sum(n.op_type == "Add" for n in m.graph.node)
+    acts = sum(n.op_type in ("Relu", "Clip") for n in m.graph.node)
+    assert not left and folded == adds + acts
+    close(nnc_run(loaded, feeds)[0], want)
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Layer 2 command, the convolution family: this module (the definition and CPU_REF), cpu_opt.pyx
-(CPU_OPT: im2col + OpenBLAS GEMM), winograd.pyx (CPU_OPT_WINOGRAD); gpu/ (layer 3, never imported
-from here): GPU_REF and GPU_OPT through cuDNN, registered by nnc.cuda.builtins.
+(CPU_OPT: float32 on nnc's GEMM tiles over packed weights, depthwise_kernel.h for depthwise,
+float64 on OpenBLAS), winograd.pyx (CPU_OPT_WINOGRAD); gpu/ (layer 3, never imported from here):
+GPU_REF and GPU_OPT through cuDNN, registered by nnc.cuda.builtins.
 
 CONVOLUTION, NHWC (NNC: cmd/convolution/ccv_nnc_conv_cpu_ref.c, cpu_opt/_ccv_nnc_conv_cpu_opt.c).
 

@@ -1,36 +1,41 @@
-"""CONVOLUTION's CPU_OPT backend in C: im2col into stream workspace, then BLAS GEMM, no GIL.
+"""CONVOLUTION's CPU_OPT backend in C, no GIL: float32 on nnc's own kernels, float64 on BLAS.
 
 NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_opt.c, which packs input patches into scratch
 memory and multiplies them with the weights, split across threads by output rows. Here:
 
-- The output's pixels are cut into *parts* of whole output rows (about 512 KiB of patch matrix
-  and at least 512 pixels each, so a part's patches stay in cache between the copy and the
-  GEMM, and each GEMM is long enough to amortise packing the weights). Each part copies its
-  patches into the running thread's workspace (nnc.base.workspace: allocated once, reused run after
-  run, so repeated runs allocate nothing), multiplies them by the weights with one
-  single-threaded GEMM per group (nnc.base.openblas), then adds the bias and applies the fused
-  ReLU (``activation="relu"``, Graph.simplify) while the rows are hot.
-- Parts are run through nnc_parallel_for (nnc.base.parallel): idle pool threads take some, so a
-  large convolution uses every core in a sequential run, and in a scheduled run a thread whose
-  stream waits helps the other stream's convolution. Parts write disjoint output rows; the
-  weights are only read. With few parts they are evened out to a multiple of
-  ``parallel_width`` (the pool's size); with too few pixels for that many parts (17x17 and 8x8
-  layers) the caller copies every patch once and the parts are ranges of output channels
-  instead; below 4M multiply-adds nothing is split. The cut never depends on how many threads
-  run it (the intra-op setting, idle threads), so sequential and scheduled runs at any intra-op
-  setting give the same bits: each part is the same GEMM.
-- A pointwise (1x1, stride 1, no padding) convolution multiplies the input itself, one GEMM
-  per thread. A depthwise one (groups = C = O) is no GEMM (it would be O one-column products):
-  in float32 it runs nnc's own kernel (cmd/convolution/depthwise_kernel.h: vectorised over
-  channels per CPU ISA, 3x3 weights in registers, interior pixels without bounds checks, bias
-  and ReLU fused), on weights laid out tap by tap once per call in the caller's workspace (its
+- float32 (docs/kernels.md): the weights are packed for nnc's GEMM tiles
+  (cmd/gemm/sgemm_kernel.h, AVX-512 / AVX2 / baseline by ``cpu_isa()``) once per call into the
+  caller's workspace, or, when they are frozen (``Graph.freeze``; ``nnc.models`` and
+  ``nnc.onnx.load`` freeze weights), once for good: the packed copy is kept with the frozen
+  memory (nnc.tensor.constant), so a run reads them once, in the order the tiles use them. The
+  tiles take A's rows by pointer: a pointwise (1x1, stride 1, no padding) convolution's rows
+  are the input's pixels themselves; any other's are im2col patches copied per part into the
+  running thread's workspace. Bias, residual and activation are applied in registers before a
+  tile is stored. Each output value is one sum in one order whichever part computes it, so the
+  bits never depend on the split or the thread count (they depend on the ISA level).
+- float64: each part copies its patches (none for pointwise) and multiplies them with one
+  single-threaded BLAS GEMM per group (nnc.base.openblas), then a pass adds the bias and the
+  residual and applies the activation while the rows are hot.
+- A depthwise convolution (groups = C = O) is no GEMM (it would be O one-column products): in
+  float32 it runs nnc's own kernel (cmd/convolution/depthwise_kernel.h: vectorised over channels
+  per CPU ISA, 3x3 weights in registers, interior pixels without bounds checks, bias and
+  activation fused), on weights laid out tap by tap once per call in the caller's workspace (its
   parts take none of their own); float64 is a direct loop over taps.
-- The output may be a channel slice of a wider buffer (a concat's part) and the input any view
-  whose channels are contiguous: GEMM's leading dimensions take the pixel strides.
+- The output's pixels are cut into *parts* of whole output rows (about 512 KiB of patches and
+  at least 512 pixels each); parts run through nnc_parallel_for (nnc.base.parallel): idle pool
+  threads take some, so a large convolution uses every core in a sequential run, and in a
+  scheduled run a thread whose stream waits helps the other stream's convolution. Parts write
+  disjoint output rows; the weights are only read. With few parts they are evened out to a
+  multiple of ``parallel_width`` (the pool's size); with too few pixels for that many parts
+  (17x17 and 8x8 layers) the caller makes every A row once and the parts are ranges of output
+  channels (whole packed panels) instead; below 4M multiply-adds nothing is split.
+- The output may be a channel slice of a wider buffer (a concat's part), the input and the
+  residual any views whose channels are contiguous: the pixel strides are the leading
+  dimensions.
 
 Weights are [O, kh, kw, C/groups] (NNC's layout), i.e. one [O, K] row-major matrix per group
-with K ordered (i, j, c), the order each patch row is copied in, so they are used as they are.
-Part sizes were chosen by sweeping them (``_tune``) over Inception-V3's layers."""
+with K ordered (i, j, c), the order each patch row is copied in. Part sizes were chosen by
+sweeping them (``_tune``) over Inception-V3's layers."""
 
 from libc.string cimport memcpy, memset
 
@@ -69,8 +74,9 @@ ctypedef fused real:
 # Patch-matrix bytes per part: small enough to stay in L2 between copy and GEMM, large
 # enough that GEMM runs at full speed (python -m benchmarks.conv; docs/benchmarks.md).
 cdef Py_ssize_t _part_bytes = 1 << 19
-# No part has fewer output pixels than this: GEMM packs the weights once per call, which a
-# part of few pixels would not amortise. Pointwise parts (no patches to keep hot) use it too.
+# No part has fewer output pixels than this: BLAS (float64) packs the weights once per call,
+# which a part of few pixels would not amortise; below it per thread the float32 path splits
+# output channels instead. Pointwise parts (no patches to keep hot) use it too.
 cdef Py_ssize_t _part_pixels = 512
 
 # A convolution below this many multiply-adds runs whole on its thread: waking a helper
