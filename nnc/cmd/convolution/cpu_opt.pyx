@@ -80,8 +80,12 @@ cdef Py_ssize_t _part_bytes = 1 << 19
 cdef Py_ssize_t _part_pixels = 512
 
 # A convolution below this many multiply-adds runs whole on its thread: waking a helper
-# (tens of microseconds) would cost more than it saves.
+# (tens of microseconds) would cost more than it saves ...
 cdef Py_ssize_t _split_macs = 4000000
+# ... unless its weights take this many bytes: a few-pixel layer (the 8x8 to 1x1 maps of small
+# images) streams its weights from memory, which one core cannot do at the memory's speed, so
+# its output channels are split even when it computes little.
+cdef Py_ssize_t _split_weight_bytes = 1 << 20
 
 cdef enum:
     # The packed-weight layout's version, in the cache key of frozen weights' packed copies.
@@ -93,14 +97,17 @@ cdef enum:
     SPLIT_EVEN = 4
 
 
-def _tune(part_bytes, part_pixels, split_macs=None):
+def _tune(part_bytes, part_pixels, split_macs=None, split_weight_bytes=None):
     """Set the part sizes and the smallest convolution worth splitting (for sweeps in
-    benchmarks); returns the previous triple."""
-    global _part_bytes, _part_pixels, _split_macs
-    old = (_part_bytes, _part_pixels, _split_macs)
+    benchmarks); returns the previous (part_bytes, part_pixels, split_macs,
+    split_weight_bytes)."""
+    global _part_bytes, _part_pixels, _split_macs, _split_weight_bytes
+    old = (_part_bytes, _part_pixels, _split_macs, _split_weight_bytes)
     _part_bytes, _part_pixels = max(1, part_bytes), max(1, part_pixels)
     if split_macs is not None:
         _split_macs = max(0, split_macs)
+    if split_weight_bytes is not None:
+        _split_weight_bytes = max(0, split_weight_bytes)
     return old
 
 
@@ -682,6 +689,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             and fits_int(cv.n * cv.ho * cv.wo)):
         return NNC_INVALID
     cv.rows = cv.n * cv.ho
+    itemsize = 4 if dtype == NNC_32F else 8
     if cv.rows == 0 or cv.o == 0 or cv.wo == 0:
         return NNC_SUCCESS
     if cv.k == 0:
@@ -695,9 +703,9 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cv.pointwise = (cv.kh == 1 and cv.kw == 1 and cv.sh == 1 and cv.sw == 1 and cv.pt == 0
                     and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0)
     cv.depthwise = cv.groups > 1 and cv.cg == 1 and cv.og == 1
-    itemsize = 4 if dtype == NNC_32F else 8
     width = parallel_width()
-    if cv.rows * cv.wo * cv.o * cv.k < _split_macs:
+    if (cv.rows * cv.wo * cv.o * cv.k < _split_macs
+            and cv.o * cv.k * itemsize < _split_weight_bytes):
         width = 1                       # too small to be worth waking a helper
     if cv.pointwise:
         # No patches to keep in cache: one GEMM per part (one for the whole image alone).
