@@ -258,3 +258,53 @@ def test_unfrozen_weights_written_between_runs_are_used(isa):
         check(y, conv64(x, w, None, (1, 1), (1, 1, 1, 1), 1), 54, x, w, None)
         w *= -1.5
     assert g.memory()["packed_bytes"] == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("a_shape, w_shape, params", [
+    ((2048,), (1000, 2048), dict(transpose_b=True)),     # a batch-1 fully connected layer
+    ((7, 33), (33, 70), {}),                              # w as [K, N]
+    ((3, 5, 33), (70, 33), dict(transpose_b=True)),       # a batch on a, one w
+    ((33, 7), (70, 33), dict(transpose_a=True, transpose_b=True)),  # a's K not contiguous: BLAS
+    ((300, 64), (48, 64), dict(transpose_b=True)),        # a half panel at the end
+])
+def test_gemm_through_the_tiles(isa, threads, a_shape, w_shape, params):
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    bias_n = w_shape[0] if params.get("transpose_b") else w_shape[1]
+    bias = rng.standard_normal(bias_n).astype(np.float32)
+    a64 = np.swapaxes(a, -1, -2).astype(np.float64) if params.get("transpose_a") else a
+    w64 = (w.T if params.get("transpose_b") else w).astype(np.float64)
+    want = a64 @ w64 + bias
+    nnc.set_intra_op_threads(threads)
+    try:
+        out = np.full(want.shape, np.nan, np.float32)
+        nnc.cmd_exec(nnc.Cmd("GEMM", backend="CPU_OPT", **params), [a, w, bias], [out])
+    finally:
+        nnc.set_intra_op_threads(None)
+    k = w64.shape[0]
+    eps = float(np.finfo(np.float32).eps)
+    atol = k * eps * float(np.abs(a).max()) * float(np.abs(w).max()) * 2 + eps * 4
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=atol)
+
+
+def test_gemm_frozen_weights_packed_once_and_unfrozen_ones_repacked(isa):
+    rng = np.random.default_rng(22)
+    a = rng.standard_normal((1, 256)).astype(np.float32)
+    w = rng.standard_normal((100, 256)).astype(np.float32)
+    y = np.zeros((1, 100), np.float32)
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("GEMM", transpose_b=True, backend="CPU_OPT"), [a, w], [y])
+    for _ in range(2):
+        g.run()
+        np.testing.assert_allclose(y, a @ w.T, rtol=1e-5, atol=1e-4)
+        w *= -2.0                           # not frozen: the next run sees it
+    assert g.memory()["packed_bytes"] == 0
+    g.freeze()
+    g.run()
+    np.testing.assert_allclose(y, a @ w.T, rtol=1e-5, atol=1e-4)
+    packed = g.memory()["packed_bytes"]
+    assert packed >= w.nbytes
+    g.run()
+    assert g.memory()["packed_bytes"] == packed

@@ -17,13 +17,19 @@ transpose_a / transpose_b, an optional bias.
   all of w first). The bias is added by each part to its own block while it is hot.
 """
 
-from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
-from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
+from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport (
     BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_dgemv, nnc_sgemm, nnc_sgemv,
 )
-from nnc.cmd.cpu_check cimport tensor_views
 from nnc.base.parallel cimport nnc_parallel_for, parallel_width
+from nnc.base.workspace cimport nnc_workspace
+from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.cmd.cpu_check cimport tensor_views
+from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_NONE, nnc_epilogue_t, nnc_sgemm_nr,
+                                        nnc_sgemm_pack, nnc_sgemm_packed,
+                                        nnc_sgemm_packed_floats)
+from nnc.tensor.constant cimport constant_pack
 from nnc.tensor.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
@@ -60,6 +66,11 @@ ctypedef struct gemm_t:
     operand_t op_a, op_w
     Py_ssize_t rows, cols               # a part's block: rows of M by cols of N
     Py_ssize_t row_parts, col_parts     # per batch entry
+    # float32 with one w for the whole batch and rows of a contiguous: nnc's GEMM tiles.
+    int isa                             # cpu_isa() when w was packed for it
+    const float* packed                 # w packed (NULL: the BLAS path)
+    size_t skip                         # bytes the packed w takes at the start of the caller's
+    #                                     workspace (0 when frozen w's kept copy is used)
 
 
 cdef bint _operand(Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t s_r, Py_ssize_t s_c,
@@ -251,6 +262,91 @@ cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     return NNC_SUCCESS
 
 
+cdef enum:
+    # The packed-weight layout's version in frozen weights' cache key (the convolution's is 1).
+    PACK_FORMAT = 2
+
+
+cdef void _pack_w(void* arg, void* dst) noexcept nogil:
+    """w ([K, N] by its logical strides) packed for g.isa into dst."""
+    cdef const gemm_t* g = <const gemm_t*>arg
+    nnc_sgemm_pack(g.isa, <const float*>g.w, g.w_sk, g.w_sn, g.n, g.k, <float*>dst)
+
+
+cdef unsigned long long _pack_key(const gemm_t* g) noexcept nogil:
+    """What w's packed copy depends on besides its address, as exact bit fields: the format,
+    the ISA, which of w's axes is contiguous, N and K. 0 (pack per call) for a w that is not
+    one contiguous matrix or too large for the fields."""
+    cdef unsigned long long trans
+    if g.w_sk == 1 and (g.w_sn == g.k or g.n == 1):
+        trans = 0
+    elif g.w_sn == 1 and (g.w_sk == g.n or g.k == 1):
+        trans = 1
+    else:
+        return 0
+    if g.n >= (1 << 24) or g.k >= (1 << 24):
+        return 0
+    return ((<unsigned long long>PACK_FORMAT << 60) | (<unsigned long long>g.isa << 58)
+            | (trans << 57) | (<unsigned long long>g.n << 24) | <unsigned long long>g.k)
+
+
+cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    """One block of rows by columns through the tiles: its A-row pointers in the running
+    thread's workspace after the packed w's room (see the convolution's _part_packed)."""
+    cdef const gemm_t* g = <const gemm_t*>arg
+    cdef Py_ssize_t per_batch = g.row_parts * g.col_parts
+    cdef Py_ssize_t bi = part // per_batch, rest = part % per_batch
+    cdef Py_ssize_t i0 = (rest // g.col_parts) * g.rows, j0 = (rest % g.col_parts) * g.cols
+    cdef Py_ssize_t m = min(g.rows, g.m - i0), n = min(g.cols, g.n - j0), i
+    cdef char* scratch = <char*>nnc_workspace(context, g.skip + g.rows * sizeof(float*))
+    cdef const float** rows
+    cdef const float* a = <const float*>g.a + bi * g.a_sb + i0 * g.a_sm
+    cdef nnc_epilogue_t ep
+    if scratch == NULL:
+        return NNC_OOM
+    rows = <const float**>(scratch + g.skip)
+    for i in range(m):
+        rows[i] = a + i * g.a_sm
+    ep.bias = <const float*>g.bias
+    ep.residual = NULL
+    ep.ldr = 0
+    ep.act = NNC_ACT_NONE
+    ep.lo = 0
+    ep.hi = 0
+    nnc_sgemm_packed(g.isa, 0, m, j0, j0 + n, g.n, g.k, rows, g.packed,
+                     <float*>g.out + bi * g.o_sb + i0 * g.o_sm, g.o_sm, &ep if g.bias else NULL)
+    return NNC_SUCCESS
+
+
+cdef int _gemm_packed(gemm_t* g, void* ctx) noexcept nogil:
+    """float32 through nnc's GEMM tiles: w packed once per call into the caller's workspace,
+    or once for good when it is frozen; parts of rows or of whole packed panels of columns.
+    Each output is one sum in one order whichever part computes it."""
+    cdef Py_ssize_t nr
+    cdef unsigned long long key
+    cdef size_t nbytes
+    cdef char* scratch
+    g.isa = cpu_isa()
+    nr = nnc_sgemm_nr(g.isa)
+    if g.cols < g.n:                    # columns split on whole panels
+        g.cols = (g.cols + nr - 1) // nr * nr
+        g.col_parts = (g.n + g.cols - 1) // g.cols
+    nbytes = nnc_sgemm_packed_floats(g.isa, g.n, g.k) * sizeof(float)
+    key = _pack_key(g)
+    g.packed = NULL
+    if key != 0:
+        g.packed = <const float*>constant_pack(g.w, key, nbytes, _pack_w, g)
+    g.skip = 0 if g.packed != NULL else (nbytes + 63) & ~(<size_t>63)
+    # The whole size first: parts run on this thread ask for no more, so nothing moves.
+    scratch = <char*>nnc_workspace(ctx, g.skip + g.rows * sizeof(float*))
+    if scratch == NULL:
+        return NNC_OOM
+    if g.packed == NULL:
+        _pack_w(g, scratch)
+        g.packed = <const float*>scratch
+    return nnc_parallel_for(g.batch * g.row_parts * g.col_parts, _part_packed, g, ctx)
+
+
 cdef int gemm_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
     cdef gemm_t g
@@ -259,6 +355,10 @@ cdef int gemm_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     if g.m == 0 or g.n == 0:
         return NNC_SUCCESS
     _split(&g)
+    # The tiles read each row of a as K contiguous floats and the bias as N of them.
+    if (g.dtype == NNC_32F and g.k > 0 and g.w_sb == 0 and (g.a_sk == 1 or g.k == 1)
+            and (g.bias == NULL or g.bias_s == 1 or g.n == 1)):
+        return _gemm_packed(&g, ctx)
     return nnc_parallel_for(g.batch * g.row_parts * g.col_parts, _part, &g, ctx)
 
 
