@@ -45,9 +45,12 @@ def count_walk(steps):
 def defines(path, name):
     """Does ``path`` (relative to the repository) define ``name`` ("f" or "Class.method")?
     .pyx/.pxd: a def, cdef or cpdef of that name (a class for the part before the dot); .py: a
-    def (a class likewise)."""
+    def (a class likewise); .h: a C function definition."""
     src = (ROOT / path).read_text()
     *owner, fn = name.split(".")
+    if path.endswith(".h"):
+        # A C function definition: its name and "(" after a return type, at a line's start.
+        return re.search(rf"^[a-z][\w \t*]*\b{re.escape(fn)}\s*\(", src, re.M) is not None
     if path.endswith((".pyx", ".pxd")):
         func = rf"^\s*(?:def|cdef|cpdef)\b[^\n(=]*?\b{re.escape(fn)}\s*\("
         cls = r"^\s*(?:cdef\s+)?class\s+{}\b"
