@@ -247,3 +247,25 @@ def test_winograd_applies_the_fused_relu(dtype):
         nnc.cmd_exec(cmd, [x, w] if b is None else [x, w, b], [out])
         close_winograd(out, want, dtype, 7, x, w, b)
         assert (out >= 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_frozen_weights_transform_once(dtype):
+    """Frozen weights' U is made on the first run and kept (Graph.memory counts it); the
+    results are those of transforming them per run."""
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((1, 12, 12, 8)).astype(dtype)
+    w = rng.standard_normal((16, 3, 3, 8)).astype(dtype)
+    y = np.zeros((1, 12, 12, 16), dtype)
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("CONVOLUTION", padding=1, backend=WINOGRAD), [x, w], [y])
+    g.run()
+    want = y.copy()
+    assert g.memory()["packed_bytes"] == 0
+    g.freeze()
+    for _ in range(2):
+        y[...] = np.nan
+        g.run()
+        np.testing.assert_array_equal(y, want)
+    itemsize = np.dtype(dtype).itemsize
+    assert g.memory()["packed_bytes"] >= 36 * 16 * 8 * itemsize

@@ -19,7 +19,9 @@ Here, per run:
 1. The weights are transformed (U = G g G^T, laid out as 36 matrices [O, C]) into the calling
    thread's workspace, in parts of output channels over the pool. Done on every run, so weights
    a user overwrote between runs are always the ones used; it costs O * C * ~150 flops, small
-   next to the convolution except on tiny images (measured in benchmarks/winograd.py).
+   next to the convolution except on tiny images (measured in benchmarks/winograd.py). Frozen
+   weights (``Graph.freeze``; nnc.tensor.constant) cannot be overwritten: their U is made on the
+   first run and kept with them.
 2. The tiles (all images' 4x4 output blocks, row by row) are cut into parts sized so that a
    part's transformed input V (36 matrices [tiles, C]) and products M (36 x [tiles, O]) stay in
    L2. Each part transforms its tiles' input (V = B^T d B, zeros outside the image), runs the
@@ -38,6 +40,7 @@ from libc.string cimport memcpy, memset
 
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.cmd.command cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.tensor.constant cimport constant_pack
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.base.parallel cimport nnc_parallel_for
@@ -57,6 +60,7 @@ cdef enum:
     MIN_TILES = 16
     CHUNK = 64                          # channels per pass of a transform (stack arrays)
     OUT_CHANNELS_PER_PART = 32          # of the weight transform
+    U_FORMAT = 3                        # U's layout version in frozen weights' cache key
 
 # CHUNK zeros of either type: the input outside the image (C globals start zeroed).
 cdef double _zeros[CHUNK]
@@ -77,10 +81,12 @@ ctypedef struct wino_t:
     Py_ssize_t th, tw                   # tile rows and columns per image: ceil(ho / 4) ...
     Py_ssize_t tiles                    # n * th * tw
     Py_ssize_t tiles_per_part
-    char* u                             # [36, O, C] transformed weights, in caller's workspace
+    char* u                             # [36, O, C] transformed weights: in the caller's
+    #                                     workspace, or frozen weights' kept copy
     size_t u_bytes                      # U's size rounded up to 64 bytes
     size_t part_bytes                   # V and M of a full part
-    void* caller                        # the caller's context (its parts skip U)
+    void* caller                        # the caller's context (its parts skip U); NULL when
+    #                                     U is the kept copy (no part skips anything)
 
 
 cdef inline void _scatter(const real* r, real* dst, Py_ssize_t plane,
@@ -135,6 +141,26 @@ cdef void _weights_typed(const wino_t* wv, real* u, Py_ssize_t o0,
                                         + d * <real>(1.0 / 6.0))
                     r[5 * CHUNK + c] = d
                 _scatter(r, u + (k * 6) * plane + o * C + c0, plane, cl)
+
+
+cdef void _weights_all(void* arg, void* dst) noexcept nogil:
+    """Every output channel's U into dst (frozen weights' kept copy, made once)."""
+    cdef wino_t wv = (<const wino_t*>arg)[0]
+    wv.u = <char*>dst
+    if wv.dtype == NNC_32F:
+        _weights_typed(&wv, <float*>dst, 0, wv.o)
+    else:
+        _weights_typed(&wv, <double*>dst, 0, wv.o)
+
+
+cdef unsigned long long _u_key(const wino_t* wv) noexcept nogil:
+    """What U depends on besides the weights' address, as exact bit fields: the format, the
+    dtype, O and C (0: too large for the fields; U is then made per call)."""
+    if wv.o >= (1 << 24) or wv.c >= (1 << 24):
+        return 0
+    cdef unsigned long long wide = wv.dtype == NNC_64F
+    return ((<unsigned long long>U_FORMAT << 60) | (wide << 59)
+            | (<unsigned long long>wv.o << 24) | <unsigned long long>wv.c)
 
 
 cdef int _weights_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
@@ -304,7 +330,7 @@ cdef int _tiles_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     cdef Py_ssize_t t0 = part * wv.tiles_per_part
     cdef Py_ssize_t t1 = min(t0 + wv.tiles_per_part, wv.tiles)
     cdef char* base
-    if context == wv.caller:
+    if wv.caller != NULL and context == wv.caller:
         # Sized for U and a part before the weights were transformed: no growth, U stays.
         base = <char*>nnc_workspace(context, wv.u_bytes + wv.part_bytes)
         if base == NULL or base != wv.u:
@@ -337,6 +363,8 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     cdef nnc_tensor_t* y
     cdef int d, dtype, itemsize, rc
     cdef Py_ssize_t per_tile
+    cdef unsigned long long key
+    cdef const void* cached
     if not conv_operands_ok(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, w, y = inputs[0], inputs[1], outputs[0]
@@ -380,6 +408,14 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
         return NNC_INVALID
     wv.part_bytes = <size_t>(wv.tiles_per_part * per_tile)
     wv.u_bytes = <size_t>((36 * wv.o * wv.c * itemsize + 63) // 64 * 64)
+    # Frozen weights can never change: their U is made once and kept with them.
+    key = _u_key(&wv)
+    cached = constant_pack(wv.w, key, wv.u_bytes, _weights_all, &wv) if key != 0 else NULL
+    if cached != NULL:
+        wv.u = <char*>cached            # read-only from here on
+        wv.caller = NULL                # every part's scratch starts at its workspace's start
+        return nnc_parallel_for((wv.tiles + wv.tiles_per_part - 1) // wv.tiles_per_part,
+                                _tiles_part, &wv, ctx)
     wv.caller = ctx
     wv.u = <char*>nnc_workspace(ctx, wv.u_bytes + wv.part_bytes)
     if wv.u == NULL:
