@@ -40,6 +40,8 @@ sequential configuration), ``/ ORT best`` = this time / ORT's best configuration
 ``/ peer best`` = this time / the best time of any ORT or OpenVINO configuration (the fastest
 other runtime on the same weights).
 
+The report's head names the kernel ISA nnc's own kernels dispatched (``nnc.base.isa``).
+
 Against the machine: before the networks, ``benchmarks._limits.measure_limits`` measures in this
 process the SGEMM peak at 1 and T threads (a large square GEMM through nnc's OpenBLAS, T at
 once) and the memory bandwidth. ``x limit`` = this time / (the network's GFLOP / the peak at the
@@ -69,6 +71,7 @@ import numpy as np
 import nnc
 import nnc.onnx
 from benchmarks import _limits, _util
+from nnc.base import isa
 from nnc.models.peers import OrtRun, OvRun, PeerUnavailableError, ort_version, ov_version
 
 MODELS = ("inception_v3", "resnet50", "mobilenet_v2")
@@ -372,7 +375,7 @@ def run(models, sizes, repeat, threads, max_streams, pause, seed=0, say=print, l
             rows.append(run_net(_zoo(name, seed), 224, repeat, threads, max_streams, pause,
                                 seed, say, limits))
     return {"threads": threads, "max_streams": max_streams, "repeat": repeat, "pause_s": pause,
-            "limits": limits,
+            "isa": isa.get_cpu_isa(), "limits": limits,
             "tolerances": {"peer": TOL_PEER, "tuned": TOL_TUNED}, "rows": rows,
             "ok": all(c["ok"] for r in rows for c in r["checks"])}
 
@@ -385,7 +388,8 @@ def render(r):
     m = r["machine"]
     out = [f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs; nnc {m['nnc']} "
            f"({m['git']}), pool {r['threads']} threads, max_streams {r['max_streams']}; "
-           f"nnc BLAS: {m['nnc_blas']}; numpy {m['numpy']}, onnx {m['onnx']}, "
+           f"nnc kernel ISA {r['isa']}; nnc BLAS: {m['nnc_blas']}; numpy {m['numpy']}, "
+           f"onnx {m['onnx']}, "
            f"onnxruntime {m['onnxruntime'] or 'not installed'}, "
            f"openvino {m['openvino'] or 'not installed'}, torch {m['torch'] or 'not installed'}",
            _limits.describe(r["limits"]) if r["limits"] else "limits: not measured (--no-limits)"]

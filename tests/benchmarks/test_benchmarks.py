@@ -79,6 +79,7 @@ def test_streams_benchmark_smoke(streams_report):
     except ImportError:
         assert row["missing"]["torch"] == "not installed"
     assert r["machine"]["nnc_blas"]
+    assert r["isa"] in ("baseline", "avx2", "avx512")
     # the machine's limits, measured in the same process, and each time as a multiple of them
     lim = r["limits"]
     assert set(lim["sgemm_gflops"]) == {"1", str(t)}
