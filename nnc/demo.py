@@ -314,7 +314,9 @@ def run_streams(g, x, output, logits, repeat, max_streams, trace_path, say, ort=
     if limits:
         say("  " + machine.describe(limits))
     say(f"  interleaved, median of {repeat} round(s), nnc pool of {threads} threads; "
-        f"{gflop:.3g} GFLOP per inference; x limit = time / (GFLOP / SGEMM peak at its threads):")
+        f"{gflop:.3g} GFLOP per inference; "
+        + ("x limit = time / (GFLOP / SGEMM peak at its threads):" if limits
+           else "no x limit (limits not measured: --no-limits):"))
     marks = {best_seq: "<- best sequential", bests["onnxruntime"]: "<- ONNX Runtime best",
              bests["openvino"]: "<- OpenVINO best"}
     marks["scheduled"] = (f"{speedup:.2f}x the best sequential, "
@@ -343,8 +345,8 @@ def run_streams(g, x, output, logits, repeat, max_streams, trace_path, say, ort=
         "ratios (a round times every configuration once, in rotated order); "
         + ("x limit 1.0 would be every convolution and GEMM at the measured GEMM peak; "
            if limits else "")
-        + f"the weights are random{'' if seed is None else f' (seed {seed})'}, the same in "
-        "every runtime (this graph saved with nnc.onnx.save)"
+        + f"the weights are random{'' if seed is None else f' (seed {seed})'}"
+        + (", the same in every runtime (this graph saved with nnc.onnx.save)" if runs else "")
         + (f"; logits agree with nnc's to {agree} of their largest magnitude" if agree else ""))
     say(f"  fastest nnc mode: {fastest}")
     say(f"  timeline: wrote {trace_path} (open it in https://ui.perfetto.dev)")
@@ -425,8 +427,10 @@ def run_demo(size=299, batch=1, repeat=5, seed=0, autotune=False, dot=None, out=
     edges = sum(len(e.outgoings) for e in nodes)
     kinds = " / ".join(f"{c}" + (f" (x{n})" if len(folded) > 1 else "")
                        for c, n in folded.most_common())
-    why = (f", {sum(folded.values())} of them where Graph.simplify folded a {kinds} into the "
-           f"convolution before it (kept with their edges, they cost nothing)") if folded else ""
+    n_folded = sum(folded.values())
+    why = (f" {'' if n_folded == noops else f'({n_folded} of them) '}left where Graph.simplify "
+           f"folded a {kinds} into the convolution before it (kept with their edges, they cost "
+           f"nothing)") if folded else ""
     say(f"graph: {len(nodes)} nodes: {len(nodes) - noops} run, {noops} NOOPs{why}; {edges} "
         f"edges, {len(m.concats)} zero-copy concats; {m.params / 1e6:.2f} M parameters, "
         f"{m.macs / 1e9:.3f} GMAC; built in {build_s:.2f} s")
