@@ -27,6 +27,7 @@ import time
 # Imported when a benchmark starts, not when it reports: an nnc that cannot be imported (a source
 # checkout never built, and no nnc installed) must stop the run before its work, not after.
 import nnc
+from nnc.models.limits import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -191,18 +192,6 @@ def quiet_rounds(others, threshold=0.1, least=3):
 
 def median(values):
     return statistics.median(values)
-
-
-def cpu_model():
-    """The CPU's model name from /proc/cpuinfo (or what platform knows elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _version(dist):

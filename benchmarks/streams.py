@@ -21,28 +21,41 @@ pool is sized to T (``nnc.set_num_threads``). Configurations, per network:
   graph above; the others: the ONNX model nnc loaded), ``ORT_ENABLE_ALL`` with IOBinding:
   ``ort_seq1`` and ``ort_seqT`` (sequential mode, intra-op 1 / T, inter-op 1) and ``ort_par``
   (parallel execution mode, inter-op T, intra-op 1);
+- when openvino is installed, on the same ONNX model as ORT (``nnc.models.peers.OvRun``):
+  ``ov_seq1`` and ``ov_seqT``, each a CPU compiled model with ``INFERENCE_NUM_THREADS`` 1 / T,
+  ``NUM_STREAMS`` 1, the LATENCY hint and f32 inference precision (never bf16, which OpenVINO
+  picks by itself on a CPU with AVX-512-BF16: not the same math), one infer request with its
+  tensors bound once over preallocated arrays;
 - when ``import torch`` works, ``torch_eager`` (benchmarks/_torch_eager.py, T threads).
+
+A peer that is not installed is left out with a line saying so and how to add it
+(``pip install 'nnc-graph[bench]'`` brings onnxruntime and OpenVINO).
 
 Timing (``_util.measure_rounds``): interleaved rounds in one process, order rotated every
 round, a pause before each timed run so spinning pools go idle, and one untimed run right
 before it. Figures are medians over the *quiet* rounds (other processes used at most 0.1 core
 during the round, else the quieter half); ratios are medians of per-round ratios over the same
 rounds: ``x best seq`` = best sequential time / this time (above 1: faster than nnc's best
-sequential configuration), ``/ ORT best`` = this time / ORT's best configuration's time.
+sequential configuration), ``/ ORT best`` = this time / ORT's best configuration's time,
+``/ peer best`` = this time / the best time of any ORT or OpenVINO configuration (the fastest
+other runtime on the same weights).
+
+The report's head names the kernel ISA nnc's own kernels dispatched (``nnc.base.isa``).
 
 Against the machine: before the networks, ``benchmarks._limits.measure_limits`` measures in this
 process the SGEMM peak at 1 and T threads (a large square GEMM through nnc's OpenBLAS, T at
 once) and the memory bandwidth. ``x limit`` = this time / (the network's GFLOP / the peak at the
 configuration's thread count): 1.0 would be every convolution and GEMM at the GEMM peak and
 everything else free. A network's GFLOP are 2*M*N*K over its CONVOLUTION and GEMM nodes
-(``_limits.graph_gflop``); ``seq1`` and ``ort_seq1`` (and their ``_tuned`` forms) count at the
-1-thread peak, every other configuration at the T-thread one. ``--no-limits`` skips it.
+(``_limits.graph_gflop``); ``seq1``, ``ort_seq1`` and ``ov_seq1`` (and the ``_tuned`` forms)
+count at the 1-thread peak, every other configuration at the T-thread one. ``--no-limits`` skips it.
 
 Checks (a failed check prints FAIL and makes the exit status 1): every nnc configuration on the
 untuned graph gives the same bits as ``seq1``, and so does every tuned configuration as
 ``seq1_tuned``; the tuned graph's outputs are within 1e-3 x max|output| of the untuned ones
-(Winograd rounds differently); ORT's and PyTorch's outputs are within 1e-4 x max|output| of
-nnc's (float32 summed in other orders; measured differences are near 1e-6).
+(Winograd rounds differently); ORT's, OpenVINO's and PyTorch's outputs are within
+1e-4 x max|output| of nnc's (float32 summed in other orders; measured differences are near
+1e-6).
 
 Targets (Inception-V3, 2 cores): at 299 the best scheduled configuration is at least
 1.05x faster than the best sequential one, and nnc's best mode takes at most 1.25x ORT's best
@@ -58,11 +71,13 @@ import numpy as np
 import nnc
 import nnc.onnx
 from benchmarks import _limits, _util
-from nnc.models.peers import OrtRun, ort_version
+from nnc.base import isa
+from nnc.models.peers import OrtRun, OvRun, PeerUnavailableError, ort_version, ov_version
 
 MODELS = ("inception_v3", "resnet50", "mobilenet_v2")
 SIZES = (299, 75)
-TOL_PEER = 1e-4      # ORT / PyTorch vs nnc, relative to max|output|
+TOL_PEER = 1e-4      # ORT / OpenVINO / PyTorch vs nnc, relative to max|output|
+INSTALL_PEERS = "pip install 'nnc-graph[bench]'"   # onnxruntime and OpenVINO
 TOL_TUNED = 1e-3     # tuned graph vs untuned, relative to max|output|
 TARGETS = {          # size -> (scheduled / best sequential speedup, nnc best / ORT best time)
     299: (1.05, 1.25),
@@ -159,24 +174,36 @@ def _nnc_configs(g, outputs, threads, max_streams, suffix, checks, say):
 
 
 def _peer_configs(net, x, want, threads, checks, say):
-    """ORT (and PyTorch) on the same weights; (fns, {name: description}, {peer: why not})."""
+    """ORT, OpenVINO (and PyTorch) on the same weights; (fns, {name: description},
+    {peer: why not})."""
     fns, about, missing = {}, {}, {}
+    feeds = {net.onnx_model.graph.input[0].name: x.numpy()}
+
+    def add(name, r):
+        r()
+        err = _rel_err(r.outputs[0], want[0])
+        checks.append({"check": f"{name} output within {TOL_PEER:g} of nnc's",
+                       "ok": err <= TOL_PEER, "rel_err": err})
+        fns[name] = r
+        about[name] = r.describe()
+
     if ort_version() is None:
-        missing["onnxruntime"] = "not installed"
+        missing["onnxruntime"] = f"not installed ({INSTALL_PEERS})"
     else:
-        feeds = {net.onnx_model.graph.input[0].name: x.numpy()}
         runs = {"ort_seq1": dict(intra_op=1)}
         if threads > 1:
             runs[f"ort_seq{threads}"] = dict(intra_op=threads)
             runs["ort_par"] = dict(intra_op=1, inter_op=threads, parallel=True)
         for name, kw in runs.items():
-            r = OrtRun(net.onnx_model, feeds, **kw)
-            r()
-            err = _rel_err(r.outputs[0], want[0])
-            checks.append({"check": f"{name} output within {TOL_PEER:g} of nnc's",
-                           "ok": err <= TOL_PEER, "rel_err": err})
-            fns[name] = r
-            about[name] = r.describe()
+            add(name, OrtRun(net.onnx_model, feeds, **kw))
+    if ov_version() is None:
+        missing["openvino"] = f"not installed ({INSTALL_PEERS})"
+    else:
+        try:
+            for n in sorted({1, threads}):
+                add(f"ov_seq{n}", OvRun(net.onnx_model, feeds, threads=n))
+        except PeerUnavailableError as e:   # it would not compile at f32
+            missing["openvino"] = str(e)
     from benchmarks._torch_eager import TorchEager, torch_version
 
     if torch_version() is None:
@@ -212,28 +239,32 @@ def _summarise(samples, others):
     best_sched = best(lambda k: k.startswith("sched"))
     best_nnc = best(lambda k: k.startswith(("seq", "sched")))
     best_ort = best(lambda k: k.startswith("ort_"))
+    best_ov = best(lambda k: k.startswith("ov_"))
+    best_peer = best(lambda k: k.startswith(("ort_", "ov_")))
 
     def ratio(num, den):
         return _util.median([samples[num][i] / samples[den][i] for i in quiet])
 
     vs_seq = {k: ratio(best_seq, k) for k in samples}
     vs_ort = {k: ratio(k, best_ort) for k in samples} if best_ort else None
+    vs_peer = {k: ratio(k, best_peer) for k in samples} if best_peer else None
     return {
         "quiet_rounds": quiet,
         "others_cores": others,
         "ms": ms,
         "samples_ms": {k: [t * 1e3 for t in v] for k, v in samples.items()},
         "best": {"sequential": best_seq, "scheduled": best_sched, "nnc": best_nnc,
-                 "ort": best_ort},
+                 "ort": best_ort, "ov": best_ov, "peer": best_peer},
         "x_best_seq": vs_seq,
         "per_ort_best": vs_ort,
+        "per_peer_best": vs_peer,
     }
 
 
 def _config_threads(name, threads):
     """The threads configuration ``name`` may use: 1 for the single-threaded sequential runs,
     else the pool's T (a schedule at intra-op 1 still runs T streams)."""
-    return 1 if name.removesuffix("_tuned") in ("seq1", "ort_seq1") else threads
+    return 1 if name.removesuffix("_tuned") in ("seq1", "ort_seq1", "ov_seq1") else threads
 
 
 def _targets(net, size, summary):
@@ -293,7 +324,7 @@ def run_net(net, size, repeat, threads, max_streams, pause, seed, say, limits=No
 
     if net.onnx_model is None:
         peer_fns, about = {}, {}
-        missing = {"onnxruntime": "onnx not installed", "torch": "onnx not installed"}
+        missing = {p: "onnx not installed" for p in ("onnxruntime", "openvino", "torch")}
     else:
         peer_fns, about, missing = _peer_configs(net, x, want, threads, checks, say)
     fns.update(peer_fns)
@@ -344,7 +375,7 @@ def run(models, sizes, repeat, threads, max_streams, pause, seed=0, say=print, l
             rows.append(run_net(_zoo(name, seed), 224, repeat, threads, max_streams, pause,
                                 seed, say, limits))
     return {"threads": threads, "max_streams": max_streams, "repeat": repeat, "pause_s": pause,
-            "limits": limits,
+            "isa": isa.get_cpu_isa(), "limits": limits,
             "tolerances": {"peer": TOL_PEER, "tuned": TOL_TUNED}, "rows": rows,
             "ok": all(c["ok"] for r in rows for c in r["checks"])}
 
@@ -357,8 +388,10 @@ def render(r):
     m = r["machine"]
     out = [f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs; nnc {m['nnc']} "
            f"({m['git']}), pool {r['threads']} threads, max_streams {r['max_streams']}; "
-           f"nnc BLAS: {m['nnc_blas']}; numpy {m['numpy']}, onnx {m['onnx']}, "
-           f"onnxruntime {m['onnxruntime']}, torch {m['torch'] or 'not installed'}",
+           f"nnc kernel ISA {r['isa']}; nnc BLAS: {m['nnc_blas']}; numpy {m['numpy']}, "
+           f"onnx {m['onnx']}, "
+           f"onnxruntime {m['onnxruntime'] or 'not installed'}, "
+           f"openvino {m['openvino'] or 'not installed'}, torch {m['torch'] or 'not installed'}",
            _limits.describe(r["limits"]) if r["limits"] else "limits: not measured (--no-limits)"]
     for row in r["rows"]:
         q = row["quiet_rounds"]
@@ -371,17 +404,21 @@ def render(r):
                       else ""))
         best = row["best"]
         body = []
+        marks = {best["sequential"]: "best sequential", best["scheduled"]: "best scheduled",
+                 best["ort"]: "ORT best", best.get("ov"): "OpenVINO best"}
         for k, ms in row["ms"].items():
-            mark = " <- best sequential" if k == best["sequential"] else (
-                " <- best scheduled" if k == best["scheduled"] else (
-                    " <- ORT best" if k == best["ort"] else ""))
+            mark = f" <- {marks[k]}" if k in marks else ""
             vs_ort = row["per_ort_best"][k] if row["per_ort_best"] else None
-            line = [k + mark, _util.fmt(ms), _x(row["x_best_seq"][k]), _x(vs_ort)]
+            vs_peer = row["per_peer_best"][k] if row["per_peer_best"] else None
+            line = [k + mark, _util.fmt(ms), _x(row["x_best_seq"][k]), _x(vs_ort), _x(vs_peer)]
             if row["x_limit"]:
                 line.append(_x(row["x_limit"][k]))
             body.append(line)
-        out.append(_util.table(["config", "ms (quiet median)", "x best seq", "/ ORT best"]
-                               + (["x limit"] if row["x_limit"] else []), body))
+        out.append(_util.table(["config", "ms (quiet median)", "x best seq", "/ ORT best",
+                                "/ peer best"] + (["x limit"] if row["x_limit"] else []), body))
+        if row["per_peer_best"]:
+            out.append(f"nnc best ({best['nnc']}) / peer best ({best['peer']}): "
+                       f"{_x(row['per_peer_best'][best['nnc']])}")
         if row["autotune_changes"]:
             out.append("autotune: " + ", ".join(f"{k} x{n}"
                                                 for k, n in row["autotune_changes"].items()))
@@ -397,13 +434,15 @@ def render(r):
 
 
 def main(argv=None):
-    p = _util.parser("nnc sequential / scheduled vs onnxruntime and PyTorch", repeat=9)
+    p = _util.parser("nnc sequential / scheduled vs onnxruntime, OpenVINO and PyTorch",
+                     repeat=9)
     p.add_argument("--size", type=int, action="append", choices=SIZES,
                    help="Inception-V3 input size; repeat for several (default: 299 and 75)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     cpus = _usable_cpus()
     p.add_argument("--threads", type=int, default=cpus,
-                   help=f"nnc pool size, intra-op threads of seqT, ORT's threads (default "
+                   help=f"nnc pool size, intra-op threads of seqT, ORT's and OpenVINO's "
+                        f"threads (default "
                         f"{cpus}, the usable cores)")
     p.add_argument("--max-streams", type=int, default=None,
                    help="the schedule's stream cap (default: --threads)")
@@ -424,7 +463,7 @@ def main(argv=None):
     report = run(models, sizes, a.repeat, a.threads, max_streams, a.pause, say=say,
                  limits=not a.no_limits)
     _util.publish(report, "streams", render, a.json,
-                  packages=("numpy", "onnx", "onnxruntime", "torch"))
+                  packages=("numpy", "onnx", "onnxruntime", "openvino", "torch"))
     return 0 if report["ok"] else 1
 
 

@@ -1,4 +1,4 @@
-"""The same network in onnxruntime, for side-by-side timings with nnc.
+"""The same network in onnxruntime and OpenVINO, for side-by-side timings with nnc.
 
 ``python -m nnc demo --streams`` and ``benchmarks/streams.py`` compare nnc with what a user
 would run instead. To make the comparison about the runtimes and nothing else:
@@ -15,7 +15,14 @@ execution provider (the onnxruntime-gpu package has it) with TF32 off, so its fl
 nnc's, and the inputs and outputs are bound to device memory (OrtValues made once), so a timed
 call copies nothing between host and device.
 
-onnxruntime is optional (the ``bench`` extra); ``ort_version()`` says whether it is importable.
+OpenVINO (``OvRun``, CPU only) gets the same treatment: the same ONNX model, its thread count
+explicit (``INFERENCE_NUM_THREADS``) with one stream and the latency hint, float32 inference
+precision (never bf16, which it would pick on a CPU with AVX-512-BF16 or AMX: that would not be
+the same math), and one infer request whose input and output tensors are bound once over
+preallocated NumPy arrays.
+
+onnxruntime and OpenVINO are optional (the ``bench`` extra: ``pip install 'nnc-graph[bench]'``);
+``ort_version()`` and ``ov_version()`` say whether each is importable.
 """
 
 from __future__ import annotations
@@ -148,3 +155,90 @@ class OrtRun:
         where = ("" if self.device == "cpu"
                  else f", CUDAExecutionProvider on {self.device}, TF32 off")
         return f"onnxruntime {level}, {mode}{where}"
+
+
+def ov_version():
+    """OpenVINO's version string, or None when it cannot be imported."""
+    try:
+        import openvino
+    except ImportError:
+        return None
+    return str(openvino.__version__)
+
+
+class OvRun:
+    """One OpenVINO CPU compiled model and its infer request, bound to preallocated inputs and
+    outputs.
+
+    ``model`` is an ONNX ``ModelProto`` or its serialized bytes (read by OpenVINO's ONNX
+    frontend: the same file and weights onnxruntime gets); ``feeds`` maps each input name to
+    the array to bind (kept by reference: write new data into it between calls). ``threads`` is
+    ``INFERENCE_NUM_THREADS``; the model is compiled with ``NUM_STREAMS`` 1, ``PERFORMANCE_HINT``
+    LATENCY and ``INFERENCE_PRECISION_HINT`` f32, and PeerUnavailableError is raised if the
+    compiled model reports another precision. Calling the object runs one inference into
+    ``outputs``.
+
+    What a call copies: nothing on the Python side. Each input and output is an ``ov.Tensor``
+    sharing its NumPy array's memory (``shared_memory=True``), set on the request once; a call is
+    ``infer(share_outputs=True)``, whose result views those tensors rather than copying them.
+    The CPU plugin reads the inputs from and writes the outputs into those arrays; the reorders
+    between the plain layout and its blocked one are part of its compiled graph (as ORT's
+    NCHWc reorders are part of its graph).
+    """
+
+    def __init__(self, model, feeds, *, threads):
+        import openvino as ov
+        import openvino.properties as props
+        import openvino.properties.hint as hints
+
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"OvRun: threads must be an int >= 1, not {threads!r}")
+        data = model if isinstance(model, bytes) else model.SerializeToString()
+        core = ov.Core()
+        # An empty weights blob: an ONNX model carries its initializers (OpenVINO's frontend
+        # is chosen from the bytes).
+        ov_model = core.read_model(data, b"")
+        self.compiled = core.compile_model(ov_model, "CPU", {
+            props.inference_num_threads: threads,
+            props.streams.num: 1,
+            hints.performance_mode: hints.PerformanceMode.LATENCY,
+            hints.inference_precision: ov.Type.f32,
+        })
+        precision = self.compiled.get_property(hints.inference_precision)
+        if precision != ov.Type.f32:
+            raise PeerUnavailableError(
+                f"OpenVINO {ov.__version__} compiled the model at {precision}, not f32")
+        names = [i.get_any_name() for i in self.compiled.inputs]
+        if sorted(names) != sorted(feeds):
+            raise ValueError(f"OvRun: the model's inputs are {names}, feeds give {list(feeds)}")
+        self.feeds = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+        self.request = self.compiled.create_infer_request()
+        for port in self.compiled.inputs:
+            self.request.set_tensor(port, ov.Tensor(self.feeds[port.get_any_name()],
+                                                    shared_memory=True))
+        # One run into the plugin's own output tensors learns their shapes and types; then each
+        # output gets its own array, bound once, which each later call overwrites.
+        first = self.request.infer(share_outputs=True)
+        self.output_names = [o.get_any_name() for o in self.compiled.outputs]
+        self.outputs = [np.empty_like(first[o]) for o in self.compiled.outputs]
+        for port, a in zip(self.compiled.outputs, self.outputs):
+            self.request.set_tensor(port, ov.Tensor(a, shared_memory=True))
+        self.version = str(ov.__version__)
+        self.threads = threads
+        self.precision = precision.get_type_name()      # "f32"
+
+    def __call__(self):
+        self.request.infer(share_outputs=True)
+
+    def fetch_outputs(self):
+        """The last call's outputs as NumPy arrays (``outputs``)."""
+        return self.outputs
+
+    def describe(self):
+        """A short description of the configuration, for reports."""
+        c = self.compiled
+        # The compiled model's own settings, read back: what it runs with, not what was asked.
+        return (f"OpenVINO {self.version.split('-')[0]} CPU, "
+                f"{c.get_property('INFERENCE_NUM_THREADS')} thread(s), "
+                f"{c.get_property('NUM_STREAMS')} stream(s), "
+                f"{c.get_property('PERFORMANCE_HINT')} hint, {self.precision} precision")

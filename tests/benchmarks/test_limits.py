@@ -81,3 +81,12 @@ def test_graph_gflop_counts_convolutions_and_gemms_by_hand():
     want = 2 * (64 * 4 * 27 + 16 * 4 * 9 + 10 * 6 + 10 * 6 + 24 * 7)
     assert _limits.graph_gflop(g) == pytest.approx(want / 1e9)
     assert _limits.graph_gflop(nnc.Graph()) == 0
+
+
+def test_one_implementation_shared_with_the_demo():
+    # nnc's demo measures the same limits (nnc must not import benchmarks/): the benchmarks
+    # re-export nnc.models.limits rather than keep a copy that could drift.
+    from nnc.models import limits
+
+    for name in _limits.__all__:
+        assert getattr(_limits, name) is getattr(limits, name)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import nnc
+from nnc.base import isa as cpu_isa
 from nnc.demo import critical_path
 from nnc.models import build_inception_v3, build_inception_v3_model, reference_forward
 
@@ -187,6 +188,20 @@ def test_cli_demo_json(tmp_path):
     assert result["bound"] >= 1.0
     assert result["critical_path"][0] == "stem" and result["critical_path"][-1] == "head"
     assert dot.read_text().startswith("digraph")
+    # the NOOPs simplify leaves are counted and explained where the nodes are
+    assert result["noops"] == 94 and result["nodes_run"] == EXPECTED_NODES - 94
+    assert result["folded"] == {"RELU": 94}
+    assert (f"graph: {EXPECTED_NODES} nodes: 110 run, 94 NOOPs left where Graph.simplify "
+            f"folded a RELU into the convolution before it") in r.stdout
+    # the kernel ISA nnc dispatched, and that the weights are random
+    isa = result["isa"]
+    # a fresh process dispatches at the level the CPU supports best
+    assert isa["dispatched"] == isa["detected"] == cpu_isa.detected_isa()
+    assert isa["dispatched"] in isa["supported"]
+    assert f"dispatched at ISA {isa['dispatched']}" in r.stdout
+    assert "random weights and input (seed 0)" in r.stdout
+    # without --streams no limits are measured
+    assert result["limits"] is None and result["x_limit"] is None and result["gflop"] > 0
 
 
 def test_cli_usage_and_unknown_command():
@@ -202,25 +217,50 @@ def test_demo_streams_writes_a_timeline(tmp_path):
     import json
 
     from nnc.demo import run_demo
+    from nnc.models.limits import measure_limits
 
     path = tmp_path / "run.json"
     out = io.StringIO()
-    report = run_demo(size=75, repeat=1, streams=True, max_streams=2, trace=str(path), out=out)
+    threads = nnc.get_num_threads()
+    limits = measure_limits(threads=(1, threads), seconds=0, n=64, nbytes=1 << 16)
+    report = run_demo(size=75, repeat=1, streams=True, max_streams=2, trace=str(path), out=out,
+                      limits=limits)
     st = report["streams"]
     assert st["identical"] and st["stream_count"] == 2
     # the best sequential configuration is one of the two measured, and the report says which
-    threads = nnc.get_num_threads()
     assert st["best_sequential"] in ("seq1", f"seq{threads}")
     assert st["best_sequential_ms"] == min(st["seq1_ms"], st["seq_all_ms"])
     assert st["fastest"] in ("scheduled", st["best_sequential"])
     assert st["median_ms"] > 0 and st["speedup"] > 0
     text = out.getvalue()
     assert "<- best sequential" in text and "threadpoolctl" not in text
-    if st["ort"] is None:  # onnxruntime is in the test extra, but may be missing elsewhere
-        assert "not installed" in st["ort_missing"]
-    else:
-        assert st["ort"]["rel_err"] <= 1e-4 and st["ort"]["median_ms"] > 0
-        assert "onnxruntime" in text
+    # every time also as a multiple of the limit at its thread count
+    assert report["limits"] is limits and st["limits"] is limits
+    assert "limits (measured now): SGEMM peak" in text
+    for c in st["configs"].values():
+        peak = limits["sgemm_gflops"][str(c["threads"])]
+        assert c["x_limit"] == pytest.approx(c["ms"] / (st["gflop"] / peak * 1e3))
+    assert st["configs"]["seq1"]["threads"] == 1
+    assert report["x_limit"] == pytest.approx(
+        report["median_ms"] / (report["gflop"] / limits["sgemm_gflops"][str(threads)] * 1e3))
+    assert "median of per-round ratios" in text and "the weights are random (seed 0)" in text
+    # each peer installed runs at 1 and T threads on the same weights; one missing is named with
+    # the way to install it
+    for peer, prefix, label in (("onnxruntime", "ort_", "ONNX Runtime"),
+                                ("openvino", "ov_", "OpenVINO")):
+        if peer in st["missing"]:
+            assert st["missing"][peer] == "not installed (pip install 'nnc-graph[bench]')"
+            assert f"{label}: not installed (pip install 'nnc-graph[bench]')" in text
+            assert not any(k.startswith(prefix) for k in st["configs"])
+            continue
+        p = st["peers"][peer]
+        assert set(p["configs"]) == {f"{prefix}seq1", f"{prefix}seq{threads}"}
+        assert p["rel_err"] <= 1e-4 and p["best_ms"] == st["configs"][p["best"]]["ms"]
+        assert f"<- {label} best" in text and f"the time of {label}'s best ({p['best']}" in text
+        assert p["fastest_vs"] > 0
+    if st["peers"]:
+        assert st["best_peer"] == min((k for k, c in st["configs"].items() if not c["nnc"]),
+                                      key=lambda k: st["configs"][k]["ms"])
     # the demo puts the intra-op setting back
     assert nnc.get_intra_op_threads() is None
     events = json.loads(path.read_text())["traceEvents"]
@@ -239,11 +279,50 @@ def test_demo_streams_without_ort(tmp_path):
 
     nnc.set_intra_op_threads(1)
     try:
+        out = io.StringIO()
         report = run_demo(size=75, repeat=1, streams=True, max_streams=2,
-                          trace=str(tmp_path / "run.json"), out=io.StringIO(), ort=False)
+                          trace=str(tmp_path / "run.json"), out=out, ort=False, ov=False,
+                          limits=False)
         assert nnc.get_intra_op_threads() == 1
     finally:
         nnc.set_intra_op_threads(None)
     st = report["streams"]
-    assert st["ort"] is None and "--no-ort" in st["ort_missing"]
+    assert st["peers"] == {} and st["best_peer"] is None and st["fastest_vs_best_peer"] is None
+    assert st["missing"] == {"onnxruntime": "left out (--no-ort)",
+                             "openvino": "left out (--no-openvino)"}
+    assert set(st["configs"]) == {"seq1", f"seq{nnc.get_num_threads()}", "scheduled"}
+    # --no-limits: no limits, no multiples of them
+    assert st["limits"] is None and report["x_limit"] is None
+    assert all(c["x_limit"] is None for c in st["configs"].values())
+    assert "limits (measured now)" not in out.getvalue()
     assert report["blas"]["blas_threads"] == 1 and report["blas"]["library"]
+
+
+def test_demo_names_how_to_install_a_missing_peer(monkeypatch):
+    # onnxruntime and OpenVINO come with the bench extra; where one cannot be imported the demo
+    # leaves it out and says how to install it (CI has no OpenVINO: this is its path there).
+    pytest.importorskip("onnx")
+    import nnc.models.peers as peers
+    from nnc.demo import _peer_runs
+
+    g = nnc.Graph()
+    x = nnc.Tensor(np.linspace(-1, 1, 2 * 5 * 5 * 3, dtype=np.float32).reshape(2, 5, 5, 3))
+    w = nnc.Tensor(np.linspace(-0.5, 0.5, 4 * 27, dtype=np.float32).reshape(4, 3, 3, 3))
+    y = nnc.Tensor(np.zeros((2, 5, 5, 4), np.float32))
+    g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y])
+    g.run()
+    monkeypatch.setattr(peers, "ov_version", lambda: None)
+    runs, missing = _peer_runs(g, x, [y], 2, ort=True, ov=True)
+    assert missing["openvino"] == "not installed (pip install 'nnc-graph[bench]')"
+    if peers.ort_version() is None:
+        assert missing["onnxruntime"] == missing["openvino"] and runs == {}
+    else:
+        assert set(runs) == {"ort_seq1", "ort_seq2"} and "onnxruntime" not in missing
+        runs["ort_seq2"]()
+        np.testing.assert_allclose(runs["ort_seq2"].outputs[0], y.numpy(), rtol=1e-5,
+                                   atol=1e-6)
+    monkeypatch.setattr(peers, "ort_version", lambda: None)
+    runs, missing = _peer_runs(g, x, [y], 1, ort=True, ov=False)
+    assert runs == {} and missing == {
+        "onnxruntime": "not installed (pip install 'nnc-graph[bench]')",
+        "openvino": "left out (--no-openvino)"}
