@@ -43,9 +43,10 @@ other runtime on the same weights).
 The report's head names the kernel ISA nnc's own kernels dispatched (``nnc.base.isa``).
 
 Against the machine: before the networks, ``benchmarks._limits.measure_limits`` measures in this
-process the SGEMM peak at 1 and T threads (a large square GEMM through nnc's OpenBLAS, T at
-once) and the memory bandwidth. ``x limit`` = this time / (the network's GFLOP / the peak at the
-configuration's thread count): 1.0 would be every convolution and GEMM at the GEMM peak and
+process the FMA peak at 1 and T threads (``nnc.base.isa.fma_gflops``: independent FMA chains at
+the kernel ISA, no memory traffic), OpenBLAS's SGEMM peak (a large square GEMM, T at once) and
+the memory bandwidth. ``x limit`` = this time / (the network's GFLOP / the FMA peak at the
+configuration's thread count): 1.0 would be every convolution and GEMM at the FMA peak and
 everything else free. A network's GFLOP are 2*M*N*K over its CONVOLUTION and GEMM nodes
 (``_limits.graph_gflop``); ``seq1``, ``ort_seq1`` and ``ov_seq1`` (and the ``_tuned`` forms)
 count at the 1-thread peak, every other configuration at the T-thread one. ``--no-limits`` skips it.
@@ -449,7 +450,7 @@ def main(argv=None):
     p.add_argument("--pause", type=float, default=0.1,
                    help="seconds of idle before each timed run (default 0.1)")
     p.add_argument("--no-limits", action="store_true",
-                   help="skip measuring the machine's SGEMM peak and bandwidth (a few seconds)")
+                   help="skip measuring the machine's peaks and bandwidth (a few seconds)")
     a = p.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
     bad = set(models) - set(MODELS)

@@ -13,15 +13,16 @@ own kernels dispatched (``nnc.base.isa``), and counts the NOOPs ``Graph.simplify
 it folds each convolution's ReLU into the convolution (they stay in the graph with their edges
 and cost nothing).
 
-``--streams`` first measures the machine's limits (``nnc.models.limits``: the SGEMM peak at one
-thread and at the pool's size, the memory bandwidth; ``--no-limits`` skips it), then compares,
+``--streams`` first measures the machine's limits (``nnc.models.limits``: the FMA peak and
+OpenBLAS's SGEMM peak at one thread and at the pool's size, the memory bandwidth;
+``--no-limits`` skips it), then compares,
 in interleaved rounds, the two sequential configurations (intra-op 1 thread and all of them),
 the statically scheduled run (streams, and parts on idle threads) and, where they are installed
 (``pip install 'nnc-graph[bench]'``; the report says so where not), ONNX Runtime's and
 OpenVINO's sequential configurations at one thread and at the pool's size
 (``nnc.models.peers``), on the same weights (``nnc.onnx.save`` of this graph); then puts the
 intra-op setting back as it was. Each time is also printed as a multiple of the machine's limit
-(time / (the graph's GFLOP / the SGEMM peak at the configuration's threads)); ratios are medians
+(time / (the graph's GFLOP / the FMA peak at the configuration's threads)); ratios are medians
 of per-round ratios; nnc's best is set against each peer's best. With ``--json`` the last line of
 stdout is one JSON object with every number printed above.
 """
@@ -72,7 +73,7 @@ def add_arguments(parser):
     parser.add_argument("--no-openvino", dest="ov", action="store_false",
                         help="with --streams: leave OpenVINO out even when it is installed")
     parser.add_argument("--no-limits", dest="limits", action="store_false",
-                        help="with --streams: skip measuring the machine's SGEMM peak and "
+                        help="with --streams: skip measuring the machine's peaks and "
                              "memory bandwidth (a few seconds), and the x limit figures")
     parser.set_defaults(func=main)
 
@@ -315,7 +316,7 @@ def run_streams(g, x, output, logits, repeat, max_streams, trace_path, say, ort=
         say("  " + machine.describe(limits))
     say(f"  interleaved, median of {repeat} round(s), nnc pool of {threads} threads; "
         f"{gflop:.3g} GFLOP per inference; "
-        + ("x limit = time / (GFLOP / SGEMM peak at its threads):" if limits
+        + ("x limit = time / (GFLOP / FMA peak at its threads):" if limits
            else "no x limit (limits not measured: --no-limits):"))
     marks = {best_seq: "<- best sequential", bests["onnxruntime"]: "<- ONNX Runtime best",
              bests["openvino"]: "<- OpenVINO best"}

@@ -31,6 +31,76 @@ cdef extern from *:
     """
     int nnc_isa_detect() noexcept nogil
 
+cdef extern from *:
+    """
+    /* The FMA peak: 12 independent chains of fused multiply-adds (enough to cover an FMA's
+     * latency on two pipes), no loads or stores; returns the flops done. */
+    #if defined(__x86_64__) || defined(__i386__)
+    #include <immintrin.h>
+    __attribute__((target("avx512f,fma"))) static double nnc_fma_avx512(long n) {
+        __m512 a[12], b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+        float sink[16];
+        long k;
+        int i;
+        _Pragma("GCC unroll 12")
+        for (i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
+        for (k = 0; k < n; k++) {
+            _Pragma("GCC unroll 12")
+            for (i = 0; i < 12; i++) a[i] = _mm512_fmadd_ps(a[i], b, c);
+        }
+        _Pragma("GCC unroll 12")
+        for (i = 1; i < 12; i++) a[0] = _mm512_add_ps(a[0], a[i]);
+        _mm512_storeu_ps(sink, a[0]);
+        __asm__ volatile("" : : "r"(sink) : "memory");
+        return (double)n * 12 * 32;
+    }
+    __attribute__((target("avx2,fma"))) static double nnc_fma_avx2(long n) {
+        __m256 a[12], b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+        float sink[8];
+        long k;
+        int i;
+        _Pragma("GCC unroll 12")
+        for (i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+        for (k = 0; k < n; k++) {
+            _Pragma("GCC unroll 12")
+            for (i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], b, c);
+        }
+        _Pragma("GCC unroll 12")
+        for (i = 1; i < 12; i++) a[0] = _mm256_add_ps(a[0], a[i]);
+        _mm256_storeu_ps(sink, a[0]);
+        __asm__ volatile("" : : "r"(sink) : "memory");
+        return (double)n * 12 * 16;
+    }
+    #endif
+    typedef float nnc_fma_v4 __attribute__((vector_size(16)));
+    static double nnc_fma_base(long n) {
+        nnc_fma_v4 a[12], b = {0.999999f, 0.999999f, 0.999999f, 0.999999f};
+        nnc_fma_v4 c = {1e-7f, 1e-7f, 1e-7f, 1e-7f};
+        float sink[4];
+        long k;
+        int i;
+        _Pragma("GCC unroll 12")
+        for (i = 0; i < 12; i++) a[i] = (nnc_fma_v4){(float)i, (float)i, (float)i, (float)i};
+        for (k = 0; k < n; k++) {
+            _Pragma("GCC unroll 12")
+            for (i = 0; i < 12; i++) a[i] = a[i] * b + c;
+        }
+        _Pragma("GCC unroll 12")
+        for (i = 1; i < 12; i++) a[0] += a[i];
+        __builtin_memcpy(sink, &a[0], sizeof sink);
+        __asm__ volatile("" : : "r"(sink) : "memory");
+        return (double)n * 12 * 8;
+    }
+    static double nnc_fma_flops(int isa, long n) {
+    #if defined(__x86_64__) || defined(__i386__)
+        if (isa >= 2) return nnc_fma_avx512(n);
+        if (isa == 1) return nnc_fma_avx2(n);
+    #endif
+        return nnc_fma_base(n);
+    }
+    """
+    double nnc_fma_flops(int isa, long n) noexcept nogil
+
 #: Level names, lowest first; the index is the level.
 ISA_NAMES = ("baseline", "avx2", "avx512")
 
@@ -77,3 +147,39 @@ def set_cpu_isa(isa=None):
     old = ISA_NAMES[_chosen]
     _chosen = level
     return old
+
+
+def fma_gflops(threads=1, seconds=0.2):
+    """The CPU's floating-point peak as nnc's kernels can use it: GFLOP/s of ``threads``
+    threads each running independent float32 FMA chains (no memory traffic) at the level
+    ``get_cpu_isa()`` names, best of rounds for about ``seconds``. What no kernel exceeds: the
+    yardstick of the benchmarks' "x limit"."""
+    import threading
+    import time
+
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise NNCError(f"fma_gflops: threads must be a positive int, not {threads!r}")
+    cdef int level = _chosen
+    cdef long n = 1000000             # about 10 ms of FMAs per thread: thread start-up is noise
+    results = [0.0] * threads
+
+    def one(i):
+        cdef double flops
+        with nogil:
+            flops = nnc_fma_flops(level, n)
+        results[i] = flops
+
+    best = 0.0
+    end = time.perf_counter() + max(0.0, float(seconds))
+    rounds = 0
+    while rounds < 3 or time.perf_counter() < end:
+        workers = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+        t0 = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        dt = time.perf_counter() - t0
+        best = max(best, sum(results) / dt / 1e9)
+        rounds += 1
+    return best

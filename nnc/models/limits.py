@@ -5,6 +5,9 @@ how far a runtime is from the hardware. ``python -m nnc demo --streams`` and the
 (``benchmarks/_limits.py`` re-exports this module) print their times that way.
 ``measure_limits`` measures, in the calling process:
 
+- the FMA peak at each thread count (``nnc.base.isa.fma_gflops``): T threads each running
+  independent float32 FMA chains at the kernel level nnc dispatches, no memory traffic: what no
+  kernel exceeds, and the yardstick of ``x limit``;
 - the single-precision GEMM peak at each thread count: a square float32 GEMM (``n`` x ``n`` by
   ``n`` x ``n``, 2*n^3 operations) through ``nnc.base.openblas.gemm``, the OpenBLAS nnc's C
   backends multiply with, kept at one OpenBLAS thread as nnc keeps it. At T threads, T Python
@@ -21,7 +24,8 @@ how far a runtime is from the hardware. ``python -m nnc demo --streams`` and the
 
 ``graph_gflop`` counts a graph's work: 2*M*N*K per CONVOLUTION and GEMM node, the operations a
 ``x limit`` figure divides by the peak. ``x_limit(ms, gflop, gflops)`` is a time as a multiple of
-that ideal time (1.0: the whole graph at the measured GEMM peak; other nodes count as zero).
+that ideal time (1.0: the whole graph at the measured FMA peak; other nodes count as zero).
+``peak_gflops`` is that FMA peak (the SGEMM peak for limits measured before it was).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from nnc.base import isa
 from nnc.base import openblas as cpu_blas
 
 #: ISA features worth naming, in order (x86-64 from ``flags``, aarch64 from ``Features``).
@@ -153,9 +158,12 @@ def measure_limits(threads=(1, 2), seconds=0.5, n=1024, nbytes=256 << 20):
     if n < 1 or nbytes < 4 or seconds < 0:
         raise ValueError("measure_limits: n and nbytes must be positive, seconds at least 0")
     t0 = time.perf_counter()
+    fma = {str(t): isa.fma_gflops(t, min(seconds, 0.3)) for t in threads}
     peaks = {str(t): sgemm_gflops(t, n, seconds) for t in threads}
     bandwidth = bandwidth_gbs(nbytes)
     return {
+        "fma_gflops": fma,
+        "kernel_isa": isa.get_cpu_isa(),
         "sgemm_gflops": peaks,
         "sgemm_n": n,
         "bandwidth_gbs": bandwidth,
@@ -169,14 +177,17 @@ def measure_limits(threads=(1, 2), seconds=0.5, n=1024, nbytes=256 << 20):
     }
 
 
-def peak_gflops(limits, threads):
-    """The measured GEMM peak at ``threads`` (the nearest measured count below it when that
-    one was not measured), or None without limits."""
+def peak_gflops(limits, threads, kind=None):
+    """The measured peak at ``threads`` (the nearest measured count below it when that one was
+    not measured), or None without limits: ``kind`` "fma" (the default when measured: the
+    machine's limit) or "sgemm" (OpenBLAS's square GEMM)."""
     if not limits:
         return None
-    have = sorted(int(t) for t in limits["sgemm_gflops"])
+    key = f"{kind}_gflops" if kind else ("fma_gflops" if "fma_gflops" in limits
+                                         else "sgemm_gflops")
+    have = sorted(int(t) for t in limits[key])
     below = [t for t in have if t <= threads] or have[:1]
-    return limits["sgemm_gflops"][str(below[-1])]
+    return limits[key][str(below[-1])]
 
 
 def x_limit(ms, gflop, gflops):
@@ -194,12 +205,17 @@ def _fmt(value):
 
 def describe(limits):
     """One line for a report's head: the peaks, the bandwidth, the ISA and OpenBLAS's core."""
-    peaks = ", ".join(f"{_fmt(v)}{' GFLOP/s' if i == 0 else ''} on {t} "
-                      f"thread{'s' if t != '1' else ''}"
-                      for i, (t, v) in enumerate(limits["sgemm_gflops"].items()))
+    def per_thread(key):
+        return ", ".join(f"{_fmt(v)}{' GFLOP/s' if i == 0 else ''} on {t} "
+                         f"thread{'s' if t != '1' else ''}"
+                         for i, (t, v) in enumerate(limits[key].items()))
+
+    peaks = per_thread("sgemm_gflops")
+    fma = (f"FMA peak {per_thread('fma_gflops')} ({limits.get('kernel_isa')}); "
+           if "fma_gflops" in limits else "")
     bw = limits["bandwidth_gbs"]
     pin = limits["OPENBLAS_CORETYPE"]
-    return (f"limits (measured now): SGEMM peak {peaks}; memory {_fmt(bw['copy'])}"
+    return (f"limits (measured now): {fma}OpenBLAS SGEMM peak {peaks}; memory {_fmt(bw['copy'])}"
             f" GB/s copy (read + write), {_fmt(bw['read'])} GB/s read, 1 thread; "
             f"ISA {' '.join(limits['isa']) or 'unknown'}; OpenBLAS core "
             f"{limits['openblas_core'] or 'unknown'}"

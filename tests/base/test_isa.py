@@ -51,3 +51,20 @@ def test_set_cpu_isa_refuses_unknown_and_unsupported_levels():
         with pytest.raises(nnc.NNCError, match="does not support"):
             isa.set_cpu_isa("avx512")
     assert isa.get_cpu_isa() == isa.detected_isa()
+
+
+def test_fma_peak_is_measured_at_each_level():
+    """fma_gflops runs at the chosen level: positive, finite, and a wider level is not slower
+    by more than noise (two threads, when the machine has two cores, do more than one)."""
+    old = isa.get_cpu_isa()
+    try:
+        got = {}
+        for level in isa.supported_isas():
+            isa.set_cpu_isa(level)
+            got[level] = isa.fma_gflops(1, seconds=0.05)
+            assert 0 < got[level] < 1e5
+        assert got[isa.detected_isa()] > 0.5 * got["baseline"]
+    finally:
+        isa.set_cpu_isa(old)
+    with pytest.raises(nnc.NNCError, match="threads must be a positive int"):
+        isa.fma_gflops(0)

@@ -13,8 +13,10 @@ from benchmarks import _limits
 
 def test_measure_limits_returns_positive_numbers_quickly():
     r = _limits.measure_limits(threads=(2, 1), seconds=0, n=64, nbytes=1 << 16)
-    assert list(r["sgemm_gflops"]) == ["1", "2"]
+    assert list(r["sgemm_gflops"]) == list(r["fma_gflops"]) == ["1", "2"]
     assert all(v > 0 and math.isfinite(v) for v in r["sgemm_gflops"].values())
+    assert all(v > 0 and math.isfinite(v) for v in r["fma_gflops"].values())
+    assert r["kernel_isa"] in ("baseline", "avx2", "avx512")
     assert set(r["bandwidth_gbs"]) == {"copy", "read"}
     assert all(v > 0 and math.isfinite(v) for v in r["bandwidth_gbs"].values())
     assert r["sgemm_n"] == 64 and r["bandwidth_bytes"] == 1 << 16
@@ -58,6 +60,10 @@ def test_peak_and_x_limit():
     assert _limits.peak_gflops(limits, 2) == 190.0
     assert _limits.peak_gflops(limits, 4) == 190.0   # the nearest measured count below
     assert _limits.peak_gflops(None, 1) is None
+    # with the FMA peak measured, it is the yardstick; the SGEMM one on request
+    limits["fma_gflops"] = {"1": 117.0, "2": 230.0}
+    assert _limits.peak_gflops(limits, 2) == 230.0
+    assert _limits.peak_gflops(limits, 2, "sgemm") == 190.0
     # 2 GFLOP at 100 GFLOP/s take 20 ms: 30 ms is 1.5x that
     assert _limits.x_limit(30.0, 2.0, 100.0) == pytest.approx(1.5)
     assert _limits.x_limit(30.0, 0.0, 100.0) is None

@@ -236,13 +236,13 @@ def test_demo_streams_writes_a_timeline(tmp_path):
     assert "<- best sequential" in text and "threadpoolctl" not in text
     # every time also as a multiple of the limit at its thread count
     assert report["limits"] is limits and st["limits"] is limits
-    assert "limits (measured now): SGEMM peak" in text
+    assert "limits (measured now): FMA peak" in text and "OpenBLAS SGEMM peak" in text
     for c in st["configs"].values():
-        peak = limits["sgemm_gflops"][str(c["threads"])]
+        peak = limits["fma_gflops"][str(c["threads"])]
         assert c["x_limit"] == pytest.approx(c["ms"] / (st["gflop"] / peak * 1e3))
     assert st["configs"]["seq1"]["threads"] == 1
     assert report["x_limit"] == pytest.approx(
-        report["median_ms"] / (report["gflop"] / limits["sgemm_gflops"][str(threads)] * 1e3))
+        report["median_ms"] / (report["gflop"] / limits["fma_gflops"][str(threads)] * 1e3))
     assert "median of per-round ratios" in text and "the weights are random (seed 0)" in text
     # each peer installed runs at 1 and T threads on the same weights; one missing is named with
     # the way to install it
