@@ -417,6 +417,7 @@ class _Loader(OpEmitter):
                 raise _err(f"the shape of {name!r} is unknown after shape inference")
         self._plan()
         self._place()
+        self._plan_memory()
         return self._emit()
 
     def _fold_constants(self):
@@ -597,6 +598,84 @@ class _Loader(OpEmitter):
                 offset += self.shapes[i][axis]
             self.concat_plan[k] = (iaxis, plan)
 
+    # -- pass 2b: memory reuse ---------------------------------------------------------------
+    def _plan_memory(self):
+        """Let intermediate values share memory where the graph orders every use of one before
+        the write of the next, so the network's working set stays in cache (an output written
+        into memory nothing else touched for a while costs a read of every line from DRAM
+        first). Each plain-allocated root value (not a graph input or output, not part of a
+        Concat's buffer) goes, in node order, into the smallest buffer whose last value is
+        dead for it: every node that wrote or read that value (through aliases and Reshape or
+        Flatten views too) is an ancestor of this value's writer along the ONNX data edges,
+        which nnc's edges follow, so a schedule that keeps the edges never lets the two
+        meet. A buffer is as large as its largest value."""
+        nodes = self.nodes
+        view_of = {}
+        for k, n in enumerate(nodes):
+            if k not in self.skip and n.op_type in ("Reshape", "Flatten"):
+                view_of[n.output[0]] = n.input[0]
+
+        def proot(v):
+            seen = 0
+            while True:
+                v = self.root(v)
+                if v not in view_of or seen > len(nodes):
+                    return v
+                v, seen = view_of[v], seen + 1
+
+        anc = [0] * len(nodes)
+        for k, n in enumerate(nodes):
+            a = 0
+            for i in n.input:
+                p = self.producer.get(i) if i and i not in self.consts else None
+                if p is not None:
+                    a |= anc[p] | (1 << p)
+            anc[k] = a
+        access, values = defaultdict(int), set(self.producer) | set(self.consumers)
+        for v in values:
+            if v in self.consts:
+                continue
+            r, mask = proot(v), 0
+            p = self.producer.get(v)
+            if p is not None:
+                mask |= 1 << p
+            for c in self.consumers.get(v, ()):
+                mask |= 1 << c
+            access[r] |= mask
+        banned = {proot(v) for v in self.graph_inputs + self.graph_outputs if v not in self.consts}
+        banned |= set(self.placement)
+        for k in self.concat_plan:
+            banned.add(proot(nodes[k].output[0]))
+        roots = sorted((r for r in access if r not in banned and r not in self.consts
+                        and r == self.root(r) and r not in view_of
+                        and self.producer.get(r) is not None and r in self.shapes),
+                       key=lambda r: self.producer[r])
+        self.arena = {}             # root value -> buffer index
+        self.arena_bytes = []       # buffer index -> bytes (its largest value)
+        last = []                   # buffer index -> its latest root value
+        itemsize = np.dtype(self.dtype).itemsize
+        for r in roots:
+            need = math.prod(self.ishape(r)) * itemsize
+            before = anc[self.producer[r]]
+            best = None
+            for b, u in enumerate(last):
+                if access[u] & ~before:
+                    continue
+                # The smallest buffer that holds it, else the largest (which then grows).
+                fit = (self.arena_bytes[b] < need, abs(self.arena_bytes[b] - need))
+                if best is None or fit < best[0]:
+                    best = (fit, b)
+            if best is None:
+                self.arena_bytes.append(need)
+                last.append(r)
+                self.arena[r] = len(last) - 1
+                continue
+            b = best[1]
+            self.arena_bytes[b] = max(self.arena_bytes[b], need)
+            last[b] = r
+            self.arena[r] = b
+        self.arena_tensors = [None] * len(self.arena_bytes)
+
     # -- pass 3: emit ------------------------------------------------------------------------
     def ishape(self, v):
         shape = self.shapes[v]
@@ -611,6 +690,17 @@ class _Loader(OpEmitter):
         if r in self.placement:
             parent, axis, offset = self.placement[r]
             t = self._slice(self.storage(parent), axis, offset, self.ishape(r))
+        elif r in self.arena:
+            b = self.arena[r]
+            if self.arena_tensors[b] is None:
+                n = self.arena_bytes[b] // np.dtype(self.dtype).itemsize
+                self.arena_tensors[b] = Tensor.empty((max(n, 1),), dtype=self.dtype)
+            shape = tuple(self.ishape(r))
+            strides, acc = [], 1
+            for d in reversed(shape):
+                strides.append(acc)
+                acc *= d
+            t = self.arena_tensors[b].view(shape, offset=0, strides=tuple(reversed(strides)))
         else:
             t = Tensor.empty(self.ishape(r), dtype=self.dtype)
         self.tensors[r] = t

@@ -30,6 +30,15 @@ def _key(t):
     return (t.data_ptr, tuple(t.shape), tuple(t.strides), str(t.dtype))
 
 
+def _shares(a, b):
+    """Do tensors a and b have an element in common? Exact, so the channel slices of one
+    Concat buffer (interleaved, disjoint) do not; a case too costly to decide counts as yes."""
+    try:
+        return bool(np.shares_memory(a.numpy(), b.numpy(), max_work=1 << 20))
+    except np.exceptions.TooHardError:
+        return True
+
+
 class _Saver:
     def __init__(self, onnx, graph, opset):
         self.onnx = onnx
@@ -58,9 +67,22 @@ class _Saver:
     def scalar(self, value, dtype):
         return self.init(np.array(value, dtype=dtype))
 
-    def write(self, t, name):
-        self.current[_key(t)] = name
-        self.tensors[_key(t)] = t
+    def write(self, t, name, clobber=True):
+        """t now holds ONNX value ``name``. A node's write (``clobber``) also forgets every
+        other tensor over memory t overlaps: their values are gone (a later value reusing a
+        dead one's memory, a slice written after its buffer was read whole), so no Concat or
+        Reshape may be assembled from them. A value assembled for a read keeps its parts."""
+        k = _key(t)
+        if clobber:
+            lo, hi = self._lo_hi(t)
+            for other in [o for o, w in self.tensors.items() if o != k]:
+                w = self.tensors[other]
+                wlo, whi = self._lo_hi(w)
+                if wlo < hi and lo < whi and _shares(t, w):
+                    del self.tensors[other]
+                    del self.current[other]
+        self.current[k] = name
+        self.tensors[k] = t
 
     def _lo_hi(self, t):
         item = t.dtype.itemsize
@@ -76,7 +98,7 @@ class _Saver:
         name = self._concat(t) or self._reshape(t)
         if name is None:
             name = self.init(t.numpy(), "w")
-        self.write(t, name)
+        self.write(t, name, clobber=False)
         return name
 
     def _concat(self, t):

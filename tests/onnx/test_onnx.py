@@ -440,6 +440,41 @@ def test_simplified_network_matches_onnxruntime(network):
     close(nnc_run(loaded, feeds)[0], want)
 
 
+def _unordered_conflicts(g):
+    """Pairs of nodes that touch a common element (one of them writing it) with no path
+    between them in the graph: what a schedule could run at once."""
+    order = g.topsort()
+    pos = {e.index: i for i, e in enumerate(order)}
+    desc = [0] * len(order)
+    for i in range(len(order) - 1, -1, -1):
+        for o in order[i].outgoings:
+            desc[i] |= desc[pos[o.index]] | (1 << pos[o.index])
+    uses = [(i, kind, t) for i, e in enumerate(order)
+            for kind, ts in (("r", e.inputs), ("w", e.outputs)) for t in ts if t is not None]
+    bad = []
+    for a, (i, ka, ta) in enumerate(uses):
+        for j, kb, tb in uses[a + 1:]:
+            if i == j or ka == kb == "r" or (desc[i] >> j) & 1 or (desc[j] >> i) & 1:
+                continue
+            if np.shares_memory(ta.numpy(), tb.numpy()):
+                bad.append((order[i], order[j]))
+    return bad
+
+
+def test_values_share_memory_only_where_the_edges_order_them(network):
+    """The loader lets intermediate values share memory (the working set stays in cache), and
+    no two nodes a schedule could run at once touch a common element, before or after
+    Graph.simplify adds its edges."""
+    name, m, _, feeds, _, want = network
+    loaded = nnc.onnx.load(m)
+    outs = [t for e in loaded.graph.topsort() for t in e.outputs if t is not None]
+    assert len({t.data_ptr for t in outs}) < len(outs)
+    assert _unordered_conflicts(loaded.graph) == []
+    loaded.graph.simplify()
+    assert _unordered_conflicts(loaded.graph) == []
+    close(nnc_run(loaded, feeds, stream=True)[0], want)
+
+
 @pytest.mark.slow
 def test_network_scheduled_on_streams_matches_sequential(network):
     name, m, loaded, feeds, got, want = network
