@@ -20,6 +20,16 @@ cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
 # With the GIL, before a synchronous run: start the pool once, so idle threads can help.
 cdef int parallel_ready() except -1
 
+# Around a synchronous run (g.run()) whose commands may split: while one is in progress, idle pool
+# threads spin for parts instead of sleeping between commands (as ONNX Runtime's workers spin
+# through a Run): a thread that sleeps is woken too late for the next command where the OS or a
+# VM takes a while to wake an idle core. begin wakes the helpers at once (their wake-up overlaps
+# the run's first nodes) and says whether it counted; end takes what begin returned.
+cdef bint parallel_run_begin() noexcept nogil
+cdef void parallel_run_end(bint counted) noexcept nogil
+# Some synchronous run that may split commands is in progress (a racy read: a hint to spin).
+cdef bint parallel_runs_active() noexcept nogil
+
 # Threads one command may use (the caller included): 1 means parts run on the caller. Whether
 # helpers come depends on whether pool threads are free while the parts last.
 cdef int parallel_threads() noexcept nogil

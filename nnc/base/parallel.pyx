@@ -84,6 +84,7 @@ cdef int _width = 1
 cdef parallel_wake_f _wake = NULL       # registered by the pool
 cdef parallel_helpers_f _helpers = NULL
 cdef bint _started = False              # the pool was asked to start (with the GIL)
+cdef int _runs = 0                      # synchronous runs that may split, in progress (atomic)
 _starter = None                 # the pool's start function (registered by nnc.stream.worker)
 pthread_mutex_init(&_lock, NULL)
 
@@ -140,6 +141,30 @@ cdef int parallel_width() noexcept nogil:
 cdef void parallel_set_width(int width) noexcept nogil:
     global _width
     _width = max(1, width)
+
+
+cdef bint parallel_run_begin() noexcept nogil:
+    cdef int threads = parallel_threads()
+    if threads <= 1:
+        return False
+    _add_int(&_runs, 1)
+    if _wake != NULL:
+        _wake(threads - 1)
+    return True
+
+
+cdef void parallel_run_end(bint counted) noexcept nogil:
+    if counted:
+        _add_int(&_runs, -1)
+
+
+cdef bint parallel_runs_active() noexcept nogil:
+    return _load_int(&_runs) > 0
+
+
+def _runs_in_progress():
+    """How many synchronous runs that may split commands are in progress (for tests)."""
+    return _load_int(&_runs)
 
 
 cdef bint parallel_pending() noexcept nogil:

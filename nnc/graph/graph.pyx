@@ -30,7 +30,7 @@ from nnc.cmd.command cimport (
     nnc_bound_t, tensor_list, tensors_movable,
 )
 from nnc.base.debug cimport DEBUG_GRAPHS, debug_count
-from nnc.base.parallel cimport parallel_ready
+from nnc.base.parallel cimport parallel_ready, parallel_run_begin, parallel_run_end
 from nnc.tensor.tensor cimport Tensor, tensor_movable_epoch
 from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
 from nnc.base.workspace cimport nnc_context_free
@@ -696,12 +696,15 @@ cdef class Graph:
             self._run_on_stream(stream)
             return
         # Busy for the whole run: C backends and Python commands let other threads in.
+        cdef bint counted = False
         self._enter("run it synchronously", "running")
         try:
             self._prepare()
             parallel_ready()            # idle pool threads may take parts of big commands
+            counted = parallel_run_begin()
             self._run_order()
         finally:
+            parallel_run_end(counted)
             self._leave()
 
     cdef int _run_on_stream(self, object stream) except -1:

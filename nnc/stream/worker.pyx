@@ -51,7 +51,8 @@ from nnc.base.sync cimport (
 from nnc.base.parallel import parallel_install_starter
 
 from nnc.base.parallel cimport (
-    parallel_after_fork, parallel_help, parallel_install, parallel_pending, parallel_set_width,
+    parallel_after_fork, parallel_help, parallel_install, parallel_pending, parallel_runs_active,
+    parallel_set_width,
 )
 from nnc.stream.worker_state cimport (
     MAX_THREADS, pool, pool_default_size, pool_settings_read, pool_spin, pool_spin_seconds,
@@ -601,7 +602,9 @@ cdef void _pool_main() noexcept nogil:
             continue
         if _pool.stopping:
             break
-        if worked and _pool.spinning == 0 and pool_spin_seconds > 0:
+        # Spin after work, or while a synchronous run splits its commands (woken for it by
+        # parallel_run_begin before any part exists): one spinner at a time.
+        if (worked or parallel_runs_active()) and _pool.spinning == 0 and pool_spin_seconds > 0:
             worked = False
             _pool.spinning += 1
             pthread_mutex_unlock(&_pool.lock)

@@ -15,7 +15,7 @@ import os
 
 from nnc.base.core import NNCError
 
-from nnc.base.parallel cimport parallel_pending
+from nnc.base.parallel cimport parallel_pending, parallel_runs_active
 from nnc.base.sync cimport (
     mono_now, mutex_init_spinning, pthread_cond_init, pthread_cond_signal, pthread_mutex_lock,
     pthread_mutex_unlock, sched_yield,
@@ -141,8 +141,10 @@ cdef bint pool_spin() noexcept nogil:
                     or parallel_pending()):
                 return True
             _cpu_relax()
+        # Past the deadline a spinner stops, unless a synchronous run that splits its commands
+        # is in progress: its next command is moments away (nnc.base.parallel).
         if (_peek_int(&pool.stopping) or _peek_int(&pool.running) > _peek_int(&pool.size)
-                or mono_now() > end):
+                or (mono_now() > end and not parallel_runs_active())):
             return False
         # Give the core to a thread waiting for it, if any (the pushing host thread, when
         # there are more threads than cores): a spinner only waits for work others make.

@@ -202,3 +202,35 @@ def test_a_split_command_gives_the_bits_of_one_thread(case):
         nnc.set_intra_op_threads(None)
         nnc.set_num_threads(size)
     assert all(np.array_equal(o, outs[0]) for o in outs[1:])
+
+
+def test_a_splitting_run_keeps_helpers_spinning_only_while_it_runs():
+    """g.run() at intra-op > 1 counts itself in progress (pool threads spin for its commands'
+    parts instead of sleeping between them) and uncounts itself however it ends; at intra-op 1
+    it does not count."""
+    from nnc.base import parallel
+
+    seen = []
+
+    def probe(inputs, outputs):
+        seen.append(parallel._runs_in_progress())
+
+    def boom(inputs, outputs):
+        raise KeyboardInterrupt("from a command")
+
+    g = nnc.Graph()
+    g.exec(nnc.Cmd.custom(probe))
+    bad = nnc.Graph()
+    bad.exec(nnc.Cmd.custom(boom))
+    try:
+        for threads, want in ((2, 1), (1, 0)):
+            nnc.set_intra_op_threads(threads)
+            g.run()
+            assert seen[-1] == want
+            assert parallel._runs_in_progress() == 0
+        nnc.set_intra_op_threads(2)
+        with pytest.raises(KeyboardInterrupt):
+            bad.run()
+        assert parallel._runs_in_progress() == 0
+    finally:
+        nnc.set_intra_op_threads(None)
