@@ -27,6 +27,10 @@ onnxruntime and OpenVINO are optional (the ``bench`` extra: ``pip install 'nnc-g
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import sys
+
 import numpy as np
 
 from nnc.base.core import NNCError
@@ -166,6 +170,30 @@ def ov_version():
     return str(openvino.__version__)
 
 
+class _StackT(ctypes.Structure):
+    # struct sigaltstack on Linux (glibc): void* ss_sp; int ss_flags; size_t ss_size.
+    _fields_ = [("sp", ctypes.c_void_p), ("flags", ctypes.c_int), ("size", ctypes.c_size_t)]
+
+
+@contextlib.contextmanager
+def _thread_signal_stack_kept():
+    """Restore the calling thread's alternate signal stack after the block (Linux; elsewhere
+    a no-op): a library may not leave one of its own behind, whose memory it frees later."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        sigaltstack = libc.sigaltstack
+    except (OSError, AttributeError):
+        yield
+        return
+    old = _StackT()
+    saved = sys.platform.startswith("linux") and sigaltstack(None, ctypes.byref(old)) == 0
+    try:
+        yield
+    finally:
+        if saved:
+            sigaltstack(ctypes.byref(old), None)
+
+
 class OvRun:
     """One OpenVINO CPU compiled model and its infer request, bound to preallocated inputs and
     outputs.
@@ -187,12 +215,21 @@ class OvRun:
     """
 
     def __init__(self, model, feeds, *, threads):
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"OvRun: threads must be an int >= 1, not {threads!r}")
+        # Compiling installs a signal stack of OpenVINO's on the calling thread (sigaltstack),
+        # which it frees with the compiled model; when that happens on another thread (a
+        # garbage collection there) the calling thread is left pointing at freed memory, and
+        # the next signal delivered to it (Ctrl-C) crashes the process. The thread keeps its
+        # own stack instead.
+        with _thread_signal_stack_kept():
+            self._build(model, feeds, threads)
+
+    def _build(self, model, feeds, threads):
         import openvino as ov
         import openvino.properties as props
         import openvino.properties.hint as hints
 
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"OvRun: threads must be an int >= 1, not {threads!r}")
         data = model if isinstance(model, bytes) else model.SerializeToString()
         core = ov.Core()
         # An empty weights blob: an ONNX model carries its initializers (OpenVINO's frontend

@@ -376,3 +376,30 @@ def test_soak_skips_the_onnx_mix_without_its_fuzz(tmp_path):
     assert r["unavailable"] == {"onnx": "onnx mix unavailable (benchmarks/onnx_fuzz.py missing)"}
     assert r["mixes_run"] == [] and r["totals"]["children"] == 0
     assert "onnx mix unavailable (benchmarks/onnx_fuzz.py missing)" in out
+
+
+def test_openvino_run_leaves_the_threads_signal_stack_as_it_was():
+    """Compiling with OpenVINO installs a signal stack of its own on the calling thread, which
+    it frees with the compiled model (on whatever thread collects it): OvRun keeps the thread's
+    own, so a later Ctrl-C is never delivered onto freed memory."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("onnx")
+    import ctypes
+    import sys
+
+    from nnc.models.peers import OvRun, _StackT
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("sigaltstack is read through glibc")
+    libc = ctypes.CDLL(None)
+
+    def stack():
+        s = _StackT()
+        assert libc.sigaltstack(None, ctypes.byref(s)) == 0
+        return (s.sp, s.flags, s.size)
+
+    g, model, x, y = _small_model()
+    before = stack()
+    r = OvRun(model, {model.graph.input[0].name: x.numpy()}, threads=1)
+    r()
+    assert stack() == before
