@@ -1,5 +1,8 @@
 """nnc.onnx.load: an ONNX model -> an nnc concrete graph with its input and output tensors.
 
+One file of ~790 lines because its passes share one loader object (values, layouts, aliases,
+placements, buffers); what each operator becomes is already apart (``_ops``).
+
 Three passes over the (topologically sorted) ONNX nodes:
 
 1. plan: every value gets a layout -- "nhwc" (a 4-D activation as nnc's convolutions and pools
@@ -10,7 +13,9 @@ Three passes over the (topologically sorted) ONNX nodes:
    noop_with_empty_axes, are the value).
 2. place: each Concat, consumers first, asks its inputs' producers to write straight into a
    slice of its own buffer (zero-copy, as nnc/models/inception.py does); an input that cannot
-   (a graph input, a view, a value placed already) is copied in by a DATA_TRANSFER.
+   (a graph input, a view, a value placed already) is copied in by a DATA_TRANSFER. Then the
+   other intermediate values are given buffers they share where the edges allow it
+   (``_plan_memory``; docs/onnx.md, "Memory reuse").
 3. emit: nodes are added to the graph with edges from the nodes that make each input readable;
    what each ONNX operator becomes is in ``_ops`` (mixed into the loader here).
 """
