@@ -277,18 +277,6 @@ def test_pool_c_backend_refuses_bad_tensors():
 # ---- MAX_POOL and AVG_POOL: pool_kernel.h at every ISA level this machine runs
 
 
-@pytest.fixture(params=isa.ISA_NAMES)
-def kernel_isa(request):
-    """Each kernel level in turn (skipped where the CPU lacks it), restored afterwards."""
-    if request.param not in isa.supported_isas():
-        pytest.skip(f"this CPU does not run {request.param}")
-    old = isa.set_cpu_isa(request.param)
-    try:
-        yield request.param
-    finally:
-        isa.set_cpu_isa(old)
-
-
 def bits(a):
     """float32 values as their bit patterns: equal bits, not only equal values (NaN payloads,
     the sign of zero)."""

@@ -9,7 +9,6 @@ import pytest
 from test_cmd_nn import close_dot
 
 import nnc
-from nnc.base import isa
 from nnc.cmd.convolution import conv_shape, cpu_opt
 
 # Channel counts around the vector widths (4, 8, 16): tails alone, one vector and a tail,
@@ -33,15 +32,6 @@ GEOMETRIES = [
 ]
 
 
-@pytest.fixture(params=isa.supported_isas())
-def cpu_isa(request):
-    old = isa.set_cpu_isa(request.param)
-    try:
-        yield request.param
-    finally:
-        isa.set_cpu_isa(old)
-
-
 def depthwise(x, w, bias, stride, padding, backend, activation=None, out=None):
     c = x.shape[-1]
     params = dict(stride=stride, padding=padding, groups=c, backend=backend)
@@ -62,7 +52,7 @@ def operands(rng, shape, k, c):
 
 
 @pytest.mark.parametrize("shape, k, stride, padding", GEOMETRIES)
-def test_depthwise_matches_cpu_ref_at_every_isa(shape, k, stride, padding, cpu_isa):
+def test_depthwise_matches_cpu_ref_at_every_isa(shape, k, stride, padding, kernel_isa):
     rng = np.random.default_rng(0)
     for c in CHANNELS:
         x, w, bias = operands(rng, shape, k, c)
@@ -74,7 +64,7 @@ def test_depthwise_matches_cpu_ref_at_every_isa(shape, k, stride, padding, cpu_i
                 assert (got >= 0).all()
 
 
-def test_depthwise_nan_and_infinities_as_cpu_ref(cpu_isa):
+def test_depthwise_nan_and_infinities_as_cpu_ref(kernel_isa):
     """NaN in the input reaches exactly the outputs whose windows hold it, through the ReLU too;
     an infinite weight meets only the input it multiplies, never the padding (a zero there
     would make NaN where the sum has no such term)."""
@@ -98,7 +88,7 @@ def test_depthwise_nan_and_infinities_as_cpu_ref(cpu_isa):
                       x[np.isfinite(x)], w[np.isfinite(w)], bias=bias)
 
 
-def test_depthwise_strided_views_write_only_their_channels(cpu_isa):
+def test_depthwise_strided_views_write_only_their_channels(kernel_isa):
     """The input a window of a wider image (pixel and row strides past its channels), the
     output a channel slice of a concat buffer: the kernel reads and writes through the
     strides and leaves the buffer's other channels alone."""
@@ -124,7 +114,7 @@ def test_depthwise_strided_views_write_only_their_channels(cpu_isa):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_depthwise_same_bits_in_any_split(threads, cpu_isa):
+def test_depthwise_same_bits_in_any_split(threads, kernel_isa):
     """Each output row is summed the same way whichever part computes it: one row per part on
     one or two threads gives the bits of the whole call on one thread."""
     rng = np.random.default_rng(3)

@@ -12,15 +12,6 @@ import nnc
 from nnc.base import isa as cpu_isa
 
 
-@pytest.fixture(params=cpu_isa.supported_isas())
-def isa(request):
-    old = cpu_isa.set_cpu_isa(request.param)
-    try:
-        yield request.param
-    finally:
-        cpu_isa.set_cpu_isa(old)
-
-
 def conv64(x, w, bias, stride, pad, groups, relu=False):
     """NHWC convolution in float64 by patches (x: [n, h, w, c], w: [o, kh, kw, c/groups])."""
     x, w = x.astype(np.float64), w.astype(np.float64)
@@ -56,13 +47,13 @@ def run_conv(x, w, bias, out, **params):
     return out
 
 
-# The isa fixture holds for every generated case (it only sets a level).
+# The kernel_isa fixture holds for every generated case (it only sets a level).
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(o=st.integers(1, 70), c=st.integers(1, 9), k=st.sampled_from([(1, 1), (3, 3), (1, 3)]),
        hw=st.integers(1, 9), relu=st.booleans(), with_bias=st.booleans(),
        seed=st.integers(0, 2 ** 16))
-def test_tile_edges_match_float64(isa, o, c, k, hw, relu, with_bias, seed):
+def test_tile_edges_match_float64(kernel_isa, o, c, k, hw, relu, with_bias, seed):
     """Every output-channel count 1..70 (full, half and masked panels of every ISA) and pixel
     counts that leave a partial row tile."""
     rng = np.random.default_rng(seed)
@@ -85,7 +76,7 @@ def test_tile_edges_match_float64(isa, o, c, k, hw, relu, with_bias, seed):
     ((1, 100, 98, 8), (48, 3, 3, 4), dict(stride=2, padding=1, groups=2)),  # groups
     ((1, 160, 150, 3), (32, 3, 3, 3), dict(stride=2)),                 # the first layer's C = 3
 ])
-def test_splits_and_threads_give_the_same_bits(isa, threads, shape, wshape, params):
+def test_splits_and_threads_give_the_same_bits(kernel_isa, threads, shape, wshape, params):
     """Each output value is the same sum in the same order whichever part (of rows or of
     channels) computes it: one thread and two give identical bits, close to float64."""
     rng = np.random.default_rng(3)
@@ -105,7 +96,7 @@ def test_splits_and_threads_give_the_same_bits(isa, threads, shape, wshape, para
     check(outs[1], want, wshape[1] * wshape[2] * wshape[3], x, w, bias)
 
 
-def test_strided_input_and_uneven_output_rows(isa):
+def test_strided_input_and_uneven_output_rows(kernel_isa):
     """A channel slice of a wider input, and an output whose rows are not one even run of
     pixels (a row stride wider than its pixels): rows go to the tiles one by one."""
     rng = np.random.default_rng(5)
@@ -120,7 +111,7 @@ def test_strided_input_and_uneven_output_rows(isa):
     assert (buf[..., :2] == -5).all() and (buf[..., 22:] == -5).all() and (buf[:, :, 9] == -5).all()
 
 
-def test_nan_propagates_through_the_fused_relu(isa):
+def test_nan_propagates_through_the_fused_relu(kernel_isa):
     x = np.ones((1, 4, 4, 5), np.float32)
     x[0, 1, 2, 3] = np.nan
     w = np.ones((40, 1, 1, 5), np.float32)
@@ -153,7 +144,7 @@ def test_isa_levels_agree_within_tolerance():
     ((40, 1, 1, 6), {}),                                               # pointwise
 ])
 @pytest.mark.parametrize("act", [None, "relu", (0.0, 6.0), (-0.5, float("inf"))])
-def test_residual_and_clamp_epilogue_every_backend(isa, dtype, wshape, params, act):
+def test_residual_and_clamp_epilogue_every_backend(kernel_isa, dtype, wshape, params, act):
     """out = act(conv + bias + residual) on CPU_OPT (every path) and CPU_REF; the residual may
     be a strided view (a channel slice), and NaN stays NaN through the clamp."""
     rng = np.random.default_rng(11)
@@ -216,7 +207,7 @@ def _one_conv_graph(w, relu=False):
     return g, x, y
 
 
-def test_frozen_weights_are_packed_once_and_kept(isa):
+def test_frozen_weights_are_packed_once_and_kept(kernel_isa):
     """Frozen weights: the packed copy is made on the first run and counted by Graph.memory();
     results equal the unfrozen run's bit for bit; another ISA level packs a copy of its own."""
     rng = np.random.default_rng(12)
@@ -235,7 +226,7 @@ def test_frozen_weights_are_packed_once_and_kept(isa):
     assert g.memory()["packed_bytes"] == packed     # ... and made once
     np.testing.assert_array_equal(y, want)
     for level in cpu_isa.supported_isas():
-        if level == isa:
+        if level == kernel_isa:
             continue
         old = cpu_isa.set_cpu_isa(level)
         try:
@@ -247,7 +238,7 @@ def test_frozen_weights_are_packed_once_and_kept(isa):
         packed = g.memory()["packed_bytes"]
 
 
-def test_unfrozen_weights_written_between_runs_are_used(isa):
+def test_unfrozen_weights_written_between_runs_are_used(kernel_isa):
     """Weights that are not frozen are packed on every call: a write between runs (through the
     array the graph was built from) shows in the next run, never a stale packed copy."""
     rng = np.random.default_rng(14)
@@ -268,7 +259,7 @@ def test_unfrozen_weights_written_between_runs_are_used(isa):
     ((33, 7), (70, 33), dict(transpose_a=True, transpose_b=True)),  # a's K not contiguous: BLAS
     ((300, 64), (48, 64), dict(transpose_b=True)),        # a half panel at the end
 ])
-def test_gemm_through_the_tiles(isa, threads, a_shape, w_shape, params):
+def test_gemm_through_the_tiles(kernel_isa, threads, a_shape, w_shape, params):
     rng = np.random.default_rng(21)
     a = rng.standard_normal(a_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
@@ -289,7 +280,7 @@ def test_gemm_through_the_tiles(isa, threads, a_shape, w_shape, params):
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=atol)
 
 
-def test_gemm_frozen_weights_packed_once_and_unfrozen_ones_repacked(isa):
+def test_gemm_frozen_weights_packed_once_and_unfrozen_ones_repacked(kernel_isa):
     rng = np.random.default_rng(22)
     a = rng.standard_normal((1, 256)).astype(np.float32)
     w = rng.standard_normal((100, 256)).astype(np.float32)

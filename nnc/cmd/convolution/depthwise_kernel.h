@@ -77,13 +77,7 @@ static int nnc_dw_taps(const float* w, ptrdiff_t c, ptrdiff_t taps, float* out) 
 static inline float nnc_dw_ep1(const nnc_epilogue_t* ep, float v, ptrdiff_t ch) {
     if (ep->bias != NULL)
         v += ep->bias[ch];
-    if (ep->act == NNC_ACT_RELU)
-        v = v < 0.0f ? 0.0f : v;
-    else if (ep->act == NNC_ACT_CLAMP) {
-        v = v < ep->lo ? ep->lo : v;
-        v = v > ep->hi ? ep->hi : v;
-    }
-    return v;
+    return nnc_act_one(ep, v);
 }
 
 /* Scalar: every channel of one pixel, every tap in order, the padding's zeros times their

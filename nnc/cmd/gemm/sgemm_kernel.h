@@ -108,6 +108,18 @@ static void nnc_sgemm_pack(int isa, const float* b, ptrdiff_t sk, ptrdiff_t sn, 
     }
 }
 
+/* The activation on one value (scalar tails of every kernel that takes an nnc_epilogue_t). A
+ * NaN v fails every compare, so it stays NaN, as the vector max/min keep it. */
+static inline float nnc_act_one(const nnc_epilogue_t* ep, float v) {
+    if (ep->act == NNC_ACT_RELU)
+        v = v < 0.0f ? 0.0f : v;
+    else if (ep->act == NNC_ACT_CLAMP) {
+        v = v < ep->lo ? ep->lo : v;
+        v = v > ep->hi ? ep->hi : v;
+    }
+    return v;
+}
+
 /* Apply the epilogue to one value of output (m, n). */
 static inline float nnc_epilogue_one(const nnc_epilogue_t* ep, float v, ptrdiff_t m,
                                      ptrdiff_t n) {
@@ -117,13 +129,7 @@ static inline float nnc_epilogue_one(const nnc_epilogue_t* ep, float v, ptrdiff_
         v += ep->bias[n];
     if (ep->residual != NULL)
         v += ep->residual[m * ep->ldr + n];
-    if (ep->act == NNC_ACT_RELU)
-        v = v < 0.0f ? 0.0f : v;
-    else if (ep->act == NNC_ACT_CLAMP) {
-        v = v < ep->lo ? ep->lo : v;
-        v = v > ep->hi ? ep->hi : v;
-    }
-    return v;
+    return nnc_act_one(ep, v);
 }
 
 /* Each tile is a template over MR (rows) and NV (vectors per row: 2 for a full panel, 1 for
