@@ -33,6 +33,8 @@ def _key(t):
 def _shares(a, b):
     """Do tensors a and b have an element in common? Exact, so the channel slices of one
     Concat buffer (interleaved, disjoint) do not; a case too costly to decide counts as yes."""
+    if a.device != "cpu" or b.device != "cpu":
+        return a.device == b.device     # no host view to decide with: their ranges overlap
     try:
         return bool(np.shares_memory(a.numpy(), b.numpy(), max_work=1 << 20))
     except np.exceptions.TooHardError:
