@@ -27,3 +27,7 @@ cdef class FrozenMemory:
     cdef void* _range                   # its frozen_t in the registry; NULL once freed
     cdef char* _lo                      # first byte (64-byte aligned)
     cdef Py_ssize_t _nbytes             # bytes exported (the allocation may be larger)
+    # What owned the memory the tensors frozen into this block left (Tensor.freeze): kept as
+    # long as the block, so a kernel already running on the old memory (a run in flight on a
+    # stream) never reads freed memory. None when the block was made frozen (onnx, models).
+    cdef public object _left

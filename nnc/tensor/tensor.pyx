@@ -23,7 +23,7 @@ from nnc.base.core import DATATYPE_NAMES, DATATYPES, TensorError
 from nnc.base.device import ArrayInterface, gpu_memory, parse_device, require_device
 
 from nnc.base.debug cimport DEBUG_TENSORS, debug_count
-from nnc.tensor.constant cimport constant_contains, frozen_array
+from nnc.tensor.constant cimport FrozenMemory, constant_contains, frozen_array
 
 _ALIGN = 64
 _NP_DTYPE = {code: np.dtype(name) for name, code in DATATYPES.items()}
@@ -261,6 +261,13 @@ cdef int tensors_freeze(list tensors) except -1:
             "data": (<uintptr_t>lo, True), "strides": None,
         }, (<Tensor>members[0])._owner))
         block = frozen_array(span)
+        # A run in flight may still read the memory these tensors leave: it lives as long as
+        # the block does (a frozen weight's old copy costs its bytes once, never more).
+        keeper = block
+        while not isinstance(keeper, FrozenMemory):
+            # ndarray views, then the memoryview np.frombuffer made over the block
+            keeper = keeper.obj if isinstance(keeper, memoryview) else keeper.base
+        keeper._left = (<Tensor>members[0])._owner
         base = <char*><uintptr_t>block.__array_interface__["data"][0]
         for t in members:
             # Empty tensors read nothing; any address inside the block keeps _lo <= data.

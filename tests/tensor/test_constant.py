@@ -244,3 +244,21 @@ def test_frozen_tensors_pass_the_invariant_checks():
     v.numpy()
     names = (f"{id(t):#x}", f"{id(v):#x}")
     assert [p for p in live_graph_and_tensor_problems() if any(n in p for n in names)] == []
+
+
+def test_freeze_keeps_the_memory_it_left_while_the_block_lives():
+    """A run already in flight on a stream may still read a tensor's old memory when it is
+    frozen: that memory lives as long as the frozen block, then goes with it."""
+    import gc
+    import weakref
+
+    a = np.ones(4096, np.float32)
+    left = weakref.ref(a)
+    t = nnc.Tensor(a)
+    del a
+    t.freeze()
+    gc.collect()
+    assert left() is not None
+    del t
+    gc.collect()
+    assert left() is None
