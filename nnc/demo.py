@@ -344,7 +344,7 @@ def run_streams(g, x, output, logits, repeat, max_streams, trace_path, say, ort=
                       if worst[p] is not None)
     say("  how to read: ms are medians over the rounds; each ratio is the median of per-round "
         "ratios (a round times every configuration once, in rotated order); "
-        + ("x limit 1.0 would be every convolution and GEMM at the measured GEMM peak; "
+        + ("x limit 1.0 would be every convolution and GEMM at the measured FMA peak; "
            if limits else "")
         + f"the weights are random{'' if seed is None else f' (seed {seed})'}"
         + (", the same in every runtime (this graph saved with nnc.onnx.save)" if runs else "")
