@@ -117,11 +117,13 @@ cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noe
 
 
 cdef void parallel_after_fork() noexcept nogil:
-    """In a forked child: the jobs belonged to threads that are gone."""
-    global _jobs, _open, _started
+    """In a forked child: the jobs, and the synchronous runs in progress, belonged to threads
+    that are gone (a run counted here would keep the child's pool spinning for good)."""
+    global _jobs, _open, _started, _runs
     pthread_mutex_init(&_lock, NULL)
     _jobs = NULL
     _open = 0
+    _runs = 0
     _started = False
 
 

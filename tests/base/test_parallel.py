@@ -234,3 +234,38 @@ def test_a_splitting_run_keeps_helpers_spinning_only_while_it_runs():
         assert parallel._runs_in_progress() == 0
     finally:
         nnc.set_intra_op_threads(None)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork")
+def test_a_child_forked_during_a_splitting_run_does_not_inherit_it():
+    """A fork while another thread's g.run() keeps helpers spinning: the child's count of runs
+    in progress starts at 0 (a run of a thread that is gone would keep its pool spinning)."""
+    from nnc.base import parallel
+
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(inputs, outputs):
+        inside.set()
+        release.wait(DEADLINE)
+
+    g = nnc.Graph()
+    g.exec(nnc.Cmd.custom(hold))
+    nnc.set_intra_op_threads(2)
+    runner = threading.Thread(target=g.run)
+    runner.start()
+    try:
+        assert inside.wait(DEADLINE) and parallel._runs_in_progress() == 1
+        r, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(wfd, b"1" if parallel._runs_in_progress() == 0 else b"0")
+            os._exit(0)
+        os.close(wfd)
+        _, status = os.waitpid(pid, 0)
+        assert os.read(r, 1) == b"1" and status == 0
+        os.close(r)
+    finally:
+        release.set()
+        runner.join(DEADLINE)
+        nnc.set_intra_op_threads(None)
+    assert parallel._runs_in_progress() == 0
