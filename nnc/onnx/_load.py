@@ -621,12 +621,11 @@ class _Loader(OpEmitter):
                 view_of[n.output[0]] = n.input[0]
 
         def proot(v):
-            seen = 0
-            while True:
-                v = self.root(v)
-                if v not in view_of or seen > len(nodes):
-                    return v
-                v, seen = view_of[v], seen + 1
+            # Aliases and views both point back to earlier nodes' values: this ends.
+            v = self.root(v)
+            while v in view_of:
+                v = self.root(view_of[v])
+            return v
 
         anc = [0] * len(nodes)
         for k, n in enumerate(nodes):
@@ -700,12 +699,7 @@ class _Loader(OpEmitter):
             if self.arena_tensors[b] is None:
                 n = self.arena_bytes[b] // np.dtype(self.dtype).itemsize
                 self.arena_tensors[b] = Tensor.empty((max(n, 1),), dtype=self.dtype)
-            shape = tuple(self.ishape(r))
-            strides, acc = [], 1
-            for d in reversed(shape):
-                strides.append(acc)
-                acc *= d
-            t = self.arena_tensors[b].view(shape, offset=0, strides=tuple(reversed(strides)))
+            t = self.arena_tensors[b].view(tuple(self.ishape(r)))   # C-contiguous at 0
         else:
             t = Tensor.empty(self.ishape(r), dtype=self.dtype)
         self.tensors[r] = t

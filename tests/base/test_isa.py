@@ -4,6 +4,7 @@ import pytest
 
 import nnc
 from nnc.base import isa
+from nnc.models.limits import cpu_features
 
 
 def test_detected_level_is_named_and_supported():
@@ -12,21 +13,10 @@ def test_detected_level_is_named_and_supported():
     assert isa.get_cpu_isa() == isa.detected_isa()
 
 
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
-
-
 def test_detection_agrees_with_proc_cpuinfo():
-    flags = _cpu_flags()
-    if flags is None:
-        pytest.skip("no x86 /proc/cpuinfo flags on this machine")
+    flags = set(cpu_features())
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags on this machine")
     # cpuinfo lists what the CPU has; the OS may still hide a level (XCR0), never add one.
     if isa.detected_isa() == "avx512":
         assert {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma"} <= flags

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_cmd_nn import close_dot
 
 import nnc
 from nnc.base import isa as cpu_isa
@@ -34,13 +35,6 @@ def conv64(x, w, bias, stride, pad, groups, relu=False):
     return np.maximum(out, 0) if relu else out
 
 
-def check(got, want, k, x, w, bias):
-    eps = float(np.finfo(np.float32).eps)
-    atol = k * eps * float(np.abs(x).max()) * float(np.abs(w).max()) * 2
-    atol += eps * (0 if bias is None else float(np.abs(bias).max()))
-    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=atol + 1e-30)
-
-
 def run_conv(x, w, bias, out, **params):
     ins = [x, w] if bias is None else [x, w, bias]
     nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_OPT", **params), ins, [out])
@@ -64,7 +58,7 @@ def test_tile_edges_match_float64(kernel_isa, o, c, k, hw, relu, with_bias, seed
     want = conv64(x, w, bias, (1, 1), pad, 1, relu)
     out = np.full(want.shape, np.nan, np.float32)
     run_conv(x, w, bias, out, padding=pad, activation="relu" if relu else None)
-    check(out, want, k[0] * k[1] * c, x, w, bias)
+    close_dot(out, want, "float32", k[0] * k[1] * c, x, w, bias=bias)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -93,7 +87,7 @@ def test_splits_and_threads_give_the_same_bits(kernel_isa, threads, shape, wshap
         finally:
             nnc.set_intra_op_threads(None)
     np.testing.assert_array_equal(outs[0], outs[1])
-    check(outs[1], want, wshape[1] * wshape[2] * wshape[3], x, w, bias)
+    close_dot(outs[1], want, "float32", wshape[1] * wshape[2] * wshape[3], x, w, bias=bias)
 
 
 def test_strided_input_and_uneven_output_rows(kernel_isa):
@@ -107,7 +101,7 @@ def test_strided_input_and_uneven_output_rows(kernel_isa):
     out = nnc.Tensor(buf).view((2, 7, 9, 20), 2, (7 * 10 * 24, 10 * 24, 24, 1))
     run_conv(x, w, None, out, padding=1)
     want = conv64(big[..., 3:9], w, None, (1, 1), (1, 1, 1, 1), 1)
-    check(out.numpy(), want, 54, big, w, None)
+    close_dot(out.numpy(), want, "float32", 54, big, w, bias=None)
     assert (buf[..., :2] == -5).all() and (buf[..., 22:] == -5).all() and (buf[:, :, 9] == -5).all()
 
 
@@ -134,7 +128,7 @@ def test_isa_levels_agree_within_tolerance():
             out = run_conv(x, w, None, np.zeros(want.shape, np.float32), padding=1)
         finally:
             cpu_isa.set_cpu_isa(old)
-        check(out, want, 144, x, w, None)
+        close_dot(out, want, "float32", 144, x, w, bias=None)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -233,7 +227,7 @@ def test_frozen_weights_are_packed_once_and_kept(kernel_isa):
             g.run()
         finally:
             cpu_isa.set_cpu_isa(old)
-        check(y, conv64(x, w, None, (1, 1), (1, 1, 1, 1), 1), 54, x, w, None)
+        close_dot(y, conv64(x, w, None, (1, 1), (1, 1, 1, 1), 1), "float32", 54, x, w, bias=None)
         assert g.memory()["packed_bytes"] > packed  # its own layout, its own copy
         packed = g.memory()["packed_bytes"]
 
@@ -246,7 +240,7 @@ def test_unfrozen_weights_written_between_runs_are_used(kernel_isa):
     g, x, y = _one_conv_graph(w)
     for _ in range(3):
         g.run()
-        check(y, conv64(x, w, None, (1, 1), (1, 1, 1, 1), 1), 54, x, w, None)
+        close_dot(y, conv64(x, w, None, (1, 1), (1, 1, 1, 1), 1), "float32", 54, x, w, bias=None)
         w *= -1.5
     assert g.memory()["packed_bytes"] == 0
 
