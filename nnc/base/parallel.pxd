@@ -1,8 +1,31 @@
-# Intra-op parallelism: a C backend splits one command into parts that idle pool threads take
-# (NNC's CPU_OPT backends split their loops across threads with parallel_for; nnc's pool plays that
-# role, so streams and the parts of one command share one set of threads). The lowest layer:
-# backends of any layer call nnc_parallel_for; the pool (nnc.stream.worker) registers how idle
-# threads are woken and lets them take parts; nothing here imports nnc.
+# A C backend's context, and what it gives the backend: scratch memory reused run after run (NNC
+# keeps BLAS and cuDNN workspaces per stream context: ccv_nnc_stream_context_get_workspace), and
+# parts of one command that idle pool threads take (NNC's CPU_OPT backends split their loops
+# across threads with parallel_for; nnc's pool plays that role, so streams and the parts of one
+# command share one set of threads). One module because a part runs with the context of the
+# thread that takes it: the caller's for its own parts, a helper's private one otherwise. The
+# lowest layer: every runner owns contexts (a stream, a graph's sequential runs, a synchronous
+# cmd_exec) and C backends of any layer use them; the pool (nnc.stream.worker) registers how
+# idle threads are woken and lets them take parts; nothing here imports nnc.
+
+# What a C backend gets as its ``context``. Owned by a stream (nnc.stream.worker's stream_t), a
+# graph (its sequential runs), one synchronous cmd_exec, or a pool thread helping with parts; only
+# the thread running the backend touches it, and only through nnc_workspace. Freed with its owner
+# (nnc_context_free).
+ctypedef struct nnc_stream_context_t:
+    void* workspace                     # aligned to 64 bytes; NULL until first asked for
+    size_t workspace_size               # bytes usable at workspace
+
+
+# ``size`` bytes of context's scratch memory (grown as needed, never shrunk; contents are not
+# kept across a growth), or NULL if out of memory or context is NULL.
+cdef void* nnc_workspace(void* context, size_t size) noexcept nogil
+cdef void nnc_context_free(nnc_stream_context_t* context) noexcept nogil
+
+# The calling thread's own context (with the GIL), for synchronous calls such as cmd_exec: one
+# per thread, reused call after call, freed when the thread ends. A backend runs to completion
+# before the thread's next call, so calls never share it at once.
+cdef nnc_stream_context_t* thread_context() except NULL
 
 # One part of a command: ``part`` in [0, parts); ``context`` is the running thread's own
 # (nnc_stream_context_t: the caller's for parts the caller runs, a pool thread's private one for

@@ -1,4 +1,5 @@
-"""Intra-op parallelism (nnc/base/parallel.pyx): a command's parts on idle pool threads."""
+"""A C backend's context (nnc/base/parallel.pyx): scratch memory, and a command's parts on idle pool
+threads."""
 
 from collections.abc import Callable
 

@@ -1,4 +1,14 @@
-"""Intra-op parallelism: one command's parts on the caller and the pool's idle threads.
+"""A C backend's context: its scratch memory (the workspace), and one command's parts on the
+caller and the pool's idle threads (intra-op parallelism). One module because a part runs with
+the context of the thread that takes it, and takes its scratch from there.
+
+Workspaces: scratch memory C backends reuse run after run. NNC keeps BLAS and cuDNN workspaces
+per stream context (ccv_nnc_stream_context_get_workspace); here a stream, a graph's sequential
+runs, a synchronous cmd_exec (``thread_context``) and each pool thread helping with parts own one
+(parallel.pxd says who owns what; docs/threading.md, "Stream workspaces"). C programs reach it
+through the C ABI's ``nnc_stream_workspace`` (nnc.capi.capi).
+
+Parts:
 
 NNC's CPU_OPT backends split their loops with ``parallel_for`` over their own threads; nnc's
 streams already run on one pool (nnc.stream.worker), so a backend's parts are offered to the same
@@ -25,6 +35,8 @@ never held while taking the pool's lock or while running a part. The pool's thre
 ``parallel_pending`` under the pool's lock before they sleep, and posters bump it before
 waking them, so a wake-up is never lost (docs/threading.md, "Intra-op parallelism").
 """
+
+import threading
 
 from nnc.base.core import NNCError
 
@@ -327,3 +339,52 @@ def parallel_probe(Py_ssize_t parts, double sleep_s=0.0, Py_ssize_t fail_part=-1
     out = [p.ran_by[i] for i in range(parts)]
     free(p.ran_by)
     return rc, out
+
+
+# -- scratch memory: a context's workspace (NNC: ccv_nnc_stream_context_get_workspace) ---------
+cdef extern from "<stdlib.h>" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)
+
+
+cdef void* nnc_workspace(void* context, size_t size) noexcept nogil:
+    cdef nnc_stream_context_t* c = <nnc_stream_context_t*>context
+    cdef size_t rounded
+    if c == NULL:
+        return NULL
+    if size <= c.workspace_size and c.workspace != NULL:
+        return c.workspace
+    # Round up to 64 bytes (aligned_alloc wants a multiple of the alignment) and grow by half
+    # again, so a backend asking for slightly more each run does not reallocate every run.
+    rounded = ((size + size // 2 + 63) // 64) * 64
+    free(c.workspace)
+    c.workspace = aligned_alloc(64, rounded)
+    c.workspace_size = rounded if c.workspace != NULL else 0
+    return c.workspace
+
+
+cdef void nnc_context_free(nnc_stream_context_t* context) noexcept nogil:
+    free(context.workspace)
+    context.workspace = NULL
+    context.workspace_size = 0
+
+
+cdef class _ThreadContext:
+    """The calling thread's context for synchronous calls (cmd_exec): kept in a
+    threading.local, so repeated calls reuse one workspace, freed when the thread ends."""
+    cdef nnc_stream_context_t c
+
+    def __dealloc__(self):
+        nnc_context_free(&self.c)
+
+
+_local = threading.local()
+
+
+cdef nnc_stream_context_t* thread_context() except NULL:
+    cdef _ThreadContext holder
+    try:
+        holder = _local.context
+    except AttributeError:
+        holder = _ThreadContext()
+        _local.context = holder
+    return &holder.c

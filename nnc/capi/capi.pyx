@@ -29,9 +29,8 @@ from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.stream.stream cimport Signal, Stream
 from nnc.tensor.tensor cimport Tensor, nnc_tensor_t
-from nnc.base.parallel cimport nnc_part_f, parallel_threads
+from nnc.base.parallel cimport nnc_part_f, nnc_workspace, parallel_threads
 from nnc.base.parallel cimport nnc_parallel_for as parallel_for
-from nnc.base.workspace cimport nnc_workspace
 
 from nnc.capi.handle import NullError, RangeError, live_handles, parse_params
 from nnc.cmd.command import Cmd, cmd_exec, register_command

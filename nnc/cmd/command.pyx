@@ -34,9 +34,8 @@ from nnc.tensor.constant cimport constant_contains
 from nnc.tensor.tensor cimport (
     Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
 )
-from nnc.base.parallel cimport parallel_ready
+from nnc.base.parallel cimport nnc_stream_context_t, parallel_ready, thread_context
 from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
-from nnc.base.workspace cimport nnc_stream_context_t, thread_context
 
 cdef int ALL_DATATYPES = 0
 for _code in DATATYPES.values():
@@ -654,7 +653,7 @@ cdef object cmd_bind(Cmd cmd, Backend b, list inputs, list outputs, nnc_tensor_t
 
 cdef int backend_run(Backend b, Cmd cmd, list inputs, list outputs) except -1:
     """Run ``b`` on validated tensors now, through the bind path, with the calling thread's
-    scratch memory (nnc.base.workspace.thread_context: reused call after call)."""
+    scratch memory (nnc.base.parallel.thread_context: reused call after call)."""
     cdef int n = len(inputs) + len(outputs), rc
     cdef nnc_bound_t bound
     cdef nnc_stream_context_t* context = thread_context()

@@ -43,7 +43,7 @@ from nnc.stream.worker cimport (
     record_release, signal_lock, stream_check_not_worker, stream_drain, stream_enqueue,
     stream_t,
 )
-from nnc.base.workspace cimport thread_context
+from nnc.base.parallel cimport thread_context
 
 
 # A C function an op may run: int fn(void* arg), 0 on success (MXNet's PushAsync callbacks,

@@ -7,7 +7,7 @@ from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t
 from nnc.stream.record cimport signal_record_t
 from nnc.tensor.tensor cimport nnc_tensor_t
 from nnc.stream.worker cimport pool_job_t
-from nnc.base.workspace cimport nnc_stream_context_t
+from nnc.base.parallel cimport nnc_stream_context_t
 
 
 # Atomics on fields several threads touch (see each struct): GCC/Clang builtins.

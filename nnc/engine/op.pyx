@@ -24,7 +24,7 @@ from nnc.base.sync cimport pthread_mutex_lock, pthread_mutex_unlock
 from nnc.stream.worker cimport (
     pool_job_t, pool_submit, record_done, record_new, record_release, signal_lock,
 )
-from nnc.base.workspace cimport nnc_stream_context_t
+from nnc.base.parallel cimport nnc_stream_context_t
 
 
 cdef extern from "Python.h":

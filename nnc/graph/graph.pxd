@@ -1,6 +1,6 @@
 from nnc.cmd.command cimport nnc_bound_t
 from nnc.tensor.tensor cimport nnc_tensor_t
-from nnc.base.workspace cimport nnc_stream_context_t
+from nnc.base.parallel cimport nnc_stream_context_t
 
 cdef enum:
     EXEC_CONTROL = 0x10                 # a while or case..of node (its bound work is BOUND_PY)

@@ -30,10 +30,11 @@ from nnc.cmd.command cimport (
     nnc_bound_t, tensor_list, tensors_movable,
 )
 from nnc.base.debug cimport DEBUG_GRAPHS, debug_count
-from nnc.base.parallel cimport parallel_ready, parallel_run_begin, parallel_run_end
+from nnc.base.parallel cimport (
+    nnc_context_free, parallel_ready, parallel_run_begin, parallel_run_end,
+)
 from nnc.tensor.tensor cimport Tensor, tensor_movable_epoch
 from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
-from nnc.base.workspace cimport nnc_context_free
 from nnc.stream.stream cimport Stream
 
 

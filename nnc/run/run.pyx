@@ -19,9 +19,11 @@ from nnc.base.core import GraphError, ScheduleError
 
 from nnc.cmd.command cimport BOUND_DEVICE, BOUND_NONE, nnc_bound_t
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
-from nnc.schedule.schedule cimport Schedule, schedule_args
+from nnc.schedule.schedule cimport Schedule, ScheduleState
 from nnc.stream.stream cimport Signal, Stream, stream_emit, stream_move_errors, stream_wait_signal
-from nnc.stream.worker cimport TASK_LAUNCH, TASK_NOW, stream_task_t
+from nnc.stream.worker cimport (
+    TASK_LAUNCH, TASK_NOW, stream_enqueue, stream_task_call, stream_task_t, task_release_owned,
+)
 from nnc.base.trace_switch cimport trace_label, trace_on
 
 from nnc.graph.graph import register_runner
@@ -97,16 +99,48 @@ cdef int _label_tasks(Graph g, stream_task_t* t) except -1:
     return 0
 
 
+cdef enum:
+    # Tasks a run hands a CPU stream per call (on the C stack): the first call makes the stream
+    # ready and wakes a pool thread, so a long run's first nodes start while the rest is queued.
+    RUN_CHUNK = 64
+
+
 cdef int _run_unscheduled(Graph g, Stream s, bint* finished) except -1:
-    cdef stream_task_t t
+    """Every node on s, in run order, then ``g._run_finished``. On a CPU stream the tasks go
+    straight into its queue (nnc.stream.worker.stream_enqueue), RUN_CHUNK per call: there is
+    nothing for the Stream object to do between them. A GPU stream launches each as it is
+    pushed."""
+    cdef stream_task_t tasks[RUN_CHUNK]
+    cdef Py_ssize_t n = 0
     cdef int k
     cdef bint tracing = _tracing()
+    if s._device is not None:
+        for k in range(g._order_size):
+            if _node_task(g, g._order[k], &tasks[0]):
+                if tracing:
+                    _label_tasks(g, &tasks[0])
+                s.push(&tasks[0], False)
+        s._push_call(g._run_finished, (), g)
+        finished[0] = True
+        return 0
     for k in range(g._order_size):
-        if _node_task(g, g._order[k], &t):
+        if _node_task(g, g._order[k], &tasks[n]):
             if tracing:
-                _label_tasks(g, &t)
-            s.push(&t, False)
-    s._push_call(g._run_finished, (), g)
+                _label_tasks(g, &tasks[n])
+            n += 1
+            if n == RUN_CHUNK:
+                stream_enqueue(s.s, tasks, n)
+                n = 0
+    # The run's end, in the last chunk: it owns a reference to g (through the bound method),
+    # which keeps everything the node tasks borrow alive until they have run.
+    stream_task_call(&tasks[n], g._run_finished, (), g)
+    try:
+        if tracing:
+            tasks[n].label = trace_label("Graph._run_finished")
+        stream_enqueue(s.s, tasks, n + 1)
+    except BaseException:
+        task_release_owned(&tasks[n])
+        raise
     finished[0] = True
     return 0
 
@@ -184,8 +218,11 @@ def graph_run_on_stream(Graph g not None, Stream stream not None):
     """Enqueue one run of g on ``stream`` and return (see the module docstring). Graph.run's
     runner: it calls this with g marked busy and prepared (compiled, its nodes bound)."""
     cdef int k
-    args = schedule_args(g)
-    kind = None if args is None else args["stream_type"]
+    # The default schedule's state is read here, not asked of nnc.schedule: an unscheduled run
+    # (the common case) then never leaves this module before its tasks are queued.
+    cdef ScheduleState state = <ScheduleState>g._sched_state
+    cdef bint scheduled = state is not None and state.default is not None
+    kind = state.args["stream_type"] if scheduled else None
     if kind is not None and (stream.kind == "cpu") != (kind == "cpu"):
         raise ScheduleError(
             f"{g!r} is scheduled for {kind!r} streams but runs on {stream!r}; "
@@ -197,7 +234,7 @@ def graph_run_on_stream(Graph g not None, Stream stream not None):
                                  "which is not loaded; import nnc")
             _flow_run(g, stream)
             return
-    sched = graph_schedule(g)
+    sched = graph_schedule(g) if scheduled else None
     cdef bint finished = False
     g._inflight += 1
     g._inflight_stream = stream
@@ -213,11 +250,13 @@ def graph_run_on_stream(Graph g not None, Stream stream not None):
             stream.add_callback(g._run_finished)
         raise
     finally:
-        # Tasks were pushed without waking the workers (see Stream.push): wake them now.
-        if sched is not None and run_state(g).runtime is not None:
-            for st in run_state(g).runtime.streams:
-                st.kick()
-        stream.kick()
+        # A scheduled run pushed its tasks without waking the workers (see Stream.push): wake
+        # them now. An unscheduled one handed its tasks over itself.
+        if sched is not None:
+            if run_state(g).runtime is not None:
+                for st in run_state(g).runtime.streams:
+                    st.kick()
+            stream.kick()
 
 
 register_runner(graph_run_on_stream)   # Graph.run(stream=...) (graph cannot import this layer)

@@ -39,16 +39,15 @@ from nnc.coro import Scheduler, current_scheduler
 from nnc.base.trace_switch import tracing_begin, tracing_end
 
 from nnc.cmd.command cimport BOUND_DEVICE, BOUND_NONE, Backend, Cmd, cmd_bind, nnc_bound_t
-from nnc.base.debug cimport DEBUG_TASKS, debug_count
 from nnc.stream.inbox cimport Inbox, inbox_deliver, inbox_discard, inbox_message, inbox_msg_t
 from nnc.base.sync cimport pthread_mutex_lock, pthread_mutex_unlock
 from nnc.tensor.tensor cimport nnc_tensor_t
 from nnc.base.trace_switch cimport trace_label, trace_on
 from nnc.stream.worker cimport (
-    TASK_CALL, TASK_EMIT, TASK_LAUNCH, TASK_NOW, TASK_OWNS_IO, TASK_OWNS_PY, TASK_PY,
+    TASK_CALL, TASK_EMIT, TASK_LAUNCH, TASK_NOW, TASK_OWNS_IO, TASK_OWNS_PY,
     TASK_STORE, TASK_WAIT, mono_now, pool_refusing, record_done, record_new, record_release,
-    signal_lock, stream_check_not_worker, stream_drain, stream_enqueue, stream_new,
-    stream_keep_error, stream_release, trace_event_t,
+    signal_lock, stream_check_not_worker, stream_drain, stream_enqueue, stream_keep_error,
+    stream_new, stream_release, stream_task_call, task_release_owned, trace_event_t,
 )
 
 
@@ -185,7 +184,6 @@ cdef class Stream:
                               "nnc's exit hook has already stopped the worker pool")
         self.stage[self.stage_size] = task[0]
         self.stage_size += 1
-        debug_count(DEBUG_TASKS, 1)
         if wake or self.stage_size == STAGE_SIZE:
             self.kick()
         return 0
@@ -237,27 +235,15 @@ cdef class Stream:
         qualified name) in a trace; ``flags``: TASK_NOW or TASK_LAUNCH (stream.pxd), which
         only GPU streams read."""
         cdef stream_task_t t
-        _task_init(&t, TASK_PY)
+        cdef int label = -1
         if trace_on:
-            t.label = trace_label(name if name is not None else _qualname(fn))
-        t.bound.flags = TASK_OWNS_PY | flags
-        Py_INCREF(fn)
-        Py_INCREF(args)
-        t.bound.fn = <PyObject*>fn
-        t.bound.args = <PyObject*>args
-        if keep is not None:
-            Py_INCREF(keep)
-            t.keep = <PyObject*>keep
-        if ctx is not None:
-            Py_INCREF(ctx)
-            t.ctx = <PyObject*>ctx
+            label = trace_label(name if name is not None else _qualname(fn))
+        stream_task_call(&t, fn, args, ctx, keep, flags)
+        t.label = label
         try:
             self.push(&t, wake)
         except BaseException:
-            Py_XDECREF(t.bound.fn)
-            Py_XDECREF(t.bound.args)
-            Py_XDECREF(t.keep)
-            Py_XDECREF(t.ctx)
+            task_release_owned(&t)
             raise
 
     def coro_arm(self, wake):

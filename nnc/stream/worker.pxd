@@ -10,7 +10,7 @@ from nnc.base.sync cimport (
     CLOCK_REALTIME, clock_gettime, mono_now, pthread_cond_t, pthread_mutex_lock, pthread_mutex_t,
     pthread_mutex_unlock, timespec,
 )
-from nnc.base.workspace cimport nnc_stream_context_t
+from nnc.base.parallel cimport nnc_stream_context_t
 
 
 # The pool's shared state and job queue live in nnc.stream.worker_state, signal records, their
@@ -123,6 +123,9 @@ ctypedef struct trace_event_t:
 
 cdef stream_t* stream_new(int index) except NULL
 cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except -1
+# A TASK_PY calling fn(*args) that owns its references (Stream._push_call, a graph run's end).
+cdef void stream_task_call(stream_task_t* t, object fn, tuple args, object ctx,
+                           object keep=*, int flags=*) noexcept
 cdef void stream_release(stream_t* s) noexcept
 cdef int stream_drain(stream_t* s, double timeout=*) except -1
 cdef int stream_keep_error(stream_t* s, tuple entry) except -1

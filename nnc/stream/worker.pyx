@@ -51,14 +51,13 @@ from nnc.base.sync cimport (
 from nnc.base.parallel import parallel_install_starter
 
 from nnc.base.parallel cimport (
-    parallel_after_fork, parallel_help, parallel_install, parallel_pending, parallel_runs_active,
-    parallel_set_width,
+    nnc_context_free, nnc_stream_context_t, parallel_after_fork, parallel_help, parallel_install,
+    parallel_pending, parallel_runs_active, parallel_set_width,
 )
 from nnc.stream.worker_state cimport (
     MAX_THREADS, pool, pool_default_size, pool_settings_read, pool_spin, pool_spin_seconds,
-    pool_t, pool_thread_is, pool_thread_mark, pool_wake_one,
+    pool_t, pool_thread_is, pool_thread_mark,
 )
-from nnc.base.workspace cimport nnc_context_free, nnc_stream_context_t
 from nnc.cmd.command cimport cmd_bound_run_c
 
 
@@ -90,11 +89,17 @@ cdef pool_t* _pool = &pool
 _threads = []
 
 
+cdef inline void _wake_one() noexcept nogil:
+    """Wake one sleeping pool thread. Called with no lock of this module held (a thread woken
+    while one is held would block on it at once)."""
+    pthread_cond_signal(&_pool.work)
+
+
 # -- the ready list, and signal records waking parked streams --------------------------------
 
 cdef bint _make_ready(stream_t* s) noexcept nogil:
     """Append s to the ready list; the caller holds s.lock and has just set s.state =
-    STREAM_QUEUED. True if a thread sleeps: the caller then calls pool_wake_one once it has
+    STREAM_QUEUED. True if a thread sleeps: the caller then calls _wake_one once it has
     released its locks (a thread woken while they are held would block on them at once,
     costing futex calls and a context switch per hand-over; docs/threading.md)."""
     cdef bint wake
@@ -133,7 +138,7 @@ cdef void record_done(signal_record_t* r) noexcept nogil:
         w = nxt
     # Still under signal_lock (the caller's), which pool threads never take while sleeping.
     while wake > 0:
-        pool_wake_one()
+        _wake_one()
         wake -= 1
 
 
@@ -275,6 +280,7 @@ cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except 
         s.ring[(s.head + s.count + i) % s.cap] = tasks[i]
     s.count += n
     s.submitted += n
+    debug_count(DEBUG_TASKS, n)         # each task is counted off once it has run (_run_task)
     if s.state == STREAM_IDLE and n > 0:
         s.refs += 1                     # the pool's, until the stream is IDLE again
         s.state = STREAM_QUEUED
@@ -284,8 +290,31 @@ cdef int stream_enqueue(stream_t* s, stream_task_t* tasks, Py_ssize_t n) except 
         wake = _make_ready(s)
     pthread_mutex_unlock(&s.lock)
     if wake:
-        pool_wake_one()
+        _wake_one()
     return 0
+
+
+cdef void stream_task_call(stream_task_t* t, object fn, tuple args, object ctx,
+                           object keep=None, int flags=0) noexcept:
+    """Fill t with a TASK_PY calling ``fn(*args)`` that owns its references (TASK_OWNS_PY:
+    task_release_owned drops them once it has run, or if it is never enqueued). ``ctx`` names it
+    in errors, ``keep`` is kept alive until then; ``flags``: TASK_NOW or TASK_LAUNCH, which only
+    GPU streams read. The caller holds the GIL and sets ``label`` if it traces."""
+    memset(t, 0, sizeof(stream_task_t))
+    t.bound.kind = TASK_PY
+    t.bound.flags = TASK_OWNS_PY | flags
+    t.node = -1
+    t.label = -1
+    Py_INCREF(fn)
+    Py_INCREF(args)
+    t.bound.fn = <PyObject*>fn
+    t.bound.args = <PyObject*>args
+    if keep is not None:
+        Py_INCREF(keep)
+        t.keep = <PyObject*>keep
+    if ctx is not None:
+        Py_INCREF(ctx)
+        t.ctx = <PyObject*>ctx
 
 
 cdef int stream_drain(stream_t* s, double timeout=-1) except -1:
@@ -532,7 +561,7 @@ cdef void _serve(stream_t* s) noexcept nogil:
     _set_current(NULL)
     debug_count(DEBUG_WORKERS, -1)
     if requeued:
-        pool_wake_one()
+        _wake_one()
     if idle:
         pthread_mutex_lock(&_pool.lock)
         _pool.busy -= 1
@@ -570,7 +599,7 @@ cdef void _pool_main() noexcept nogil:
             s.ready_next = NULL
             pthread_mutex_unlock(&_pool.lock)
             if wake:
-                pool_wake_one()
+                _wake_one()
             _serve(s)
             worked = True
             pthread_mutex_lock(&_pool.lock)
@@ -585,7 +614,7 @@ cdef void _pool_main() noexcept nogil:
                 _pool.job_tail = NULL
             pthread_mutex_unlock(&_pool.lock)
             if wake:
-                pool_wake_one()
+                _wake_one()
             job.run(job, &helper)
             worked = True
             pthread_mutex_lock(&_pool.lock)

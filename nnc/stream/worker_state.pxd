@@ -4,7 +4,7 @@
 # modules use); this module knows nothing of streams but that the ready list links them.
 
 from nnc.base.sync cimport pthread_cond_t, pthread_mutex_t
-from nnc.base.workspace cimport nnc_stream_context_t
+from nnc.base.parallel cimport nnc_stream_context_t
 
 
 cdef enum:

@@ -1,5 +1,5 @@
 """Repeated runs allocate nothing: C backends take scratch memory from their
-stream's or thread's workspace (nnc.base.workspace), signal records are recycled
+stream's or thread's workspace (nnc.base.parallel), signal records are recycled
 (nnc.stream.worker), and the runners reuse their task arrays. Checked two ways: tracemalloc
 (Python's allocations) and a malloc counter preloaded into a child process (every C allocation,
 NumPy's included)."""

@@ -10,36 +10,45 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "design.md"
 
-# "### One CPU convolution, ... (11 files, 8 returns)", then numbered steps until the next heading.
-HEADING = re.compile(r"^### (?P<title>.+?) \((?P<files>\d+) files, (?P<returns>\d+) returns\)$",
-                     re.M)
-STEP = re.compile(r"^(?P<n>\d+)\. `(?P<path>[\w/.]+):(?P<name>[\w.]+)` — ", re.M)
+# "### One CPU convolution, ... (7 files, 3 returns, 2 callbacks)" (", N callbacks" only where
+# there are some), then numbered steps until the next heading; a callback's step says so after its
+# function: "12. `path:name` (callback) — ...".
+HEADING = re.compile(r"^### (?P<title>.+?) \((?P<files>\d+) files, (?P<returns>\d+) returns"
+                     r"(?:, (?P<callbacks>\d+) callbacks)?\)$", re.M)
+STEP = re.compile(r"^(?P<n>\d+)\. `(?P<path>[\w/.]+):(?P<name>[\w.]+)`(?P<cb> \(callback\))? — ",
+                  re.M)
 WALKS = ("One CPU convolution", "One while iteration")
 
 
 def walk_sections(text):
-    """{title: (files, returns, [(n, path, name)])} of every counted heading in ``text``."""
+    """{title: ((files, returns, callbacks), [(n, path, name, callback)])} of every counted
+    heading in ``text``."""
     out = {}
     heads = list(HEADING.finditer(text))
     for h in heads:
         rest = text[h.end():]
         following = re.search(r"^#{2,3} ", rest, re.M)
         body = rest[:following.start()] if following else rest
-        steps = [(int(m["n"]), m["path"], m["name"]) for m in STEP.finditer(body)]
-        out[h["title"]] = (int(h["files"]), int(h["returns"]), steps)
+        steps = [(int(m["n"]), m["path"], m["name"], m["cb"] is not None)
+                 for m in STEP.finditer(body)]
+        counts = (int(h["files"]), int(h["returns"]), int(h["callbacks"] or 0))
+        out[h["title"]] = (counts, steps)
     return out
 
 
 def count_walk(steps):
-    """(files, returns): distinct files, and steps into a file the walk has been in before
-    (steps through one file in a row are one stay)."""
-    seen, returns, prev = set(), 0, None
-    for _, path, _ in steps:
+    """(files, returns, callbacks): distinct files; steps into a file the walk has been in
+    before, callbacks apart (steps through one file in a row are one stay)."""
+    seen, returns, callbacks, prev = set(), 0, 0, None
+    for _, path, _, callback in steps:
         if path != prev and path in seen:
-            returns += 1
+            if callback:
+                callbacks += 1
+            else:
+                returns += 1
         seen.add(path)
         prev = path
-    return len(seen), returns
+    return len(seen), returns, callbacks
 
 
 def defines(path, name):
@@ -71,16 +80,16 @@ def problems(text):
         if len(titles) != 1:
             found.append(f"expected one counted heading starting {want!r}, found {titles}")
             continue
-        files, returns, steps = sections[titles[0]]
-        if [n for n, _, _ in steps] != list(range(1, len(steps) + 1)) or len(steps) < 2:
+        counts, steps = sections[titles[0]]
+        if [n for n, *_ in steps] != list(range(1, len(steps) + 1)) or len(steps) < 2:
             found.append(f"{titles[0]}: steps are not numbered 1..N")
-        for n, path, name in steps:
+        for n, path, name, _ in steps:
             if not (ROOT / path).is_file():
                 found.append(f"{titles[0]}, step {n}: no file {path}")
             elif not defines(path, name):
                 found.append(f"{titles[0]}, step {n}: {path} defines no {name}")
-        if count_walk(steps) != (files, returns):
-            found.append(f"{titles[0]}: the heading says {files} files, {returns} returns; "
+        if count_walk(steps) != counts:
+            found.append(f"{titles[0]}: the heading says (files, returns, callbacks) {counts}; "
                          f"its steps make {count_walk(steps)}")
     return found
 
@@ -117,8 +126,24 @@ def test_walk_check_catches_a_missing_function(name, why):
 def test_walk_check_catches_wrong_counts():
     text = TWO_STEPS.format(name="graph_run_on_stream").replace("(2 files, 0 returns)",
                                                                 "(2 files, 1 returns)")
-    assert any("its steps make (2, 0)" in p for p in problems(text))
-    assert count_walk([(1, "a", "f"), (2, "b", "g"), (3, "b", "h"), (4, "a", "f")]) == (2, 1)
+    assert any("its steps make (2, 0, 0)" in p for p in problems(text))
+    assert count_walk([(1, "a", "f", False), (2, "b", "g", False), (3, "b", "h", False),
+                       (4, "a", "f", False)]) == (2, 1, 0)
+    # A callback into a file already visited is counted apart from the returns.
+    assert count_walk([(1, "a", "f", False), (2, "b", "g", False), (3, "a", "h", True),
+                       (4, "b", "g", False)]) == (2, 1, 1)
+
+
+def test_walk_check_reads_callback_marks():
+    text = TWO_STEPS.format(name="graph_run_on_stream").replace(
+        "2. `nnc/run/run.pyx:graph_run_on_stream` —",
+        "2. `nnc/run/run.pyx:graph_run_on_stream` (callback) —")
+    (_, steps), = [v for k, v in walk_sections(text).items() if k.startswith("One CPU")]
+    assert [s[3] for s in steps] == [False, True]
+    # The convolution walk of design.md names its callbacks, and the target holds for it.
+    (counts, _), = [v for k, v in walk_sections(DESIGN.read_text()).items()
+                    if k.startswith("One CPU convolution")]
+    assert counts[0] <= 7 and counts[1] <= 3, counts
 
 
 def test_walk_check_reads_py_files_as_defs_only():

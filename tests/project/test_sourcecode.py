@@ -40,7 +40,7 @@ def test_cython_lint():
 # where it lives. Bottom to top; the longest name that prefixes a module wins. A "*" stands for any
 # one name: "nnc.cmd.*.gpu" is every command family's gpu/ folder.
 LAYERS = {
-    "nnc.base": 0, "nnc.coro": 0,       # core types, sync, debug, workspace; coroutines
+    "nnc.base": 0, "nnc.coro": 0,       # core types, sync, debug, contexts; coroutines
     "nnc.tensor": 1,
     "nnc.cmd": 2, "nnc.ops": 2,         # the command registry; the built-in commands' backends
     "nnc.stream": 3,

@@ -45,14 +45,13 @@ from libc.string cimport memcpy, memset
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
-from nnc.base.parallel cimport nnc_parallel_for, parallel_width
-from nnc.base.workspace cimport nnc_workspace
+from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace, parallel_width
 from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_RELU, Cmd, nnc_cmd_param_t,
                               register_c_backend)
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_NONE, NNC_ACT_RELU,
                                         nnc_epilogue_t,
-                                        nnc_sgemm_nr, nnc_sgemm_pack, nnc_sgemm_packed,
+                                        nnc_sgemm_nr, nnc_sgemm_pack_groups, nnc_sgemm_packed,
                                         nnc_sgemm_packed_floats)
 from nnc.tensor.constant cimport constant_pack
 from nnc.tensor.tensor cimport nnc_tensor_t
@@ -567,14 +566,10 @@ cdef int _channel_part_packed(void* arg, Py_ssize_t part, void* context) noexcep
 
 
 cdef void _pack_weights(void* arg, void* dst) noexcept nogil:
-    """Every group's weights packed for cv.isa into dst (groups * gfloats floats): group g's are
-    rows g*og.. of the [O, K] matrix, B[k, n] = w[(g*og + n)*K + k]."""
+    """Every group's weights packed for cv.isa into dst (groups * gfloats floats): the callback
+    that makes frozen weights' kept copy (nnc.tensor.constant)."""
     cdef const conv_t* cv = <const conv_t*>arg
-    cdef const float* w = <const float*>cv.w
-    cdef Py_ssize_t g
-    for g in range(cv.groups):
-        nnc_sgemm_pack(cv.isa, w + g * cv.og * cv.k, 1, cv.k, cv.og, cv.k,
-                       <float*>dst + g * cv.gfloats)
+    nnc_sgemm_pack_groups(cv.isa, <const float*>cv.w, cv.groups, cv.og, cv.k, <float*>dst)
 
 
 cdef unsigned long long _pack_key(const conv_t* cv) noexcept nogil:
@@ -619,7 +614,7 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
     if scratch == NULL:
         return NNC_OOM
     if cv.packed == NULL:
-        _pack_weights(cv, scratch)
+        nnc_sgemm_pack_groups(cv.isa, w, cv.groups, cv.og, cv.k, <float*>scratch)
         cv.packed = <const float*>scratch
     if not by_channels:
         return nnc_parallel_for(parts, _part_packed, cv, ctx)

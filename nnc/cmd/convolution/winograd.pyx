@@ -43,9 +43,8 @@ from nnc.cmd.command cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_b
 from nnc.tensor.constant cimport constant_pack
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
-from nnc.base.parallel cimport nnc_parallel_for
+from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace
 from nnc.tensor.tensor cimport nnc_tensor_t
-from nnc.base.workspace cimport nnc_workspace
 
 ctypedef fused real:
     float

@@ -22,8 +22,7 @@ from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport (
     BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_dgemv, nnc_sgemm, nnc_sgemv,
 )
-from nnc.base.parallel cimport nnc_parallel_for, parallel_width
-from nnc.base.workspace cimport nnc_workspace
+from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace, parallel_width
 from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.cmd.cpu_check cimport tensor_views
 from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_NONE, nnc_epilogue_t, nnc_sgemm_nr,

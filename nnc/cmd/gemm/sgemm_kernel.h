@@ -108,6 +108,16 @@ static void nnc_sgemm_pack(int isa, const float* b, ptrdiff_t sk, ptrdiff_t sn, 
     }
 }
 
+/* A grouped convolution's weights: `groups` [N, K] row-major matrices one after another (group
+ * g's start g * N * K floats in), each packed as nnc_sgemm_pack packs one, group g's at
+ * packed + g * nnc_sgemm_packed_floats(isa, N, K). */
+static void nnc_sgemm_pack_groups(int isa, const float* w, ptrdiff_t groups, ptrdiff_t n,
+                                  ptrdiff_t k, float* packed) {
+    size_t floats = nnc_sgemm_packed_floats(isa, n, k);
+    for (ptrdiff_t g = 0; g < groups; g++)
+        nnc_sgemm_pack(isa, w + g * n * k, 1, k, n, k, packed + (size_t)g * floats);
+}
+
 /* The activation on one value (scalar tails of every kernel that takes an nnc_epilogue_t). A
  * NaN v fails every compare, so it stays NaN, as the vector max/min keep it. */
 static inline float nnc_act_one(const nnc_epilogue_t* ep, float v) {

@@ -23,6 +23,8 @@ cdef extern from "cmd/gemm/sgemm_kernel.h" nogil:
     size_t nnc_sgemm_packed_floats(int isa, Py_ssize_t n, Py_ssize_t k)
     void nnc_sgemm_pack(int isa, const float* b, Py_ssize_t sk, Py_ssize_t sn, Py_ssize_t n,
                         Py_ssize_t k, float* packed)
+    void nnc_sgemm_pack_groups(int isa, const float* w, Py_ssize_t groups, Py_ssize_t n,
+                               Py_ssize_t k, float* packed)
     void nnc_sgemm_packed(int isa, Py_ssize_t m0, Py_ssize_t m1, Py_ssize_t n0, Py_ssize_t n1,
                           Py_ssize_t n, Py_ssize_t k, nnc_rows_t a, const float* packed, float* c,
                           Py_ssize_t ldc, const nnc_epilogue_t* ep)

@@ -1,1 +1,0 @@
-"""Stream workspaces (nnc/base/workspace.pyx): C-level only, nothing for Python."""
