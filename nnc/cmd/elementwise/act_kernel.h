@@ -24,8 +24,10 @@
  * - erf and erfc are libm's (scalar calls): the float32 ones are evaluated in double and rounded
  *   once, so they are correctly rounded but for rare double-rounding ties.
  * Accuracy against CPU_REF: HARD_* within 1 ulp of the result (2 ulp of beta near a clamp
- * edge); SWISH within 3 ulp; GELU's tanh form within (2 + |2u|) ulp, as the float32 argument
- * 2u = 2 sqrt(2/pi) (x + 0.044715 x^3) carries its rounding into exp; erf form and ERF 1 ulp. */
+ * edge); SWISH within 3 ulp; GELU's tanh form within (3 + 4 |2u|) ulp, as the argument
+ * 2u = 2 sqrt(2/pi) (x + 0.044715 x^3), rounded in its few steps, carries its relative error
+ * times |2u| into exp (the function's own conditioning: any float evaluation has it); erf form
+ * and ERF 1 ulp in float32, and the float64 erf form as CPU_REF to the bit. */
 #ifndef NNC_ACT_KERNEL_H
 #define NNC_ACT_KERNEL_H
 
