@@ -107,8 +107,11 @@ def broadcast_check(*, optional_first=False):
 
 
 def _ewpow_ref(cmd, inputs, outputs):
+    # Both operands whole: NumPy takes a broadcast exponent of 0.5 as sqrt, which departs from
+    # C's pow at -0 and -inf (pow(-inf, 0.5) = inf, sqrt(-inf) = NaN).
+    a, b = (np.array(v, dtype=np.float64) for v in np.broadcast_arrays(*inputs))
     with np.errstate(all="ignore"):  # overflow to inf, NaN for a negative base: as C's pow
-        outputs[0][...] = np.power(inputs[0].astype(np.float64), inputs[1].astype(np.float64))
+        outputs[0][...] = np.power(a, b)
 
 
 def _min_ref(cmd, inputs, outputs):
