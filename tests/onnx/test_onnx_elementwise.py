@@ -104,8 +104,10 @@ def test_binary_after_conv_in_nhwc_and_round_trip(op):
 
 
 @pytest.mark.parametrize("op", ["Min", "Max"])
-@pytest.mark.parametrize("shapes", [[(3, 4)], [(3, 4), (3, 4), (3, 4)],
-                                    [(2, 1, 1), (1, 3, 1), (1, 1, 4)], [(4,), (3, 4), (1,), (3, 1)]])
+@pytest.mark.parametrize("shapes", [
+    [(3, 4)], [(3, 4), (3, 4), (3, 4)], [(2, 1, 1), (1, 3, 1), (1, 1, 4)],
+    [(4,), (3, 4), (1,), (3, 1)],
+])
 def test_variadic_min_max_fold_pairwise(op, shapes):
     names = [f"x{i}" for i in range(len(shapes))]
     m = model([h.make_node(op, names, ["y"])], {n: list(s) for n, s in zip(names, shapes)},

@@ -1,5 +1,5 @@
-"""CPU_OPT C backends of ADD, MUL, EWDIV, EWPOW, MIN, MAX and CLAMP (NNC: cmd/blas/ccv_nnc_add_cpu_opt,
-cmd/ew, cmd/compare, cmd/clamp).
+"""CPU_OPT C backends of ADD, MUL, EWDIV, EWPOW, MIN, MAX and CLAMP (NNC:
+cmd/blas/ccv_nnc_add_cpu_opt, cmd/ew, cmd/compare, cmd/clamp).
 
 Each is an ``nnc_cmd_exec_f``, so graph runners call it with no Python (ResNet's residual ADDs,
 MobileNet-V2's ReLU6 CLAMPs). Their scalars come from the C parameter struct (nnc/cmd/command.pxd):
@@ -11,7 +11,8 @@ MAX where one input has the output's shape and the other has it too, is one trai
 (a per-channel [C] vector of an NHWC tensor) or is a single element, or is absent (ADD, MUL:
 out = p * a; EWDIV: out = 1 / b), leading 1s aside; CLAMP on any shape. For EWDIV, EWPOW, MIN
 and MAX the whole input may be either one (``swap`` says it is b), as their operands do not
-commute (MIN's and MAX's ties give b, so not even they do for -0 and +0). Everything else (strided views, middle-axis broadcasts) is refused by
+commute (MIN's and MAX's ties give b, so not even they do for -0 and +0). Everything else
+(strided views, middle-axis broadcasts) is refused by
 ``accept``, which asks these same checks, so CPU_REF runs it.
 
 Big tensors are cut into parts of about PART_ELEMENTS elements (whole rows when the other input
@@ -81,14 +82,14 @@ cdef extern from *:
     /* y = f(a, b) on n elements; a or b with step 0 is one value for all (a scalar operand).
        Three loops, so the usual whole-whole and whole-scalar ones vectorise without a
        stride multiply. */
-    #define NNC_BIN_LOOP(NAME, T, F)                                                       \
-        static void NAME(T* y, const T* a, ptrdiff_t sa, const T* b, ptrdiff_t sb,        \
-                         ptrdiff_t n)                                                     \
-        {                                                                                 \
-            ptrdiff_t i;                                                                  \
-            if (sa && sb) { for (i = 0; i < n; i++) y[i] = F(a[i], b[i]); }               \
-            else if (sa) { const T c = b[0]; for (i = 0; i < n; i++) y[i] = F(a[i], c); } \
-            else { const T c = a[0]; for (i = 0; i < n; i++) y[i] = F(c, b[i]); }         \
+    #define NNC_BIN_LOOP(NAME, T, F)                                                    \\
+        static void NAME(T* y, const T* a, ptrdiff_t sa, const T* b, ptrdiff_t sb,      \\
+                         ptrdiff_t n)                                                   \\
+        {                                                                               \\
+            ptrdiff_t i;                                                                \\
+            if (sa && sb) { for (i = 0; i < n; i++) y[i] = F(a[i], b[i]); }             \\
+            else if (sa) { const T c = b[0]; for (i = 0; i < n; i++) y[i] = F(a[i], c); } \\
+            else { const T c = a[0]; for (i = 0; i < n; i++) y[i] = F(c, b[i]); }       \\
         }
 
     NNC_BIN_LOOP(nnc_bin_div_f32, float, NNC_BIN_DIV)
@@ -103,21 +104,21 @@ cdef extern from *:
     /* The values of this module's OP_DIV..OP_MAX. */
     enum { NNC_BIN_OP_DIV = 3, NNC_BIN_OP_POW = 4, NNC_BIN_OP_MIN = 5 };
 
-    #define NNC_BIN_CALL(SFX)                                                              \
-        static void nnc_bin_##SFX(int op, T_##SFX* y, const T_##SFX* a, ptrdiff_t sa,      \
-                                  const T_##SFX* b, ptrdiff_t sb, ptrdiff_t n)             \
-        {                                                                                  \
-            /* x^2 is x * x, exactly pow's correctly rounded square, without libm. */      \
-            if (op == NNC_BIN_OP_POW && !sb && sa && b[0] == 2) {                                       \
-                for (ptrdiff_t i = 0; i < n; i++) y[i] = a[i] * a[i];                      \
-                return;                                                                    \
-            }                                                                              \
-            switch (op) {                                                                  \
-            case NNC_BIN_OP_DIV: nnc_bin_div_##SFX(y, a, sa, b, sb, n); break;                          \
-            case NNC_BIN_OP_POW: nnc_bin_pow_##SFX(y, a, sa, b, sb, n); break;                          \
-            case NNC_BIN_OP_MIN: nnc_bin_min_##SFX(y, a, sa, b, sb, n); break;                          \
-            default: nnc_bin_max_##SFX(y, a, sa, b, sb, n); break;                         \
-            }                                                                              \
+    #define NNC_BIN_CALL(SFX)                                                           \\
+        static void nnc_bin_##SFX(int op, T_##SFX* y, const T_##SFX* a, ptrdiff_t sa,   \\
+                                  const T_##SFX* b, ptrdiff_t sb, ptrdiff_t n)          \\
+        {                                                                               \\
+            /* x^2 is x * x, exactly pow's correctly rounded square, without libm. */   \\
+            if (op == NNC_BIN_OP_POW && !sb && sa && b[0] == 2) {                       \\
+                for (ptrdiff_t i = 0; i < n; i++) y[i] = a[i] * a[i];                   \\
+                return;                                                                 \\
+            }                                                                           \\
+            switch (op) {                                                               \\
+            case NNC_BIN_OP_DIV: nnc_bin_div_##SFX(y, a, sa, b, sb, n); break;          \\
+            case NNC_BIN_OP_POW: nnc_bin_pow_##SFX(y, a, sa, b, sb, n); break;          \\
+            case NNC_BIN_OP_MIN: nnc_bin_min_##SFX(y, a, sa, b, sb, n); break;          \\
+            default: nnc_bin_max_##SFX(y, a, sa, b, sb, n); break;                      \\
+            }                                                                           \\
         }
     typedef float T_f32;
     typedef double T_f64;
