@@ -33,6 +33,7 @@ DIRECTIVES = {
 # into vector blends, so every loop there vectorises (CFLAGS=-fopt-info-vec shows it).
 EXTRA_COMPILE_ARGS = {
     "nnc.cmd.elementwise.cpu_opt_unary": ["-fno-math-errno", "-fno-trapping-math"],
+    "nnc.cmd.elementwise.cpu_opt_act": ["-fno-math-errno", "-fno-trapping-math"],
 }
 
 # NNC_ANNOTATE=1 writes cython -a HTML next to each .pyx (read it for hot loops).

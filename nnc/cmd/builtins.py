@@ -7,7 +7,7 @@ backends (their gpu/ folders) after them.
 """
 
 from nnc.cmd import basic, convolution, elementwise, gemm, pooling, reduce, softmax, transpose
-from nnc.cmd.elementwise import binary, clamp
+from nnc.cmd.elementwise import activation, binary, clamp
 
 _done = False
 
@@ -18,18 +18,18 @@ def register_builtins():
         return
     _done = True
     for module in (basic, elementwise, softmax, gemm, convolution, pooling, reduce, binary, clamp,
-                   transpose):
+                   transpose, activation):
         module.register()
     from nnc.cmd.basic import cpu_opt as basic_opt
     from nnc.cmd.convolution import cpu_opt as convolution_opt
     from nnc.cmd.convolution import winograd
     from nnc.cmd.elementwise import cpu_opt as elementwise_opt
-    from nnc.cmd.elementwise import cpu_opt_binary, cpu_opt_unary
+    from nnc.cmd.elementwise import cpu_opt_act, cpu_opt_binary, cpu_opt_unary
     from nnc.cmd.gemm import cpu_opt as gemm_opt
     from nnc.cmd.pooling import cpu_opt as pooling_opt
     from nnc.cmd.reduce import cpu_opt as reduce_opt
     from nnc.cmd.softmax import cpu_opt as softmax_opt
 
     for module in (convolution_opt, winograd, gemm_opt, pooling_opt, cpu_opt_binary,
-                   elementwise_opt, basic_opt, softmax_opt, cpu_opt_unary, reduce_opt):
+                   elementwise_opt, basic_opt, softmax_opt, cpu_opt_unary, reduce_opt, cpu_opt_act):
         module.register()

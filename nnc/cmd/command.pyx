@@ -316,6 +316,8 @@ def command_info(command):
 
 # Built-in commands whose scalars are not "a": the parameters that fill param.a and param.b.
 _SCALAR_KEYS = {"ADD": ("p", "q"), "MUL": ("p", None), "CLAMP": ("min", "max")}
+# The element-wise family's parameterised activations (nnc/cmd/elementwise/cpu_opt_act.pyx).
+_SCALAR_KEYS.update({"GELU": ("tanh", None), "HARD_SIGMOID": ("alpha", "beta")})
 
 
 cdef class Cmd:

@@ -34,6 +34,7 @@ from nnc.base.core import NNCError
 from nnc.cmd.command import Cmd
 from nnc.graph.graph import Graph
 from nnc.onnx._ops import (
+    BROADCAST,
     TO_NCHW,
     TO_NHWC,
     OpEmitter,
@@ -49,6 +50,7 @@ from nnc.tensor.tensor import Tensor
 # Producers whose command accepts a strided output, so they can write into a concat slice.
 # The element-wise ones (contiguous-only C loops) fall back to CPU_REF on such a slice.
 _INPLACE_UNARY = {"Relu", "Clip", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
+_INPLACE_UNARY |= {"Gelu", "HardSigmoid", "HardSwish", "Erf", "Abs", "Neg"}
 _STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "Concat", "Add", "Mul"} | _INPLACE_UNARY
 _REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax"}
 _ALIASES = {"Identity", "Dropout"}
@@ -513,6 +515,10 @@ class _Loader(OpEmitter):
                     self.alias[out] = x
             elif op in _REDUCE:
                 lay = self._plan_reduce(k, n)
+            elif op in BROADCAST:
+                # As Add and Mul: NHWC when an operand is an NHWC image and the output 4-D.
+                nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
+                lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"
             elif op in ("Add", "Mul", "Concat"):
                 nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
                 lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"

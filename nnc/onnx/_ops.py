@@ -18,6 +18,10 @@ TO_NCHW = (0, 3, 1, 2)
 UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Sqrt": "EWSQRT", "Exp": "EWEXP",
          "Log": "EWLOG"}
 _REDUCE = {"ReduceSum": "REDUCE_SUM", "ReduceMean": "REDUCE_MEAN", "ReduceMax": "REDUCE_MAX"}
+# The element-wise family's operators without parameters (nnc/cmd/elementwise/activation.py)
+# and its broadcasting binary ones (binary.py; Sub is ADD with q=-1, NNC having no EWSUB).
+ACTIVATIONS = {"Erf": "ERF", "Abs": "EWABS", "HardSwish": "HARD_SWISH"}
+BROADCAST = {"Div": "EWDIV", "Pow": "EWPOW", "Min": "MIN", "Max": "MAX", "Sub": "ADD"}
 
 
 def perm_shape(shape, perm):
@@ -149,6 +153,20 @@ def check_node(op, attrs, node, consts, ranks):
         axes = reduce_axes(attrs, node, consts)
         if any(not -nd <= ax < nd for ax in axes) or len({ax % nd for ax in axes}) != len(axes):
             return "axes out of range or repeated"
+    elif op == "Gelu":
+        approximate = attrs.get("approximate", "none")
+        if isinstance(approximate, bytes):
+            approximate = approximate.decode("utf-8", "replace")
+        if approximate not in ("none", "tanh"):
+            return f"attribute 'approximate' = {approximate!r} (GELU has 'none' and 'tanh')"
+    elif op == "HardSigmoid":
+        for key in ("alpha", "beta"):
+            if key in attrs and not (isinstance(attrs[key], (int, float))
+                                     and math.isfinite(attrs[key])):
+                return f"attribute {key!r} = {attrs[key]!r} (HARD_SIGMOID needs a finite number)"
+    elif op in ("Min", "Max"):
+        if not [i for i in ins if i]:
+            return "no inputs"
     elif op not in _OPS:
         return "no nnc command expresses it"
     return None
@@ -157,6 +175,7 @@ def check_node(op, attrs, node, consts, ranks):
 _OPS = {"Conv", "Relu", "Clip", "Add", "Mul", "MaxPool", "AveragePool", "GlobalAveragePool",
         "Gemm", "MatMul", "Flatten", "Reshape", "Concat", "BatchNormalization", "Softmax",
         "Identity", "Dropout", "Transpose", "Constant", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
+_OPS |= {"Gelu", "HardSigmoid", "Neg"} | set(ACTIVATIONS) | set(BROADCAST)
 
 
 class OpEmitter:
@@ -239,7 +258,7 @@ class OpEmitter:
             lo = hi
         self._write(n, Cmd("CLAMP", min=lo, max=hi), [x], deps)
 
-    def _binary(self, n, name):
+    def _binary(self, n, name, **params):
         out = n.output[0]
         lay, rank = self.layout[out], len(self.shapes[out])
         ins, deps = [], []
@@ -252,13 +271,79 @@ class OpEmitter:
             t, d = self.get(i, lay)
             ins.append(t)
             deps += d
-        self._write(n, Cmd(name), ins, deps)
+        self._write(n, Cmd(name, **params), ins, deps)
 
     def _op_Add(self, k, n, a):
         self._binary(n, "ADD")
 
     def _op_Mul(self, k, n, a):
         self._binary(n, "MUL")
+
+    def _op_Div(self, k, n, a):
+        self._binary(n, "EWDIV")
+
+    def _op_Pow(self, k, n, a):
+        self._binary(n, "EWPOW")
+
+    def _op_Sub(self, k, n, a):
+        self._binary(n, "ADD", q=-1.0)
+
+    def _op_Min(self, k, n, a):
+        """Min and Max take 1 or more inputs: folded pairwise, MIN(MIN(x0, x1), x2) ..., each
+        step into a tensor of its operands' broadcast shape, the last into the output. One
+        input is MIN(x0, x0) = x0."""
+        from nnc.cmd.elementwise.binary import broadcast_shape
+
+        name = BROADCAST[n.op_type]
+        out = n.output[0]
+        lay, rank = self.layout[out], len(self.shapes[out])
+        ins = [i for i in n.input if i]
+        if len(ins) == 2:
+            self._binary(n, name)
+            return
+        operands = []
+        for i in ins:
+            if i in self.consts:
+                operands.append((self.const(i, lay, rank), []))
+            elif lay == "nhwc" and len(self.shapes[i]) != 4:
+                raise _unsupported(n, "broadcasting a lower-rank activation over an image")
+            else:
+                operands.append(self.get(i, lay))
+        (acc, deps), rest = operands[0], operands[1:] or operands[:1]
+        label = n.name or out
+        for step, (t, d) in enumerate(rest):
+            if step == len(rest) - 1:
+                self._write(n, Cmd(name), [acc, t], deps + d)
+                return
+            shape = broadcast_shape(name, acc.shape, t.shape)
+            tmp = Tensor.empty(shape, dtype=self.dtype)
+            e = self.node(Cmd(name), [acc, t], [tmp], f"{label}/{step}", deps + d)
+            acc, deps = tmp, [e]
+
+    _op_Max = _op_Min
+
+    def _op_Erf(self, k, n, a):
+        x, deps = self.get(n.input[0], self.layout[n.output[0]])
+        self._write(n, Cmd(ACTIVATIONS[n.op_type]), [x], deps)
+
+    _op_Abs = _op_HardSwish = _op_Erf
+
+    def _op_Neg(self, k, n, a):
+        # NNC's negation is SCALAR_MUL by -1 (exact: only the sign bit changes).
+        x, deps = self.get(n.input[0], self.layout[n.output[0]])
+        self._write(n, Cmd("SCALAR_MUL", a=-1.0), [x], deps)
+
+    def _op_HardSigmoid(self, k, n, a):
+        x, deps = self.get(n.input[0], self.layout[n.output[0]])
+        self._write(n, Cmd("HARD_SIGMOID", alpha=a.get("alpha", 0.2), beta=a.get("beta", 0.5)),
+                    [x], deps)
+
+    def _op_Gelu(self, k, n, a):
+        x, deps = self.get(n.input[0], self.layout[n.output[0]])
+        approximate = a.get("approximate", "none")
+        if isinstance(approximate, bytes):
+            approximate = approximate.decode("utf-8", "replace")
+        self._write(n, Cmd("GELU", tanh=approximate == "tanh"), [x], deps)
 
     def _op_MaxPool(self, k, n, a):
         self._pool(n, a, "MAX_POOL")

@@ -208,6 +208,9 @@ class _Saver:
             while args[-1] == "":
                 args.pop()
             out = self.node("Clip", args)
+        elif name == "ADD" and len(ins) > 1 and ins[1] is not None and p["p"] == 1.0 \
+                and p["q"] == -1.0:
+            out = self.node("Sub", [self.read(ins[0]), self.read(ins[1])])
         elif name in ("ADD", "MUL"):
             out = self._scaled(self.read(ins[0]), p["p"], dt)
             b = ins[1] if len(ins) > 1 else None
@@ -229,6 +232,8 @@ class _Saver:
             b = self.read(ins[1])
             out = self.node("Reciprocal", [b]) if ins[0] is None else \
                 self.node("Div", [self.read(ins[0]), b])
+        elif name == "SCALAR_MUL" and p["a"] == -1.0:
+            out = self.node("Neg", [self.read(ins[0])])
         elif name == "SCALAR_MUL":
             out = self.node("Mul", [self.read(ins[0]), self.scalar(p["a"], dt)])
         elif name == "TRANSPOSE":
@@ -238,6 +243,15 @@ class _Saver:
                             perm=list(permutation(cmd, ins[0].ndim)))
         elif name == "GEMM":
             out = self._gemm(cmd, ins)
+        elif name in _ACTIVATIONS:
+            out = self.node(_ACTIVATIONS[name], [self.read(x) for x in ins])
+        elif name == "HARD_SIGMOID":
+            out = self.node("HardSigmoid", [self.read(ins[0])], alpha=p["alpha"], beta=p["beta"])
+        elif name == "SWISH":
+            x = self.read(ins[0])
+            out = self.node("Mul", [x, self.node("Sigmoid", [x])])
+        elif name == "GELU":
+            out = self._gelu(self.read(ins[0]), p["tanh"], dt)
         else:  # pragma: no cover - save() checks every command first
             raise AssertionError(name)
         self.write(y, out)
@@ -251,6 +265,20 @@ class _Saver:
             return self.node(op, [self.read(x), self.init(np.array(axes, np.int64), "axes")],
                              keepdims=1)
         return self.node(op, [self.read(x)], axes=axes, keepdims=1)
+
+    def _gelu(self, x, tanh, dt):
+        """GELU: ONNX's Gelu from opset 20, its definition in Erf or Tanh before."""
+        if self.opset >= 20:
+            return self.node("Gelu", [x], approximate="tanh" if tanh else "none")
+        if tanh:
+            cube = self.node("Mul", [self.node("Mul", [x, x]), x])
+            inner = self.node("Add", [x, self.node("Mul", [cube, self.scalar(0.044715, dt)])])
+            t = self.node("Tanh", [self.node("Mul", [inner,
+                                                      self.scalar(math.sqrt(2 / math.pi), dt)])])
+        else:
+            t = self.node("Erf", [self.node("Div", [x, self.scalar(math.sqrt(2), dt)])])
+        half = self.node("Mul", [x, self.scalar(0.5, dt)])
+        return self.node("Mul", [half, self.node("Add", [t, self.scalar(1.0, dt)])])
 
     def _scaled(self, x, factor, dt):
         return x if factor == 1.0 else self.node("Mul", [x, self.scalar(factor, dt)])
@@ -283,6 +311,11 @@ _REDUCE = {"REDUCE_SUM": "ReduceSum", "REDUCE_MEAN": "ReduceMean", "REDUCE_MAX":
 SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL", "CLAMP", "ADD",
            "MUL", "EWSUM", "EWPROD", "EWDIV", "SCALAR_MUL", "TRANSPOSE", "GEMM"} | set(_UNARY) \
     | set(_REDUCE)
+# The element-wise family's other commands: one ONNX operator each (GELU before opset 20, and
+# SWISH, as their definitions).
+_ACTIVATIONS = {"ERF": "Erf", "EWABS": "Abs", "HARD_SWISH": "HardSwish", "EWPOW": "Pow",
+                "MIN": "Min", "MAX": "Max"}
+SAVABLE |= {"HARD_SIGMOID", "SWISH", "GELU"} | set(_ACTIVATIONS)
 
 
 def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, opset=17):

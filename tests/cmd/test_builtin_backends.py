@@ -138,12 +138,48 @@ BUILTINS = [
         'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
+    ('EWPOW', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('MIN', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('MAX', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
     ('CLAMP', [
         'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
     ('TRANSPOSE', [
         'CPU_OPT 20 cpu f32,f64',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('SWISH', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('GELU', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('HARD_SWISH', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('HARD_SIGMOID', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('ERF', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('EWABS', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
 ]

@@ -1,12 +1,14 @@
 """Layer 2 command, the element-wise family: this module (EW*, SCALAR_MUL, RELU, SIGMOID, TANH),
-binary.py (ADD, MUL with broadcasting), clamp.py (CLAMP): definitions and CPU_REF; cpu_opt.pyx,
-cpu_opt_unary.pyx and cpu_opt_binary.pyx: their CPU_OPT C loops; gpu/ (layer 3, never imported
-from here): GPU_REF of EW*, RELU and SCALAR_MUL, registered by nnc.cuda.builtins.
+binary.py (ADD, MUL, EWPOW, MIN, MAX with broadcasting), clamp.py (CLAMP), activation.py (SWISH,
+GELU, HARD_SWISH, HARD_SIGMOID, ERF, EWABS): definitions and CPU_REF; cpu_opt.pyx,
+cpu_opt_unary.pyx, cpu_opt_binary.pyx and cpu_opt_act.pyx: their CPU_OPT C loops; gpu/ (layer 3,
+never imported from here): GPU_REF of EW*, RELU and SCALAR_MUL, registered by nnc.cuda.builtins.
 
 Element-wise commands: EWSUM, EWPROD, EWDIV, EWEXP, EWLOG, EWSQRT, SCALAR_MUL, RELU, SIGMOID,
 TANH (NNC: cmd/ew, cmd/scalar_mul, cmd/relu, cmd/sigmoid, cmd/tanh). All inputs and outputs share
-one shape and one dtype (no broadcast, as in NNC). CPU_REF here is the plain NumPy definition;
-the C loops are in cpu_opt.pyx and (exp, log, sqrt, sigmoid, tanh) cpu_opt_unary.pyx.
+one shape and one dtype (no broadcast, as in NNC), but for EWDIV, which broadcasts as ADD does
+(binary.py). CPU_REF here is the plain NumPy definition; the C loops are in cpu_opt.pyx,
+cpu_opt_binary.pyx (EWDIV) and (exp, log, sqrt, sigmoid, tanh) cpu_opt_unary.pyx.
 """
 
 import numpy as np
@@ -14,6 +16,7 @@ import numpy as np
 from nnc.base.core import CommandError
 from nnc.cmd import _check
 from nnc.cmd.command import register_backend, register_command
+from nnc.cmd.elementwise import binary
 
 
 def _ewsum_ref(cmd, inputs, outputs):
@@ -94,8 +97,7 @@ def register():
     ):
         register_command(name, inplace="allow", check=_check.elementwise(n_in, floats=floats))
         register_backend(name, "CPU_REF", fn)
-    register_command("EWDIV", inplace="allow",
-                     check=_check.elementwise(2, floats=True, optional_first=True))
+    register_command("EWDIV", inplace="allow", check=binary.broadcast_check(optional_first=True))
     register_backend("EWDIV", "CPU_REF", _ewdiv_ref)
     register_command("SCALAR_MUL", inplace="allow", check=_check.elementwise(1, floats=True),
                      normalize=_scalar_mul_normalize)

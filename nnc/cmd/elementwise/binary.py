@@ -1,18 +1,27 @@
-"""ADD and MUL with broadcasting (NNC: cmd/blas/ccv_nnc_add_cpu_ref.c, ccv_nnc_mul_cpu_ref.c).
+"""ADD, MUL, EWPOW, MIN and MAX with broadcasting, and EWDIV's broadcast check (NNC:
+cmd/blas/ccv_nnc_add_cpu_ref.c, ccv_nnc_mul_cpu_ref.c, cmd/compare, cmd/ew).
 
 - ADD: out = p * a + q * b (parameters ``p=1.0``, ``q=1.0``); b may be None, then out = p * a.
+  Subtraction is ADD with ``q=-1`` (NNC has no EWSUB): a + (-1 * b) rounds as a - b does.
 - MUL: out = p * a * b (parameter ``p=1.0``); b may be None, then out = p * a.
+- EWDIV (registered with the family in __init__.py): out = a / b, or 1 / b when a is None.
+- EWPOW: out = a ** b, C's pow (pow(x, 0) = 1 and pow(1, y) = 1 even for NaN; a negative base
+  with a non-integer exponent gives NaN).
+- MIN, MAX: out = a < b ? a : b and a > b ? a : b, NNC's ccv_min/ccv_max (a tie gives b), except
+  that a NaN in either input gives NaN (NumPy's and ONNX's rule; NNC's returns b for a NaN a).
 
 Broadcasting is NNC's rule, which is NumPy's: shapes are aligned at their last axis, a missing
 leading axis counts as 1, and on every axis each input has either the output's size or 1. The
 output must have exactly the broadcast shape (it is never broadcast itself). ONNX's
 multidirectional broadcasting is the same rule, so an ONNX Add maps to one ADD node.
-Floats only, one dtype; the output may be exactly an input (in place).
+NNC's EWDIV, MIN and MAX take one shape for all; nnc's broadcast, which a same-shape call
+meets unchanged. Floats only, one dtype; the output may be exactly an input (in place).
 
 CPU_OPT is a C backend (cpu_opt_binary.pyx, no GIL): contiguous float32/float64 tensors where
 one input has the output's shape and the other has it too, or is one trailing row of it (a
-per-channel vector [C] of an NHWC tensor) or a single element, leading 1s of any shape aside;
-every other case (strided views, middle-axis broadcasts, float16) runs CPU_REF.
+per-channel vector [C] of an NHWC tensor) or a single element, leading 1s of any shape aside
+(either input may be the whole one, also for EWDIV and EWPOW); every other case (strided views,
+middle-axis broadcasts, float16) runs CPU_REF.
 """
 
 import math
@@ -79,6 +88,42 @@ def _binary_check(cmd, inputs, outputs):
     _check.expect_shape(cmd, outputs[0], shape, "output 0 (the broadcast shape)")
 
 
+def broadcast_check(*, optional_first=False):
+    """The check of EWDIV, EWPOW, MIN and MAX: two inputs (the first may be None with
+    ``optional_first``: EWDIV's 1 / b) and one output of their broadcast shape, one float
+    dtype."""
+
+    def check(cmd, inputs, outputs):
+        _check.arity(cmd, inputs, outputs, 2, 1)
+        _check.present(cmd, inputs, "input", *((1,) if optional_first else (0, 1)))
+        _check.present(cmd, outputs, "output", 0)
+        _check.same_dtype(cmd, inputs + outputs)
+        _check.floating(cmd, inputs + outputs)
+        a, b = inputs
+        shape = tuple(b.shape) if a is None else broadcast_shape(cmd.name, a.shape, b.shape)
+        _check.expect_shape(cmd, outputs[0], shape, "output 0 (the broadcast shape)")
+
+    return check
+
+
+def _ewpow_ref(cmd, inputs, outputs):
+    # Both operands whole: NumPy takes a broadcast exponent of 0.5 as sqrt, which departs from
+    # C's pow at -0 and -inf (pow(-inf, 0.5) = inf, sqrt(-inf) = NaN).
+    a, b = (np.array(v, dtype=np.float64) for v in np.broadcast_arrays(*inputs))
+    with np.errstate(all="ignore"):  # overflow to inf, NaN for a negative base: as C's pow
+        outputs[0][...] = np.power(a, b)
+
+
+def _min_ref(cmd, inputs, outputs):
+    a, b = inputs
+    outputs[0][...] = np.where((a < b) | np.isnan(a), a, b)
+
+
+def _max_ref(cmd, inputs, outputs):
+    a, b = inputs
+    outputs[0][...] = np.where((a > b) | np.isnan(a), a, b)
+
+
 def _add_ref(cmd, inputs, outputs):
     """The definition, in float64 whatever the dtype, rounded once to the output's."""
     p, q = cmd.params["p"], cmd.params["q"]
@@ -100,3 +145,6 @@ def register():
     register_backend("ADD", "CPU_REF", _add_ref)
     register_command("MUL", inplace="allow", check=_binary_check, normalize=_mul_normalize)
     register_backend("MUL", "CPU_REF", _mul_ref)
+    for name, fn in (("EWPOW", _ewpow_ref), ("MIN", _min_ref), ("MAX", _max_ref)):
+        register_command(name, inplace="allow", check=broadcast_check())
+        register_backend(name, "CPU_REF", fn)

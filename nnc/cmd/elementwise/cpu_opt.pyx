@@ -1,4 +1,4 @@
-"""CPU_OPT of the element-wise commands SCALAR_MUL, EWSUM, EWPROD, EWDIV and RELU: C loops
+"""CPU_OPT of the element-wise commands SCALAR_MUL, EWSUM, EWPROD and RELU: C loops
 (NNC: cmd/ew/cpu_opt, cmd/scalar_mul).
 
 Each backend is an ``nnc_cmd_exec_f``: it re-checks what it relies on (non-NULL, contiguous,
@@ -8,14 +8,14 @@ before the first write, so a refused call leaves its outputs untouched. Every lo
 i of each input before writing element i of the output, so an output that is exactly an input
 (in place) is safe. Loops are written once over a fused float type; gcc -O3 vectorises the
 arithmetic ones. EWEXP, EWLOG and the other transcendental ones are in cpu_opt_unary.pyx beside
-this module.
+this module, EWDIV (which broadcasts) in cpu_opt_binary.pyx.
 """
 
 from libc.string cimport memcpy
 
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
 from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
-from nnc.cmd.cpu_check cimport tensor_like, tensors_like
+from nnc.cmd.cpu_check cimport tensors_like
 from nnc.tensor.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
@@ -108,35 +108,6 @@ cdef int ewprod_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     return _fold_exec(inputs, n_in, outputs, n_out, True)
 
 
-# ---- EWDIV: y = a / b, or 1 / b when a is absent (NULL)
-
-cdef void _div(real* y, const nnc_tensor_t* a, const real* b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef const real* num
-    if a == NULL:
-        for i in range(n):
-            y[i] = 1 / b[i]
-    else:
-        num = <const real*>a.data
-        for i in range(n):
-            y[i] = num[i] / b[i]
-
-
-cdef int ewdiv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
-                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
-    cdef nnc_tensor_t* y
-    if n_in != 2 or n_out != 1 or not tensors_like(inputs + 1, 1, outputs, 1):
-        return NNC_INVALID
-    y = outputs[0]
-    if inputs[0] != NULL and not tensor_like(inputs[0], y):
-        return NNC_INVALID
-    if y.datatype == NNC_32F:
-        _div(<float*>y.data, inputs[0], <const float*>inputs[1].data, y.count)
-    else:
-        _div(<double*>y.data, inputs[0], <const double*>inputs[1].data, y.count)
-    return NNC_SUCCESS
-
-
 # ---- RELU: y = max(x, 0)
 
 cdef void _relu(real* y, const real* x, Py_ssize_t n) noexcept nogil:
@@ -162,5 +133,4 @@ def register():
     register_c_backend("SCALAR_MUL", "CPU_OPT", scalar_mul_opt, FLOAT_MASK, True, None, None, True)
     register_c_backend("EWSUM", "CPU_OPT", ewsum_opt, FLOAT_MASK, True, None, None, True)
     register_c_backend("EWPROD", "CPU_OPT", ewprod_opt, FLOAT_MASK, True, None, None, True)
-    register_c_backend("EWDIV", "CPU_OPT", ewdiv_opt, FLOAT_MASK, True, None, None, True)
     register_c_backend("RELU", "CPU_OPT", relu_opt, FLOAT_MASK, True, None, None, True)

@@ -1,14 +1,18 @@
-"""CPU_OPT C backends of ADD, MUL and CLAMP (NNC: cmd/blas/ccv_nnc_add_cpu_opt, cmd/clamp).
+"""CPU_OPT C backends of ADD, MUL, EWDIV, EWPOW, MIN, MAX and CLAMP (NNC:
+cmd/blas/ccv_nnc_add_cpu_opt, cmd/ew, cmd/compare, cmd/clamp).
 
 Each is an ``nnc_cmd_exec_f``, so graph runners call it with no Python (ResNet's residual ADDs,
 MobileNet-V2's ReLU6 CLAMPs). Their scalars come from the C parameter struct (nnc/cmd/command.pxd):
 ADD's p and q are ``a`` and ``b``, MUL's p is ``a``, CLAMP's min and max are ``a`` and ``b``
 (NaN: no bound on that side).
 
-Cases taken (contiguous float32/float64 tensors of one dtype): ADD and MUL where one input has
-the output's shape and the other has it too, is one trailing row of it (a per-channel [C]
-vector of an NHWC tensor) or is a single element, or is absent (out = p * a), leading 1s
-aside; CLAMP on any shape. Everything else (strided views, middle-axis broadcasts) is refused by
+Cases taken (contiguous float32/float64 tensors of one dtype): ADD, MUL, EWDIV, EWPOW, MIN and
+MAX where one input has the output's shape and the other has it too, is one trailing row of it
+(a per-channel [C] vector of an NHWC tensor) or is a single element, or is absent (ADD, MUL:
+out = p * a; EWDIV: out = 1 / b), leading 1s aside; CLAMP on any shape. For EWDIV, EWPOW, MIN
+and MAX the whole input may be either one (``swap`` says it is b), as their operands do not
+commute (MIN's and MAX's ties give b, so not even they do for -0 and +0). Everything else
+(strided views, middle-axis broadcasts) is refused by
 ``accept``, which asks these same checks, so CPU_REF runs it.
 
 Big tensors are cut into parts of about PART_ELEMENTS elements (whole rows when the other input
@@ -30,6 +34,11 @@ cdef enum:
     OP_ADD = 0
     OP_MUL = 1
     OP_CLAMP = 2
+    # Their loops are C (below, where NNC_BIN_OP_* repeat these values): y = f(a, b).
+    OP_DIV = 3
+    OP_POW = 4
+    OP_MIN = 5
+    OP_MAX = 6
 
 cdef enum:
     B_NONE = 0                          # out = p * a
@@ -51,9 +60,94 @@ ctypedef struct ew_t:
     const void* a                       # the input with the output's shape
     const void* b                       # the other input (mode != B_NONE), else NULL
     double p, q                         # ADD: y = p*a + q*b; MUL: y = p*a*b; CLAMP: [p, q]
+    bint swap                           # OP_DIV..OP_MAX: a is the command's b, so y = f(b, a)
     Py_ssize_t count                    # elements of y
     Py_ssize_t m                        # B_ROW: row length (count % m == 0); else 1
     Py_ssize_t chunk                    # elements per part; B_ROW: a multiple of m
+
+
+cdef extern from *:
+    """
+    #include <math.h>
+    #include <stddef.h>
+
+    /* MIN and MAX: NNC's a < b ? a : b (a tie gives b), but a NaN in either gives NaN. */
+    #define NNC_BIN_DIV(a, b) ((a) / (b))
+    #define NNC_BIN_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
+    #define NNC_BIN_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
+    /* float32 pow in double, rounded once: CPU_REF's float64 result, rounded alike. */
+    #define NNC_BIN_POW_f32(a, b) ((float)pow((double)(a), (double)(b)))
+    #define NNC_BIN_POW_f64(a, b) pow((a), (b))
+
+    /* y = f(a, b) on n elements; a or b with step 0 is one value for all (a scalar operand).
+       Three loops, so the usual whole-whole and whole-scalar ones vectorise without a
+       stride multiply. */
+    #define NNC_BIN_LOOP(NAME, T, F)                                                    \\
+        static void NAME(T* y, const T* a, ptrdiff_t sa, const T* b, ptrdiff_t sb,      \\
+                         ptrdiff_t n)                                                   \\
+        {                                                                               \\
+            ptrdiff_t i;                                                                \\
+            if (sa && sb) { for (i = 0; i < n; i++) y[i] = F(a[i], b[i]); }             \\
+            else if (sa) { const T c = b[0]; for (i = 0; i < n; i++) y[i] = F(a[i], c); } \\
+            else { const T c = a[0]; for (i = 0; i < n; i++) y[i] = F(c, b[i]); }       \\
+        }
+
+    NNC_BIN_LOOP(nnc_bin_div_f32, float, NNC_BIN_DIV)
+    NNC_BIN_LOOP(nnc_bin_div_f64, double, NNC_BIN_DIV)
+    NNC_BIN_LOOP(nnc_bin_min_f32, float, NNC_BIN_MIN)
+    NNC_BIN_LOOP(nnc_bin_min_f64, double, NNC_BIN_MIN)
+    NNC_BIN_LOOP(nnc_bin_max_f32, float, NNC_BIN_MAX)
+    NNC_BIN_LOOP(nnc_bin_max_f64, double, NNC_BIN_MAX)
+    NNC_BIN_LOOP(nnc_bin_pow_f32, float, NNC_BIN_POW_f32)
+    NNC_BIN_LOOP(nnc_bin_pow_f64, double, NNC_BIN_POW_f64)
+
+    /* The values of this module's OP_DIV..OP_MAX. */
+    enum { NNC_BIN_OP_DIV = 3, NNC_BIN_OP_POW = 4, NNC_BIN_OP_MIN = 5 };
+
+    #define NNC_BIN_CALL(SFX)                                                           \\
+        static void nnc_bin_##SFX(int op, T_##SFX* y, const T_##SFX* a, ptrdiff_t sa,   \\
+                                  const T_##SFX* b, ptrdiff_t sb, ptrdiff_t n)          \\
+        {                                                                               \\
+            /* x^2 is x * x, exactly pow's correctly rounded square, without libm. */   \\
+            if (op == NNC_BIN_OP_POW && !sb && sa && b[0] == 2) {                       \\
+                for (ptrdiff_t i = 0; i < n; i++) y[i] = a[i] * a[i];                   \\
+                return;                                                                 \\
+            }                                                                           \\
+            switch (op) {                                                               \\
+            case NNC_BIN_OP_DIV: nnc_bin_div_##SFX(y, a, sa, b, sb, n); break;          \\
+            case NNC_BIN_OP_POW: nnc_bin_pow_##SFX(y, a, sa, b, sb, n); break;          \\
+            case NNC_BIN_OP_MIN: nnc_bin_min_##SFX(y, a, sa, b, sb, n); break;          \\
+            default: nnc_bin_max_##SFX(y, a, sa, b, sb, n); break;                      \\
+            }                                                                           \\
+        }
+    typedef float T_f32;
+    typedef double T_f64;
+    NNC_BIN_CALL(f32)
+    NNC_BIN_CALL(f64)
+    """
+    void nnc_bin_f32(int op, float* y, const float* a, Py_ssize_t sa, const float* b,
+                     Py_ssize_t sb, Py_ssize_t n) noexcept nogil
+    void nnc_bin_f64(int op, double* y, const double* a, Py_ssize_t sa, const double* b,
+                     Py_ssize_t sb, Py_ssize_t n) noexcept nogil
+
+
+cdef void _bin(int op, real* y, const real* a, Py_ssize_t sa, const real* b, Py_ssize_t sb,
+               Py_ssize_t n) noexcept nogil:
+    """y = f(a, b) for OP_DIV..OP_MAX; a step sa or sb of 0 makes that operand one value."""
+    if real is float:
+        nnc_bin_f32(op, y, a, sa, b, sb, n)
+    else:
+        nnc_bin_f64(op, y, a, sa, b, sb, n)
+
+
+cdef void _bin_whole(const ew_t* e, real* y, const real* a, const real* b, Py_ssize_t sb,
+                     Py_ssize_t n) noexcept nogil:
+    """y = f(a, b) where a is the whole input (n elements) and b the other, of step sb:
+    f(b, a) if the command's b is the whole one (swap)."""
+    if e.swap:
+        _bin(e.op, y, b, sb, a, 1, n)
+    else:
+        _bin(e.op, y, a, 1, b, sb, n)
 
 
 cdef void _axpby(real* y, const real* a, const real* b, real p, real q,
@@ -115,12 +209,23 @@ cdef void _clamp(real* y, const real* x, Py_ssize_t n, real lo, real hi, bint ha
 cdef void _run(const ew_t* e, real* y, const real* a, const real* b, Py_ssize_t i0,
                Py_ssize_t i1) noexcept nogil:
     """Elements i0..i1 - 1 of the output."""
-    cdef real p = <real>e.p, q = <real>e.q
+    cdef real p = <real>e.p, q = <real>e.q, one
     cdef Py_ssize_t n = i1 - i0, r
     y += i0
     a += i0
     if e.op == OP_CLAMP:
         _clamp(y, a, n, p, q, e.p == e.p, e.q == e.q)     # x == x: not NaN
+    elif e.op >= OP_DIV:
+        one = 1
+        if e.mode == B_NONE:            # EWDIV without a: 1 / b (b is the whole input here)
+            _bin(e.op, y, &one, 0, a, 1, n)
+        elif e.mode == B_SCALAR:
+            _bin_whole(e, y, a, b, 0, n)
+        elif e.mode == B_FULL:
+            _bin_whole(e, y, a, b + i0, 1, n)
+        else:
+            for r in range(n // e.m):   # parts start and end on row boundaries
+                _bin_whole(e, y + r * e.m, a + r * e.m, b, 1, e.m)
     elif e.mode == B_NONE:
         _mulc(y, a, p, 1, n)
     elif e.mode == B_SCALAR:
@@ -189,14 +294,29 @@ cdef bint _row_of(const nnc_tensor_t* t, const nnc_tensor_t* y) noexcept nogil:
 
 cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                       nnc_tensor_t** outputs, int n_out, ew_t* e) noexcept nogil:
-    """Fill e for ADD or MUL on these tensors, or NNC_INVALID (nothing written)."""
+    """Fill e for ADD, MUL or OP_DIV..OP_MAX on these tensors, or NNC_INVALID (nothing
+    written)."""
     cdef nnc_tensor_t* y
     cdef nnc_tensor_t* a
     cdef nnc_tensor_t* b
-    if n_in < 1 or n_in > 2 or n_out != 1 or outputs[0] == NULL or inputs[0] == NULL:
+    if n_in < 1 or n_in > 2 or n_out != 1 or outputs[0] == NULL:
         return NNC_INVALID
     y, a = outputs[0], inputs[0]
     b = inputs[1] if n_in == 2 else NULL
+    e.swap = False
+    if op >= OP_DIV:
+        if b == NULL:                   # every one takes two inputs; only EWDIV's a may be absent
+            return NNC_INVALID
+        if a == NULL:
+            if op != OP_DIV or not tensor_plain(b) or not _same_shape(b, y) \
+                    or not (y.datatype == NNC_32F or y.datatype == NNC_64F) \
+                    or not tensor_plain(y) or b.datatype != y.datatype:
+                return NNC_INVALID
+            e.op, e.dtype, e.y, e.count, e.m = op, y.datatype, y.data, y.count, 1
+            e.p, e.q, e.mode, e.a, e.b = 0, 0, B_NONE, b.data, NULL
+            return NNC_SUCCESS
+    elif a == NULL:
+        return NNC_INVALID
     if not tensor_plain(y) or not (y.datatype == NNC_32F or y.datatype == NNC_64F):
         return NNC_INVALID
     if not tensor_plain(a) or a.datatype != y.datatype:
@@ -213,6 +333,7 @@ cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, i
     if not _same_shape(a, y):
         # b carries the output's shape: swap, so a is always the whole one (p and q with them).
         a, b = b, a
+        e.swap = True
         if op == OP_ADD:
             e.p, e.q = e.q, e.p
         if not _same_shape(a, y):
@@ -258,6 +379,34 @@ cdef int clamp_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     return _go(&e, ctx)
 
 
+cdef int _binary_opt(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                     nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef ew_t e
+    if _binary_plan(op, p, inputs, n_in, outputs, n_out, &e) != NNC_SUCCESS:
+        return NNC_INVALID
+    return _go(&e, ctx)
+
+
+cdef int ewdiv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _binary_opt(OP_DIV, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int ewpow_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _binary_opt(OP_POW, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int min_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                 nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _binary_opt(OP_MIN, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int max_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                 nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _binary_opt(OP_MAX, p, inputs, n_in, outputs, n_out, ctx)
+
+
 def _accept_binary(Cmd cmd, list inputs, list outputs):
     """ADD's and MUL's accept: the C backend's own checks, run on the Tensors' C views."""
     cdef nnc_tensor_t* io[3]
@@ -268,9 +417,25 @@ def _accept_binary(Cmd cmd, list inputs, list outputs):
             and _binary_plan(OP_ADD, &cmd.param, io, n_in, io + 2, n_out, &e) == NNC_SUCCESS)
 
 
+def _accept_other(Cmd cmd, list inputs, list outputs):
+    """EWDIV's, EWPOW's, MIN's and MAX's accept: the C backend's own checks (EWDIV's, which take
+    an absent a as well)."""
+    cdef nnc_tensor_t* io[3]
+    cdef ew_t e
+    cdef int n_in = tensor_views(inputs, io, 2)
+    cdef int n_out = tensor_views(outputs, io + 2, 1)
+    return (n_in >= 0 and n_out >= 0
+            and _binary_plan(OP_DIV, &cmd.param, io, n_in, io + 2, n_out, &e) == NNC_SUCCESS)
+
+
 def register():
-    """Register ADD's, MUL's and CLAMP's CPU_OPT (called once by register_builtins)."""
+    """Register ADD's, MUL's, EWDIV's, EWPOW's, MIN's, MAX's and CLAMP's CPU_OPT (called once
+    by register_builtins)."""
     mask = NNC_32F | NNC_64F
     register_c_backend("ADD", "CPU_OPT", add_opt, mask, True, _accept_binary, None, True)
     register_c_backend("MUL", "CPU_OPT", mul_opt, mask, True, _accept_binary, None, True)
+    register_c_backend("EWDIV", "CPU_OPT", ewdiv_opt, mask, True, _accept_other, None, True)
+    register_c_backend("EWPOW", "CPU_OPT", ewpow_opt, mask, True, _accept_other, None, True)
+    register_c_backend("MIN", "CPU_OPT", min_opt, mask, True, _accept_other, None, True)
+    register_c_backend("MAX", "CPU_OPT", max_opt, mask, True, _accept_other, None, True)
     register_c_backend("CLAMP", "CPU_OPT", clamp_opt, mask, True, None, None, True)

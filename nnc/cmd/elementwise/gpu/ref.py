@@ -55,6 +55,13 @@ def _ewdiv(dev, sink, cmd, inputs, outputs):
                     [ptr(inputs[0]), ptr(inputs[1]), ptr(y), np.int64(y.size)])
 
 
+def _ewdiv_accept(cmd, inputs, outputs):
+    """The ewdiv kernel divides flat buffers of one length: EWDIV's broadcasts run elsewhere."""
+    shape = tuple(outputs[0].shape)
+    return contiguous_same_gpu(cmd, inputs, outputs) and all(
+        tuple(t.shape) == shape for t in inputs if t is not None)
+
+
 def _unary(kernel):
     def body(dev, sink, cmd, inputs, outputs):
         x, y = inputs[0], outputs[0]
@@ -80,7 +87,7 @@ def register():
     """Register GPU_REF for the family's commands it implements (once, at import nnc)."""
     register_ref("EWSUM", _ew_reduce("ewsum"))
     register_ref("EWPROD", _ew_reduce("ewprod"))
-    register_ref("EWDIV", _ewdiv, accept=contiguous_same_gpu)
+    register_ref("EWDIV", _ewdiv, accept=_ewdiv_accept)
     register_ref("EWEXP", _unary("ewexp"), accept=rows_same_gpu)
     register_ref("EWLOG", _unary("ewlog"), accept=rows_same_gpu)
     register_ref("RELU", _unary("relu"), accept=rows_same_gpu)

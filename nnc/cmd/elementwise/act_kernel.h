@@ -1,0 +1,182 @@
+/* The activations of the element-wise family, one element at a time: SWISH (SiLU), GELU (erf
+ * and tanh forms), HARD_SWISH, HARD_SIGMOID, ERF, in float32 and float64, and the loops of their
+ * CPU_OPT backends (cpu_opt_act.pyx). The per-element functions are static inline so a kernel
+ * that applies one as an epilogue (a convolution's tile still in registers) can include this
+ * header and call them on each value.
+ *
+ * Definitions (CPU_REF, nnc/cmd/elementwise/activation.py, computes them in float64):
+ *   SWISH(x)        = x * sigmoid(x)
+ *   GELU(x)         = x / 2 * (1 + erf(x / sqrt 2))                       (erf form, NNC's default)
+ *                   = x / 2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (tanh=True)
+ *   HARD_SIGMOID(x) = min(max(alpha x + beta, 0), 1)                      (ONNX's HardSigmoid)
+ *   HARD_SWISH(x)   = x * min(max(x + 3, 0), 6) / 6                       (PyTorch's hardswish)
+ *   ERF(x)          = erf(x)
+ * At -inf SWISH, GELU and HARD_SWISH take their limit, -0 (the formulas give -inf * 0 = NaN); at
+ * +inf they are +inf. NaN stays NaN everywhere.
+ *
+ * How, and why so:
+ * - 1 + tanh(u) = 2 sigmoid(2u) and 1 + erf(z) = erfc(-z): for negative x both forms would
+ *   subtract two numbers near 1 and lose every digit of a small result, so GELU is computed as
+ *   x sigmoid(2u) and x / 2 erfc(-x / sqrt 2), which keep full relative precision.
+ * - SWISH and GELU's tanh form use exp_kernel.h's sigmoid (arithmetic only), so their loops
+ *   vectorise; they are built for each ISA level (nnc/base/isa.pxd) under its target attribute
+ *   and chosen by the caller's cpu_isa(). HARD_* are arithmetic and selects and vectorise too.
+ * - erf and erfc are libm's (scalar calls): the float32 ones are evaluated in double and rounded
+ *   once, so they are correctly rounded but for rare double-rounding ties.
+ * Accuracy against CPU_REF: HARD_* within 1 ulp of the result (2 ulp of beta near a clamp
+ * edge); SWISH within 3 ulp; GELU's tanh form within (3 + 4 |2u|) ulp, as the argument
+ * 2u = 2 sqrt(2/pi) (x + 0.044715 x^3), rounded in its few steps, carries its relative error
+ * times |2u| into exp (the function's own conditioning: any float evaluation has it); erf form
+ * and ERF 1 ulp in float32, and the float64 erf form as CPU_REF to the bit. */
+#ifndef NNC_ACT_KERNEL_H
+#define NNC_ACT_KERNEL_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "cmd/elementwise/exp_kernel.h"
+
+#define NNC_GELU_TANH_C 0.7978845608028654      /* sqrt(2 / pi) */
+#define NNC_GELU_TANH_K 0.044715
+
+static inline float nnc_swish_f32(float x)
+{
+    float y = x * nnc_sigmoid_f32(x);
+    return x == -INFINITY ? -0.0f : y;
+}
+
+static inline double nnc_swish_f64(double x)
+{
+    double y = x * nnc_sigmoid_f64(x);
+    return x == -INFINITY ? -0.0 : y;
+}
+
+static inline float nnc_gelu_tanh_f32(float x)
+{
+    float u2 = (float)(2 * NNC_GELU_TANH_C) * (x + (float)NNC_GELU_TANH_K * (x * x * x));
+    float y = x * nnc_sigmoid_f32(u2);
+    return x == -INFINITY ? -0.0f : y;
+}
+
+static inline double nnc_gelu_tanh_f64(double x)
+{
+    double u2 = 2 * NNC_GELU_TANH_C * (x + NNC_GELU_TANH_K * (x * x * x));
+    double y = x * nnc_sigmoid_f64(u2);
+    return x == -INFINITY ? -0.0 : y;
+}
+
+static inline double nnc_gelu_erf_f64(double x)
+{
+    double y = 0.5 * x * erfc(-x * 0.70710678118654752440);
+    return x == -INFINITY ? -0.0 : y;
+}
+
+static inline float nnc_gelu_erf_f32(float x)
+{
+    return (float)nnc_gelu_erf_f64(x);
+}
+
+static inline float nnc_hard_sigmoid_f32(float x, float alpha, float beta)
+{
+    /* "v < 0 ? 0 : v" keeps a NaN NaN, as CPU_REF's np.maximum does. */
+    float v = alpha * x + beta;
+    v = v < 0.0f ? 0.0f : v;
+    return v > 1.0f ? 1.0f : v;
+}
+
+static inline double nnc_hard_sigmoid_f64(double x, double alpha, double beta)
+{
+    double v = alpha * x + beta;
+    v = v < 0.0 ? 0.0 : v;
+    return v > 1.0 ? 1.0 : v;
+}
+
+static inline float nnc_hard_swish_f32(float x)
+{
+    float r = x + 3.0f;
+    r = r < 0.0f ? 0.0f : r;
+    r = r > 6.0f ? 6.0f : r;
+    /* x <= -3 gives x * 0 = -0 for finite x; -inf gets the same (not -inf * 0 = NaN). */
+    return x <= -3.0f ? -0.0f : x * r / 6.0f;
+}
+
+static inline double nnc_hard_swish_f64(double x)
+{
+    double r = x + 3.0;
+    r = r < 0.0 ? 0.0 : r;
+    r = r > 6.0 ? 6.0 : r;
+    return x <= -3.0 ? -0.0 : x * r / 6.0;
+}
+
+static inline float nnc_erf_f32(float x) { return (float)erf(x); }
+static inline double nnc_erf_f64(double x) { return erf(x); }
+
+/* ---- CPU_OPT loops: y[i] = f(x[i]) for i < n (y may be x). */
+
+enum { NNC_ACT_SWISH, NNC_ACT_GELU, NNC_ACT_GELU_TANH, NNC_ACT_HARD_SWISH, NNC_ACT_HARD_SIGMOID,
+       NNC_ACT_ERF };
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define NNC_ACT_X86 1
+#define NNC_ACT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define NNC_ACT_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+/* One loop per function and ISA, so each vectorises on its own (a switch inside would not). */
+#define NNC_ACT_LOOPS(T, SFX, ISA, TARGET)                                                      \
+    TARGET static void nnc_act_swish_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)              \
+    { for (ptrdiff_t i = 0; i < n; i++) y[i] = nnc_swish_##SFX(x[i]); }                        \
+    TARGET static void nnc_act_gelu_tanh_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)          \
+    { for (ptrdiff_t i = 0; i < n; i++) y[i] = nnc_gelu_tanh_##SFX(x[i]); }                    \
+    TARGET static void nnc_act_hard_swish_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)         \
+    { for (ptrdiff_t i = 0; i < n; i++) y[i] = nnc_hard_swish_##SFX(x[i]); }                   \
+    TARGET static void nnc_act_hard_sigmoid_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n,       \
+                                                         T alpha, T beta)                      \
+    { for (ptrdiff_t i = 0; i < n; i++) y[i] = nnc_hard_sigmoid_##SFX(x[i], alpha, beta); }    \
+    static void nnc_act_##SFX##_##ISA(int op, T* y, const T* x, ptrdiff_t n, T a, T b)         \
+    {                                                                                          \
+        ptrdiff_t i;                                                                           \
+        switch (op) {                                                                          \
+        case NNC_ACT_SWISH: nnc_act_swish_##SFX##_##ISA(y, x, n); break;                       \
+        case NNC_ACT_GELU_TANH: nnc_act_gelu_tanh_##SFX##_##ISA(y, x, n); break;               \
+        case NNC_ACT_HARD_SWISH: nnc_act_hard_swish_##SFX##_##ISA(y, x, n); break;             \
+        case NNC_ACT_HARD_SIGMOID: nnc_act_hard_sigmoid_##SFX##_##ISA(y, x, n, a, b); break;   \
+        case NNC_ACT_GELU: for (i = 0; i < n; i++) y[i] = nnc_gelu_erf_##SFX(x[i]); break;     \
+        default: for (i = 0; i < n; i++) y[i] = nnc_erf_##SFX(x[i]); break;                    \
+        }                                                                                      \
+    }
+
+NNC_ACT_LOOPS(float, f32, base, )
+NNC_ACT_LOOPS(double, f64, base, )
+#ifdef NNC_ACT_X86
+NNC_ACT_LOOPS(float, f32, avx2, NNC_ACT_TARGET_AVX2)
+NNC_ACT_LOOPS(double, f64, avx2, NNC_ACT_TARGET_AVX2)
+NNC_ACT_LOOPS(float, f32, avx512, NNC_ACT_TARGET_AVX512)
+NNC_ACT_LOOPS(double, f64, avx512, NNC_ACT_TARGET_AVX512)
+#endif
+
+/* y[i] = op(x[i]) for i < n at ISA level isa (0 baseline, 1 AVX2, 2 AVX-512: nnc/base/isa.pxd);
+ * a, b: HARD_SIGMOID's alpha and beta. */
+static void nnc_act_f32(int op, int isa, float* y, const float* x, ptrdiff_t n, double a,
+                        double b)
+{
+#ifdef NNC_ACT_X86
+    if (isa >= 2) { nnc_act_f32_avx512(op, y, x, n, (float)a, (float)b); return; }
+    if (isa == 1) { nnc_act_f32_avx2(op, y, x, n, (float)a, (float)b); return; }
+#endif
+    (void)isa;
+    nnc_act_f32_base(op, y, x, n, (float)a, (float)b);
+}
+
+static void nnc_act_f64(int op, int isa, double* y, const double* x, ptrdiff_t n, double a,
+                        double b)
+{
+#ifdef NNC_ACT_X86
+    if (isa >= 2) { nnc_act_f64_avx512(op, y, x, n, a, b); return; }
+    if (isa == 1) { nnc_act_f64_avx2(op, y, x, n, a, b); return; }
+#endif
+    (void)isa;
+    nnc_act_f64_base(op, y, x, n, a, b);
+}
+
+#endif
