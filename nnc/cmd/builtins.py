@@ -7,6 +7,7 @@ backends (their gpu/ folders) after them.
 """
 
 from nnc.cmd import basic, convolution, elementwise, gemm, pooling, reduce, softmax, transpose
+from nnc.cmd import lrn
 from nnc.cmd.elementwise import binary, clamp
 
 _done = False
@@ -20,6 +21,7 @@ def register_builtins():
     for module in (basic, elementwise, softmax, gemm, convolution, pooling, reduce, binary, clamp,
                    transpose):
         module.register()
+    lrn.register()
     from nnc.cmd.basic import cpu_opt as basic_opt
     from nnc.cmd.convolution import cpu_opt as convolution_opt
     from nnc.cmd.convolution import winograd
@@ -33,3 +35,6 @@ def register_builtins():
     for module in (convolution_opt, winograd, gemm_opt, pooling_opt, cpu_opt_binary,
                    elementwise_opt, basic_opt, softmax_opt, cpu_opt_unary, reduce_opt):
         module.register()
+    from nnc.cmd.lrn import cpu_opt as lrn_opt
+
+    lrn_opt.register()

@@ -53,7 +53,7 @@ _STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "Concat", "Add", "Mul"} | 
 _REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax"}
 _ALIASES = {"Identity", "Dropout"}
 _SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization",
-            "GlobalMaxPool"}
+            "GlobalMaxPool", "LRN"}
 
 
 def _err(msg):
@@ -465,6 +465,7 @@ class _Loader(OpEmitter):
         for n in self.nodes:
             self.at(n)
             self.attrs.append(_attrs(onnx, n))
+        self._dropout_masks()
         self._fold_constants()
         for name, value in self.consts.items():
             self.shapes.setdefault(name, np.shape(value))
@@ -499,6 +500,17 @@ class _Loader(OpEmitter):
         self._place()
         self._plan_memory()
         return self._emit()
+
+    def _dropout_masks(self):
+        """A Dropout's mask output is a constant: all true in inference mode (check_node
+        refuses training mode), so nodes that read it fold or take it as a constant. nnc has no
+        bool tensors: a graph output that is a mask is a uint8 tensor of ones."""
+        for n in self.nodes:
+            if n.op_type == "Dropout" and len(n.output) > 1 and n.output[1]:
+                x = n.input[0]
+                shape = self.shapes.get(x, np.shape(self.consts.get(x, ())))
+                self.consts[n.output[1]] = np.ones(shape, bool)
+                self.shapes[n.output[1]] = tuple(shape)
 
     def _fold_constants(self):
         """Constant nodes, and Add/Mul/Reshape/Flatten/Identity/Transpose of constants only,
@@ -590,6 +602,9 @@ class _Loader(OpEmitter):
                     self.alias[out] = x
             elif op in _REDUCE:
                 lay = self._plan_reduce(k, n)
+            elif op in ("Sum", "Mean"):
+                nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
+                lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"
             elif op in ("Add", "Mul", "Concat"):
                 nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
                 lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"
@@ -849,7 +864,7 @@ class _Loader(OpEmitter):
         outputs = []
         for name in self.graph_outputs:
             if name in self.consts:
-                outputs.append(self.const(name))
+                outputs.append(self._const_output(name))
                 continue
             t, deps = self.get(name, "plain")
             outputs.append(t)
@@ -858,6 +873,14 @@ class _Loader(OpEmitter):
         return LoadedModel(self.g, inputs, outputs, input_names=list(self.graph_inputs),
                            output_names=list(self.graph_outputs), concats=self.concats,
                            folded=list(self.folded_names))
+
+    def _const_output(self, name):
+        """A graph output that is a constant: a bool one (a Dropout mask) as uint8, nnc having
+        no bool tensors; any other in the model's dtype."""
+        a = np.asarray(self.consts[name])
+        if a.dtype == np.bool_:
+            return Tensor(a.astype(np.uint8))
+        return self.const(name)
 
     def _write(self, n, cmd, ins, deps, label=None):
         t_out = self.storage(n.output[0])

@@ -127,8 +127,6 @@ def check_node(op, attrs, node, consts, ranks):
     elif op == "Dropout":
         if len(ins) > 2 and ins[2] and (ins[2] not in consts or bool(consts[ins[2]])):
             return "training_mode must be a constant False"
-        if len([o for o in node.output if o]) > 1:
-            return "the mask output"
     elif op == "Constant":
         if not ({"value", "value_float", "value_floats", "value_int", "value_ints"} & set(attrs)):
             return "only dense value/value_float(s)/value_int(s) constants"
@@ -141,6 +139,14 @@ def check_node(op, attrs, node, consts, ranks):
         axes = reduce_axes(attrs, node, consts)
         if any(not -nd <= ax < nd for ax in axes) or len({ax % nd for ax in axes}) != len(axes):
             return "axes out of range or repeated"
+    elif op == "LRN":
+        if ranks.get(ins[0]) != 4:
+            return "only [N, C, H, W] inputs (nnc's LRN normalises an NHWC image's channels)"
+        if not isinstance(attrs.get("size"), int) or attrs["size"] < 1:
+            return f"attribute 'size' = {attrs.get('size')!r}: LRN needs an int >= 1"
+    elif op in ("Sum", "Mean"):
+        if not [i for i in ins if i]:
+            return "no inputs"
     elif op not in _OPS:
         return "no nnc command expresses it"
     return None
@@ -359,6 +365,44 @@ class OpEmitter:
         self._write(n, Cmd("REDUCE_MEAN", axes=(1, 2)), [x], deps)
 
     _op_GlobalMaxPool = _op_GlobalAveragePool
+
+    def _op_LRN(self, k, n, a):
+        x, deps = self.get(n.input[0], "nhwc")
+        cmd = Cmd("LRN", size=a["size"], alpha=a.get("alpha", 1e-4), beta=a.get("beta", 0.75),
+                  bias=a.get("bias", 1.0))
+        self._write(n, cmd, [x], deps)
+
+    def _op_Sum(self, k, n, a):
+        """Sum (and Mean, then scaled by 1 / n in place): one EWSUM when every input has the
+        output's shape, else ADDs (which broadcast) into the output, one input at a time."""
+        out = n.output[0]
+        lay, rank = self.layout[out], len(self.shapes[out])
+        ins, deps = [], []
+        for i in n.input:
+            if not i:
+                continue
+            if i in self.consts:
+                ins.append(self.const(i, lay, rank))
+                continue
+            if lay == "nhwc" and len(self.shapes[i]) != 4:
+                raise _unsupported(n, "broadcasting a lower-rank activation over an image")
+            t, d = self.get(i, lay)
+            ins.append(t)
+            deps += d
+        y = self.storage(out)
+        label = n.name or out
+        if len(ins) == 1:
+            e = self._write(n, Cmd("DATA_TRANSFER"), ins, deps)
+        elif all(tuple(t.shape) == tuple(y.shape) for t in ins):
+            e = self._write(n, Cmd("EWSUM"), ins, deps)
+        else:
+            e = self._write(n, Cmd("ADD"), ins[:2], deps)
+            for j, t in enumerate(ins[2:]):
+                e = self._write(n, Cmd("ADD"), [y, t], [e], f"{label}/add_{j + 2}")
+        if n.op_type == "Mean" and len(ins) > 1:
+            self._write(n, Cmd("SCALAR_MUL", a=1 / len(ins)), [y], [e], f"{label}/mean")
+
+    _op_Mean = _op_Sum
 
     def _op_BatchNormalization(self, k, n, a):
         # Not folded (its input is not a single-use Conv output): y = x * s + (beta - mean * s).
