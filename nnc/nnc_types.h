@@ -16,7 +16,7 @@ extern "C" {
 
 /* Bumped whenever a struct below or a function's signature changes: nnc_init() refuses a
  * module built against another version. */
-#define NNC_ABI_VERSION 2
+#define NNC_ABI_VERSION 3
 
 #define NNC_MAX_DIM 12                  /* NNC's CCV_NNC_MAX_DIM_ALLOC */
 

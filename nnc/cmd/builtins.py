@@ -6,8 +6,7 @@ imported: the definitions first (commands, CPU_REF and Python backends, in this 
 backends (their gpu/ folders) after them.
 """
 
-from nnc.cmd import basic, convolution, elementwise, gemm, pooling, reduce, softmax, transpose
-from nnc.cmd import lrn
+from nnc.cmd import basic, convolution, elementwise, gemm, lrn, pooling, reduce, softmax, transpose
 from nnc.cmd.elementwise import binary, clamp
 
 _done = False
