@@ -16,7 +16,7 @@ extern "C" {
 
 /* Bumped whenever a struct below or a function's signature changes: nnc_init() refuses a
  * module built against another version. */
-#define NNC_ABI_VERSION 2
+#define NNC_ABI_VERSION 3
 
 #define NNC_MAX_DIM 12                  /* NNC's CCV_NNC_MAX_DIM_ALLOC */
 
@@ -94,6 +94,8 @@ typedef struct {
     int count_include_pad;              /* AVG_POOL: 1 divides by the whole window */
     int activation;                     /* CONVOLUTION: 1 = ReLU fused into the epilogue,
                                            2 = clamp to [a, b] (ReLU6: [0, 6]) */
+    int ceil_mode;                      /* MAX_POOL, AVG_POOL: 1 rounds the output size up */
+    double c;                           /* LRN's bias (alpha: a, beta: b, size: size[0]) */
 } nnc_cmd_param_t;
 
 /* A C command backend. Absent tensors are NULL. Returns NNC_SUCCESS or a negative NNC_* status.

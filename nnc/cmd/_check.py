@@ -125,10 +125,13 @@ def nhwc(cmd, t, what):
         )
 
 
-def window_output(cmd, hw, size, stride, pad):
+def window_output(cmd, hw, size, stride, pad, ceil=False):
     """(Ho, Wo) of a ``size`` window moved by ``stride`` over ``hw`` padded by (t, l, b, r).
 
     Ho = (H + top + bottom - kh) // sh + 1; raises when the window does not fit even once.
+    ``ceil`` (the pools' ``ceil_mode``, ONNX's and PyTorch's rule): the division rounds up, so
+    a last window may run past the bottom padding, but it must start inside the input or its
+    top padding (one that would start in the bottom padding is dropped).
     """
     out = []
     for n, k, s, lo, hi, axis in zip(hw, size, stride, pad[:2], pad[2:], ("height", "width")):
@@ -137,5 +140,10 @@ def window_output(cmd, hw, size, stride, pad):
                 f"{cmd.name}: the window ({k}) is larger than the padded {axis} "
                 f"({n} + {lo} + {hi} = {n + lo + hi})"
             )
-        out.append((n + lo + hi - k) // s + 1)
+        o = (n + lo + hi - k) // s + 1
+        if ceil:
+            o = -(-(n + lo + hi - k) // s) + 1
+            if (o - 1) * s >= n + lo:
+                o -= 1
+        out.append(o)
     return tuple(out)

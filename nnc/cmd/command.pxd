@@ -29,6 +29,8 @@ ctypedef struct nnc_cmd_param_t:
     int count_include_pad               # AVG_POOL: 1 divides by kh * kw, 0 by real elements
     int activation                      # CONVOLUTION: ACTIVATION_RELU applies max(0, .) last,
     #                                     ACTIVATION_CLAMP min(max(., a), b) (its clamp=(a, b))
+    int ceil_mode                       # MAX_POOL, AVG_POOL: 1 rounds the output size up
+    double c                            # LRN's bias (its alpha is a, its beta b, its size size[0])
 
 # A C command backend. Absent (None) tensors are NULL. Returns NNC_SUCCESS (0) or a negative
 # nnc_status_e. Must not touch Python: graph runners may call it without the GIL.

@@ -315,7 +315,8 @@ def command_info(command):
 
 
 # Built-in commands whose scalars are not "a": the parameters that fill param.a and param.b.
-_SCALAR_KEYS = {"ADD": ("p", "q"), "MUL": ("p", None), "CLAMP": ("min", "max")}
+_SCALAR_KEYS = {"ADD": ("p", "q"), "MUL": ("p", None), "CLAMP": ("min", "max"),
+                "LRN": ("alpha", "beta")}
 # The element-wise family's parameterised activations (nnc/cmd/elementwise/cpu_opt_act.pyx).
 _SCALAR_KEYS.update({"GELU": ("tanh", None), "HARD_SIGMOID": ("alpha", "beta")})
 
@@ -359,10 +360,15 @@ cdef class Cmd:
             self.param.a = float(p.get(a_key, p.get("value", 0.0)))
             self.param.b = float(p[b_key]) if b_key is not None and b_key in p else 0.0
             self.param.count_include_pad = bool(p.get("count_include_pad", False))
+            self.param.ceil_mode = bool(p.get("ceil_mode", False))
+            self.param.c = float(p.get("bias", 0.0)) if self.info.name == "LRN" else 0.0
             self.param.transpose_a = bool(p.get("transpose_a", False))
             self.param.transpose_b = bool(p.get("transpose_b", False))
             self.param.groups = int(p.get("groups", 1))
-            self.param.size[0], self.param.size[1] = p.get("size", (1, 1))
+            size = p.get("size", (1, 1))
+            # LRN's size is one int (channels), the pools' a pair.
+            self.param.size[0], self.param.size[1] = (size, 1) if self.info.name == "LRN" \
+                else size
             self.param.stride[0], self.param.stride[1] = p.get("stride", (1, 1))
             pad = p.get("padding", (0, 0, 0, 0))
             self.param.pad[0], self.param.pad[1], self.param.pad[2], self.param.pad[3] = pad

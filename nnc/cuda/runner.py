@@ -311,6 +311,8 @@ def window_accept(cmd, inputs, outputs):
         return False                    # the kernels fuse ReLU only
     if cmd.name == "CONVOLUTION" and len(inputs) > 3:
         return False                    # ... and no residual
+    if cmd.params.get("ceil_mode") and cmd.params.get("count_include_pad"):
+        return False                    # avg_pool divides by kh * kw, not a ceil window's part
     ts = tensors_of(inputs, outputs)
     if not same_gpu(ts):
         return False

@@ -54,7 +54,8 @@ _INPLACE_UNARY |= {"Gelu", "HardSigmoid", "HardSwish", "Erf", "Abs", "Neg"}
 _STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "Concat", "Add", "Mul"} | _INPLACE_UNARY
 _REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax"}
 _ALIASES = {"Identity", "Dropout"}
-_SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization"}
+_SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization",
+            "GlobalMaxPool", "LRN"}
 
 
 def _err(msg):
@@ -96,9 +97,83 @@ def _fix_shapes(onnx, model, input_shapes, inits):
                 d.Clear()
                 d.dim_value = 1
     try:
-        return onnx.shape_inference.infer_shapes(fixed, strict_mode=True)
+        inferred = onnx.shape_inference.infer_shapes(fixed, strict_mode=True)
     except Exception as e:  # onnx raises its own InferenceError, not an exported base class
         raise _err(f"invalid ONNX model (shape inference failed): {e}") from e
+    return _ceil_pool_shapes(onnx, fixed, inferred)
+
+
+def _value_shapes(model):
+    return {v.name: tuple(d.dim_value if d.HasField("dim_value") else None
+                          for d in v.type.tensor_type.shape.dim)
+            for v in list(model.graph.input) + list(model.graph.value_info)
+            + list(model.graph.output) if v.type.tensor_type.HasField("shape")}
+
+
+def _ceil_output(node, attrs, x_shape):
+    """The output shape of a ceil_mode MaxPool / AveragePool with explicit pads by ONNX's
+    rule, which onnxruntime and ONNX's reference follow: a last window that would start in the
+    end padding is dropped. None where the node is not one (or its input shape is unknown)."""
+    if (node.op_type not in ("MaxPool", "AveragePool") or attrs.get("ceil_mode", 0) != 1
+            or not x_shape or None in x_shape):
+        return None
+    mode = attrs.get("auto_pad", b"NOTSET")
+    mode = mode.decode("utf-8", "replace") if isinstance(mode, bytes) else mode
+    nd = len(x_shape) - 2
+    kernel = list(attrs.get("kernel_shape", []))
+    strides = list(attrs.get("strides", [1] * nd))
+    pads = [0] * (2 * nd) if mode == "VALID" else list(attrs.get("pads", [0] * (2 * nd)))
+    if (mode not in ("NOTSET", "", "VALID") or len(kernel) != nd or len(strides) != nd
+            or len(pads) != 2 * nd or any(d != 1 for d in attrs.get("dilations", [1]))):
+        return None
+    out = list(x_shape[:2])
+    for n, k, s, lo, hi in zip(x_shape[2:], kernel, strides, pads[:nd], pads[nd:]):
+        if s < 1 or n + lo + hi < k:
+            return None
+        o = -(-(n + lo + hi - k) // s) + 1
+        out.append(o - 1 if (o - 1) * s >= n + lo else o)
+    return tuple(out)
+
+
+def _ceil_pool_shapes(onnx, fixed, inferred):
+    """``inferred`` with each ceil_mode pool's output shape by ONNX's rule (onnx's shape
+    inference rounds up without dropping a last window that would start in the end padding,
+    so it can name one row or column more than onnxruntime computes), and the shapes after it
+    inferred again from there. The model was inferred strictly once already, so the second
+    inference runs leniently, keeping the corrected shapes it is given."""
+    fix = {}
+    for _ in range(len(fixed.graph.node)):
+        shapes = _value_shapes(inferred)
+        for n in inferred.graph.node:
+            want = _ceil_output(n, _attrs(onnx, n), shapes.get(n.input[0]) if n.input else None)
+            if want is not None and n.output[0] in shapes and shapes[n.output[0]] != want:
+                fix[n.output[0]] = want
+                break
+        else:
+            return inferred
+        types = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.value_info}
+        model = onnx.ModelProto()
+        model.CopyFrom(fixed)
+        outs = {v.name for v in model.graph.output}
+        for v in model.graph.output:
+            if v.name in fix:
+                v.type.tensor_type.ClearField("shape")
+        keep = [v for v in model.graph.value_info if v.name not in fix]
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(keep)
+        for name, shape in fix.items():
+            if name not in outs:
+                model.graph.value_info.append(onnx.helper.make_tensor_value_info(
+                    name, types.get(name, onnx.TensorProto.FLOAT), list(shape)))
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        except Exception as e:  # onnx's InferenceError, as above
+            raise _err(f"invalid ONNX model (shape inference failed): {e}") from e
+        for v in inferred.graph.output:
+            if v.name in fix:
+                v.type.CopyFrom(onnx.helper.make_tensor_type_proto(
+                    v.type.tensor_type.elem_type, list(fix[v.name])))
+    return inferred
 
 
 def load(model, *, input_shapes=None, dtype="float32", base_dir=None, max_bytes=None,
@@ -392,6 +467,7 @@ class _Loader(OpEmitter):
         for n in self.nodes:
             self.at(n)
             self.attrs.append(_attrs(onnx, n))
+        self._dropout_masks()
         self._fold_constants()
         for name, value in self.consts.items():
             self.shapes.setdefault(name, np.shape(value))
@@ -426,6 +502,17 @@ class _Loader(OpEmitter):
         self._place()
         self._plan_memory()
         return self._emit()
+
+    def _dropout_masks(self):
+        """A Dropout's mask output is a constant: all true in inference mode (check_node
+        refuses training mode), so nodes that read it fold or take it as a constant. nnc has no
+        bool tensors: a graph output that is a mask is a uint8 tensor of ones."""
+        for n in self.nodes:
+            if n.op_type == "Dropout" and len(n.output) > 1 and n.output[1]:
+                x = n.input[0]
+                shape = self.shapes.get(x, np.shape(self.consts.get(x, ())))
+                self.consts[n.output[1]] = np.ones(shape, bool)
+                self.shapes[n.output[1]] = tuple(shape)
 
     def _fold_constants(self):
         """Constant nodes, and Add/Mul/Reshape/Flatten/Identity/Transpose of constants only,
@@ -492,7 +579,9 @@ class _Loader(OpEmitter):
             op, out = n.op_type, n.output[0]
             acts = [i for i in n.input if i and i not in self.consts]
             x = n.input[0]
-            if op in _SPATIAL and op != "BatchNormalization":
+            if op in _SPATIAL and op != "BatchNormalization" and len(self.shapes[x]) != 4:
+                lay = "plain"   # 1-D and 3-D pools, global pools of them: ONNX's axis order
+            elif op in _SPATIAL and op != "BatchNormalization":
                 lay = "nhwc"
             elif op == "BatchNormalization":
                 lay = "nhwc" if len(self.shapes[x]) == 4 else "plain"
@@ -515,7 +604,7 @@ class _Loader(OpEmitter):
                     self.alias[out] = x
             elif op in _REDUCE:
                 lay = self._plan_reduce(k, n)
-            elif op in BROADCAST:
+            elif op in BROADCAST or op in ("Sum", "Mean"):
                 # As Add and Mul: NHWC when an operand is an NHWC image and the output 4-D.
                 nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
                 lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"
@@ -778,7 +867,7 @@ class _Loader(OpEmitter):
         outputs = []
         for name in self.graph_outputs:
             if name in self.consts:
-                outputs.append(self.const(name))
+                outputs.append(self._const_output(name))
                 continue
             t, deps = self.get(name, "plain")
             outputs.append(t)
@@ -787,6 +876,14 @@ class _Loader(OpEmitter):
         return LoadedModel(self.g, inputs, outputs, input_names=list(self.graph_inputs),
                            output_names=list(self.graph_outputs), concats=self.concats,
                            folded=list(self.folded_names))
+
+    def _const_output(self, name):
+        """A graph output that is a constant: a bool one (a Dropout mask) as uint8, nnc having
+        no bool tensors; any other in the model's dtype."""
+        a = np.asarray(self.consts[name])
+        if a.dtype == np.bool_:
+            return Tensor(a.astype(np.uint8))
+        return self.const(name)
 
     def _write(self, n, cmd, ins, deps, label=None):
         t_out = self.storage(n.output[0])

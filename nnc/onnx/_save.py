@@ -188,11 +188,13 @@ class _Saver:
                               strides=list(p["stride"]), dilations=[1, 1])
             elif name == "MAX_POOL":
                 z = self.node("MaxPool", [x], kernel_shape=list(p["size"]), pads=pads,
-                              strides=list(p["stride"]))
+                              strides=list(p["stride"]),
+                              **({"ceil_mode": 1} if p.get("ceil_mode") else {}))
             else:
                 z = self.node("AveragePool", [x], kernel_shape=list(p["size"]), pads=pads,
                               strides=list(p["stride"]),
-                              count_include_pad=int(p["count_include_pad"]))
+                              count_include_pad=int(p["count_include_pad"]),
+                              **({"ceil_mode": 1} if p.get("ceil_mode") else {}))
             out = self.node("Transpose", [z], perm=_TO_NHWC)
             if name == "CONVOLUTION":
                 out = self._conv_epilogue(out, p, ins, dt)
@@ -252,6 +254,13 @@ class _Saver:
             out = self.node("Mul", [x, self.node("Sigmoid", [x])])
         elif name == "GELU":
             out = self._gelu(self.read(ins[0]), p["tanh"], dt)
+        elif name == "LRN":
+            # ONNX's LRN normalises axis 1: nnc's channels (the last axis) moved there and back.
+            nd = ins[0].ndim
+            perm = [0, nd - 1] + list(range(1, nd - 1))
+            z = self.node("LRN", [self.node("Transpose", [self.read(ins[0])], perm=perm)],
+                          size=p["size"], alpha=p["alpha"], beta=p["beta"], bias=p["bias"])
+            out = self.node("Transpose", [z], perm=[int(i) for i in np.argsort(perm)])
         else:  # pragma: no cover - save() checks every command first
             raise AssertionError(name)
         self.write(y, out)
@@ -316,6 +325,7 @@ SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL"
 _ACTIVATIONS = {"ERF": "Erf", "EWABS": "Abs", "HARD_SWISH": "HardSwish", "EWPOW": "Pow",
                 "MIN": "Min", "MAX": "Max"}
 SAVABLE |= {"HARD_SIGMOID", "SWISH", "GELU"} | set(_ACTIVATIONS)
+SAVABLE |= {"LRN"}
 
 
 def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, opset=17):
@@ -353,6 +363,8 @@ def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, o
             reason = "no ONNX operator expresses it"
         elif name in ("CONVOLUTION", "MAX_POOL", "AVG_POOL") and e.inputs[0].ndim != 4:
             reason = "only [N, H, W, C] inputs"
+        elif name == "LRN" and e.inputs[0].ndim < 3:
+            reason = "only inputs of rank >= 3 (ONNX's LRN takes [N, C, spatial...])"
         if reason:
             count, names, _ = problems.get(name, (0, [], reason))
             problems[name] = (count + 1, names + [e.name or name], reason)

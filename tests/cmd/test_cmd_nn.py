@@ -5,6 +5,7 @@ eps * max|bias| + 4 * eps * |ref|, eps being the dtype's machine epsilon.
 """
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -348,23 +349,31 @@ def test_convolution_bias_alias_and_dtype():
 # ---- MAX_POOL and AVG_POOL
 
 
-def pool_ref(x, kind, size, stride, pad, include_pad=False):
-    """Pooling by explicit loops; padding is skipped (max) or counted per include_pad (avg)."""
+def pool_ref(x, kind, size, stride, pad, include_pad=False, ceil=False):
+    """Pooling by explicit loops; padding is skipped (max) or counted per include_pad (avg).
+    ``ceil``: ONNX's ceil_mode, the output size rounded up, less a last window that would
+    start in the end padding; include_pad counts a window's taps inside the padded input."""
     x = x.astype(np.float64)
     single = x.ndim == 3
     x = x[None] if single else x
     n_img, h, wd, ch = x.shape
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = size, stride, pad
     ho, wo = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
+    if ceil:
+        ho, wo = math.ceil((h + pt + pb - kh) / sh) + 1, math.ceil((wd + pl + pr - kw) / sw) + 1
+        ho -= (ho - 1) * sh >= h + pt
+        wo -= (wo - 1) * sw >= wd + pl
     out = np.zeros((n_img, ho, wo, ch))
     for n, oh, ow, c in itertools.product(range(n_img), range(ho), range(wo), range(ch)):
         vals = [x[n, oh * sh + i - pt, ow * sw + j - pl, c]
                 for i in range(kh) for j in range(kw)
                 if 0 <= oh * sh + i - pt < h and 0 <= ow * sw + j - pl < wd]
+        padded = sum(1 for i in range(kh) for j in range(kw)
+                     if oh * sh + i - pt < h + pb and ow * sw + j - pl < wd + pr)
         if kind == "MAX_POOL":
             out[n, oh, ow, c] = max(vals)
         else:
-            out[n, oh, ow, c] = sum(vals) / (kh * kw if include_pad else len(vals))
+            out[n, oh, ow, c] = sum(vals) / (padded if include_pad else len(vals))
     return out[0] if single else out
 
 
@@ -400,6 +409,52 @@ def test_pool_every_backend_random_geometry(case):
             np.testing.assert_array_equal(out, want.astype(dtype))  # a max is exact
         else:
             close_dot(out, want, dtype, case["size"][0] * case["size"][1], x)
+
+
+@pytest.mark.parametrize("kind, include_pad", [("MAX_POOL", False), ("AVG_POOL", False),
+                                               ("AVG_POOL", True)])
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_pool_ceil_mode_every_backend(k, kind, include_pad):
+    """ceil_mode against the loop definition on every CPU backend: kernels 1-4, strides 1-3,
+    pads 0-2 (below the window), odd and even sizes, windows past the end padding."""
+    rng = np.random.default_rng(k)
+    extra = {"count_include_pad": include_pad} if kind == "AVG_POOL" else {}
+    ran = 0
+    for s, p, (h, wd) in itertools.product((1, 2, 3), (0, 1, 2), ((k + 2, k + 3), (7, 5))):
+        if p >= k:
+            continue
+        pad = (p, p, max(p - 1, 0), p)
+        x = rng.standard_normal((2, h, wd, 5)).astype(np.float32)
+        want = pool_ref(x, kind, (k, k), (s, s), pad, include_pad, ceil=True)
+        for b in nnc.backends(kind, device="cpu"):
+            out = np.full(want.shape, np.nan, np.float32)
+            nnc.cmd_exec(nnc.Cmd(kind, backend=b, size=k, stride=s, padding=pad, ceil_mode=True,
+                                 **extra), [x], [out])
+            np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6, err_msg=f"{b} s={s} "
+                                       f"pad={pad} {h}x{wd}")
+            ran += 1
+    assert ran
+
+
+def test_pool_ceil_mode_output_shape():
+    """Rounded up, but a window may not start in the end padding (ONNX, PyTorch); without
+    ceil_mode the command and its params are as before."""
+    from nnc.cmd.pooling import pool_shape
+
+    assert pool_shape(nnc.Cmd("MAX_POOL", size=3, stride=2), (1, 8, 8, 1)) == (1, 3, 3, 1)
+    assert pool_shape(nnc.Cmd("MAX_POOL", size=3, stride=2, ceil_mode=True),
+                      (1, 8, 8, 1)) == (1, 4, 4, 1)
+    # (3 + 1 + 1 - 2) / 2 rounds up to 2, + 1 = 3: that window would start at row 4, in the
+    # bottom padding, so it is dropped.
+    assert pool_shape(nnc.Cmd("MAX_POOL", size=2, stride=2, padding=1, ceil_mode=True),
+                      (3, 3, 1)) == (2, 2, 1)
+    assert nnc.Cmd("MAX_POOL", size=2).params == {"size": (2, 2), "stride": (2, 2),
+                                                 "padding": (0, 0, 0, 0)}
+    assert nnc.Cmd("MAX_POOL", size=2, ceil_mode=False).params == nnc.Cmd("MAX_POOL", size=2).params
+    assert nnc.Cmd("MAX_POOL", size=2, ceil_mode=1).params["ceil_mode"] is True
+    with pytest.raises(nnc.CommandError, match="output 0 should have shape"):
+        nnc.cmd_exec(nnc.Cmd("AVG_POOL", size=3, stride=2), [np.zeros((8, 8, 1))],
+                     [np.zeros((4, 4, 1))])
 
 
 @pytest.mark.parametrize("backend", ["CPU_OPT", "CPU_REF"])
@@ -446,7 +501,8 @@ def test_pool_float16_and_strided(kind):
     ("MAX_POOL", {"size": 2, "padding": 2}, None, "must be smaller than the window"),
     ("AVG_POOL", {"size": (3, 1), "padding": (0, 1)}, None, "must be smaller than the window"),
     ("AVG_POOL", {"size": 2, "count_include_pad": "yes"}, None, "count_include_pad must be"),
-    ("MAX_POOL", {"size": 2, "ceil_mode": True}, None, "unknown parameters ['ceil_mode']"),
+    ("MAX_POOL", {"size": 2, "ceil_mode": "yes"}, None, "ceil_mode must be True or False"),
+    ("MAX_POOL", {"size": 2, "dilation": 2}, None, "unknown parameters ['dilation']"),
     ("MAX_POOL", {"size": 0}, None, "size must be >= 1"),
     ("MAX_POOL", {"size": 2}, [(4, 4, 3), (3, 3, 3)], "output 0 should have shape (2, 2, 3)"),
     ("AVG_POOL", {"size": 5}, [(4, 4, 3), (1, 1, 3)], "window (5) is larger"),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import nnc
 from nnc.base import isa
+from nnc.cmd.pooling import pool_shape
 
 TIMEOUT = 30
 
@@ -296,6 +297,11 @@ POOL_KERNEL_CASES = [
     ((1, 5, 5, 33), dict(size=5, stride=5)),                               # global
     ((1, 5, 6, 1000), dict(size=3, stride=1, padding=1)),
     ((1, 3, 4, 1000), dict(size=3, stride=2, padding=(1, 1, 0, 0))),
+    # ceil_mode: last windows past the end padding (their divisor with count_include_pad)
+    ((1, 13, 13, 64), dict(size=3, stride=2, ceil_mode=True)),              # SqueezeNet
+    ((2, 7, 9, 17), dict(size=3, stride=2, padding=1, ceil_mode=True)),
+    ((1, 8, 6, 33), dict(size=2, stride=3, padding=(1, 1, 0, 1), ceil_mode=True)),
+    ((1, 5, 6, 1000), dict(size=3, stride=2, ceil_mode=True)),
 ]
 
 
@@ -315,8 +321,7 @@ def test_pool_kernel_matches_cpu_ref_at_every_isa(kernel_isa, x_shape, params, k
         view.numpy()[...] = x
         x = view
     cmd = nnc.Cmd(kind, **params)
-    out_shape = pool_out_shape(x_shape, cmd.params["size"], cmd.params["stride"],
-                               cmd.params["padding"])
+    out_shape = pool_shape(cmd, x_shape)
     c = out_shape[-1]
     out_buf = nnc.Tensor(np.full(out_shape[:-1] + (c + 5,), -7.0, np.float32))
     strides = np.array(out_buf.numpy().strides) // 4

@@ -8,9 +8,15 @@ One input x [N, H, W, C] or [H, W, C], one output [N, Ho, Wo, C] (or [Ho, Wo, C]
 Ho = (H + top + bottom - kh) // sh + 1, likewise Wo. Parameters ``size`` (required; int or
 (kh, kw)), ``stride`` (default: ``size``) and ``padding`` (int, (ph, pw) or (top, left, bottom,
 right)); each padding must be smaller than the window, so every window holds a real element.
+``ceil_mode=True`` (ONNX's and PyTorch's): Ho = ceil((H + top + bottom - kh) / sh) + 1, less one
+when that last window would start in the bottom padding; so a last window may run past the
+bottom (right) padding, and still holds a real element. Only a True ceil_mode is kept in
+``params`` (a command without it compares equal to the one it always was).
 
 Padding never wins a max (it acts as -inf). AVG_POOL divides by the number of real (non-padding)
-elements under the window, as NNC does; ``count_include_pad=True`` divides by kh * kw instead.
+elements under the window, as NNC does; ``count_include_pad=True`` divides by the window's
+elements inside the padded input: kh * kw, except for a ceil_mode window that runs past the
+bottom or right padding, whose part out there is not counted (ONNX's and PyTorch's divisor).
 Floats only, one dtype, and the output may not overlap the input.
 
 Backends: CPU_OPT is C (cpu_opt.pyx, no GIL, split into parts on the pool; float32 through the
@@ -27,7 +33,7 @@ from nnc.cmd.command import register_backend, register_command
 
 
 def _pool_normalize(name, params, extra=()):
-    _check.only(name, params, ("size", "stride", "padding") + extra)
+    _check.only(name, params, ("size", "stride", "padding", "ceil_mode") + extra)
     if params.get("size") is None:
         raise CommandError(f"{name} needs size=k or size=(kh, kw), the pooling window")
     size = _check.pair(name, params["size"], "size", 1)
@@ -39,7 +45,13 @@ def _pool_normalize(name, params, extra=()):
             f"{name}: padding {pad} must be smaller than the window {size} on each side, "
             "or a window could hold padding only"
         )
-    return {"size": size, "stride": stride, "padding": pad}
+    out = {"size": size, "stride": stride, "padding": pad}
+    ceil = params.get("ceil_mode", False)
+    if ceil not in (True, False, 0, 1) or isinstance(ceil, float):
+        raise CommandError(f"{name}: ceil_mode must be True or False, not {ceil!r}")
+    if ceil:
+        out["ceil_mode"] = True
+    return out
 
 
 def _max_normalize(params):
@@ -58,7 +70,8 @@ def _avg_normalize(params):
 def pool_shape(cmd, x_shape):
     """The output shape of a pooling command on ``x_shape``."""
     ho, wo = _check.window_output(
-        cmd, x_shape[-3:-1], cmd.params["size"], cmd.params["stride"], cmd.params["padding"]
+        cmd, x_shape[-3:-1], cmd.params["size"], cmd.params["stride"], cmd.params["padding"],
+        cmd.params.get("ceil_mode", False),
     )
     return tuple(x_shape[:-3]) + (ho, wo, x_shape[-1])
 
@@ -78,7 +91,7 @@ def _pool_ref(cmd, inputs, outputs):
     x, out = inputs[0], outputs[0]
     kh, kw = cmd.params["size"]
     sh, sw = cmd.params["stride"]
-    pt, pl = cmd.params["padding"][:2]
+    pt, pl, pb, pr = cmd.params["padding"]
     is_max = cmd.name == "MAX_POOL"
     h, w = x.shape[-3], x.shape[-2]
     for oh in range(out.shape[-3]):
@@ -92,7 +105,9 @@ def _pool_ref(cmd, inputs, outputs):
                 out[..., oh, ow, :] = win.max(axis=(-3, -2))
             else:
                 real = (rows.stop - rows.start) * (cols.stop - cols.start)
-                div = kh * kw if cmd.params["count_include_pad"] else real
+                # The window inside the padded input (kh * kw unless ceil_mode ran it past).
+                padded = (min(r0 + kh, h + pb) - r0) * (min(c0 + kw, w + pr) - c0)
+                div = padded if cmd.params["count_include_pad"] else real
                 out[..., oh, ow, :] = win.sum(axis=(-3, -2)) / div
 
 
@@ -129,7 +144,12 @@ def _pool_numpy(cmd, inputs, outputs):
     if is_max:
         return
     if cmd.params["count_include_pad"]:
-        out /= kh * kw
+        # Taps inside the padded input: all kh (kw), but for a ceil_mode window past it.
+        rows_in = np.minimum(np.arange(ho) * sh - pt + kh, x.shape[-3] + pb) - (
+            np.arange(ho) * sh - pt)
+        cols_in = np.minimum(np.arange(wo) * sw - pl + kw, x.shape[-2] + pr) - (
+            np.arange(wo) * sw - pl)
+        out /= np.multiply.outer(rows_in, cols_in)[:, :, None].astype(out.dtype)
         return
     # Real elements under window (oh, ow) = real rows(oh) * real columns(ow).
     count_h = np.zeros(ho)

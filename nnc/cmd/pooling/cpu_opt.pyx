@@ -2,7 +2,8 @@
 
 NNC: cmd/pool/ccv_nnc_max_pool_cpu_opt.c and _avg_pool_cpu_ref.c. Semantics are pool.py's:
 padding never wins a max; an average divides by the real (non-padding) elements under the
-window, or by kh * kw with ``count_include_pad``.
+window, or with ``count_include_pad`` by its elements inside the padded input (kh * kw, less
+for a ``ceil_mode`` window that runs past the bottom or right padding).
 
 - float32 runs pool_kernel.h: each output pixel's window is clipped to the real input once, then
   blocks of channels (4 AVX-512 or AVX2 vectors, or 16 floats on the baseline) accumulate in
@@ -37,6 +38,7 @@ cdef extern from "cmd/pooling/pool_kernel.h" nogil:
         int kh, kw, sh, sw, pt, pl
         int is_max
         int include_pad
+        Py_ssize_t hp, wp
     void nnc_pool_row_f32(int isa, const nnc_pool_geom_t* g, const float* x, float* y,
                           Py_ssize_t oh, Py_ssize_t c0, Py_ssize_t c1)
 
@@ -101,7 +103,8 @@ cdef void _rows64(const pool_t* pl, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
             if g.is_max:
                 continue
             if g.include_pad:
-                scale = 1 / <double>(g.kh * g.kw)
+                scale = 1 / <double>((min(oh * g.sh - g.pt + g.kh, g.hp) - (oh * g.sh - g.pt))
+                                     * (min(q * g.sw - g.pl + g.kw, g.wp) - (q * g.sw - g.pl)))
             else:
                 scale = 1 / <double>((i1 - i0) * (j1 - j0))
             for ch in range(nc):
@@ -141,7 +144,7 @@ cdef int _plan(bint is_max, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int
     cdef nnc_tensor_t* y
     cdef nnc_pool_geom_t* g = &pl.g
     cdef int d, dtype
-    cdef Py_ssize_t n, work
+    cdef Py_ssize_t n, work, ho, wo
     if n_in != 1 or n_out != 1 or inputs[0] == NULL or outputs[0] == NULL:
         return NNC_INVALID
     x, y = inputs[0], outputs[0]
@@ -163,6 +166,7 @@ cdef int _plan(bint is_max, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int
     g.ys_h, g.ys_w = y.stride[d], y.stride[d + 1]
     g.kh, g.kw, g.sh, g.sw = p.size[0], p.size[1], p.stride[0], p.stride[1]
     g.pt, g.pl = p.pad[0], p.pad[1]
+    g.hp, g.wp = g.h + p.pad[2], g.w + p.pad[3]
     if g.kh < 1 or g.kw < 1 or g.sh < 1 or g.sw < 1 or min(p.pad[0], p.pad[1]) < 0:
         return NNC_INVALID
     if (max(p.pad[0], p.pad[2]) >= g.kh or max(p.pad[1], p.pad[3]) >= g.kw
@@ -170,9 +174,18 @@ cdef int _plan(bint is_max, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int
         return NNC_INVALID
     if y.dim[d + 2] != g.c or (d and y.dim[0] != n):
         return NNC_INVALID
-    if (g.h + g.pt + p.pad[2] < g.kh or g.w + g.pl + p.pad[3] < g.kw
-            or g.ho != (g.h + g.pt + p.pad[2] - g.kh) // g.sh + 1
-            or g.wo != (g.w + g.pl + p.pad[3] - g.kw) // g.sw + 1):
+    if g.h + g.pt + p.pad[2] < g.kh or g.w + g.pl + p.pad[3] < g.kw:
+        return NNC_INVALID
+    ho = (g.h + g.pt + p.pad[2] - g.kh) // g.sh + 1
+    wo = (g.w + g.pl + p.pad[3] - g.kw) // g.sw + 1
+    if p.ceil_mode:
+        # Rounded up, less a last window that would start in the bottom (right) padding:
+        # every window still starts inside the input or its top (left) padding.
+        ho = (g.h + g.pt + p.pad[2] - g.kh + g.sh - 1) // g.sh + 1
+        wo = (g.w + g.pl + p.pad[3] - g.kw + g.sw - 1) // g.sw + 1
+        ho -= (ho - 1) * g.sh >= g.h + g.pt
+        wo -= (wo - 1) * g.sw >= g.w + g.pl
+    if g.ho != ho or g.wo != wo:
         return NNC_INVALID
     pl.rows = n * g.ho
     # Rows per part by the work of one output row; too few rows: split the channels instead.

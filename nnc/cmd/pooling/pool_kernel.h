@@ -13,7 +13,8 @@
  * - MAX keeps the first of equal values (-0.0 before 0.0 stays -0.0) and returns the first NaN
  *   of the window, bit for bit (a NaN in a window wins, as CPU_REF's max);
  * - AVG adds in float32 in that order, then multiplies once by 1 / count (count: the real
- *   taps, or kh * kw with count_include_pad).
+ *   taps, or with count_include_pad the taps inside the padded input: kh * kw, less for a
+ *   ceil_mode window that runs past the bottom or right padding).
  * Every ISA variant gives the same bits, which are those of the Cython loop it replaces.
  *
  * MAX without NaNs is one vmaxps per tap: max(v, acc) = v > acc ? v : acc keeps acc on ties
@@ -37,8 +38,9 @@
 #endif
 
 /* One call's geometry, shared read-only by its parts. Strides in floats; channels are
- * contiguous (stride 1) in the input and the output. Each padding is smaller than the window,
- * so every window holds a real pixel. */
+ * contiguous (stride 1) in the input and the output. Each padding is smaller than the window
+ * and (ceil_mode) no window starts past the input and its top / left padding, so every window
+ * holds a real pixel. */
 typedef struct {
     ptrdiff_t h, w, c;                  /* one input image [h, w, c] */
     ptrdiff_t xs_h, xs_w;               /* its row and pixel strides */
@@ -46,7 +48,9 @@ typedef struct {
     ptrdiff_t ys_h, ys_w;               /* its row and pixel strides */
     int kh, kw, sh, sw, pt, pl;         /* window, stride, top and left padding */
     int is_max;                         /* MAX_POOL, else AVG_POOL */
-    int include_pad;                    /* AVG_POOL: divide by kh * kw, not the real taps */
+    int include_pad;                    /* AVG_POOL: divide by the taps inside the padded input
+                                           (h + bottom, w + right), not the real taps */
+    ptrdiff_t hp, wp;                   /* h + bottom padding, w + right padding */
 } nnc_pool_geom_t;
 
 /* The window of one output pixel, clipped to the real input: taps (i, j), i < ni, j < nj, at
@@ -154,8 +158,16 @@ static inline void nnc_pool_window(const nnc_pool_geom_t* g, const float* x, ptr
     wn->nj = j1 - j0;
     wn->xs_h = g->xs_h;
     wn->xs_w = g->xs_w;
-    /* As the loop this replaces: a float division, then one multiply per channel. */
-    *scale = 1 / (float)(g->include_pad ? g->kh * g->kw : wn->ni * wn->nj);
+    /* As the loop this replaces: a float division, then one multiply per channel. Once a
+     * pixel: the divisor's clipping costs nothing per element. */
+    if (g->include_pad) {
+        ptrdiff_t r0 = oh * g->sh - g->pt, q0 = q * g->sw - g->pl;
+        ptrdiff_t rows = (r0 + g->kh < g->hp ? r0 + g->kh : g->hp) - r0;
+        ptrdiff_t cols = (q0 + g->kw < g->wp ? q0 + g->kw : g->wp) - q0;
+        *scale = 1 / (float)(rows * cols);
+    } else {
+        *scale = 1 / (float)(wn->ni * wn->nj);
+    }
 }
 
 static void nnc_pool_row_base(const nnc_pool_geom_t* g, const float* x, float* y, ptrdiff_t oh,

@@ -1,0 +1,3 @@
+"""LRN's CPU_OPT C backend (nnc/cmd/lrn/cpu_opt.pyx)."""
+
+def register() -> None: ...
