@@ -149,11 +149,19 @@ def check_node(op, attrs, node, consts, ranks):
         axes = reduce_axes(attrs, node, consts)
         if any(not -nd <= ax < nd for ax in axes) or len({ax % nd for ax in axes}) != len(axes):
             return "axes out of range or repeated"
+    elif op in VIEW_OPS:
+        from nnc.onnx._fold import check_view  # _fold imports this module
+
+        return check_view(op, node, consts)
     elif op not in _OPS:
-        return "no nnc command expresses it"
+        from nnc.onnx._fold import not_folded
+
+        return not_folded(op, node, consts)
     return None
 
 
+# Views of a runtime value (no node; nnc.onnx._fold makes them).
+VIEW_OPS = {"Slice", "Split", "Squeeze", "Unsqueeze"}
 _OPS = {"Conv", "Relu", "Clip", "Add", "Mul", "MaxPool", "AveragePool", "GlobalAveragePool",
         "Gemm", "MatMul", "Flatten", "Reshape", "Concat", "BatchNormalization", "Softmax",
         "Identity", "Dropout", "Transpose", "Constant", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
