@@ -97,7 +97,7 @@ class _Saver:
         k = _key(t)
         if k in self.current:
             return self.current[k]
-        name = self._concat(t) or self._reshape(t)
+        name = self._concat(t) or self._reshape(t) or self._slice(t)
         if name is None:
             name = self.init(t.numpy(), "w")
         self.write(t, name, clobber=False)
@@ -133,6 +133,42 @@ class _Saver:
                     and str(w.dtype) == str(t.dtype):
                 return self.node("Reshape", [self.current[k],
                                              self.init(np.array(t.shape, np.int64), "shape")])
+        return None
+
+    def _slice(self, t):
+        """One Slice of a written C-contiguous tensor of t's rank whose elements t is (a view
+        the loader made of a Slice or Split), or None."""
+        item = t.dtype.itemsize
+        for k, w in self.tensors.items():
+            if (k == _key(t) or w.ndim != t.ndim or not w.is_contiguous or not w.size
+                    or str(w.dtype) != str(t.dtype) or t.data_ptr < w.data_ptr
+                    or (t.data_ptr - w.data_ptr) % item):
+                continue
+            off = (t.data_ptr - w.data_ptr) // item
+            if off >= w.size:
+                continue
+            starts = [int(i) for i in np.unravel_index(off, w.shape)]
+            wstrides = np.cumprod((1,) + tuple(w.shape[:0:-1]))[::-1]
+            steps = []
+            for i in range(t.ndim):
+                ws = int(wstrides[i])
+                step = 1 if t.shape[i] == 1 else t.strides[i] // ws
+                if step == 0 or (t.shape[i] > 1 and step * ws != t.strides[i]):
+                    break
+                last = starts[i] + step * (t.shape[i] - 1)
+                if not 0 <= last < w.shape[i]:
+                    break
+                steps.append(step)
+            else:
+                # An end below 0 counts from the axis' end: a negative step's "before 0" is
+                # the most negative int64 (ONNX clamps it to -1).
+                ends = [s + st * n if s + st * n >= 0 else -(1 << 63)
+                        for s, st, n in zip(starts, steps, t.shape)]
+                return self.node("Slice", [
+                    self.current[k], self.init(np.array(starts, np.int64), "starts"),
+                    self.init(np.array(ends, np.int64), "ends"),
+                    self.init(np.arange(t.ndim, dtype=np.int64), "axes"),
+                    self.init(np.array(steps, np.int64), "steps")])
         return None
 
     def weight(self, t, perm):
