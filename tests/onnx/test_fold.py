@@ -371,3 +371,149 @@ def test_invalid_constant_arithmetic_is_an_onnx_error_naming_the_node(node, init
     with pytest.raises(nnc.onnx.OnnxError) as e:
         nnc.onnx.load(m, max_bytes=1 << 30)
     assert node.name in str(e.value) and why in str(e.value)
+
+
+# -- save: views of a different rank, views across Concat slices, refusals ---------------------
+
+def saved_matches_original(m):
+    """save(load(m)) computes what m does on inputs other than the ones memory held at save
+    time (each value from the inputs, no snapshot of an activation), and holds no initializer
+    an activation's view could have become."""
+    loaded = nnc.onnx.load(m)
+    nnc_run(loaded, {n: RNG.standard_normal(t.shape).astype(np.float32)
+                     for n, t in zip(loaded.input_names, loaded.inputs)})
+    saved = nnc.onnx.save(loaded.graph, None, inputs=loaded.inputs, outputs=loaded.outputs,
+                          input_names=loaded.input_names, output_names=loaded.output_names)
+    for _ in range(2):
+        feeds = {n: RNG.standard_normal(t.shape).astype(np.float32)
+                 for n, t in zip(loaded.input_names, loaded.inputs)}
+        for got, want in zip(ort_run(saved, feeds), ort_run(m, feeds)):
+            close(got, want, rtol=RTOL)
+    return [n.op_type for n in saved.graph.node]
+
+
+def squeezed_views(x_shape, conv, op, opset):
+    """x (or a Conv of it: NHWC in nnc) -> Split/Slice -> Squeeze/Unsqueeze -> Relu, each
+    intermediate also an output, so every view is read as it is."""
+    x = "c" if conv else "x"
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"])] if conv else []
+    inits = {"w": conv_w(x_shape[1], 4)} if conv else {}
+    if op == "split_squeeze":
+        # The first channel (axis 1) and the last column, each with its size-1 axis dropped.
+        nodes += [h.make_node("Split", [x, "sp"], ["a", "b"], axis=1),
+                  h.make_node("Squeeze", ["a", "ax1"], ["q"]),
+                  h.make_node("Split", [x, "sp3"], ["d", "e"], axis=-1),
+                  h.make_node("Squeeze", ["e", "ax3"], ["q2"]),
+                  h.make_node("Relu", ["q"], ["y"])]
+        inits.update(sp=I(1, 3), sp3=I(x_shape[3] - 1, 1), ax1=I(1), ax3=I(-1))
+        outs = ["y", "q2", "b"]
+    else:
+        # Every other channel from 1, reversed width, then a new axis in front and one in the
+        # middle.
+        nodes += [h.make_node("Slice", [x, "st", "en", "ax", "stp"], ["s"]),
+                  h.make_node("Unsqueeze", ["s", "ax0"], ["u"]),
+                  h.make_node("Unsqueeze", ["s", "ax2"], ["u2"]),
+                  h.make_node("Relu", ["u"], ["y"])]
+        inits.update(st=I(1, -1), en=I(100, -100), ax=I(1, 3), stp=I(2, -1), ax0=I(0),
+                     ax2=I(2))
+        outs = ["y", "u2"]
+    if opset < 13:
+        for n in nodes:
+            if n.op_type in ("Squeeze", "Unsqueeze"):
+                n.attribute.append(h.make_attribute("axes", [int(v) for v in inits[n.input[1]]]))
+                del n.input[1]
+            elif n.op_type == "Split":
+                n.attribute.append(h.make_attribute("split", [int(v) for v in inits[n.input[1]]]))
+                del n.input[1]
+    return model(nodes, {"x": list(x_shape)}, {o: None for o in outs}, inits, opset=opset)
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+@pytest.mark.parametrize("conv", [False, True])
+@pytest.mark.parametrize("op,x_shape", [("split_squeeze", [1, 4, 5, 6]),
+                                        ("split_squeeze", [1, 4, 1, 1]),
+                                        ("slice_unsqueeze", [2, 5, 3, 4])])
+def test_save_of_squeezed_and_unsqueezed_views_computes_them(op, x_shape, conv, opset):
+    m = squeezed_views(x_shape, conv, op, opset)
+    check6(m)
+    ops = saved_matches_original(m)
+    assert "Slice" in ops
+
+
+@pytest.mark.parametrize("tail", ["unsqueeze", "split_squeeze", "straddle"])
+@pytest.mark.parametrize("conv", [False, True])
+def test_save_of_views_of_a_concat_buffer_writes_the_concat(tail, conv):
+    """A view of the loader's zero-copy Concat buffer (another rank, or a part across two of
+    its slices) is a view of the Concat of those slices."""
+    if conv:
+        nodes = [h.make_node("Conv", ["x", "w"], ["p"]), h.make_node("Conv", ["x", "w2"], ["r"])]
+        inits, axis, shape = {"w": conv_w(3, 4), "w2": conv_w(3, 2)}, 1, [1, 3, 4, 5]
+    else:
+        nodes = [h.make_node("Relu", ["x"], ["p"]), h.make_node("Sigmoid", ["x"], ["r"])]
+        inits, axis, shape = {}, 1, [2, 3, 4]
+    nodes.append(h.make_node("Concat", ["p", "r"], ["c"], axis=axis))
+    if tail == "unsqueeze":
+        nodes.append(h.make_node("Unsqueeze", ["c", "ax0"], ["y"]))
+        inits["ax0"] = I(0)
+    elif tail == "split_squeeze":
+        nodes += [h.make_node("Split", ["c", "sp"], ["a", "b"], axis=-1),
+                  h.make_node("Squeeze", ["a", "axl"], ["y"])]
+        inits.update(sp=I(1, shape[-1] - 1), axl=I(-1))
+    else:
+        # The last 3 (4 + 2 channels) or 4 (3 + 3 rows) of axis 1: a part of p and all of r.
+        nodes.append(h.make_node("Split", ["c", "sp"], ["a", "y"], axis=1))
+        inits["sp"] = I(3, 3) if conv else I(2, 4)
+    m = model(nodes + [h.make_node("Relu", ["y"], ["z"])], {"x": shape}, {"y": None, "z": None},
+              inits)
+    check6(m)
+    assert "Concat" in saved_matches_original(m)
+
+
+def graph_reading(view_of):
+    """x -> RELU -> y, then a RELU named "reader" of view_of(y); returns (graph, x, output)."""
+    g = nnc.Graph()
+    x = nnc.Tensor.empty((4, 4), dtype="float32")
+    y = nnc.Tensor.empty((4, 4), dtype="float32")
+    v = view_of(y)
+    z = nnc.Tensor.empty(v.shape, dtype="float32")
+    g.concat(g.exec(nnc.Cmd("RELU"), [x], [y]), g.exec(nnc.Cmd("RELU"), [v], [z], name="reader"))
+    return g, x, z
+
+
+def test_save_of_a_view_no_slice_expresses_is_refused_naming_the_reader():
+    # The diagonal: no Slice, Reshape or Transpose of y gives it, and an initializer holding
+    # what the memory held at save time would be wrong for any other input.
+    g, x, z = graph_reading(lambda y: y.view((4,), strides=(5,)))
+    with pytest.raises(nnc.onnx.UnsupportedError) as e:
+        nnc.onnx.save(g, None, inputs=[x], outputs=[z])
+    assert "'reader'" in str(e.value) and "(4,)" in str(e.value) and "(5,)" in str(e.value)
+
+
+def test_save_of_a_transposed_view_writes_a_transpose():
+    g, x, z = graph_reading(lambda y: y.view((2, 4), offset=1, strides=(2, 4)))
+    m = nnc.onnx.save(g, None, inputs=[x], outputs=[z])
+    assert not m.graph.initializer or all(i.name.split("_")[0] != "w"
+                                          for i in m.graph.initializer)
+    for _ in range(2):
+        a = RNG.standard_normal((4, 4)).astype(np.float32)
+        want = np.maximum(a, 0)[:, 1::2].T
+        np.testing.assert_array_equal(ort_run(m, {"input_0": a})[0], want)
+
+
+def test_save_of_a_computed_convolution_weight_reads_it():
+    """A CONVOLUTION whose weight a node computes (here a RELU of a graph input, through a
+    reshaping view) is written from that value, not as a snapshot initializer."""
+    g = nnc.Graph()
+    x = nnc.Tensor.empty((1, 5, 5, 3), dtype="float32")
+    k = nnc.Tensor.empty((4, 27), dtype="float32")
+    kr = nnc.Tensor.empty((4, 27), dtype="float32")
+    y = nnc.Tensor.empty((1, 5, 5, 4), dtype="float32")
+    g.concat(g.exec(nnc.Cmd("RELU"), [k], [kr]),
+             g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, kr.view((4, 3, 3, 3))], [y]))
+    m = nnc.onnx.save(g, None, inputs=[x, k], outputs=[y])
+    for _ in range(2):
+        a = RNG.standard_normal((1, 5, 5, 3)).astype(np.float32)
+        b = RNG.standard_normal((4, 27)).astype(np.float32)
+        x.numpy()[...], k.numpy()[...] = a, b
+        g.run()
+        close(ort_run(m, {"input_0": a, "input_1": b})[0], y.numpy(), rtol=1e-5)
