@@ -33,10 +33,12 @@ import numpy as np
 from nnc.base.core import NNCError
 from nnc.cmd.command import Cmd
 from nnc.graph.graph import Graph
+from nnc.onnx._fold import SAME_LAYOUT_VIEWS, ViewEmitter, fold
 from nnc.onnx._ops import (
     BROADCAST,
     TO_NCHW,
     TO_NHWC,
+    VIEW_OPS,
     OpEmitter,
     _unsupported,
     check_node,
@@ -408,7 +410,7 @@ _ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4
              17: 1, 18: 1, 19: 1, 20: 1}
 
 
-class _Loader(OpEmitter):
+class _Loader(OpEmitter, ViewEmitter):
     def __init__(self, onnx, model, input_shapes, dtype, base_dir, max_bytes, freeze):
         self.onnx = onnx
         self.freeze = freeze  # constants go to frozen memory (OpEmitter.constant)
@@ -468,7 +470,7 @@ class _Loader(OpEmitter):
             self.at(n)
             self.attrs.append(_attrs(onnx, n))
         self._dropout_masks()
-        self._fold_constants()
+        fold(self, model)  # shape arithmetic too, to a fixed point (_fold)
         for name, value in self.consts.items():
             self.shapes.setdefault(name, np.shape(value))
         problems = {}
@@ -608,6 +610,8 @@ class _Loader(OpEmitter):
                 # As Add and Mul: NHWC when an operand is an NHWC image and the output 4-D.
                 nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
                 lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"
+            elif op in SAME_LAYOUT_VIEWS:
+                lay = self.layout.get(x, "plain")
             elif op in ("Add", "Mul", "Concat"):
                 nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
                 lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"
@@ -660,7 +664,7 @@ class _Loader(OpEmitter):
             # is the operand it overwrote, which only that Add read.
             return x not in self.graph_outputs and self.consumers[x] == [k]
         return (p is not None and x not in self.consts and x not in self.graph_outputs
-                and self.nodes[p].op_type not in ("Flatten", "Reshape")
+                and self.nodes[p].op_type not in ("Flatten", "Reshape", *VIEW_OPS)
                 and x not in self.alias and self.consumers[x] == [k])
 
     def root(self, v):
@@ -714,6 +718,8 @@ class _Loader(OpEmitter):
         for k, n in enumerate(nodes):
             if k not in self.skip and n.op_type in ("Reshape", "Flatten"):
                 view_of[n.output[0]] = n.input[0]
+            elif k not in self.skip and n.op_type in VIEW_OPS:
+                view_of.update((o, n.input[0]) for o in n.output if o)
 
         def proot(v):
             # Aliases and views both point back to earlier nodes' values: this ends.

@@ -162,8 +162,14 @@ def check_node(op, attrs, node, consts, ranks):
     elif op in ("Min", "Max", "Sum", "Mean"):
         if not [i for i in ins if i]:
             return "no inputs"
+    elif op in VIEW_OPS:
+        from nnc.onnx._fold import check_view  # _fold imports this module
+
+        return check_view(op, node, consts)
     elif op not in _OPS:
-        return "no nnc command expresses it"
+        from nnc.onnx._fold import not_folded
+
+        return not_folded(op, node, consts)
     return None
 
 
@@ -185,6 +191,8 @@ def check_pool(attrs, node, ranks):
     return None
 
 
+# Views of a runtime value (no node; nnc.onnx._fold makes them).
+VIEW_OPS = {"Slice", "Split", "Squeeze", "Unsqueeze"}
 _OPS = {"Conv", "Relu", "Clip", "Add", "Mul", "MaxPool", "AveragePool", "GlobalAveragePool",
         "Gemm", "MatMul", "Flatten", "Reshape", "Concat", "BatchNormalization", "Softmax",
         "Identity", "Dropout", "Transpose", "Constant", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}

@@ -4,8 +4,11 @@ nnc tensors are memory, ONNX values are names: every write makes a new version o
 writes (a node running in place gets a fresh output name), and a read takes the latest version
 of exactly that memory. A read of memory no node wrote exactly is, in this order: a tiling of
 slices nodes wrote (a zero-copy concat buffer -> one Concat), the same contiguous memory in
-another shape (a view -> Reshape), or else a constant (weights -> an initializer holding the
-tensor's current contents).
+another shape (a view -> Reshape), elements of one written tensor (a Slice, Split, Squeeze or
+Unsqueeze view -> Slice, then Transpose/Reshape), such elements of a Concat of written slices
+(a view of a concat buffer), or else a constant (weights -> an initializer holding the tensor's
+current contents). Memory a node or graph input writes is never a constant: a read of it that
+none of these expresses raises UnsupportedError.
 
 Layout: nnc's CONVOLUTION and pools are NHWC, ONNX's Conv and pools NCHW, so each is written as
 Transpose -> Conv/Pool -> Transpose, with weights stored as OIHW initializers; every other value
@@ -19,6 +22,7 @@ import math
 
 import numpy as np
 
+from nnc.base.core import NNCError
 from nnc.tensor.tensor import Tensor
 
 _TO_NCHW = [0, 3, 1, 2]
@@ -41,6 +45,54 @@ def _shares(a, b):
         return True
 
 
+def _slice_plan(w, off, axes):
+    """(starts, ends, steps, order) of a Slice of w over all its axes whose elements, with its
+    size-1 axes dropped, are a view's: ``off`` the view's first element in elements from w's,
+    ``axes`` its (size, stride) pairs of size > 1, ``order`` the axis of w each one steps along.
+    None if w's strides are not nested (each axis' stride spans every later axis, as in a
+    C-contiguous tensor or a slice of one) or no such Slice exists."""
+    dims = [j for j in range(w.ndim) if w.shape[j] > 1]
+    for a, b in zip(dims, dims[1:]):
+        if w.strides[b] <= 0 or w.strides[a] < w.strides[b] * w.shape[b]:
+            return None
+    starts = [0] * w.ndim
+    for j in dims:
+        starts[j], off = divmod(off, w.strides[j])
+        if starts[j] >= w.shape[j]:
+            return None
+    if off:
+        return None
+    steps, order = [1] * w.ndim, []
+
+    def assign(i):
+        # Each view axis steps along its own axis of w and stays inside it: then every element's
+        # address is the Slice's (a small search: a stride can divide several of w's).
+        if i == len(axes):
+            return True
+        n, s = axes[i]
+        for j in dims:
+            if j in order or s % w.strides[j]:
+                continue
+            step = s // w.strides[j]
+            if step and 0 <= starts[j] + step * (n - 1) < w.shape[j]:
+                order.append(j)
+                steps[j] = step
+                if assign(i + 1):
+                    return True
+                order.pop()
+                steps[j] = 1
+        return False
+
+    if not assign(0):
+        return None
+    sizes = dict(zip(order, (n for n, _ in axes)))
+    # An end below 0 counts from the axis' end: a negative step's "before 0" is the most
+    # negative int64 (ONNX clamps it to -1).
+    ends = [starts[j] + steps[j] * sizes.get(j, 1) for j in range(w.ndim)]
+    ends = [e if e >= 0 else -(1 << 63) for e in ends]
+    return starts, ends, steps, order
+
+
 class _Saver:
     def __init__(self, onnx, graph, opset):
         self.onnx = onnx
@@ -50,6 +102,8 @@ class _Saver:
         self.nodes, self.inits = [], []
         self.current = {}  # memory key -> ONNX name of its latest version
         self.tensors = {}  # memory key -> Tensor, for the keys in current
+        self.written = []  # every graph input and node output: memory the inputs decide
+        self.reader = ("output", "")  # the command (or graph output) reading, for errors
         self.n = 0
 
     def name(self, base="v"):
@@ -97,11 +151,34 @@ class _Saver:
         k = _key(t)
         if k in self.current:
             return self.current[k]
-        name = self._concat(t) or self._reshape(t)
+        name = self._concat(t) or self._reshape(t) or self._view(t) or self._hull(t)
         if name is None:
+            self._check_constant(t)
             name = self.init(t.numpy(), "w")
         self.write(t, name, clobber=False)
         return name
+
+    def _check_constant(self, t):
+        """Refuse to write t as an initializer if a node or a graph input writes any of its
+        memory: its contents at save time are one run's, wrong for every other input."""
+        from nnc.onnx import UnsupportedError
+
+        if self._is_written(t):
+            op, name = self.reader
+            raise UnsupportedError({op: (1, [name], (
+                f"it reads a view (shape {tuple(t.shape)}, strides {tuple(t.strides)}) of "
+                f"memory the graph writes that no Slice, Reshape, Transpose or Concat of "
+                f"written values expresses; an initializer would hold one run's values"))},
+                "nnc graph")
+
+    def _is_written(self, t):
+        """Does a graph input or any node's output share an element with t?"""
+        lo, hi = self._lo_hi(t)
+        for w in self.written:
+            wlo, whi = self._lo_hi(w)
+            if wlo < hi and lo < whi and _shares(t, w):
+                return True
+        return False
 
     def _concat(self, t):
         """One Concat of written slices that tile t along one axis, or None."""
@@ -135,11 +212,90 @@ class _Saver:
                                              self.init(np.array(t.shape, np.int64), "shape")])
         return None
 
+    def _view(self, t):
+        """t as a Slice of one written tensor w, then a Transpose where t's axes run in another
+        order than w's and a Reshape where the ranks differ: the loader's Slice and Split views
+        and their Squeeze/Unsqueeze (size-1 axes in or out), or None."""
+        if not t.size:
+            return None     # holds nothing: its initializer is empty, right for every input
+        item = t.dtype.itemsize
+        axes = [(n, s) for n, s in zip(t.shape, t.strides) if n > 1]
+        for k, w in list(self.tensors.items()):
+            if (k == _key(t) or not w.size or str(w.dtype) != str(t.dtype)
+                    or t.data_ptr < w.data_ptr or (t.data_ptr - w.data_ptr) % item):
+                continue
+            plan = _slice_plan(w, (t.data_ptr - w.data_ptr) // item, axes)
+            if plan is None:
+                continue
+            starts, ends, steps, order = plan
+            out = self.node("Slice", [
+                self.current[k], self.init(np.array(starts, np.int64), "starts"),
+                self.init(np.array(ends, np.int64), "ends"),
+                self.init(np.arange(w.ndim, dtype=np.int64), "axes"),
+                self.init(np.array(steps, np.int64), "steps")])
+            sliced = [1] * w.ndim
+            for (n, _), j in zip(axes, order):
+                sliced[j] = n
+            if order != sorted(order):
+                # Unmapped (size-1) axes first, then w's axes in t's order.
+                perm = [j for j in range(w.ndim) if j not in order] + order
+                out = self.node("Transpose", [out], perm=perm)
+                sliced = [sliced[j] for j in perm]
+            if tuple(sliced) != tuple(t.shape):
+                out = self.node("Reshape", [out, self.init(np.array(t.shape, np.int64),
+                                                           "shape")])
+            return out
+        return None
+
+    def _hull(self, t):
+        """A Concat of written tensors that tile, along one axis, a box covering t's memory
+        (the loader's zero-copy concat buffer, read through a view of another shape or a part
+        straddling two slices): written as that Concat, then t as a view of it; or None."""
+        lo, hi = self._lo_hi(t)
+        parts = [w for w in self.tensors.values()
+                 if str(w.dtype) == str(t.dtype) and w.size and self._lo_hi(w)[0] < hi
+                 and lo < self._lo_hi(w)[1]]
+        for w in parts:
+            for axis in range(w.ndim):
+                step = w.strides[axis] * w.dtype.itemsize
+                if step <= 0:
+                    continue
+                # The longest chain of slices that follow w along axis, each beginning where
+                # the previous one ends (same rank, strides and other dimensions).
+                total, at = w.shape[axis], w.data_ptr + w.shape[axis] * step
+                while True:
+                    nxt = [p for p in self.tensors.values() if p.data_ptr == at
+                           and str(p.dtype) == str(w.dtype) and p.ndim == w.ndim
+                           and tuple(p.strides) == tuple(w.strides)
+                           and all(p.shape[a] == w.shape[a] for a in range(w.ndim)
+                                   if a != axis)]
+                    if not nxt:
+                        break
+                    total += nxt[0].shape[axis]
+                    at += nxt[0].shape[axis] * step
+                if total == w.shape[axis]:
+                    continue
+                shape = list(w.shape)
+                shape[axis] = total
+                try:
+                    box = w.view(tuple(shape), strides=tuple(w.strides))
+                except NNCError:
+                    continue
+                blo, bhi = self._lo_hi(box)
+                if not (blo <= lo and hi <= bhi) or _key(box) == _key(t):
+                    continue
+                name = self._concat(box)
+                if name is None:
+                    continue
+                self.write(box, name, clobber=False)
+                return self._reshape(t) or self._view(t)
+        return None
+
     def weight(self, t, perm):
-        """A weight: an initializer in ONNX's layout if no node writes it, else a Transpose."""
-        k = _key(t)
-        if k in self.current:
-            return self.node("Transpose", [self.current[k]], perm=perm)
+        """A weight: an initializer in ONNX's layout if neither a node nor a graph input writes
+        its memory, else a Transpose of its value (a weight computed from the inputs)."""
+        if _key(t) in self.current or self._is_written(t):
+            return self.node("Transpose", [self.read(t)], perm=perm)
         return self.init(np.transpose(t.numpy(), perm), "w")
 
     # -- commands ----------------------------------------------------------------------------
@@ -161,6 +317,7 @@ class _Saver:
 
     def emit(self, e):
         cmd, ins, outs = e.cmd, list(e.inputs), list(e.outputs)
+        self.reader = (cmd.name, e.name or cmd.name)
         p = cmd.params
         dt = np.dtype(str(outs[0].dtype)) if outs and outs[0] is not None else np.float32
         name = cmd.name
@@ -337,7 +494,9 @@ def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, o
     ``output_names``: their ONNX names (default ``input_0``, ... / ``output_0``, ...). Running
     the saved model on the values the inputs hold gives what ``graph.run()`` leaves in the
     outputs. Raises :class:`nnc.onnx.UnsupportedError` listing every command with no ONNX form
-    (CUSTOM, WHILE, CASE_OF, ...), or for 3-D convolution / pooling inputs.
+    (CUSTOM, WHILE, CASE_OF, ...), or for 3-D convolution / pooling inputs, or naming the
+    command that reads a view of memory the graph writes that no Slice, Transpose, Reshape or
+    Concat of written values expresses (never an initializer of one run's values).
     """
     from nnc.onnx import OnnxError, OnnxTypeError, UnsupportedError, _import_onnx
 
@@ -377,11 +536,14 @@ def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, o
         if str(t.dtype) not in _ELEM:
             raise OnnxError(f"save: input {n!r} has dtype {t.dtype}, which ONNX cannot hold")
         s.write(t, n)
+        s.written.append(t)
         graph_inputs.append(h.make_tensor_value_info(n, _ELEM[str(t.dtype)], list(t.shape)))
+    s.written += [t for e in order for t in e.outputs if t is not None]
     for e in order:
         s.emit(e)
     graph_outputs = []
     for t, n in zip(outputs, output_names):
+        s.reader = ("output", n)
         s.nodes.append(h.make_node("Identity", [s.read(t)], [n], name=f"/{n}/Identity"))
         graph_outputs.append(h.make_tensor_value_info(n, _ELEM.get(str(t.dtype), 1),
                                                       list(t.shape)))
