@@ -6,6 +6,9 @@
     y = outputs[0].numpy()              # what onnxruntime returns for that output
     nnc.onnx.save(g, "copy.onnx", inputs=inputs, outputs=outputs)
 
+    sess = nnc.onnx.InferenceSession("model.onnx")      # ONNX Runtime's API, on a loaded graph
+    (y,) = sess.run(None, {sess.get_inputs()[0].name: x})
+
 ``onnx`` itself is imported on first use, so ``import nnc.onnx`` works without it; calling
 :func:`load` or :func:`save` without it raises :class:`OnnxMissingError`. This module sits on top
 of nnc: nothing else in the package imports it.
@@ -103,12 +106,17 @@ def _import_onnx():
 
 from nnc.onnx._load import load  # noqa: E402
 from nnc.onnx._save import save  # noqa: E402
+from nnc.onnx._session import FeedError, InferenceSession, NodeArg, SessionError  # noqa: E402
 
 __all__ = [
+    "FeedError",
+    "InferenceSession",
     "LoadedModel",
+    "NodeArg",
     "OnnxError",
     "OnnxMissingError",
     "OnnxTypeError",
+    "SessionError",
     "UnsupportedError",
     "load",
     "save",
