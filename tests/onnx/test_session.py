@@ -26,9 +26,9 @@ RTOL = 1e-5
 TIMEOUT = 60            # seconds: a join or await past this is a hang
 
 
-def conv_model():
+def conv_model(size=(9, 7)):
     """Conv + Relu + GlobalAveragePool + Gemm, an image classifier's skeleton (new random
-    weights at each call)."""
+    weights at each call), on a [2, 3, *size] input."""
     nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              h.make_node("Relu", ["c"], ["r"]),
              h.make_node("GlobalAveragePool", ["r"], ["p"]),
@@ -38,7 +38,7 @@ def conv_model():
              "b": RNG.standard_normal(8).astype(np.float32),
              "g": RNG.standard_normal((5, 8)).astype(np.float32),
              "gb": RNG.standard_normal(5).astype(np.float32)}
-    return model(nodes, {"x": [2, 3, 9, 7]}, {"y": [2, 5]}, inits)
+    return model(nodes, {"x": [2, 3, *size]}, {"y": [2, 5]}, inits)
 
 
 def multi_model():
@@ -202,11 +202,12 @@ def test_close_and_context_manager():
 
 @pytest.mark.parametrize("schedule", ["rank", None])
 def test_threads_share_one_session(schedule):
-    """Four threads run one session with their own inputs: every result is its own input's."""
-    m = conv_model()
+    """Four threads run one session with their own inputs: every result is its own input's
+    (an image large enough that runs would overlap without the session's lock)."""
+    m = conv_model((64, 64))
     sess = nnc.onnx.InferenceSession(m, schedule=schedule)
     ref = session(m)
-    cases = [{"x": RNG.standard_normal((2, 3, 9, 7)).astype(np.float32)} for _ in range(4)]
+    cases = [{"x": RNG.standard_normal((2, 3, 64, 64)).astype(np.float32)} for _ in range(4)]
     wants = [ref.run(None, f)[0] for f in cases]
     errors, done = [], []
 
