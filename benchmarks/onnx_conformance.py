@@ -199,9 +199,10 @@ def run_case(case):
         return status, detail
     const = onnx.ModelProto()
     const.CopyFrom(model)
-    keep = [v for v in const.graph.input if v.name not in names[1:]]
-    del const.graph.input[:]
-    const.graph.input.extend(keep)
+    if const.ir_version >= 4:      # before IR 4 an initializer must also be a graph input
+        keep = [v for v in const.graph.input if v.name not in names[1:]]
+        del const.graph.input[:]
+        const.graph.input.extend(keep)
     for n, x in zip(names[1:], raw[1:]):
         if isinstance(x, onnx.TensorProto):
             t = onnx.TensorProto()
