@@ -142,6 +142,8 @@ def _compare(got, want, rtol, atol):
 
 
 def _attempt(model, names, inputs, dtype, rtol, atol, outputs):
+    """Load ``model`` with the shapes of ``inputs`` (fed to the graph inputs ``names``), run it
+    once and compare with ``outputs``: ``(status, detail)``."""
     import nnc
     import nnc.onnx
 
