@@ -1,0 +1,306 @@
+"""LAYER_NORM's, GROUP_NORM's and RMSNORM's CPU_OPT backends in C: contiguous rows, no GIL.
+
+Semantics are norm/__init__.py's. The fast paths: LAYER_NORM and RMSNORM over trailing axes (x
+seen as rows x inner, one row's statistics at a time) and GROUP_NORM with the groups on the last
+axis and every axis but the first and the last reduced (x seen as [n, s, c], an NHWC image's
+group or instance norm); the scale and bias hold exactly inner (or c) elements, contiguous. Other
+layouts go to CPU_REF (``_accept`` asks ``_plan``, the same check the kernel makes).
+
+Statistics in double, two passes (the mean, then the squared deviations from it), so a row with a
+large offset loses nothing to cancellation and a constant row's variance is exactly 0. Parts
+write disjoint rows (or disjoint (n, group) blocks) and only read the rest: every thread setting
+gives the same bits.
+
+The command's parameters reach C as: ``a`` = epsilon, ``groups``, ``stride[0]`` = group_axis,
+``stride[1]`` = a mask of the normalised (or reduced) axes: bit i for axis i >= 0, bit
+MAX_RANK + j for axis -(j + 1) (command.pyx's _fill_param), so C resolves them for any rank.
+"""
+
+from libc.math cimport sqrt
+
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.base.parallel cimport nnc_parallel_for
+from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.cmd.cpu_check cimport tensor_plain, tensor_views
+from nnc.tensor.tensor cimport nnc_tensor_t
+
+ctypedef fused real:
+    float
+    double
+
+cdef enum:
+    PART_WORK = 1 << 16                 # elements per part: enough that a helper's wake-up is cheap
+    MAX_RANK = 12                       # norm/__init__.py's MAX_RANK (the axis mask's halves)
+    GROUP_CHUNK = 64                    # groups one GROUP_NORM part accumulates at once
+    KIND_LAYER = 0
+    KIND_GROUP = 1
+    KIND_RMS = 2
+
+
+# One call, shared (read-only) by its parts.
+ctypedef struct norm_t:
+    int kind                            # KIND_*
+    int dtype                           # NNC_32F or NNC_64F
+    const char* x
+    char* y
+    const char* scale                   # inner (LAYER, RMS) or c (GROUP) elements, or NULL
+    const char* bias                    # likewise, or NULL
+    char* mean                          # saved_mean: one per row (or per (n, group)), or NULL
+    char* inv_std                       # saved_inv_std, likewise, or NULL
+    Py_ssize_t rows, inner              # LAYER, RMS: x is rows x inner, inner >= 1
+    Py_ssize_t n, s, c, groups, cg      # GROUP: x is [n, s, c], c = groups * cg
+    Py_ssize_t per_part                 # rows (LAYER, RMS) or group chunks (GROUP) per part
+    Py_ssize_t chunks                   # GROUP: group chunks per n
+    double eps
+
+
+cdef inline bint _in_mask(int mask, int axis, int ndim) noexcept nogil:
+    return ((mask >> axis) & 1) != 0 or ((mask >> (MAX_RANK + ndim - 1 - axis)) & 1) != 0
+
+
+cdef inline bint _fits(nnc_tensor_t* t, nnc_tensor_t* like, Py_ssize_t count) noexcept nogil:
+    return t == NULL or (tensor_plain(t) and t.datatype == like.datatype and t.count == count)
+
+
+cdef int _plan(int kind, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+               nnc_tensor_t** outputs, int n_out, norm_t* t) noexcept nogil:
+    """Fill t for these tensors, or NNC_INVALID where the fast path does not apply."""
+    cdef nnc_tensor_t* x
+    cdef nnc_tensor_t* y
+    cdef int i, ndim, k, first
+    cdef Py_ssize_t stats, width
+    if n_in < 1 or n_in > 3 or n_out < 1 or n_out > 3 or inputs[0] == NULL or outputs[0] == NULL:
+        return NNC_INVALID
+    x, y = inputs[0], outputs[0]
+    if not tensor_plain(x) or not tensor_plain(y) or not (x.datatype & (NNC_32F | NNC_64F)) \
+            or y.datatype != x.datatype or y.ndim != x.ndim or x.ndim < 1:
+        return NNC_INVALID
+    ndim = x.ndim
+    for i in range(ndim):
+        if x.dim[i] != y.dim[i]:
+            return NNC_INVALID
+    t.kind, t.dtype, t.eps = kind, x.datatype, p.a
+    if not p.a >= 0:
+        return NNC_INVALID
+    if kind == KIND_GROUP:
+        # The groups on the last axis, every axis strictly between the first and the last reduced.
+        if ndim < 2 or p.stride[0] not in (-1, ndim - 1) or p.groups < 1:
+            return NNC_INVALID
+        for i in range(ndim):
+            if _in_mask(p.stride[1], i, ndim) != (0 < i < ndim - 1):
+                return NNC_INVALID
+        t.n, t.c, t.groups = x.dim[0], x.dim[ndim - 1], p.groups
+        if t.c % t.groups:
+            return NNC_INVALID
+        t.cg = t.c // t.groups
+        t.s = x.count // t.c // t.n if t.n and t.c else 0
+        stats, width = t.n * t.groups, t.c
+    else:
+        # The normalised axes are the trailing ones: a run ending at the last axis.
+        first = ndim
+        while first > 0 and _in_mask(p.stride[1], first - 1, ndim):
+            first -= 1
+        if first == ndim:
+            return NNC_INVALID
+        for i in range(first):
+            if _in_mask(p.stride[1], i, ndim):
+                return NNC_INVALID
+        t.inner = 1
+        for i in range(first, ndim):
+            t.inner *= x.dim[i]
+        t.rows = x.count // t.inner if t.inner else 0
+        stats, width = t.rows, t.inner
+    # Scale and bias: exactly the row's (or the channels') elements.
+    k = 2 if kind == KIND_RMS else 3
+    if n_in > k:
+        return NNC_INVALID
+    t.scale = t.bias = NULL
+    for i in range(1, n_in):
+        if inputs[i] == NULL or not _fits(inputs[i], x, width):
+            return NNC_INVALID
+    if n_in > 1:
+        t.scale = <const char*>inputs[1].data
+    if n_in > 2:
+        t.bias = <const char*>inputs[2].data
+    t.mean = t.inv_std = NULL
+    if n_out > k:
+        return NNC_INVALID
+    for i in range(1, n_out):
+        if not _fits(outputs[i], x, stats):
+            return NNC_INVALID
+    if kind == KIND_RMS:
+        if n_out > 1 and outputs[1] != NULL:
+            t.inv_std = <char*>outputs[1].data
+    else:
+        if n_out > 1 and outputs[1] != NULL:
+            t.mean = <char*>outputs[1].data
+        if n_out > 2 and outputs[2] != NULL:
+            t.inv_std = <char*>outputs[2].data
+    t.x, t.y = <const char*>x.data, <char*>y.data
+    if kind == KIND_GROUP:
+        t.chunks = (t.groups + GROUP_CHUNK - 1) // GROUP_CHUNK
+        t.per_part = max(1, PART_WORK // max(1, t.s * min(t.c, <Py_ssize_t>GROUP_CHUNK * t.cg)))
+    else:
+        t.per_part = max(1, PART_WORK // max(1, t.inner))
+    return NNC_SUCCESS
+
+
+cdef void _rows(real* y, const real* x, const norm_t* t, Py_ssize_t r0,
+                Py_ssize_t r1) noexcept nogil:
+    cdef Py_ssize_t r, j, m = t.inner
+    cdef const real* xr
+    cdef real* yr
+    cdef const real* sc = <const real*>t.scale
+    cdef const real* bi = <const real*>t.bias
+    cdef double total, mean, v, inv_std
+    for r in range(r0, r1):
+        xr = x + r * m
+        yr = y + r * m
+        mean = 0
+        if t.kind != KIND_RMS:
+            total = 0
+            for j in range(m):
+                total += xr[j]
+            mean = total / m
+        total = 0
+        for j in range(m):
+            v = xr[j] - mean
+            total += v * v
+        inv_std = 1 / sqrt(total / m + t.eps)
+        if t.mean != NULL:
+            (<real*>t.mean)[r] = <real>mean
+        if t.inv_std != NULL:
+            (<real*>t.inv_std)[r] = <real>inv_std
+        if sc != NULL and bi != NULL:
+            for j in range(m):
+                yr[j] = <real>((xr[j] - mean) * inv_std * sc[j] + bi[j])
+        elif sc != NULL:
+            for j in range(m):
+                yr[j] = <real>((xr[j] - mean) * inv_std * sc[j])
+        else:
+            for j in range(m):
+                yr[j] = <real>((xr[j] - mean) * inv_std)
+
+
+cdef void _groups(real* y, const real* x, const norm_t* t, Py_ssize_t b, Py_ssize_t g0,
+                  Py_ssize_t g1) noexcept nogil:
+    """Image b's groups g0 .. g1 - 1 (at most GROUP_CHUNK): each pixel's run of their channels
+    is contiguous, so the passes walk the pixels and accumulate every group of the chunk."""
+    cdef double acc[GROUP_CHUNK]
+    cdef double mean[GROUP_CHUNK]
+    cdef double inv_std[GROUP_CHUNK]
+    cdef Py_ssize_t i, g, j, cg = t.cg, c0 = g0 * cg
+    cdef Py_ssize_t ng = g1 - g0
+    cdef double n = <double>(t.s * cg), v, mg, sg
+    cdef const real* xp
+    cdef real* yp
+    cdef const real* sc = <const real*>t.scale
+    cdef const real* bi = <const real*>t.bias
+    cdef const real* xb = x + b * t.s * t.c
+    cdef real* yb = y + b * t.s * t.c
+    for g in range(ng):
+        acc[g] = 0
+    for i in range(t.s):
+        xp = xb + i * t.c + c0
+        for g in range(ng):
+            for j in range(cg):
+                acc[g] += xp[g * cg + j]
+    for g in range(ng):
+        mean[g] = acc[g] / n
+        acc[g] = 0
+    for i in range(t.s):
+        xp = xb + i * t.c + c0
+        for g in range(ng):
+            mg = mean[g]
+            for j in range(cg):
+                v = xp[g * cg + j] - mg
+                acc[g] += v * v
+    for g in range(ng):
+        inv_std[g] = 1 / sqrt(acc[g] / n + t.eps)
+        if t.mean != NULL:
+            (<real*>t.mean)[b * t.groups + g0 + g] = <real>mean[g]
+        if t.inv_std != NULL:
+            (<real*>t.inv_std)[b * t.groups + g0 + g] = <real>inv_std[g]
+    for i in range(t.s):
+        xp = xb + i * t.c + c0
+        yp = yb + i * t.c + c0
+        for g in range(ng):
+            mg, sg = mean[g], inv_std[g]
+            for j in range(cg):
+                v = (xp[g * cg + j] - mg) * sg
+                if sc != NULL:
+                    v = v * sc[c0 + g * cg + j]
+                if bi != NULL:
+                    v = v + bi[c0 + g * cg + j]
+                yp[g * cg + j] = <real>v
+
+
+cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    cdef const norm_t* t = <const norm_t*>arg
+    cdef Py_ssize_t q, q0 = part * t.per_part, q1, b, k
+    if t.kind == KIND_GROUP:
+        q1 = min(q0 + t.per_part, t.n * t.chunks)
+        for q in range(q0, q1):
+            b, k = q // t.chunks, q % t.chunks
+            if t.dtype == NNC_32F:
+                _groups(<float*>t.y, <const float*>t.x, t, b, k * GROUP_CHUNK,
+                        min((k + 1) * GROUP_CHUNK, t.groups))
+            else:
+                _groups(<double*>t.y, <const double*>t.x, t, b, k * GROUP_CHUNK,
+                        min((k + 1) * GROUP_CHUNK, t.groups))
+        return NNC_SUCCESS
+    q1 = min(q0 + t.per_part, t.rows)
+    if t.dtype == NNC_32F:
+        _rows(<float*>t.y, <const float*>t.x, t, q0, q1)
+    else:
+        _rows(<double*>t.y, <const double*>t.x, t, q0, q1)
+    return NNC_SUCCESS
+
+
+cdef int _norm(int kind, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+               nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    cdef norm_t t
+    cdef Py_ssize_t units
+    if _plan(kind, p, inputs, n_in, outputs, n_out, &t) != NNC_SUCCESS:
+        return NNC_INVALID
+    units = t.n * t.chunks if kind == KIND_GROUP else t.rows
+    if units == 0 or outputs[0].count == 0:
+        return NNC_SUCCESS
+    return nnc_parallel_for((units + t.per_part - 1) // t.per_part, _part, &t, ctx)
+
+
+cdef int layer_norm_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                        nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _norm(KIND_LAYER, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int group_norm_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                        nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _norm(KIND_GROUP, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int rmsnorm_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                     nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _norm(KIND_RMS, p, inputs, n_in, outputs, n_out, ctx)
+
+
+def _accept(Cmd cmd, list inputs, list outputs):
+    """The C backend's own checks, on the Tensors' C views: normalised axes trailing (GROUP_NORM:
+    groups on the last axis, the axes between the first and the last reduced), scale and bias of
+    exactly the normalised elements."""
+    cdef nnc_tensor_t* io[6]
+    cdef norm_t t
+    cdef int kind = (KIND_GROUP if cmd.info.name == "GROUP_NORM" else
+                     KIND_RMS if cmd.info.name == "RMSNORM" else KIND_LAYER)
+    cdef int n_in = tensor_views(inputs, io, 3)
+    cdef int n_out = tensor_views(outputs, io + 3, 3)
+    return (n_in >= 0 and n_out >= 0
+            and _plan(kind, &cmd.param, io, n_in, io + 3, n_out, &t) == NNC_SUCCESS)
+
+
+def register():
+    """Register the family's CPU_OPT (called once by register_builtins)."""
+    mask = NNC_32F | NNC_64F
+    register_c_backend("LAYER_NORM", "CPU_OPT", layer_norm_opt, mask, True, _accept, None, True)
+    register_c_backend("GROUP_NORM", "CPU_OPT", group_norm_opt, mask, True, _accept, None, True)
+    register_c_backend("RMSNORM", "CPU_OPT", rmsnorm_opt, mask, True, _accept, None, True)
