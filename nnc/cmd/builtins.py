@@ -6,8 +6,18 @@ imported: the definitions first (commands, CPU_REF and Python backends, in this 
 backends (their gpu/ folders) after them.
 """
 
-from nnc.cmd import (basic, convolution, elementwise, gemm, lrn, norm, pooling, reduce, softmax,
-                     transpose)
+from nnc.cmd import (
+    basic,
+    convolution,
+    elementwise,
+    gemm,
+    lrn,
+    norm,
+    pooling,
+    reduce,
+    softmax,
+    transpose,
+)
 from nnc.cmd.elementwise import activation, binary, clamp
 
 _done = False

@@ -151,7 +151,7 @@ def _norm_check(cmd, inputs, outputs):
     saved = saved_shape(cmd, tuple(x.shape))
     for k, t in enumerate(outputs[1:]):
         if t is not None:
-            _check.expect_shape(cmd, t, saved, "output %d" % (k + 1))
+            _check.expect_shape(cmd, t, saved, f"output {k + 1}")
 
 
 def _stats(cmd, x):
