@@ -7,3 +7,7 @@ untyped definitions."""
 from typing import Any
 
 def register() -> Any: ...
+
+MAX_RANK: int
+
+def saved_shape(cmd: Any, shape: tuple[int, ...]) -> tuple[int, ...]: ...
