@@ -32,6 +32,8 @@ cdef enum:
     PART_WORK = 1 << 16                 # elements per part: enough that a helper's wake-up is cheap
     MAX_RANK = 12                       # norm/__init__.py's MAX_RANK (the axis mask's halves)
     GROUP_CHUNK = 64                    # groups one GROUP_NORM part accumulates at once
+    CHAN_BLOCK = 256                    # channels a GROUP_NORM pass keeps a double for each
+    LANES = 8                           # partial sums of a row (vectorised: 4 SSE2 registers)
     KIND_LAYER = 0
     KIND_GROUP = 1
     KIND_RMS = 2
@@ -145,6 +147,35 @@ cdef int _plan(int kind, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_
     return NNC_SUCCESS
 
 
+cdef inline double _sum(const real* x, Py_ssize_t m, double mean, bint square) noexcept nogil:
+    """The sum of x[j] - mean (its square with ``square``) over m elements, in double, in LANES
+    independent partial sums (the compiler vectorises them; a single chain would wait on each
+    add's latency), added in one fixed order: the same bits for every thread setting."""
+    cdef double acc[LANES]
+    cdef double v, total = 0
+    cdef Py_ssize_t j = 0, lane
+    for lane in range(LANES):
+        acc[lane] = 0
+    if square:
+        while j + LANES <= m:
+            for lane in range(LANES):
+                v = x[j + lane] - mean
+                acc[lane] += v * v
+            j += LANES
+    else:
+        while j + LANES <= m:
+            for lane in range(LANES):
+                acc[lane] += x[j + lane]
+            j += LANES
+    for lane in range(LANES):
+        total += acc[lane]
+    while j < m:
+        v = x[j] - mean
+        total += v * v if square else x[j]
+        j += 1
+    return total
+
+
 cdef void _rows(real* y, const real* x, const norm_t* t, Py_ssize_t r0,
                 Py_ssize_t r1) noexcept nogil:
     cdef Py_ssize_t r, j, m = t.inner
@@ -152,21 +183,12 @@ cdef void _rows(real* y, const real* x, const norm_t* t, Py_ssize_t r0,
     cdef real* yr
     cdef const real* sc = <const real*>t.scale
     cdef const real* bi = <const real*>t.bias
-    cdef double total, mean, v, inv_std
+    cdef double mean, inv_std
     for r in range(r0, r1):
         xr = x + r * m
         yr = y + r * m
-        mean = 0
-        if t.kind != KIND_RMS:
-            total = 0
-            for j in range(m):
-                total += xr[j]
-            mean = total / m
-        total = 0
-        for j in range(m):
-            v = xr[j] - mean
-            total += v * v
-        inv_std = 1 / sqrt(total / m + t.eps)
+        mean = 0 if t.kind == KIND_RMS else _sum(xr, m, 0, False) / m
+        inv_std = 1 / sqrt(_sum(xr, m, mean, True) / m + t.eps)
         if t.mean != NULL:
             (<real*>t.mean)[r] = <real>mean
         if t.inv_std != NULL:
@@ -184,55 +206,77 @@ cdef void _rows(real* y, const real* x, const norm_t* t, Py_ssize_t r0,
 
 cdef void _groups(real* y, const real* x, const norm_t* t, Py_ssize_t b, Py_ssize_t g0,
                   Py_ssize_t g1) noexcept nogil:
-    """Image b's groups g0 .. g1 - 1 (at most GROUP_CHUNK): each pixel's run of their channels
-    is contiguous, so the passes walk the pixels and accumulate every group of the chunk."""
+    """Image b's groups g0 .. g1 - 1 (at most GROUP_CHUNK), CHAN_BLOCK channels at a time: each
+    pass walks the pixels and keeps one double per channel of the block (contiguous in every
+    pixel, so the channel loop vectorises whatever the group width, one channel per group
+    included), then adds the block's channels into their groups in channel order."""
     cdef double acc[GROUP_CHUNK]
     cdef double mean[GROUP_CHUNK]
     cdef double inv_std[GROUP_CHUNK]
-    cdef Py_ssize_t i, g, j, cg = t.cg, c0 = g0 * cg
-    cdef Py_ssize_t ng = g1 - g0
-    cdef double n = <double>(t.s * cg), v, mg, sg
+    cdef double cacc[CHAN_BLOCK]
+    cdef double cm[CHAN_BLOCK]
+    cdef double ck[CHAN_BLOCK]
+    cdef double cb[CHAN_BLOCK]
+    cdef Py_ssize_t i, g, q, c0, nc, cg = t.cg, c_lo = g0 * cg, c_hi = g1 * cg
+    cdef double n = <double>(t.s * cg), v
     cdef const real* xp
     cdef real* yp
     cdef const real* sc = <const real*>t.scale
     cdef const real* bi = <const real*>t.bias
     cdef const real* xb = x + b * t.s * t.c
     cdef real* yb = y + b * t.s * t.c
-    for g in range(ng):
+    for g in range(g1 - g0):
         acc[g] = 0
-    for i in range(t.s):
-        xp = xb + i * t.c + c0
-        for g in range(ng):
-            for j in range(cg):
-                acc[g] += xp[g * cg + j]
-    for g in range(ng):
+    c0 = c_lo
+    while c0 < c_hi:
+        nc = min(<Py_ssize_t>CHAN_BLOCK, c_hi - c0)
+        for q in range(nc):
+            cacc[q] = 0
+        for i in range(t.s):
+            xp = xb + i * t.c + c0
+            for q in range(nc):
+                cacc[q] += xp[q]
+        for q in range(nc):
+            acc[(c0 + q) // cg - g0] += cacc[q]
+        c0 += nc
+    for g in range(g1 - g0):
         mean[g] = acc[g] / n
         acc[g] = 0
-    for i in range(t.s):
-        xp = xb + i * t.c + c0
-        for g in range(ng):
-            mg = mean[g]
-            for j in range(cg):
-                v = xp[g * cg + j] - mg
-                acc[g] += v * v
-    for g in range(ng):
+    c0 = c_lo
+    while c0 < c_hi:
+        nc = min(<Py_ssize_t>CHAN_BLOCK, c_hi - c0)
+        for q in range(nc):
+            cm[q] = mean[(c0 + q) // cg - g0]
+            cacc[q] = 0
+        for i in range(t.s):
+            xp = xb + i * t.c + c0
+            for q in range(nc):
+                v = xp[q] - cm[q]
+                cacc[q] += v * v
+        for q in range(nc):
+            acc[(c0 + q) // cg - g0] += cacc[q]
+        c0 += nc
+    for g in range(g1 - g0):
         inv_std[g] = 1 / sqrt(acc[g] / n + t.eps)
         if t.mean != NULL:
             (<real*>t.mean)[b * t.groups + g0 + g] = <real>mean[g]
         if t.inv_std != NULL:
             (<real*>t.inv_std)[b * t.groups + g0 + g] = <real>inv_std[g]
-    for i in range(t.s):
-        xp = xb + i * t.c + c0
-        yp = yb + i * t.c + c0
-        for g in range(ng):
-            mg, sg = mean[g], inv_std[g]
-            for j in range(cg):
-                v = (xp[g * cg + j] - mg) * sg
-                if sc != NULL:
-                    v = v * sc[c0 + g * cg + j]
-                if bi != NULL:
-                    v = v + bi[c0 + g * cg + j]
-                yp[g * cg + j] = <real>v
+    c0 = c_lo
+    while c0 < c_hi:
+        nc = min(<Py_ssize_t>CHAN_BLOCK, c_hi - c0)
+        # y = (x - mean) * (inv_std * scale) + bias, per channel of the block.
+        for q in range(nc):
+            g = (c0 + q) // cg - g0
+            cm[q] = mean[g]
+            ck[q] = inv_std[g] * (sc[c0 + q] if sc != NULL else 1.0)
+            cb[q] = bi[c0 + q] if bi != NULL else 0.0
+        for i in range(t.s):
+            xp = xb + i * t.c + c0
+            yp = yb + i * t.c + c0
+            for q in range(nc):
+                yp[q] = <real>((xp[q] - cm[q]) * ck[q] + cb[q])
+        c0 += nc
 
 
 cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
