@@ -19,10 +19,16 @@ MAX_RANK + j for axis -(j + 1) (command.pyx's _fill_param), so C resolves them f
 from libc.math cimport sqrt
 
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.base.isa cimport cpu_isa
 from nnc.base.parallel cimport nnc_parallel_for
 from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.cmd.cpu_check cimport tensor_plain, tensor_views
 from nnc.tensor.tensor cimport nnc_tensor_t
+
+cdef extern from "cmd/norm/norm_kernel.h" nogil:
+    void nnc_norm_row_f32(int isa, const float* x, float* y, Py_ssize_t m, const float* scale,
+                          const float* bias, double eps, int rms, double* mean_out,
+                          double* inv_std_out)
 
 ctypedef fused real:
     float
@@ -43,6 +49,7 @@ cdef enum:
 ctypedef struct norm_t:
     int kind                            # KIND_*
     int dtype                           # NNC_32F or NNC_64F
+    int isa                             # cpu_isa() at the call: every part runs one variant
     const char* x
     char* y
     const char* scale                   # inner (LAYER, RMS) or c (GROUP) elements, or NULL
@@ -81,7 +88,7 @@ cdef int _plan(int kind, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_
     for i in range(ndim):
         if x.dim[i] != y.dim[i]:
             return NNC_INVALID
-    t.kind, t.dtype, t.eps = kind, x.datatype, p.a
+    t.kind, t.dtype, t.eps, t.isa = kind, x.datatype, p.a, cpu_isa()
     if not p.a >= 0:
         return NNC_INVALID
     if kind == KIND_GROUP:
@@ -204,6 +211,20 @@ cdef void _rows(real* y, const real* x, const norm_t* t, Py_ssize_t r0,
                 yr[j] = <real>((xr[j] - mean) * inv_std)
 
 
+cdef void _rows_f32(const norm_t* t, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
+    """float32 rows through norm_kernel.h, the variant of t.isa."""
+    cdef Py_ssize_t r, m = t.inner
+    cdef double mean, inv_std
+    for r in range(r0, r1):
+        nnc_norm_row_f32(t.isa, <const float*>t.x + r * m, <float*>t.y + r * m, m,
+                         <const float*>t.scale, <const float*>t.bias, t.eps, t.kind == KIND_RMS,
+                         &mean, &inv_std)
+        if t.mean != NULL:
+            (<float*>t.mean)[r] = <float>mean
+        if t.inv_std != NULL:
+            (<float*>t.inv_std)[r] = <float>inv_std
+
+
 cdef void _groups(real* y, const real* x, const norm_t* t, Py_ssize_t b, Py_ssize_t g0,
                   Py_ssize_t g1) noexcept nogil:
     """Image b's groups g0 .. g1 - 1 (at most GROUP_CHUNK), CHAN_BLOCK channels at a time: each
@@ -295,7 +316,7 @@ cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
         return NNC_SUCCESS
     q1 = min(q0 + t.per_part, t.rows)
     if t.dtype == NNC_32F:
-        _rows(<float*>t.y, <const float*>t.x, t, q0, q1)
+        _rows_f32(t, q0, q1)
     else:
         _rows(<double*>t.y, <const double*>t.x, t, q0, q1)
     return NNC_SUCCESS
