@@ -6,7 +6,8 @@ axis and every axis but the first and the last reduced (x seen as [n, s, c], an 
 group or instance norm); the scale and bias hold exactly inner (or c) elements, contiguous. Other
 layouts go to CPU_REF (``_accept`` asks ``_plan``, the same check the kernel makes).
 
-Statistics in double, two passes (the mean, then the squared deviations from it), so a row with a
+float32 runs norm_kernel.h (per ISA level, ``cpu_isa()`` read once per call); float64 the
+Cython loops below, which compute the same way. Statistics in double, two passes (the mean, then the squared deviations from it), so a row with a
 large offset loses nothing to cancellation and a constant row's variance is exactly 0. Parts
 write disjoint rows (or disjoint (n, group) blocks) and only read the rest: every thread setting
 gives the same bits.
@@ -29,6 +30,9 @@ cdef extern from "cmd/norm/norm_kernel.h" nogil:
     void nnc_norm_row_f32(int isa, const float* x, float* y, Py_ssize_t m, const float* scale,
                           const float* bias, double eps, int rms, double* mean_out,
                           double* inv_std_out)
+    void nnc_norm_groups_f32(int isa, const float* x, float* y, Py_ssize_t s, Py_ssize_t c,
+                             Py_ssize_t cg, Py_ssize_t g0, Py_ssize_t g1, const float* scale,
+                             const float* bias, double eps, double* mean, double* inv_std)
 
 ctypedef fused real:
     float
@@ -38,6 +42,7 @@ cdef enum:
     PART_WORK = 1 << 16                 # elements per part: enough that a helper's wake-up is cheap
     MAX_RANK = 12                       # norm/__init__.py's MAX_RANK (the axis mask's halves)
     GROUP_CHUNK = 64                    # groups one GROUP_NORM part accumulates at once
+    #                                     (norm_kernel.h's NNC_NORM_GROUP_CHUNK)
     CHAN_BLOCK = 256                    # channels a GROUP_NORM pass keeps a double for each
     LANES = 8                           # partial sums of a row (vectorised: 4 SSE2 registers)
     KIND_LAYER = 0
@@ -225,6 +230,20 @@ cdef void _rows_f32(const norm_t* t, Py_ssize_t r0, Py_ssize_t r1) noexcept nogi
             (<float*>t.inv_std)[r] = <float>inv_std
 
 
+cdef void _groups_f32(const norm_t* t, Py_ssize_t b, Py_ssize_t g0, Py_ssize_t g1) noexcept nogil:
+    """float32 image b's groups g0 .. g1 - 1 through norm_kernel.h, the variant of t.isa."""
+    cdef double mean[GROUP_CHUNK]
+    cdef double inv_std[GROUP_CHUNK]
+    cdef Py_ssize_t g, image = b * t.s * t.c
+    nnc_norm_groups_f32(t.isa, <const float*>t.x + image, <float*>t.y + image, t.s, t.c, t.cg,
+                        g0, g1, <const float*>t.scale, <const float*>t.bias, t.eps, mean, inv_std)
+    for g in range(g1 - g0):
+        if t.mean != NULL:
+            (<float*>t.mean)[b * t.groups + g0 + g] = <float>mean[g]
+        if t.inv_std != NULL:
+            (<float*>t.inv_std)[b * t.groups + g0 + g] = <float>inv_std[g]
+
+
 cdef void _groups(real* y, const real* x, const norm_t* t, Py_ssize_t b, Py_ssize_t g0,
                   Py_ssize_t g1) noexcept nogil:
     """Image b's groups g0 .. g1 - 1 (at most GROUP_CHUNK), CHAN_BLOCK channels at a time: each
@@ -308,8 +327,7 @@ cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
         for q in range(q0, q1):
             b, k = q // t.chunks, q % t.chunks
             if t.dtype == NNC_32F:
-                _groups(<float*>t.y, <const float*>t.x, t, b, k * GROUP_CHUNK,
-                        min((k + 1) * GROUP_CHUNK, t.groups))
+                _groups_f32(t, b, k * GROUP_CHUNK, min((k + 1) * GROUP_CHUNK, t.groups))
             else:
                 _groups(<double*>t.y, <const double*>t.x, t, b, k * GROUP_CHUNK,
                         min((k + 1) * GROUP_CHUNK, t.groups))

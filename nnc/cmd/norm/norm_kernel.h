@@ -1,4 +1,5 @@
-/* nnc's float32 LAYER_NORM / RMSNORM row: the hot path of the normalisation family on CPU.
+/* nnc's float32 LAYER_NORM / RMSNORM row and GROUP_NORM image block: the hot paths of the
+ * normalisation family on CPU.
  *
  * One row of m contiguous floats: its mean (unless rms) and the sum of squared deviations from
  * it, each in double over NNC_NORM_LANES independent partial sums, halved pairwise at the end
@@ -77,8 +78,99 @@ static void nnc_norm_row_base(const float* x, float* y, ptrdiff_t m, const float
     nnc_norm_row_body(x, y, m, scale, bias, eps, rms, mean_out, inv_std_out);
 }
 
+
+/* GROUP_NORM of one NHWC image (s pixels of c channels, c = groups * cg), groups g0 .. g1 - 1
+ * (at most NNC_NORM_GROUP_CHUNK): each pass walks the pixels over NNC_NORM_CHAN_BLOCK channels
+ * at a time, one double per channel (contiguous in every pixel, so the channel loop vectorises
+ * whatever the group width, one channel per group included), then adds the block's channels
+ * into their groups in channel order. mean_out and inv_std_out get g1 - g0 values. */
+#define NNC_NORM_GROUP_CHUNK 64
+#define NNC_NORM_CHAN_BLOCK 256
+
+static inline __attribute__((always_inline)) void nnc_norm_groups_body(
+        const float* x, float* y, ptrdiff_t s, ptrdiff_t c, ptrdiff_t cg, ptrdiff_t g0,
+        ptrdiff_t g1, const float* scale, const float* bias, double eps, double* mean,
+        double* inv_std) {
+    double acc[NNC_NORM_GROUP_CHUNK];
+    double cacc[NNC_NORM_CHAN_BLOCK], cm[NNC_NORM_CHAN_BLOCK], ck[NNC_NORM_CHAN_BLOCK],
+        cb[NNC_NORM_CHAN_BLOCK];
+    const ptrdiff_t c_lo = g0 * cg, c_hi = g1 * cg;
+    const double n = (double)(s * cg);
+    ptrdiff_t c0, nc, i, q, g;
+    for (g = 0; g < g1 - g0; g++)
+        acc[g] = 0;
+    for (c0 = c_lo; c0 < c_hi; c0 += nc) {
+        nc = c_hi - c0 < NNC_NORM_CHAN_BLOCK ? c_hi - c0 : NNC_NORM_CHAN_BLOCK;
+        for (q = 0; q < nc; q++)
+            cacc[q] = 0;
+        for (i = 0; i < s; i++) {
+            const float* xp = x + i * c + c0;
+            for (q = 0; q < nc; q++)
+                cacc[q] += (double)xp[q];
+        }
+        for (q = 0; q < nc; q++)
+            acc[(c0 + q) / cg - g0] += cacc[q];
+    }
+    for (g = 0; g < g1 - g0; g++) {
+        mean[g] = acc[g] / n;
+        acc[g] = 0;
+    }
+    for (c0 = c_lo; c0 < c_hi; c0 += nc) {
+        nc = c_hi - c0 < NNC_NORM_CHAN_BLOCK ? c_hi - c0 : NNC_NORM_CHAN_BLOCK;
+        for (q = 0; q < nc; q++) {
+            cm[q] = mean[(c0 + q) / cg - g0];
+            cacc[q] = 0;
+        }
+        for (i = 0; i < s; i++) {
+            const float* xp = x + i * c + c0;
+            for (q = 0; q < nc; q++) {
+                double v = (double)xp[q] - cm[q];
+                cacc[q] += v * v;
+            }
+        }
+        for (q = 0; q < nc; q++)
+            acc[(c0 + q) / cg - g0] += cacc[q];
+    }
+    for (g = 0; g < g1 - g0; g++)
+        inv_std[g] = 1.0 / sqrt(acc[g] / n + eps);
+    for (c0 = c_lo; c0 < c_hi; c0 += nc) {
+        nc = c_hi - c0 < NNC_NORM_CHAN_BLOCK ? c_hi - c0 : NNC_NORM_CHAN_BLOCK;
+        /* y = (x - mean) * (inv_std * scale) + bias, per channel of the block. */
+        for (q = 0; q < nc; q++) {
+            g = (c0 + q) / cg - g0;
+            cm[q] = mean[g];
+            ck[q] = inv_std[g] * (scale ? (double)scale[c0 + q] : 1.0);
+            cb[q] = bias ? (double)bias[c0 + q] : 0.0;
+        }
+        for (i = 0; i < s; i++) {
+            const float* xp = x + i * c + c0;
+            float* yp = y + i * c + c0;
+            for (q = 0; q < nc; q++)
+                yp[q] = (float)(((double)xp[q] - cm[q]) * ck[q] + cb[q]);
+        }
+    }
+}
+
+#define NNC_NORM_GROUPS_ARGS                                                                    \
+    const float *x, float *y, ptrdiff_t s, ptrdiff_t c, ptrdiff_t cg, ptrdiff_t g0, ptrdiff_t g1, \
+        const float *scale, const float *bias, double eps, double *mean, double *inv_std
+#define NNC_NORM_GROUPS_PASS x, y, s, c, cg, g0, g1, scale, bias, eps, mean, inv_std
+
+static void nnc_norm_groups_base(NNC_NORM_GROUPS_ARGS) {
+    nnc_norm_groups_body(NNC_NORM_GROUPS_PASS);
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #define NNC_NORM_X86 1
+
+static __attribute__((target("avx2,fma"))) void nnc_norm_groups_avx2(NNC_NORM_GROUPS_ARGS) {
+    nnc_norm_groups_body(NNC_NORM_GROUPS_PASS);
+}
+
+static __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) void
+nnc_norm_groups_avx512(NNC_NORM_GROUPS_ARGS) {
+    nnc_norm_groups_body(NNC_NORM_GROUPS_PASS);
+}
 
 static __attribute__((target("avx2,fma"))) void nnc_norm_row_avx2(
         const float* x, float* y, ptrdiff_t m, const float* scale, const float* bias, double eps,
@@ -109,6 +201,21 @@ static void nnc_norm_row_f32(int isa, const float* x, float* y, ptrdiff_t m, con
 #endif
     (void)isa;
     nnc_norm_row_base(x, y, m, scale, bias, eps, rms, mean_out, inv_std_out);
+}
+
+static void nnc_norm_groups_f32(int isa, NNC_NORM_GROUPS_ARGS) {
+#ifdef NNC_NORM_X86
+    if (isa >= 2) {
+        nnc_norm_groups_avx512(NNC_NORM_GROUPS_PASS);
+        return;
+    }
+    if (isa == 1) {
+        nnc_norm_groups_avx2(NNC_NORM_GROUPS_PASS);
+        return;
+    }
+#endif
+    (void)isa;
+    nnc_norm_groups_base(NNC_NORM_GROUPS_PASS);
 }
 
 #endif /* NNC_NORM_KERNEL_H */
