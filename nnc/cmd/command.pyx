@@ -319,6 +319,18 @@ _SCALAR_KEYS = {"ADD": ("p", "q"), "MUL": ("p", None), "CLAMP": ("min", "max"),
                 "LRN": ("alpha", "beta")}
 # The element-wise family's parameterised activations (nnc/cmd/elementwise/cpu_opt_act.pyx).
 _SCALAR_KEYS.update({"GELU": ("tanh", None), "HARD_SIGMOID": ("alpha", "beta")})
+# The normalisation family (nnc/cmd/norm/cpu_opt.pyx): a is epsilon.
+_SCALAR_KEYS.update({name: ("epsilon", None) for name in ("LAYER_NORM", "GROUP_NORM", "RMSNORM")})
+_NORM_MAX_RANK = 12                     # nnc/cmd/norm's MAX_RANK: the axis mask's halves
+
+
+cdef int _axis_mask(axes):
+    """The normalisation family's axes as one int: bit i for axis i >= 0, bit
+    _NORM_MAX_RANK + j for axis -(j + 1) (norm/cpu_opt.pyx resolves it for the input's rank)."""
+    cdef int mask = 0
+    for a in axes:
+        mask |= 1 << (a if a >= 0 else _NORM_MAX_RANK - 1 - a)
+    return mask
 
 
 cdef class Cmd:
@@ -370,6 +382,11 @@ cdef class Cmd:
             self.param.size[0], self.param.size[1] = (size, 1) if self.info.name == "LRN" \
                 else size
             self.param.stride[0], self.param.stride[1] = p.get("stride", (1, 1))
+            if self.info.builtin and self.info.name in ("LAYER_NORM", "RMSNORM"):
+                self.param.stride[0], self.param.stride[1] = 0, _axis_mask(p["axis"])
+            elif self.info.builtin and self.info.name == "GROUP_NORM":
+                self.param.stride[0] = p["group_axis"]
+                self.param.stride[1] = _axis_mask(p["reduce_axis"])
             pad = p.get("padding", (0, 0, 0, 0))
             self.param.pad[0], self.param.pad[1], self.param.pad[2], self.param.pad[3] = pad
             act = p.get("activation")

@@ -58,6 +58,8 @@ _REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax"}
 _ALIASES = {"Identity", "Dropout"}
 _SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization",
             "GlobalMaxPool", "LRN"}
+# NHWC for 4-D images (channels last, GROUP_NORM's fast path), ONNX's order otherwise.
+_SPATIAL |= {"GroupNormalization", "InstanceNormalization"}
 
 
 def _err(msg):

@@ -418,6 +418,8 @@ class _Saver:
             z = self.node("LRN", [self.node("Transpose", [self.read(ins[0])], perm=perm)],
                           size=p["size"], alpha=p["alpha"], beta=p["beta"], bias=p["bias"])
             out = self.node("Transpose", [z], perm=[int(i) for i in np.argsort(perm)])
+        elif name in _NORMS:
+            out = self._norm(cmd, ins, outs, dt)
         else:  # pragma: no cover - save() checks every command first
             raise AssertionError(name)
         self.write(y, out)
@@ -431,6 +433,63 @@ class _Saver:
             return self.node(op, [self.read(x), self.init(np.array(axes, np.int64), "axes")],
                              keepdims=1)
         return self.node(op, [self.read(x)], axes=axes, keepdims=1)
+
+    def _mean(self, v, axes):
+        """ReduceMean of ONNX value v over axes, kept (axes an input from opset 18)."""
+        if self.opset >= 18:
+            return self.node("ReduceMean", [v, self.init(np.array(axes, np.int64), "axes")],
+                             keepdims=1)
+        return self.node("ReduceMean", [v], axes=list(axes), keepdims=1)
+
+    def _norm(self, cmd, ins, outs, dt):
+        """LAYER_NORM over trailing axes with a scale and bias of the normalised shape, and no
+        saved outputs: ONNX's LayerNormalization. Otherwise (GROUP_NORM, RMSNORM, other axes,
+        saved_mean / saved_inv_std written) the definition in ReduceMean, Sub, Mul, Sqrt, Div,
+        the group axis split by a Reshape."""
+        from nnc.cmd.norm import saved_shape
+
+        p = cmd.params
+        x = ins[0]
+        nd = x.ndim
+        shape = tuple(x.shape)
+        saved = [t for t in outs[1:] if t is not None]
+        if cmd.name == "LAYER_NORM" and not saved and len(ins) == 3 and self.opset >= 17:
+            axes = sorted(a % nd for a in p["axis"])
+            inner = shape[axes[0]:]
+            if axes == list(range(axes[0], nd)) and all(
+                    tuple(t.shape) == inner for t in ins[1:]):
+                return self.node("LayerNormalization", [self.read(t) for t in ins],
+                                 axis=axes[0], epsilon=p["epsilon"])
+        v = self.read(x)
+        if cmd.name == "GROUP_NORM":
+            g = p["group_axis"] % nd
+            split = shape[:g] + (p["groups"], shape[g] // p["groups"]) + shape[g + 1:]
+            v = self.node("Reshape", [v, self.init(np.array(split, np.int64), "shape")])
+            axes = sorted([a % nd + (a % nd > g) for a in p["reduce_axis"]] + [g + 1])
+        else:
+            axes = sorted(a % nd for a in p["axis"])
+        mean = None
+        if cmd.name == "RMSNORM":
+            d = v
+        else:
+            mean = self._mean(v, axes)
+            d = self.node("Sub", [v, mean])
+        var = self._mean(self.node("Mul", [d, d]), axes)
+        inv_std = self.node("Div", [self.scalar(1, dt), self.node(
+            "Sqrt", [self.node("Add", [var, self.scalar(p["epsilon"], dt)])])])
+        out = self.node("Mul", [d, inv_std])
+        if cmd.name == "GROUP_NORM":
+            out = self.node("Reshape", [out, self.init(np.array(shape, np.int64), "shape")])
+        if len(ins) > 1:
+            out = self.node("Mul", [out, self.read(ins[1])])
+        if len(ins) > 2:
+            out = self.node("Add", [out, self.read(ins[2])])
+        stats = [inv_std] if cmd.name == "RMSNORM" else [mean, inv_std]
+        rshape = np.array(saved_shape(cmd, shape), np.int64)
+        for t, value in zip(outs[1:], stats):
+            if t is not None:
+                self.write(t, self.node("Reshape", [value, self.init(rshape, "shape")]))
+        return out
 
     def _gelu(self, x, tanh, dt):
         """GELU: ONNX's Gelu from opset 20, its definition in Erf or Tanh before."""
@@ -483,6 +542,8 @@ _ACTIVATIONS = {"ERF": "Erf", "EWABS": "Abs", "HARD_SWISH": "HardSwish", "EWPOW"
                 "MIN": "Min", "MAX": "Max"}
 SAVABLE |= {"HARD_SIGMOID", "SWISH", "GELU"} | set(_ACTIVATIONS)
 SAVABLE |= {"LRN"}
+_NORMS = {"LAYER_NORM", "GROUP_NORM", "RMSNORM"}
+SAVABLE |= _NORMS
 
 
 def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, opset=17):

@@ -186,6 +186,18 @@ BUILTINS = [
         'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
+    ('LAYER_NORM', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('GROUP_NORM', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('RMSNORM', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
 ]
 
 

@@ -1,0 +1,3 @@
+"""LAYER_NORM's, GROUP_NORM's and RMSNORM's CPU_OPT C backend (nnc/cmd/norm/cpu_opt.pyx)."""
+
+def register() -> None: ...

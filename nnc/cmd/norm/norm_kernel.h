@@ -1,0 +1,221 @@
+/* nnc's float32 LAYER_NORM / RMSNORM row and GROUP_NORM image block: the hot paths of the
+ * normalisation family on CPU.
+ *
+ * One row of m contiguous floats: its mean (unless rms) and the sum of squared deviations from
+ * it, each in double over NNC_NORM_LANES independent partial sums, halved pairwise at the end
+ * (a single chain would wait on every add's latency; the fixed order makes every variant and
+ * every thread setting give the same statistics), then y = (x - mean) * inv_std (* scale)
+ * (+ bias) in double, rounded once. Two passes, never E[x^2] - E[x]^2: a row with a large offset
+ * keeps its digits and a constant row's variance is exactly 0.
+ *
+ * The arithmetic is plain C, written once (nnc_norm_row_body, always inlined) and compiled for
+ * each variant under its target attribute, so the compiler vectorises the same code with each
+ * ISA's widths (nnc/base/isa.pxd: baseline SSE2 on x86-64, AVX2 + FMA, AVX-512); the extension
+ * stays baseline x86-64. FMA contraction may change the last bit of y between variants, never
+ * the statistics' order of summation. */
+#ifndef NNC_NORM_KERNEL_H
+#define NNC_NORM_KERNEL_H
+
+#include <math.h>
+#include <stddef.h>
+
+#define NNC_NORM_LANES 32
+
+static inline __attribute__((always_inline)) double nnc_norm_sum(const float* x, ptrdiff_t m,
+                                                                 double mean, int square) {
+    double acc[NNC_NORM_LANES];
+    double total = 0;
+    ptrdiff_t j = 0;
+    for (int l = 0; l < NNC_NORM_LANES; l++)
+        acc[l] = 0;
+    if (square) {
+        for (; j + NNC_NORM_LANES <= m; j += NNC_NORM_LANES)
+            for (int l = 0; l < NNC_NORM_LANES; l++) {
+                double v = (double)x[j + l] - mean;
+                acc[l] += v * v;
+            }
+    } else {
+        for (; j + NNC_NORM_LANES <= m; j += NNC_NORM_LANES)
+            for (int l = 0; l < NNC_NORM_LANES; l++)
+                acc[l] += (double)x[j + l];
+    }
+    /* Halve the partial sums pairwise (vectorised, a short chain), then the tail in order. */
+    for (int w = NNC_NORM_LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            acc[l] += acc[l + w];
+    total = acc[0];
+    for (; j < m; j++) {
+        double v = (double)x[j] - mean;
+        total += square ? v * v : (double)x[j];
+    }
+    return total;
+}
+
+/* Row x (m >= 1 floats) into y (may not overlap x); scale and bias: m floats or NULL. The row's
+ * mean (0 with rms) and inv_std are returned through *mean_out and *inv_std_out. */
+static inline __attribute__((always_inline)) void nnc_norm_row_body(
+        const float* x, float* y, ptrdiff_t m, const float* scale, const float* bias, double eps,
+        int rms, double* mean_out, double* inv_std_out) {
+    double mean = rms ? 0.0 : nnc_norm_sum(x, m, 0.0, 0) / (double)m;
+    double inv_std = 1.0 / sqrt(nnc_norm_sum(x, m, mean, 1) / (double)m + eps);
+    ptrdiff_t j;
+    *mean_out = mean;
+    *inv_std_out = inv_std;
+    if (scale && bias)
+        for (j = 0; j < m; j++)
+            y[j] = (float)(((double)x[j] - mean) * inv_std * (double)scale[j] + (double)bias[j]);
+    else if (scale)
+        for (j = 0; j < m; j++)
+            y[j] = (float)(((double)x[j] - mean) * inv_std * (double)scale[j]);
+    else
+        for (j = 0; j < m; j++)
+            y[j] = (float)(((double)x[j] - mean) * inv_std);
+}
+
+static void nnc_norm_row_base(const float* x, float* y, ptrdiff_t m, const float* scale,
+                              const float* bias, double eps, int rms, double* mean_out,
+                              double* inv_std_out) {
+    nnc_norm_row_body(x, y, m, scale, bias, eps, rms, mean_out, inv_std_out);
+}
+
+
+/* GROUP_NORM of one NHWC image (s pixels of c channels, c = groups * cg), groups g0 .. g1 - 1
+ * (at most NNC_NORM_GROUP_CHUNK): each pass walks the pixels over NNC_NORM_CHAN_BLOCK channels
+ * at a time, one double per channel (contiguous in every pixel, so the channel loop vectorises
+ * whatever the group width, one channel per group included), then adds the block's channels
+ * into their groups in channel order. mean_out and inv_std_out get g1 - g0 values. */
+#define NNC_NORM_GROUP_CHUNK 64
+#define NNC_NORM_CHAN_BLOCK 256
+
+static inline __attribute__((always_inline)) void nnc_norm_groups_body(
+        const float* x, float* y, ptrdiff_t s, ptrdiff_t c, ptrdiff_t cg, ptrdiff_t g0,
+        ptrdiff_t g1, const float* scale, const float* bias, double eps, double* mean,
+        double* inv_std) {
+    double acc[NNC_NORM_GROUP_CHUNK];
+    double cacc[NNC_NORM_CHAN_BLOCK], cm[NNC_NORM_CHAN_BLOCK], ck[NNC_NORM_CHAN_BLOCK],
+        cb[NNC_NORM_CHAN_BLOCK];
+    const ptrdiff_t c_lo = g0 * cg, c_hi = g1 * cg;
+    const double n = (double)(s * cg);
+    ptrdiff_t c0, nc, i, q, g;
+    for (g = 0; g < g1 - g0; g++)
+        acc[g] = 0;
+    for (c0 = c_lo; c0 < c_hi; c0 += nc) {
+        nc = c_hi - c0 < NNC_NORM_CHAN_BLOCK ? c_hi - c0 : NNC_NORM_CHAN_BLOCK;
+        for (q = 0; q < nc; q++)
+            cacc[q] = 0;
+        for (i = 0; i < s; i++) {
+            const float* xp = x + i * c + c0;
+            for (q = 0; q < nc; q++)
+                cacc[q] += (double)xp[q];
+        }
+        for (q = 0; q < nc; q++)
+            acc[(c0 + q) / cg - g0] += cacc[q];
+    }
+    for (g = 0; g < g1 - g0; g++) {
+        mean[g] = acc[g] / n;
+        acc[g] = 0;
+    }
+    for (c0 = c_lo; c0 < c_hi; c0 += nc) {
+        nc = c_hi - c0 < NNC_NORM_CHAN_BLOCK ? c_hi - c0 : NNC_NORM_CHAN_BLOCK;
+        for (q = 0; q < nc; q++) {
+            cm[q] = mean[(c0 + q) / cg - g0];
+            cacc[q] = 0;
+        }
+        for (i = 0; i < s; i++) {
+            const float* xp = x + i * c + c0;
+            for (q = 0; q < nc; q++) {
+                double v = (double)xp[q] - cm[q];
+                cacc[q] += v * v;
+            }
+        }
+        for (q = 0; q < nc; q++)
+            acc[(c0 + q) / cg - g0] += cacc[q];
+    }
+    for (g = 0; g < g1 - g0; g++)
+        inv_std[g] = 1.0 / sqrt(acc[g] / n + eps);
+    for (c0 = c_lo; c0 < c_hi; c0 += nc) {
+        nc = c_hi - c0 < NNC_NORM_CHAN_BLOCK ? c_hi - c0 : NNC_NORM_CHAN_BLOCK;
+        /* y = (x - mean) * (inv_std * scale) + bias, per channel of the block. */
+        for (q = 0; q < nc; q++) {
+            g = (c0 + q) / cg - g0;
+            cm[q] = mean[g];
+            ck[q] = inv_std[g] * (scale ? (double)scale[c0 + q] : 1.0);
+            cb[q] = bias ? (double)bias[c0 + q] : 0.0;
+        }
+        for (i = 0; i < s; i++) {
+            const float* xp = x + i * c + c0;
+            float* yp = y + i * c + c0;
+            for (q = 0; q < nc; q++)
+                yp[q] = (float)(((double)xp[q] - cm[q]) * ck[q] + cb[q]);
+        }
+    }
+}
+
+#define NNC_NORM_GROUPS_ARGS                                                                    \
+    const float *x, float *y, ptrdiff_t s, ptrdiff_t c, ptrdiff_t cg, ptrdiff_t g0, ptrdiff_t g1, \
+        const float *scale, const float *bias, double eps, double *mean, double *inv_std
+#define NNC_NORM_GROUPS_PASS x, y, s, c, cg, g0, g1, scale, bias, eps, mean, inv_std
+
+static void nnc_norm_groups_base(NNC_NORM_GROUPS_ARGS) {
+    nnc_norm_groups_body(NNC_NORM_GROUPS_PASS);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define NNC_NORM_X86 1
+
+static __attribute__((target("avx2,fma"))) void nnc_norm_groups_avx2(NNC_NORM_GROUPS_ARGS) {
+    nnc_norm_groups_body(NNC_NORM_GROUPS_PASS);
+}
+
+static __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) void
+nnc_norm_groups_avx512(NNC_NORM_GROUPS_ARGS) {
+    nnc_norm_groups_body(NNC_NORM_GROUPS_PASS);
+}
+
+static __attribute__((target("avx2,fma"))) void nnc_norm_row_avx2(
+        const float* x, float* y, ptrdiff_t m, const float* scale, const float* bias, double eps,
+        int rms, double* mean_out, double* inv_std_out) {
+    nnc_norm_row_body(x, y, m, scale, bias, eps, rms, mean_out, inv_std_out);
+}
+
+static __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma"))) void nnc_norm_row_avx512(
+        const float* x, float* y, ptrdiff_t m, const float* scale, const float* bias, double eps,
+        int rms, double* mean_out, double* inv_std_out) {
+    nnc_norm_row_body(x, y, m, scale, bias, eps, rms, mean_out, inv_std_out);
+}
+#endif
+
+/* The variant of isa (ISA_BASELINE 0, ISA_AVX2 1, ISA_AVX512 2). */
+static void nnc_norm_row_f32(int isa, const float* x, float* y, ptrdiff_t m, const float* scale,
+                             const float* bias, double eps, int rms, double* mean_out,
+                             double* inv_std_out) {
+#ifdef NNC_NORM_X86
+    if (isa >= 2) {
+        nnc_norm_row_avx512(x, y, m, scale, bias, eps, rms, mean_out, inv_std_out);
+        return;
+    }
+    if (isa == 1) {
+        nnc_norm_row_avx2(x, y, m, scale, bias, eps, rms, mean_out, inv_std_out);
+        return;
+    }
+#endif
+    (void)isa;
+    nnc_norm_row_base(x, y, m, scale, bias, eps, rms, mean_out, inv_std_out);
+}
+
+static void nnc_norm_groups_f32(int isa, NNC_NORM_GROUPS_ARGS) {
+#ifdef NNC_NORM_X86
+    if (isa >= 2) {
+        nnc_norm_groups_avx512(NNC_NORM_GROUPS_PASS);
+        return;
+    }
+    if (isa == 1) {
+        nnc_norm_groups_avx2(NNC_NORM_GROUPS_PASS);
+        return;
+    }
+#endif
+    (void)isa;
+    nnc_norm_groups_base(NNC_NORM_GROUPS_PASS);
+}
+
+#endif /* NNC_NORM_KERNEL_H */
