@@ -198,16 +198,13 @@ _NORMS = {"LayerNormalization", "GroupNormalization", "InstanceNormalization"}
 
 def check_norm(op, attrs, node, consts, ranks):
     """Why nnc cannot run this LayerNormalization / GroupNormalization / InstanceNormalization
-    node, or None: constant scale and bias; LayerNormalization's Mean and InvStdDev outputs
-    unused (nnc's saved_mean / saved_inv_std would carry them, but the loader writes one output
-    per node); GroupNormalization's and InstanceNormalization's input [N, C, ...]."""
+    node, or None: constant scale and bias (LayerNormalization's Mean and InvStdDev outputs are
+    LAYER_NORM's saved_mean and saved_inv_std); GroupNormalization's and InstanceNormalization's
+    input [N, C, ...]."""
     ins = list(node.input)
     if any(i and i not in consts for i in ins[1:]):
         return "scale and bias must be constants"
     if op == "LayerNormalization":
-        if len([o for o in node.output[1:] if o]):
-            return ("the Mean and InvStdDev outputs (training); nnc loads one output per "
-                    "normalisation node")
         return None
     if ranks.get(ins[0], 0) < 3:
         return "only [N, C, ...] inputs with at least one spatial axis"
@@ -705,7 +702,21 @@ class OpEmitter:
                                   f"normalised shape {inner}") from None
             affine.append(self.constant(v))
         cmd = Cmd("LAYER_NORM", axis=tuple(range(axis, nd)), epsilon=a.get("epsilon", 1e-5))
-        self._write(n, cmd, [x] + affine, deps)
+        stats = [o for o in n.output[1:3]]
+        if not any(stats):
+            self._write(n, cmd, [x] + affine, deps)
+            return
+        # ONNX's Mean and InvStdDev are NNC's saved_mean and saved_inv_std: the input's shape
+        # with the normalised axes 1. An InvStdDev wanted without the Mean still needs a tensor
+        # for the mean, which no one reads.
+        stat_shape = tuple(x.shape[:axis]) + (1,) * (nd - axis)
+        outs = [self.storage(n.output[0])]
+        outs += [self.storage(o) if o else Tensor.empty(stat_shape, dtype=self.dtype)
+                 for o in stats]
+        e = self.node(cmd, [x] + affine, outs, n.name or n.output[0], deps)
+        for o in n.output[:3]:
+            if o:
+                self.deps[self.root(o)] = [e]
 
     def _op_GroupNormalization(self, k, n, a):
         """GROUP_NORM: on an NHWC image the groups are the last axis and H, W are reduced (the

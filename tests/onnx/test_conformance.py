@@ -19,7 +19,8 @@ CLAIMED = ("Relu", "Add", "Sub", "Mul", "Div", "Pow", "Conv", "MaxPool", "Averag
            "Sqrt", "Exp", "Log", "Abs", "Neg", "Erf", "HardSwish", "HardSigmoid", "Gelu",
            "Transpose", "Reshape", "Flatten", "Concat", "Clip", "BatchNormalization", "LRN",
            "Slice", "Split", "Squeeze", "Unsqueeze", "Min", "Max", "Sum", "Mean", "ReduceSum",
-           "ReduceMean", "ReduceMax", "Dropout", "Identity")
+           "ReduceMean", "ReduceMax", "Dropout", "Identity", "LayerNormalization",
+           "GroupNormalization", "InstanceNormalization")
 
 
 @pytest.fixture(scope="module")

@@ -90,11 +90,19 @@ def test_instance_norm_of_other_ranks_is_plain(shape):
     saved_runs(loaded, {"x": f32(*shape)})
 
 
+@pytest.mark.parametrize("outputs", [["y", "mean", "inv"], ["y", "mean"], ["y", "", "inv"]])
+@pytest.mark.parametrize("axis", [1, -1])
+def test_layer_norm_mean_and_inv_std_dev_outputs(outputs, axis):
+    """ONNX's Mean and InvStdDev are LAYER_NORM's saved_mean and saved_inv_std (an InvStdDev
+    alone still gets a mean tensor, which nothing reads)."""
+    ln = h.make_node("LayerNormalization", ["x", "s", "b"], outputs, axis=axis)
+    outs = {o: None for o in outputs if o}
+    loaded = check(model([ln], {"x": [2, 3, 5]}, outs, {"s": f32(5) if axis == -1 else f32(3, 5),
+                                                         "b": f32(5)}))
+    assert commands(loaded) == ["LAYER_NORM"]
+
+
 def test_refusals():
-    ln = h.make_node("LayerNormalization", ["x", "s"], ["y", "mean"])
-    m = model([ln], {"x": [2, 3]}, {"y": None, "mean": None}, {"s": f32(3)})
-    with pytest.raises(nnc.onnx.UnsupportedError, match="Mean and InvStdDev"):
-        nnc.onnx.load(m)
     ln = h.make_node("LayerNormalization", ["x", "s"], ["y"])
     m = model([ln], {"x": [2, 3], "s": [3]}, {"y": None})
     with pytest.raises(nnc.onnx.UnsupportedError, match="must be constants"):
