@@ -39,8 +39,14 @@ FOLD_OPS = {
     "Div", "Mod", "Neg", "Abs", "Min", "Max", "ConstantOfShape", "Equal", "Less", "Greater",
     "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Where", "Expand", "Range", "Reshape",
     "Flatten", "Transpose", "Slice", "Split", "ReduceProd", "ReduceMin", "ReduceSum",
-    "ReduceMax", "ReduceMean", "Identity",
+    "ReduceMax", "ReduceMean", "Identity", "Sqrt", "Reciprocal", "Exp", "Log", "Floor", "Ceil",
+    "Relu", "Sigmoid", "Tanh",
 }
+# Float math on constants (a scale of 1 / sqrt(head_dim) computed from a shape), in the value's
+# own dtype, as the runtime commands would compute it.
+_FLOAT_UNARY = {"Sqrt": np.sqrt, "Reciprocal": np.reciprocal, "Exp": np.exp, "Log": np.log,
+                "Floor": np.floor, "Ceil": np.ceil, "Relu": lambda x: np.maximum(x, 0),
+                "Sigmoid": lambda x: 1 / (1 + np.exp(-x)), "Tanh": np.tanh}
 # Of the views of a runtime value (VIEW_OPS), those that keep their input's layout.
 SAME_LAYOUT_VIEWS = {"Slice", "Split"}
 
@@ -112,7 +118,8 @@ def _reinfer(loader, model):
     for name in sorted(needed):
         if name in loader.consts and name not in have:
             g.initializer.append(onnx.numpy_helper.from_array(
-                np.ascontiguousarray(loader.consts[name]), name))
+                # np.array, not np.ascontiguousarray: that makes a scalar one-dimensional.
+                np.array(loader.consts[name], order="C"), name))
     try:
         m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
     except Exception as e:  # onnx raises its own InferenceError, not an exported base class
@@ -338,6 +345,11 @@ def fold_node(loader, n, a):
         for t in v[1:]:
             out = fn(out, t)
         return [np.asarray(out).astype(x.dtype, copy=False)]
+    if op in _FLOAT_UNARY:
+        if x.dtype.kind != "f":
+            raise _invalid(n, f"{op} of a {x.dtype} value (ONNX defines it on floats)")
+        with np.errstate(all="ignore"):
+            return [np.asarray(_FLOAT_UNARY[op](x)).astype(x.dtype, copy=False)]
     if op in ("Neg", "Abs"):
         return [np.asarray(np.negative(x) if op == "Neg" else np.abs(x)).astype(x.dtype)]
     if op in _COMPARE:

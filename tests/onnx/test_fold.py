@@ -142,6 +142,16 @@ CASES = {
                          h.make_node("Min", ["a", "e"], ["m"]),
                          h.make_node("Max", ["m", "n"], ["f"])],
                         {"d": I(-4, 2, 9), "e": I(3)}, [3], 17),
+    # 1 / sqrt(head_dim) from a shape, as attention exporters compute a scale.
+    "float_math": ([h.make_node("Shape", ["s"], ["sh"]),
+                    h.make_node("Gather", ["sh", "i"], ["d"]),
+                    h.make_node("Cast", ["d"], ["df"], to=TP.FLOAT),
+                    h.make_node("Sqrt", ["df"], ["q"]), h.make_node("Reciprocal", ["q"], ["r"]),
+                    h.make_node("Exp", ["r"], ["e"]), h.make_node("Log", ["e"], ["l"]),
+                    h.make_node("Tanh", ["l"], ["t"]), h.make_node("Sigmoid", ["t"], ["g"]),
+                    h.make_node("Relu", ["g"], ["u"]), h.make_node("Floor", ["u"], ["fl"]),
+                    h.make_node("Ceil", ["u"], ["ce"]), h.make_node("Add", ["fl", "ce"], ["f"])],
+                   {"i": np.array(2, np.int64)}, [1], 17),
 }
 
 
@@ -517,3 +527,23 @@ def test_save_of_a_computed_convolution_weight_reads_it():
         x.numpy()[...], k.numpy()[...] = a, b
         g.run()
         close(ort_run(m, {"input_0": a, "input_1": b})[0], y.numpy(), rtol=1e-5)
+
+
+def test_a_folded_scalar_keeps_its_rank_when_shapes_are_inferred_again():
+    """A Reshape to a computed shape makes the loader run shape inference again with the folded
+    values as initializers; a folded scalar (here the scale a runtime Add reads) must go in as
+    a scalar, or what follows it gains an axis (a Concat of ranks 1 and 2 then fails)."""
+    nodes = [h.make_node("Shape", ["x"], ["sh"]),
+             h.make_node("Gather", ["sh", "i0"], ["d0"]),
+             h.make_node("Gather", ["sh", "i1"], ["d1"]),
+             h.make_node("Mul", ["d0", "d1"], ["n"]),
+             h.make_node("Unsqueeze", ["n", "a0"], ["nn"]),
+             h.make_node("Reshape", ["x", "nn"], ["flat"]),            # [6]: a computed shape
+             h.make_node("Cast", ["d0"], ["s"], to=TP.FLOAT),          # a scalar, folded
+             h.make_node("ReduceSum", ["x"], ["r"], keepdims=0),       # a runtime scalar
+             h.make_node("Add", ["r", "s"], ["z"]),
+             h.make_node("Unsqueeze", ["z", "a0"], ["zu"]),            # [1]
+             h.make_node("Concat", ["zu", "flat"], ["y"], axis=0)]
+    m = model(nodes, {"x": [2, 3]}, {"y": None},
+              {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "a0": I(0)})
+    check6(m)
