@@ -27,13 +27,12 @@ A model an exporter refuses is reported and skipped.
 Without torch (``--export``) or a ``--dir`` with models, it says so and exits with status 2.
 """
 
+import argparse
 import glob
 import os
 import sys
 
 import numpy as np
-
-from benchmarks import _util
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnext50_32x4d", "wide_resnet50_2",
           "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "googlenet", "inception_v3",
@@ -111,6 +110,7 @@ def check(path, threads, repeat, timed, log=print):
     """One model file's row."""
     import nnc
     import nnc.onnx
+    from benchmarks import _util
 
     name, exporter = os.path.basename(path)[:-len(".onnx")].rsplit(".", 1)
     row = {"model": name, "exporter": exporter}
@@ -149,13 +149,16 @@ def check(path, threads, repeat, timed, log=print):
 
 
 def render(r):
+    from benchmarks import _util
+
     head = ["model", "exporter", "loads", "max err / max|ort|", "nnc seq", "nnc sched", "ort",
             "ov", "nnc best / ort"]
     body = []
     for x in r["rows"]:
         if "refused" in x:
-            body.append([x["model"], x["exporter"], "no: " + x["refused"][:90], "", "", "", "",
-                         "", ""])
+            # The loader lists each operator it refuses on a line of its own: one line here.
+            why = " ".join(x["refused"].split())
+            body.append([x["model"], x["exporter"], "no: " + why[:150], "", "", "", "", "", ""])
             continue
         m = x.get("median_s", {})
 
@@ -173,7 +176,15 @@ def render(r):
 
 
 def main(argv=None):
-    p = _util.parser("torchvision's zoo through nnc.onnx against onnxruntime", repeat=5)
+    # Not benchmarks._util's parser: that module imports nnc, and --export runs where only
+    # torch may be installed.
+    p = argparse.ArgumentParser(prog="python -m benchmarks.zoo",
+                                description="torchvision's zoo through nnc.onnx against "
+                                            "onnxruntime")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on the last line of stdout")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timed runs per measurement after one warm-up (default 5)")
     p.add_argument("--export", metavar="DIR", help="export the zoo into DIR (needs torch)")
     p.add_argument("--exporters", default=",".join(EXPORTERS), help="ts, dynamo or both")
     p.add_argument("--dir", help="check and time the models in DIR")
@@ -194,6 +205,8 @@ def main(argv=None):
         print("benchmarks.zoo: no models to check: export them first with --export DIR "
               "(needs torch and torchvision), then pass --dir DIR", file=sys.stderr)
         raise SystemExit(2)
+    from benchmarks import _util
+
     rows = [check(f, a.threads, a.repeat, not a.no_time) for f in files]
     report = {"threads": a.threads, "repeat": a.repeat, "rows": rows}
     _util.publish(report, "zoo", render, a.json, packages=("numpy", "onnx", "onnxruntime"))
