@@ -40,7 +40,7 @@ FOLD_OPS = {
     "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Where", "Expand", "Range", "Reshape",
     "Flatten", "Transpose", "Slice", "Split", "ReduceProd", "ReduceMin", "ReduceSum",
     "ReduceMax", "ReduceMean", "Identity", "Sqrt", "Reciprocal", "Exp", "Log", "Floor", "Ceil",
-    "Relu", "Sigmoid", "Tanh",
+    "Relu", "Sigmoid", "Tanh", "ScatterND",
 }
 # Float math on constants (a scale of 1 / sqrt(head_dim) computed from a shape), in the value's
 # own dtype, as the runtime commands would compute it.
@@ -364,6 +364,8 @@ def fold_node(loader, n, a):
         return [np.array(np.broadcast_to(x, out_shape))]
     if op == "Identity":
         return [x]
+    if op == "ScatterND":
+        return [_scatter_nd(n, a, x, v[1], v[2])]
     if op == "Cast":
         onnx = loader.onnx
         to = int(a.get("to", 0))
@@ -564,3 +566,35 @@ class ViewEmitter:
                 strides.append(t.strides[src])
                 src += 1
         self._view_of(n, out, t, deps, shape, 0, strides)
+
+
+_SCATTER_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_nd(n, a, data, indices, updates):
+    """ONNX's ScatterND: a copy of ``data`` with the slices ``indices[..., :]`` address replaced
+    by (or, with ``reduction``, combined with) ``updates``, in index order (a repeated index:
+    the last write wins, as the reference does). Swin's shifted-window mask is built so."""
+    reduction = a.get("reduction", "none")
+    if isinstance(reduction, bytes):
+        reduction = reduction.decode("utf-8", "replace")
+    if reduction != "none" and reduction not in _SCATTER_REDUCE:
+        raise _invalid(n, f"attribute 'reduction' = {reduction!r} (ONNX has none, add, mul, "
+                          "max, min)")
+    if indices.dtype.kind not in "iu":
+        raise _invalid(n, f"indices of type {indices.dtype} (ONNX wants int64)")
+    q = indices.shape[-1] if indices.ndim else 0
+    if indices.ndim == 0 or q > data.ndim or \
+            updates.shape != indices.shape[:-1] + data.shape[q:]:
+        raise _invalid(n, f"indices of shape {indices.shape} and updates of shape "
+                          f"{updates.shape} do not address data of shape {data.shape}")
+    out = np.array(data)
+    for pos in np.ndindex(*indices.shape[:-1]):
+        idx = tuple(int(i) for i in indices[pos])
+        if any(not -d <= i < d for i, d in zip(idx, data.shape)):
+            raise _invalid(n, f"index {idx} is outside data of shape {data.shape}")
+        if reduction == "none":
+            out[idx] = updates[pos]
+        else:
+            out[idx] = _SCATTER_REDUCE[reduction](out[idx], updates[pos])
+    return out

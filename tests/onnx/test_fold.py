@@ -152,6 +152,13 @@ CASES = {
                     h.make_node("Relu", ["g"], ["u"]), h.make_node("Floor", ["u"], ["fl"]),
                     h.make_node("Ceil", ["u"], ["ce"]), h.make_node("Add", ["fl", "ce"], ["f"])],
                    {"i": np.array(2, np.int64)}, [1], 17),
+    # Swin's shifted-window mask: slices of a zeros tensor set to region numbers.
+    "scatter_nd": ([h.make_node("ScatterND", ["d", "ix", "u"], ["s1"]),
+                    h.make_node("ScatterND", ["s1", "iy", "uy"], ["f"], reduction="add")],
+                   {"d": np.zeros((3, 4), np.float32), "ix": I(0, 2).reshape(2, 1),
+                    "u": np.arange(8, dtype=np.float32).reshape(2, 4),
+                    "iy": np.array([[1, 1], [2, 3], [1, 1]], np.int64),
+                    "uy": np.array([5, 6, 7], np.float32)}, [3, 4], 18),
 }
 
 
