@@ -124,10 +124,11 @@ def check_node(op, attrs, node, consts, ranks):
         if len(ins) < 2 or ins[1] not in consts:
             return "the shape must be a constant"
     elif op == "MatMul":
-        if ranks.get(ins[0], np.ndim(consts.get(ins[0], 0))) not in (1, 2, 3) or \
-                ranks.get(ins[1], np.ndim(consts.get(ins[1], 0))) not in (2, 3):
-            return "only the operand shapes GEMM takes: [K], [M, K] or [B, M, K] times [K, N] " \
-                   "or [B, K, N]"
+        # GEMM broadcasts batch dimensions of any rank as MatMul does; its w has a K and an N.
+        if ranks.get(ins[0], np.ndim(consts.get(ins[0], 0))) < 1 or \
+                ranks.get(ins[1], np.ndim(consts.get(ins[1], 0))) < 2:
+            return "a vector B (rank 1): GEMM takes [K] or [..., M, K] times [K, N] or " \
+                   "[..., K, N]"
     elif op == "Dropout":
         if len(ins) > 2 and ins[2] and (ins[2] not in consts or bool(consts[ins[2]])):
             return "training_mode must be a constant False"
