@@ -319,6 +319,8 @@ _SCALAR_KEYS = {"ADD": ("p", "q"), "MUL": ("p", None), "CLAMP": ("min", "max"),
                 "LRN": ("alpha", "beta")}
 # The element-wise family's parameterised activations (nnc/cmd/elementwise/cpu_opt_act.pyx).
 _SCALAR_KEYS.update({"GELU": ("tanh", None), "HARD_SIGMOID": ("alpha", "beta")})
+# SCALED_DOT_PRODUCT_ATTENTION's scale, and is_causal as 0.0 / 1.0 (nnc/cmd/attention/).
+_SCALAR_KEYS["SCALED_DOT_PRODUCT_ATTENTION"] = ("scale", "is_causal")
 
 
 cdef class Cmd:
