@@ -1,6 +1,8 @@
 """nnc.onnx's MatMul on operands of any rank, batch dimensions broadcast (GEMM's broadcast
 batches): ConvNeXt's MLP ([N, H, W, C] by a constant [C, 4C]), attention's Q.K^T and P.V (4-D by
-4-D, both operands activations), against onnxruntime within 1e-5 of the output's scale."""
+4-D, both operands activations), against onnxruntime within 1e-5 of the output's scale; and
+ONNX's Softmax axis on values of rank >= 3, which nnc maps onto SOFTMAX's rows (each entry of
+the first axis is one: a [rows, C] view), loaded and saved."""
 
 import numpy as np
 import pytest
@@ -93,3 +95,31 @@ def test_saved_batched_gemm_runs_in_onnxruntime():
     close(got[0], y.numpy(), RTOL)
     want = np.matmul(a.numpy().astype(np.float64), np.swapaxes(w.numpy(), -1, -2)) + bias.numpy()
     close(y.numpy(), want, RTOL)
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 5, 7), -1), ((2, 5, 7), 1), ((2, 3, 4, 5), -1),
+                                         ((2, 3, 4, 5), 2), ((1, 12, 17, 17), 3)])
+def test_softmax_axis_of_plain_values_of_rank_3_and_4(shape, axis):
+    nodes = [h.make_node("Softmax", ["x"], ["y"], axis=axis)]
+    check(model(nodes, {"x": list(shape)}, {"y": None}))
+
+
+def test_softmax_into_a_concat_slice_and_from_a_transposed_value():
+    """The output a slice of a Concat's buffer (not contiguous as a [rows, C] view) and the
+    input a Transpose's result: copies around SOFTMAX keep ONNX's result."""
+    nodes = [h.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+             h.make_node("Softmax", ["t"], ["s"], axis=-1),
+             h.make_node("Concat", ["s", "t"], ["y"], axis=2)]
+    check(model(nodes, {"x": [2, 4, 3]}, {"y": None}))
+
+
+def test_saved_softmax_of_rank_3_runs_in_onnxruntime():
+    """save() writes SOFTMAX of a [N, ...] tensor as Flatten, Softmax, Reshape."""
+    x = nnc.Tensor(RNG.standard_normal((3, 4, 5)).astype(np.float32))
+    y = nnc.Tensor(np.zeros((3, 4, 5), np.float32))
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("SOFTMAX"), [x], [y])
+    g.run()
+    saved = nnc.onnx.save(g, None, inputs=[x], outputs=[y])
+    close(ort_run(saved, {"input_0": x.numpy()})[0], y.numpy(), RTOL)
+    np.testing.assert_allclose(y.numpy().reshape(3, -1).sum(-1), 1, rtol=1e-6)
