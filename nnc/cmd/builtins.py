@@ -1,13 +1,23 @@
 """The built-in commands: one folder per command family under nnc/cmd/ (basic, elementwise,
-softmax, gemm, convolution, pooling, reduce, transpose, lrn, attention), each holding the
-family's definition, its CPU_REF and its CPU backends. Registration is explicit and happens once, when nnc is
-imported: the definitions first (commands, CPU_REF and Python backends, in this order, which is
-``nnc.commands()``'s), then the C backends; nnc.cuda.builtins registers the families' GPU
-backends (their gpu/ folders) after them.
+softmax, gemm, convolution, pooling, reduce, transpose, lrn, attention), each holding the family's
+definition, its CPU_REF and its CPU backends. Registration is explicit and happens once, when nnc
+is imported: the definitions first (commands, CPU_REF and Python backends, in this order, which is
+``nnc.commands()``'s), then the C backends; nnc.cuda.builtins registers the families' GPU backends
+(their gpu/ folders) after them.
 """
 
-from nnc.cmd import (attention, basic, convolution, elementwise, gemm, lrn, pooling, reduce,
-                     softmax, transpose)
+from nnc.cmd import (
+    attention,
+    basic,
+    convolution,
+    elementwise,
+    gemm,
+    lrn,
+    pooling,
+    reduce,
+    softmax,
+    transpose,
+)
 from nnc.cmd.elementwise import activation, binary, clamp
 
 _done = False

@@ -5,20 +5,20 @@ NNC: cmd/blas/ccv_nnc_gemm_cpu_opt.c. out = op(a) . op(w) + bias for every shape
 one of them is 1 or missing (a 2-D w shared by the batch), transpose_a / transpose_b, an optional
 bias of any shape that broadcasts to the output.
 
-- Each operand is a batch of matrices described by its logical strides (after op): a's
-  [M, K], w's [K, N] and the output's [M, N]; the batch is the output's batch dimensions, each
-  operand's stride along one being 0 where it broadcasts. A matrix with unit stride along its columns is
-  row-major for BLAS; one with unit stride along its rows is passed transposed (so a transposed
-  *view* costs no copy, just like the transpose flags). The output needs unit stride along N
-  (a channel slice of a wider buffer is fine: its row stride is GEMM's ldc). Anything else is
-  refused by ``accept`` (which runs these same checks), so CPU_REF or the NumPy backend runs it.
+- Each operand is a batch of matrices described by its logical strides (after op): a's [M, K], w's
+  [K, N] and the output's [M, N]; the batch is the output's batch dimensions, each operand's stride
+  along one being 0 where it broadcasts. A matrix with unit stride along its columns is row-major
+  for BLAS; one with unit stride along its rows is passed transposed (so a transposed *view* costs
+  no copy, just like the transpose flags). The output needs unit stride along N (a channel slice of
+  a wider buffer is fine: its row stride is GEMM's ldc). Anything else is refused by ``accept``
+  (which runs these same checks), so CPU_REF or the NumPy backend runs it.
 - Work is cut into as many parts as threads may help now (nnc.base.parallel), each one
   single-threaded GEMM (nnc.base.openblas) on a block of rows of one batch entry, or, when M is
   too small to split (a batch-1 fully connected layer, M = 1), on a block of the output's
   columns, or, when the batch alone gives enough parts (attention's heads), on a run of whole
   batch entries each worth too little to be a part of its own; parts run on the caller and idle
-  pool threads. One row is a GEMV (GEMM would pack
-  all of w first). The bias is added by each part to its own block while it is hot.
+  pool threads. One row is a GEMV (GEMM would pack all of w first). The bias is added by each
+  part to its own block while it is hot.
 """
 
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_MAX_DIM, NNC_OOM, NNC_SUCCESS
