@@ -1,12 +1,13 @@
 """The built-in commands: one folder per command family under nnc/cmd/ (basic, elementwise,
-softmax, gemm, convolution, pooling, reduce, transpose, lrn, norm), each holding the family's
-definition, its CPU_REF and its CPU backends. Registration is explicit and happens once, when nnc is
-imported: the definitions first (commands, CPU_REF and Python backends, in this order, which is
-``nnc.commands()``'s), then the C backends; nnc.cuda.builtins registers the families' GPU
+softmax, gemm, convolution, pooling, reduce, transpose, lrn, norm, attention), each holding the
+family's definition, its CPU_REF and its CPU backends. Registration is explicit and happens once,
+when nnc is imported: the definitions first (commands, CPU_REF and Python backends, in this order,
+which is ``nnc.commands()``'s), then the C backends; nnc.cuda.builtins registers the families' GPU
 backends (their gpu/ folders) after them.
 """
 
 from nnc.cmd import (
+    attention,
     basic,
     convolution,
     elementwise,
@@ -29,8 +30,9 @@ def register_builtins():
         return
     _done = True
     for module in (basic, elementwise, softmax, gemm, convolution, pooling, reduce, binary, clamp,
-                   transpose, activation, lrn, norm):
+                   transpose, activation, lrn, norm, attention):
         module.register()
+    from nnc.cmd.attention import cpu_opt as attention_opt
     from nnc.cmd.basic import cpu_opt as basic_opt
     from nnc.cmd.convolution import cpu_opt as convolution_opt
     from nnc.cmd.convolution import winograd
@@ -45,5 +47,5 @@ def register_builtins():
 
     for module in (convolution_opt, winograd, gemm_opt, pooling_opt, cpu_opt_binary,
                    elementwise_opt, basic_opt, softmax_opt, cpu_opt_unary, reduce_opt, cpu_opt_act,
-                   lrn_opt, norm_opt):
+                   lrn_opt, norm_opt, attention_opt):
         module.register()

@@ -331,6 +331,8 @@ cdef int _axis_mask(axes):
     for a in axes:
         mask |= 1 << (a if a >= 0 else _NORM_MAX_RANK - 1 - a)
     return mask
+# SCALED_DOT_PRODUCT_ATTENTION's scale, and is_causal as 0.0 / 1.0 (nnc/cmd/attention/).
+_SCALAR_KEYS["SCALED_DOT_PRODUCT_ATTENTION"] = ("scale", "is_causal")
 
 
 cdef class Cmd:

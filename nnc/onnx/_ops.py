@@ -124,10 +124,11 @@ def check_node(op, attrs, node, consts, ranks):
         if len(ins) < 2 or ins[1] not in consts:
             return "the shape must be a constant"
     elif op == "MatMul":
-        if ranks.get(ins[0], np.ndim(consts.get(ins[0], 0))) not in (1, 2, 3) or \
-                ranks.get(ins[1], np.ndim(consts.get(ins[1], 0))) not in (2, 3):
-            return "only the operand shapes GEMM takes: [K], [M, K] or [B, M, K] times [K, N] " \
-                   "or [B, K, N]"
+        # GEMM broadcasts batch dimensions of any rank as MatMul does; its w has a K and an N.
+        if ranks.get(ins[0], np.ndim(consts.get(ins[0], 0))) < 1 or \
+                ranks.get(ins[1], np.ndim(consts.get(ins[1], 0))) < 2:
+            return "a vector B (rank 1): GEMM takes [K] or [..., M, K] times [K, N] or " \
+                   "[..., K, N]"
     elif op == "Dropout":
         if len(ins) > 2 and ins[2] and (ins[2] not in consts or bool(consts[ins[2]])):
             return "training_mode must be a constant False"
@@ -612,15 +613,35 @@ class OpEmitter:
         t, deps = self.get(x, lay)
         iaxis = TO_NHWC.index(axis) if lay == "nhwc" and nd == 4 else axis
         if iaxis == nd - 1:
-            self._write(n, Cmd("SOFTMAX"), [t], deps)
+            self._softmax_last(n, t, self.storage(n.output[0]), deps, n.name or n.output[0])
             return
         # Move the axis last, SOFTMAX in place, move it back.
         perm = tuple(i for i in range(nd) if i != iaxis) + (iaxis,)
         back = tuple(int(i) for i in np.argsort(perm))
         tmp = Tensor.empty(perm_shape(t.shape, perm), dtype=self.dtype)
         e = self.node(Cmd("TRANSPOSE", perm=perm), [t], [tmp], f"{n.name}/to_last", deps)
-        e = self.node(Cmd("SOFTMAX"), [tmp], [tmp], f"{n.name}/softmax", [e])
+        e = self._softmax_last(n, tmp, tmp, [e], f"{n.name}/softmax")
         self._write(n, Cmd("TRANSPOSE", perm=back), [tmp], [e], f"{n.name}/back")
+
+    def _softmax_last(self, n, t, y, deps, label):
+        """SOFTMAX of t over its last axis into y (ONNX's axis = -1), returning the node. nnc's
+        SOFTMAX makes each entry of the first axis one row, so a tensor of rank >= 3 goes as the
+        [rows, C] view of contiguous memory (a copy first where t or y is not contiguous)."""
+        if t.ndim < 3:
+            e = self.node(Cmd("SOFTMAX"), [t], [y], label, deps)
+            self.deps[self.root(n.output[0])] = [e]
+            return e
+        flat = (math.prod(t.shape[:-1]), t.shape[-1])
+        if not t.is_contiguous:
+            c = Tensor.empty(t.shape, dtype=self.dtype)
+            deps = [self.node(Cmd("DATA_TRANSFER"), [t], [c], f"{label}/contiguous", deps)]
+            t = c
+        out = y if y.is_contiguous else Tensor.empty(y.shape, dtype=self.dtype)
+        e = self.node(Cmd("SOFTMAX"), [t.view(flat)], [out.view(flat)], label, deps)
+        if out is not y:
+            e = self.node(Cmd("DATA_TRANSFER"), [out], [y], f"{label}/place", [e])
+        self.deps[self.root(n.output[0])] = [e]
+        return e
 
     def _op_Concat(self, k, n, a):
         out = n.output[0]

@@ -355,6 +355,12 @@ class _Saver:
             out = self.node("Transpose", [z], perm=_TO_NHWC)
             if name == "CONVOLUTION":
                 out = self._conv_epilogue(out, p, ins, dt)
+        elif name == "SOFTMAX" and ins[0].ndim >= 3:
+            # Each batch entry is one row (nnc's SOFTMAX): Flatten to [N, rest], Softmax over
+            # the last axis, Reshape back.
+            flat = self.node("Flatten", [self.read(ins[0])], axis=1)
+            z = self.node("Softmax", [flat], axis=-1)
+            out = self.node("Reshape", [z, self.init(np.array(ins[0].shape, np.int64), "shape")])
         elif name in _UNARY:
             op = _UNARY[name]
             out = self.node(op, [self.read(ins[0])], **({"axis": -1} if op == "Softmax" else {}))

@@ -198,6 +198,10 @@ BUILTINS = [
         'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
+    ('SCALED_DOT_PRODUCT_ATTENTION', [
+        'CPU_OPT 20 cpu f32,f64 C',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
 ]
 
 

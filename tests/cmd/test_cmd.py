@@ -77,10 +77,13 @@ def ew_case(name, dtype, rng, shape=(3, 5)):
     elif name == "SOFTMAX":
         xs = [u(-3.0, 3.0)]
         x = f(xs[0])
+        # NNC's rows: each entry of the first axis (all the others together); a vector is one.
         want = np.empty_like(x)
-        for idx in np.ndindex(*x.shape[:-1]) if x.size else ():
+        for idx in np.ndindex(*x.shape[:1]) if x.ndim >= 2 and x.size else ():
             row = np.exp(x[idx] - x[idx].max())
             want[idx] = row / row.sum()
+        if x.ndim == 1:
+            want = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
     else:
         raise AssertionError(name)
     return params, xs, want
@@ -355,6 +358,8 @@ def test_c_backend_called_directly_refuses_bad_tensors(backend):
         params = {"axis": (0,)}
     if backend.command == "GROUP_NORM":
         params = {"groups": 1}
+    if backend.command == "SCALED_DOT_PRODUCT_ATTENTION":
+        params = {"scale": 1.0}
     cmd = nnc.Cmd(backend.command, **params)
     for ins, outs in _malformed(backend.command):
         before = [None if o is None else np.array(o) for o in outs]

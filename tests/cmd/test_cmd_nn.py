@@ -138,8 +138,13 @@ def test_gemm_strided_views(backend):
     ({}, [(3, 4), (4, 5), (4,), (3, 5)], "bias should have shape (5,)"),
     ({}, [(2, 3, 4), (3, 4, 5), (2, 3, 5)], "batch sizes differ"),
     ({"transpose_a": True}, [(4,), (4, 5), (5,)], "transpose_a needs a matrix"),
-    ({}, [(1, 2, 3, 4), (4, 5), (1, 2, 3, 5)], "a must be [K], [M, K] or [B, M, K]"),
+    ({}, [(2, 2, 3, 4), (3, 4, 5), (2, 3, 3, 5)], "batch sizes differ"),
+    ({}, [(2, 1, 3, 4), (2, 4, 5), (2, 1, 3, 5)], "output 0 should have shape (2, 2, 3, 5)"),
+    ({}, [(), (4, 5), (5,)], "a must be [K] or [..., M, K]"),
     ({}, [(3, 4), (4,), (3,)], "w must be [K, N]"),
+    ({}, [(2, 3, 4), (4, 5), (3, 1, 5), (2, 3, 5)], "bias should have shape (5,) or one"),
+    ({}, [(2, 3, 4), (4, 5), (2, 3, 1), (2, 3, 5)], "broadcasts to the output's (2, 3, 5)"),
+    ({}, [(3, 4), (4, 5), (1, 3, 5), (3, 5)], "with N last, got (1, 3, 5)"),
     ({}, [(3, 4), (3, 4)], "GEMM takes 2..3 inputs, got 1"),
 ])
 def test_gemm_bad_shapes(params, shapes, fragment):

@@ -257,8 +257,7 @@ def test_external_data_may_not_be_a_fifo(tmp_path):
 
 # -- malformed or unusual nodes ------------------------------------------------------------------
 
-@pytest.mark.parametrize("a_shape,b_shape", [((4,), (4,)), ((2, 2, 3, 4), (2, 2, 4, 5)),
-                                             ((2, 3, 4), (4,)), ((1, 3, 4), (2, 4, 5))])
+@pytest.mark.parametrize("a_shape,b_shape", [((4,), (4,)), ((2, 3, 4), (4,))])
 def test_matmul_shapes_gemm_does_not_take_are_unsupported(a_shape, b_shape):
     m = model([h.make_node("MatMul", ["a", "b"], ["y"], name="mm")], {"a": list(a_shape)},
               {"y": None}, {"b": RNG.standard_normal(b_shape).astype(np.float32)})

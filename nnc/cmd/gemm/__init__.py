@@ -6,19 +6,22 @@ GEMM: out = op(a) @ op(w) + bias (NNC: cmd/blas/ccv_nnc_gemm_cpu_ref.c, ccv_nnc_
 
 ``op`` swaps the last two axes of its argument when ``transpose_a`` / ``transpose_b`` is set. NNC's
 fully connected layer ``a . w^T + bias`` is ``transpose_b=True``. Inputs ``(a, w)`` or
-``(a, w, bias)`` (bias may be None); shapes, with B an optional batch:
+``(a, w, bias)`` (bias may be None); shapes, with ``...`` batch dimensions (any number, none
+included):
 
-- a: [K] (a vector; the output is then [N] or [B, N]), [M, K] or [B, M, K] ([K, M] / [B, K, M]
-  with transpose_a),
-- w: [K, N] or [B, K, N] ([N, K] / [B, N, K] with transpose_b); a 2-D w is shared by every batch,
-- bias: [N], added to every row,
-- out: [B?, M?, N].
+- a: [K] (a vector; the output then has no M axis) or [..., M, K] ([..., K, M] with transpose_a),
+- w: [K, N] or [..., K, N] ([..., N, K] with transpose_b),
+- out: [batch..., M?, N], where batch is a's and w's batch dimensions broadcast as NumPy's matmul
+  does (NNC's GEMM, and ONNX's MatMul): aligned from the right, each pair equal or one of them 1
+  (or missing), which then repeats; a 2-D w is shared by every batch entry,
+- bias: [N], or any shape that broadcasts to out's with N last (NNC's per-batch bias [B, 1, N],
+  a per-row [M, N]), added to every product.
 
 Floats only, one dtype, and the output may not overlap an input.
 
 Backends: CPU_OPT is C (cpu_opt.pyx: single-threaded BLAS GEMMs split into parts on the
 pool, no GIL) for float32/64 operands whose matrices have a unit stride along one axis (any
-batch stride; transposed views are free) and an output with a unit stride along N; CPU_NUMPY
+batch strides; transposed views are free) and an output with a unit stride along N; CPU_NUMPY
 (np.matmul, priority 15) takes the views it refuses; CPU_REF defines the semantics.
 """
 
@@ -43,13 +46,28 @@ def _gemm_normalize(params):
     }
 
 
+def _broadcast_batch(a_shape, w_shape, batch_a, batch_w):
+    """batch_a and batch_w broadcast from the right (NumPy's rule), or CommandError."""
+    out = []
+    for i in range(1, max(len(batch_a), len(batch_w)) + 1):
+        da = batch_a[-i] if i <= len(batch_a) else 1
+        dw = batch_w[-i] if i <= len(batch_w) else 1
+        if da != dw and da != 1 and dw != 1:
+            raise CommandError(
+                f"GEMM: batch sizes differ: a {a_shape} and w {w_shape} (batch dimensions "
+                f"{batch_a} and {batch_w} broadcast from the right: each pair equal or one 1)"
+            )
+        out.append(max(da, dw) if da and dw else 0)
+    return tuple(reversed(out))
+
+
 def gemm_shape(cmd, a_shape, w_shape):
     """The output shape of GEMM for these operand shapes, or CommandError saying why not."""
     ta, tb = cmd.params["transpose_a"], cmd.params["transpose_b"]
-    if len(a_shape) not in (1, 2, 3):
-        raise CommandError(f"GEMM: a must be [K], [M, K] or [B, M, K], got shape {a_shape}")
-    if len(w_shape) not in (2, 3):
-        raise CommandError(f"GEMM: w must be [K, N] or [B, K, N], got shape {w_shape}")
+    if len(a_shape) < 1:
+        raise CommandError(f"GEMM: a must be [K] or [..., M, K], got shape {a_shape}")
+    if len(w_shape) < 2:
+        raise CommandError(f"GEMM: w must be [K, N] or [..., K, N], got shape {w_shape}")
     if ta and len(a_shape) == 1:
         raise CommandError(f"GEMM: transpose_a needs a matrix a, got the vector shape {a_shape}")
     if len(a_shape) == 1:
@@ -65,11 +83,25 @@ def gemm_shape(cmd, a_shape, w_shape):
             f"GEMM: inner dimensions differ: {a_op} has K={k} (a {a_shape}) but {w_op} has "
             f"K={wk} (w {w_shape}, transpose_b={tb})"
         )
-    batch_a = a_shape[:-2] if len(a_shape) == 3 else ()
-    batch_w = w_shape[:-2]
-    if batch_a and batch_w and batch_a != batch_w:
-        raise CommandError(f"GEMM: batch sizes differ: a {a_shape} and w {w_shape}")
-    return tuple(batch_a or batch_w) + rows + (n,)
+    batch = _broadcast_batch(a_shape, w_shape, tuple(a_shape[:-2]), tuple(w_shape[:-2]))
+    return batch + rows + (n,)
+
+
+def bias_fits(bias_shape, shape):
+    """bias broadcasts to the output shape with N (its last axis) given in full."""
+    bias_shape, shape = tuple(bias_shape), tuple(shape)
+    if not bias_shape or len(bias_shape) > len(shape) or bias_shape[-1] != shape[-1]:
+        return False
+    return all(b in (1, o) for b, o in zip(bias_shape[::-1], shape[::-1]))
+
+
+def one_batch(a_shape, w_shape, bias_shape):
+    """The shapes of GEMM with at most one batch dimension, not broadcast (a and w of rank <= 3,
+    equal batch sizes where both have one) and a bias of [N] or none: all that a backend which
+    predates broadcast batches (the GPU ones) computes."""
+    if len(a_shape) > 3 or len(w_shape) > 3 or (bias_shape is not None and len(bias_shape) != 1):
+        return False
+    return not (len(a_shape) == 3 and len(w_shape) == 3 and a_shape[0] != w_shape[0])
 
 
 def _gemm_check(cmd, inputs, outputs):
@@ -81,8 +113,11 @@ def _gemm_check(cmd, inputs, outputs):
     a, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     shape = gemm_shape(cmd, tuple(a.shape), tuple(w.shape))
-    if bias is not None:
-        _check.expect_shape(cmd, bias, shape[-1:], "bias")
+    if bias is not None and not bias_fits(bias.shape, shape):
+        raise CommandError(
+            f"GEMM: bias should have shape {shape[-1:]} or one that broadcasts to the output's "
+            f"{shape} with N last, got {tuple(bias.shape)}"
+        )
     _check.expect_shape(cmd, outputs[0], shape, "output 0")
 
 
@@ -95,8 +130,8 @@ def _gemm_ref(cmd, inputs, outputs):
     a = _op(inputs[0].astype(np.float64), cmd.params["transpose_a"])
     w = _op(inputs[1].astype(np.float64), cmd.params["transpose_b"])
     bias = inputs[2] if len(inputs) > 2 else None
-    spec = "...k,...kn->...n" if a.ndim == 1 else "...mk,...kn->...mn"
-    acc = np.einsum(spec, a, w)
+    # matmul's broadcasting of the batch dimensions, in float64 (a vector a: no M axis).
+    acc = np.matmul(a, w)
     if bias is not None:
         acc += bias.astype(np.float64)
     outputs[0][...] = acc

@@ -1,23 +1,27 @@
 """GEMM's CPU_OPT backend in C: single-threaded BLAS GEMMs split into parts, no GIL.
 
 NNC: cmd/blas/ccv_nnc_gemm_cpu_opt.c. out = op(a) . op(w) + bias for every shape GEMM takes
-(nnc/cmd/gemm/__init__.py): a vector a, a batch on a, on w or on both, a 2-D w shared by the batch,
-transpose_a / transpose_b, an optional bias.
+(nnc/cmd/gemm/__init__.py): a vector a, batch dimensions on a, on w or on both, broadcast where
+one of them is 1 or missing (a 2-D w shared by the batch), transpose_a / transpose_b, an optional
+bias of any shape that broadcasts to the output.
 
-- Each operand is a batch of matrices described by its logical strides (after op): a's
-  [M, K], w's [K, N] and the output's [M, N]. A matrix with unit stride along its columns is
-  row-major for BLAS; one with unit stride along its rows is passed transposed (so a transposed
-  *view* costs no copy, just like the transpose flags). The output needs unit stride along N
-  (a channel slice of a wider buffer is fine: its row stride is GEMM's ldc). Anything else is
-  refused by ``accept`` (which runs these same checks), so CPU_REF or the NumPy backend runs it.
+- Each operand is a batch of matrices described by its logical strides (after op): a's [M, K], w's
+  [K, N] and the output's [M, N]; the batch is the output's batch dimensions, each operand's stride
+  along one being 0 where it broadcasts. A matrix with unit stride along its columns is row-major
+  for BLAS; one with unit stride along its rows is passed transposed (so a transposed *view* costs
+  no copy, just like the transpose flags). The output needs unit stride along N (a channel slice of
+  a wider buffer is fine: its row stride is GEMM's ldc). Anything else is refused by ``accept``
+  (which runs these same checks), so CPU_REF or the NumPy backend runs it.
 - Work is cut into as many parts as threads may help now (nnc.base.parallel), each one
   single-threaded GEMM (nnc.base.openblas) on a block of rows of one batch entry, or, when M is
   too small to split (a batch-1 fully connected layer, M = 1), on a block of the output's
-  columns; parts run on the caller and idle pool threads. One row is a GEMV (GEMM would pack
-  all of w first). The bias is added by each part to its own block while it is hot.
+  columns, or, when the batch alone gives enough parts (attention's heads), on a run of whole
+  batch entries each worth too little to be a part of its own; parts run on the caller and idle
+  pool threads. One row is a GEMV (GEMM would pack all of w first). The bias is added by each
+  part to its own block while it is hot.
 """
 
-from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_MAX_DIM, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport (
     BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_dgemv, nnc_sgemm, nnc_sgemv,
@@ -50,21 +54,29 @@ ctypedef struct operand_t:
 
 
 # The geometry of one call, shared (read-only) by its parts. Strides in elements; a batch
-# stride of 0 shares one matrix across the batch.
+# stride of 0 shares one matrix across that batch dimension (broadcast).
 ctypedef struct gemm_t:
     int dtype                           # NNC_32F or NNC_64F
     const char* a
     const char* w
     const char* bias                    # NULL: none
     char* out
-    Py_ssize_t batch, m, n, k
-    Py_ssize_t a_sb, a_sm, a_sk         # a's logical [batch, M, K] strides
-    Py_ssize_t w_sb, w_sk, w_sn         # w's logical [batch, K, N] strides
-    Py_ssize_t o_sb, o_sm               # out's [batch, M, N] strides (N's is 1)
-    Py_ssize_t bias_s                   # bias's stride
+    Py_ssize_t batch, m, n, k           # batch: the product of bdim[0:nb]
+    int nb                              # the output's batch dimensions, 0 <= nb < NNC_MAX_DIM
+    Py_ssize_t bdim[NNC_MAX_DIM]        # their sizes
+    Py_ssize_t a_bs[NNC_MAX_DIM]        # a's stride along each (0: broadcast)
+    Py_ssize_t w_bs[NNC_MAX_DIM]        # w's
+    Py_ssize_t o_bs[NNC_MAX_DIM]        # out's
+    Py_ssize_t bias_bs[NNC_MAX_DIM]     # bias's
+    bint w_shared                       # every w_bs is 0: one w for the whole batch
+    Py_ssize_t a_sm, a_sk               # a's logical [M, K] strides
+    Py_ssize_t w_sk, w_sn               # w's logical [K, N] strides
+    Py_ssize_t o_sm                     # out's [M, N] row stride (N's is 1)
+    Py_ssize_t bias_sm, bias_s          # bias's [M, N] strides (0 along an axis it broadcasts)
     operand_t op_a, op_w
     Py_ssize_t rows, cols               # a part's block: rows of M by cols of N
     Py_ssize_t row_parts, col_parts     # per batch entry
+    Py_ssize_t chunk                    # batch entries per part (> 1 only when rows = M, cols = N)
     # float32 with one w for the whole batch and rows of a contiguous: nnc's GEMM tiles.
     int isa                             # cpu_isa() when w was packed for it
     const float* packed                 # w packed (NULL: the BLAS path)
@@ -91,6 +103,26 @@ cdef bint _operand(Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t s_r, Py_ssize_t 
     return False
 
 
+cdef bint _batch_strides(const nnc_tensor_t* t, int lead, const gemm_t* g,
+                         Py_ssize_t* bs) noexcept nogil:
+    """bs[d] = t's stride along the output's batch dimension d, its leading ``lead`` axes
+    aligned from the right with g.bdim: 0 where t lacks the axis or has size 1 there
+    (broadcast). False if a size is neither 1 nor the output's."""
+    cdef int d, i
+    cdef Py_ssize_t size
+    for d in range(g.nb):
+        bs[d] = 0
+        i = d - (g.nb - lead)
+        if i < 0:
+            continue
+        size = t.dim[i]
+        if size == g.bdim[d] and size != 1:
+            bs[d] = t.stride[i]
+        elif size != 1:
+            return False
+    return True
+
+
 cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                nnc_tensor_t** outputs, int n_out, gemm_t* g) noexcept nogil:
     """Fill g for these tensors, or NNC_INVALID (the shapes disagree, or a layout BLAS cannot
@@ -100,8 +132,8 @@ cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef nnc_tensor_t* b
     cdef nnc_tensor_t* y
     cdef nnc_tensor_t* t
-    cdef int dtype, i, yd
-    cdef Py_ssize_t batch_a = -1, batch_w = -1, k_w, r, c, sr, sc
+    cdef int dtype, i, d, yd, a_lead, w_lead, b_lead
+    cdef Py_ssize_t k_w, r, c, sr, sc, want
     cdef operand_t op_out
     if n_in < 2 or n_in > 3 or n_out != 1:
         return NNC_INVALID
@@ -118,12 +150,12 @@ cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             return NNC_INVALID
     g.dtype = dtype
     g.a, g.w, g.out = <const char*>a.data, <const char*>w.data, <char*>y.data
-    # a: [K] (M = 1), [M, K] or [B, M, K]; transpose_a swaps its last two axes.
+    # a: [K] (M = 1, no M axis in out) or [..., M, K]; transpose_a swaps its last two axes.
     if a.ndim == 1:
         if p.transpose_a:
             return NNC_INVALID
         g.m, g.k, g.a_sm, g.a_sk = 1, a.dim[0], 0, a.stride[0]
-    elif a.ndim == 2 or a.ndim == 3:
+    elif a.ndim >= 2:
         r, c = a.dim[a.ndim - 2], a.dim[a.ndim - 1]
         sr, sc = a.stride[a.ndim - 2], a.stride[a.ndim - 1]
         if p.transpose_a:
@@ -131,39 +163,63 @@ cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         g.m, g.k, g.a_sm, g.a_sk = r, c, sr, sc
     else:
         return NNC_INVALID
-    g.a_sb = a.stride[0] if a.ndim == 3 else 0
-    if a.ndim == 3:
-        batch_a = a.dim[0]
-    # w: [K, N] or [B, K, N]; transpose_b swaps its last two axes.
-    if w.ndim != 2 and w.ndim != 3:
+    # w: [..., K, N]; transpose_b swaps its last two axes.
+    if w.ndim < 2:
         return NNC_INVALID
     r, c = w.dim[w.ndim - 2], w.dim[w.ndim - 1]
     sr, sc = w.stride[w.ndim - 2], w.stride[w.ndim - 1]
     if p.transpose_b:
         r, c, sr, sc = c, r, sc, sr
     k_w, g.n, g.w_sk, g.w_sn = r, c, sr, sc
-    g.w_sb = w.stride[0] if w.ndim == 3 else 0
-    if w.ndim == 3:
-        batch_w = w.dim[0]
-    if k_w != g.k or (batch_a >= 0 and batch_w >= 0 and batch_a != batch_w):
+    if k_w != g.k:
         return NNC_INVALID
-    g.batch = max(batch_a, batch_w, 1)
-    # out: [B?, M?, N], B present when a or w has one, M when a is a matrix.
-    yd = (1 if batch_a >= 0 or batch_w >= 0 else 0) + (1 if a.ndim > 1 else 0) + 1
-    if y.ndim != yd or y.dim[yd - 1] != g.n:
-        return NNC_INVALID
-    if (batch_a >= 0 or batch_w >= 0) and y.dim[0] != g.batch:
+    # out: [batch..., M?, N]: its leading axes are the batch, each one a's or w's size where
+    # that is not 1 (NumPy's broadcast from the right).
+    yd = y.ndim
+    g.nb = yd - 1 - (1 if a.ndim > 1 else 0)
+    a_lead = a.ndim - 2 if a.ndim > 1 else 0
+    w_lead = w.ndim - 2
+    if g.nb < 0 or a_lead > g.nb or w_lead > g.nb or y.dim[yd - 1] != g.n:
         return NNC_INVALID
     if a.ndim > 1 and y.dim[yd - 2] != g.m:
         return NNC_INVALID
-    g.o_sb = y.stride[0] if yd == 3 or (yd == 2 and a.ndim == 1) else 0
-    g.o_sm = y.stride[yd - 2] if a.ndim > 1 else 0
-    if b != NULL:
-        if b.ndim != 1 or b.dim[0] != g.n:
+    g.batch = 1
+    for d in range(g.nb):
+        g.bdim[d] = y.dim[d]
+        g.o_bs[d] = y.stride[d]
+        g.batch *= y.dim[d]
+    if not (_batch_strides(a, a_lead, g, g.a_bs) and _batch_strides(w, w_lead, g, g.w_bs)):
+        return NNC_INVALID
+    g.w_shared = True
+    for d in range(g.nb):
+        # The output's size must come from an operand: 1 unless a or w has it.
+        i = d - (g.nb - a_lead)
+        want = a.dim[i] if i >= 0 else 1
+        i = d - (g.nb - w_lead)
+        if i >= 0 and w.dim[i] != 1:
+            want = w.dim[i] if want == 1 else want
+        if want != g.bdim[d]:
             return NNC_INVALID
-        g.bias, g.bias_s = <const char*>b.data, b.stride[0]
-    else:
-        g.bias, g.bias_s = NULL, 0
+        if g.w_bs[d] != 0:
+            g.w_shared = False
+    g.o_sm = y.stride[yd - 2] if a.ndim > 1 else 0
+    # bias: broadcasts to out with N in full; a vector a's out has no M axis for it.
+    g.bias, g.bias_s, g.bias_sm = NULL, 0, 0
+    for d in range(g.nb):
+        g.bias_bs[d] = 0
+    if b != NULL:
+        if b.ndim < 1 or b.ndim > yd or b.dim[b.ndim - 1] != g.n:
+            return NNC_INVALID
+        g.bias, g.bias_s = <const char*>b.data, b.stride[b.ndim - 1]
+        b_lead = b.ndim - 1
+        if a.ndim > 1 and b.ndim >= 2:
+            b_lead -= 1
+            if b.dim[b.ndim - 2] == g.m and g.m != 1:
+                g.bias_sm = b.stride[b.ndim - 2]
+            elif b.dim[b.ndim - 2] != 1:
+                return NNC_INVALID
+        if not _batch_strides(b, b_lead, g, g.bias_bs):
+            return NNC_INVALID
     if not (g.m <= 2147483647 and g.n <= 2147483647 and g.k <= 2147483647):
         return NNC_INVALID
     # K = 0 multiplies nothing (the output is the bias or 0): a and w are never read.
@@ -177,13 +233,33 @@ cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     return NNC_SUCCESS
 
 
+cdef inline void _entry(const gemm_t* g, Py_ssize_t bi, Py_ssize_t* off) noexcept nogil:
+    """off = the element offsets of batch entry bi (row-major over g.bdim) in a, w, out and
+    bias."""
+    cdef int d
+    cdef Py_ssize_t idx
+    off[0] = off[1] = off[2] = off[3] = 0
+    for d in range(g.nb - 1, -1, -1):
+        idx = bi % g.bdim[d]
+        bi = bi // g.bdim[d]
+        off[0] += idx * g.a_bs[d]
+        off[1] += idx * g.w_bs[d]
+        off[2] += idx * g.o_bs[d]
+        off[3] += idx * g.bias_bs[d]
+
+
 cdef void _split(gemm_t* g) noexcept nogil:
     """Up to parallel_width parts (each about PART_MACS at least): blocks of rows, or of
-    columns when M is too small; a batch's entries are parts already. A GEMM split finer than
+    columns when M is too small; a batch's entries are parts already, in runs of whole entries
+    of about PART_MACS when each is smaller (many small matrices). A GEMM split finer than
     that would pack w once per part for nothing. The cut does not depend on the threads that
     run it, so every intra-op setting and schedule gives the same bits."""
+    cdef Py_ssize_t per = g.m * g.n * max(g.k, 1)
     cdef Py_ssize_t want = min(<Py_ssize_t>parallel_width(),
                                max(1, g.batch * g.m * g.n * g.k // PART_MACS))
+    g.chunk = 1
+    if want <= g.batch:
+        g.chunk = min(max(1, PART_MACS // per), g.batch)
     want = (want + g.batch - 1) // g.batch          # parts per batch entry
     g.rows, g.cols = g.m, g.n
     if want > 1 and g.m >= want * MIN_PART_ROWS:
@@ -210,7 +286,8 @@ cdef void _gemv(const gemm_t* g, const real* a, const real* w, real* y,
 
 cdef void _block(const gemm_t* g, const real* a, const real* w, const real* bias, real* y,
                  Py_ssize_t m, Py_ssize_t n) noexcept nogil:
-    """y[m, n] (leading dimension g.o_sm) = a[m, K] . w[K, n] (+ bias[n])."""
+    """y[m, n] (leading dimension g.o_sm) = a[m, K] . w[K, n] (+ bias[m, n], strides
+    g.bias_sm and g.bias_s)."""
     cdef Py_ssize_t i, j
     cdef real* row
     # One row: ldc is never used to step, but BLAS requires ldc >= n.
@@ -238,18 +315,23 @@ cdef void _block(const gemm_t* g, const real* a, const real* w, const real* bias
         else:
             for j in range(n):
                 row[j] = row[j] + bias[j * g.bias_s]
+        bias += g.bias_sm
 
 
 cdef void _part_typed(const gemm_t* g, Py_ssize_t part, real* unused) noexcept nogil:
     cdef Py_ssize_t per_batch = g.row_parts * g.col_parts
-    cdef Py_ssize_t bi = part // per_batch, rest = part % per_batch
+    cdef Py_ssize_t b0 = (part // per_batch) * g.chunk, rest = part % per_batch
     cdef Py_ssize_t i0 = (rest // g.col_parts) * g.rows, j0 = (rest % g.col_parts) * g.cols
-    cdef Py_ssize_t m = min(g.rows, g.m - i0), n = min(g.cols, g.n - j0)
-    cdef const real* a = <const real*>g.a + bi * g.a_sb + i0 * g.a_sm
-    cdef const real* w = <const real*>g.w + bi * g.w_sb + j0 * g.w_sn
-    cdef const real* bias = <const real*>g.bias + j0 * g.bias_s if g.bias != NULL else NULL
-    cdef real* y = <real*>g.out + bi * g.o_sb + i0 * g.o_sm + j0
-    _block(g, a, w, bias, y, m, n)
+    cdef Py_ssize_t m = min(g.rows, g.m - i0), n = min(g.cols, g.n - j0), bi
+    cdef Py_ssize_t off[4]
+    cdef const real* bias = NULL
+    for bi in range(b0, min(b0 + g.chunk, g.batch)):
+        _entry(g, bi, off)
+        if g.bias != NULL:
+            bias = <const real*>g.bias + off[3] + i0 * g.bias_sm + j0 * g.bias_s
+        _block(g, <const real*>g.a + off[0] + i0 * g.a_sm,
+               <const real*>g.w + off[1] + j0 * g.w_sn, bias,
+               <real*>g.out + off[2] + i0 * g.o_sm + j0, m, n)
 
 
 cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
@@ -290,30 +372,38 @@ cdef unsigned long long _pack_key(const gemm_t* g) noexcept nogil:
 
 
 cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
-    """One block of rows by columns through the tiles: its A-row pointers in the running
-    thread's workspace after the packed w's room (see the convolution's _part_packed)."""
+    """One block of rows by columns through the tiles, for each batch entry of the part: its
+    A-row pointers in the running thread's workspace after the packed w's room (see the
+    convolution's _part_packed). A bias with rows ([..., M, N]) is the epilogue's residual."""
     cdef const gemm_t* g = <const gemm_t*>arg
     cdef Py_ssize_t per_batch = g.row_parts * g.col_parts
-    cdef Py_ssize_t bi = part // per_batch, rest = part % per_batch
+    cdef Py_ssize_t b0 = (part // per_batch) * g.chunk, rest = part % per_batch
     cdef Py_ssize_t i0 = (rest // g.col_parts) * g.rows, j0 = (rest % g.col_parts) * g.cols
-    cdef Py_ssize_t m = min(g.rows, g.m - i0), n = min(g.cols, g.n - j0), i
+    cdef Py_ssize_t m = min(g.rows, g.m - i0), n = min(g.cols, g.n - j0), i, bi
     cdef char* scratch = <char*>nnc_workspace(context, g.skip + g.rows * sizeof(float*))
     cdef const float** rows
-    cdef const float* a = <const float*>g.a + bi * g.a_sb + i0 * g.a_sm
+    cdef const float* a
+    cdef const float* bias
+    cdef Py_ssize_t off[4]
     cdef nnc_epilogue_t ep
     if scratch == NULL:
         return NNC_OOM
     rows = <const float**>(scratch + g.skip)
-    for i in range(m):
-        rows[i] = a + i * g.a_sm
-    ep.bias = <const float*>g.bias
-    ep.residual = NULL
-    ep.ldr = 0
     ep.act = NNC_ACT_NONE
     ep.lo = 0
     ep.hi = 0
-    nnc_sgemm_packed(g.isa, 0, m, j0, j0 + n, g.n, g.k, rows, g.packed,
-                     <float*>g.out + bi * g.o_sb + i0 * g.o_sm, g.o_sm, &ep if g.bias else NULL)
+    for bi in range(b0, min(b0 + g.chunk, g.batch)):
+        _entry(g, bi, off)
+        a = <const float*>g.a + off[0] + i0 * g.a_sm
+        for i in range(m):
+            rows[i] = a + i * g.a_sm
+        bias = <const float*>g.bias + off[3] if g.bias != NULL else NULL
+        ep.bias, ep.residual, ep.ldr = bias, NULL, 0
+        if g.bias_sm != 0:
+            ep.bias, ep.residual, ep.ldr = NULL, bias + i0 * g.bias_sm, g.bias_sm
+        nnc_sgemm_packed(g.isa, 0, m, j0, j0 + n, g.n, g.k, rows, g.packed,
+                         <float*>g.out + off[2] + i0 * g.o_sm, g.o_sm,
+                         &ep if bias != NULL else NULL)
     return NNC_SUCCESS
 
 
@@ -343,7 +433,11 @@ cdef int _gemm_packed(gemm_t* g, void* ctx) noexcept nogil:
     if g.packed == NULL:
         _pack_w(g, scratch)
         g.packed = <const float*>scratch
-    return nnc_parallel_for(g.batch * g.row_parts * g.col_parts, _part_packed, g, ctx)
+    return nnc_parallel_for(_parts(g), _part_packed, g, ctx)
+
+
+cdef inline Py_ssize_t _parts(const gemm_t* g) noexcept nogil:
+    return (g.batch + g.chunk - 1) // g.chunk * g.row_parts * g.col_parts
 
 
 cdef int gemm_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
@@ -351,14 +445,14 @@ cdef int gemm_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef gemm_t g
     if _plan(p, inputs, n_in, outputs, n_out, &g) != NNC_SUCCESS:
         return NNC_INVALID
-    if g.m == 0 or g.n == 0:
+    if g.m == 0 or g.n == 0 or g.batch == 0:
         return NNC_SUCCESS
     _split(&g)
-    # The tiles read each row of a as K contiguous floats and the bias as N of them.
-    if (g.dtype == NNC_32F and g.k > 0 and g.w_sb == 0 and (g.a_sk == 1 or g.k == 1)
+    # The tiles read each row of a as K contiguous floats and the bias's rows as N of them.
+    if (g.dtype == NNC_32F and g.k > 0 and g.w_shared and (g.a_sk == 1 or g.k == 1)
             and (g.bias == NULL or g.bias_s == 1 or g.n == 1)):
         return _gemm_packed(&g, ctx)
-    return nnc_parallel_for(g.batch * g.row_parts * g.col_parts, _part, &g, ctx)
+    return nnc_parallel_for(_parts(&g), _part, &g, ctx)
 
 
 def _accept(Cmd cmd, list inputs, list outputs):

@@ -4,8 +4,10 @@
 REDUCE_SUM, REDUCE_MEAN and REDUCE_MAX over some axes (NNC: cmd/reduce, CMD_REDUCE_SUM_FORWARD
 and friends, whose ``reduce.axis``/``count`` is ``axes`` here).
 
-One input, one output of the same dtype and ndim: each axis in ``axes`` has size 1 in the output
-and every other axis the input's size (NNC keeps the reduced dimensions). ``axes`` may be
+One input, one output of the same dtype: each axis in ``axes`` has size 1 in the output and every
+other axis the input's size (NNC keeps the reduced dimensions). As in NNC, the output's shape
+lines up with the input's from the right, so leading axes of size 1 may be left out (or added):
+a [2, 3] input reduced over axis 0 writes a [1, 3] or a [3] output. ``axes`` may be
 negative (counted from the end, as NumPy does) and is normalised against the input's ndim when
 the command is checked. SUM and MEAN are computed in float64 and rounded once; MAX is exact and a
 NaN anywhere in a reduction makes its result NaN (np.max; NNC's kernel skips NaN). The C loops for
@@ -58,6 +60,14 @@ def axes_of(cmd, ndim):
     return tuple(sorted(out))
 
 
+def _strip(shape):
+    """shape without its leading axes of size 1 (NNC's alignment from the right)."""
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
 def _check_reduce(cmd, inputs, outputs):
     _check.arity(cmd, inputs, outputs, 1, 1)
     _check.present(cmd, inputs, "input", 0)
@@ -67,7 +77,11 @@ def _check_reduce(cmd, inputs, outputs):
     x = inputs[0]
     axes = axes_of(cmd, x.ndim)
     want = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
-    _check.expect_shape(cmd, outputs[0], want, "output 0 (the input's shape, reduced axes 1)")
+    if _strip(outputs[0].shape) != _strip(want):
+        raise CommandError(
+            f"{cmd.name}: output 0 (the input's shape, reduced axes 1) should have shape {want}, "
+            f"got {tuple(outputs[0].shape)} (leading axes of size 1 may be left out or added)"
+        )
     if cmd.name == "REDUCE_MAX" and any(x.shape[i] == 0 for i in axes):
         raise CommandError(f"REDUCE_MAX of input shape {x.shape} over axes {axes}: the maximum "
                            "of no elements is undefined")
@@ -75,7 +89,9 @@ def _check_reduce(cmd, inputs, outputs):
 
 def _sum_ref(cmd, inputs, outputs):
     x = inputs[0]
-    outputs[0][...] = np.sum(x, axis=axes_of(cmd, x.ndim), dtype=np.float64, keepdims=True)
+    out = outputs[0]
+    out[...] = np.sum(x, axis=axes_of(cmd, x.ndim), dtype=np.float64,
+                      keepdims=True).reshape(out.shape)
 
 
 def _mean_ref(cmd, inputs, outputs):
@@ -84,12 +100,13 @@ def _mean_ref(cmd, inputs, outputs):
     total = np.sum(x, axis=axes, dtype=np.float64, keepdims=True)
     count = float(np.prod([x.shape[i] for i in axes]))
     with np.errstate(invalid="ignore"):  # 0 / 0 = NaN: the mean of nothing
-        outputs[0][...] = total / count
+        outputs[0][...] = (total / count).reshape(outputs[0].shape)
 
 
 def _max_ref(cmd, inputs, outputs):
     x = inputs[0]
-    outputs[0][...] = np.max(x, axis=axes_of(cmd, x.ndim), keepdims=True)
+    out = outputs[0]
+    out[...] = np.max(x, axis=axes_of(cmd, x.ndim), keepdims=True).reshape(out.shape)
 
 
 def register():

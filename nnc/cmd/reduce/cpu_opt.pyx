@@ -42,20 +42,24 @@ ctypedef struct plan_t:
 
 
 cdef bint _plan(nnc_tensor_t* x, nnc_tensor_t* y, plan_t* pl) noexcept nogil:
-    """Fill pl from the shapes; False if y is not x's shape with some axes of size 1."""
-    cdef int i, b
+    """Fill pl from the shapes; False if y is not x's shape with some axes of size 1. y lines up
+    with x from the right (NNC's rule): y may lack leading axes of x (then of size 1) or have
+    leading axes of size 1 more; a contiguous y's memory is the same either way."""
+    cdef int i, b, lead = x.ndim - y.ndim
     cdef bint red
-    cdef Py_ssize_t step
-    if x.ndim != y.ndim:
-        return False
+    cdef Py_ssize_t step, yd
+    for i in range(-lead):
+        if y.dim[i] != 1:
+            return False
     pl.nb = 0
     pl.rcount = 1
     for i in range(x.ndim):
-        if y.dim[i] != x.dim[i] and y.dim[i] != 1:
+        yd = y.dim[i - lead] if i >= lead else 1
+        if yd != x.dim[i] and yd != 1:
             return False
         if x.dim[i] == 1:
             continue
-        red = y.dim[i] == 1
+        red = yd == 1
         if red:
             pl.rcount *= x.dim[i]
         if pl.nb > 0 and pl.reduced[pl.nb - 1] == red:

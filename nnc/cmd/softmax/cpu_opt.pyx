@@ -1,4 +1,5 @@
-"""CPU_OPT of SOFTMAX: a C loop over the last axis, row by row (NNC: cmd/softmax/cpu_opt).
+"""CPU_OPT of SOFTMAX: a C loop row by row, a row being one batch entry (all axes after the
+first; a vector is one row), as nnc/cmd/softmax/__init__.py defines it (NNC: cmd/softmax).
 
 The backend is an ``nnc_cmd_exec_f``: it re-checks what it relies on (non-NULL, contiguous,
 equal element counts, one datatype) and returns NNC_INVALID instead of trusting its caller, so
@@ -20,7 +21,7 @@ ctypedef fused real:
 cdef int FLOAT_MASK = NNC_32F | NNC_64F
 
 
-# ---- SOFTMAX over the last axis: y = exp(x - max) / sum(exp(x - max)), row by row
+# ---- SOFTMAX per row: y = exp(x - max) / sum(exp(x - max))
 
 cdef void _softmax(real* y, const real* x, Py_ssize_t rows, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t r, i
@@ -57,11 +58,11 @@ cdef int softmax_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     if n_in != 1 or n_out != 1 or not tensors_like(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, y = inputs[0], outputs[0]
-    if x.ndim < 1 or y.ndim < 1 or x.dim[x.ndim - 1] != y.dim[y.ndim - 1]:
+    if x.ndim < 1 or y.ndim != x.ndim or x.dim[0] != y.dim[0]:
         return NNC_INVALID
-    n = y.dim[y.ndim - 1]
-    if n == 0 or y.count == 0:
+    if y.count == 0:
         return NNC_SUCCESS
+    n = y.count // y.dim[0] if y.ndim >= 2 else y.count
     if y.datatype == NNC_32F:
         _softmax(<float*>y.data, <const float*>x.data, y.count // n, n)
     else:

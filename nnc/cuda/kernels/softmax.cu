@@ -1,4 +1,4 @@
-// SOFTMAX over the last axis of a contiguous [rows, cols] tensor (nnc/cmd/softmax/).
+// SOFTMAX of each row of a contiguous [rows, cols] tensor (nnc/cmd/softmax/ says what a row is).
 // One block per row (grid-stride over rows); the block finds the row maximum, then sums
 // exp(x - max) in double (as CPU_OPT does), then writes (float16 rounds once, at the store).
 // In place (y == x) is safe: every read of x happens before the block's first write,

@@ -53,6 +53,7 @@ import threading
 import numpy as np
 
 from nnc.base.core import CommandError, CUDAError
+from nnc.cmd.gemm import one_batch
 from nnc.cuda import memory
 from nnc.cuda.runner import FLOAT_TYPES, operands, runner, same_gpu, tensors_of
 
@@ -373,6 +374,8 @@ def _accept(cmd, inputs, outputs):
             raise CUDAError(f"GEMM/{BACKEND} needs cuBLAS, which is unavailable: {reason}")
         return False
     a, w, bias, out = operands(inputs, outputs)
+    if not one_batch(a.shape, w.shape, None if bias is None else bias.shape):
+        return False                # broadcast batches: one strided-batched call cannot
     return plan(cmd, a, w, bias, out) is not None
 
 

@@ -6,6 +6,7 @@ runner and shared helpers: nnc.cuda.runner.
 
 import numpy as np
 
+from nnc.cmd.gemm import one_batch
 from nnc.cuda.runner import kernel_function, operands, ptr, register_ref, same_gpu, tensors_of
 
 __all__ = ["GEMM_FIELDS", "gemm_geometry", "register"]
@@ -59,9 +60,11 @@ def _gemm_accept(cmd, inputs, outputs):
     out = outputs[0]
     if not same_gpu(tensors_of(inputs, outputs)) or out.strides[-1] != 1 and out.shape[-1] > 1:
         return False
-    bias = operands(inputs, outputs)[2]
+    a, w, bias = operands(inputs, outputs)[:3]
     if bias is not None and not bias.is_contiguous:
         return False
+    if not one_batch(a.shape, w.shape, None if bias is None else bias.shape):
+        return False                # broadcast batches: the kernel has one batch stride
     batch = max(t.shape[0] if t.ndim == 3 else 1 for t in inputs[:2])
     rows = out.shape[-2] if inputs[0].ndim >= 2 else 1
     # gridDim.y and gridDim.z are limited to 65535 blocks.

@@ -1,0 +1,3 @@
+"""SCALED_DOT_PRODUCT_ATTENTION's CPU_OPT C backend (nnc/cmd/attention/cpu_opt.pyx)."""
+
+def register() -> None: ...
