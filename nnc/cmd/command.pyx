@@ -319,6 +319,9 @@ _SCALAR_KEYS = {"ADD": ("p", "q"), "MUL": ("p", None), "CLAMP": ("min", "max"),
                 "LRN": ("alpha", "beta")}
 # The element-wise family's parameterised activations (nnc/cmd/elementwise/cpu_opt_act.pyx).
 _SCALAR_KEYS.update({"GELU": ("tanh", None), "HARD_SIGMOID": ("alpha", "beta")})
+# CONVOLUTION's activation parameter as the C field's ACTIVATION_* value.
+_ACTIVATIONS = {"relu": ACTIVATION_RELU, "clamp": ACTIVATION_CLAMP,
+                "hard_swish": ACTIVATION_HARD_SWISH, "swish": ACTIVATION_SWISH}
 
 
 cdef class Cmd:
@@ -373,8 +376,7 @@ cdef class Cmd:
             pad = p.get("padding", (0, 0, 0, 0))
             self.param.pad[0], self.param.pad[1], self.param.pad[2], self.param.pad[3] = pad
             act = p.get("activation")
-            self.param.activation = (ACTIVATION_RELU if act == "relu" else
-                                     ACTIVATION_CLAMP if act == "clamp" else 0)
+            self.param.activation = _ACTIVATIONS.get(act, ACTIVATION_NONE)
             if act == "clamp":
                 self.param.a, self.param.b = p["clamp"]
         except (TypeError, ValueError, OverflowError) as e:

@@ -71,7 +71,7 @@ def test_fused_convolution_equals_conv_then_relu(backend, dtype):
 
 
 def test_activation_must_be_none_relu_or_clamp():
-    with pytest.raises(nnc.CommandError, match="activation must be None, 'relu' or 'clamp'"):
+    with pytest.raises(nnc.CommandError, match="activation must be None, 'relu', 'clamp', 'hard_swish' or 'swish'"):
         nnc.Cmd("CONVOLUTION", activation="gelu")
 
 
