@@ -70,8 +70,9 @@ def test_fused_convolution_equals_conv_then_relu(backend, dtype):
         assert (got >= 0).all()
 
 
-def test_activation_must_be_none_relu_or_clamp():
-    with pytest.raises(nnc.CommandError, match="activation must be None, 'relu', 'clamp', 'hard_swish' or 'swish'"):
+def test_activation_must_be_one_the_convolution_fuses():
+    with pytest.raises(nnc.CommandError,
+                       match="activation must be None, 'relu', 'clamp', 'hard_swish' or 'swish'"):
         nnc.Cmd("CONVOLUTION", activation="gelu")
 
 
