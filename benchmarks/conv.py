@@ -3,6 +3,7 @@ MobileNet-V2's depthwise layers against ONNX Runtime.
 
     python -m benchmarks.conv [--json] [--repeat R] [--size S] [--limit N] [--no-limits]
     python -m benchmarks.conv --depthwise [--json] [--repeat R] [--limit N] [--no-limits]
+    python -m benchmarks.conv --epilogue [--json] [--repeat R]
 
 For every distinct CONVOLUTION shape of nnc's Inception-V3 graph (``nnc.models.inception`` at
 ``--size``, default 299, batch 1, float32, NHWC), on preallocated contiguous tensors:
@@ -398,6 +399,79 @@ def render_depthwise(r):
     return "\n".join(out)
 
 
+# MobileNet-V3 (large, 224) layers whose output goes through HardSwish: (H, C in, C out, kernel,
+# groups); the 1x1 expansions and the depthwise 3x3 after them.
+MOBILENET_V3_HSWISH = [(28, 40, 240, 1, 1), (14, 80, 200, 1, 1), (14, 200, 200, 3, 200),
+                       (14, 112, 672, 1, 1), (7, 160, 960, 1, 1), (7, 960, 960, 3, 960)]
+
+
+def run_epilogue(repeat, seed=0, say=print):
+    """Each MOBILENET_V3_HSWISH layer (with bias, frozen weights, 1 thread) as one fused node
+    (activation="hard_swish" / "swish", what Graph.simplify makes) against the convolution then
+    the in-place HARD_SWISH / SWISH node, interleaved; the fused output must equal the unfused
+    bit for bit (the epilogue runs the element-wise command's function)."""
+    before = nnc.get_intra_op_threads()
+    nnc.set_intra_op_threads(1)
+    rng = np.random.default_rng(seed)
+    rows = []
+    try:
+        for hw, c, o, k, groups in MOBILENET_V3_HSWISH:
+            x = nnc.Tensor(rng.standard_normal((1, hw, hw, c)).astype(np.float32))
+            w = nnc.Tensor((rng.standard_normal((o, k, k, c // groups))
+                            / np.sqrt(k * k * c / groups)).astype(np.float32))
+            b = nnc.Tensor(rng.standard_normal(o).astype(np.float32))
+            runs, outs = {}, {}
+            for act, name in (("hard_swish", "HARD_SWISH"), ("swish", "SWISH")):
+                for fused in (True, False):
+                    y = nnc.Tensor.zeros((1, hw, hw, o), dtype="float32")
+                    g = nnc.Graph()
+                    conv = g.exec(nnc.Cmd("CONVOLUTION", padding=k // 2, groups=groups,
+                                          activation=act if fused else None), [x, w, b], [y])
+                    if not fused:
+                        g.concat(conv, g.exec(nnc.Cmd(name), [y], [y]))
+                    g.freeze()
+                    key = f"{act} {'fused' if fused else 'unfused'}"
+                    runs[key], outs[key] = g.run, y
+            for f in runs.values():
+                f()
+            same = all(np.array_equal(outs[f"{a} fused"].numpy(), outs[f"{a} unfused"].numpy())
+                       for a in ("hard_swish", "swish"))
+            calls = {k_: _calls_per_sample(f) for k_, f in runs.items()}
+
+            def batch(f, n):
+                def run():
+                    for _ in range(n):
+                        f()
+                return run
+
+            samples = _util.measure_interleaved(
+                {k_: batch(f, calls[k_]) for k_, f in runs.items()}, repeat)
+            rows.append({"shape": f"{hw}x{hw}x{c} {k}x{k} g{groups} -> {o}", "same_bits": same,
+                         "ms": {k_: _util.median(v) / calls[k_] * 1e3
+                                for k_, v in samples.items()}})
+            say(f"  {rows[-1]['shape']}")
+    finally:
+        nnc.set_intra_op_threads(before)
+    return {"mode": "epilogue", "repeat": repeat, "isa": isa.get_cpu_isa(), "rows": rows,
+            "same_bits": all(r["same_bits"] for r in rows)}
+
+
+def render_epilogue(r):
+    head = ["MobileNet-V3 layer", "hswish fused ms", "unfused ms", "fused/unfused",
+            "swish fused ms", "unfused ms", "fused/unfused", "same bits"]
+    body = []
+    for x in r["rows"]:
+        m = x["ms"]
+        line = [x["shape"]]
+        for a in ("hard_swish", "swish"):
+            line += [_util.fmt(m[f"{a} fused"]), _util.fmt(m[f"{a} unfused"]),
+                     f"{m[f'{a} fused'] / m[f'{a} unfused']:.2f}"]
+        body.append(line + ["yes" if x["same_bits"] else "NO"])
+    return "\n".join([f"Fused HardSwish / SiLU epilogues, 1 thread, float32, frozen weights, "
+                      f"median of {r['repeat']} interleaved rounds; nnc kernel ISA {r['isa']}",
+                      _util.table(head, body)])
+
+
 def main(argv=None):
     p = _util.parser("Inception-V3 convolution shapes: CPU_OPT vs plain GEMM", repeat=7)
     p.add_argument("--size", type=int, default=299, help="Inception-V3 input size (>= 75)")
@@ -406,10 +480,16 @@ def main(argv=None):
                    help="skip measuring the machine's peaks and bandwidth (a few seconds)")
     p.add_argument("--depthwise", action="store_true",
                    help="MobileNet-V2's depthwise layers against ONNX Runtime instead")
+    p.add_argument("--epilogue", action="store_true",
+                   help="MobileNet-V3 layers: fused HardSwish / SiLU against a separate node")
     a = p.parse_args(argv)
     if a.size < 75 or a.repeat < 1 or (a.limit is not None and a.limit < 1):
         p.error("--size must be at least 75, --repeat and --limit at least 1")
     say = (lambda *x: print(*x, file=sys.stderr)) if a.json else print
+    if a.epilogue:
+        report = run_epilogue(a.repeat, say=say)
+        _util.publish(report, "conv", render_epilogue, a.json)
+        return 0 if report["same_bits"] else 1
     if a.depthwise:
         report = run_depthwise(a.repeat, a.limit, say=say, limits=not a.no_limits)
         _util.publish(report, "conv", render_depthwise, a.json,

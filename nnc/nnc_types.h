@@ -93,7 +93,8 @@ typedef struct {
     double b;                           /* ADD's q, CLAMP's max (NaN: no upper bound) */
     int count_include_pad;              /* AVG_POOL: 1 divides by the whole window */
     int activation;                     /* CONVOLUTION: 1 = ReLU fused into the epilogue,
-                                           2 = clamp to [a, b] (ReLU6: [0, 6]) */
+                                           2 = clamp to [a, b] (ReLU6: [0, 6]),
+                                           3 = HARD_SWISH, 4 = SWISH */
     int ceil_mode;                      /* MAX_POOL, AVG_POOL: 1 rounds the output size up */
     double c;                           /* LRN's bias (alpha: a, beta: b, size: size[0]) */
 } nnc_cmd_param_t;

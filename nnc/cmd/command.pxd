@@ -11,6 +11,8 @@ cdef enum:
     ACTIVATION_NONE = 0
     ACTIVATION_RELU = 1                 # CONVOLUTION activation="relu" (Graph.simplify's fusion)
     ACTIVATION_CLAMP = 2                # CONVOLUTION activation="clamp": min(max(., a), b)
+    ACTIVATION_HARD_SWISH = 3           # CONVOLUTION activation="hard_swish": x relu6(x + 3) / 6
+    ACTIVATION_SWISH = 4                # CONVOLUTION activation="swish": x sigmoid(x) (SiLU)
 
 # Parameters C backends can read. Python backends read cmd.params instead; both are filled from
 # the same normalised dict when the Cmd is made, and neither can change after, so they never
@@ -28,7 +30,8 @@ ctypedef struct nnc_cmd_param_t:
     double b                            # ADD's q, CLAMP's max (NaN: no upper bound)
     int count_include_pad               # AVG_POOL: 1 divides by kh * kw, 0 by real elements
     int activation                      # CONVOLUTION: ACTIVATION_RELU applies max(0, .) last,
-    #                                     ACTIVATION_CLAMP min(max(., a), b) (its clamp=(a, b))
+    #                                     ACTIVATION_CLAMP min(max(., a), b) (its clamp=(a, b)),
+    #                                     ACTIVATION_HARD_SWISH, ACTIVATION_SWISH those functions
     int ceil_mode                       # MAX_POOL, AVG_POOL: 1 rounds the output size up
     double c                            # LRN's bias (its alpha is a, its beta b, its size size[0])
 

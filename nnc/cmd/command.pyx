@@ -321,6 +321,11 @@ _SCALAR_KEYS = {"ADD": ("p", "q"), "MUL": ("p", None), "CLAMP": ("min", "max"),
 _SCALAR_KEYS.update({"GELU": ("tanh", None), "HARD_SIGMOID": ("alpha", "beta")})
 # The normalisation family (nnc/cmd/norm/cpu_opt.pyx): a is epsilon.
 _SCALAR_KEYS.update({name: ("epsilon", None) for name in ("LAYER_NORM", "GROUP_NORM", "RMSNORM")})
+# SCALED_DOT_PRODUCT_ATTENTION's scale, and is_causal as 0.0 / 1.0 (nnc/cmd/attention/).
+_SCALAR_KEYS["SCALED_DOT_PRODUCT_ATTENTION"] = ("scale", "is_causal")
+# CONVOLUTION's activation parameter as the C field's ACTIVATION_* value.
+_ACTIVATIONS = {"relu": ACTIVATION_RELU, "clamp": ACTIVATION_CLAMP,
+                "hard_swish": ACTIVATION_HARD_SWISH, "swish": ACTIVATION_SWISH}
 _NORM_MAX_RANK = 12                     # nnc/cmd/norm's MAX_RANK: the axis mask's halves
 
 
@@ -331,8 +336,6 @@ cdef int _axis_mask(axes):
     for a in axes:
         mask |= 1 << (a if a >= 0 else _NORM_MAX_RANK - 1 - a)
     return mask
-# SCALED_DOT_PRODUCT_ATTENTION's scale, and is_causal as 0.0 / 1.0 (nnc/cmd/attention/).
-_SCALAR_KEYS["SCALED_DOT_PRODUCT_ATTENTION"] = ("scale", "is_causal")
 
 
 cdef class Cmd:
@@ -392,8 +395,7 @@ cdef class Cmd:
             pad = p.get("padding", (0, 0, 0, 0))
             self.param.pad[0], self.param.pad[1], self.param.pad[2], self.param.pad[3] = pad
             act = p.get("activation")
-            self.param.activation = (ACTIVATION_RELU if act == "relu" else
-                                     ACTIVATION_CLAMP if act == "clamp" else 0)
+            self.param.activation = _ACTIVATIONS.get(act, ACTIVATION_NONE)
             if act == "clamp":
                 self.param.a, self.param.b = p["clamp"]
         except (TypeError, ValueError, OverflowError) as e:

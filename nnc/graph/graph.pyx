@@ -737,9 +737,9 @@ cdef class Graph:
 
     def simplify(self):
         """Fold into each CONVOLUTION the in-place epilogue its only successor applies: an ADD
-        of a tensor of the output's shape (the residual), then a RELU or CLAMP (the
-        activation); folded nodes become NOOPs (edges kept; an ADD's other predecessors become
-        the convolution's). Returns how many nodes were folded. Call it before
+        of a tensor of the output's shape (the residual), then a RELU, CLAMP, HARD_SWISH or
+        SWISH (the activation); folded nodes become NOOPs (edges kept; an ADD's other
+        predecessors become the convolution's). Returns how many nodes were folded. Call it before
         ``nnc.static_schedule`` (it changes edges). NNC: CCV_NNC_SIMPLIFY_OPS_FUSION."""
         return _needs(_tools, "nnc.run.tools").simplify(self)
 

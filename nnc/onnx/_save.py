@@ -313,6 +313,11 @@ class _Saver:
             while args[-1] == "":
                 args.pop()
             out = self.node("Clip", args)
+        elif p.get("activation") == "hard_swish":
+            out = self.node("HardSwish", [out])
+        elif p.get("activation") == "swish":
+            # As SWISH itself is written: ONNX has no SiLU operator.
+            out = self.node("Mul", [out, self.node("Sigmoid", [out])])
         return out
 
     def emit(self, e):

@@ -198,12 +198,17 @@ cdef object _fusable_tail(Graph g, int idx):
     return j, nxt
 
 
+# Element-wise commands without parameters that a convolution applies as its activation.
+_FUSED_ACTIVATIONS = {"HARD_SWISH": "hard_swish", "SWISH": "swish"}
+
+
 cdef object _fused_params(Graph g, int idx, int j, Cmd conv, Cmd nxt, bint direct):
     """(params, inputs) of CONVOLUTION node idx with its successor j folded in, or None when
-    j is not a fusable epilogue: an in-place RELU or CLAMP of the output (the activation), or,
-    before any activation, an in-place ADD (p = q = 1) of the output and another tensor of the
-    output's shape (the residual, added before the activation), only as idx's direct
-    successor (its other predecessors become idx's: through a NOOP that could make a cycle)."""
+    j is not a fusable epilogue: an in-place RELU, CLAMP, HARD_SWISH or SWISH of the output
+    (the activation), or, before any activation, an in-place ADD (p = q = 1) of the output and
+    another tensor of the output's shape (the residual, added before the activation), only as
+    idx's direct successor (its other predecessors become idx's: through a NOOP that could make
+    a cycle)."""
     params = dict(conv.params)
     ins = list(g._inputs[idx])
     out, ins_j = g._outputs[idx][0], g._inputs[j]
@@ -216,6 +221,8 @@ cdef object _fused_params(Graph g, int idx, int j, Cmd conv, Cmd nxt, bint direc
         params["activation"] = "clamp"      # NaN: no bound (CLAMP's rule)
         params["clamp"] = (-math.inf if math.isnan(lo) else lo,
                            math.inf if math.isnan(hi) else hi)
+    elif nxt.name in _FUSED_ACTIVATIONS and len(ins_j) == 1 and _same(out, ins_j[0]):
+        params["activation"] = _FUSED_ACTIVATIONS[nxt.name]
     elif (nxt.name == "ADD" and len(ins_j) == 2 and len(ins) <= 3 and direct
           and nxt.params["p"] == 1.0 and nxt.params["q"] == 1.0):
         if _same(out, ins_j[0]):
@@ -241,7 +248,8 @@ def graph_simplify(Graph g):
       convolution's residual (out = conv + bias + residual: ResNet's shortcut); the ADD's
       other predecessors become the convolution's, as it now reads that tensor;
     - an in-place RELU becomes ``activation="relu"``, an in-place CLAMP ``activation="clamp"``
-      (ReLU6), after any residual.
+      (ReLU6), an in-place HARD_SWISH ``activation="hard_swish"`` and an in-place SWISH
+      ``activation="swish"``, after any residual.
 
     Folding repeats until nothing changes (CONVOLUTION, ADD, RELU becomes one node). A folded
     node becomes a NOOP, so every edge and the node count stay. Only CPU nodes whose backends

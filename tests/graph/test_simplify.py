@@ -70,8 +70,9 @@ def test_fused_convolution_equals_conv_then_relu(backend, dtype):
         assert (got >= 0).all()
 
 
-def test_activation_must_be_none_relu_or_clamp():
-    with pytest.raises(nnc.CommandError, match="activation must be None, 'relu' or 'clamp'"):
+def test_activation_must_be_one_the_convolution_fuses():
+    with pytest.raises(nnc.CommandError,
+                       match="activation must be None, 'relu', 'clamp', 'hard_swish' or 'swish'"):
         nnc.Cmd("CONVOLUTION", activation="gelu")
 
 
@@ -185,3 +186,35 @@ def test_simplify_refuses_while_running_elsewhere():
         release.set()
         s.wait(timeout=30)
     del blocker
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("act", ["HARD_SWISH", "SWISH"])
+@pytest.mark.parametrize("groups", [1, 4])
+def test_hard_swish_and_swish_fold_and_give_the_same_bits(act, groups, residual):
+    """conv (+ ADD) + an in-place HARD_SWISH or SWISH folds into activation="hard_swish" or
+    "swish"; the fused CPU_OPT convolution applies the element-wise command's own function, so
+    the graph's output is bit for bit the unfused run's."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 9, 9, 4)).astype(np.float32)
+    w = rng.standard_normal((4 if groups == 4 else 6, 3, 3, 4 // groups)).astype(np.float32)
+    b = rng.standard_normal(w.shape[0]).astype(np.float32)
+    r = rng.standard_normal((1, 9, 9, w.shape[0])).astype(np.float32)
+    y = np.zeros((1, 9, 9, w.shape[0]), np.float32)
+    g = nnc.Graph()
+    conv = g.exec(nnc.Cmd("CONVOLUTION", padding=1, groups=groups), [x, w, b], [y])
+    prev = conv
+    if residual:
+        prev = g.exec(nnc.Cmd("ADD"), [y, r], [y])
+        g.concat(conv, prev)
+    tail = g.exec(nnc.Cmd(act), [y], [y])
+    g.concat(prev, tail)
+    g.run()
+    want = y.copy()
+    y[...] = np.nan
+    assert g.simplify() == (2 if residual else 1)
+    assert conv.cmd.params["activation"] == act.lower() and tail.cmd.name == "NOOP"
+    assert conv.backend == "CPU_OPT"
+    g.run()
+    np.testing.assert_array_equal(y, want)
+

@@ -585,3 +585,47 @@ def test_folded_export_variant_matches():
     m = onnx_zoo.mobilenet_v2(seed=3, fold_bn=True, size=96)
     assert "BatchNormalization" not in {n.op_type for n in m.graph.node}
     check(m)
+
+
+def test_mobilenet_v3_block_loads_fuses_and_saves_back():
+    """A MobileNet-V3-like block (1x1 Conv -> HardSwish, depthwise Conv -> x * Sigmoid(x), 1x1
+    Conv): loaded with simplify (the InferenceSession path), nnc matches onnxruntime to 1e-5 and
+    the HardSwish folds into its convolution; saved back, the fused convolution is Conv +
+    HardSwish again and ONNX Runtime computes what nnc did. A SWISH folded by Graph.simplify
+    saves as Mul(x, Sigmoid(x))."""
+    c, e = 8, 24
+    inits = {"w1": (RNG.standard_normal((e, c, 1, 1)) * 0.5).astype(np.float32),
+             "b1": RNG.standard_normal(e).astype(np.float32),
+             "w2": (RNG.standard_normal((e, 1, 3, 3)) * 0.3).astype(np.float32),
+             "w3": (RNG.standard_normal((c, e, 1, 1)) * 0.3).astype(np.float32)}
+    nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+             h.make_node("HardSwish", ["c1"], ["a1"]),
+             h.make_node("Conv", ["a1", "w2"], ["c2"], group=e, pads=[1, 1, 1, 1]),
+             h.make_node("Sigmoid", ["c2"], ["s2"]),
+             h.make_node("Mul", ["c2", "s2"], ["a2"]),
+             h.make_node("Conv", ["a2", "w3"], ["y"])]
+    m = model(nodes, {"x": [1, c, 10, 10]}, {"y": None}, inits)
+    loaded = nnc.onnx.load(m)
+    assert loaded.graph.simplify() >= 1
+    convs = [e_.cmd for e_ in loaded.graph.topsort() if e_.cmd.name == "CONVOLUTION"]
+    assert [cmd.params.get("activation") for cmd in convs][0] == "hard_swish"
+    feeds = {"x": RNG.standard_normal((1, c, 10, 10)).astype(np.float32)}
+    got = nnc_run(loaded, feeds)[0]
+    close(got, ort_run(m, feeds)[0], rtol=1e-5)
+    saved = nnc.onnx.save(loaded.graph, None, inputs=loaded.inputs, outputs=loaded.outputs,
+                          input_names=loaded.input_names, output_names=loaded.output_names)
+    assert [n.op_type for n in saved.graph.node].count("HardSwish") == 1
+    close(ort_run(saved, feeds)[0], got, rtol=1e-5)
+
+    g = nnc.Graph()
+    x = nnc.Tensor(RNG.standard_normal((1, 6, 6, 3)).astype(np.float32))
+    w = nnc.Tensor(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    y = nnc.Tensor.empty((1, 6, 6, 4), dtype="float32")
+    g.concat(g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y]),
+             g.exec(nnc.Cmd("SWISH"), [y], [y]))
+    assert g.simplify() == 1
+    g.run()
+    m2 = nnc.onnx.save(g, None, inputs=[x], outputs=[y], input_names=["img"])
+    ops = [n.op_type for n in m2.graph.node]
+    assert ops.count("Sigmoid") == 1 and ops.count("Mul") == 1
+    close(ort_run(m2, {"img": x.numpy()})[0], y.numpy(), rtol=1e-5)

@@ -19,9 +19,13 @@ output:
 Parameters ``stride`` (int or (sh, sw)), ``padding`` (int, (ph, pw) or (top, left, bottom,
 right); zeros), ``groups`` (C and O are split into that many independent convolutions) and
 ``activation``: None; "relu": max(0, .); "clamp" with ``clamp=(lo, hi)``: min(max(., lo), hi)
-(ReLU6 is (0, 6)): the epilogues ``Graph.simplify`` fuses a following in-place RELU or CLAMP
-into (docs/commands.md). NaN stays NaN through both. Floats only, one dtype, and the output may
-not overlap an input.
+(ReLU6 is (0, 6)); "hard_swish": HARD_SWISH, x * min(max(x + 3, 0), 6) / 6 (MobileNet-V3);
+"swish": SWISH, x * sigmoid(x) (SiLU, EfficientNet): the epilogues ``Graph.simplify`` fuses a
+following in-place RELU, CLAMP, HARD_SWISH or SWISH into (docs/commands.md). NaN stays NaN
+through each; HARD_SWISH and SWISH of -inf are -0, as the element-wise commands give (CPU_REF
+computes them by those commands' float64 definitions, CPU_OPT by their CPU_OPT functions, so
+a fused float32 convolution gives the bits of the convolution then the command). Floats only,
+one dtype, and the output may not overlap an input.
 """
 
 import numpy as np
@@ -29,6 +33,10 @@ import numpy as np
 from nnc.base.core import CommandError
 from nnc.cmd import _check
 from nnc.cmd.command import register_backend, register_command
+from nnc.cmd.elementwise.activation import hard_swish64, swish64
+
+# The activations a convolution applies last (fused by Graph.simplify).
+ACTIVATIONS = (None, "relu", "clamp", "hard_swish", "swish")
 
 
 def _clamp_bounds(value):
@@ -50,9 +58,9 @@ def _conv_normalize(params):
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
         raise CommandError(f"CONVOLUTION: groups must be an int >= 1, not {groups!r}")
     activation = params.get("activation")
-    if activation not in (None, "relu", "clamp"):
-        raise CommandError(f"CONVOLUTION: activation must be None, 'relu' or 'clamp', not "
-                           f"{activation!r}")
+    if activation not in ACTIVATIONS:
+        raise CommandError(f"CONVOLUTION: activation must be None, 'relu', 'clamp', "
+                           f"'hard_swish' or 'swish', not {activation!r}")
     if (activation == "clamp") != ("clamp" in params):
         raise CommandError("CONVOLUTION: clamp=(lo, hi) goes with activation='clamp', and only "
                            "with it")
@@ -146,6 +154,10 @@ def _conv_ref(cmd, inputs, outputs):
     elif act == "clamp":
         lo, hi = cmd.params["clamp"]
         np.minimum(np.maximum(acc, lo), hi, out=acc)
+    elif act == "hard_swish":
+        acc = hard_swish64(acc)
+    elif act == "swish":
+        acc = swish64(acc)
     out[...] = acc
 
 

@@ -7,5 +7,7 @@ untyped definitions."""
 
 from typing import Any
 
+ACTIVATIONS: tuple[Any, ...]
+
 def conv_shape(cmd: Any, x_shape: Any, w_shape: Any) -> Any: ...
 def register() -> Any: ...

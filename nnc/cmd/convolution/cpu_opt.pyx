@@ -46,11 +46,11 @@ from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace, parallel_width
-from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_RELU, Cmd, nnc_cmd_param_t,
-                              register_c_backend)
+from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_HARD_SWISH, ACTIVATION_RELU,
+                              ACTIVATION_SWISH, Cmd, nnc_cmd_param_t, register_c_backend)
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
-from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_NONE, NNC_ACT_RELU,
-                                        nnc_epilogue_t,
+from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_HSWISH, NNC_ACT_NONE,
+                                        NNC_ACT_RELU, NNC_ACT_SILU, nnc_epilogue_t,
                                         nnc_sgemm_nr, nnc_sgemm_pack_groups, nnc_sgemm_packed,
                                         nnc_sgemm_packed_floats)
 from nnc.tensor.constant cimport constant_pack
@@ -68,6 +68,18 @@ cdef extern from "cmd/convolution/depthwise_kernel.h" nogil:
     int nnc_dw_taps(const float* w, Py_ssize_t c, Py_ssize_t taps, float* out)
     void nnc_dw_rows(int isa, const nnc_dw_t* d, Py_ssize_t r0, Py_ssize_t r1,
                      const nnc_epilogue_t* ep)
+
+# The element-wise commands' own loops (HARD_SWISH, SWISH at an ISA level): the epilogue pass
+# (float64, and float32 where the kernel did not fuse it) runs them on each pixel's channels, so
+# its values are the commands' bits.
+cdef extern from "cmd/elementwise/act_kernel.h" nogil:
+    enum:
+        NNC_ACT_SWISH                   # act_kernel.h's operation codes, not NNC_ACT_SILU's
+        NNC_ACT_HARD_SWISH
+    void nnc_act_f32(int op, int isa, float* y, const float* x, Py_ssize_t n, double a,
+                     double b)
+    void nnc_act_f64(int op, int isa, double* y, const double* x, Py_ssize_t n, double a,
+                     double b)
 
 ctypedef fused real:
     float
@@ -136,10 +148,11 @@ ctypedef struct conv_t:
     # The epilogue, in this order: + bias, + residual, the activation.
     const char* residual                # NULL: none; else [n, ho, wo, o] like the output
     Py_ssize_t rs_n, rs_h, rs_w         # its strides (channel stride is 1)
-    int act                             # NNC_ACT_NONE, NNC_ACT_RELU or NNC_ACT_CLAMP
+    int act                             # NNC_ACT_* (sgemm_kernel.h)
     float lo, hi                        # NNC_ACT_CLAMP's bounds
     # float32: nnc's own kernels, the level read once per call (one kernel for every part).
-    int isa                             # cpu_isa(): the level the weights were packed for
+    int isa                             # cpu_isa() at the call's start: the level the weights
+    #                                     were packed for, the kernels' and epilogue's
     int finite                          # depthwise: every weight finite
     const float* packed                 # group g's packed weights at packed + g * gfloats
     Py_ssize_t gfloats
@@ -190,8 +203,10 @@ cdef inline bint _has_epilogue(const conv_t* cv) noexcept nogil:
 cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
                     Py_ssize_t c1) noexcept nogil:
     """Add the bias and the residual and apply the activation to rows r0..r1, channels
-    c0..c1, while they are still in cache. max/min keep a NaN (v is the operand tested)."""
+    c0..c1, while they are still in cache. max/min keep a NaN (v is the operand tested);
+    HARD_SWISH and SWISH are the element-wise commands' loops at cv.isa, on each pixel."""
     cdef Py_ssize_t r, _q, j, o = c1 - c0, wo = cv.wo, os_w = cv.os_w, rs_w = cv.rs_w
+    cdef int op = NNC_ACT_HARD_SWISH if cv.act == NNC_ACT_HSWISH else NNC_ACT_SWISH
     cdef real* y
     cdef const real* res = NULL
     cdef real v
@@ -216,6 +231,11 @@ cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1, Py
                     v = lo if v < lo else v
                     v = hi if v > hi else v
                 y[j] = v
+            if act >= NNC_ACT_HSWISH:
+                if real is float:
+                    nnc_act_f32(op, cv.isa, y, y, o, 0.0, 0.0)
+                else:
+                    nnc_act_f64(op, cv.isa, y, y, o, 0.0, 0.0)
             y += os_w
             if res != NULL:
                 res += rs_w
@@ -596,7 +616,6 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
     cdef float* patch
     cdef unsigned long long key
     cdef int nr
-    cv.isa = cpu_isa()
     nr = nnc_sgemm_nr(cv.isa)
     cv.gfloats = <Py_ssize_t>nnc_sgemm_packed_floats(cv.isa, cv.og, cv.k)
     key = _pack_key(cv)
@@ -663,8 +682,11 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cv.sh, cv.sw = p.stride[0], p.stride[1]
     cv.pt, cv.pl = p.pad[0], p.pad[1]
     cv.groups = p.groups
+    cv.isa = cpu_isa()                  # one level for every part and pass: the same bits
     cv.act = (NNC_ACT_RELU if p.activation == ACTIVATION_RELU else
-              NNC_ACT_CLAMP if p.activation == ACTIVATION_CLAMP else NNC_ACT_NONE)
+              NNC_ACT_CLAMP if p.activation == ACTIVATION_CLAMP else
+              NNC_ACT_HSWISH if p.activation == ACTIVATION_HARD_SWISH else
+              NNC_ACT_SILU if p.activation == ACTIVATION_SWISH else NNC_ACT_NONE)
     cv.lo, cv.hi = <float>p.a, <float>p.b
     r = inputs[3] if n_in == 4 else NULL
     cv.residual = <const char*>r.data if r != NULL else NULL
@@ -733,7 +755,6 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         if cv.patch == NULL:
             return NNC_OOM
         if dtype == NNC_32F:
-            cv.isa = cpu_isa()                  # one kernel for every part: the same bits
             cv.finite = nnc_dw_taps(<const float*>cv.w, cv.c, cv.kh * cv.kw, <float*>cv.patch)
         else:
             _taps_first(&cv, <double*>cv.patch)

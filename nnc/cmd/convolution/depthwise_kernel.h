@@ -32,7 +32,9 @@
  * into parts, so every split gives the same bits.
  *
  * The epilogue is nnc_epilogue_t of cmd/gemm/sgemm_kernel.h, indexed by channel: bias, then
- * NNC_ACT_RELU or NNC_ACT_CLAMP (max/min with the value as the second operand: NaN stays NaN).
+ * NNC_ACT_RELU or NNC_ACT_CLAMP (max/min with the value as the second operand: NaN stays NaN),
+ * NNC_ACT_HSWISH or NNC_ACT_SILU (the element-wise commands' functions, as the GEMM tiles
+ * apply them).
  * Its residual is not read (it must be NULL: a depthwise layer has no shortcut of its own in
  * the networks nnc fuses).
  *
@@ -151,7 +153,8 @@ static inline __attribute__((always_inline)) void nnc_dw_run3_tail(
 /* The vector kernels, once per ISA. Each ISA defines V (the vector type), W (floats in it),
  * NNC_DW_ATTR (its target attribute) and these operations on V: LD(p) / ST(p, v) unaligned,
  * MUL, ADD, FMA(a, b, c) = a * b + c, SET1(f), ZERO, MAX(a, v) / MIN(a, v) returning v when
- * either is NaN, and TAIL_PIXEL / TAIL_RUN3 for the channels past the last whole vector. */
+ * either is NaN, ACT(act, v) for NNC_ACT_HSWISH and NNC_ACT_SILU, and TAIL_PIXEL / TAIL_RUN3
+ * for the channels past the last whole vector. */
 
 /* A pixel: channels of taps [i0, i1) x [j0, j1), one accumulator per channel vector, NV
  * vectors at once (independent chains: one alone would wait on each FMA's latency). */
@@ -185,6 +188,8 @@ static inline __attribute__((always_inline)) void nnc_dw_run3_tail(
                 a = MAX(ZERO, a);                                                             \
             else if (act == NNC_ACT_CLAMP)                                                    \
                 a = MIN(SET1(ep->hi), MAX(SET1(ep->lo), a));                                  \
+            else if (act >= NNC_ACT_HSWISH)                                                   \
+                a = ACT(act, a);                                                              \
             ST(y + ch + v * W, a);                                                            \
         }                                                                                     \
     }                                                                                         \
@@ -256,6 +261,8 @@ static inline __attribute__((always_inline)) void nnc_dw_run3_tail(
                         v = MAX(ZERO, v);                                                     \
                     else if (act == NNC_ACT_CLAMP)                                            \
                         v = MIN(hi, MAX(lo, v));                                              \
+                    else if (act >= NNC_ACT_HSWISH)                                           \
+                        v = ACT(act, v);                                                      \
                     ST(o, v);                                                                 \
                     o += ys_w;                                                                \
                 }                                                                             \
@@ -312,6 +319,7 @@ static inline nnc_dw_v4f nnc_dw_min4(nnc_dw_v4f a, nnc_dw_v4f v) {
 #define ZERO ((nnc_dw_v4f){0, 0, 0, 0})
 #define MAX(a, v) nnc_dw_max4(a, v)
 #define MIN(a, v) nnc_dw_min4(a, v)
+#define ACT(act, v) nnc_act_v4(act, v)
 #define TAIL_PIXEL nnc_dw_pixel_tail
 #define TAIL_RUN3 nnc_dw_run3_tail
 NNC_DW_PIXEL(base)
@@ -328,6 +336,7 @@ NNC_DW_RUN3(base)
 #undef ZERO
 #undef MAX
 #undef MIN
+#undef ACT
 #undef TAIL_PIXEL
 #undef TAIL_RUN3
 
@@ -347,6 +356,7 @@ NNC_DW_RUN3(base)
 #define ZERO _mm256_setzero_ps()
 #define MAX(a, v) _mm256_max_ps(a, v)
 #define MIN(a, v) _mm256_min_ps(a, v)
+#define ACT(act, v) nnc_act_v8(act, v)
 #define TAIL_PIXEL nnc_dw_pixel_tail
 #define TAIL_RUN3 nnc_dw_run3_tail
 NNC_DW_PIXEL(avx2)
@@ -363,6 +373,7 @@ NNC_DW_RUN3(avx2)
 #undef ZERO
 #undef MAX
 #undef MIN
+#undef ACT
 #undef TAIL_PIXEL
 #undef TAIL_RUN3
 
@@ -391,6 +402,8 @@ static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_pixel_tai
         acc = _mm512_max_ps(_mm512_setzero_ps(), acc);
     else if (ep->act == NNC_ACT_CLAMP)
         acc = _mm512_min_ps(_mm512_set1_ps(ep->hi), _mm512_max_ps(_mm512_set1_ps(ep->lo), acc));
+    else if (ep->act >= NNC_ACT_HSWISH)
+        acc = nnc_act_v16(ep->act, acc);
     _mm512_mask_storeu_ps(y + ch0, m, acc);
 }
 
@@ -430,6 +443,8 @@ static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_run3_tail
             v = _mm512_max_ps(_mm512_setzero_ps(), v);
         else if (ep->act == NNC_ACT_CLAMP)
             v = _mm512_min_ps(_mm512_set1_ps(ep->hi), _mm512_max_ps(_mm512_set1_ps(ep->lo), v));
+        else if (ep->act >= NNC_ACT_HSWISH)
+            v = nnc_act_v16(ep->act, v);
         _mm512_mask_storeu_ps(y + q * ys_w + ch0, m, v);
     }
 }
@@ -446,6 +461,7 @@ static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_run3_tail
 #define ZERO _mm512_setzero_ps()
 #define MAX(a, v) _mm512_max_ps(a, v)
 #define MIN(a, v) _mm512_min_ps(a, v)
+#define ACT(act, v) nnc_act_v16(act, v)
 #define TAIL_PIXEL nnc_dw_pixel_tail512
 #define TAIL_RUN3 nnc_dw_run3_tail512
 NNC_DW_PIXEL(avx512)
@@ -462,6 +478,7 @@ NNC_DW_RUN3(avx512)
 #undef ZERO
 #undef MAX
 #undef MIN
+#undef ACT
 #undef TAIL_PIXEL
 #undef TAIL_RUN3
 

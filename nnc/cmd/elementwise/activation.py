@@ -42,10 +42,21 @@ def _at_neg_inf(x, y):
     return np.where(np.isneginf(x), -0.0, y)
 
 
-def _swish_ref(cmd, inputs, outputs):
-    x = inputs[0].astype(np.float64)
+def swish64(x):
+    """SWISH of a float64 array, the definition (CONVOLUTION's fused activation uses it too)."""
     with np.errstate(invalid="ignore"):
-        outputs[0][...] = _at_neg_inf(x, x * _sigmoid64(x))
+        return _at_neg_inf(x, x * _sigmoid64(x))
+
+
+def hard_swish64(x):
+    """HARD_SWISH of a float64 array, the definition (likewise)."""
+    with np.errstate(invalid="ignore"):
+        y = x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    return np.where(x <= -3.0, -0.0, y)
+
+
+def _swish_ref(cmd, inputs, outputs):
+    outputs[0][...] = swish64(inputs[0].astype(np.float64))
 
 
 def _gelu_ref(cmd, inputs, outputs):
@@ -66,10 +77,7 @@ def _hard_sigmoid_ref(cmd, inputs, outputs):
 
 
 def _hard_swish_ref(cmd, inputs, outputs):
-    x = inputs[0].astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        y = x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0
-    outputs[0][...] = np.where(x <= -3.0, -0.0, y)
+    outputs[0][...] = hard_swish64(inputs[0].astype(np.float64))
 
 
 def _erf_ref(cmd, inputs, outputs):

@@ -6,6 +6,8 @@ cdef extern from "cmd/gemm/sgemm_kernel.h" nogil:
         NNC_ACT_NONE
         NNC_ACT_RELU
         NNC_ACT_CLAMP
+        NNC_ACT_HSWISH
+        NNC_ACT_SILU
 
     # Applied to each tile before it is stored: + bias[n], + residual[m, n], the activation.
     ctypedef struct nnc_epilogue_t:
