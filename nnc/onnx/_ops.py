@@ -11,6 +11,7 @@ import numpy as np
 
 from nnc.cmd.command import Cmd
 from nnc.cmd.pooling import pool_shape
+from nnc.onnx._ops_misc import MISC_OPS, MiscEmitter
 from nnc.tensor.constant import frozen_copy
 from nnc.tensor.tensor import Tensor
 
@@ -19,6 +20,7 @@ TO_NCHW = (0, 3, 1, 2)
 UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Sqrt": "EWSQRT", "Exp": "EWEXP",
          "Log": "EWLOG"}
 _REDUCE = {"ReduceSum": "REDUCE_SUM", "ReduceMean": "REDUCE_MEAN", "ReduceMax": "REDUCE_MAX"}
+_REDUCE.update(ReduceMin="REDUCE_MIN", ReduceProd="REDUCE_PROD", ReduceL2="REDUCE_NORM2")
 # The element-wise family's operators without parameters (nnc/cmd/elementwise/activation.py)
 # and its broadcasting binary ones (binary.py; Sub is ADD with q=-1, NNC having no EWSUB).
 ACTIVATIONS = {"Erf": "ERF", "Abs": "EWABS", "HardSwish": "HARD_SWISH"}
@@ -198,9 +200,10 @@ _OPS = {"Conv", "Relu", "Clip", "Add", "Mul", "MaxPool", "AveragePool", "GlobalA
         "Identity", "Dropout", "Transpose", "Constant", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
 _OPS |= {"Gelu", "HardSigmoid", "Neg"} | set(ACTIVATIONS) | set(BROADCAST)
 _OPS |= {"GlobalMaxPool", "Sum", "Mean", "LRN"}
+_OPS |= MISC_OPS    # checked by _ops_misc.check_misc, which needs the shapes and the opset
 
 
-class OpEmitter:
+class OpEmitter(MiscEmitter):
     """The ``_op_<OpType>(k, node, attrs)`` methods the loader's emit pass calls, one per ONNX
     operator, mixed into ``_load._Loader`` (which supplies ``get``, ``storage``, ``node``,
     ``_write``, ``const`` and the plan's ``layout``/``shapes``/``consts``)."""
@@ -634,6 +637,8 @@ class OpEmitter:
         if n.op_type == "ReduceMax" and any(t.shape[i] == 0 for i in iaxes):
             # The maximum of no elements: ONNX defines it as -inf (REDUCE_MAX refuses it).
             cmd, ins = Cmd("SET", value=-math.inf), []
+        if n.op_type == "ReduceMin" and any(t.shape[i] == 0 for i in iaxes):
+            cmd, ins = Cmd("SET", value=math.inf), []
         if a.get("keepdims", 1):
             self._write(n, cmd, ins, deps)
             return
@@ -654,3 +659,4 @@ class OpEmitter:
         self.deps[out] = [e]
 
     _op_ReduceMean = _op_ReduceMax = _op_ReduceSum
+    _op_ReduceMin = _op_ReduceProd = _op_ReduceL2 = _op_ReduceSum
