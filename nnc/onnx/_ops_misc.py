@@ -87,16 +87,16 @@ def resize_plan(op, attrs, node, consts, in_shape, out_shape):
         return (f"attributes coordinate_transformation_mode = {coord!r} and nearest_mode = "
                 f"{nearest_mode!r} at these sizes pick other pixels than UPSAMPLE nearest "
                 "(half-pixel or align-corners, rounding up)")
+    for n, m, s in plan:
+        # With scales, ONNX's coordinates use n * s (not the output's size m = floor(n * s)).
+        if scales is not None and n * s != m:
+            return (f"scale {s} to output size {m} of {n} with mode = {mode!r} (UPSAMPLE's "
+                    "ratio is the sizes': needs n * scale = output size)")
     if coord == "align_corners":
         return ("bilinear", True)
     if coord in ("half_pixel", "pytorch_half_pixel"):
-        for n, m, s in plan:
-            if s != m / n and not (coord == "half_pixel" and scales is None):
-                return (f"scale {s} with output size {m} of {n} (UPSAMPLE's ratio is the "
-                        "sizes')")
-            if coord == "pytorch_half_pixel" and m == 1:
-                return "attribute coordinate_transformation_mode = 'pytorch_half_pixel' to " \
-                       "size 1"
+        if coord == "pytorch_half_pixel" and any(m == 1 for _, m, _ in plan):
+            return "attribute coordinate_transformation_mode = 'pytorch_half_pixel' to size 1"
         return ("bilinear", False)
     return (f"attribute 'coordinate_transformation_mode' = {coord!r} with mode = {mode!r} "
             "(UPSAMPLE bilinear takes half_pixel, pytorch_half_pixel and align_corners)")
@@ -105,12 +105,13 @@ def resize_plan(op, attrs, node, consts, in_shape, out_shape):
 def _onnx_nearest(n, m, s, coord, nearest_mode):
     """ONNX Resize's nearest source index per output index (its reference definition)."""
     o = np.arange(m, dtype=np.float64)
+    length = n * s      # ONNX's length_resized: the scaled size, not the output's
     if coord == "half_pixel":
         x = (o + 0.5) / s - 0.5
     elif coord == "pytorch_half_pixel":
-        x = (o + 0.5) / s - 0.5 if m > 1 else np.zeros(m)
+        x = (o + 0.5) / s - 0.5 if length > 1 else np.zeros(m)
     elif coord == "align_corners":
-        x = o * (n - 1) / (m - 1) if m > 1 else np.zeros(m)
+        x = o * (n - 1) / (length - 1) if length != 1 else np.zeros(m)
     elif coord == "asymmetric":
         x = o / s
     elif coord == "half_pixel_symmetric":

@@ -5,4 +5,8 @@ untyped definitions."""
 
 from typing import Any
 
+NAMES: tuple[str, ...]
+INDEX_DTYPES: tuple[str, ...]
+
+def axis_of(cmd: Any, ndim: int) -> int: ...
 def register() -> Any: ...

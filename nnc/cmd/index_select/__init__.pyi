@@ -5,4 +5,6 @@ untyped definitions."""
 
 from typing import Any
 
+INDEX_DTYPES: tuple[str, ...]
+
 def register() -> Any: ...
