@@ -97,6 +97,11 @@ typedef struct {
                                            3 = HARD_SWISH, 4 = SWISH */
     int ceil_mode;                      /* MAX_POOL, AVG_POOL: 1 rounds the output size up */
     double c;                           /* LRN's bias (alpha: a, beta: b, size: size[0]) */
+    int mode;                           /* UPSAMPLE: 0 nearest, 1 bilinear; PAD: 0 constant (value: a),
+                                           1 reflect, 2 edge */
+    int align_corners;                  /* UPSAMPLE: 1 maps corner pixel centres onto each other */
+    int begin[NNC_MAX_DIM];             /* PAD: elements added before each axis */
+    int end[NNC_MAX_DIM];               /* PAD: elements added after each axis */
 } nnc_cmd_param_t;
 
 /* A C command backend. Absent tensors are NULL. Returns NNC_SUCCESS or a negative NNC_* status.

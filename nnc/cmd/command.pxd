@@ -1,11 +1,19 @@
 from cpython.object cimport PyObject
 
+from nnc.base.core cimport NNC_MAX_DIM
 from nnc.tensor.tensor cimport nnc_tensor_t
 
 cdef enum:
     # C backends marked release_gil run without the GIL once their outputs hold this many
     # elements; below it, dropping and retaking the GIL costs more than the command.
     NNC_GIL_RELEASE_ELEMENTS = 16384
+
+cdef enum:
+    UPSAMPLE_NEAREST = 0                # NNC's CCV_NNC_UPSAMPLE_NEAREST
+    UPSAMPLE_BILINEAR = 1               # NNC's CCV_NNC_UPSAMPLE_BILINEAR
+    PAD_CONSTANT = 0                    # NNC's CCV_NNC_PAD_ZERO, with any value (param a)
+    PAD_REFLECT = 1                     # mirrored without repeating the edge (ONNX's reflect)
+    PAD_EDGE = 2                        # NNC's CCV_NNC_PAD_REPLICATE
 
 cdef enum:
     ACTIVATION_NONE = 0
@@ -34,6 +42,10 @@ ctypedef struct nnc_cmd_param_t:
     #                                     ACTIVATION_HARD_SWISH, ACTIVATION_SWISH those functions
     int ceil_mode                       # MAX_POOL, AVG_POOL: 1 rounds the output size up
     double c                            # LRN's bias (its alpha is a, its beta b, its size size[0])
+    int mode                            # UPSAMPLE: UPSAMPLE_*; PAD: PAD_* (the enums above)
+    int align_corners                   # UPSAMPLE: 1 maps the corner pixels' centres together
+    int begin[NNC_MAX_DIM]              # PAD: elements added before each axis (NNC's size.dim)
+    int end[NNC_MAX_DIM]                # PAD: and after it (NNC's pad.end); both >= 0
 
 # A C command backend. Absent (None) tensors are NULL. Returns NNC_SUCCESS (0) or a negative
 # nnc_status_e. Must not touch Python: graph runners may call it without the GIL.

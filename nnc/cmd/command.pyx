@@ -317,6 +317,10 @@ def command_info(command):
 # Built-in commands whose scalars are not "a": the parameters that fill param.a and param.b.
 _SCALAR_KEYS = {"ADD": ("p", "q"), "MUL": ("p", None), "CLAMP": ("min", "max"),
                 "LRN": ("alpha", "beta")}
+# Commands with a mode (nnc/cmd/upsample, nnc/cmd/pad): the C enum value of each name.
+_MODES = {("UPSAMPLE", "nearest"): UPSAMPLE_NEAREST, ("UPSAMPLE", "bilinear"): UPSAMPLE_BILINEAR,
+          ("PAD", "constant"): PAD_CONSTANT, ("PAD", "reflect"): PAD_REFLECT,
+          ("PAD", "edge"): PAD_EDGE}
 # The element-wise family's parameterised activations (nnc/cmd/elementwise/cpu_opt_act.pyx).
 _SCALAR_KEYS.update({"GELU": ("tanh", None), "HARD_SIGMOID": ("alpha", "beta")})
 # The normalisation family (nnc/cmd/norm/cpu_opt.pyx): a is epsilon.
@@ -398,6 +402,15 @@ cdef class Cmd:
             self.param.activation = _ACTIVATIONS.get(act, ACTIVATION_NONE)
             if act == "clamp":
                 self.param.a, self.param.b = p["clamp"]
+            name = self.info.name
+            self.param.mode = _MODES.get((name, p.get("type", p.get("mode"))), 0)
+            self.param.align_corners = bool(p.get("align_corners", False))
+            # PAD's begin and end: one pair per axis (normalised by nnc/cmd/pad).
+            for i in range(NNC_MAX_DIM):
+                self.param.begin[i], self.param.end[i] = 0, 0
+            if name == "PAD":
+                for i, (lo, hi) in enumerate(zip(p["begin"], p["end"])):
+                    self.param.begin[i], self.param.end[i] = lo, hi
         except (TypeError, ValueError, OverflowError) as e:
             raise CommandError(
                 f"{self.info.name}: bad parameters {p!r} (a, value: numbers; size, stride: "

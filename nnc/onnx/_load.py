@@ -47,6 +47,7 @@ from nnc.onnx._ops import (
     reduce_axes,
     reshape_shape,
 )
+from nnc.onnx._ops_misc import MISC_OPS, check_misc
 from nnc.tensor.tensor import Tensor
 
 # Producers whose command accepts a strided output, so they can write into a concat slice.
@@ -55,11 +56,13 @@ _INPLACE_UNARY = {"Relu", "Clip", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
 _INPLACE_UNARY |= {"Gelu", "HardSigmoid", "HardSwish", "Erf", "Abs", "Neg"}
 _STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "Concat", "Add", "Mul"} | _INPLACE_UNARY
 _REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax"}
+_REDUCE |= {"ReduceMin", "ReduceProd", "ReduceL2"}
 _ALIASES = {"Identity", "Dropout"}
 _SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization",
             "GlobalMaxPool", "LRN"}
 # NHWC for 4-D images (channels last, GROUP_NORM's fast path), ONNX's order otherwise.
 _SPATIAL |= {"GroupNormalization", "InstanceNormalization"}
+_SPATIAL |= {"Resize", "Upsample", "Pad"}   # an [N, C, H, W] input is resized/padded as NHWC
 
 
 def _err(msg):
@@ -484,6 +487,8 @@ class _Loader(OpEmitter, ViewEmitter):
             reason = ("operators outside the default ONNX domain"
                       if n.domain not in ("", "ai.onnx") else check_node(n.op_type, a, n,
                                                                            self.consts, ranks))
+            if not reason and n.op_type in MISC_OPS and n.domain in ("", "ai.onnx"):
+                reason = check_misc(n.op_type, a, n, self.consts, ranks, self.shapes, self.opset)
             if reason:
                 count, names, _ = problems.get(n.op_type, (0, [], reason))
                 problems[n.op_type] = (count + 1, names + [n.name or n.output[0]], reason)

@@ -11,6 +11,8 @@ import numpy as np
 
 from nnc.cmd.command import Cmd
 from nnc.cmd.pooling import pool_shape
+from nnc.onnx._ops_misc import MISC_OPS, MiscEmitter
+from nnc.onnx._ops_norm import NORM_OPS, NormEmitter, check_norm
 from nnc.tensor.constant import frozen_copy
 from nnc.tensor.tensor import Tensor
 
@@ -19,6 +21,7 @@ TO_NCHW = (0, 3, 1, 2)
 UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Sqrt": "EWSQRT", "Exp": "EWEXP",
          "Log": "EWLOG"}
 _REDUCE = {"ReduceSum": "REDUCE_SUM", "ReduceMean": "REDUCE_MEAN", "ReduceMax": "REDUCE_MAX"}
+_REDUCE.update(ReduceMin="REDUCE_MIN", ReduceProd="REDUCE_PROD", ReduceL2="REDUCE_NORM2")
 # The element-wise family's operators without parameters (nnc/cmd/elementwise/activation.py)
 # and its broadcasting binary ones (binary.py; Sub is ADD with q=-1, NNC having no EWSUB).
 ACTIVATIONS = {"Erf": "ERF", "Abs": "EWABS", "HardSwish": "HARD_SWISH"}
@@ -160,7 +163,7 @@ def check_node(op, attrs, node, consts, ranks):
             return "only [N, C, H, W] inputs (nnc's LRN normalises an NHWC image's channels)"
         if not isinstance(attrs.get("size"), int) or attrs["size"] < 1:
             return f"attribute 'size' = {attrs.get('size')!r}: LRN needs an int >= 1"
-    elif op in _NORMS:
+    elif op in NORM_OPS:
         return check_norm(op, attrs, node, consts, ranks)
     elif op in ("Min", "Max", "Sum", "Mean"):
         if not [i for i in ins if i]:
@@ -194,26 +197,6 @@ def check_pool(attrs, node, ranks):
     return None
 
 
-_NORMS = {"LayerNormalization", "GroupNormalization", "InstanceNormalization"}
-
-
-def check_norm(op, attrs, node, consts, ranks):
-    """Why nnc cannot run this LayerNormalization / GroupNormalization / InstanceNormalization
-    node, or None: constant scale and bias (LayerNormalization's Mean and InvStdDev outputs are
-    LAYER_NORM's saved_mean and saved_inv_std); GroupNormalization's and InstanceNormalization's
-    input [N, C, ...]."""
-    ins = list(node.input)
-    if any(i and i not in consts for i in ins[1:]):
-        return "scale and bias must be constants"
-    if op == "LayerNormalization":
-        return None
-    if ranks.get(ins[0], 0) < 3:
-        return "only [N, C, ...] inputs with at least one spatial axis"
-    if len(ins) < 3 or not ins[1] or not ins[2]:
-        return "scale and bias are required"
-    return None
-
-
 # Views of a runtime value (no node; nnc.onnx._fold makes them).
 VIEW_OPS = {"Slice", "Split", "Squeeze", "Unsqueeze"}
 _OPS = {"Conv", "Relu", "Clip", "Add", "Mul", "MaxPool", "AveragePool", "GlobalAveragePool",
@@ -221,10 +204,11 @@ _OPS = {"Conv", "Relu", "Clip", "Add", "Mul", "MaxPool", "AveragePool", "GlobalA
         "Identity", "Dropout", "Transpose", "Constant", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
 _OPS |= {"Gelu", "HardSigmoid", "Neg"} | set(ACTIVATIONS) | set(BROADCAST)
 _OPS |= {"GlobalMaxPool", "Sum", "Mean", "LRN"}
-_OPS |= _NORMS
+_OPS |= NORM_OPS
+_OPS |= MISC_OPS    # checked by _ops_misc.check_misc, which needs the shapes and the opset
 
 
-class OpEmitter:
+class OpEmitter(MiscEmitter, NormEmitter):
     """The ``_op_<OpType>(k, node, attrs)`` methods the loader's emit pass calls, one per ONNX
     operator, mixed into ``_load._Loader`` (which supplies ``get``, ``storage``, ``node``,
     ``_write``, ``const`` and the plan's ``layout``/``shapes``/``consts``)."""
@@ -678,6 +662,8 @@ class OpEmitter:
         if n.op_type == "ReduceMax" and any(t.shape[i] == 0 for i in iaxes):
             # The maximum of no elements: ONNX defines it as -inf (REDUCE_MAX refuses it).
             cmd, ins = Cmd("SET", value=-math.inf), []
+        if n.op_type == "ReduceMin" and any(t.shape[i] == 0 for i in iaxes):
+            cmd, ins = Cmd("SET", value=math.inf), []
         if a.get("keepdims", 1):
             self._write(n, cmd, ins, deps)
             return
@@ -698,78 +684,4 @@ class OpEmitter:
         self.deps[out] = [e]
 
     _op_ReduceMean = _op_ReduceMax = _op_ReduceSum
-
-    def _op_LayerNormalization(self, k, n, a):
-        """LAYER_NORM over axes ``axis`` .. rank - 1 of the plain value; the scale (and bias,
-        zeros when absent) broadcast to the normalised shape, so CPU_OPT's contiguous path takes
-        it. ``stash_type`` only sets the statistics' precision: nnc's are in double always."""
-        x, deps = self.get(n.input[0], "plain")
-        nd = len(x.shape)
-        axis = a.get("axis", -1)
-        if not isinstance(axis, int) or not -nd <= axis < nd:
-            raise _invalid(n, f"attribute 'axis' = {axis!r} is outside [{-nd}, {nd - 1}]")
-        axis %= nd
-        inner = tuple(x.shape[axis:])
-        affine = []
-        for j in (1, 2):
-            if len(n.input) > j and n.input[j]:
-                v = np.asarray(self.consts[n.input[j]], np.float64)
-            else:
-                v = np.zeros(())
-            try:
-                v = np.broadcast_to(v, inner)
-            except ValueError:
-                raise _invalid(n, f"input {j} of shape {v.shape} does not broadcast to the "
-                                  f"normalised shape {inner}") from None
-            affine.append(self.constant(v))
-        cmd = Cmd("LAYER_NORM", axis=tuple(range(axis, nd)), epsilon=a.get("epsilon", 1e-5))
-        stats = [o for o in n.output[1:3]]
-        if not any(stats):
-            self._write(n, cmd, [x] + affine, deps)
-            return
-        # ONNX's Mean and InvStdDev are NNC's saved_mean and saved_inv_std: the input's shape
-        # with the normalised axes 1. An InvStdDev wanted without the Mean still needs a tensor
-        # for the mean, which no one reads.
-        stat_shape = tuple(x.shape[:axis]) + (1,) * (nd - axis)
-        outs = [self.storage(n.output[0])]
-        outs += [self.storage(o) if o else Tensor.empty(stat_shape, dtype=self.dtype)
-                 for o in stats]
-        e = self.node(cmd, [x] + affine, outs, n.name or n.output[0], deps)
-        for o in n.output[:3]:
-            if o:
-                self.deps[self.root(o)] = [e]
-
-    def _op_GroupNormalization(self, k, n, a):
-        """GROUP_NORM: on an NHWC image the groups are the last axis and H, W are reduced (the
-        C path); on [N, C, spatial...] of other ranks, axis 1 and the spatial axes. The scale
-        and bias are per channel (opset 21's GroupNormalization; onnx's checker refuses the
-        deprecated opset 18 form, whose scale and bias are per group). InstanceNormalization is
-        the same with one group per channel."""
-        lay = self.layout[n.output[0]]
-        x, deps = self.get(n.input[0], lay)
-        nd = len(x.shape)
-        c = self.shapes[n.input[0]][1]
-        if n.op_type == "InstanceNormalization":
-            groups = c
-        else:
-            groups = a.get("num_groups")
-            if not isinstance(groups, int) or groups < 1 or c % groups:
-                raise _invalid(n, f"attribute 'num_groups' = {groups!r} must be >= 1 and "
-                                  f"divide the {c} channels")
-        affine = []
-        for j in (1, 2):
-            v = np.asarray(self.consts[n.input[j]], np.float64).reshape(-1)
-            if v.size != c:
-                raise _invalid(n, f"input {j} has {v.size} elements, not one per channel ({c})")
-            # [N, C, spatial...]: per channel, broadcast over the spatial axes.
-            affine.append(self.constant(v if lay == "nhwc" else v.reshape((c,) + (1,) * (nd - 2))))
-        if lay == "nhwc":
-            cmd = Cmd("GROUP_NORM", group_axis=-1, groups=groups, reduce_axis=(1, 2),
-                      epsilon=a.get("epsilon", 1e-5))
-            self._write(n, cmd, [x] + affine, deps)
-            return
-        cmd = Cmd("GROUP_NORM", group_axis=1, groups=groups, reduce_axis=tuple(range(2, nd)),
-                  epsilon=a.get("epsilon", 1e-5))
-        self._write(n, cmd, [x] + affine, deps)
-
-    _op_InstanceNormalization = _op_GroupNormalization
+    _op_ReduceMin = _op_ReduceProd = _op_ReduceL2 = _op_ReduceSum

@@ -130,6 +130,15 @@ BUILTINS = [
         'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
+    ('REDUCE_MIN', [
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('REDUCE_PROD', [
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('REDUCE_NORM2', [
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
     ('ADD', [
         'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
@@ -200,6 +209,26 @@ BUILTINS = [
     ]),
     ('SCALED_DOT_PRODUCT_ATTENTION', [
         'CPU_OPT 20 cpu f32,f64 C',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('UPSAMPLE', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('PAD', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('INDEX_SELECT', [
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('ARGMAX', [
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('ARGMIN', [
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
+    ('DATATYPE_CONVERSION', [
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
 ]

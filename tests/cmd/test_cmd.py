@@ -360,6 +360,10 @@ def test_c_backend_called_directly_refuses_bad_tensors(backend):
         params = {"groups": 1}
     if backend.command == "SCALED_DOT_PRODUCT_ATTENTION":
         params = {"scale": 1.0}
+    if backend.command == "UPSAMPLE":
+        params = {"type": "bilinear"}
+    if backend.command == "PAD":
+        params = {"begin": (0,), "end": (0,)}
     cmd = nnc.Cmd(backend.command, **params)
     for ins, outs in _malformed(backend.command):
         before = [None if o is None else np.array(o) for o in outs]

@@ -1,17 +1,20 @@
 """Layer 2 command, the reduce family: this module (the definitions and CPU_REF), cpu_opt.pyx
 (CPU_OPT). No GPU backend.
 
-REDUCE_SUM, REDUCE_MEAN and REDUCE_MAX over some axes (NNC: cmd/reduce, CMD_REDUCE_SUM_FORWARD
-and friends, whose ``reduce.axis``/``count`` is ``axes`` here).
+REDUCE_SUM, REDUCE_MEAN, REDUCE_MAX, REDUCE_MIN and REDUCE_NORM2 over some axes (NNC: cmd/reduce,
+CMD_REDUCE_SUM_FORWARD and friends, whose ``reduce.axis``/``count`` is ``axes`` here), and
+REDUCE_PROD (NNC has none; named in its style).
 
 One input, one output of the same dtype: each axis in ``axes`` has size 1 in the output and every
 other axis the input's size (NNC keeps the reduced dimensions). As in NNC, the output's shape
 lines up with the input's from the right, so leading axes of size 1 may be left out (or added):
 a [2, 3] input reduced over axis 0 writes a [1, 3] or a [3] output. ``axes`` may be
 negative (counted from the end, as NumPy does) and is normalised against the input's ndim when
-the command is checked. SUM and MEAN are computed in float64 and rounded once; MAX is exact and a
-NaN anywhere in a reduction makes its result NaN (np.max; NNC's kernel skips NaN). The C loops for
-contiguous float32/float64 tensors are in cpu_opt.pyx.
+the command is checked. SUM, MEAN, PROD and NORM2 (the square root of the sum of squares) are
+computed in float64 and rounded once; MAX and MIN are exact and a NaN anywhere in a reduction
+makes their result NaN (np.max, np.min; NNC's kernels skip NaN). Over no elements SUM and NORM2
+give 0, PROD 1, MEAN NaN; MAX and MIN refuse. The C loops for contiguous float32/float64
+tensors are in cpu_opt.pyx (SUM, MEAN, MAX).
 """
 
 from numbers import Integral
@@ -22,7 +25,8 @@ from nnc.base.core import CommandError
 from nnc.cmd import _check
 from nnc.cmd.command import register_backend, register_command
 
-NAMES = ("REDUCE_SUM", "REDUCE_MEAN", "REDUCE_MAX")
+NAMES = ("REDUCE_SUM", "REDUCE_MEAN", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD",
+         "REDUCE_NORM2")
 
 
 def _normalize(name):
@@ -82,8 +86,9 @@ def _check_reduce(cmd, inputs, outputs):
             f"{cmd.name}: output 0 (the input's shape, reduced axes 1) should have shape {want}, "
             f"got {tuple(outputs[0].shape)} (leading axes of size 1 may be left out or added)"
         )
-    if cmd.name == "REDUCE_MAX" and any(x.shape[i] == 0 for i in axes):
-        raise CommandError(f"REDUCE_MAX of input shape {x.shape} over axes {axes}: the maximum "
+    if cmd.name in ("REDUCE_MAX", "REDUCE_MIN") and any(x.shape[i] == 0 for i in axes):
+        extreme = "maximum" if cmd.name == "REDUCE_MAX" else "minimum"
+        raise CommandError(f"{cmd.name} of input shape {x.shape} over axes {axes}: the {extreme} "
                            "of no elements is undefined")
 
 
@@ -109,7 +114,23 @@ def _max_ref(cmd, inputs, outputs):
     out[...] = np.max(x, axis=axes_of(cmd, x.ndim), keepdims=True).reshape(out.shape)
 
 
+def _min_ref(cmd, inputs, outputs):
+    x = inputs[0]
+    outputs[0][...] = np.min(x, axis=axes_of(cmd, x.ndim), keepdims=True)
+
+
+def _prod_ref(cmd, inputs, outputs):
+    x = inputs[0]
+    outputs[0][...] = np.prod(x, axis=axes_of(cmd, x.ndim), dtype=np.float64, keepdims=True)
+
+
+def _norm2_ref(cmd, inputs, outputs):
+    x = inputs[0].astype(np.float64)
+    outputs[0][...] = np.sqrt(np.sum(x * x, axis=axes_of(cmd, x.ndim), keepdims=True))
+
+
 def register():
-    for name, fn in zip(NAMES, (_sum_ref, _mean_ref, _max_ref)):
+    refs = (_sum_ref, _mean_ref, _max_ref, _min_ref, _prod_ref, _norm2_ref)
+    for name, fn in zip(NAMES, refs):
         register_command(name, inplace="none", check=_check_reduce, normalize=_normalize(name))
         register_backend(name, "CPU_REF", fn)

@@ -1,0 +1,8 @@
+"""Layer 2 command, the datatype family: this module (the definitions and CPU_REF).
+
+Private to nnc: the stub lists what other modules use, so mypy need not follow the
+untyped definitions."""
+
+from typing import Any
+
+def register() -> Any: ...

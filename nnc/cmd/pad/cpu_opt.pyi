@@ -1,0 +1,3 @@
+"""PAD's CPU_OPT C backend (nnc/cmd/pad/cpu_opt.pyx)."""
+
+def register() -> None: ...

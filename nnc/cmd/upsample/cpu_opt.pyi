@@ -1,0 +1,3 @@
+"""UPSAMPLE's CPU_OPT C backend (nnc/cmd/upsample/cpu_opt.pyx)."""
+
+def register() -> None: ...

@@ -1,0 +1,190 @@
+"""nnc.onnx for Resize/Upsample (UPSAMPLE), Pad (PAD), Gather of a runtime value, Cast,
+ArgMax/ArgMin, ReduceMin/ReduceProd/ReduceL2: against onnxruntime on small models, and the
+refusals naming the attribute. Tolerance as in tests/onnx/test_onnx.py."""
+
+import numpy as np
+import pytest
+
+import nnc
+
+onnx = pytest.importorskip("onnx", reason="nnc.onnx tests need onnx (pip install -e '.[test]')")
+ort = pytest.importorskip("onnxruntime", reason="the ONNX tests compare with onnxruntime")
+from test_onnx import check, commands, model  # noqa: E402
+
+import nnc.onnx  # noqa: E402
+
+h = onnx.helper
+TP = onnx.TensorProto
+RNG = np.random.default_rng(34)
+
+
+def resize_model(x_shape, attrs, scales=None, sizes=None, opset=13):
+    inits, ins = {}, ["x", "", ""]
+    if scales is not None:
+        inits["scales"] = np.asarray(scales, np.float32)
+        ins[2] = "scales"
+    if sizes is not None:
+        inits["sizes"] = np.asarray(sizes, np.int64)
+        ins.append("sizes")
+    node = h.make_node("Resize", ins, ["y"], **attrs)
+    return model([node], {"x": x_shape}, {"y": None}, inits, opset=opset)
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "pytorch_half_pixel", "align_corners",
+                                   "asymmetric"])
+@pytest.mark.parametrize("nearest_mode", ["floor", "round_prefer_ceil", "round_prefer_floor",
+                                          "ceil"])
+@pytest.mark.parametrize("scale", [2.0, 3.0])
+def test_resize_nearest_loads_exactly_or_is_refused(coord, nearest_mode, scale):
+    m = resize_model([1, 2, 4, 5], {"mode": "nearest", "coordinate_transformation_mode": coord,
+                                    "nearest_mode": nearest_mode},
+                     scales=[1, 1, scale, scale])
+    try:
+        loaded = check(m)
+    except nnc.onnx.UnsupportedError as e:
+        assert "nearest_mode" in str(e) and "coordinate_transformation_mode" in str(e)
+        return
+    assert "UPSAMPLE" in commands(loaded)
+
+
+def test_resize_nearest_as_pytorch_exports_it_loads():
+    # torch's F.interpolate(mode="nearest"): asymmetric + floor, an integer scale.
+    m = resize_model([1, 3, 5, 4], {"mode": "nearest", "coordinate_transformation_mode":
+                                    "asymmetric", "nearest_mode": "floor"},
+                     scales=[1, 1, 2, 2])
+    assert "UPSAMPLE" in commands(check(m))
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "pytorch_half_pixel", "align_corners"])
+@pytest.mark.parametrize("sizes", [[1, 2, 8, 10], [1, 2, 7, 3], [1, 2, 2, 2], [1, 2, 9, 1]])
+def test_resize_linear(coord, sizes):
+    m = resize_model([1, 2, 4, 5], {"mode": "linear", "coordinate_transformation_mode": coord},
+                     sizes=sizes)
+    if coord == "pytorch_half_pixel" and 1 in sizes[2:]:
+        with pytest.raises(nnc.onnx.UnsupportedError, match="pytorch_half_pixel"):
+            nnc.onnx.load(m)
+        return
+    assert "UPSAMPLE" in commands(check(m))
+
+
+def test_resize_linear_after_conv_stays_nhwc_and_scales_input():
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("Resize", ["c", "", "scales"], ["y"], mode="linear")]
+    m = model(nodes, {"x": [2, 3, 6, 5]}, {"y": None},
+              {"w": w, "scales": np.array([1, 1, 2, 2], np.float32)})
+    cmds = commands(check(m))
+    assert "UPSAMPLE" in cmds and cmds.count("TRANSPOSE") <= 2
+
+
+@pytest.mark.parametrize("attrs, fragment", [
+    ({"mode": "cubic"}, "attribute 'mode' = 'cubic'"),
+    ({"mode": "linear", "antialias": 1}, "attribute 'antialias'"),
+    ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"},
+     "tf_crop_and_resize"),
+    ({"mode": "linear", "coordinate_transformation_mode": "asymmetric"},
+     "attribute 'coordinate_transformation_mode' = 'asymmetric'"),
+    ({"mode": "nearest", "keep_aspect_ratio_policy": "not_larger"}, "keep_aspect_ratio_policy"),
+])
+def test_resize_refusals_name_the_attribute(attrs, fragment):
+    m = resize_model([1, 2, 4, 5], attrs, sizes=[1, 2, 8, 10], opset=19)
+    with pytest.raises(nnc.onnx.UnsupportedError, match=fragment.replace("(", "\\(")):
+        nnc.onnx.load(m)
+    m = resize_model([1, 2, 4, 5], {"mode": "linear"}, scales=[1, 2, 2, 2])
+    with pytest.raises(nnc.onnx.UnsupportedError, match="H and W"):
+        nnc.onnx.load(m)
+
+
+def test_upsample_deprecated_op():
+    node = h.make_node("Upsample", ["x", "s"], ["y"], mode="nearest")
+    m = model([node], {"x": [1, 2, 3, 4]}, {"y": None},
+              {"s": np.array([1, 1, 2, 3], np.float32)}, opset=9)
+    assert "UPSAMPLE" in commands(check(m))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("rank, pads, axes", [
+    (4, [0, 0, 1, 2, 0, 0, 2, 1], None),
+    (3, [1, 0, 2, 0, 1, 1], None),
+    (4, [1, 2, 0, 1], [2, -1]),
+])
+def test_pad(mode, rank, pads, axes):
+    shape = [2, 3, 4, 5][:rank]
+    inits = {"pads": np.array(pads, np.int64), "v": np.array(1.5, np.float32)}
+    ins = ["x", "pads", "v" if mode == "constant" else ""]
+    if axes is not None:
+        inits["axes"] = np.array(axes, np.int64)
+        ins.append("axes")
+    node = h.make_node("Pad", ins, ["y"], mode=mode)
+    loaded = check(model([node], {"x": shape}, {"y": None}, inits, opset=18))
+    assert "PAD" in commands(loaded)
+
+
+def test_pad_refusals():
+    node = h.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")
+    m = model([node], {"x": [2, 3]}, {"y": None}, {"pads": np.array([1, 1, 1, 1], np.int64)},
+              opset=19)
+    with pytest.raises(nnc.onnx.UnsupportedError, match="attribute 'mode' = 'wrap'"):
+        nnc.onnx.load(m)
+    node = h.make_node("Pad", ["x", "pads"], ["y"])
+    m = model([node], {"x": [2, 3]}, {"y": None}, {"pads": np.array([0, -1, 0, 0], np.int64)})
+    with pytest.raises(nnc.onnx.UnsupportedError, match="negative pads"):
+        nnc.onnx.load(m)
+
+
+@pytest.mark.parametrize("axis, indices", [(0, [2, 0, -1]), (1, [[1, 0], [2, 2]]), (2, 1),
+                                           (-1, [3]), (0, 1)])
+def test_gather_of_a_runtime_value(axis, indices):
+    node0 = h.make_node("Relu", ["x"], ["r"])
+    node = h.make_node("Gather", ["r", "i"], ["y"], axis=axis)
+    check(model([node0, node], {"x": [3, 4, 5]}, {"y": None},
+                {"i": np.array(indices, np.int64)}))
+
+
+def test_gather_with_runtime_indices_is_refused():
+    node = h.make_node("Gather", ["x", "i"], ["y"])
+    g = h.make_graph([node], "t", [h.make_tensor_value_info("x", TP.FLOAT, [3, 4]),
+                                   h.make_tensor_value_info("i", TP.INT64, [2])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    with pytest.raises(nnc.onnx.UnsupportedError):
+        nnc.onnx.load(m)
+
+
+@pytest.mark.parametrize("to", [TP.FLOAT, TP.FLOAT16, TP.INT32, TP.INT64])
+def test_cast_at_runtime_rounds_as_onnx_runtime(to):
+    nodes = [h.make_node("Mul", ["x", "k"], ["s"]), h.make_node("Cast", ["s"], ["c"], to=to),
+             h.make_node("Cast", ["c"], ["y"], to=TP.FLOAT)]
+    check(model(nodes, {"x": [3, 4]}, {"y": None}, {"k": np.array(7.3, np.float32)}))
+
+
+def test_cast_refusal_names_the_attribute():
+    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("Cast", ["r"], ["b"], to=TP.BOOL),
+             h.make_node("Cast", ["b"], ["y"], to=TP.FLOAT)]
+    with pytest.raises(nnc.onnx.UnsupportedError, match="attribute 'to'"):
+        nnc.onnx.load(model(nodes, {"x": [3, 4]}, {"y": None}))
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis, keepdims", [(1, 1), (-1, 0), (0, 1)])
+def test_argmax_argmin(op, axis, keepdims):
+    nodes = [h.make_node("Relu", ["x"], ["r"]),
+             h.make_node(op, ["r"], ["i"], axis=axis, keepdims=keepdims),
+             h.make_node("Cast", ["i"], ["y"], to=TP.FLOAT)]
+    loaded = check(model(nodes, {"x": [3, 4, 5]}, {"y": None}))
+    assert op.upper() in commands(loaded)
+    nodes = [h.make_node(op, ["x"], ["i"], select_last_index=1),
+             h.make_node("Cast", ["i"], ["y"], to=TP.FLOAT)]
+    with pytest.raises(nnc.onnx.UnsupportedError, match="select_last_index"):
+        nnc.onnx.load(model(nodes, {"x": [3, 4]}, {"y": None}))
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd", "ReduceL2"])
+@pytest.mark.parametrize("axes, keepdims", [([1], 1), ([0, 2], 0), (None, 1)])
+def test_reduce_min_prod_l2(op, axes, keepdims):
+    attrs = {"keepdims": keepdims}
+    if axes is not None:
+        attrs["axes"] = axes
+    node = h.make_node(op, ["x"], ["y"], **attrs)
+    loaded = check(model([node], {"x": [2, 3, 4]}, {"y": None}, opset=13))
+    assert any(c.startswith("REDUCE_") for c in commands(loaded))
