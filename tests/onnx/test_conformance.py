@@ -20,7 +20,8 @@ CLAIMED = ("Relu", "Add", "Sub", "Mul", "Div", "Pow", "Conv", "MaxPool", "Averag
            "Transpose", "Reshape", "Flatten", "Concat", "Clip", "BatchNormalization", "LRN",
            "Slice", "Split", "Squeeze", "Unsqueeze", "Min", "Max", "Sum", "Mean", "ReduceSum",
            "ReduceMean", "ReduceMax", "Dropout", "Identity", "LayerNormalization",
-           "GroupNormalization", "InstanceNormalization")
+           "GroupNormalization", "InstanceNormalization", "Resize", "Pad", "Gather", "Cast",
+           "ArgMax", "ArgMin", "ReduceMin", "ReduceProd", "ReduceL2", "Upsample")
 
 
 @pytest.fixture(scope="module")
