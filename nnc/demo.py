@@ -20,8 +20,9 @@ in interleaved rounds, the two sequential configurations (intra-op 1 thread and 
 the statically scheduled run (streams, and parts on idle threads) and, where they are installed
 (``pip install 'nnc-graph[bench]'``; the report says so where not), ONNX Runtime's and
 OpenVINO's sequential configurations at one thread and at the pool's size
-(``nnc.models.peers``), on the same weights (``nnc.onnx.save`` of this graph); then puts the
-intra-op setting back as it was. Each time is also printed as a multiple of the machine's limit
+(``nnc.models.peers``), on the same weights (``nnc.onnx.save`` of this graph), and checks that
+saved model loaded back through ``nnc.onnx.InferenceSession`` (the API ONNX users call) gives the
+graph's logits; then puts the intra-op setting back as it was. Each time is also printed as a multiple of the machine's limit
 (time / (the graph's GFLOP / the FMA peak at the configuration's threads)); ratios are medians
 of per-round ratios; nnc's best is set against each peer's best. With ``--json`` the last line of
 stdout is one JSON object with every number printed above.
@@ -171,7 +172,7 @@ def _chain(path):
 def _peer_runs(g, x, outputs, threads, ort, ov):
     """ONNX Runtime's and OpenVINO's sequential configurations, at one thread and at
     ``threads``, on this graph's weights (``nnc.onnx.save`` of it): ({name: runner},
-    {peer: why it is left out})."""
+    {peer: why it is left out}, the saved ModelProto or None)."""
     from nnc.models.peers import OrtRun, OvRun, PeerUnavailableError, ort_version, ov_version
 
     missing = {}
@@ -182,14 +183,14 @@ def _peer_runs(g, x, outputs, threads, ort, ov):
         elif version() is None:
             missing[peer] = f"not installed ({INSTALL_PEERS})"
     if len(missing) == len(PEERS):
-        return {}, missing
+        return {}, missing, None
     import nnc.onnx
 
     try:
         model = nnc.onnx.save(g, None, inputs=[x], outputs=outputs)
     except nnc.onnx.OnnxError as e:
         why = f"the graph could not be exported to ONNX: {e}"
-        return {}, {p: missing.get(p, why) for p in PEERS}
+        return {}, {p: missing.get(p, why) for p in PEERS}, None
     feeds = {model.graph.input[0].name: x.numpy()}
     counts = sorted({1, threads})
     runs = {}
@@ -203,7 +204,18 @@ def _peer_runs(g, x, outputs, threads, ort, ov):
         except PeerUnavailableError as e:   # it would not compile at f32: not the same math
             missing["openvino"] = str(e)
             runs = {k: r for k, r in runs.items() if not k.startswith("ov_")}
-    return runs, missing
+    return runs, missing, model
+
+
+def _session_rel_err(model, x, want):
+    """The saved model loaded back through nnc.onnx.InferenceSession (the API ONNX users call,
+    scheduled): the largest difference of its logits from the graph's, over their largest
+    magnitude."""
+    import nnc.onnx
+
+    with nnc.onnx.InferenceSession(model, schedule="rank") as sess:
+        got = sess.run([model.graph.output[0].name], {model.graph.input[0].name: x})[0]
+    return float(np.abs(got - want).max() / np.abs(want).max())
 
 
 def _rounds(fns, repeat, pause):
@@ -278,8 +290,9 @@ def run_streams(g, x, output, logits, repeat, max_streams, trace_path, say, ort=
             output.numpy().fill(0)
             fn()
             identical = identical and bool(np.array_equal(output.numpy(), expected))
-        runs, missing = _peer_runs(g, x, [logits, output], threads, ort, ov)
+        runs, missing, model = _peer_runs(g, x, [logits, output], threads, ort, ov)
         want = logits.numpy()
+        session_err = None if model is None else _session_rel_err(model, x.numpy(), want)
         for name, r in runs.items():
             r()
             rel_err[name] = float(np.abs(r.outputs[0] - want).max() / np.abs(want).max())
@@ -349,6 +362,9 @@ def run_streams(g, x, output, logits, repeat, max_streams, trace_path, say, ort=
         + f"the weights are random{'' if seed is None else f' (seed {seed})'}"
         + (", the same in every runtime (this graph saved with nnc.onnx.save)" if runs else "")
         + (f"; logits agree with nnc's to {agree} of their largest magnitude" if agree else ""))
+    if session_err is not None:
+        say(f"  the saved model through nnc.onnx.InferenceSession (schedule='rank'): logits "
+            f"agree with the graph's to {session_err:.1e} of their largest magnitude")
     say(f"  fastest nnc mode: {fastest}")
     say(f"  timeline: wrote {trace_path} (open it in https://ui.perfetto.dev)")
     peers = {}
@@ -371,6 +387,7 @@ def run_streams(g, x, output, logits, repeat, max_streams, trace_path, say, ort=
                             "rel_err": rel_err.get(k)} for k in fns},
             "gflop": gflop, "limits": limits, "best_peer": bests["peer"],
             "fastest_vs_best_peer": vs.get("peer"), "peers": peers, "missing": missing,
+            "session_rel_err": session_err,
             "trace": trace_path}
 
 

@@ -258,6 +258,10 @@ def test_demo_streams_writes_a_timeline(tmp_path):
         assert p["rel_err"] <= 1e-4 and p["best_ms"] == st["configs"][p["best"]]["ms"]
         assert f"<- {label} best" in text and f"the time of {label}'s best ({p['best']}" in text
         assert p["fastest_vs"] > 0
+    # the saved model, loaded back through nnc's own ONNX session, gives the graph's logits
+    if st["peers"]:
+        assert st["session_rel_err"] <= 1e-5
+        assert "the saved model through nnc.onnx.InferenceSession" in text
     if st["peers"]:
         assert st["best_peer"] == min((k for k, c in st["configs"].items() if not c["nnc"]),
                                       key=lambda k: st["configs"][k]["ms"])
@@ -312,7 +316,7 @@ def test_demo_names_how_to_install_a_missing_peer(monkeypatch):
     g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y])
     g.run()
     monkeypatch.setattr(peers, "ov_version", lambda: None)
-    runs, missing = _peer_runs(g, x, [y], 2, ort=True, ov=True)
+    runs, missing, model = _peer_runs(g, x, [y], 2, ort=True, ov=True)
     assert missing["openvino"] == "not installed (pip install 'nnc-graph[bench]')"
     if peers.ort_version() is None:
         assert missing["onnxruntime"] == missing["openvino"] and runs == {}
@@ -321,8 +325,12 @@ def test_demo_names_how_to_install_a_missing_peer(monkeypatch):
         runs["ort_seq2"]()
         np.testing.assert_allclose(runs["ort_seq2"].outputs[0], y.numpy(), rtol=1e-5,
                                    atol=1e-6)
+        # the saved model through nnc's own session gives the graph's output
+        from nnc.demo import _session_rel_err
+
+        assert _session_rel_err(model, x.numpy(), y.numpy()) <= 1e-6
     monkeypatch.setattr(peers, "ort_version", lambda: None)
-    runs, missing = _peer_runs(g, x, [y], 1, ort=True, ov=False)
-    assert runs == {} and missing == {
+    runs, missing, model = _peer_runs(g, x, [y], 1, ort=True, ov=False)
+    assert runs == {} and model is None and missing == {
         "onnxruntime": "not installed (pip install 'nnc-graph[bench]')",
         "openvino": "left out (--no-openvino)"}
