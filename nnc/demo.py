@@ -22,8 +22,9 @@ the statically scheduled run (streams, and parts on idle threads) and, where the
 OpenVINO's sequential configurations at one thread and at the pool's size
 (``nnc.models.peers``), on the same weights (``nnc.onnx.save`` of this graph), and checks that
 saved model loaded back through ``nnc.onnx.InferenceSession`` (the API ONNX users call) gives the
-graph's logits; then puts the intra-op setting back as it was. Each time is also printed as a multiple of the machine's limit
-(time / (the graph's GFLOP / the FMA peak at the configuration's threads)); ratios are medians
+graph's logits; then puts the intra-op setting back as it was. Each time is also printed as a
+multiple of the machine's limit (time / (the graph's GFLOP / the FMA peak at the
+configuration's threads)); ratios are medians
 of per-round ratios; nnc's best is set against each peer's best. With ``--json`` the last line of
 stdout is one JSON object with every number printed above.
 """

@@ -1,6 +1,7 @@
 """Shared shape, arity and dtype checks for built-in commands. Each raises CommandError naming
 the command and the offending tensor, so a malformed node fails when it is built, not when run."""
 
+import math
 from numbers import Integral
 
 from nnc.base.core import CommandError
@@ -108,6 +109,18 @@ def padding(cmd, value):
             f"got {value!r}"
         )
     return vals
+
+
+def finite(cmd, params, key, default):
+    """Parameter ``key`` of ``params`` (``default`` when absent) as a finite float."""
+    value = params.get(key, default)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise CommandError(f"{cmd}: {key} must be a number, not {value!r}") from None
+    if not math.isfinite(value):
+        raise CommandError(f"{cmd}: {key} must be finite, not {value!r}")
+    return value
 
 
 def only(cmd, params, allowed):

@@ -26,7 +26,6 @@ from nnc.cmd.command cimport (
     BOUND_C, BOUND_DEVICE, BOUND_NONE, Backend, Cmd, cmd_bind, cmd_select, cmd_validate,
     nnc_bound_t, tensor_list,
 )
-from nnc.base.debug cimport DEBUG_TASKS, debug_count
 from nnc.engine.op cimport (
     OP_C, OP_CMD_C, OP_NONE, OP_PY, EngineVar, engine_new, engine_t, engine_unref,
     nnc_engine_add, nnc_engine_set, op_abort, op_discard, op_new, op_park,
@@ -324,11 +323,9 @@ cdef class Engine:
             self.credit = 64
         self.credit -= 1                # the op's reference to e, until it is handed back
         if q != NULL:
-            debug_count(DEBUG_TASKS, nw)
             try:
-                stream_enqueue(q, self.tasks, nw)
+                stream_enqueue(q, self.tasks, nw)   # counts the tasks (NNC_DEBUG) once queued
             except BaseException as exc:
-                debug_count(DEBUG_TASKS, -nw)
                 for i in range(nw - 1):
                     record_release(self.tasks[i].record)
                 op_abort(op, exc)

@@ -288,11 +288,15 @@ class OpEmitter(MiscEmitter, NormEmitter):
             lo = hi
         self._write(n, Cmd("CLAMP", min=lo, max=hi), [x], deps)
 
-    def _binary(self, n, name, **params):
+    def _operands(self, n):
+        """Node n's present inputs in its output's layout (constants aligned to the output's
+        rank, as ONNX broadcasting reads them) and what they wait on."""
         out = n.output[0]
         lay, rank = self.layout[out], len(self.shapes[out])
         ins, deps = [], []
         for i in n.input:
+            if not i:
+                continue
             if i in self.consts:
                 ins.append(self.const(i, lay, rank))
                 continue
@@ -301,6 +305,10 @@ class OpEmitter(MiscEmitter, NormEmitter):
             t, d = self.get(i, lay)
             ins.append(t)
             deps += d
+        return ins, deps
+
+    def _binary(self, n, name, **params):
+        ins, deps = self._operands(n)
         self._write(n, Cmd(name, **params), ins, deps)
 
     def _op_Add(self, k, n, a):
@@ -474,19 +482,7 @@ class OpEmitter(MiscEmitter, NormEmitter):
         """Sum (and Mean, then scaled by 1 / n in place): one EWSUM when every input has the
         output's shape, else ADDs (which broadcast) into the output, one input at a time."""
         out = n.output[0]
-        lay, rank = self.layout[out], len(self.shapes[out])
-        ins, deps = [], []
-        for i in n.input:
-            if not i:
-                continue
-            if i in self.consts:
-                ins.append(self.const(i, lay, rank))
-                continue
-            if lay == "nhwc" and len(self.shapes[i]) != 4:
-                raise _unsupported(n, "broadcasting a lower-rank activation over an image")
-            t, d = self.get(i, lay)
-            ins.append(t)
-            deps += d
+        ins, deps = self._operands(n)
         y = self.storage(out)
         label = n.name or out
         if len(ins) == 1:

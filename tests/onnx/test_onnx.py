@@ -65,6 +65,18 @@ def close(got, want, rtol=RTOL):
     assert err <= rtol * scale, f"max|diff| {err} > {rtol} * {scale}"
 
 
+def saved_runs(loaded, feeds):
+    """save(load(m)) runs in onnxruntime to nnc's outputs, and loads again to the same."""
+    want = nnc_run(loaded, feeds)
+    saved = nnc.onnx.save(loaded.graph, None, inputs=loaded.inputs, outputs=loaded.outputs,
+                          input_names=loaded.input_names, output_names=loaded.output_names)
+    for got, w in zip(ort_run(saved, feeds), want):
+        close(got, w)
+    for got, w in zip(nnc_run(nnc.onnx.load(saved), feeds), want):
+        close(got, w)
+    return saved
+
+
 def check(m, **kw):
     """Load m, run nnc and ORT on the same random inputs, compare; return the LoadedModel."""
     loaded = nnc.onnx.load(m, **kw)

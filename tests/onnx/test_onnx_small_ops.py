@@ -9,25 +9,21 @@ import nnc
 
 onnx = pytest.importorskip("onnx", reason="nnc.onnx tests need onnx (pip install -e '.[test]')")
 ort = pytest.importorskip("onnxruntime", reason="the ONNX tests compare with onnxruntime")
-from test_onnx import check, close, commands, model, nnc_run, ort_run  # noqa: E402
+from test_onnx import (  # noqa: E402
+    check,
+    close,
+    commands,
+    model,
+    nnc_run,
+    ort_run,
+    saved_runs,
+)
 
 import nnc.onnx  # noqa: E402
 
 h = onnx.helper
 TP = onnx.TensorProto
 RNG = np.random.default_rng(33)
-
-
-def saved_runs(loaded, feeds):
-    """save(load(m)) runs in onnxruntime to nnc's outputs, and loads again to the same."""
-    want = nnc_run(loaded, feeds)
-    saved = nnc.onnx.save(loaded.graph, None, inputs=loaded.inputs, outputs=loaded.outputs,
-                          input_names=loaded.input_names, output_names=loaded.output_names)
-    for got, w in zip(ort_run(saved, feeds), want):
-        close(got, w)
-    for got, w in zip(nnc_run(nnc.onnx.load(saved), feeds), want):
-        close(got, w)
-    return saved
 
 
 @pytest.mark.parametrize("size, alpha, beta, bias", [(5, 1e-4, 0.75, 1.0), (3, 0.5, 0.6, 2.0),

@@ -96,21 +96,10 @@ def _gelu_normalize(params):
     return {"tanh": bool(value)}
 
 
-def _finite(name, params, key, default):
-    value = params.get(key, default)
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise CommandError(f"{name}: {key} must be a number, not {value!r}") from None
-    if not math.isfinite(value):
-        raise CommandError(f"{name}: {key} must be finite, not {value!r}")
-    return value
-
-
 def _hard_sigmoid_normalize(params):
     _check.only("HARD_SIGMOID", params, ("alpha", "beta"))
-    return {"alpha": _finite("HARD_SIGMOID", params, "alpha", 0.2),
-            "beta": _finite("HARD_SIGMOID", params, "beta", 0.5)}
+    return {"alpha": _check.finite("HARD_SIGMOID", params, "alpha", 0.2),
+            "beta": _check.finite("HARD_SIGMOID", params, "beta", 0.5)}
 
 
 def register():

@@ -24,7 +24,6 @@ per-channel vector [C] of an NHWC tensor) or a single element, leading 1s of any
 middle-axis broadcasts, float16) runs CPU_REF.
 """
 
-import math
 
 import numpy as np
 
@@ -33,25 +32,15 @@ from nnc.cmd import _check
 from nnc.cmd.command import register_backend, register_command
 
 
-def _scalar(name, params, key):
-    value = params.get(key, 1.0)
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise CommandError(f"{name}: {key} must be a number, not {value!r}") from None
-    if not math.isfinite(value):
-        raise CommandError(f"{name}: {key} must be finite, not {value!r}")
-    return value
-
-
 def _add_normalize(params):
     _check.only("ADD", params, ("p", "q"))
-    return {"p": _scalar("ADD", params, "p"), "q": _scalar("ADD", params, "q")}
+    return {"p": _check.finite("ADD", params, "p", 1.0),
+            "q": _check.finite("ADD", params, "q", 1.0)}
 
 
 def _mul_normalize(params):
     _check.only("MUL", params, ("p",))
-    return {"p": _scalar("MUL", params, "p")}
+    return {"p": _check.finite("MUL", params, "p", 1.0)}
 
 
 def broadcast_shape(cmd_name, a_shape, b_shape):
