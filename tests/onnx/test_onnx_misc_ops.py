@@ -9,7 +9,7 @@ import nnc
 
 onnx = pytest.importorskip("onnx", reason="nnc.onnx tests need onnx (pip install -e '.[test]')")
 ort = pytest.importorskip("onnxruntime", reason="the ONNX tests compare with onnxruntime")
-from test_onnx import check, commands, model  # noqa: E402
+from test_onnx import check, close, commands, model, nnc_run, ort_run  # noqa: E402
 
 import nnc.onnx  # noqa: E402
 
@@ -188,3 +188,159 @@ def test_reduce_min_prod_l2(op, axes, keepdims):
     node = h.make_node(op, ["x"], ["y"], **attrs)
     loaded = check(model([node], {"x": [2, 3, 4]}, {"y": None}, opset=13))
     assert any(c.startswith("REDUCE_") for c in commands(loaded))
+
+
+# -- save: each command back to ONNX, run by onnxruntime on fresh inputs ------------------------
+
+def saved_round_trip(m, opset=17):
+    """save(load(m)) computes what m does in onnxruntime, on inputs other than those memory held
+    at save time; returns the saved model's operators."""
+    loaded = nnc.onnx.load(m)
+    saved = nnc.onnx.save(loaded.graph, None, inputs=loaded.inputs, outputs=loaded.outputs,
+                          input_names=loaded.input_names, output_names=loaded.output_names,
+                          opset=opset)
+    for _ in range(2):
+        feeds = {n: RNG.standard_normal(t.shape).astype(np.float32)
+                 for n, t in zip(loaded.input_names, loaded.inputs)}
+        got, want = ort_run(saved, feeds), ort_run(m, feeds)
+        for g_, w_, nn in zip(got, want, nnc_run(loaded, feeds)):
+            assert g_.dtype == w_.dtype
+            close(g_, w_)
+            close(nn, w_)
+    return [n.op_type for n in saved.graph.node]
+
+
+@pytest.mark.parametrize("coord, nearest_mode", [("asymmetric", "floor"),
+                                                 ("half_pixel", "round_prefer_ceil"),
+                                                 ("align_corners", "round_prefer_ceil")])
+@pytest.mark.parametrize("sizes", [[1, 2, 8, 10], [1, 2, 7, 3], [1, 2, 2, 2], [1, 2, 9, 1]])
+def test_save_resize_nearest(coord, nearest_mode, sizes):
+    m = resize_model([1, 2, 4, 5], {"mode": "nearest", "coordinate_transformation_mode": coord,
+                                    "nearest_mode": nearest_mode}, sizes=sizes)
+    try:
+        nnc.onnx.load(m)
+    except nnc.onnx.UnsupportedError:
+        return      # these sizes pick pixels UPSAMPLE cannot (the loader's refusal)
+    ops = saved_round_trip(m)
+    assert "Resize" in ops or ops.count("Gather") == 2
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "align_corners"])
+@pytest.mark.parametrize("sizes", [[1, 2, 8, 10], [1, 2, 7, 3], [1, 2, 2, 2], [1, 2, 9, 1]])
+def test_save_resize_linear(coord, sizes):
+    m = resize_model([1, 2, 4, 5], {"mode": "linear", "coordinate_transformation_mode": coord},
+                     sizes=sizes)
+    assert "Resize" in saved_round_trip(m)
+
+
+@pytest.mark.parametrize("kind", ["nearest", "bilinear"])
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("x_shape, y_hw", [((1, 4, 5, 3), (8, 10)), ((2, 5, 3, 2), (7, 4)),
+                                           ((5, 7, 3), (3, 11)), ((1, 4, 7, 2), (49, 29))])
+def test_save_upsample_of_a_hand_built_graph(kind, align, x_shape, y_hw):
+    """Every UPSAMPLE, at any sizes: a Resize where one picks its pixels, two Gathers else
+    (nearest from 4 to 49, or with align_corners from 7 to 29: ONNX Runtime's float32
+    coordinates round some pixel the other way in every mode)."""
+    x = nnc.Tensor(RNG.standard_normal(x_shape).astype(np.float32))
+    y = nnc.Tensor.empty(x_shape[:-3] + y_hw + x_shape[-1:], dtype="float32")
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("UPSAMPLE", type=kind, align_corners=align), [x], [y])
+    m = nnc.onnx.save(g, None, inputs=[x], outputs=[y])
+    ops = [n.op_type for n in m.graph.node]
+    gathers = kind == "nearest" and y_hw == (49, 29)
+    assert ops.count("Gather") == (2 if gathers else 0) and ("Resize" in ops) != gathers
+    for _ in range(2):
+        x.numpy()[...] = RNG.standard_normal(x_shape)
+        g.run()
+        close(ort_run(m, {"input_0": x.numpy()})[0], y.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("opset", [17, 9])
+def test_save_pad(mode, opset):
+    x = nnc.Tensor(RNG.standard_normal((2, 3, 4)).astype(np.float32))
+    y = nnc.Tensor.empty((3, 6, 5), dtype="float32")
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("PAD", begin=(1, 2, 0), end=(0, 1, 1), mode=mode,
+                   value=1.5 if mode == "constant" else 0.0), [x], [y])
+    m = nnc.onnx.save(g, None, inputs=[x], outputs=[y], opset=opset)
+    for _ in range(2):
+        x.numpy()[...] = RNG.standard_normal(x.shape)
+        g.run()
+        close(ort_run(m, {"input_0": x.numpy()})[0], y.numpy(), rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_save_pad_of_a_loaded_image(mode):
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]),
+             h.make_node("Pad", ["c", "pads"], ["y"], mode=mode)]
+    m = model(nodes, {"x": [1, 2, 5, 6]}, {"y": None},
+              {"w": RNG.standard_normal((3, 2, 1, 1)).astype(np.float32),
+               "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)})
+    assert "Pad" in saved_round_trip(m)
+
+
+def test_save_gather_and_cast():
+    nodes = [h.make_node("Relu", ["x"], ["r"]),
+             h.make_node("Gather", ["r", "i"], ["gt"], axis=0),
+             h.make_node("Cast", ["gt"], ["c"], to=TP.FLOAT16),
+             h.make_node("Cast", ["c"], ["y"], to=TP.FLOAT)]
+    ops = saved_round_trip(model(nodes, {"x": [4, 3, 5]}, {"y": None},
+                                 {"i": np.array([3, 0, 3], np.int64)}))
+    assert "Gather" in ops and ops.count("Cast") == 2
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_save_argmax_argmin(op):
+    nodes = [h.make_node("Relu", ["x"], ["r"]),
+             h.make_node(op, ["r"], ["i"], axis=1, keepdims=1),
+             h.make_node("Cast", ["i"], ["y"], to=TP.FLOAT)]
+    ops = saved_round_trip(model(nodes, {"x": [3, 4, 5]}, {"y": None}))
+    assert op in ops and "Cast" in ops
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd", "ReduceL2"])
+@pytest.mark.parametrize("axes, keepdims, opset", [([1], 1, 13), ([0, 2], 0, 13),
+                                                   ([-1], 1, 18)])
+def test_save_reduce_min_prod_l2(op, axes, keepdims, opset):
+    if opset >= 18:
+        node = h.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+        inits = {"axes": np.array(axes, np.int64)}
+    else:
+        node, inits = h.make_node(op, ["x"], ["y"], axes=axes, keepdims=keepdims), {}
+    m = model([node], {"x": [2, 3, 4]}, {"y": None}, inits, opset=opset)
+    assert op in saved_round_trip(m, opset=opset)
+
+
+def test_save_reduce_output_of_another_rank():
+    """REDUCE_* may write an output lined up from the right ([2, 3] over axis 0 -> [3])."""
+    x = nnc.Tensor(RNG.standard_normal((2, 3)).astype(np.float32))
+    y = nnc.Tensor.empty((3,), dtype="float32")
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("REDUCE_MIN", axes=0), [x], [y])
+    g.run()
+    m = nnc.onnx.save(g, None, inputs=[x], outputs=[y])
+    close(ort_run(m, {"input_0": x.numpy()})[0], y.numpy(), rtol=0)
+
+
+@pytest.mark.parametrize("q_shape, k_shape, causal, mask", [
+    ((2, 5, 4, 8), (2, 6, 2, 8), False, (4, 5, 6)),        # grouped-query, mask [H, Sq, Sk]
+    ((1, 3, 2, 4), (1, 3, 2, 4), True, None),
+    ((1, 6, 2, 4), (1, 4, 1, 4), True, (6, 4)),             # Sq > Sk: rows with no key -> 0
+    ((2, 4, 8), (2, 7, 8), False, (2, 1, 4, 7)),           # rank 3: one head
+])
+def test_save_scaled_dot_product_attention(q_shape, k_shape, causal, mask):
+    v_shape = k_shape[:-1] + (3,)
+    ts = [nnc.Tensor(RNG.standard_normal(s).astype(np.float32))
+          for s in (q_shape, k_shape, v_shape) + ((mask,) if mask else ())]
+    y = nnc.Tensor.empty(q_shape[:-1] + (3,), dtype="float32")
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("SCALED_DOT_PRODUCT_ATTENTION", scale=0.4, is_causal=causal), ts, [y])
+    m = nnc.onnx.save(g, None, inputs=ts, outputs=[y])
+    assert "Softmax" in [n.op_type for n in m.graph.node]
+    for _ in range(2):
+        for t in ts:
+            t.numpy()[...] = RNG.standard_normal(t.shape)
+        g.run()
+        got = ort_run(m, {f"input_{k}": t.numpy() for k, t in enumerate(ts)})[0]
+        close(got, y.numpy())
