@@ -415,6 +415,11 @@ _ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4
              17: 1, 18: 1, 19: 1, 20: 1}
 
 
+# ONNX integer types a graph output comes back in (TensorProto number -> nnc dtype): those nnc
+# tensors hold. Others (int8, int16, uint16, uint32, uint64) stay in the model's dtype.
+_INT_OUTPUTS = {7: "int64", 6: "int32", 2: "uint8"}
+
+
 class _Loader(OpEmitter, ViewEmitter):
     def __init__(self, onnx, model, input_shapes, dtype, base_dir, max_bytes, freeze):
         self.onnx = onnx
@@ -504,6 +509,8 @@ class _Loader(OpEmitter, ViewEmitter):
             raise UnsupportedError(problems)
         self.graph_inputs = [v.name for v in graph.input if v.name not in self.consts]
         self.graph_outputs = [v.name for v in graph.output]
+        # Each graph output's ONNX element type (inferred where the model leaves it out).
+        self.output_types = {v.name: v.type.tensor_type.elem_type for v in model.graph.output}
         for name in self.graph_inputs + self.graph_outputs:
             if name not in self.shapes and name not in self.consts:
                 raise _err(f"the shape of {name!r} is unknown after shape inference")
@@ -883,7 +890,7 @@ class _Loader(OpEmitter, ViewEmitter):
                 outputs.append(self._const_output(name))
                 continue
             t, deps = self.get(name, "plain")
-            outputs.append(t)
+            outputs.append(self._typed_output(name, t, deps))
         from nnc.onnx import LoadedModel  # defined above this module in the package
 
         return LoadedModel(self.g, inputs, outputs, input_names=list(self.graph_inputs),
@@ -892,11 +899,27 @@ class _Loader(OpEmitter, ViewEmitter):
 
     def _const_output(self, name):
         """A graph output that is a constant: a bool one (a Dropout mask) as uint8, nnc having
-        no bool tensors; any other in the model's dtype."""
+        no bool tensors; an integer one in its ONNX type where nnc has it (_INT_OUTPUTS); any
+        other in the model's dtype."""
         a = np.asarray(self.consts[name])
         if a.dtype == np.bool_:
             return Tensor(a.astype(np.uint8))
+        to = _INT_OUTPUTS.get(self.output_types.get(name))
+        if to is not None:
+            return Tensor(a.astype(to))
         return self.const(name)
+
+    def _typed_output(self, name, t, deps):
+        """Graph output ``name`` (held in the model's dtype as t) in its ONNX integer type where
+        nnc has that dtype (ArgMax's int64 indices, a Cast to int32): one DATATYPE_CONVERSION
+        after its writers. The value is an integer already (ArgMax's index, a Cast's
+        truncation), so the conversion is exact. Other types stay in the model's dtype."""
+        to = _INT_OUTPUTS.get(self.output_types.get(name))
+        if to is None:
+            return t
+        out = Tensor.empty(tuple(t.shape), dtype=to)
+        self.node(Cmd("DATATYPE_CONVERSION"), [t], [out], f"{name}/to_{to}", deps)
+        return out
 
     def _write(self, n, cmd, ins, deps, label=None):
         t_out = self.storage(n.output[0])

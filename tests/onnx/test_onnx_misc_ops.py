@@ -344,3 +344,48 @@ def test_save_scaled_dot_product_attention(q_shape, k_shape, causal, mask):
         g.run()
         got = ort_run(m, {f"input_{k}": t.numpy() for k, t in enumerate(ts)})[0]
         close(got, y.numpy())
+
+
+def int_output_model(nodes, x_shape, out_type, inits=None):
+    g = h.make_graph(nodes, "t", [h.make_tensor_value_info("x", TP.FLOAT, x_shape)],
+                     [h.make_tensor_value_info("y", out_type, None)],
+                     [onnx.numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis, keepdims", [(1, 1), (-1, 0)])
+def test_argmax_graph_output_is_int64(op, axis, keepdims):
+    """An ArgMax read as a graph output comes back as ONNX Runtime's: int64, same values; saved
+    back it is int64 again."""
+    nodes = [h.make_node("Relu", ["x"], ["r"]),
+             h.make_node(op, ["r"], ["y"], axis=axis, keepdims=keepdims)]
+    m = int_output_model(nodes, [3, 4, 5], TP.INT64)
+    loaded = nnc.onnx.load(m)
+    assert loaded.outputs[0].dtype == np.int64
+    assert commands(loaded)[-1] == "DATATYPE_CONVERSION"
+    for _ in range(2):
+        feeds = {"x": RNG.standard_normal((3, 4, 5)).astype(np.float32)}
+        got, want = nnc_run(loaded, feeds)[0], ort_run(m, feeds)[0]
+        assert got.dtype == want.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
+    saved = nnc.onnx.save(loaded.graph, None, inputs=loaded.inputs, outputs=loaded.outputs)
+    assert saved.graph.output[0].type.tensor_type.elem_type == TP.INT64
+    feeds = {"input_0": RNG.standard_normal((3, 4, 5)).astype(np.float32)}
+    np.testing.assert_array_equal(ort_run(saved, feeds)[0], ort_run(m, {"x": feeds["input_0"]})[0])
+
+
+@pytest.mark.parametrize("to, dtype", [(TP.INT32, np.int32), (TP.INT64, np.int64),
+                                       (TP.UINT8, np.uint8)])
+def test_cast_to_an_integer_graph_output_keeps_its_type(to, dtype):
+    nodes = [h.make_node("Mul", ["x", "k"], ["s"]),
+             h.make_node("Abs", ["s"], ["a"]),
+             h.make_node("Cast", ["a"], ["y"], to=to)]
+    m = int_output_model(nodes, [3, 4], to, {"k": np.array(7.3, np.float32)})
+    loaded = nnc.onnx.load(m)
+    feeds = {"x": RNG.standard_normal((3, 4)).astype(np.float32)}
+    got, want = nnc_run(loaded, feeds)[0], ort_run(m, feeds)[0]
+    assert got.dtype == want.dtype == dtype
+    np.testing.assert_array_equal(got, want)
