@@ -389,3 +389,62 @@ def test_cast_to_an_integer_graph_output_keeps_its_type(to, dtype):
     got, want = nnc_run(loaded, feeds)[0], ort_run(m, feeds)[0]
     assert got.dtype == want.dtype == dtype
     np.testing.assert_array_equal(got, want)
+
+
+# -- x * Sigmoid(x) as SWISH, x * HardSigmoid(x) as HARD_SWISH ----------------------------------
+
+def conv_times_gate(gate, swap, **gate_attrs):
+    c, o = 3, 8
+    inits = {"w": (RNG.standard_normal((o, c, 3, 3)) * 0.4).astype(np.float32),
+             "b": RNG.standard_normal(o).astype(np.float32)}
+    mul = ["s", "c"] if swap else ["c", "s"]
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node(gate, ["c"], ["s"], **gate_attrs),
+             h.make_node("Mul", mul, ["y"])]
+    return model(nodes, {"x": [1, c, 7, 6]}, {"y": None}, inits)
+
+
+@pytest.mark.parametrize("gate, attrs, cmd, act", [
+    ("Sigmoid", {}, "SWISH", "swish"),
+    ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}, "HARD_SWISH", "hard_swish"),
+])
+@pytest.mark.parametrize("swap", [False, True])
+def test_conv_gate_mul_loads_as_one_activation_and_fuses(gate, attrs, cmd, act, swap):
+    m = conv_times_gate(gate, swap, **attrs)
+    loaded = nnc.onnx.load(m)
+    cmds = commands(loaded)
+    assert cmds == ["TRANSPOSE", "CONVOLUTION", cmd, "TRANSPOSE"]
+    assert loaded.graph.simplify() == 1
+    convs = [e.cmd for e in loaded.graph.topsort() if e.cmd.name == "CONVOLUTION"]
+    assert [c_.params.get("activation") for c_ in convs] == [act]
+    assert cmd not in commands(loaded)
+    for _ in range(2):
+        feeds = {"x": RNG.standard_normal((1, 3, 7, 6)).astype(np.float32)}
+        close(nnc_run(loaded, feeds)[0], ort_run(m, feeds)[0], rtol=1e-5)
+
+
+def test_a_gate_read_twice_is_not_rewritten():
+    """The Sigmoid's output is read by the Mul and another node (or is a graph output): it
+    stays a SIGMOID and a MUL."""
+    m = conv_times_gate("Sigmoid", False)
+    m.graph.node.append(h.make_node("Relu", ["s"], ["r"]))
+    m.graph.output.append(h.make_tensor_value_info("r", TP.FLOAT, None))
+    cmds = commands(check(m))
+    assert "SIGMOID" in cmds and "MUL" in cmds and "SWISH" not in cmds
+    m = conv_times_gate("Sigmoid", False)
+    m.graph.output.append(h.make_tensor_value_info("s", TP.FLOAT, None))
+    cmds = commands(check(m))
+    assert "SIGMOID" in cmds and "SWISH" not in cmds
+
+
+@pytest.mark.parametrize("alpha, beta", [(0.2, 0.5), (1 / 6, 0.4)])
+def test_other_hard_sigmoids_are_not_hard_swish(alpha, beta):
+    cmds = commands(check(conv_times_gate("HardSigmoid", False, alpha=alpha, beta=beta)))
+    assert "HARD_SIGMOID" in cmds and "HARD_SWISH" not in cmds
+
+
+def test_sigmoid_of_another_value_is_not_swish():
+    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("Sigmoid", ["x"], ["s"]),
+             h.make_node("Mul", ["r", "s"], ["y"])]
+    cmds = commands(check(model(nodes, {"x": [2, 5]}, {"y": None})))
+    assert "SWISH" not in cmds and "SIGMOID" in cmds
