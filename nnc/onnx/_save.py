@@ -575,7 +575,8 @@ def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, o
     ``output_names``: their ONNX names (default ``input_0``, ... / ``output_0``, ...). Running
     the saved model on the values the inputs hold gives what ``graph.run()`` leaves in the
     outputs. Raises :class:`nnc.onnx.UnsupportedError` listing every command with no ONNX form
-    (CUSTOM, WHILE, CASE_OF, ...), or for 3-D convolution / pooling inputs, or naming the
+    (CUSTOM, WHILE, CASE_OF, ...), or for 3-D convolution / pooling inputs or UPSAMPLE below
+    opset 11 (ONNX's Resize with sizes), or naming the
     command that reads a view of memory the graph writes that no Slice, Transpose, Reshape or
     Concat of written values expresses (never an initializer of one run's values).
     """

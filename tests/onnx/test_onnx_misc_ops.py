@@ -448,3 +448,16 @@ def test_sigmoid_of_another_value_is_not_swish():
              h.make_node("Mul", ["r", "s"], ["y"])]
     cmds = commands(check(model(nodes, {"x": [2, 5]}, {"y": None})))
     assert "SWISH" not in cmds and "SIGMOID" in cmds
+
+
+@pytest.mark.parametrize("kind", ["nearest", "bilinear"])
+def test_save_upsample_opset_11_and_refusal_before(kind):
+    x = nnc.Tensor(RNG.standard_normal((1, 4, 5, 3)).astype(np.float32))
+    y = nnc.Tensor.empty((1, 8, 9, 3), dtype="float32")
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("UPSAMPLE", type=kind), [x], [y])
+    g.run()
+    m = nnc.onnx.save(g, None, inputs=[x], outputs=[y], opset=11)
+    close(ort_run(m, {"input_0": x.numpy()})[0], y.numpy(), rtol=1e-6)
+    with pytest.raises(nnc.onnx.UnsupportedError, match="UPSAMPLE.*opset >= 11"):
+        nnc.onnx.save(g, None, inputs=[x], outputs=[y], opset=10)
