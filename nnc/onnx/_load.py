@@ -1,6 +1,6 @@
 """nnc.onnx.load: an ONNX model -> an nnc concrete graph with its input and output tensors.
 
-One file of ~790 lines because its passes share one loader object (values, layouts, aliases,
+One file of ~990 lines because its passes share one loader object (values, layouts, aliases,
 placements, buffers); what each operator becomes is already apart (``_ops``).
 
 Three passes over the (topologically sorted) ONNX nodes:
@@ -415,6 +415,24 @@ _ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4
              17: 1, 18: 1, 19: 1, 20: 1}
 
 
+def _product_command(node, attrs):
+    """The nnc command x * node(x) is, when node is a Sigmoid (SWISH) or a HardSigmoid of
+    alpha 1/6 (as float32 rounds it) and beta 0.5 (HARD_SWISH); else None."""
+    if node.domain not in ("", "ai.onnx") or len(node.input) != 1:
+        return None
+    if node.op_type == "Sigmoid":
+        return "SWISH"
+    if (node.op_type == "HardSigmoid" and abs(attrs.get("alpha", 0.2) - 1 / 6) <= 1e-7
+            and attrs.get("beta", 0.5) == 0.5):
+        return "HARD_SWISH"
+    return None
+
+
+# ONNX integer types a graph output comes back in (TensorProto number -> nnc dtype): those nnc
+# tensors hold. Others (int8, int16, uint16, uint32, uint64) stay in the model's dtype.
+_INT_OUTPUTS = {7: "int64", 6: "int32", 2: "uint8"}
+
+
 class _Loader(OpEmitter, ViewEmitter):
     def __init__(self, onnx, model, input_shapes, dtype, base_dir, max_bytes, freeze):
         self.onnx = onnx
@@ -476,6 +494,7 @@ class _Loader(OpEmitter, ViewEmitter):
             self.attrs.append(_attrs(onnx, n))
         self._dropout_masks()
         fold(self, model)  # shape arithmetic too, to a fixed point (_fold)
+        self._activation_products()
         for name, value in self.consts.items():
             self.shapes.setdefault(name, np.shape(value))
         problems = {}
@@ -504,6 +523,8 @@ class _Loader(OpEmitter, ViewEmitter):
             raise UnsupportedError(problems)
         self.graph_inputs = [v.name for v in graph.input if v.name not in self.consts]
         self.graph_outputs = [v.name for v in graph.output]
+        # Each graph output's ONNX element type (inferred where the model leaves it out).
+        self.output_types = {v.name: v.type.tensor_type.elem_type for v in model.graph.output}
         for name in self.graph_inputs + self.graph_outputs:
             if name not in self.shapes and name not in self.consts:
                 raise _err(f"the shape of {name!r} is unknown after shape inference")
@@ -522,6 +543,42 @@ class _Loader(OpEmitter, ViewEmitter):
                 shape = self.shapes.get(x, np.shape(self.consts.get(x, ())))
                 self.consts[n.output[1]] = np.ones(shape, bool)
                 self.shapes[n.output[1]] = tuple(shape)
+
+    def _activation_products(self):
+        """x * Sigmoid(x) (SiLU) and x * HardSigmoid(x) with alpha = 1/6, beta = 0.5
+        (HardSwish), the Mul's operands in either order and the Sigmoid's output read by that
+        Mul alone (and no graph output): the Mul becomes one SWISH / HARD_SWISH of x and the
+        Sigmoid is skipped, so the activation can run in place on a convolution's output and
+        Graph.simplify fold it there (EfficientNet's and MobileNet-V3's exports spell them so).
+        Fills ``self.products``: Mul node index -> (x, nnc command)."""
+        self.products = {}
+        producer, readers = {}, defaultdict(int)
+        for k, n in enumerate(self.nodes):
+            if k in self.skip:
+                continue
+            for i in n.input:
+                readers[i] += 1
+            for o in n.output:
+                producer[o] = k
+        outs = {v.name for v in self.src.graph.output}
+        for k, n in enumerate(self.nodes):
+            if (k in self.skip or n.op_type != "Mul" or n.domain not in ("", "ai.onnx")
+                    or len(n.input) != 2 or n.input[0] == n.input[1]):
+                continue
+            for x, s in (n.input, n.input[::-1]):
+                j = producer.get(s)
+                act = None if j is None else _product_command(self.nodes[j], self.attrs[j])
+                if (act and x not in self.consts and self.nodes[j].input[0] == x
+                        and readers[s] == 1 and s not in outs):
+                    self.products[k] = (x, act)
+                    self.skip.add(j)
+                    break
+
+    def _emit_product(self, k, n, a):
+        """Mul node k recognised by _activation_products: its activation of x."""
+        x, name = self.products[k]
+        t, deps = self.get(x, self.layout[n.output[0]])
+        self._write(n, Cmd(name), [t], deps)
 
     def _fold_constants(self):
         """Constant nodes, and Add/Mul/Reshape/Flatten/Identity/Transpose of constants only,
@@ -588,7 +645,13 @@ class _Loader(OpEmitter, ViewEmitter):
             op, out = n.op_type, n.output[0]
             acts = [i for i in n.input if i and i not in self.consts]
             x = n.input[0]
-            if op in _SPATIAL and op != "BatchNormalization" and len(self.shapes[x]) != 4:
+            if k in self.products:
+                # An activation of x (SWISH, HARD_SWISH): in place, as the unary operators.
+                x = self.products[k][0]
+                lay = self.layout.get(x, "plain")
+                if self._own(x, k):
+                    self.alias[out] = x
+            elif op in _SPATIAL and op != "BatchNormalization" and len(self.shapes[x]) != 4:
                 lay = "plain"   # 1-D and 3-D pools, global pools of them: ONNX's axis order
             elif op in _SPATIAL and op != "BatchNormalization":
                 lay = "nhwc"
@@ -870,7 +933,9 @@ class _Loader(OpEmitter, ViewEmitter):
                 continue
             self.at(n)
             try:
-                getattr(self, "_op_" + n.op_type)(k, n, a)
+                emit = (self._emit_product if k in self.products
+                        else getattr(self, "_op_" + n.op_type))
+                emit(k, n, a)
             except NNCError as e:
                 if isinstance(e, OnnxError):
                     raise
@@ -883,7 +948,7 @@ class _Loader(OpEmitter, ViewEmitter):
                 outputs.append(self._const_output(name))
                 continue
             t, deps = self.get(name, "plain")
-            outputs.append(t)
+            outputs.append(self._typed_output(name, t, deps))
         from nnc.onnx import LoadedModel  # defined above this module in the package
 
         return LoadedModel(self.g, inputs, outputs, input_names=list(self.graph_inputs),
@@ -892,11 +957,27 @@ class _Loader(OpEmitter, ViewEmitter):
 
     def _const_output(self, name):
         """A graph output that is a constant: a bool one (a Dropout mask) as uint8, nnc having
-        no bool tensors; any other in the model's dtype."""
+        no bool tensors; an integer one in its ONNX type where nnc has it (_INT_OUTPUTS); any
+        other in the model's dtype."""
         a = np.asarray(self.consts[name])
         if a.dtype == np.bool_:
             return Tensor(a.astype(np.uint8))
+        to = _INT_OUTPUTS.get(self.output_types.get(name))
+        if to is not None:
+            return Tensor(a.astype(to))
         return self.const(name)
+
+    def _typed_output(self, name, t, deps):
+        """Graph output ``name`` (held in the model's dtype as t) in its ONNX integer type where
+        nnc has that dtype (ArgMax's int64 indices, a Cast to int32): one DATATYPE_CONVERSION
+        after its writers. The value is an integer already (ArgMax's index, a Cast's
+        truncation), so the conversion is exact. Other types stay in the model's dtype."""
+        to = _INT_OUTPUTS.get(self.output_types.get(name))
+        if to is None:
+            return t
+        out = Tensor.empty(tuple(t.shape), dtype=to)
+        self.node(Cmd("DATATYPE_CONVERSION"), [t], [out], f"{name}/to_{to}", deps)
+        return out
 
     def _write(self, n, cmd, ins, deps, label=None):
         t_out = self.storage(n.output[0])

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from nnc.base.core import NNCError
+from nnc.onnx._save_misc import MISC_SAVABLE, MiscSaver
 from nnc.tensor.tensor import Tensor
 
 _TO_NCHW = [0, 3, 1, 2]
@@ -93,7 +94,7 @@ def _slice_plan(w, off, axes):
     return starts, ends, steps, order
 
 
-class _Saver:
+class _Saver(MiscSaver):
     def __init__(self, onnx, graph, opset):
         self.onnx = onnx
         self.h = onnx.helper
@@ -371,6 +372,10 @@ class _Saver:
             out = self.node(op, [self.read(ins[0])], **({"axis": -1} if op == "Softmax" else {}))
         elif name in _REDUCE:
             out = self._reduce(name, p["axes"], ins[0])
+            if y.ndim != ins[0].ndim:
+                # An output lined up from the right (NNC's rule) has another rank: the kept
+                # dimensions reshaped to it.
+                out = self._shape(out, tuple(y.shape))
         elif name == "CLAMP":
             lo, hi = p["min"], p["max"]
             args = [self.read(ins[0]), "" if math.isnan(lo) else self.scalar(lo, dt),
@@ -431,6 +436,8 @@ class _Saver:
             out = self.node("Transpose", [z], perm=[int(i) for i in np.argsort(perm)])
         elif name in _NORMS:
             out = self._norm(cmd, ins, outs, dt)
+        elif name in MISC_SAVABLE:
+            out = self.save_misc(cmd, ins, y, dt)
         else:  # pragma: no cover - save() checks every command first
             raise AssertionError(name)
         self.write(y, out)
@@ -544,6 +551,7 @@ class _Saver:
 _UNARY = {"RELU": "Relu", "EWEXP": "Exp", "EWLOG": "Log", "EWSQRT": "Sqrt", "SIGMOID": "Sigmoid",
           "TANH": "Tanh", "SOFTMAX": "Softmax"}
 _REDUCE = {"REDUCE_SUM": "ReduceSum", "REDUCE_MEAN": "ReduceMean", "REDUCE_MAX": "ReduceMax"}
+_REDUCE.update(REDUCE_MIN="ReduceMin", REDUCE_PROD="ReduceProd", REDUCE_NORM2="ReduceL2")
 SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL", "CLAMP", "ADD",
            "MUL", "EWSUM", "EWPROD", "EWDIV", "SCALAR_MUL", "TRANSPOSE", "GEMM"} | set(_UNARY) \
     | set(_REDUCE)
@@ -555,6 +563,7 @@ SAVABLE |= {"HARD_SIGMOID", "SWISH", "GELU"} | set(_ACTIVATIONS)
 SAVABLE |= {"LRN"}
 _NORMS = {"LAYER_NORM", "GROUP_NORM", "RMSNORM"}
 SAVABLE |= _NORMS
+SAVABLE |= MISC_SAVABLE
 
 
 def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, opset=17):
@@ -566,7 +575,8 @@ def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, o
     ``output_names``: their ONNX names (default ``input_0``, ... / ``output_0``, ...). Running
     the saved model on the values the inputs hold gives what ``graph.run()`` leaves in the
     outputs. Raises :class:`nnc.onnx.UnsupportedError` listing every command with no ONNX form
-    (CUSTOM, WHILE, CASE_OF, ...), or for 3-D convolution / pooling inputs, or naming the
+    (CUSTOM, WHILE, CASE_OF, ...), or for 3-D convolution / pooling inputs or UPSAMPLE below
+    opset 11 (ONNX's Resize with sizes), or naming the
     command that reads a view of memory the graph writes that no Slice, Transpose, Reshape or
     Concat of written values expresses (never an initializer of one run's values).
     """
@@ -596,6 +606,8 @@ def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, o
             reason = "only [N, H, W, C] inputs"
         elif name == "LRN" and e.inputs[0].ndim < 3:
             reason = "only inputs of rank >= 3 (ONNX's LRN takes [N, C, spatial...])"
+        elif name == "UPSAMPLE" and opset < 11:
+            reason = "only at opset >= 11 (ONNX's Resize with sizes)"
         if reason:
             count, names, _ = problems.get(name, (0, [], reason))
             problems[name] = (count + 1, names + [e.name or name], reason)
