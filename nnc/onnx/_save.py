@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from nnc.base.core import NNCError
+from nnc.onnx._ops_math import ELEMENTARY, PARAMETERISED
 from nnc.tensor.tensor import Tensor
 
 _TO_NCHW = [0, 3, 1, 2]
@@ -299,6 +300,13 @@ class _Saver:
         return self.init(np.transpose(t.numpy(), perm), "w")
 
     # -- commands ----------------------------------------------------------------------------
+    def _math(self, name, p, x):
+        """One command of _MATH as its ONNX operator."""
+        if name == "MISH" and self.opset < 18:
+            return self.node("Mul", [x, self.node("Tanh", [self.node("Softplus", [x])])])
+        attrs = {key: p[param] for key, param in _MATH_ATTRS.get(name, {}).items()}
+        return self.node(_MATH[name], [x], **attrs)
+
     def _conv_epilogue(self, out, p, ins, dt):
         """Graph.simplify's fused epilogue as the nodes it folded: + residual, then the
         activation (NHWC, after the transpose back)."""
@@ -415,6 +423,8 @@ class _Saver:
             out = self._gemm(cmd, ins)
         elif name in _ACTIVATIONS:
             out = self.node(_ACTIVATIONS[name], [self.read(x) for x in ins])
+        elif name in _MATH:
+            out = self._math(name, p, self.read(ins[0]))
         elif name == "HARD_SIGMOID":
             out = self.node("HardSigmoid", [self.read(ins[0])], alpha=p["alpha"], beta=p["beta"])
         elif name == "SWISH":
@@ -555,6 +565,13 @@ SAVABLE |= {"HARD_SIGMOID", "SWISH", "GELU"} | set(_ACTIVATIONS)
 SAVABLE |= {"LRN"}
 _NORMS = {"LAYER_NORM", "GROUP_NORM", "RMSNORM"}
 SAVABLE |= _NORMS
+# The elementary functions and the activations of nnc/onnx/_ops_math.py: the operator of each, and
+# the attributes from its parameters (MISH before opset 18, which has no Mish, as its definition).
+_MATH = {cmd: op for op, cmd in ELEMENTARY.items()}
+_MATH.update({cmd: op for op, (cmd, _) in PARAMETERISED.items()})
+_MATH_ATTRS = {cmd: {key: param for key, (param, _) in keys.items()}
+               for cmd, keys in PARAMETERISED.values()}
+SAVABLE |= set(_MATH)
 
 
 def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, opset=17):
