@@ -57,7 +57,7 @@ _INPLACE_UNARY = {"Relu", "Clip", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
 _INPLACE_UNARY |= {"Gelu", "HardSigmoid", "HardSwish", "Erf", "Abs", "Neg"} | MATH_OPS
 _STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "Concat", "Add", "Mul"} | _INPLACE_UNARY
 _REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax"}
-_REDUCE |= {"ReduceMin", "ReduceProd", "ReduceL2"}
+_REDUCE |= {"ReduceMin", "ReduceProd", "ReduceL2", "ReduceLogSumExp"}
 _ALIASES = {"Identity", "Dropout"}
 _SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization",
             "GlobalMaxPool", "LRN"}

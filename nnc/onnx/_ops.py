@@ -22,7 +22,8 @@ TO_NCHW = (0, 3, 1, 2)
 UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Sqrt": "EWSQRT", "Exp": "EWEXP",
          "Log": "EWLOG"}
 _REDUCE = {"ReduceSum": "REDUCE_SUM", "ReduceMean": "REDUCE_MEAN", "ReduceMax": "REDUCE_MAX"}
-_REDUCE.update(ReduceMin="REDUCE_MIN", ReduceProd="REDUCE_PROD", ReduceL2="REDUCE_NORM2")
+_REDUCE.update(ReduceMin="REDUCE_MIN", ReduceProd="REDUCE_PROD", ReduceL2="REDUCE_NORM2",
+               ReduceLogSumExp="REDUCE_LOGSUMEXP")
 # The element-wise family's operators without parameters (nnc/cmd/elementwise/activation.py)
 # and its broadcasting binary ones (binary.py; Sub is ADD with q=-1, NNC having no EWSUB).
 ACTIVATIONS = {"Erf": "ERF", "Abs": "EWABS", "HardSwish": "HARD_SWISH"}
@@ -687,4 +688,4 @@ class OpEmitter(MiscEmitter, NormEmitter, MathEmitter):
         self.deps[out] = [e]
 
     _op_ReduceMean = _op_ReduceMax = _op_ReduceSum
-    _op_ReduceMin = _op_ReduceProd = _op_ReduceL2 = _op_ReduceSum
+    _op_ReduceMin = _op_ReduceProd = _op_ReduceL2 = _op_ReduceLogSumExp = _op_ReduceSum

@@ -553,7 +553,8 @@ class _Saver:
 
 _UNARY = {"RELU": "Relu", "EWEXP": "Exp", "EWLOG": "Log", "EWSQRT": "Sqrt", "SIGMOID": "Sigmoid",
           "TANH": "Tanh", "SOFTMAX": "Softmax"}
-_REDUCE = {"REDUCE_SUM": "ReduceSum", "REDUCE_MEAN": "ReduceMean", "REDUCE_MAX": "ReduceMax"}
+_REDUCE = {"REDUCE_SUM": "ReduceSum", "REDUCE_MEAN": "ReduceMean", "REDUCE_MAX": "ReduceMax",
+           "REDUCE_LOGSUMEXP": "ReduceLogSumExp"}
 SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL", "CLAMP", "ADD",
            "MUL", "EWSUM", "EWPROD", "EWDIV", "SCALAR_MUL", "TRANSPOSE", "GEMM"} | set(_UNARY) \
     | set(_REDUCE)

@@ -139,6 +139,9 @@ BUILTINS = [
     ('REDUCE_NORM2', [
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
+    ('REDUCE_LOGSUMEXP', [
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
     ('ADD', [
         'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',

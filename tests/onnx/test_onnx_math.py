@@ -113,3 +113,26 @@ def test_refused_attributes_name_the_node_and_attribute(op, attrs, reason):
     with pytest.raises(nnc.onnx.UnsupportedError, match="act0") as info:
         nnc.onnx.load(m)
     assert reason in str(info.value)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("axes", [[1], [0, 2], [-1], []])
+def test_reduce_log_sum_exp_matches_onnxruntime_and_round_trips(axes, keepdims):
+    attrs = {"keepdims": keepdims} | ({"axes": axes} if axes else {})
+    m = model([h.make_node("ReduceLogSumExp", ["x"], ["y"], **attrs)], {"x": [2, 3, 4]},
+              {"y": None}, opset=17)
+    x = (RNG.standard_normal((2, 3, 4)) * 30).astype(np.float32)   # exp alone would overflow
+    loaded = nnc.onnx.load(m)
+    assert commands(loaded) == ["REDUCE_LOGSUMEXP"]
+    np.testing.assert_allclose(nnc_run(loaded, {"x": x})[0], ort_run(m, {"x": x})[0], rtol=RTOL)
+    if keepdims:
+        saved = round_trip(loaded, m)
+        assert "ReduceLogSumExp" in {n.op_type for n in saved.graph.node}
+
+
+def test_reduce_log_sum_exp_of_an_nhwc_image_after_conv():
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]),
+             h.make_node("ReduceLogSumExp", ["c"], ["y"], axes=[1], keepdims=1)]
+    m = model(nodes, {"x": [1, 3, 4, 6]}, {"y": None}, {"w": conv_w()}, opset=17)
+    x = RNG.standard_normal((1, 3, 4, 6)).astype(np.float32)
+    close(nnc_run(nnc.onnx.load(m), {"x": x})[0], ort_run(m, {"x": x})[0], RTOL)
