@@ -27,7 +27,8 @@ _REDUCE.update(ReduceMin="REDUCE_MIN", ReduceProd="REDUCE_PROD", ReduceL2="REDUC
 # The element-wise family's operators without parameters (nnc/cmd/elementwise/activation.py)
 # and its broadcasting binary ones (binary.py; Sub is ADD with q=-1, NNC having no EWSUB).
 ACTIVATIONS = {"Erf": "ERF", "Abs": "EWABS", "HardSwish": "HARD_SWISH"}
-BROADCAST = {"Div": "EWDIV", "Pow": "EWPOW", "Min": "MIN", "Max": "MAX", "Sub": "ADD"}
+BROADCAST = {"Div": "EWDIV", "Pow": "EWPOW", "Min": "MIN", "Max": "MAX", "Sub": "ADD",
+             "PRelu": "PRELU"}
 
 
 def perm_shape(shape, perm):
@@ -321,6 +322,10 @@ class OpEmitter(MiscEmitter, NormEmitter, MathEmitter):
 
     def _op_Sub(self, k, n, a):
         self._binary(n, "ADD", q=-1.0)
+
+    def _op_PRelu(self, k, n, a):
+        # The slope broadcasts to x (ONNX's unidirectional rule; PRELU's check holds it).
+        self._binary(n, "PRELU")
 
     def _op_Min(self, k, n, a):
         """Min and Max take 1 or more inputs: folded pairwise, MIN(MIN(x0, x1), x2) ..., each

@@ -561,7 +561,7 @@ SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL"
 # The element-wise family's other commands: one ONNX operator each (GELU before opset 20, and
 # SWISH, as their definitions).
 _ACTIVATIONS = {"ERF": "Erf", "EWABS": "Abs", "HARD_SWISH": "HardSwish", "EWPOW": "Pow",
-                "MIN": "Min", "MAX": "Max"}
+                "MIN": "Min", "MAX": "Max", "PRELU": "PRelu"}
 SAVABLE |= {"HARD_SIGMOID", "SWISH", "GELU"} | set(_ACTIVATIONS)
 SAVABLE |= {"LRN"}
 _NORMS = {"LAYER_NORM", "GROUP_NORM", "RMSNORM"}

@@ -24,7 +24,7 @@ CLAIMED = ("Relu", "Add", "Sub", "Mul", "Div", "Pow", "Conv", "MaxPool", "Averag
            "ArgMax", "ArgMin", "ReduceMin", "ReduceProd", "ReduceL2", "Upsample", "LeakyRelu",
            "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Swish",
            "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos",
-           "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "ReduceLogSumExp")
+           "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "ReduceLogSumExp", "PRelu")
 
 
 @pytest.fixture(scope="module")

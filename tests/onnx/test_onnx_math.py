@@ -136,3 +136,26 @@ def test_reduce_log_sum_exp_of_an_nhwc_image_after_conv():
     m = model(nodes, {"x": [1, 3, 4, 6]}, {"y": None}, {"w": conv_w()}, opset=17)
     x = RNG.standard_normal((1, 3, 4, 6)).astype(np.float32)
     close(nnc_run(nnc.onnx.load(m), {"x": x})[0], ort_run(m, {"x": x})[0], RTOL)
+
+
+@pytest.mark.parametrize("slope_shape", [[5, 1, 1], [1], [6]])
+def test_prelu_after_conv_matches_onnxruntime_and_round_trips(slope_shape):
+    # A constant slope is laid out with the NHWC value: per channel it is one trailing row.
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"]), h.make_node("PRelu", ["c", "s"], ["y"])]
+    slope = RNG.uniform(-0.5, 0.5, slope_shape).astype(np.float32)
+    m = model(nodes, {"x": [1, 3, 4, 6]}, {"y": None}, {"w": conv_w(), "s": slope}, opset=17)
+    loaded = nnc.onnx.load(m)
+    x = RNG.standard_normal((1, 3, 4, 6)).astype(np.float32)
+    close(nnc_run(loaded, {"x": x})[0], ort_run(m, {"x": x})[0], RTOL)
+    assert commands(loaded) == ["TRANSPOSE", "CONVOLUTION", "PRELU", "TRANSPOSE"]
+    saved = round_trip(loaded, m)
+    assert "PRelu" in {n.op_type for n in saved.graph.node}
+
+
+@pytest.mark.parametrize("slope_shape", [[2, 5, 6], [5, 1], [1]])
+def test_prelu_of_a_runtime_slope_matches_onnxruntime(slope_shape):
+    m = model([h.make_node("PRelu", ["x", "s"], ["y"])], {"x": [2, 5, 6], "s": slope_shape},
+              {"y": None}, opset=17)
+    feeds = {"x": (RNG.standard_normal((2, 5, 6)) * 3).astype(np.float32),
+             "s": RNG.uniform(-1, 1, slope_shape).astype(np.float32)}
+    np.testing.assert_array_equal(nnc_run(nnc.onnx.load(m), feeds)[0], ort_run(m, feeds)[0])
