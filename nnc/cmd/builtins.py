@@ -43,8 +43,7 @@ def register_builtins():
     from nnc.cmd.convolution import cpu_opt as convolution_opt
     from nnc.cmd.convolution import winograd
     from nnc.cmd.elementwise import cpu_opt as elementwise_opt
-    from nnc.cmd.elementwise import (cpu_opt_act, cpu_opt_binary, cpu_opt_elementary,
-                                     cpu_opt_unary)
+    from nnc.cmd.elementwise import cpu_opt_act, cpu_opt_binary, cpu_opt_elementary, cpu_opt_unary
     from nnc.cmd.gemm import cpu_opt as gemm_opt
     from nnc.cmd.lrn import cpu_opt as lrn_opt
     from nnc.cmd.norm import cpu_opt as norm_opt

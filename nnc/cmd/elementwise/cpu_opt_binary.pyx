@@ -442,8 +442,8 @@ def _accept_other(Cmd cmd, list inputs, list outputs):
 
 
 def register():
-    """Register ADD's, MUL's, EWDIV's, EWPOW's, MIN's, MAX's, PRELU's and CLAMP's CPU_OPT (called once
-    by register_builtins)."""
+    """Register ADD's, MUL's, EWDIV's, EWPOW's, MIN's, MAX's, PRELU's and CLAMP's CPU_OPT
+    (called once by register_builtins)."""
     mask = NNC_32F | NNC_64F
     register_c_backend("ADD", "CPU_OPT", add_opt, mask, True, _accept_binary, None, True)
     register_c_backend("MUL", "CPU_OPT", mul_opt, mask, True, _accept_binary, None, True)

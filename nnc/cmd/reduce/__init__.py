@@ -13,10 +13,10 @@ negative (counted from the end, as NumPy does) and is normalised against the inp
 the command is checked. SUM, MEAN, PROD and NORM2 (the square root of the sum of squares) are
 computed in float64 and rounded once, as is LOGSUMEXP, log(sum(exp(x))) as max + log(sum(exp(x -
 max))) so no exp overflows (an infinite max is not subtracted: all -inf gives -inf, any +inf
-+inf); MAX and MIN are exact and a NaN anywhere in a reduction
-makes their result NaN (np.max, np.min; NNC's kernels skip NaN). Over no elements SUM and NORM2
-give 0, PROD 1, MEAN NaN, LOGSUMEXP -inf (log 0); MAX and MIN refuse. The C loops for contiguous float32/float64
-tensors are in cpu_opt.pyx (SUM, MEAN, MAX).
++inf); MAX and MIN are exact and a NaN anywhere in a reduction makes their result NaN (np.max,
+np.min; NNC's kernels skip NaN). Over no elements SUM and NORM2 give 0, PROD 1, MEAN NaN,
+LOGSUMEXP -inf (log 0); MAX and MIN refuse. The C loops for contiguous float32/float64 tensors
+are in cpu_opt.pyx (SUM, MEAN, MAX).
 """
 
 from numbers import Integral
