@@ -27,8 +27,7 @@ OPS = [("LeakyRelu", {}, "LEAKY_RELU"), ("LeakyRelu", {"alpha": 0.3}, "LEAKY_REL
        ("Softsign", {}, "SOFTSIGN"), ("Mish", {}, "MISH"), ("Floor", {}, "EWFLOOR"),
        ("Ceil", {}, "EWCEIL"), ("Round", {}, "EWROUND"), ("Sign", {}, "EWSIGN"),
        ("Sin", {}, "EWSIN"), ("Cos", {}, "EWCOS"), ("Atan", {}, "EWATAN"),
-       ("Sinh", {}, "EWSINH"), ("Cosh", {}, "EWCOSH"), ("Asinh", {}, "EWASINH"),
-       ("Reciprocal", {}, "EWDIV")]
+       ("Sinh", {}, "EWSINH"), ("Cosh", {}, "EWCOSH"), ("Asinh", {}, "EWASINH")]
 # Functions defined on part of the line, and tan away from its poles (where float32 and float64
 # evaluations part): fed values inside that domain.
 DOMAIN = [("Tan", "EWTAN", (-1.3, 1.3)), ("Asin", "EWASIN", (-1, 1)), ("Acos", "EWACOS", (-1, 1)),
@@ -51,15 +50,27 @@ def test_after_conv_in_place_matches_onnxruntime_and_round_trips(op, attrs, cmd)
     close(nnc_run(loaded, {"x": x})[0], ort_run(m, {"x": x})[0], RTOL)
     assert commands(loaded) == ["TRANSPOSE", "CONVOLUTION", cmd, "TRANSPOSE"]
     e = loaded.graph.topsort()[2]
-    assert e.outputs[0].data_ptr == e.inputs[-1].data_ptr    # in place: its input's only reader
-    if op == "Reciprocal":
-        assert e.inputs[0] is None                           # NNC's EWDIV of no numerator: 1 / x
+    assert e.outputs[0].data_ptr == e.inputs[0].data_ptr    # in place: its input's only reader
     saved = round_trip(loaded, m)
     # save's default opset 17 has no Mish: its definition, Mul(x, Tanh(Softplus(x))).
     assert (op if op != "Mish" else "Softplus") in {n.op_type for n in saved.graph.node}
 
 
-@pytest.mark.parametrize("op,attrs,cmd", OPS)
+def test_reciprocal_is_ewdiv_without_a_numerator_in_place():
+    # After Exp, not a Conv: 1 / x amplifies a Conv's rounding where its output nears 0.
+    nodes = [h.make_node("Exp", ["x"], ["e"]), h.make_node("Reciprocal", ["e"], ["y"])]
+    m = model(nodes, {"x": [3, 5]}, {"y": None}, opset=17)
+    loaded = nnc.onnx.load(m)
+    assert commands(loaded) == ["EWEXP", "EWDIV"]
+    e = loaded.graph.topsort()[1]
+    assert e.inputs[0] is None and e.outputs[0].data_ptr == e.inputs[1].data_ptr
+    x = (RNG.standard_normal((3, 5)) * 3).astype(np.float32)
+    np.testing.assert_allclose(nnc_run(loaded, {"x": x})[0], ort_run(m, {"x": x})[0], rtol=RTOL)
+    saved = round_trip(loaded, m)
+    assert "Reciprocal" in {n.op_type for n in saved.graph.node}
+
+
+@pytest.mark.parametrize("op,attrs,cmd", OPS + [("Reciprocal", {}, "EWDIV")])
 def test_plain_values_with_ties_and_zeros_match_onnxruntime(op, attrs, cmd):
     m = model([h.make_node(op, ["x"], ["y"], **attrs)], {"x": [3, 5]}, {"y": None}, opset=18)
     x = _values((3, 5))
