@@ -24,7 +24,7 @@ from nnc.cmd import (
     transpose,
     upsample,
 )
-from nnc.cmd.elementwise import activation, binary, clamp
+from nnc.cmd.elementwise import activation, binary, clamp, elementary
 
 _done = False
 
@@ -35,15 +35,15 @@ def register_builtins():
         return
     _done = True
     for module in (basic, elementwise, softmax, gemm, convolution, pooling, reduce, binary, clamp,
-                   transpose, activation, lrn, norm, attention, upsample, pad, index_select,
-                   argmax, datatype):
+                   transpose, activation, elementary, lrn, norm, attention, upsample, pad,
+                   index_select, argmax, datatype):
         module.register()
     from nnc.cmd.attention import cpu_opt as attention_opt
     from nnc.cmd.basic import cpu_opt as basic_opt
     from nnc.cmd.convolution import cpu_opt as convolution_opt
     from nnc.cmd.convolution import winograd
     from nnc.cmd.elementwise import cpu_opt as elementwise_opt
-    from nnc.cmd.elementwise import cpu_opt_act, cpu_opt_binary, cpu_opt_unary
+    from nnc.cmd.elementwise import cpu_opt_act, cpu_opt_binary, cpu_opt_elementary, cpu_opt_unary
     from nnc.cmd.gemm import cpu_opt as gemm_opt
     from nnc.cmd.lrn import cpu_opt as lrn_opt
     from nnc.cmd.norm import cpu_opt as norm_opt
@@ -55,5 +55,5 @@ def register_builtins():
 
     for module in (convolution_opt, winograd, gemm_opt, pooling_opt, cpu_opt_binary,
                    elementwise_opt, basic_opt, softmax_opt, cpu_opt_unary, reduce_opt, cpu_opt_act,
-                   lrn_opt, norm_opt, attention_opt, upsample_opt, pad_opt):
+                   cpu_opt_elementary, lrn_opt, norm_opt, attention_opt, upsample_opt, pad_opt):
         module.register()

@@ -322,7 +322,10 @@ _MODES = {("UPSAMPLE", "nearest"): UPSAMPLE_NEAREST, ("UPSAMPLE", "bilinear"): U
           ("PAD", "constant"): PAD_CONSTANT, ("PAD", "reflect"): PAD_REFLECT,
           ("PAD", "edge"): PAD_EDGE}
 # The element-wise family's parameterised activations (nnc/cmd/elementwise/cpu_opt_act.pyx).
-_SCALAR_KEYS.update({"GELU": ("tanh", None), "HARD_SIGMOID": ("alpha", "beta")})
+_SCALAR_KEYS.update({"GELU": ("tanh", None), "HARD_SIGMOID": ("alpha", "beta"),
+                     "LEAKY_RELU": ("negative_slope", None), "ELU": ("alpha", None),
+                     "SELU": ("alpha", "gamma"), "CELU": ("alpha", None),
+                     "THRESHOLDED_RELU": ("alpha", None)})
 # The normalisation family (nnc/cmd/norm/cpu_opt.pyx): a is epsilon.
 _SCALAR_KEYS.update({name: ("epsilon", None) for name in ("LAYER_NORM", "GROUP_NORM", "RMSNORM")})
 # SCALED_DOT_PRODUCT_ATTENTION's scale, and is_causal as 0.0 / 1.0 (nnc/cmd/attention/).

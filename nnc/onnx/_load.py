@@ -47,16 +47,17 @@ from nnc.onnx._ops import (
     reduce_axes,
     reshape_shape,
 )
+from nnc.onnx._ops_math import MATH_OPS
 from nnc.onnx._ops_misc import MISC_OPS, check_misc
 from nnc.tensor.tensor import Tensor
 
 # Producers whose command accepts a strided output, so they can write into a concat slice.
 # The element-wise ones (contiguous-only C loops) fall back to CPU_REF on such a slice.
 _INPLACE_UNARY = {"Relu", "Clip", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
-_INPLACE_UNARY |= {"Gelu", "HardSigmoid", "HardSwish", "Erf", "Abs", "Neg"}
+_INPLACE_UNARY |= {"Gelu", "HardSigmoid", "HardSwish", "Erf", "Abs", "Neg"} | MATH_OPS
 _STRIDED_WRITERS = {"Conv", "MaxPool", "AveragePool", "Concat", "Add", "Mul"} | _INPLACE_UNARY
 _REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax"}
-_REDUCE |= {"ReduceMin", "ReduceProd", "ReduceL2"}
+_REDUCE |= {"ReduceMin", "ReduceProd", "ReduceL2", "ReduceLogSumExp"}
 _ALIASES = {"Identity", "Dropout"}
 _SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization",
             "GlobalMaxPool", "LRN"}

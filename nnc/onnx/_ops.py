@@ -11,6 +11,7 @@ import numpy as np
 
 from nnc.cmd.command import Cmd
 from nnc.cmd.pooling import pool_shape
+from nnc.onnx._ops_math import MATH_OPS, MathEmitter, check_math
 from nnc.onnx._ops_misc import MISC_OPS, MiscEmitter
 from nnc.onnx._ops_norm import NORM_OPS, NormEmitter, check_norm
 from nnc.tensor.constant import frozen_copy
@@ -21,11 +22,13 @@ TO_NCHW = (0, 3, 1, 2)
 UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Sqrt": "EWSQRT", "Exp": "EWEXP",
          "Log": "EWLOG"}
 _REDUCE = {"ReduceSum": "REDUCE_SUM", "ReduceMean": "REDUCE_MEAN", "ReduceMax": "REDUCE_MAX"}
-_REDUCE.update(ReduceMin="REDUCE_MIN", ReduceProd="REDUCE_PROD", ReduceL2="REDUCE_NORM2")
+_REDUCE.update(ReduceMin="REDUCE_MIN", ReduceProd="REDUCE_PROD", ReduceL2="REDUCE_NORM2",
+               ReduceLogSumExp="REDUCE_LOGSUMEXP")
 # The element-wise family's operators without parameters (nnc/cmd/elementwise/activation.py)
 # and its broadcasting binary ones (binary.py; Sub is ADD with q=-1, NNC having no EWSUB).
 ACTIVATIONS = {"Erf": "ERF", "Abs": "EWABS", "HardSwish": "HARD_SWISH"}
-BROADCAST = {"Div": "EWDIV", "Pow": "EWPOW", "Min": "MIN", "Max": "MAX", "Sub": "ADD"}
+BROADCAST = {"Div": "EWDIV", "Pow": "EWPOW", "Min": "MIN", "Max": "MAX", "Sub": "ADD",
+             "PRelu": "PRELU"}
 
 
 def perm_shape(shape, perm):
@@ -165,6 +168,8 @@ def check_node(op, attrs, node, consts, ranks):
             return f"attribute 'size' = {attrs.get('size')!r}: LRN needs an int >= 1"
     elif op in NORM_OPS:
         return check_norm(op, attrs, node, consts, ranks)
+    elif op in MATH_OPS:
+        return check_math(op, attrs, node, consts, ranks)
     elif op in ("Min", "Max", "Sum", "Mean"):
         if not [i for i in ins if i]:
             return "no inputs"
@@ -204,11 +209,11 @@ _OPS = {"Conv", "Relu", "Clip", "Add", "Mul", "MaxPool", "AveragePool", "GlobalA
         "Identity", "Dropout", "Transpose", "Constant", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
 _OPS |= {"Gelu", "HardSigmoid", "Neg"} | set(ACTIVATIONS) | set(BROADCAST)
 _OPS |= {"GlobalMaxPool", "Sum", "Mean", "LRN"}
-_OPS |= NORM_OPS
+_OPS |= NORM_OPS | MATH_OPS
 _OPS |= MISC_OPS    # checked by _ops_misc.check_misc, which needs the shapes and the opset
 
 
-class OpEmitter(MiscEmitter, NormEmitter):
+class OpEmitter(MiscEmitter, NormEmitter, MathEmitter):
     """The ``_op_<OpType>(k, node, attrs)`` methods the loader's emit pass calls, one per ONNX
     operator, mixed into ``_load._Loader`` (which supplies ``get``, ``storage``, ``node``,
     ``_write``, ``const`` and the plan's ``layout``/``shapes``/``consts``)."""
@@ -325,6 +330,10 @@ class OpEmitter(MiscEmitter, NormEmitter):
 
     def _op_Sub(self, k, n, a):
         self._binary(n, "ADD", q=-1.0)
+
+    def _op_PRelu(self, k, n, a):
+        # The slope broadcasts to x (ONNX's unidirectional rule; PRELU's check holds it).
+        self._binary(n, "PRELU")
 
     def _op_Min(self, k, n, a):
         """Min and Max take 1 or more inputs: folded pairwise, MIN(MIN(x0, x1), x2) ..., each
@@ -680,4 +689,4 @@ class OpEmitter(MiscEmitter, NormEmitter):
         self.deps[out] = [e]
 
     _op_ReduceMean = _op_ReduceMax = _op_ReduceSum
-    _op_ReduceMin = _op_ReduceProd = _op_ReduceL2 = _op_ReduceSum
+    _op_ReduceMin = _op_ReduceProd = _op_ReduceL2 = _op_ReduceLogSumExp = _op_ReduceSum

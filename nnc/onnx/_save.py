@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from nnc.base.core import NNCError
+from nnc.onnx._ops_math import ELEMENTARY, PARAMETERISED
 from nnc.onnx._save_misc import MISC_SAVABLE, MiscSaver
 from nnc.tensor.tensor import Tensor
 
@@ -300,6 +301,13 @@ class _Saver(MiscSaver):
         return self.init(np.transpose(t.numpy(), perm), "w")
 
     # -- commands ----------------------------------------------------------------------------
+    def _math(self, name, p, x):
+        """One command of _MATH as its ONNX operator."""
+        if name == "MISH" and self.opset < 18:
+            return self.node("Mul", [x, self.node("Tanh", [self.node("Softplus", [x])])])
+        attrs = {key: p[param] for key, param in _MATH_ATTRS.get(name, {}).items()}
+        return self.node(_MATH[name], [x], **attrs)
+
     def _conv_epilogue(self, out, p, ins, dt):
         """Graph.simplify's fused epilogue as the nodes it folded: + residual, then the
         activation (NHWC, after the transpose back)."""
@@ -420,6 +428,8 @@ class _Saver(MiscSaver):
             out = self._gemm(cmd, ins)
         elif name in _ACTIVATIONS:
             out = self.node(_ACTIVATIONS[name], [self.read(x) for x in ins])
+        elif name in _MATH:
+            out = self._math(name, p, self.read(ins[0]))
         elif name == "HARD_SIGMOID":
             out = self.node("HardSigmoid", [self.read(ins[0])], alpha=p["alpha"], beta=p["beta"])
         elif name == "SWISH":
@@ -550,7 +560,8 @@ class _Saver(MiscSaver):
 
 _UNARY = {"RELU": "Relu", "EWEXP": "Exp", "EWLOG": "Log", "EWSQRT": "Sqrt", "SIGMOID": "Sigmoid",
           "TANH": "Tanh", "SOFTMAX": "Softmax"}
-_REDUCE = {"REDUCE_SUM": "ReduceSum", "REDUCE_MEAN": "ReduceMean", "REDUCE_MAX": "ReduceMax"}
+_REDUCE = {"REDUCE_SUM": "ReduceSum", "REDUCE_MEAN": "ReduceMean", "REDUCE_MAX": "ReduceMax",
+           "REDUCE_LOGSUMEXP": "ReduceLogSumExp"}
 _REDUCE.update(REDUCE_MIN="ReduceMin", REDUCE_PROD="ReduceProd", REDUCE_NORM2="ReduceL2")
 SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL", "CLAMP", "ADD",
            "MUL", "EWSUM", "EWPROD", "EWDIV", "SCALAR_MUL", "TRANSPOSE", "GEMM"} | set(_UNARY) \
@@ -558,12 +569,19 @@ SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL"
 # The element-wise family's other commands: one ONNX operator each (GELU before opset 20, and
 # SWISH, as their definitions).
 _ACTIVATIONS = {"ERF": "Erf", "EWABS": "Abs", "HARD_SWISH": "HardSwish", "EWPOW": "Pow",
-                "MIN": "Min", "MAX": "Max"}
+                "MIN": "Min", "MAX": "Max", "PRELU": "PRelu"}
 SAVABLE |= {"HARD_SIGMOID", "SWISH", "GELU"} | set(_ACTIVATIONS)
 SAVABLE |= {"LRN"}
 _NORMS = {"LAYER_NORM", "GROUP_NORM", "RMSNORM"}
 SAVABLE |= _NORMS
 SAVABLE |= MISC_SAVABLE
+# The elementary functions and the activations of nnc/onnx/_ops_math.py: the operator of each, and
+# the attributes from its parameters (MISH before opset 18, which has no Mish, as its definition).
+_MATH = {cmd: op for op, cmd in ELEMENTARY.items()}
+_MATH.update({cmd: op for op, (cmd, _) in PARAMETERISED.items()})
+_MATH_ATTRS = {cmd: {key: param for key, (param, _) in keys.items()}
+               for cmd, keys in PARAMETERISED.values()}
+SAVABLE |= set(_MATH)
 
 
 def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, opset=17):

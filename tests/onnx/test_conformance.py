@@ -21,7 +21,10 @@ CLAIMED = ("Relu", "Add", "Sub", "Mul", "Div", "Pow", "Conv", "MaxPool", "Averag
            "Slice", "Split", "Squeeze", "Unsqueeze", "Min", "Max", "Sum", "Mean", "ReduceSum",
            "ReduceMean", "ReduceMax", "Dropout", "Identity", "LayerNormalization",
            "GroupNormalization", "InstanceNormalization", "Resize", "Pad", "Gather", "Cast",
-           "ArgMax", "ArgMin", "ReduceMin", "ReduceProd", "ReduceL2", "Upsample")
+           "ArgMax", "ArgMin", "ReduceMin", "ReduceProd", "ReduceL2", "Upsample", "LeakyRelu",
+           "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Swish",
+           "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos",
+           "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "ReduceLogSumExp", "PRelu")
 
 
 @pytest.fixture(scope="module")

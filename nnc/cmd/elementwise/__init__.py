@@ -1,8 +1,11 @@
 """Layer 2 command, the element-wise family: this module (EW*, SCALAR_MUL, RELU, SIGMOID, TANH),
 binary.py (ADD, MUL, EWPOW, MIN, MAX with broadcasting), clamp.py (CLAMP), activation.py (SWISH,
-GELU, HARD_SWISH, HARD_SIGMOID, ERF, EWABS): definitions and CPU_REF; cpu_opt.pyx,
-cpu_opt_unary.pyx, cpu_opt_binary.pyx and cpu_opt_act.pyx: their CPU_OPT C loops; gpu/ (layer 3,
-never imported from here): GPU_REF of EW*, RELU and SCALAR_MUL, registered by nnc.cuda.builtins.
+GELU, HARD_SWISH, HARD_SIGMOID, ERF, EWABS, LEAKY_RELU, ELU, SELU, CELU, SOFTPLUS, SOFTSIGN, MISH,
+THRESHOLDED_RELU), elementary.py (EWFLOOR, EWCEIL, EWROUND, EWSIGN, the trigonometric and
+hyperbolic EW* functions): definitions and CPU_REF; cpu_opt.pyx, cpu_opt_unary.pyx,
+cpu_opt_binary.pyx, cpu_opt_act.pyx and cpu_opt_elementary.pyx: their CPU_OPT C loops; gpu/
+(layer 3, never imported from here): GPU_REF of EW*, RELU and SCALAR_MUL, registered by
+nnc.cuda.builtins.
 
 Element-wise commands: EWSUM, EWPROD, EWDIV, EWEXP, EWLOG, EWSQRT, SCALAR_MUL, RELU, SIGMOID,
 TANH (NNC: cmd/ew, cmd/scalar_mul, cmd/relu, cmd/sigmoid, cmd/tanh). All inputs and outputs share

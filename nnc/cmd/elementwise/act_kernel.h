@@ -111,10 +111,51 @@ static inline double nnc_hard_swish_f64(double x)
 static inline float nnc_erf_f32(float x) { return (float)erf(x); }
 static inline double nnc_erf_f64(double x) { return erf(x); }
 
+/* The parameterised rectifiers and the smooth ones (ONNX's LeakyRelu, Elu, Selu, Celu, Softplus,
+ * Softsign, Mish, ThresholdedRelu). Each is computed in double and, for float32, rounded once,
+ * as CPU_REF does: a float32 product with a parameter rounded to float32 first (alpha = 0.01)
+ * would differ from CPU_REF by an ulp. a and b are the command's parameters (struct fields).
+ *   LEAKY_RELU(x)       = x < 0 ? a x : x                          (a: negative_slope)
+ *   ELU(x)              = x < 0 ? a (e^x - 1) : x                  (a: alpha)
+ *   SELU(x)             = b (x < 0 ? a (e^x - 1) : x)              (a: alpha, b: gamma)
+ *   CELU(x)             = x < 0 ? a (e^(x/a) - 1) : x              (a: alpha, nonzero)
+ *   SOFTPLUS(x)         = log(1 + e^x) = max(x, 0) + log1p(e^-|x|) (never overflows)
+ *   SOFTSIGN(x)         = x / (1 + |x|), +-1 at +-inf (the limit, not inf / inf)
+ *   MISH(x)             = x tanh(SOFTPLUS(x)), -0 at -inf (the limit, not -inf * 0)
+ *   THRESHOLDED_RELU(x) = x > a ? x : 0                            (a: alpha)
+ * e^x - 1 is libm's expm1 (no cancellation near 0). NaN stays NaN in all of them. Accuracy:
+ * float32 correctly rounded but for double-rounding ties; float64 within 4 ulp of CPU_REF
+ * (glibc's expm1, log1p and tanh against NumPy's SIMD ones). */
+static inline double nnc_leaky_relu_f64(double x, double a) { return x < 0.0 ? a * x : x; }
+static inline double nnc_elu_f64(double x, double a) { return x < 0.0 ? a * expm1(x) : x; }
+static inline double nnc_selu_f64(double x, double a, double b)
+{
+    return b * (x < 0.0 ? a * expm1(x) : x);
+}
+static inline double nnc_celu_f64(double x, double a) { return x < 0.0 ? a * expm1(x / a) : x; }
+static inline double nnc_softplus_f64(double x)
+{
+    return (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x)));
+}
+static inline double nnc_softsign_f64(double x)
+{
+    return fabs(x) == INFINITY ? copysign(1.0, x) : x / (1.0 + fabs(x));
+}
+static inline double nnc_mish_f64(double x)
+{
+    return x == -INFINITY ? -0.0 : x * tanh(nnc_softplus_f64(x));
+}
+static inline double nnc_thresholded_relu_f64(double x, double a)
+{
+    /* "x <= a" is false for NaN, so NaN passes through (as CPU_REF keeps it). */
+    return x <= a ? 0.0 : x;
+}
+
 /* ---- CPU_OPT loops: y[i] = f(x[i]) for i < n (y may be x). */
 
 enum { NNC_ACT_SWISH, NNC_ACT_GELU, NNC_ACT_GELU_TANH, NNC_ACT_HARD_SWISH, NNC_ACT_HARD_SIGMOID,
-       NNC_ACT_ERF };
+       NNC_ACT_ERF, NNC_ACT_LEAKY_RELU, NNC_ACT_ELU, NNC_ACT_SELU, NNC_ACT_CELU, NNC_ACT_SOFTPLUS,
+       NNC_ACT_SOFTSIGN, NNC_ACT_MISH, NNC_ACT_THRESHOLDED_RELU };
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define NNC_ACT_X86 1
@@ -133,15 +174,33 @@ enum { NNC_ACT_SWISH, NNC_ACT_GELU, NNC_ACT_GELU_TANH, NNC_ACT_HARD_SWISH, NNC_A
     TARGET static void nnc_act_hard_sigmoid_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n,       \
                                                          T alpha, T beta)                      \
     { for (ptrdiff_t i = 0; i < n; i++) y[i] = nnc_hard_sigmoid_##SFX(x[i], alpha, beta); }    \
-    static void nnc_act_##SFX##_##ISA(int op, T* y, const T* x, ptrdiff_t n, T a, T b)         \
+    TARGET static void nnc_act_leaky_relu_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n, double a) \
+    { for (ptrdiff_t i = 0; i < n; i++) y[i] = (T)nnc_leaky_relu_f64(x[i], a); }               \
+    TARGET static void nnc_act_thresholded_relu_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n,   \
+                                                             double a)                         \
+    { for (ptrdiff_t i = 0; i < n; i++) y[i] = (T)nnc_thresholded_relu_f64(x[i], a); }         \
+    TARGET static void nnc_act_softsign_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)           \
+    { for (ptrdiff_t i = 0; i < n; i++) y[i] = (T)nnc_softsign_f64(x[i]); }                    \
+    static void nnc_act_##SFX##_##ISA(int op, T* y, const T* x, ptrdiff_t n, double a, double b) \
     {                                                                                          \
         ptrdiff_t i;                                                                           \
         switch (op) {                                                                          \
         case NNC_ACT_SWISH: nnc_act_swish_##SFX##_##ISA(y, x, n); break;                       \
         case NNC_ACT_GELU_TANH: nnc_act_gelu_tanh_##SFX##_##ISA(y, x, n); break;               \
         case NNC_ACT_HARD_SWISH: nnc_act_hard_swish_##SFX##_##ISA(y, x, n); break;             \
-        case NNC_ACT_HARD_SIGMOID: nnc_act_hard_sigmoid_##SFX##_##ISA(y, x, n, a, b); break;   \
+        case NNC_ACT_HARD_SIGMOID: nnc_act_hard_sigmoid_##SFX##_##ISA(y, x, n, (T)a, (T)b);    \
+            break;                                                                             \
         case NNC_ACT_GELU: for (i = 0; i < n; i++) y[i] = nnc_gelu_erf_##SFX(x[i]); break;     \
+        case NNC_ACT_LEAKY_RELU: nnc_act_leaky_relu_##SFX##_##ISA(y, x, n, a); break;          \
+        case NNC_ACT_THRESHOLDED_RELU: nnc_act_thresholded_relu_##SFX##_##ISA(y, x, n, a);     \
+            break;                                                                             \
+        case NNC_ACT_SOFTSIGN: nnc_act_softsign_##SFX##_##ISA(y, x, n); break;                 \
+        /* libm's expm1, log1p, tanh: scalar calls, one loop each. */                          \
+        case NNC_ACT_ELU: for (i = 0; i < n; i++) y[i] = (T)nnc_elu_f64(x[i], a); break;       \
+        case NNC_ACT_SELU: for (i = 0; i < n; i++) y[i] = (T)nnc_selu_f64(x[i], a, b); break;  \
+        case NNC_ACT_CELU: for (i = 0; i < n; i++) y[i] = (T)nnc_celu_f64(x[i], a); break;     \
+        case NNC_ACT_SOFTPLUS: for (i = 0; i < n; i++) y[i] = (T)nnc_softplus_f64(x[i]); break; \
+        case NNC_ACT_MISH: for (i = 0; i < n; i++) y[i] = (T)nnc_mish_f64(x[i]); break;        \
         default: for (i = 0; i < n; i++) y[i] = nnc_erf_##SFX(x[i]); break;                    \
         }                                                                                      \
     }
@@ -156,16 +215,16 @@ NNC_ACT_LOOPS(double, f64, avx512, NNC_ACT_TARGET_AVX512)
 #endif
 
 /* y[i] = op(x[i]) for i < n at ISA level isa (0 baseline, 1 AVX2, 2 AVX-512: nnc/base/isa.pxd);
- * a, b: HARD_SIGMOID's alpha and beta. */
+ * a, b: the command's parameters (HARD_SIGMOID's alpha and beta, LEAKY_RELU's slope, ...). */
 static void nnc_act_f32(int op, int isa, float* y, const float* x, ptrdiff_t n, double a,
                         double b)
 {
 #ifdef NNC_ACT_X86
-    if (isa >= 2) { nnc_act_f32_avx512(op, y, x, n, (float)a, (float)b); return; }
-    if (isa == 1) { nnc_act_f32_avx2(op, y, x, n, (float)a, (float)b); return; }
+    if (isa >= 2) { nnc_act_f32_avx512(op, y, x, n, a, b); return; }
+    if (isa == 1) { nnc_act_f32_avx2(op, y, x, n, a, b); return; }
 #endif
     (void)isa;
-    nnc_act_f32_base(op, y, x, n, (float)a, (float)b);
+    nnc_act_f32_base(op, y, x, n, a, b);
 }
 
 static void nnc_act_f64(int op, int isa, double* y, const double* x, ptrdiff_t n, double a,

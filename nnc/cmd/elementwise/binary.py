@@ -1,4 +1,4 @@
-"""ADD, MUL, EWPOW, MIN and MAX with broadcasting, and EWDIV's broadcast check (NNC:
+"""ADD, MUL, EWPOW, MIN, MAX and PRELU with broadcasting, and EWDIV's broadcast check (NNC:
 cmd/blas/ccv_nnc_add_cpu_ref.c, ccv_nnc_mul_cpu_ref.c, cmd/compare, cmd/ew).
 
 - ADD: out = p * a + q * b (parameters ``p=1.0``, ``q=1.0``); b may be None, then out = p * a.
@@ -9,6 +9,9 @@ cmd/blas/ccv_nnc_add_cpu_ref.c, ccv_nnc_mul_cpu_ref.c, cmd/compare, cmd/ew).
   with a non-integer exponent gives NaN).
 - MIN, MAX: out = a < b ? a : b and a > b ? a : b, NNC's ccv_min/ccv_max (a tie gives b), except
   that a NaN in either input gives NaN (NumPy's and ONNX's rule; NNC's returns b for a NaN a).
+- PRELU (nnc's, named in NNC's style; ONNX's PRelu): (x, slope) -> x < 0 ? slope * x : x, in
+  float64 rounded once; the slope broadcasts to x (ONNX's unidirectional broadcast: the output
+  has x's shape). NaN stays NaN.
 
 Broadcasting is NNC's rule, which is NumPy's: shapes are aligned at their last axis, a missing
 leading axis counts as 1, and on every axis each input has either the output's size or 1. The
@@ -95,6 +98,18 @@ def broadcast_check(*, optional_first=False):
     return check
 
 
+def _prelu_check(cmd, inputs, outputs):
+    broadcast_check()(cmd, inputs, outputs)
+    if tuple(outputs[0].shape) != tuple(inputs[0].shape):
+        raise CommandError(f"PRELU: the slope of shape {tuple(inputs[1].shape)} must broadcast "
+                           f"to x's shape {tuple(inputs[0].shape)} (the output is x's shape)")
+
+
+def _prelu_ref(cmd, inputs, outputs):
+    x, slope = (np.asarray(v, dtype=np.float64) for v in inputs)
+    outputs[0][...] = np.where(x < 0, slope * x, x)
+
+
 def _ewpow_ref(cmd, inputs, outputs):
     # Both operands whole: NumPy takes a broadcast exponent of 0.5 as sqrt, which departs from
     # C's pow at -0 and -inf (pow(-inf, 0.5) = inf, sqrt(-inf) = NaN).
@@ -137,3 +152,5 @@ def register():
     for name, fn in (("EWPOW", _ewpow_ref), ("MIN", _min_ref), ("MAX", _max_ref)):
         register_command(name, inplace="allow", check=broadcast_check())
         register_backend(name, "CPU_REF", fn)
+    register_command("PRELU", inplace="allow", check=_prelu_check)
+    register_backend("PRELU", "CPU_REF", _prelu_ref)

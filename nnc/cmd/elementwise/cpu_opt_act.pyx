@@ -1,11 +1,13 @@
-"""CPU_OPT for SWISH, GELU, HARD_SWISH, HARD_SIGMOID, ERF (act_kernel.h) and EWABS: C loops
-(NNC: cmd/swish, cmd/gelu, cmd/ew).
+"""CPU_OPT for SWISH, GELU, HARD_SWISH, HARD_SIGMOID, ERF, LEAKY_RELU, ELU, SELU, CELU, SOFTPLUS,
+SOFTSIGN, MISH, THRESHOLDED_RELU (act_kernel.h) and EWABS: C loops (NNC: cmd/swish, cmd/gelu,
+cmd/leaky_relu, cmd/ew).
 
 The per-element functions, how each is computed and its accuracy against CPU_REF are in
 act_kernel.h beside this module; a convolution epilogue can include the same header. Loops run
 at the ISA level cpu_isa() names (nnc/base/isa.pxd), so set_cpu_isa moves them as it moves the
-GEMM tiles. GELU's parameter ``tanh`` is the C struct's ``a``; HARD_SIGMOID's alpha and beta are
-``a`` and ``b`` (nnc/cmd/command.pyx fills them).
+GEMM tiles. GELU's parameter ``tanh`` is the C struct's ``a``; HARD_SIGMOID's alpha and beta, and
+SELU's alpha and gamma, are ``a`` and ``b``; LEAKY_RELU's negative_slope and the alpha of ELU,
+CELU and THRESHOLDED_RELU are ``a`` (nnc/cmd/command.pyx fills them).
 
 Each backend re-checks what it relies on (non-NULL, contiguous, CPU, one float datatype, equal
 element counts) and returns NNC_INVALID before writing anything. Big tensors are cut into parts
@@ -28,6 +30,14 @@ cdef extern from "cmd/elementwise/act_kernel.h":
         NNC_ACT_HARD_SWISH
         NNC_ACT_HARD_SIGMOID
         NNC_ACT_ERF
+        NNC_ACT_LEAKY_RELU
+        NNC_ACT_ELU
+        NNC_ACT_SELU
+        NNC_ACT_CELU
+        NNC_ACT_SOFTPLUS
+        NNC_ACT_SOFTSIGN
+        NNC_ACT_MISH
+        NNC_ACT_THRESHOLDED_RELU
     void nnc_act_f32(int op, int isa, float* y, const float* x, Py_ssize_t n, double a,
                      double b) noexcept nogil
     void nnc_act_f64(int op, int isa, double* y, const double* x, Py_ssize_t n, double a,
@@ -50,7 +60,7 @@ ctypedef struct act_t:
     int dtype                           # NNC_32F or NNC_64F
     void* y
     const void* x
-    double a, b                         # HARD_SIGMOID's alpha and beta
+    double a, b                         # the command's parameters (param.a, param.b)
     Py_ssize_t count
 
 
@@ -127,9 +137,60 @@ cdef int ewabs_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     return _act_exec(OP_ABS, p, inputs, n_in, outputs, n_out, ctx)
 
 
+cdef int leaky_relu_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                        nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _act_exec(NNC_ACT_LEAKY_RELU, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int elu_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                 nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _act_exec(NNC_ACT_ELU, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int selu_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                  nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _act_exec(NNC_ACT_SELU, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int celu_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                  nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    if p.a == 0:                        # x / alpha: normalize refuses 0; a direct caller too
+        return NNC_INVALID
+    return _act_exec(NNC_ACT_CELU, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int softplus_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                      nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _act_exec(NNC_ACT_SOFTPLUS, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int softsign_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                      nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _act_exec(NNC_ACT_SOFTSIGN, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int mish_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                  nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _act_exec(NNC_ACT_MISH, p, inputs, n_in, outputs, n_out, ctx)
+
+
+cdef int thresholded_relu_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                              nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _act_exec(NNC_ACT_THRESHOLDED_RELU, p, inputs, n_in, outputs, n_out, ctx)
+
+
 def register():
     """Register the CPU_OPT C backends of this module (called once by register_builtins)."""
     cdef int mask = NNC_32F | NNC_64F
+    register_c_backend("LEAKY_RELU", "CPU_OPT", leaky_relu_opt, mask, True, None, None, True)
+    register_c_backend("ELU", "CPU_OPT", elu_opt, mask, True, None, None, True)
+    register_c_backend("SELU", "CPU_OPT", selu_opt, mask, True, None, None, True)
+    register_c_backend("CELU", "CPU_OPT", celu_opt, mask, True, None, None, True)
+    register_c_backend("SOFTPLUS", "CPU_OPT", softplus_opt, mask, True, None, None, True)
+    register_c_backend("SOFTSIGN", "CPU_OPT", softsign_opt, mask, True, None, None, True)
+    register_c_backend("MISH", "CPU_OPT", mish_opt, mask, True, None, None, True)
+    register_c_backend("THRESHOLDED_RELU", "CPU_OPT", thresholded_relu_opt, mask, True, None,
+                       None, True)
     register_c_backend("SWISH", "CPU_OPT", swish_opt, mask, True, None, None, True)
     register_c_backend("GELU", "CPU_OPT", gelu_opt, mask, True, None, None, True)
     register_c_backend("HARD_SWISH", "CPU_OPT", hard_swish_opt, mask, True, None, None, True)

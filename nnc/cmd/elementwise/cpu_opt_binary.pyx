@@ -1,4 +1,4 @@
-"""CPU_OPT C backends of ADD, MUL, EWDIV, EWPOW, MIN, MAX and CLAMP (NNC:
+"""CPU_OPT C backends of ADD, MUL, EWDIV, EWPOW, MIN, MAX, PRELU and CLAMP (NNC:
 cmd/blas/ccv_nnc_add_cpu_opt, cmd/ew, cmd/compare, cmd/clamp).
 
 Each is an ``nnc_cmd_exec_f``, so graph runners call it with no Python (ResNet's residual ADDs,
@@ -6,8 +6,8 @@ MobileNet-V2's ReLU6 CLAMPs). Their scalars come from the C parameter struct (nn
 ADD's p and q are ``a`` and ``b``, MUL's p is ``a``, CLAMP's min and max are ``a`` and ``b``
 (NaN: no bound on that side).
 
-Cases taken (contiguous float32/float64 tensors of one dtype): ADD, MUL, EWDIV, EWPOW, MIN and
-MAX where one input has the output's shape and the other has it too, is one trailing row of it
+Cases taken (contiguous float32/float64 tensors of one dtype): ADD, MUL, EWDIV, EWPOW, MIN, MAX
+and PRELU where one input has the output's shape and the other has it too, is one trailing row of it
 (a per-channel [C] vector of an NHWC tensor) or is a single element, or is absent (ADD, MUL:
 out = p * a; EWDIV: out = 1 / b), leading 1s aside; CLAMP on any shape. For EWDIV, EWPOW, MIN
 and MAX the whole input may be either one (``swap`` says it is b), as their operands do not
@@ -39,6 +39,7 @@ cdef enum:
     OP_POW = 4
     OP_MIN = 5
     OP_MAX = 6
+    OP_PRELU = 7                        # y = a < 0 ? b * a : a, a the input x, b the slope
 
 cdef enum:
     B_NONE = 0                          # out = p * a
@@ -60,7 +61,7 @@ ctypedef struct ew_t:
     const void* a                       # the input with the output's shape
     const void* b                       # the other input (mode != B_NONE), else NULL
     double p, q                         # ADD: y = p*a + q*b; MUL: y = p*a*b; CLAMP: [p, q]
-    bint swap                           # OP_DIV..OP_MAX: a is the command's b, so y = f(b, a)
+    bint swap                           # OP_DIV..OP_PRELU: a is the command's b, so y = f(b, a)
     Py_ssize_t count                    # elements of y
     Py_ssize_t m                        # B_ROW: row length (count % m == 0); else 1
     Py_ssize_t chunk                    # elements per part; B_ROW: a multiple of m
@@ -75,6 +76,8 @@ cdef extern from *:
     #define NNC_BIN_DIV(a, b) ((a) / (b))
     #define NNC_BIN_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
     #define NNC_BIN_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
+    /* PRELU: x < 0 ? slope * x : x (NaN fails the compare and stays NaN). */
+    #define NNC_BIN_PRELU(a, b) ((a) < 0 ? (b) * (a) : (a))
     /* float32 pow in double, rounded once: CPU_REF's float64 result, rounded alike. */
     #define NNC_BIN_POW_f32(a, b) ((float)pow((double)(a), (double)(b)))
     #define NNC_BIN_POW_f64(a, b) pow((a), (b))
@@ -98,11 +101,14 @@ cdef extern from *:
     NNC_BIN_LOOP(nnc_bin_min_f64, double, NNC_BIN_MIN)
     NNC_BIN_LOOP(nnc_bin_max_f32, float, NNC_BIN_MAX)
     NNC_BIN_LOOP(nnc_bin_max_f64, double, NNC_BIN_MAX)
+    NNC_BIN_LOOP(nnc_bin_prelu_f32, float, NNC_BIN_PRELU)
+    NNC_BIN_LOOP(nnc_bin_prelu_f64, double, NNC_BIN_PRELU)
     NNC_BIN_LOOP(nnc_bin_pow_f32, float, NNC_BIN_POW_f32)
     NNC_BIN_LOOP(nnc_bin_pow_f64, double, NNC_BIN_POW_f64)
 
-    /* The values of this module's OP_DIV..OP_MAX. */
-    enum { NNC_BIN_OP_DIV = 3, NNC_BIN_OP_POW = 4, NNC_BIN_OP_MIN = 5 };
+    /* The values of this module's OP_DIV..OP_PRELU. */
+    enum { NNC_BIN_OP_DIV = 3, NNC_BIN_OP_POW = 4, NNC_BIN_OP_MIN = 5, NNC_BIN_OP_MAX = 6,
+           NNC_BIN_OP_PRELU = 7 };
 
     #define NNC_BIN_CALL(SFX)                                                           \\
         static void nnc_bin_##SFX(int op, T_##SFX* y, const T_##SFX* a, ptrdiff_t sa,   \\
@@ -117,7 +123,8 @@ cdef extern from *:
             case NNC_BIN_OP_DIV: nnc_bin_div_##SFX(y, a, sa, b, sb, n); break;          \\
             case NNC_BIN_OP_POW: nnc_bin_pow_##SFX(y, a, sa, b, sb, n); break;          \\
             case NNC_BIN_OP_MIN: nnc_bin_min_##SFX(y, a, sa, b, sb, n); break;          \\
-            default: nnc_bin_max_##SFX(y, a, sa, b, sb, n); break;                      \\
+            case NNC_BIN_OP_MAX: nnc_bin_max_##SFX(y, a, sa, b, sb, n); break;          \\
+            default: nnc_bin_prelu_##SFX(y, a, sa, b, sb, n); break;                    \\
             }                                                                           \\
         }
     typedef float T_f32;
@@ -133,7 +140,7 @@ cdef extern from *:
 
 cdef void _bin(int op, real* y, const real* a, Py_ssize_t sa, const real* b, Py_ssize_t sb,
                Py_ssize_t n) noexcept nogil:
-    """y = f(a, b) for OP_DIV..OP_MAX; a step sa or sb of 0 makes that operand one value."""
+    """y = f(a, b) for OP_DIV..OP_PRELU; a step sa or sb of 0 makes that operand one value."""
     if real is float:
         nnc_bin_f32(op, y, a, sa, b, sb, n)
     else:
@@ -294,7 +301,7 @@ cdef bint _row_of(const nnc_tensor_t* t, const nnc_tensor_t* y) noexcept nogil:
 
 cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                       nnc_tensor_t** outputs, int n_out, ew_t* e) noexcept nogil:
-    """Fill e for ADD, MUL or OP_DIV..OP_MAX on these tensors, or NNC_INVALID (nothing
+    """Fill e for ADD, MUL or OP_DIV..OP_PRELU on these tensors, or NNC_INVALID (nothing
     written)."""
     cdef nnc_tensor_t* y
     cdef nnc_tensor_t* a
@@ -407,6 +414,12 @@ cdef int max_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     return _binary_opt(OP_MAX, p, inputs, n_in, outputs, n_out, ctx)
 
 
+cdef int prelu_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                   nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    # The check keeps x the output's shape, so the plan never swaps x and the slope.
+    return _binary_opt(OP_PRELU, p, inputs, n_in, outputs, n_out, ctx)
+
+
 def _accept_binary(Cmd cmd, list inputs, list outputs):
     """ADD's and MUL's accept: the C backend's own checks, run on the Tensors' C views."""
     cdef nnc_tensor_t* io[3]
@@ -429,8 +442,8 @@ def _accept_other(Cmd cmd, list inputs, list outputs):
 
 
 def register():
-    """Register ADD's, MUL's, EWDIV's, EWPOW's, MIN's, MAX's and CLAMP's CPU_OPT (called once
-    by register_builtins)."""
+    """Register ADD's, MUL's, EWDIV's, EWPOW's, MIN's, MAX's, PRELU's and CLAMP's CPU_OPT
+    (called once by register_builtins)."""
     mask = NNC_32F | NNC_64F
     register_c_backend("ADD", "CPU_OPT", add_opt, mask, True, _accept_binary, None, True)
     register_c_backend("MUL", "CPU_OPT", mul_opt, mask, True, _accept_binary, None, True)
@@ -438,4 +451,5 @@ def register():
     register_c_backend("EWPOW", "CPU_OPT", ewpow_opt, mask, True, _accept_other, None, True)
     register_c_backend("MIN", "CPU_OPT", min_opt, mask, True, _accept_other, None, True)
     register_c_backend("MAX", "CPU_OPT", max_opt, mask, True, _accept_other, None, True)
+    register_c_backend("PRELU", "CPU_OPT", prelu_opt, mask, True, _accept_other, None, True)
     register_c_backend("CLAMP", "CPU_OPT", clamp_opt, mask, True, None, None, True)

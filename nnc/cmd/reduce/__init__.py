@@ -1,9 +1,9 @@
 """Layer 2 command, the reduce family: this module (the definitions and CPU_REF), cpu_opt.pyx
 (CPU_OPT). No GPU backend.
 
-REDUCE_SUM, REDUCE_MEAN, REDUCE_MAX, REDUCE_MIN and REDUCE_NORM2 over some axes (NNC: cmd/reduce,
-CMD_REDUCE_SUM_FORWARD and friends, whose ``reduce.axis``/``count`` is ``axes`` here), and
-REDUCE_PROD (NNC has none; named in its style).
+REDUCE_SUM, REDUCE_MEAN, REDUCE_MAX, REDUCE_MIN, REDUCE_NORM2 and REDUCE_LOGSUMEXP over some axes
+(NNC: cmd/reduce, CMD_REDUCE_SUM_FORWARD and friends, whose ``reduce.axis``/``count`` is ``axes``
+here), and REDUCE_PROD (NNC has none; named in its style).
 
 One input, one output of the same dtype: each axis in ``axes`` has size 1 in the output and every
 other axis the input's size (NNC keeps the reduced dimensions). As in NNC, the output's shape
@@ -11,10 +11,12 @@ lines up with the input's from the right, so leading axes of size 1 may be left 
 a [2, 3] input reduced over axis 0 writes a [1, 3] or a [3] output. ``axes`` may be
 negative (counted from the end, as NumPy does) and is normalised against the input's ndim when
 the command is checked. SUM, MEAN, PROD and NORM2 (the square root of the sum of squares) are
-computed in float64 and rounded once; MAX and MIN are exact and a NaN anywhere in a reduction
-makes their result NaN (np.max, np.min; NNC's kernels skip NaN). Over no elements SUM and NORM2
-give 0, PROD 1, MEAN NaN; MAX and MIN refuse. The C loops for contiguous float32/float64
-tensors are in cpu_opt.pyx (SUM, MEAN, MAX).
+computed in float64 and rounded once, as is LOGSUMEXP, log(sum(exp(x))) as max + log(sum(exp(x -
+max))) so no exp overflows (an infinite max is not subtracted: all -inf gives -inf, any +inf
++inf); MAX and MIN are exact and a NaN anywhere in a reduction makes their result NaN (np.max,
+np.min; NNC's kernels skip NaN). Over no elements SUM and NORM2 give 0, PROD 1, MEAN NaN,
+LOGSUMEXP -inf (log 0); MAX and MIN refuse. The C loops for contiguous float32/float64 tensors
+are in cpu_opt.pyx (SUM, MEAN, MAX).
 """
 
 from numbers import Integral
@@ -26,7 +28,7 @@ from nnc.cmd import _check
 from nnc.cmd.command import register_backend, register_command
 
 NAMES = ("REDUCE_SUM", "REDUCE_MEAN", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD",
-         "REDUCE_NORM2")
+         "REDUCE_NORM2", "REDUCE_LOGSUMEXP")
 
 
 def _normalize(name):
@@ -129,8 +131,20 @@ def _norm2_ref(cmd, inputs, outputs):
     outputs[0][...] = np.sqrt(np.sum(x * x, axis=axes_of(cmd, x.ndim), keepdims=True))
 
 
+def _logsumexp_ref(cmd, inputs, outputs):
+    x = inputs[0].astype(np.float64)
+    axes = axes_of(cmd, x.ndim)
+    if x.size == 0:
+        outputs[0][...] = -np.inf   # the log of an empty sum
+        return
+    m = np.max(x, axis=axes, keepdims=True)
+    shift = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        outputs[0][...] = shift + np.log(np.sum(np.exp(x - shift), axis=axes, keepdims=True))
+
+
 def register():
-    refs = (_sum_ref, _mean_ref, _max_ref, _min_ref, _prod_ref, _norm2_ref)
+    refs = (_sum_ref, _mean_ref, _max_ref, _min_ref, _prod_ref, _norm2_ref, _logsumexp_ref)
     for name, fn in zip(NAMES, refs):
         register_command(name, inplace="none", check=_check_reduce, normalize=_normalize(name))
         register_backend(name, "CPU_REF", fn)

@@ -1,0 +1,3 @@
+"""The C CPU_OPT backends of nnc/cmd/elementwise/cpu_opt_elementary.pyx."""
+
+def register() -> None: ...
