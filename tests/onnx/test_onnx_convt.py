@@ -1,5 +1,6 @@
 """nnc.onnx for ConvTranspose: against onnxruntime on small models (strides, pads, output
-padding, output_shape, auto_pad, group, dilations) and the refusals. Tolerance as in
+padding, output_shape, auto_pad, group, dilations), saved back as ConvTranspose, and the
+refusals. Tolerance as in
 tests/onnx/test_onnx.py."""
 
 import numpy as np
@@ -9,7 +10,7 @@ import nnc
 
 onnx = pytest.importorskip("onnx", reason="nnc.onnx tests need onnx (pip install -e '.[test]')")
 ort = pytest.importorskip("onnxruntime", reason="the ONNX tests compare with onnxruntime")
-from test_onnx import check, commands, model  # noqa: E402
+from test_onnx import check, close, commands, model, nnc_run, ort_run  # noqa: E402
 
 import nnc.onnx  # noqa: E402
 
@@ -41,6 +42,16 @@ def test_conv_transpose_matches_onnxruntime(x_shape, c_out, kernel, attrs, bias)
     node = h.make_node("ConvTranspose", ins, ["y"], kernel_shape=list(kernel), **attrs)
     loaded = check(model([node], {"x": list(x_shape)}, {"y": None}, inits))
     assert "CONVOLUTION_TRANSPOSE" in commands(loaded)
+    # Saved back: ConvTranspose again, which onnxruntime and nnc run to the same values.
+    feeds = {"x": RNG.standard_normal(x_shape).astype(np.float32)}
+    want = nnc_run(loaded, feeds)
+    saved = nnc.onnx.save(loaded.graph, None, inputs=loaded.inputs, outputs=loaded.outputs,
+                          input_names=loaded.input_names, output_names=loaded.output_names)
+    assert "ConvTranspose" in {n.op_type for n in saved.graph.node}
+    for got, w in zip(ort_run(saved, feeds), want):
+        close(got, w)
+    for got, w in zip(nnc_run(nnc.onnx.load(saved), feeds), want):
+        close(got, w)
 
 
 def test_conv_transpose_refusals():
