@@ -21,7 +21,7 @@ CLAIMED = ("Relu", "Add", "Sub", "Mul", "Div", "Pow", "Conv", "MaxPool", "Averag
            "Slice", "Split", "Squeeze", "Unsqueeze", "Min", "Max", "Sum", "Mean", "ReduceSum",
            "ReduceMean", "ReduceMax", "Dropout", "Identity", "LayerNormalization",
            "GroupNormalization", "InstanceNormalization", "Resize", "Pad", "Gather", "Cast",
-           "ArgMax", "ArgMin", "ReduceMin", "ReduceProd", "ReduceL2", "Upsample")
+           "ArgMax", "ArgMin", "ReduceMin", "ReduceProd", "ReduceL2", "Upsample", "ConvTranspose")
 
 
 @pytest.fixture(scope="module")
