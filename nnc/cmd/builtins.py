@@ -41,9 +41,8 @@ def register_builtins():
         module.register()
     from nnc.cmd.attention import cpu_opt as attention_opt
     from nnc.cmd.basic import cpu_opt as basic_opt
-    from nnc.cmd.convolution import conv_transpose_opt
+    from nnc.cmd.convolution import conv_transpose_opt, winograd
     from nnc.cmd.convolution import cpu_opt as convolution_opt
-    from nnc.cmd.convolution import winograd
     from nnc.cmd.elementwise import cpu_opt as elementwise_opt
     from nnc.cmd.elementwise import cpu_opt_act, cpu_opt_binary, cpu_opt_unary
     from nnc.cmd.gemm import cpu_opt as gemm_opt
