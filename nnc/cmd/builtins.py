@@ -24,6 +24,7 @@ from nnc.cmd import (
     transpose,
     upsample,
 )
+from nnc.cmd.convolution import conv_transpose
 from nnc.cmd.elementwise import activation, binary, clamp, elementary
 
 _done = False
@@ -36,12 +37,12 @@ def register_builtins():
     _done = True
     for module in (basic, elementwise, softmax, gemm, convolution, pooling, reduce, binary, clamp,
                    transpose, activation, elementary, lrn, norm, attention, upsample, pad,
-                   index_select, argmax, datatype):
+                   index_select, argmax, datatype, conv_transpose):
         module.register()
     from nnc.cmd.attention import cpu_opt as attention_opt
     from nnc.cmd.basic import cpu_opt as basic_opt
+    from nnc.cmd.convolution import conv_transpose_opt, winograd
     from nnc.cmd.convolution import cpu_opt as convolution_opt
-    from nnc.cmd.convolution import winograd
     from nnc.cmd.elementwise import cpu_opt as elementwise_opt
     from nnc.cmd.elementwise import cpu_opt_act, cpu_opt_binary, cpu_opt_elementary, cpu_opt_unary
     from nnc.cmd.gemm import cpu_opt as gemm_opt
@@ -55,5 +56,6 @@ def register_builtins():
 
     for module in (convolution_opt, winograd, gemm_opt, pooling_opt, cpu_opt_binary,
                    elementwise_opt, basic_opt, softmax_opt, cpu_opt_unary, reduce_opt, cpu_opt_act,
-                   cpu_opt_elementary, lrn_opt, norm_opt, attention_opt, upsample_opt, pad_opt):
+                   cpu_opt_elementary, lrn_opt, norm_opt, attention_opt, upsample_opt, pad_opt,
+                   conv_transpose_opt):
         module.register()

@@ -393,6 +393,10 @@ cdef class Cmd:
             # LRN's size is one int (channels), the pools' a pair.
             self.param.size[0], self.param.size[1] = (size, 1) if self.info.name == "LRN" \
                 else size
+            if self.info.builtin and self.info.name == "CONVOLUTION_TRANSPOSE":
+                # Its dilation travels in size: it has no window size of its own (the weights'
+                # shape is the kernel's).
+                self.param.size[0], self.param.size[1] = p["dilation"]
             self.param.stride[0], self.param.stride[1] = p.get("stride", (1, 1))
             if self.info.builtin and self.info.name in ("LAYER_NORM", "RMSNORM"):
                 self.param.stride[0], self.param.stride[1] = 0, _axis_mask(p["axis"])

@@ -64,6 +64,7 @@ _SPATIAL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormali
 # NHWC for 4-D images (channels last, GROUP_NORM's fast path), ONNX's order otherwise.
 _SPATIAL |= {"GroupNormalization", "InstanceNormalization"}
 _SPATIAL |= {"Resize", "Upsample", "Pad"}   # an [N, C, H, W] input is resized/padded as NHWC
+_SPATIAL |= {"ConvTranspose"}
 
 
 def _err(msg):

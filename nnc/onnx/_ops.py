@@ -11,6 +11,7 @@ import numpy as np
 
 from nnc.cmd.command import Cmd
 from nnc.cmd.pooling import pool_shape
+from nnc.onnx._ops_convt import CONVT_OPS, ConvtEmitter, check_convt
 from nnc.onnx._ops_math import MATH_OPS, MathEmitter, check_math
 from nnc.onnx._ops_misc import MISC_OPS, MiscEmitter
 from nnc.onnx._ops_norm import NORM_OPS, NormEmitter, check_norm
@@ -170,6 +171,8 @@ def check_node(op, attrs, node, consts, ranks):
         return check_norm(op, attrs, node, consts, ranks)
     elif op in MATH_OPS:
         return check_math(op, attrs, node, consts, ranks)
+    elif op in CONVT_OPS:
+        return check_convt(attrs, node, consts, ranks)
     elif op in ("Min", "Max", "Sum", "Mean"):
         if not [i for i in ins if i]:
             return "no inputs"
@@ -209,11 +212,11 @@ _OPS = {"Conv", "Relu", "Clip", "Add", "Mul", "MaxPool", "AveragePool", "GlobalA
         "Identity", "Dropout", "Transpose", "Constant", "Sigmoid", "Tanh", "Sqrt", "Exp", "Log"}
 _OPS |= {"Gelu", "HardSigmoid", "Neg"} | set(ACTIVATIONS) | set(BROADCAST)
 _OPS |= {"GlobalMaxPool", "Sum", "Mean", "LRN"}
-_OPS |= NORM_OPS | MATH_OPS
+_OPS |= NORM_OPS | MATH_OPS | CONVT_OPS
 _OPS |= MISC_OPS    # checked by _ops_misc.check_misc, which needs the shapes and the opset
 
 
-class OpEmitter(MiscEmitter, NormEmitter, MathEmitter):
+class OpEmitter(MiscEmitter, NormEmitter, MathEmitter, ConvtEmitter):
     """The ``_op_<OpType>(k, node, attrs)`` methods the loader's emit pass calls, one per ONNX
     operator, mixed into ``_load._Loader`` (which supplies ``get``, ``storage``, ``node``,
     ``_write``, ``const`` and the plan's ``layout``/``shapes``/``consts``)."""

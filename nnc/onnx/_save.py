@@ -346,6 +346,18 @@ class _Saver(MiscSaver):
                 self.write(y, self.init(np.full(y.shape, p["value"], dtype=str(y.dtype))))
             return
         y = outs[0]
+        if name == "CONVOLUTION_TRANSPOSE":
+            # nnc's weights [C, kh, kw, O/groups] are ONNX's [C, O/groups, kH, kW] transposed.
+            args = [self.node("Transpose", [self.read(ins[0])], perm=_TO_NCHW),
+                    self.weight(ins[1], _TO_NCHW)]
+            if len(ins) > 2 and ins[2] is not None:
+                args.append(self.read(ins[2]))
+            z = self.node("ConvTranspose", args, group=p["groups"],
+                          kernel_shape=list(ins[1].shape[1:3]), pads=list(p["padding"]),
+                          strides=list(p["stride"]), dilations=list(p["dilation"]),
+                          output_padding=list(p["output_padding"]))
+            self.write(y, self.node("Transpose", [z], perm=_TO_NHWC))
+            return
         if name in ("CONVOLUTION", "MAX_POOL", "AVG_POOL"):
             x = self.node("Transpose", [self.read(ins[0])], perm=_TO_NCHW)
             top, left, bottom, right = p["padding"]
@@ -566,6 +578,7 @@ _REDUCE.update(REDUCE_MIN="ReduceMin", REDUCE_PROD="ReduceProd", REDUCE_NORM2="R
 SAVABLE = {"NOOP", "DATA_TRANSFER", "SET", "CONVOLUTION", "MAX_POOL", "AVG_POOL", "CLAMP", "ADD",
            "MUL", "EWSUM", "EWPROD", "EWDIV", "SCALAR_MUL", "TRANSPOSE", "GEMM"} | set(_UNARY) \
     | set(_REDUCE)
+SAVABLE |= {"CONVOLUTION_TRANSPOSE"}
 # The element-wise family's other commands: one ONNX operator each (GELU before opset 20, and
 # SWISH, as their definitions).
 _ACTIVATIONS = {"ERF": "Erf", "EWABS": "Abs", "HARD_SWISH": "HardSwish", "EWPOW": "Pow",
@@ -620,7 +633,8 @@ def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, o
         reason = None
         if name not in SAVABLE:
             reason = "no ONNX operator expresses it"
-        elif name in ("CONVOLUTION", "MAX_POOL", "AVG_POOL") and e.inputs[0].ndim != 4:
+        elif (name in ("CONVOLUTION", "MAX_POOL", "AVG_POOL", "CONVOLUTION_TRANSPOSE")
+              and e.inputs[0].ndim != 4):
             reason = "only [N, H, W, C] inputs"
         elif name == "LRN" and e.inputs[0].ndim < 3:
             reason = "only inputs of rank >= 3 (ONNX's LRN takes [N, C, spatial...])"

@@ -330,6 +330,10 @@ BUILTINS = [
     ('DATATYPE_CONVERSION', [
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
+    ('CONVOLUTION_TRANSPOSE', [
+        'CPU_OPT 20 cpu f32,f64 C',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
+    ]),
 ]
 
 

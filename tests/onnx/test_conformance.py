@@ -24,7 +24,8 @@ CLAIMED = ("Relu", "Add", "Sub", "Mul", "Div", "Pow", "Conv", "MaxPool", "Averag
            "ArgMax", "ArgMin", "ReduceMin", "ReduceProd", "ReduceL2", "Upsample", "LeakyRelu",
            "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Swish",
            "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos",
-           "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "ReduceLogSumExp", "PRelu")
+           "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "ReduceLogSumExp", "PRelu",
+           "ConvTranspose")
 
 
 @pytest.fixture(scope="module")
