@@ -4,7 +4,7 @@ import os
 import sqlite3
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any, SupportsIndex
+from typing import SupportsIndex
 
 import numpy.typing as npt
 
