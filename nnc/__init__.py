@@ -111,6 +111,15 @@ else:
     from nnc.stream.stream import Signal, Stream
     from nnc.stream.worker import get_num_threads, set_num_threads
     from nnc.tensor.dlpack import DLPackError, from_dlpack
+    from nnc.tensor.io import (
+        TensorIOError,
+        TensorNotFoundError,
+        tensor_eq,
+        tensor_new_from_file,
+        tensor_read,
+        tensor_write,
+        tensor_zero,
+    )
     from nnc.tensor.multiview import MultiView
     from nnc.tensor.tensor import Tensor
     from nnc.trace import trace
@@ -173,6 +182,8 @@ __all__ = [
     "StreamError",
     "Tensor",
     "TensorError",
+    "TensorIOError",
+    "TensorNotFoundError",
     "__version__",
     "backends",
     "cmd_autotune",
@@ -191,5 +202,10 @@ __all__ = [
     "set_intra_op_threads",
     "set_num_threads",
     "static_schedule",
+    "tensor_eq",
+    "tensor_new_from_file",
+    "tensor_read",
+    "tensor_write",
+    "tensor_zero",
     "trace",
 ]

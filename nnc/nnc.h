@@ -46,6 +46,10 @@ extern "C" {
     X(nnc_tensor_free, (nnc_tensor_h tensor), (tensor), "int (nnc_tensor_h)") \
     X(nnc_tensor_get, (nnc_tensor_h tensor, nnc_tensor_t* out), (tensor, out), \
       "int (nnc_tensor_h, nnc_tensor_t *)") \
+    X(nnc_tensor_write, (nnc_tensor_h tensor, const char* db_path, const char* name), \
+      (tensor, db_path, name), "int (nnc_tensor_h, char const *, char const *)") \
+    X(nnc_tensor_read, (const char* db_path, const char* name, nnc_tensor_h* tensor), \
+      (db_path, name, tensor), "int (char const *, char const *, nnc_tensor_h *)") \
     X(nnc_cmd_new, (nnc_cmd_h* out, const char* name, const char* params), \
       (out, name, params), "int (nnc_cmd_h *, char const *, char const *)") \
     X(nnc_cmd_free, (nnc_cmd_h cmd), (cmd), "int (nnc_cmd_h)") \

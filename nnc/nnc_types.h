@@ -49,6 +49,7 @@ extern "C" {
 #define NNC_ERROR_STREAM (-110)         /* work on a stream failed (reported by nnc_stream_wait) */
 #define NNC_ERROR_MEMORY (-111)         /* out of memory */
 #define NNC_ERROR_ABI (-112)            /* nnc.h and the installed nnc disagree */
+#define NNC_ERROR_IO (-113)             /* a tensor database cannot be read or written, or lacks the name */
 
 /* Backend registration: priority that means "the registry's default" (15 for a new name). */
 #define NNC_PRIORITY_DEFAULT (-1)

@@ -36,6 +36,7 @@ from nnc.capi.handle import NullError, RangeError, live_handles, parse_params
 from nnc.cmd.command import Cmd, cmd_exec, register_command
 from nnc.base.device import ArrayInterface, parse_device
 from nnc.schedule.schedule import static_schedule
+from nnc.tensor.io import tensor_read, tensor_write
 
 __all__ = ["live_handles", "parse_params"]
 
@@ -219,6 +220,38 @@ cdef api int nnc_tensor_get(nnc_tensor_h tensor, c_tensor_t* out) noexcept with 
         arg_out(out)
         t = <Tensor>handle_get(tensor, K_TENSOR, "tensor")
         memcpy(out, &t.t, sizeof(c_tensor_t))
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_tensor_write(nnc_tensor_h tensor, const char* db_path,
+                              const char* name) noexcept with gil:
+    """Write tensor as name into the SQLite tensor database at db_path (created if missing),
+    replacing a tensor of that name, in NNC's schema (nnc.tensor_write).
+    NNC: ccv_nnc_tensor_write."""
+    try:
+        t = handle_get(tensor, K_TENSOR, "tensor")
+        tensor_write(t, arg_text(db_path, "db_path"), arg_text(name, "name"))
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_tensor_read(const char* db_path, const char* name,
+                             nnc_tensor_h* tensor) noexcept with gil:
+    """Read tensor name from the database at db_path: into *tensor (same shape and datatype,
+    else NNC_ERROR_TENSOR) or, when *tensor is NULL, into a new tensor whose handle it stores
+    there (nnc.tensor_read). NNC_ERROR_IO: no such name, or no readable database.
+    NNC: ccv_nnc_tensor_read."""
+    try:
+        arg_out(tensor, "tensor")
+        path = arg_text(db_path, "db_path")
+        key = arg_text(name, "name")
+        if tensor[0] == NULL:
+            tensor[0] = <nnc_tensor_h>handle_new(tensor_read(path, key), K_TENSOR)
+        else:
+            tensor_read(path, key, handle_get(tensor[0], K_TENSOR, "*tensor"))
         return 0
     except BaseException as e:
         return capi_fail(e)

@@ -21,6 +21,7 @@ from nnc.base.core import (
     TensorError,
 )
 from nnc.base.device import DeviceError
+from nnc.tensor.io import TensorIOError
 
 
 # The message of the last failed call, one per thread (C11 / GNU thread-local storage), so a C
@@ -164,6 +165,7 @@ cdef int capi_set_message(str text) noexcept:
 
 
 _CODES = (
+    (TensorIOError, NNC_ERROR_IO),      # an OSError: before the ValueErrors below
     (DeviceError, NNC_ERROR_ARGUMENT),  # a bad device string is a bad argument, not a tensor
     (NullError, NNC_ERROR_NULL),
     (HandleError, NNC_ERROR_HANDLE),

@@ -1,6 +1,8 @@
 """Concrete graphs (nnc/graph/graph.pyx). NNC: ccv_nnc_graph.c."""
 
-from collections.abc import Callable, Sequence
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy.typing as npt
@@ -98,6 +100,15 @@ class Graph:
     @property
     def execs(self) -> list[GraphExec]: ...
     def __len__(self) -> int: ...
+    def named_tensors(self) -> dict[str, Tensor]: ...
+    def write_tensors(
+        self, db: str | os.PathLike[str] | sqlite3.Connection,
+        tensors: Mapping[str, Tensor] | None = None,
+    ) -> None: ...
+    def read_tensors(
+        self, db: str | os.PathLike[str] | sqlite3.Connection,
+        tensors: Mapping[str, Tensor] | None = None,
+    ) -> None: ...
     def dot(self, long: bool = False) -> str: ...
 
 # Registries the layers above fill when imported (docs/design.md, "Registries").

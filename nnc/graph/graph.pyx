@@ -825,6 +825,32 @@ cdef class Graph:
     def __len__(self):
         return self._size
 
+    def named_tensors(self):
+        """{name: tensor}: the tensors of the nodes given a name, as ``"<node>.inputs[k]"`` and
+        ``"<node>.outputs[k]"`` (absent ones skipped). NNC's concrete graph names no tensors; this
+        is what write_tensors / read_tensors keep, as a CNNP model keeps its parameters."""
+        named = {}
+        for e in self.execs:
+            if e.name is None:
+                continue
+            for kind, ts in (("inputs", e.inputs), ("outputs", e.outputs)):
+                for k, t in enumerate(ts):
+                    if t is not None:
+                        named[f"{e.name}.{kind}[{k}]"] = t
+        return named
+
+    def write_tensors(self, db, tensors=None):
+        """Write ``tensors`` ({name: tensor}; default: named_tensors()) into the tensor database
+        ``db`` (a path or an sqlite3.Connection), in one transaction (nnc.tensor_write's rows)."""
+        from nnc.tensor.io import tensors_write
+        tensors_write(self.named_tensors() if tensors is None else tensors, db)
+
+    def read_tensors(self, db, tensors=None):
+        """Read ``tensors`` ({name: tensor}; default: named_tensors()) from ``db`` in place; every
+        name is checked (present, same shape and dtype) before any tensor changes."""
+        from nnc.tensor.io import tensors_read
+        tensors_read(self.named_tensors() if tensors is None else tensors, db)
+
     def dot(self, *args, **kwargs):
         """dot(long=False): Graphviz text of the graph (NNC: ccv_nnc_graph_dot).
 

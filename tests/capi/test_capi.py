@@ -165,3 +165,31 @@ def test_header_compiles_as_cxx(tmp_path):
     done = subprocess.run(["c++", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", str(src),
                            *embed.cflags()], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@needs_cc
+def test_tensor_write_read_from_c_in_nncs_schema(build, tmp_path):
+    """nnc_tensor_write / nnc_tensor_read round trip and refusals (tests/capi/c/tensor_io.c);
+    the row C wrote decodes by hand as NNC's: 12 little-endian int32 dims, raw float32 data."""
+    import sqlite3
+    import struct
+
+    import numpy as np
+
+    db = tmp_path / "c.sqlite3"
+    exe = build("tests/capi/c/tensor_io.c")
+    done = subprocess.run([str(exe), str(db)], capture_output=True, text=True,
+                          env=embed.environment(), timeout=120)
+    rc, out = done.returncode, done.stdout + done.stderr
+    assert rc == 0, out
+    assert not re.search(r"^FAIL ", out, re.M), out
+    assert re.search(r"^(\d+) checks, 0 failed$", out, re.M), out
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT name, type, format, datatype, dim, data FROM tensors").fetchall()
+    con.close()
+    assert len(rows) == 1
+    name, kind, fmt, datatype, dim, data = rows[0]
+    assert (name, kind, fmt, datatype) == ("x", 0x1, 0x02, 0x04000)
+    assert struct.unpack("<12i", dim) == (2, 3, 4) + (0,) * 9
+    want = np.arange(24, dtype="<f4") * 0.5 - 3.0
+    assert np.array_equal(np.frombuffer(data, "<f4"), want)
