@@ -626,3 +626,40 @@ def test_inception_like_concat_of_pool_and_gemm_branches_in_one_buffer():
 def test_default_backend_is_the_c_one(name):
     first = [b for b in nnc.command_info(name).backends if b.device == "cpu"][0]
     assert first.name == "CPU_OPT" and first.is_c and first.release_gil
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 3, 1, 40), (4, 2, 24, 1), (33, 2, 3, 35)])
+def test_transpose_c_backend_equals_numpy_for_every_permutation_it_accepts(dtype, shape):
+    """TRANSPOSE's C backend reads the permutation from the Cmd's param: every permutation of
+    4 axes that is a batched 2-D transpose (size-1 axes dropped, adjacent ones merged), as perm
+    and as axes=(i, j), equals NumPy's; called directly on any other it refuses, writing
+    nothing."""
+    import itertools
+
+    from nnc.cmd.transpose import batched_2d
+
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    c_exec = next(b for b in nnc.command_info("TRANSPOSE").backends if b.name == "CPU_OPT")
+    assert c_exec.is_c
+    ran = refused = 0
+    params = [{"perm": p} for p in itertools.permutations(range(4))]
+    params += [{"axes": a} for a in [(1, 3), (-1, 0), (2, 2), (-2, -1)]]
+    for p in params:
+        perm = p.get("perm")
+        if perm is None:
+            perm = list(range(4))
+            i, j = (a % 4 for a in p["axes"])
+            perm[i], perm[j] = j, i
+        y = np.full([shape[k] for k in perm], np.nan, dtype)
+        if batched_2d(shape, tuple(perm)) is not None:
+            nnc.cmd_exec(nnc.Cmd("TRANSPOSE", backend="CPU_OPT", **p), [x], [y])
+            np.testing.assert_array_equal(y, np.transpose(x, perm))
+            ran += 1
+        else:
+            with pytest.raises(nnc.NNCError):
+                c_exec.exec(nnc.Cmd("TRANSPOSE", **p), [x], [y])
+            assert np.isnan(y).all()
+            refused += 1
+    assert ran >= 8
+    assert refused >= 1 or 1 in shape
