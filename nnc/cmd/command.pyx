@@ -418,6 +418,14 @@ cdef class Cmd:
             if name == "PAD":
                 for i, (lo, hi) in enumerate(zip(p["begin"], p["end"])):
                     self.param.begin[i], self.param.end[i] = lo, hi
+            elif name == "TRANSPOSE" and self.info.builtin:
+                # begin: the axes (end[0] = 1) or the permutation (end[0] = 0) as given, end[1]
+                # its length (-1: longer than any tensor's rank, which the C backend refuses).
+                axes = p["perm"] if p["axes"] is None else p["axes"]
+                self.param.end[0] = p["axes"] is not None
+                self.param.end[1] = len(axes) if len(axes) <= NNC_MAX_DIM else -1
+                for i in range(min(len(axes), NNC_MAX_DIM)):
+                    self.param.begin[i] = axes[i]
         except (TypeError, ValueError, OverflowError) as e:
             raise CommandError(
                 f"{self.info.name}: bad parameters {p!r} (a, value: numbers; size, stride: "

@@ -16,6 +16,9 @@ split sizes are views (``ViewEmitter``, mixed into the loader): a strided view o
 tensor, in the input's layout for Slice and Split (an NHWC image's axes are mapped), ONNX's
 order for Squeeze and Unsqueeze. A command that needs a contiguous input gets a strided one
 through its reference backend, and Flatten/Reshape copy it once (``_contiguous``).
+
+A channel shuffle of an NHWC image (ShuffleNet's ``Reshape -> Transpose -> Reshape``) is planned
+here too (``ViewEmitter._plan_shuffle``): one TRANSPOSE within each pixel, the image staying NHWC.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import math
 
 import numpy as np
 
+from nnc.cmd.command import Cmd
 from nnc.onnx._ops import (
     TO_NHWC,
     _invalid,
@@ -31,6 +35,7 @@ from nnc.onnx._ops import (
     flatten_axis,
     reshape_shape,
 )
+from nnc.tensor.tensor import Tensor
 
 # Operators computed at load when every input is a constant (Shape and Size: when their input's
 # shape is known); on a runtime value they are another command's, or refused.
@@ -543,6 +548,57 @@ class ViewEmitter:
                 shape[i] = size
                 self._view_of(n, o, t, deps, shape, start * t.strides[i], t.strides)
             start += size
+
+    def _plan_shuffle(self, k, n):
+        """True if Reshape node k starts a channel shuffle of an NHWC image x, rewritten:
+        ``Reshape [N, C, H, W] -> [N, g, C/g, H, W]``, ``Transpose (0, 2, 1, 3, 4)``,
+        ``Reshape -> [N, C, H, W]``, each the only reader of the one before. In ONNX's order it
+        would cost a TRANSPOSE to NCHW, the shuffle and a TRANSPOSE back per reader; on NHWC it
+        is one TRANSPOSE of each pixel's channels, [N*H*W, g, C/g] -> [N*H*W, C/g, g], whose
+        output stays NHWC (its channel slices are views a convolution reads). Node k and the
+        Transpose are skipped; the last Reshape becomes a "ChannelShuffle" node of x (attribute
+        "group") that ``_op_ChannelShuffle`` emits."""
+        x, mid = n.input[0], n.output[0]
+        shape, outs = self.shapes.get(x), set(self.graph_outputs)
+        if (self.layout.get(x) != "nhwc" or shape is None or len(shape) != 4
+                or mid in outs or len(self.consumers[mid]) != 1):
+            return False
+        nb, c, h, w = shape
+        split = self.shapes.get(mid)
+        if split is None or len(split) != 5 or (split[0], split[3], split[4]) != (nb, h, w) \
+                or split[1] * split[2] != c or split[1] < 2:
+            return False
+        kt = self.consumers[mid][0]
+        t = self.nodes[kt]
+        if t.op_type != "Transpose" or tuple(self.attrs[kt].get("perm", ())) != (0, 2, 1, 3, 4) \
+                or t.output[0] in outs or len(self.consumers[t.output[0]]) != 1:
+            return False
+        kr = self.consumers[t.output[0]][0]
+        r = self.nodes[kr]
+        if r.op_type != "Reshape" or r.input[0] != t.output[0] \
+                or tuple(self.shapes.get(r.output[0], ())) != tuple(shape):
+            return False
+        self.skip |= {k, kt}
+        self.nodes[kr] = self.onnx.helper.make_node("ChannelShuffle", [x], [r.output[0]],
+                                                    name=r.name)
+        self.attrs[kr] = {"group": int(split[1])}
+        self.consumers[x] = [kr if i == k else i for i in self.consumers[x]]
+        return True
+
+    def _op_ChannelShuffle(self, k, n, a):
+        x, out, g = n.input[0], n.output[0], a["group"]
+        t, deps = self.get(x, "nhwc")
+        label = n.name or out
+        if not t.is_contiguous:
+            # A slice of a Concat's buffer, say: copied once into the TRANSPOSE's form.
+            packed = Tensor.empty(tuple(t.shape), dtype=self.dtype)
+            deps = [self.node(Cmd("DATA_TRANSFER"), [t], [packed], f"{label}/contiguous", deps)]
+            t = packed
+        y = self.storage(out)
+        pixels, c = math.prod(t.shape[:3]), t.shape[3]
+        e = self.node(Cmd("TRANSPOSE", perm=(0, 2, 1)), [t.view((pixels, g, c // g))],
+                      [y.view((pixels, c // g, g))], label, deps)
+        self.deps[self.root(out)] = [e]
 
     def _op_Squeeze(self, k, n, a):
         x, out = n.input[0], n.output[0]

@@ -684,6 +684,10 @@ class _Loader(OpEmitter, ViewEmitter):
                 lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"
             elif op in SAME_LAYOUT_VIEWS:
                 lay = self.layout.get(x, "plain")
+            elif op == "Reshape" and self._plan_shuffle(k, n):
+                continue    # node k is skipped: the shuffle's last Reshape writes the value
+            elif op == "ChannelShuffle":
+                lay = "nhwc"
             elif op in ("Add", "Mul", "Concat"):
                 nhwc = any(self.layout.get(i) == "nhwc" for i in acts)
                 lay = "nhwc" if nhwc and len(self.shapes[out]) == 4 else "plain"

@@ -36,7 +36,7 @@ BUILTINS = [
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
     ('DATA_TRANSFER', [
-        'CPU_OPT 20 cpu u8,i32,i64,f16,f32,f64 C contiguous',
+        'CPU_OPT 20 cpu u8,i32,i64,f16,f32,f64 C',
         'GPU_REF 15 any u8,i32,i64,f16,f32,f64',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
@@ -171,7 +171,7 @@ BUILTINS = [
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
     ('TRANSPOSE', [
-        'CPU_OPT 20 cpu f32,f64',
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
     ('SWISH', [

@@ -335,8 +335,10 @@ def _malformed(name):
     if name == "SET":
         return bad + [([], [z(3, i32)]), ([], [z(3), None])]
     if name == "DATA_TRANSFER":
-        return bad + [([z(3)], [z(4)]), ([z(3), z(2)], [z(3)]), ([None], [z(3)]),
-                      ([z(3, np.int16).view(np.float16)], [z(2)])]
+        # A strided view is copied into when its shape is the input's: not of another shape.
+        return bad[:2] + [([z(3)], [z(4)]), ([z(3), z(2)], [z(3)]), ([None], [z(3)]),
+                          ([z(3, np.int16).view(np.float16)], [z(2)]),
+                          ([z((2, 3))], [strided(z((3, 2)))[0]])]
     ins = [z(3)] * (2 if name in ("EWSUM", "EWPROD", "EWDIV") else 1)
     return bad + [
         (ins[:-1] + [z(4)], [z(3)]),                 # sizes differ
@@ -364,6 +366,8 @@ def test_c_backend_called_directly_refuses_bad_tensors(backend):
         params = {"type": "bilinear"}
     if backend.command == "PAD":
         params = {"begin": (0,), "end": (0,)}
+    if backend.command == "TRANSPOSE":
+        params = {"perm": (0,)}
     cmd = nnc.Cmd(backend.command, **params)
     for ins, outs in _malformed(backend.command):
         before = [None if o is None else np.array(o) for o in outs]

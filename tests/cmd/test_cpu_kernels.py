@@ -626,3 +626,79 @@ def test_inception_like_concat_of_pool_and_gemm_branches_in_one_buffer():
 def test_default_backend_is_the_c_one(name):
     first = [b for b in nnc.command_info(name).backends if b.device == "cpu"][0]
     assert first.name == "CPU_OPT" and first.is_c and first.release_gil
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 3, 1, 40), (4, 2, 24, 1), (33, 2, 3, 35)])
+def test_transpose_c_backend_equals_numpy_for_every_permutation_it_accepts(dtype, shape):
+    """TRANSPOSE's C backend reads the permutation from the Cmd's param: every permutation of
+    4 axes that is a batched 2-D transpose (size-1 axes dropped, adjacent ones merged), as perm
+    and as axes=(i, j), equals NumPy's; called directly on any other it refuses, writing
+    nothing."""
+    import itertools
+
+    from nnc.cmd.transpose import batched_2d
+
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    c_exec = next(b for b in nnc.command_info("TRANSPOSE").backends if b.name == "CPU_OPT")
+    assert c_exec.is_c
+    ran = refused = 0
+    params = [{"perm": p} for p in itertools.permutations(range(4))]
+    params += [{"axes": a} for a in [(1, 3), (-1, 0), (2, 2), (-2, -1)]]
+    for p in params:
+        perm = p.get("perm")
+        if perm is None:
+            perm = list(range(4))
+            i, j = (a % 4 for a in p["axes"])
+            perm[i], perm[j] = j, i
+        y = np.full([shape[k] for k in perm], np.nan, dtype)
+        if batched_2d(shape, tuple(perm)) is not None:
+            nnc.cmd_exec(nnc.Cmd("TRANSPOSE", backend="CPU_OPT", **p), [x], [y])
+            np.testing.assert_array_equal(y, np.transpose(x, perm))
+            ran += 1
+        else:
+            with pytest.raises(nnc.NNCError):
+                c_exec.exec(nnc.Cmd("TRANSPOSE", **p), [x], [y])
+            assert np.isnan(y).all()
+            refused += 1
+    assert ran >= 8
+    assert refused >= 1 or 1 in shape
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8])
+def test_data_transfer_c_backend_copies_strided_views_and_refuses_overlapping_ones(dtype):
+    """DATA_TRANSFER's CPU_OPT copies between strided views of one shape (a channel slice of
+    an NHWC Concat buffer: runs of the last axis; a reversed or column view: element by element)
+    and nothing else of the buffer; called directly on views of one buffer that overlap, it
+    refuses, writing nothing."""
+    x = (np.arange(2 * 5 * 7 * 9) % 251).astype(dtype).reshape(2, 5, 7, 9)   # never 255
+    cases = [((np.s_[:, :, :, 2:6]), np.s_[:, :, :, 4:8]),       # channel slices
+             ((np.s_[:, ::-1, :, 1:5]), np.s_[:, :, :, 8:12]),   # a reversed axis
+             ((np.s_[..., 3]), np.s_[..., 0]),                   # a column: stride 9, 12
+             ((np.s_[:, 1:3]), np.s_[:, 2:4, :, :9])]
+    c_opt = next(b for b in nnc.command_info("DATA_TRANSFER").backends if b.name == "CPU_OPT")
+    for src, dst in cases:
+        out = np.full((2, 5, 7, 12), 255, dtype)
+        sv, dv = x[src], out[dst]
+        g = nnc.Graph()
+        e = g.exec(nnc.Cmd("DATA_TRANSFER"), [_view_of(x, sv)], [_view_of(out, dv)])
+        assert e.backend == "CPU_OPT"
+        g.run()
+        np.testing.assert_array_equal(dv, sv)
+        assert np.count_nonzero(out != 255) == sv.size     # nothing outside the view
+    # Overlapping views of one buffer (nnc's graphs refuse them): called directly, the C
+    # backend refuses them too, writing nothing.
+    buf = (np.arange(40) % 251).astype(dtype)
+    t = nnc.Tensor(buf)
+    a, b = t.view((4, 5), offset=0, strides=(10, 1)), t.view((4, 5), offset=3, strides=(10, 1))
+    before = buf.copy()
+    with pytest.raises(nnc.NNCError):
+        c_opt.exec(nnc.Cmd("DATA_TRANSFER"), [a], [b])
+    np.testing.assert_array_equal(buf, before)
+
+
+def _view_of(base, v):
+    """The nnc view of ``base``'s memory that the NumPy view ``v`` of it is."""
+    offset = (v.__array_interface__["data"][0] - base.__array_interface__["data"][0])
+    return nnc.Tensor(base).view(v.shape, offset=offset // v.itemsize,
+                                 strides=tuple(s // v.itemsize for s in v.strides))

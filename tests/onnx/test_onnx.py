@@ -642,3 +642,39 @@ def test_mobilenet_v3_block_loads_fuses_and_saves_back():
     ops = [n.op_type for n in m2.graph.node]
     assert ops.count("Sigmoid") == 1 and ops.count("Mul") == 1
     close(ort_run(m2, {"img": x.numpy()})[0], y.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("groups,tail", [(2, "split"), (3, "conv"), (2, "output")])
+def test_channel_shuffle_of_an_nhwc_image_is_one_transpose(groups, tail):
+    """ShuffleNet's Reshape -> Transpose(0, 2, 1, 3, 4) -> Reshape of a convolution's output is
+    one TRANSPOSE within each pixel, the image staying NHWC for the convolution or the channel
+    halves after it (views the convolution reads); the graph output goes back to ONNX's order
+    once."""
+    c = 6
+    w = RNG.standard_normal((c, 4, 1, 1)).astype(np.float32)
+    w2 = RNG.standard_normal((c // 2, c // 2, 1, 1)).astype(np.float32)
+    nodes = [h.make_node("Conv", ["x", "w"], ["a"]),
+             h.make_node("Reshape", ["a", "s5"], ["b"]),
+             h.make_node("Transpose", ["b"], ["t"], perm=[0, 2, 1, 3, 4]),
+             h.make_node("Reshape", ["t", "s4"], ["y" if tail == "output" else "s"])]
+    outs = {"y": [1, c, 5, 7]}
+    if tail == "split":
+        nodes += [h.make_node("Split", ["s"], ["p", "q"], axis=1),
+                  h.make_node("Conv", ["q", "w2"], ["r"]),
+                  h.make_node("Concat", ["p", "r"], ["y"], axis=1)]
+    elif tail == "conv":
+        nodes += [h.make_node("Conv", ["s", "w3"], ["y"])]
+        outs = {"y": [1, 2, 5, 7]}
+    inits = {"w": w, "s5": np.array([1, groups, c // groups, 5, 7], np.int64),
+             "s4": np.array([1, c, 5, 7], np.int64)}
+    if tail == "split":
+        inits["w2"] = w2
+    elif tail == "conv":
+        inits["w3"] = RNG.standard_normal((2, c, 1, 1)).astype(np.float32)
+    loaded = check(model(nodes, {"x": [1, 4, 5, 7]}, outs, inits))
+    names = commands(loaded)
+    shuffles = [e for e in loaded.graph.topsort() if e.cmd.name == "TRANSPOSE"
+                and e.cmd.params["perm"] == (0, 2, 1)]
+    assert len(shuffles) == 1 and shuffles[0].backend == "CPU_OPT"
+    # x to NHWC, the shuffle, y back to NCHW: no 5-D TRANSPOSE, no conversion around it.
+    assert names.count("TRANSPOSE") == 3

@@ -1,5 +1,5 @@
-"""Layer 2 command, the transpose family: this module (the definition, CPU_REF and CPU_OPT's Python
-entry), cpu_opt.pyx (the C tile loops). No GPU backend.
+"""Layer 2 command, the transpose family: this module (the definition, CPU_REF, CPU_OPT's accept),
+cpu_opt.pyx (CPU_OPT: a C backend and its tile loops). No GPU backend.
 
 TRANSPOSE (NNC: cmd/util's CMD_TRANSPOSE_FORWARD(axis_a, axis_b)).
 
@@ -106,17 +106,10 @@ def _transpose_accept(cmd, inputs, outputs):
     return batched_2d(tuple(x.shape), permutation(cmd, x.ndim)) is not None
 
 
-def _transpose_opt(cmd, inputs, outputs):
-    from nnc.cmd.transpose import cpu_opt as cpu_opt_transpose
-
-    x, y = inputs[0], outputs[0]
-    batch, rows, cols = batched_2d(x.shape, permutation(cmd, x.ndim))
-    cpu_opt_transpose.transpose_batched(y.reshape(-1), x.reshape(-1), batch, rows, cols)
-
-
 def register():
     register_command("TRANSPOSE", inplace="none", check=_transpose_check,
                      normalize=_transpose_normalize)
     register_backend("TRANSPOSE", "CPU_REF", _transpose_ref)
-    register_backend("TRANSPOSE", "CPU_OPT", _transpose_opt, datatypes=("float32", "float64"),
-                     accept=_transpose_accept)
+    from nnc.cmd.transpose import cpu_opt
+
+    cpu_opt.register(_transpose_accept)

@@ -6,6 +6,13 @@ this loop; the family module (__init__.py) finds that form and falls back to Num
 arrays are C-contiguous and distinct (TRANSPOSE is never in place).
 """
 
+from libc.string cimport memcpy
+
+from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_MAX_DIM, NNC_SUCCESS
+from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
+from nnc.cmd.cpu_check cimport tensor_plain
+from nnc.tensor.tensor cimport nnc_tensor_t
+
 ctypedef fused real:
     float
     double
@@ -20,6 +27,17 @@ cdef void _transpose(real* y, const real* x, Py_ssize_t batch, Py_ssize_t rows,
     cdef Py_ssize_t b, r0, c0, r, c, r1, c1
     cdef const real* xb
     cdef real* yb
+    if rows < 8:
+        # Few rows (an image's 3 colours to NHWC, a channel shuffle's groups): y is written in
+        # order from `rows` sequential read streams; tiles of 32 would leave the inner loop
+        # a few elements long.
+        for b in range(batch):
+            xb = x + b * rows * cols
+            yb = y + b * rows * cols
+            for c in range(cols):
+                for r in range(rows):
+                    yb[c * rows + r] = xb[r * cols + c]
+        return
     for b in range(batch):
         xb = x + b * rows * cols
         yb = y + b * rows * cols
@@ -43,3 +61,92 @@ def transpose_batched(real[::1] y, const real[::1] x, Py_ssize_t batch, Py_ssize
         return
     with nogil:
         _transpose(&y[0], &x[0], batch, rows, cols)
+
+
+cdef int transpose_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                       nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    """TRANSPOSE's C backend: the permutation from the Cmd's param (begin[]: the axes or perm,
+    end[0]: 1 for axes, end[1]: their count), reduced as ``batched_2d`` does (size-1 axes
+    dropped, axes that stay adjacent and in order merged) to y[b, c, r] = x[b, r, c]; anything
+    else is NNC_INVALID. No Python on the way: the per-call cost of a small shuffle."""
+    cdef nnc_tensor_t* x
+    cdef nnc_tensor_t* y
+    cdef int perm[NNC_MAX_DIM]
+    cdef int pos[NNC_MAX_DIM]
+    cdef int first[3]
+    cdef Py_ssize_t size[3]
+    cdef int nd, k, a, i, j, nkeep = 0, nruns = 0, last = -1
+    if n_in != 1 or n_out != 1 or not tensor_plain(inputs[0]) or not tensor_plain(outputs[0]):
+        return NNC_INVALID
+    x, y = inputs[0], outputs[0]
+    nd = x.ndim
+    if (x.datatype != y.datatype or not (x.datatype & (NNC_32F | NNC_64F)) or y.ndim != nd
+            or x.count != y.count or x.data == y.data):
+        return NNC_INVALID
+    if p.end[0]:
+        if p.end[1] != 2 or nd < 1:
+            return NNC_INVALID
+        i, j = p.begin[0], p.begin[1]
+        if i < -nd or i >= nd or j < -nd or j >= nd:
+            return NNC_INVALID
+        for k in range(nd):
+            perm[k] = k
+        i, j = (i + nd) % nd, (j + nd) % nd
+        perm[i], perm[j] = j, i
+    else:
+        if p.end[1] != nd:
+            return NNC_INVALID
+        for k in range(nd):
+            pos[k] = 0
+        for k in range(nd):
+            a = p.begin[k]
+            if a < -nd or a >= nd:
+                return NNC_INVALID
+            perm[k] = (a + nd) % nd
+            pos[perm[k]] += 1
+        for k in range(nd):
+            if pos[k] != 1:
+                return NNC_INVALID
+    for k in range(nd):
+        if y.dim[k] != x.dim[perm[k]]:
+            return NNC_INVALID
+    for k in range(nd):   # pos[a]: the rank of axis a among the axes longer than 1
+        pos[k] = nkeep
+        if x.dim[k] != 1:
+            nkeep += 1
+    for k in range(nd):
+        a = perm[k]
+        if x.dim[a] == 1:
+            continue
+        if nruns > 0 and pos[a] == pos[last] + 1:
+            size[nruns - 1] *= x.dim[a]
+        else:
+            if nruns == 3:
+                return NNC_INVALID
+            first[nruns] = pos[a]
+            size[nruns] = x.dim[a]
+            nruns += 1
+        last = a
+    if x.count == 0:
+        return NNC_SUCCESS
+    if nruns <= 1:
+        memcpy(y.data, x.data, x.count * x.itemsize)
+        return NNC_SUCCESS
+    if nruns == 2 and first[0] > first[1]:
+        size[2], size[1], size[0] = size[0], size[1], 1     # batch 1, rows size[1], cols size[0]
+    elif nruns == 3 and first[0] < first[2] < first[1]:
+        size[1], size[2] = size[2], size[1]                 # batch, rows, cols
+    else:
+        return NNC_INVALID
+    if x.datatype == NNC_32F:
+        _transpose(<float*>y.data, <const float*>x.data, size[0], size[1], size[2])
+    else:
+        _transpose(<double*>y.data, <const double*>x.data, size[0], size[1], size[2])
+    return NNC_SUCCESS
+
+
+def register(accept):
+    """Register TRANSPOSE's CPU_OPT (``accept``: the family's check that the permutation has
+    the batched 2-D form)."""
+    register_c_backend("TRANSPOSE", "CPU_OPT", transpose_opt, NNC_32F | NNC_64F, True, accept,
+                       None, True)
