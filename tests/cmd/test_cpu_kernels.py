@@ -702,3 +702,41 @@ def _view_of(base, v):
     offset = (v.__array_interface__["data"][0] - base.__array_interface__["data"][0])
     return nnc.Tensor(base).view(v.shape, offset=offset // v.itemsize,
                                  strides=tuple(s // v.itemsize for s in v.strides))
+
+
+# ---- SOFTMAX
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 3, 4, 8, 16, 17, 33, 197])
+def test_softmax_c_backend_matches_cpu_ref_at_every_isa(kernel_isa, dtype, n):
+    # Row widths below, at and past each vector width (4, 8, 16 lanes) exercise the vector
+    # max's lanes and its scalar tail; a row's maximum placed in the tail and in the first lane.
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((5, n)) * 8).astype(dtype)
+    x[1, -1] = 40
+    x[2, 0] = 40
+    ref = np.empty_like(x)
+    nnc.cmd_exec(nnc.Cmd("SOFTMAX", backend="CPU_REF"), [x], [ref])
+    got = np.full_like(x, np.nan)
+    nnc.cmd_exec(nnc.Cmd("SOFTMAX", backend="CPU_OPT"), [x], [got])
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * 1e-3)
+    np.testing.assert_allclose(got.sum(axis=1), 1, rtol=10 * tol)
+    # in place: the output is the input
+    y = x.copy()
+    nnc.cmd_exec(nnc.Cmd("SOFTMAX", backend="CPU_OPT"), [y], [y])
+    np.testing.assert_array_equal(y, got)
+
+
+def test_softmax_c_backend_nan_makes_its_row_nan_at_every_isa(kernel_isa):
+    x = np.zeros((3, 37), np.float32)
+    x[0, 0] = np.nan     # the first element, the max's start
+    x[1, 20] = np.nan    # inside a vector of lanes
+    x[2, 36] = np.nan    # in the scalar tail
+    got = np.zeros_like(x)
+    nnc.cmd_exec(nnc.Cmd("SOFTMAX", backend="CPU_OPT"), [x], [got])
+    assert np.isnan(got).all()
+    ok = np.zeros((1, 37), np.float32)
+    nnc.cmd_exec(nnc.Cmd("SOFTMAX", backend="CPU_OPT"), [ok], [ok])
+    np.testing.assert_allclose(ok, 1 / 37, rtol=1e-6)

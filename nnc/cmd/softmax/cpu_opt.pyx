@@ -1,5 +1,6 @@
-"""CPU_OPT of SOFTMAX: a C loop row by row, a row being one batch entry (all axes after the
-first; a vector is one row), as nnc/cmd/softmax/__init__.py defines it (NNC: cmd/softmax).
+"""CPU_OPT of SOFTMAX: a C loop row by row (softmax_kernel.h, at the ISA level cpu_isa() names),
+a row being one batch entry (all axes after the first; a vector is one row), as
+nnc/cmd/softmax/__init__.py defines it (NNC: cmd/softmax).
 
 The backend is an ``nnc_cmd_exec_f``: it re-checks what it relies on (non-NULL, contiguous,
 equal element counts, one datatype) and returns NNC_INVALID instead of trusting its caller, so
@@ -7,47 +8,19 @@ calling it directly (tests, the C API) can never read or write out of bounds. A 
 whole (its max) before it is written, so an output that is exactly the input (in place) is safe.
 """
 
-from libc.math cimport exp, expf
-
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_SUCCESS
+from nnc.base.isa cimport cpu_isa
 from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
 from nnc.cmd.cpu_check cimport tensors_like
 from nnc.tensor.tensor cimport nnc_tensor_t
 
-ctypedef fused real:
-    float
-    double
+cdef extern from "cmd/softmax/softmax_kernel.h":
+    void nnc_softmax_f32(int isa, float* y, const float* x, Py_ssize_t rows,
+                         Py_ssize_t n) noexcept nogil
+    void nnc_softmax_f64(int isa, double* y, const double* x, Py_ssize_t rows,
+                         Py_ssize_t n) noexcept nogil
 
 cdef int FLOAT_MASK = NNC_32F | NNC_64F
-
-
-# ---- SOFTMAX per row: y = exp(x - max) / sum(exp(x - max))
-
-cdef void _softmax(real* y, const real* x, Py_ssize_t rows, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t r, i
-    cdef const real* xr
-    cdef real* yr
-    cdef real m, e, inv
-    cdef double total
-    for r in range(rows):
-        xr = x + r * n
-        yr = y + r * n
-        m = xr[0]
-        for i in range(1, n):
-            if xr[i] > m:
-                m = xr[i]
-        # Summed in double so long float32 rows lose nothing to rounding.
-        total = 0
-        for i in range(n):
-            if real is float:
-                e = expf(xr[i] - m)
-            else:
-                e = exp(xr[i] - m)
-            yr[i] = e
-            total += e
-        inv = <real>(1 / total)
-        for i in range(n):
-            yr[i] = yr[i] * inv
 
 
 cdef int softmax_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
@@ -64,9 +37,9 @@ cdef int softmax_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         return NNC_SUCCESS
     n = y.count // y.dim[0] if y.ndim >= 2 else y.count
     if y.datatype == NNC_32F:
-        _softmax(<float*>y.data, <const float*>x.data, y.count // n, n)
+        nnc_softmax_f32(cpu_isa(), <float*>y.data, <const float*>x.data, y.count // n, n)
     else:
-        _softmax(<double*>y.data, <const double*>x.data, y.count // n, n)
+        nnc_softmax_f64(cpu_isa(), <double*>y.data, <const double*>x.data, y.count // n, n)
     return NNC_SUCCESS
 
 
