@@ -403,3 +403,31 @@ def test_openvino_run_leaves_the_threads_signal_stack_as_it_was():
     r = OvRun(model, {model.graph.input[0].name: x.numpy()}, threads=1)
     r()
     assert stack() == before
+
+
+def test_commands_benchmark_smoke():
+    # one family, one round: the outputs agreed (else the case has an "error"), each row names
+    # the backend of every node nnc ran, and the family's summary is there
+    pytest.importorskip("onnxruntime", reason="benchmarks.commands compares with onnxruntime")
+    pytest.importorskip("onnx", reason="benchmarks.commands builds ONNX models")
+    r = _bench("benchmarks.commands", "--family", "softmax", "--repeat", "1")
+    assert r["ok"] and r["benchmark"] == "commands" and r["repeat"] == 1
+    (row,) = r["rows"]
+    assert row["family"] == "softmax" and row["op"] == "Softmax"
+    assert row["shape"] == [[1, 12, 197, 197]] and row["out_shape"] == [1, 12, 197, 197]
+    assert row["nodes"] == ["SOFTMAX:CPU_OPT"] and row["backends"] == ["CPU_OPT"]
+    assert row["max_rel_diff"] <= 1e-5 and "error" not in row
+    assert row["nnc_s"] > 0 and row["ort_s"] > 0
+    assert row["ratio"] == pytest.approx(row["nnc_s"] / row["ort_s"])
+    assert len(row["samples"]["nnc"]) == len(row["samples"]["ort"]) == 1
+    assert set(r["families"]) == {"softmax"}
+    assert r["families"]["softmax"]["cases"] == 1
+    assert r["families"]["softmax"]["backends"] == ["CPU_OPT"]
+    assert r["machine"]["onnxruntime"]
+
+
+def test_commands_benchmark_refuses_an_unknown_family():
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "benchmarks.commands", "--family", "softmx"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown family softmx" in r.stderr
