@@ -22,9 +22,10 @@ meets unchanged. Floats only, one dtype; the output may be exactly an input (in 
 
 CPU_OPT is a C backend (cpu_opt_binary.pyx, no GIL): contiguous float32/float64 tensors where
 one input has the output's shape and the other has it too, or is one trailing row of it (a
-per-channel vector [C] of an NHWC tensor) or a single element, leading 1s of any shape aside
+per-channel vector [C] of an NHWC tensor), one block of neighbouring axes of it (a per-channel
+[1, C, 1, 1] of an NCHW tensor; not EWPOW) or a single element, leading 1s of any shape aside
 (either input may be the whole one, also for EWDIV and EWPOW); every other case (strided views,
-middle-axis broadcasts, float16) runs CPU_REF.
+broadcasts over two blocks, float16) runs CPU_REF.
 """
 
 

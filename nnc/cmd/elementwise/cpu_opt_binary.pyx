@@ -8,11 +8,12 @@ ADD's p and q are ``a`` and ``b``, MUL's p is ``a``, CLAMP's min and max are ``a
 
 Cases taken (contiguous float32/float64 tensors of one dtype): ADD, MUL, EWDIV, EWPOW, MIN, MAX
 and PRELU where one input has the output's shape and the other has it too, is one trailing row of it
-(a per-channel [C] vector of an NHWC tensor) or is a single element, or is absent (ADD, MUL:
+(a per-channel [C] vector of an NHWC tensor), is one block of its neighbouring axes (a [1, C, 1, 1]
+of an NCHW tensor: a scalar per run; not EWPOW) or is a single element, or is absent (ADD, MUL:
 out = p * a; EWDIV: out = 1 / b), leading 1s aside; CLAMP on any shape. For EWDIV, EWPOW, MIN
 and MAX the whole input may be either one (``swap`` says it is b), as their operands do not
 commute (MIN's and MAX's ties give b, so not even they do for -0 and +0). Everything else
-(strided views, middle-axis broadcasts) is refused by
+(strided views, broadcasts over two blocks of axes) is refused by
 ``accept``, which asks these same checks, so CPU_REF runs it.
 
 Big tensors are cut into parts of about PART_ELEMENTS elements (whole rows when the other input
@@ -46,6 +47,7 @@ cdef enum:
     B_SCALAR = 1                        # b holds one element
     B_FULL = 2                          # b has the output's shape
     B_ROW = 3                           # b is one trailing row of m elements
+    B_MID = 4                           # b is m values, each for a run of `inner` elements
 
 cdef enum:
     # Elements per part: enough that waking a helper thread costs little beside the loop.
@@ -63,8 +65,9 @@ ctypedef struct ew_t:
     double p, q                         # ADD: y = p*a + q*b; MUL: y = p*a*b; CLAMP: [p, q]
     bint swap                           # OP_DIV..OP_PRELU: a is the command's b, so y = f(b, a)
     Py_ssize_t count                    # elements of y
-    Py_ssize_t m                        # B_ROW: row length (count % m == 0); else 1
-    Py_ssize_t chunk                    # elements per part; B_ROW: a multiple of m
+    Py_ssize_t m                        # B_ROW: row length, B_MID: b's count; else 1
+    Py_ssize_t inner                    # B_MID: run length (count % (m * inner) == 0); else 1
+    Py_ssize_t chunk                    # elements per part (B_ROW: m's multiple, B_MID: inner's)
 
 
 cdef extern from *:
@@ -217,9 +220,26 @@ cdef void _run(const ew_t* e, real* y, const real* a, const real* b, Py_ssize_t 
                Py_ssize_t i1) noexcept nogil:
     """Elements i0..i1 - 1 of the output."""
     cdef real p = <real>e.p, q = <real>e.q, one
-    cdef Py_ssize_t n = i1 - i0, r
+    cdef Py_ssize_t n = i1 - i0, r, c
     y += i0
     a += i0
+    if e.mode == B_MID:
+        # One run of `inner` elements per value of b (parts start and end on run boundaries):
+        # the scalar loops, which vectorise, run by run.
+        c = (i0 // e.inner) % e.m
+        r = 0
+        while r < n:
+            if e.op >= OP_DIV:
+                _bin_whole(e, y + r, a + r, b + c, 0, e.inner)
+            elif e.op == OP_ADD:
+                _axpc(y + r, a + r, p, q * b[c], e.inner)
+            else:
+                _mulc(y + r, a + r, p, b[c], e.inner)
+            r += e.inner
+            c += 1
+            if c == e.m:
+                c = 0
+        return
     if e.op == OP_CLAMP:
         _clamp(y, a, n, p, q, e.p == e.p, e.q == e.q)     # x == x: not NaN
     elif e.op >= OP_DIV:
@@ -271,6 +291,8 @@ cdef int _go(ew_t* e, void* ctx) noexcept nogil:
     e.chunk = PART_ELEMENTS
     if e.mode == B_ROW:
         e.chunk = max(1, PART_ELEMENTS // e.m) * e.m
+    elif e.mode == B_MID:
+        e.chunk = max(1, PART_ELEMENTS // e.inner) * e.inner
     return nnc_parallel_for((e.count + e.chunk - 1) // e.chunk, _part, e, ctx)
 
 
@@ -299,6 +321,31 @@ cdef bint _row_of(const nnc_tensor_t* t, const nnc_tensor_t* y) noexcept nogil:
         and t.dim[t.ndim - 1] == y.dim[y.ndim - 1]
 
 
+cdef Py_ssize_t _mid_of(const nnc_tensor_t* t, const nnc_tensor_t* y) noexcept nogil:
+    """The run length `inner` if t, aligned with y from the right, has y's sizes on one block of
+    neighbouring axes and 1 on all others (a per-channel [1, C, 1, 1] of an NCHW image: y is
+    [outer, t.count, inner] with t's value c for each run of `inner` elements), else 0."""
+    cdef int k, lo = -1, hi = -1, lead = y.ndim - t.ndim
+    cdef Py_ssize_t td, inner = 1
+    if _lead(t) < -lead:                # t has more axes than y beyond leading 1s
+        return 0
+    for k in range(y.ndim):
+        td = t.dim[k - lead] if k >= lead else 1
+        if td != 1:
+            if td != y.dim[k] or (hi >= 0 and hi != k - 1):
+                return 0                # a size-1 axis between two of the block's
+            if lo < 0:
+                lo = k
+            hi = k
+        elif hi >= 0 and y.dim[k] == 1 and hi == k - 1:
+            hi = k                      # a size-1 axis of both joins the block
+    if lo < 0:
+        return 0
+    for k in range(hi + 1, y.ndim):
+        inner *= y.dim[k]
+    return inner
+
+
 cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                       nnc_tensor_t** outputs, int n_out, ew_t* e) noexcept nogil:
     """Fill e for ADD, MUL or OP_DIV..OP_PRELU on these tensors, or NNC_INVALID (nothing
@@ -319,7 +366,7 @@ cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, i
                     or not (y.datatype == NNC_32F or y.datatype == NNC_64F) \
                     or not tensor_plain(y) or b.datatype != y.datatype:
                 return NNC_INVALID
-            e.op, e.dtype, e.y, e.count, e.m = op, y.datatype, y.data, y.count, 1
+            e.op, e.dtype, e.y, e.count, e.m, e.inner = op, y.datatype, y.data, y.count, 1, 1
             e.p, e.q, e.mode, e.a, e.b = 0, 0, B_NONE, b.data, NULL
             return NNC_SUCCESS
     elif a == NULL:
@@ -330,7 +377,7 @@ cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, i
         return NNC_INVALID
     if b != NULL and (not tensor_plain(b) or b.datatype != y.datatype):
         return NNC_INVALID
-    e.op, e.dtype, e.y, e.count, e.m = op, y.datatype, y.data, y.count, 1
+    e.op, e.dtype, e.y, e.count, e.m, e.inner = op, y.datatype, y.data, y.count, 1, 1
     e.p, e.q = p.a, (p.b if op == OP_ADD else 0)
     if b == NULL:
         if not _same_shape(a, y):
@@ -353,7 +400,12 @@ cdef int _binary_plan(int op, const nnc_cmd_param_t* p, nnc_tensor_t** inputs, i
     elif _row_of(b, y):
         e.mode, e.m = B_ROW, b.count
     else:
-        return NNC_INVALID
+        # EWPOW's C loop calls libm's pow per element: slower than CPU_REF's vectorised NumPy
+        # power on these (NCHW per-channel) forms, so they stay there.
+        e.inner = 0 if op == OP_POW else _mid_of(b, y)
+        if e.inner <= 0:
+            return NNC_INVALID
+        e.mode, e.m = B_MID, b.count
     return NNC_SUCCESS
 
 
@@ -382,7 +434,7 @@ cdef int clamp_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         return NNC_INVALID
     e.op, e.mode, e.dtype = OP_CLAMP, B_NONE, outputs[0].datatype
     e.y, e.a, e.b = outputs[0].data, inputs[0].data, NULL
-    e.p, e.q, e.count, e.m = p.a, p.b, outputs[0].count, 1
+    e.p, e.q, e.count, e.m, e.inner = p.a, p.b, outputs[0].count, 1, 1
     return _go(&e, ctx)
 
 
@@ -441,6 +493,17 @@ def _accept_other(Cmd cmd, list inputs, list outputs):
             and _binary_plan(OP_DIV, &cmd.param, io, n_in, io + 2, n_out, &e) == NNC_SUCCESS)
 
 
+def _accept_pow(Cmd cmd, list inputs, list outputs):
+    """EWPOW's accept: the C backend's own checks (which leave it the forms without a middle
+    block)."""
+    cdef nnc_tensor_t* io[3]
+    cdef ew_t e
+    cdef int n_in = tensor_views(inputs, io, 2)
+    cdef int n_out = tensor_views(outputs, io + 2, 1)
+    return (n_in >= 0 and n_out >= 0
+            and _binary_plan(OP_POW, &cmd.param, io, n_in, io + 2, n_out, &e) == NNC_SUCCESS)
+
+
 def register():
     """Register ADD's, MUL's, EWDIV's, EWPOW's, MIN's, MAX's, PRELU's and CLAMP's CPU_OPT
     (called once by register_builtins)."""
@@ -448,7 +511,7 @@ def register():
     register_c_backend("ADD", "CPU_OPT", add_opt, mask, True, _accept_binary, None, True)
     register_c_backend("MUL", "CPU_OPT", mul_opt, mask, True, _accept_binary, None, True)
     register_c_backend("EWDIV", "CPU_OPT", ewdiv_opt, mask, True, _accept_other, None, True)
-    register_c_backend("EWPOW", "CPU_OPT", ewpow_opt, mask, True, _accept_other, None, True)
+    register_c_backend("EWPOW", "CPU_OPT", ewpow_opt, mask, True, _accept_pow, None, True)
     register_c_backend("MIN", "CPU_OPT", min_opt, mask, True, _accept_other, None, True)
     register_c_backend("MAX", "CPU_OPT", max_opt, mask, True, _accept_other, None, True)
     register_c_backend("PRELU", "CPU_OPT", prelu_opt, mask, True, _accept_other, None, True)

@@ -16,7 +16,7 @@ max))) so no exp overflows (an infinite max is not subtracted: all -inf gives -i
 +inf); MAX and MIN are exact and a NaN anywhere in a reduction makes their result NaN (np.max,
 np.min; NNC's kernels skip NaN). Over no elements SUM and NORM2 give 0, PROD 1, MEAN NaN,
 LOGSUMEXP -inf (log 0); MAX and MIN refuse. The C loops for contiguous float32/float64 tensors
-are in cpu_opt.pyx (SUM, MEAN, MAX).
+are in cpu_opt.pyx (SUM, MEAN, MAX, NORM2).
 """
 
 from numbers import Integral

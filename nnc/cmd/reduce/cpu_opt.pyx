@@ -1,4 +1,5 @@
-"""CPU_OPT for REDUCE_SUM, REDUCE_MEAN and REDUCE_MAX (NNC: cmd/reduce/ccv_nnc_reduce_*_cpu_ref.c).
+"""CPU_OPT for REDUCE_SUM, REDUCE_MEAN, REDUCE_MAX and REDUCE_NORM2 (NNC:
+cmd/reduce/ccv_nnc_reduce_*_cpu_ref.c).
 
 As in NNC's kernels, the reduced axes are read from the shapes: the output has the input's ndim,
 and an axis is reduced where the output has size 1 and the input does not (the command's check
@@ -8,13 +9,14 @@ block is a contiguous run of the input, either reduced into one output element (
 rows) or added element by element into a run of the output (middle axes, e.g. H and W of an NHWC
 image for a global average pool: a loop gcc vectorises). An odometer walks the outer blocks.
 
-SUM and MEAN accumulate in double (one rounding at the end, as CPU_REF); MAX works in the dtype
-and lets NaN win, as np.max does. Each backend re-checks what it relies on (non-NULL, contiguous,
-CPU, one float datatype, same ndim, every output dim equal to the input's or 1, output not
-overlapping the input, a non-empty reduction for MAX) and returns NNC_INVALID before writing.
+SUM, MEAN and NORM2 (the sum of squares, then its square root) accumulate in double (one rounding
+at the end, as CPU_REF); MAX works in the dtype and lets NaN win, as np.max does.
+Each backend re-checks what it relies on (non-NULL, contiguous, CPU, one float datatype, same
+ndim, every output dim equal to the input's or 1, output not overlapping the input, a non-empty
+reduction for MAX) and returns NNC_INVALID before writing.
 """
 
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, sqrt
 from libc.stdlib cimport free, malloc
 
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_MAX_DIM, NNC_OOM, NNC_SUCCESS
@@ -30,6 +32,7 @@ cdef enum:
     RED_SUM
     RED_MEAN
     RED_MAX
+    RED_NORM2
 
 # The blocks of one reduction: sizes, whether each is reduced, and each block's step in the
 # output (0 for reduced blocks).
@@ -95,6 +98,23 @@ cdef inline double _row_sum(const real* p, Py_ssize_t n) noexcept nogil:
     return (s0 + s1) + (s2 + s3)
 
 
+cdef inline double _row_sumsq(const real* p, Py_ssize_t n) noexcept nogil:
+    # As _row_sum, of the squares (each square in double: exact for a float32 element).
+    cdef double s0 = 0, s1 = 0, s2 = 0, s3 = 0, v
+    cdef Py_ssize_t i = 0
+    while i + 4 <= n:
+        s0 += <double>p[i] * p[i]
+        s1 += <double>p[i + 1] * p[i + 1]
+        s2 += <double>p[i + 2] * p[i + 2]
+        s3 += <double>p[i + 3] * p[i + 3]
+        i += 4
+    while i < n:
+        v = p[i]
+        s0 += v * v
+        i += 1
+    return (s0 + s1) + (s2 + s3)
+
+
 cdef inline real _row_max(const real* p, Py_ssize_t n, real m) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(n):
@@ -107,7 +127,8 @@ cdef inline real _row_max(const real* p, Py_ssize_t n, real m) noexcept nogil:
 cdef void _walk(const real* x, Py_ssize_t count, const plan_t* pl, double* acc, real* ymax,
                 int op) noexcept nogil:
     """Visit x in memory order, one innermost block (a row of L elements) at a time, adding
-    (or taking the max) into acc (SUM, MEAN) or ymax (MAX) at the row's output offset."""
+    (its squares for NORM2, or taking the max) into acc (SUM, MEAN, NORM2) or ymax (MAX) at the
+    row's output offset."""
     cdef int last = pl.nb - 1, b
     cdef Py_ssize_t L = pl.size[last], rows = count // L, row, j, off = 0
     cdef Py_ssize_t idx[NNC_MAX_DIM]
@@ -127,6 +148,13 @@ cdef void _walk(const real* x, Py_ssize_t count, const plan_t* pl, double* acc, 
                 for j in range(L):
                     if p[j] > m[j] or p[j] != p[j]:
                         m[j] = p[j]
+        elif op == RED_NORM2:
+            if red_last:
+                acc[off] += _row_sumsq(p, L)
+            else:
+                a = acc + off
+                for j in range(L):
+                    a[j] += <double>p[j] * p[j]
         elif red_last:
             acc[off] += _row_sum(p, L)
         else:
@@ -151,9 +179,9 @@ cdef int _reduce(const real* x, real* y, Py_ssize_t xcount, Py_ssize_t ycount,
     cdef double* acc
     cdef double scale
     if pl.nb == 0:
-        # Every axis has size 1: each reduction is one element.
+        # Every axis has size 1: each reduction is one element (NORM2's is its magnitude).
         for i in range(ycount):
-            y[i] = x[i]
+            y[i] = <real>sqrt(<double>x[i] * x[i]) if op == RED_NORM2 else x[i]
         return NNC_SUCCESS
     if op == RED_MAX:
         for i in range(ycount):
@@ -173,6 +201,9 @@ cdef int _reduce(const real* x, real* y, Py_ssize_t xcount, Py_ssize_t ycount,
         scale = <double>pl.rcount
         for i in range(ycount):
             y[i] = <real>(acc[i] / scale)
+    elif op == RED_NORM2:
+        for i in range(ycount):
+            y[i] = <real>sqrt(acc[i])
     else:
         for i in range(ycount):
             y[i] = <real>acc[i]
@@ -218,9 +249,16 @@ cdef int reduce_max_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_i
     return _reduce_exec(inputs, n_in, outputs, n_out, RED_MAX)
 
 
+cdef int reduce_norm2_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                          nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    return _reduce_exec(inputs, n_in, outputs, n_out, RED_NORM2)
+
+
 def register():
     """Register the CPU_OPT C backends of this module (called once by register_builtins)."""
     cdef int mask = NNC_32F | NNC_64F
     register_c_backend("REDUCE_SUM", "CPU_OPT", reduce_sum_opt, mask, True, None, None, True)
     register_c_backend("REDUCE_MEAN", "CPU_OPT", reduce_mean_opt, mask, True, None, None, True)
     register_c_backend("REDUCE_MAX", "CPU_OPT", reduce_max_opt, mask, True, None, None, True)
+    register_c_backend("REDUCE_NORM2", "CPU_OPT", reduce_norm2_opt, mask, True, None, None,
+                       True)

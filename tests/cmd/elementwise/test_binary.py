@@ -1,7 +1,8 @@
 """nnc/cmd/elementwise/binary.py and cpu_opt_binary.pyx for EWDIV (now broadcasting), EWPOW, MIN
 and MAX: CPU_REF against NumPy's definitions, CPU_OPT against CPU_REF on every broadcast form it
-takes (either operand whole, the other whole, a trailing row or one element; EWDIV's absent
-numerator), NaN and signed-zero rules, in place, and bad shapes raising CommandError."""
+takes (either operand whole, the other whole, a trailing row, one block of middle axes (an NCHW
+per-channel vector) or one element; EWDIV's absent numerator), NaN and signed-zero rules, in
+place, and bad shapes raising CommandError."""
 
 import math
 
@@ -68,7 +69,12 @@ def operands(name, a_shape, b_shape, dtype):
     ((1, 1, 5), (2, 3, 4, 5), True),
     ((2, 3), (), True),                     # one element
     ((), (2, 3), True),
-    ((2, 3, 4, 5), (3, 1, 1), False),       # a middle axis: CPU_REF only
+    ((2, 3, 4, 5), (3, 1, 1), "mid"),        # a middle axis (NCHW per-channel)
+    ((1, 3, 1, 1), (2, 3, 4, 5), "mid"),     # ... as the first operand
+    ((2, 3, 4, 5), (1, 3, 4, 1), "mid"),     # a block of middle axes
+    ((2, 3, 4, 5), (2, 1, 1, 1), "mid"),     # a leading axis
+    ((2, 3, 1, 5), (3, 1, 1), "mid"),        # a size-1 axis of both beside the block
+    ((2, 3, 4, 5), (3, 1, 5), False),       # two blocks: CPU_REF only
     ((2, 1, 4, 1), (1, 3, 1, 5), False),    # both stretch
 ])
 @pytest.mark.parametrize("name", OPS)
@@ -82,6 +88,8 @@ def test_broadcast_matches_numpy_and_c_loop_matches_cpu_ref(name, a_shape, b_sha
             got[backend] = run(name, backend, a, b, shape, dtype)
         except nnc.CommandError as e:
             assert "does not accept" in str(e) and backend != "CPU_REF"
+    if c_loop == "mid":     # a block of middle axes: EWPOW's libm loop leaves it to CPU_REF
+        c_loop = name != "EWPOW"
     assert set(got) == ({"CPU_OPT", "CPU_REF"} if c_loop and dtype != np.float16 else
                         {"CPU_REF"})
     want = numpy_def(name, a, b).astype(dtype)
@@ -159,3 +167,16 @@ def test_bad_shapes_raise_command_error(name, ins, out, match):
     with pytest.raises(nnc.CommandError, match="mixed dtypes"):
         nnc.cmd_exec(nnc.Cmd("MAX"), [nnc.Tensor(np.ones(3)), nnc.Tensor(np.ones(3, np.float32))],
                      [nnc.Tensor(np.ones(3))])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["EWDIV", "MIN", "MAX"])
+def test_special_values_per_channel_of_nchw(name, dtype, kernel_isa):
+    """The middle-block loop (an NCHW per-channel operand), either side, on NaN, inf and -0."""
+    s = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 3.0]
+    chan = np.array(s, dtype).reshape(1, len(s), 1, 1)
+    img = np.array([s] * len(s), dtype).reshape(1, len(s), 1, len(s)).repeat(2, axis=2)
+    for x, y in ((img, chan), (chan, img)):
+        for backend in ("CPU_REF", "CPU_OPT"):
+            same(name, run(name, backend, x, y, img.shape, dtype),
+                 numpy_def(name, x, y).astype(dtype))
