@@ -73,16 +73,17 @@ CHILD = textwrap.dedent("""
         gs.run(stream=s)
         s.wait()
     for name, run in (("sequential", seq), ("scheduled", sched)):
-        # Warm for 3 runs and then until five runs in a row grow nothing: a pool thread's
+        # Warm for 3 runs and then until ten runs in a row grow nothing: a pool thread's
         # workspace grows the first time it takes a part that needs more, and with many
-        # threads (16 on a GPU machine), or a sequential run's one spinning helper taking
-        # most parts, some threads take their first parts only after many runs.
+        # threads (16 on a GPU machine), a sequential run's one spinning helper taking most
+        # parts, or a loaded machine delaying a helper, some threads take their first parts
+        # only after many runs (five quiet runs were seen not to be enough under load).
         quiet = 0
-        for i in range(100):
+        for i in range(300):
             b = big()
             run()
             quiet = quiet + 1 if big() == b else 0
-            if i >= 2 and quiet >= 5:
+            if i >= 2 and quiet >= 10:
                 break
         c0, b0 = calls(), big()
         for _ in range(10):
