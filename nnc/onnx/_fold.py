@@ -35,6 +35,7 @@ from nnc.onnx._ops import (
     flatten_axis,
     reshape_shape,
 )
+from nnc.onnx._read import tensor_array
 from nnc.tensor.tensor import Tensor
 
 # Operators computed at load when every input is a constant (Shape and Size: when their input's
@@ -389,8 +390,6 @@ def fold_node(loader, n, a):
             raise _invalid(n, f"the shape {shape} has a negative dimension")
         fill = np.zeros(1, np.float32)
         if "value" in a:
-            from nnc.onnx._load import tensor_array
-
             fill = np.asarray(tensor_array(loader.onnx, a["value"],
                                            f"{loader.where} attribute 'value'"))
             if fill.size != 1:
