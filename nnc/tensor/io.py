@@ -110,26 +110,31 @@ def _commit(conn, began):
         conn.commit()
 
 
-def tensor_write(t, db, name):
-    """Write tensor ``t`` as ``name`` into the tensor database ``db`` (a path, created if
-    missing, or an open sqlite3.Connection), replacing a tensor of that name.
-
-    NNC: ccv_nnc_tensor_write. Raises TensorIOError when the database cannot be written."""
-    row = _row_of(t, name)
+def _write_rows(db, rows, what):
+    """REPLACE ``rows`` into ``db`` in one transaction (the caller's, when it has one open):
+    all of them or none; ``what`` names them in the TensorIOError."""
     conn, opened = _open(db, write=True)
     try:
         began = conn.in_transaction
         try:
             conn.execute(_CREATE)
-            conn.execute(_REPLACE, row)
+            conn.executemany(_REPLACE, rows)
             _commit(conn, began)
         except sqlite3.Error as e:
             if not began and conn.in_transaction:
                 conn.rollback()
-            raise TensorIOError(f"cannot write {name!r} into {_where(db)}: {e}") from e
+            raise TensorIOError(f"cannot write {what} into {_where(db)}: {e}") from e
     finally:
         if opened:
             conn.close()
+
+
+def tensor_write(t, db, name):
+    """Write tensor ``t`` as ``name`` into the tensor database ``db`` (a path, created if
+    missing, or an open sqlite3.Connection), replacing a tensor of that name.
+
+    NNC: ccv_nnc_tensor_write. Raises TensorIOError when the database cannot be written."""
+    _write_rows(db, [_row_of(t, name)], repr(name))
 
 
 def _fetch(conn, db, name):
@@ -222,21 +227,7 @@ def tensor_read(db, name, t=None):
 def tensors_write(tensors, db):
     """Write every (name, tensor) of the mapping ``tensors`` into ``db`` in one transaction:
     all of them or, when one fails, none."""
-    rows = [_row_of(t, name) for name, t in tensors.items()]
-    conn, opened = _open(db, write=True)
-    try:
-        began = conn.in_transaction
-        try:
-            conn.execute(_CREATE)
-            conn.executemany(_REPLACE, rows)
-            _commit(conn, began)
-        except sqlite3.Error as e:
-            if not began and conn.in_transaction:
-                conn.rollback()
-            raise TensorIOError(f"cannot write tensors into {_where(db)}: {e}") from e
-    finally:
-        if opened:
-            conn.close()
+    _write_rows(db, [_row_of(t, name) for name, t in tensors.items()], "tensors")
 
 
 def tensors_read(tensors, db):
