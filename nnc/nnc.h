@@ -136,7 +136,48 @@ extern "C" {
       "int (nnc_graph_h, nnc_graph_exec_h, nnc_graph_case_of_f, void const *, int)") \
     X(nnc_graph_set_case_of, (nnc_graph_h graph, nnc_graph_exec_h exec, nnc_graph_h branch, \
                               int index), (graph, exec, branch, index), \
-      "int (nnc_graph_h, nnc_graph_exec_h, nnc_graph_h, int)")
+      "int (nnc_graph_h, nnc_graph_exec_h, nnc_graph_h, int)") \
+    /* node tensors, multiviews, backend contexts, the engine */ \
+    X(nnc_graph_exec_set_io, (nnc_graph_h graph, nnc_graph_exec_h exec, \
+                              const nnc_tensor_h* inputs, int input_size, \
+                              const nnc_tensor_h* outputs, int output_size), \
+      (graph, exec, inputs, input_size, outputs, output_size), \
+      "int (nnc_graph_h, nnc_graph_exec_h, nnc_tensor_h const *, int, nnc_tensor_h const *, " \
+      "int)") \
+    X(nnc_tensor_multiview_new, (nnc_tensor_h* out, const nnc_tensor_h* versions, \
+                                 int version_size, int kind, nnc_graph_h anchor), \
+      (out, versions, version_size, kind, anchor), \
+      "int (nnc_tensor_h *, nnc_tensor_h const *, int, int, nnc_graph_h)") \
+    X(nnc_tensor_multiview_free, (nnc_tensor_h multiview), (multiview), "int (nnc_tensor_h)") \
+    X(nnc_tensor_multiview_info, (nnc_tensor_h multiview, int* kind, int* version_size, \
+                                  int* current), (multiview, kind, version_size, current), \
+      "int (nnc_tensor_h, int *, int *, int *)") \
+    X(nnc_tensor_multiview_version, (nnc_tensor_h multiview, int index, nnc_tensor_h* out), \
+      (multiview, index, out), "int (nnc_tensor_h, int, nnc_tensor_h *)") \
+    X(nnc_tensor_synchronize_to_multiview, (nnc_tensor_h multiview, nnc_tensor_h tensor), \
+      (multiview, tensor), "int (nnc_tensor_h, nnc_tensor_h)") \
+    X(nnc_cmd_backend_register_ctx, (const char* command, const char* backend, \
+                                     nnc_cmd_exec_ctx_f fn, void* user, int datatypes, \
+                                     int flags, int priority), \
+      (command, backend, fn, user, datatypes, flags, priority), \
+      "int (char const *, char const *, nnc_cmd_exec_ctx_f, void *, int, int, int)") \
+    X(nnc_engine_new, (nnc_engine_h* out, int naive), (out, naive), "int (nnc_engine_h *, int)") \
+    X(nnc_engine_free, (nnc_engine_h engine), (engine), "int (nnc_engine_h)") \
+    X(nnc_engine_var_new, (nnc_engine_h engine, nnc_engine_var_h* out), (engine, out), \
+      "int (nnc_engine_h, nnc_engine_var_h *)") \
+    X(nnc_engine_var_free, (nnc_engine_var_h var), (var), "int (nnc_engine_var_h)") \
+    X(nnc_engine_push, (nnc_engine_h engine, nnc_engine_fn_f fn, void* arg, \
+                        const nnc_engine_var_h* reads, int read_size, \
+                        const nnc_engine_var_h* mutates, int mutate_size), \
+      (engine, fn, arg, reads, read_size, mutates, mutate_size), \
+      "int (nnc_engine_h, nnc_engine_fn_f, void *, nnc_engine_var_h const *, int, " \
+      "nnc_engine_var_h const *, int)") \
+    X(nnc_engine_delete_var, (nnc_engine_h engine, nnc_engine_var_h var), (engine, var), \
+      "int (nnc_engine_h, nnc_engine_var_h)") \
+    X(nnc_engine_wait_for_var, (nnc_engine_h engine, nnc_engine_var_h var), (engine, var), \
+      "int (nnc_engine_h, nnc_engine_var_h)") \
+    X(nnc_engine_wait_all, (nnc_engine_h engine), (engine), "int (nnc_engine_h)") \
+    X(nnc_engine_close, (nnc_engine_h engine), (engine), "int (nnc_engine_h)")
 
 /* The function pointers, NULL until nnc_init() loads them. */
 #define NNC__POINTER(name, params, args, sig) static int(*name##__p) params = NULL;

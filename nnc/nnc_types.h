@@ -50,6 +50,13 @@ extern "C" {
 #define NNC_ERROR_MEMORY (-111)         /* out of memory */
 #define NNC_ERROR_ABI (-112)            /* nnc.h and the installed nnc disagree */
 #define NNC_ERROR_IO (-113)             /* a tensor database cannot be read or written, or lacks the name */
+#define NNC_ERROR_ENGINE (-114)         /* a refused engine push, or an engine op that failed */
+#define NNC_ERROR_CUDA (-115)           /* CUDA is unavailable, a GPU does not exist, a CUDA call failed */
+
+/* Multiview kinds (NNC's CCV_NNC_MULTIVIEW_K0N / _K1N; PHI is nnc's case..of selection). */
+#define NNC_MULTIVIEW_K0N 0             /* at loop count i: version i % n */
+#define NNC_MULTIVIEW_K1N 1             /* version 0 at count 0, then 1 + (i - 1) % (n - 1) */
+#define NNC_MULTIVIEW_PHI 2             /* two versions, chosen by a case..of node */
 
 /* Backend registration: priority that means "the registry's default" (15 for a new name). */
 #define NNC_PRIORITY_DEFAULT (-1)
@@ -65,6 +72,8 @@ typedef struct nnc_graph_handle_s* nnc_graph_h;
 typedef struct nnc_graph_exec_handle_s* nnc_graph_exec_h;
 typedef struct nnc_stream_handle_s* nnc_stream_h;
 typedef struct nnc_signal_handle_s* nnc_signal_h;
+typedef struct nnc_engine_handle_s* nnc_engine_h;
+typedef struct nnc_engine_var_handle_s* nnc_engine_var_h;
 
 /* The C view of a tensor, as C backends and expressions see it (nnc/tensor/tensor.pxd, field by field;
  * nnc_init() checks the layout). Strides count elements, not bytes. */
@@ -112,6 +121,17 @@ typedef int (*nnc_cmd_exec_f)(const nnc_cmd_param_t* param,
                               nnc_tensor_t** inputs, int input_size,
                               nnc_tensor_t** outputs, int output_size,
                               void* context);
+
+/* A C command backend with a user context (nnc_cmd_backend_register_ctx): as nnc_cmd_exec_f,
+ * plus the pointer given at registration, passed through untouched (NNC: ccv_nnc_cmd_t's data). */
+typedef int (*nnc_cmd_exec_ctx_f)(const nnc_cmd_param_t* param,
+                                  nnc_tensor_t** inputs, int input_size,
+                                  nnc_tensor_t** outputs, int output_size,
+                                  void* context, void* user);
+
+/* An engine op pushed from C (nnc_engine_push): runs on a pool thread without the GIL and must
+ * not call Python. Returns 0 on success; any other value fails the op (docs/capi.md, Engine). */
+typedef int (*nnc_engine_fn_f)(void* arg);
 
 /* One part of a command split with nnc_parallel_for: part in [0, parts); context is the running
  * thread's scratch-memory owner (for nnc_stream_workspace). Returns NNC_SUCCESS or a negative

@@ -6,6 +6,8 @@
  *   while (NNC while.tests.c, count based): while (count < 5) z = y*z; then z = x*z
  *     = 0.34 * 1.11^5 = 0.5729198
  *   while with a carry-over and a condition on data (while.tests.c): 0.92^5 * 3.2 = 2.1090609
+ *   while over multiviews, the product's tensors replaced twice with nnc_graph_exec_set_io
+ *     (NNC while.tests.c, x * y^5 with multiviews): 0.47 * 5.5^5 = 2365.4366
  *   case..of (NNC case_of.tests.c): x<0: x=0; x<1: skip; x<2: x=x*0.5+0.5; else x=1.5
  *
  * Exit status 0 when every number matches; prints what it computed. */
@@ -137,6 +139,54 @@ static int while_loop(nnc_stream_h stream) {
     return 0;
 }
 
+/* NNC while.tests.c, "while graph with multiview": the body's product is built on plain
+ * tensors, then re-pointed twice with nnc_graph_exec_set_io, the second time onto multiviews
+ * that swap x and z every iteration (xx = x at even counts, z at odd; zz the other way round),
+ * so x = z * y and z = x * y alternate: after 5 products x = 0.47 * 5.5^5 = 2365.4366. */
+static int while_set_io(nnc_stream_h stream) {
+    float x = 0.32f, y = 5.5f, z = 0.47f;
+    int limit = 5, run, current;
+    nnc_tensor_h tx, ty, tz, xx, zz;
+    nnc_graph_h g, body;
+    nnc_graph_exec_h noop, prod, loop;
+    CHECK(scalar(&x, &tx));
+    CHECK(scalar(&y, &ty));
+    CHECK(scalar(&z, &tz));
+    CHECK(nnc_graph_new(&g));
+    CHECK(nnc_graph_new(&body));
+    CHECK(nnc_graph_while_new(g, body, &loop));
+    CHECK(nnc_tensor_multiview_new(&xx, (nnc_tensor_h[]){tx, tz}, 2, NNC_MULTIVIEW_K0N, body));
+    CHECK(nnc_tensor_multiview_new(&zz, (nnc_tensor_h[]){tz, tx}, 2, NNC_MULTIVIEW_K0N, body));
+    CHECK(node(body, "NOOP", NULL, NULL, 0, NULL, 0, &noop));
+    CHECK(node(body, "EWPROD", NULL, (nnc_tensor_h[]){tx, ty}, 2, &tz, 1, &prod));
+    CHECK(nnc_graph_exec_concat(body, noop, prod));
+    CHECK(nnc_graph_set_while_expr(body, count_below, &limit, NULL, 0, &noop, 1));
+    CHECK(nnc_graph_exec_set_io(body, prod, (nnc_tensor_h[]){tx, ty}, 2, &tz, 1));
+    CHECK(nnc_graph_exec_set_io(body, prod, (nnc_tensor_h[]){zz, ty}, 2, &xx, 1));
+    CHECK(nnc_graph_run(g, NULL));
+    EXPECT("set_io while x (sequential)", x, 2365.4366, 1e-2);
+    CHECK(nnc_graph_static_schedule(g, "cpu", 0));
+    for (run = 0; run < 2; run++) {  /* each run starts again from x = 0.32, z = 0.47 */
+        x = 0.32f, z = 0.47f;
+        CHECK(nnc_graph_run(g, stream));
+        CHECK(nnc_stream_wait(stream));
+        EXPECT("set_io while x (scheduled)", x, 2365.4366, 1e-2);
+    }
+    CHECK(nnc_tensor_multiview_info(xx, NULL, NULL, &current));
+    EXPECT("multiview xx current", current, 0, 0);  /* the last product ran at count 4: 4 % 2 */
+    CHECK(nnc_graph_exec_free(noop));
+    CHECK(nnc_graph_exec_free(prod));
+    CHECK(nnc_graph_exec_free(loop));
+    CHECK(nnc_graph_free(body));
+    CHECK(nnc_graph_free(g));
+    CHECK(nnc_tensor_multiview_free(xx));
+    CHECK(nnc_tensor_multiview_free(zz));
+    CHECK(nnc_tensor_free(tx));
+    CHECK(nnc_tensor_free(ty));
+    CHECK(nnc_tensor_free(tz));
+    return 0;
+}
+
 /* A data-dependent loop condition: go on while the input (z1) is above *(float*)data. */
 static int above(int64_t count, nnc_tensor_t* const* inputs, int input_size, const void* data) {
     (void)count;
@@ -251,7 +301,8 @@ int main(void) {
         return 1;
     }
     CHECK(nnc_stream_new("cpu", &stream));
-    if (parallel_graph(stream) || while_loop(stream) || carry_over(stream) || case_of(stream))
+    if (parallel_graph(stream) || while_loop(stream) || while_set_io(stream) ||
+        carry_over(stream) || case_of(stream))
         return 1;
     CHECK(nnc_stream_free(stream));
     CHECK(nnc_finalize());

@@ -17,14 +17,17 @@ import numpy as np
 
 from nnc.base.core import DATATYPE_NAMES, GraphError, ScheduleError
 from nnc.capi.handle cimport (
-    K_CMD, K_EXEC, K_GRAPH, K_SIGNAL, K_STREAM, K_TENSOR, NNC_ABI_VERSION,
-    NNC_BACKEND_CONTIGUOUS, NNC_ERROR_ABI, NNC_ERROR_ARGUMENT, NNC_ERROR_MEMORY, NNC_ERROR_NULL,
-    NNC_MAX_DIM_C, NNC_PRIORITY_DEFAULT, arg_count,
-    arg_exec, arg_execs, arg_out, arg_tensors, arg_text, c_case_of_f, c_exec_f, c_param_t,
-    c_part_f, c_tensor_t, c_while_f, capi_fail, capi_message, capi_set_message, handle_clear,
-    handle_get, handle_new, handle_release, nnc_cmd_h, nnc_graph_exec_h, nnc_graph_h,
-    nnc_signal_h, nnc_stream_h, nnc_tensor_h,
+    K_CMD, K_ENGINE, K_ENGINE_VAR, K_EXEC, K_GRAPH, K_SIGNAL, K_STREAM, K_TENSOR,
+    NNC_ABI_VERSION, NNC_BACKEND_CONTIGUOUS, NNC_ERROR_ABI, NNC_ERROR_ARGUMENT, NNC_ERROR_MEMORY,
+    NNC_ERROR_NULL, NNC_MAX_DIM_C, NNC_MULTIVIEW_K0N, NNC_MULTIVIEW_K1N, NNC_MULTIVIEW_PHI,
+    NNC_PRIORITY_DEFAULT, arg_count, arg_exec, arg_execs, arg_out, arg_tensors, arg_text,
+    c_case_of_f, c_engine_fn_f, c_exec_ctx_f, c_exec_f, c_param_t, c_part_f, c_tensor_t,
+    c_while_f, capi_fail, capi_message, capi_set_message, handle_clear, handle_free, handle_get,
+    handle_new, handle_release, nnc_cmd_h, nnc_engine_h, nnc_engine_var_h, nnc_graph_exec_h,
+    nnc_graph_h, nnc_signal_h, nnc_stream_h, nnc_tensor_h,
 )
+from nnc.engine.engine cimport Engine
+from nnc.engine.op cimport EngineVar
 from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.stream.stream cimport Signal, Stream
@@ -32,10 +35,13 @@ from nnc.tensor.tensor cimport Tensor, nnc_tensor_t
 from nnc.base.parallel cimport nnc_part_f, nnc_workspace, parallel_threads
 from nnc.base.parallel cimport nnc_parallel_for as parallel_for
 
-from nnc.capi.handle import NullError, RangeError, live_handles, parse_params
+from nnc.capi.handle import (
+    HandleError, NullError, RangeError, live_handles, live_objects, parse_params,
+)
 from nnc.cmd.command import Cmd, cmd_exec, register_command
 from nnc.base.device import ArrayInterface, parse_device
 from nnc.schedule.schedule import static_schedule
+from nnc.tensor.multiview import MultiView
 from nnc.tensor.io import tensor_read, tensor_write
 
 __all__ = ["live_handles", "parse_params"]
@@ -156,6 +162,11 @@ cdef api int nnc_shutdown() noexcept with gil:
     try:
         from nnc.stream.drain import drain_all
 
+        # Engines first: their ops may still be queued (an engine closed here keeps its
+        # errors; the handles go next, so nothing could read them anyway).
+        for eng in live_objects(K_ENGINE):
+            if not eng.closed:
+                eng.close()
         drain_all()
         handle_clear()
         return 0
@@ -300,6 +311,25 @@ cdef api int nnc_cmd_register(const char* name, const char* inplace) noexcept wi
         return capi_fail(e)
 
 
+cdef int _register_backend(const char* command, const char* backend, c_exec_f fn,
+                           int datatypes, int flags, int priority) except -1:
+    """nnc_cmd_backend_register and _ctx after their own checks: fn is the function to call."""
+    all_types = 0
+    for code in DATATYPE_NAMES:
+        all_types |= code
+    if datatypes & ~all_types:
+        raise ValueError(f"datatypes 0x{datatypes:x} has bits that are no NNC_* datatype")
+    if flags & ~NNC_BACKEND_CONTIGUOUS:
+        raise ValueError(f"flags 0x{flags:x} has unknown bits")
+    if priority < 0 and priority != NNC_PRIORITY_DEFAULT:
+        raise ValueError(f"priority {priority} must be >= 0 or NNC_PRIORITY_DEFAULT")
+    register_c_backend(arg_text(command, "command"), arg_text(backend, "backend"),
+                       <nnc_cmd_exec_f>fn, datatypes or all_types,
+                       bool(flags & NNC_BACKEND_CONTIGUOUS), None,
+                       None if priority == NNC_PRIORITY_DEFAULT else priority, True)
+    return 0
+
+
 cdef api int nnc_cmd_backend_register(const char* command, const char* backend, c_exec_f fn,
                                       int datatypes, int flags, int priority) noexcept with gil:
     """Make the C function fn backend ``backend`` of ``command`` (re-registering a name is an
@@ -309,19 +339,7 @@ cdef api int nnc_cmd_backend_register(const char* command, const char* backend, 
     try:
         if fn == NULL:
             raise NullError("fn is NULL")
-        all_types = 0
-        for code in DATATYPE_NAMES:
-            all_types |= code
-        if datatypes & ~all_types:
-            raise ValueError(f"datatypes 0x{datatypes:x} has bits that are no NNC_* datatype")
-        if flags & ~NNC_BACKEND_CONTIGUOUS:
-            raise ValueError(f"flags 0x{flags:x} has unknown bits")
-        if priority < 0 and priority != NNC_PRIORITY_DEFAULT:
-            raise ValueError(f"priority {priority} must be >= 0 or NNC_PRIORITY_DEFAULT")
-        register_c_backend(arg_text(command, "command"), arg_text(backend, "backend"),
-                           <nnc_cmd_exec_f>fn, datatypes or all_types,
-                           bool(flags & NNC_BACKEND_CONTIGUOUS), None,
-                           None if priority == NNC_PRIORITY_DEFAULT else priority, True)
+        _register_backend(command, backend, fn, datatypes, flags, priority)
         return 0
     except BaseException as e:
         return capi_fail(e)
@@ -693,6 +711,292 @@ cdef api int nnc_graph_set_case_of(nnc_graph_h graph, nnc_graph_exec_h exec, nnc
         if index < 0:
             raise RangeError(f"branch index {index} must be >= 0")
         g.set_case_of(e, handle_get(branch, K_GRAPH, "branch"), index)
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+# -- node tensors, multiviews, backend contexts, engine ---------------------------------------
+
+cdef api int nnc_graph_exec_set_io(nnc_graph_h graph, nnc_graph_exec_h exec,
+                                   const nnc_tensor_h* inputs, int input_size,
+                                   const nnc_tensor_h* outputs,
+                                   int output_size) noexcept with gil:
+    """Replace node exec's tensors (GraphExec.set_io: the same checks, the backend chosen again,
+    the default schedule rebuilt at the next run). NNC: ccv_nnc_graph_exec_set_io."""
+    try:
+        g = handle_get(graph, K_GRAPH, "graph")
+        e = arg_exec(g, exec, "exec")
+        e.set_io(arg_tensors(inputs, input_size, "inputs"),
+                 arg_tensors(outputs, output_size, "outputs"))
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+_MULTIVIEW_KINDS = {NNC_MULTIVIEW_K0N: "K0N", NNC_MULTIVIEW_K1N: "K1N", NNC_MULTIVIEW_PHI: "PHI"}
+
+
+cdef object _multiview(const void* h, str what):
+    t = handle_get(h, K_TENSOR, what)
+    if not isinstance(t, MultiView):
+        raise HandleError(f"{what} is an nnc_tensor_h of a plain tensor, not of a multiview")
+    return t
+
+
+cdef api int nnc_tensor_multiview_new(nnc_tensor_h* out, const nnc_tensor_h* versions,
+                                      int version_size, int kind,
+                                      nnc_graph_h anchor) noexcept with gil:
+    """A tensor that aliases one of versions at a time, chosen by anchor's loop count (K0N,
+    K1N) or by a case..of node (PHI, anchor NULL): nnc.MultiView. The handle is a tensor
+    handle, for nodes and nnc_tensor_get. NNC: ccv_nnc_tensor_multiview."""
+    try:
+        arg_out(out)
+        name = _MULTIVIEW_KINDS.get(kind)
+        if name is None:
+            raise ValueError(f"kind {kind} is not NNC_MULTIVIEW_K0N, _K1N or _PHI")
+        vs = arg_tensors(versions, version_size, "versions")
+        for i, v in enumerate(vs):
+            if v is None:
+                raise NullError(f"versions[{i}] is NULL")
+        g = None if anchor == NULL else handle_get(anchor, K_GRAPH, "anchor")
+        out[0] = <nnc_tensor_h>handle_new(MultiView(vs, anchor=g, kind=name), K_TENSOR)
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_tensor_multiview_free(nnc_tensor_h multiview) noexcept with gil:
+    """Release a multiview's handle (NNC_ERROR_HANDLE for a plain tensor's); loops and nodes
+    using it keep it. NNC: ccv_nnc_tensor_multiview_free."""
+    try:
+        _multiview(multiview, "multiview")
+        handle_free(multiview, K_TENSOR, "multiview")
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_tensor_multiview_info(nnc_tensor_h multiview, int* kind, int* version_size,
+                                       int* current) noexcept with gil:
+    """The multiview's kind (NNC_MULTIVIEW_*), number of versions and the version it aliases
+    now (each pointer may be NULL)."""
+    try:
+        mv = _multiview(multiview, "multiview")
+        if kind != NULL:
+            kind[0] = mv.kind
+        if version_size != NULL:
+            version_size[0] = len(mv.versions)
+        if current != NULL:
+            current[0] = mv.current
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_tensor_multiview_version(nnc_tensor_h multiview, int index,
+                                          nnc_tensor_h* out) noexcept with gil:
+    """A new handle to version index of the multiview. NNC: CCV_NNC_MULTIVIEW_DATA(mv)[index]."""
+    try:
+        arg_out(out)
+        mv = _multiview(multiview, "multiview")
+        if index < 0 or index >= len(mv.versions):
+            raise RangeError(f"version index {index} is out of range [0, {len(mv.versions)})")
+        out[0] = <nnc_tensor_h>handle_new(mv.versions[index], K_TENSOR)
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_tensor_synchronize_to_multiview(nnc_tensor_h multiview,
+                                                 nnc_tensor_h tensor) noexcept with gil:
+    """From now on tensor aliases whichever version the multiview aliases (MultiView.synchronize:
+    the versions' layout, not a multiview). NNC: ccv_nnc_tensor_synchronize_to_multiview."""
+    try:
+        mv = _multiview(multiview, "multiview")
+        mv.synchronize(handle_get(tensor, K_TENSOR, "tensor"))
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+# A C backend with a user context is registered as one of these thunks: thunk i calls slot i's
+# function with slot i's pointer appended, so the calling convention every runner uses (six
+# arguments, nnc.cmd.command's cmd_bound_run_c) and the bound records stay as they are. A slot
+# is written once, under the GIL, before its backend is registered (and so before any runner
+# can call its thunk), and never changes: backends are never unregistered.
+cdef extern from "nnc_types.h":
+    """
+    #define NNC_CAPI_THUNKS 256
+    static struct { nnc_cmd_exec_ctx_f fn; void* user; } nnc_capi_thunk_slot[NNC_CAPI_THUNKS];
+    #define NNC_CAPI_THUNK(h, l) \\
+        static int nnc_capi_thunk_##h##l(const nnc_cmd_param_t* p, nnc_tensor_t** in, int n, \\
+                                         nnc_tensor_t** out, int m, void* context) { \\
+            return nnc_capi_thunk_slot[0x##h##l].fn(p, in, n, out, m, context, \\
+                                                    nnc_capi_thunk_slot[0x##h##l].user); \\
+        }
+    #define NNC_CAPI_THUNK16(h) \\
+        NNC_CAPI_THUNK(h, 0) NNC_CAPI_THUNK(h, 1) NNC_CAPI_THUNK(h, 2) NNC_CAPI_THUNK(h, 3) \\
+        NNC_CAPI_THUNK(h, 4) NNC_CAPI_THUNK(h, 5) NNC_CAPI_THUNK(h, 6) NNC_CAPI_THUNK(h, 7) \\
+        NNC_CAPI_THUNK(h, 8) NNC_CAPI_THUNK(h, 9) NNC_CAPI_THUNK(h, a) NNC_CAPI_THUNK(h, b) \\
+        NNC_CAPI_THUNK(h, c) NNC_CAPI_THUNK(h, d) NNC_CAPI_THUNK(h, e) NNC_CAPI_THUNK(h, f)
+    NNC_CAPI_THUNK16(0) NNC_CAPI_THUNK16(1) NNC_CAPI_THUNK16(2) NNC_CAPI_THUNK16(3)
+    NNC_CAPI_THUNK16(4) NNC_CAPI_THUNK16(5) NNC_CAPI_THUNK16(6) NNC_CAPI_THUNK16(7)
+    NNC_CAPI_THUNK16(8) NNC_CAPI_THUNK16(9) NNC_CAPI_THUNK16(a) NNC_CAPI_THUNK16(b)
+    NNC_CAPI_THUNK16(c) NNC_CAPI_THUNK16(d) NNC_CAPI_THUNK16(e) NNC_CAPI_THUNK16(f)
+    #define NNC_CAPI_REF16(h) \\
+        nnc_capi_thunk_##h##0, nnc_capi_thunk_##h##1, nnc_capi_thunk_##h##2, \\
+        nnc_capi_thunk_##h##3, nnc_capi_thunk_##h##4, nnc_capi_thunk_##h##5, \\
+        nnc_capi_thunk_##h##6, nnc_capi_thunk_##h##7, nnc_capi_thunk_##h##8, \\
+        nnc_capi_thunk_##h##9, nnc_capi_thunk_##h##a, nnc_capi_thunk_##h##b, \\
+        nnc_capi_thunk_##h##c, nnc_capi_thunk_##h##d, nnc_capi_thunk_##h##e, \\
+        nnc_capi_thunk_##h##f
+    static const nnc_cmd_exec_f nnc_capi_thunk_fn[NNC_CAPI_THUNKS] = {
+        NNC_CAPI_REF16(0), NNC_CAPI_REF16(1), NNC_CAPI_REF16(2), NNC_CAPI_REF16(3),
+        NNC_CAPI_REF16(4), NNC_CAPI_REF16(5), NNC_CAPI_REF16(6), NNC_CAPI_REF16(7),
+        NNC_CAPI_REF16(8), NNC_CAPI_REF16(9), NNC_CAPI_REF16(a), NNC_CAPI_REF16(b),
+        NNC_CAPI_REF16(c), NNC_CAPI_REF16(d), NNC_CAPI_REF16(e), NNC_CAPI_REF16(f),
+    };
+    static void nnc_capi_thunk_set(int i, nnc_cmd_exec_ctx_f fn, void* user) {
+        nnc_capi_thunk_slot[i].fn = fn;
+        nnc_capi_thunk_slot[i].user = user;
+    }
+    """
+    int NNC_CAPI_THUNKS
+    c_exec_f nnc_capi_thunk_fn[256]
+    void nnc_capi_thunk_set(int i, c_exec_ctx_f fn, void* user) noexcept nogil
+
+
+cdef dict _thunks = {}                  # (fn address, user address) -> its thunk's slot
+
+
+cdef api int nnc_cmd_backend_register_ctx(const char* command, const char* backend,
+                                          c_exec_ctx_f fn, void* user, int datatypes,
+                                          int flags, int priority) noexcept with gil:
+    """nnc_cmd_backend_register for a function that also receives ``user`` (its last argument,
+    passed through untouched): at most 256 (fn, user) pairs per process.
+    NNC: REGISTER_COMMAND_BACKEND with the command's data pointer."""
+    cdef int slot
+    try:
+        if fn == NULL:
+            raise NullError("fn is NULL")
+        key = (<size_t>fn, <size_t>user)
+        slot = _thunks.get(key, -1)
+        if slot < 0:
+            if len(_thunks) >= NNC_CAPI_THUNKS:
+                raise MemoryError(f"at most {NNC_CAPI_THUNKS} (fn, user) pairs can be "
+                                  "registered as backends with a user context")
+            slot = len(_thunks)
+            nnc_capi_thunk_set(slot, fn, user)
+            _thunks[key] = slot
+        _register_backend(command, backend, nnc_capi_thunk_fn[slot], datatypes, flags, priority)
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_engine_new(nnc_engine_h* out, int naive) noexcept with gil:
+    """A dependency engine (nnc.Engine(naive=naive)): MXNet's Engine::Get()."""
+    try:
+        arg_out(out)
+        out[0] = <nnc_engine_h>handle_new(Engine(naive=bool(naive)), K_ENGINE)
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_engine_free(nnc_engine_h engine) noexcept with gil:
+    """Release the handle; ops already pushed still run."""
+    return handle_release(engine, K_ENGINE, "engine")
+
+
+cdef api int nnc_engine_var_new(nnc_engine_h engine, nnc_engine_var_h* out) noexcept with gil:
+    """A new var of engine (Engine.new_var). MXNet: NewVariable."""
+    try:
+        arg_out(out)
+        out[0] = <nnc_engine_var_h>handle_new(
+            (<Engine>handle_get(engine, K_ENGINE, "engine")).new_var(), K_ENGINE_VAR)
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_engine_var_free(nnc_engine_var_h var) noexcept with gil:
+    """Release a var's handle (the var lives on in the engine; nnc_engine_delete_var deletes
+    it)."""
+    return handle_release(var, K_ENGINE_VAR, "var")
+
+
+cdef list _engine_vars(Engine eng, const nnc_engine_var_h* items, int n, str what):
+    """The vars behind an array of handles; each must be a var of eng (the engine's own check
+    names the offender otherwise)."""
+    cdef int i
+    cdef list out
+    arg_count(n, items, what)
+    out = [None] * n
+    for i in range(n):
+        out[i] = handle_get(items[i], K_ENGINE_VAR, f"{what}[{i}]")
+    return out
+
+
+cdef api int nnc_engine_push(nnc_engine_h engine, c_engine_fn_f fn, void* arg,
+                             const nnc_engine_var_h* reads, int read_size,
+                             const nnc_engine_var_h* mutates,
+                             int mutate_size) noexcept with gil:
+    """Run fn(arg) on a pool thread, without the GIL, once every earlier op it conflicts with
+    (through reads and mutates) is done; returns at once (Engine.push of a C function, without
+    its Python call and argument parsing). A nonzero return fails the op: Engine's error rule.
+    MXNet: PushAsync."""
+    cdef Engine eng
+    try:
+        eng = <Engine>handle_get(engine, K_ENGINE, "engine")
+        if fn == NULL:
+            raise NullError("fn is NULL")
+        eng.push_c(<size_t>fn, <size_t>arg, _engine_vars(eng, reads, read_size, "reads"),
+                   _engine_vars(eng, mutates, mutate_size, "mutates"))
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_engine_delete_var(nnc_engine_h engine, nnc_engine_var_h var) noexcept with gil:
+    """Delete var once every earlier op using it is done (Engine.delete_var): any later use of
+    it is NNC_ERROR_ENGINE. The handle stays to be freed. MXNet: DeleteVariable."""
+    try:
+        eng = handle_get(engine, K_ENGINE, "engine")
+        eng.delete_var(handle_get(var, K_ENGINE_VAR, "var"))
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_engine_wait_for_var(nnc_engine_h engine,
+                                     nnc_engine_var_h var) noexcept with gil:
+    """Block (without the GIL) until every op pushed so far that mutates var is done;
+    NNC_ERROR_ENGINE with the op's error if var's last write failed. MXNet: WaitForVar."""
+    try:
+        eng = handle_get(engine, K_ENGINE, "engine")
+        eng.wait_for_var(handle_get(var, K_ENGINE_VAR, "var"))
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_engine_wait_all(nnc_engine_h engine) noexcept with gil:
+    """Block (without the GIL) until every op pushed so far is done; NNC_ERROR_ENGINE with the
+    first error recorded since the last wait_all (then forgotten). MXNet: WaitForAll."""
+    try:
+        (<Engine>handle_get(engine, K_ENGINE, "engine")).wait_all()
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_engine_close(nnc_engine_h engine) noexcept with gil:
+    """Wait for everything pushed, then refuse pushes (Engine.close); errors stay for
+    nnc_engine_wait_all."""
+    try:
+        (<Engine>handle_get(engine, K_ENGINE, "engine")).close()
         return 0
     except BaseException as e:
         return capi_fail(e)

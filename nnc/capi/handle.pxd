@@ -15,6 +15,8 @@ cdef extern from "nnc_types.h":
     ctypedef void* nnc_graph_exec_h
     ctypedef void* nnc_stream_h
     ctypedef void* nnc_signal_h
+    ctypedef void* nnc_engine_h
+    ctypedef void* nnc_engine_var_h
     ctypedef struct c_tensor_t "nnc_tensor_t":
         void* data
         int datatype
@@ -38,6 +40,9 @@ cdef extern from "nnc_types.h":
         int activation
     ctypedef int (*c_exec_f "nnc_cmd_exec_f")(
         const c_param_t*, c_tensor_t**, int, c_tensor_t**, int, void*) noexcept nogil
+    ctypedef int (*c_exec_ctx_f "nnc_cmd_exec_ctx_f")(
+        const c_param_t*, c_tensor_t**, int, c_tensor_t**, int, void*, void*) noexcept nogil
+    ctypedef int (*c_engine_fn_f "nnc_engine_fn_f")(void*) noexcept nogil
     ctypedef int (*c_part_f "nnc_part_f")(void*, int64_t, void*) noexcept nogil
     ctypedef int (*c_while_f "nnc_graph_while_f")(
         int64_t, c_tensor_t* const*, int, const void*) noexcept nogil
@@ -47,6 +52,7 @@ cdef extern from "nnc_types.h":
         NNC_ERROR_UNKNOWN, NNC_ERROR_NULL, NNC_ERROR_HANDLE, NNC_ERROR_INDEX,
         NNC_ERROR_ARGUMENT, NNC_ERROR_COMMAND, NNC_ERROR_TENSOR, NNC_ERROR_GRAPH,
         NNC_ERROR_SCHEDULE, NNC_ERROR_STREAM, NNC_ERROR_MEMORY, NNC_ERROR_ABI, NNC_ERROR_IO,
+        NNC_ERROR_ENGINE, NNC_ERROR_CUDA, NNC_MULTIVIEW_K0N, NNC_MULTIVIEW_K1N, NNC_MULTIVIEW_PHI,
         NNC_PRIORITY_DEFAULT, NNC_BACKEND_CONTIGUOUS
 
 
@@ -58,6 +64,8 @@ cdef enum:
     K_EXEC = 4
     K_STREAM = 5
     K_SIGNAL = 6
+    K_ENGINE = 7
+    K_ENGINE_VAR = 8
 
 
 cdef const char* capi_message() noexcept nogil

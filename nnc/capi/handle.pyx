@@ -14,6 +14,8 @@ import ast
 
 from nnc.base.core import (
     CommandError,
+    CUDAError,
+    EngineError,
     GraphError,
     NNCError,
     ScheduleError,
@@ -36,7 +38,7 @@ cdef extern from *:
 # -- the handle table -----------------------------------------------------------------------
 
 _KIND_NAMES = ("a freed handle", "nnc_tensor_h", "nnc_cmd_h", "nnc_graph_h", "nnc_graph_exec_h",
-               "nnc_stream_h", "nnc_signal_h")
+               "nnc_stream_h", "nnc_signal_h", "nnc_engine_h", "nnc_engine_var_h")
 
 # A handle is (generation << SLOT_BITS) | (slot + 1): never 0 (NULL), and a handle outliving its
 # object names a slot whose generation has moved on. Generations start at 1 and wrap below
@@ -175,6 +177,8 @@ _CODES = (
     (GraphError, NNC_ERROR_GRAPH),
     (ScheduleError, NNC_ERROR_SCHEDULE),
     (StreamError, NNC_ERROR_STREAM),
+    (EngineError, NNC_ERROR_ENGINE),
+    (CUDAError, NNC_ERROR_CUDA),
     (MemoryError, NNC_ERROR_MEMORY),
     (IndexError, NNC_ERROR_INDEX),
     (ValueError, NNC_ERROR_ARGUMENT),

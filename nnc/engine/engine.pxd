@@ -27,6 +27,7 @@ cdef class Engine:
     cdef dict _buffers                  # (device, lo, hi) -> [var, vars it overlaps]
     cdef list _recording                # entries of the active record() region, or None
 
+    cdef int push_c(self, size_t cfn, size_t carg, list reads, list muts) except -1
     cdef int _commit(self, op_t* op, object reads, object muts, object stream) except -1
     cdef int _check_var(self, object v, str what) except -1
     cdef int _check_vars(self, object reads, object muts) except -1

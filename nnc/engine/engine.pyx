@@ -462,6 +462,25 @@ cdef class Engine:
                                     tuple(muts), name, <size_t>cfn, carg))
         self._finish_push(stream)
 
+    cdef int push_c(self, size_t cfn, size_t carg, list reads, list muts) except -1:
+        """push(fn, read=reads, mutate=muts, arg=carg) for a C function given as its address
+        (nnc_engine_push: the C API's caller has no CFUNC object, and skips push's argument
+        parsing). The op is the same OP_C op: same dependencies, same error rule."""
+        cdef op_t* op
+        self._check_stream(None)
+        if cfn == 0:
+            raise EngineError("a C fn is a NULL function pointer")
+        self._check_vars(reads, muts)
+        op = op_new(self.e, len(reads) + 2 * len(muts))   # room for _commit
+        op.kind = OP_C
+        op.cfn = <int (*)(void*) noexcept nogil>cfn
+        op.arg = <void*>carg
+        self._commit(op, reads, muts, None)
+        if self._recording is not None:
+            self._recording.append(("c", None, None, tuple(reads), tuple(muts), None, cfn, carg))
+        self._finish_push(None)
+        return 0
+
     def var_of(self, tensor):
         """The var push_cmd uses for ``tensor``: one per root buffer (the memory its owner
         covers), shared by every view and every tensor over that buffer."""

@@ -1,7 +1,8 @@
 """The C API (nnc/capi/capi.pyx through nnc/nnc.h), exercised from C programs compiled here.
 
 - examples/embed/graph.c: NNC's parallel graph (parallel.tests.c, d2 = -1.473017), the
-  count-based while (while.tests.c, 0.5729198), a while with a carry-over whose C expression
+  count-based while (while.tests.c, 0.5729198), a while over multiviews whose node's tensors
+  nnc_graph_exec_set_io replaced (2365.4366), a while with a carry-over whose C expression
   reads a tensor (2.1090609) and the piece-wise case..of (case_of.tests.c), each scheduled and
   run on a CPU stream.
 - examples/embed/backend.c: C backends for a new and an existing command; two streams run the
@@ -60,6 +61,8 @@ def test_embed_example_parallel_while_carry_over_case_of(build):
     assert "parallel schedule: 2 streams" in out
     assert out.count("while z (scheduled)          = 0.5729198") == 2, out
     assert out.count("carry-over z2") == 2 and out.count("= 2.10906") == 2, out
+    # nnc_graph_exec_set_io twice, onto multiviews, then the loop: sequential and scheduled.
+    assert out.count("set_io while x") == 3 and out.count("= 2365.436") == 3, out
     assert out.rstrip().endswith("OK")
 
 
