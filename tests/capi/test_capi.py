@@ -9,6 +9,8 @@
   new one on two threads at overlapping times (from timestamps the backend records); a backend
   that splits its work over nnc's pool with nnc_parallel_for.
 - tests/capi/c/safety.c: bad calls return error codes and messages; several C threads at once.
+- tests/capi/c/concrete.c: nnc_graph_exec_set_io, multiviews, backends with a user context,
+  the engine from C and GPU stream kinds, with their misuse.
 - tests/capi/c/part_api.c: nnc_parallel_for parts that call the C API while the backend's caller
   holds the GIL (synchronous calls from C and from Python) and on a stream.
 
@@ -104,6 +106,24 @@ def test_parallel_for_parts_call_the_api_while_the_caller_holds_the_gil(build):
     assert "Backend.exec from Python: results ok" in out, out
     assert "g.run() from Python: results ok" in out, out
     assert out.rstrip().endswith("OK"), out
+
+
+@needs_cc
+def test_set_io_multiviews_backend_context_engine_gpu_streams(build):
+    """tests/capi/c/concrete.c: each call does what Python's does and every bad call gets its
+    code (the program prints one line per check); ops still queued on an engine are run
+    before nnc_finalize returns; a GPU stream is made where CUDA works, else NNC_ERROR_CUDA."""
+    exe = build("tests/capi/c/concrete.c")
+    try:
+        rc, out = run(exe, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"hang\n{e.stdout}")
+    assert rc == 0, out
+    assert not re.search(r"^FAIL ", out, re.M), out
+    assert re.search(r"^(\d+) checks, 0 failed$", out, re.M), out
+    assert "ok   late == 200" in out, out
+    want = 0 if nnc.cuda_available() else -115
+    assert f"gpu stream: {want}" in out, out
 
 
 def test_header_signatures_match_the_exported_functions():
