@@ -9,7 +9,11 @@ interpreter) and reports the median of R samples of:
 - ``run C``: µs per ``nnc_graph_run(g, NULL)`` of a 1000-node chain of 1-element SCALAR_MUL
   nodes, against ``run py``: ``g.run()`` of the same graph built in Python in this process;
 - ``1 stream`` / ``2 streams``: ms for 8 calls of a C backend that spins 20 ms, all enqueued on
-  one stream, or alternating between two (the ratio shows the backends running GIL-free).
+  one stream, or alternating between two (the ratio shows the backends running GIL-free);
+- ``push``: ns per ``nnc_engine_push`` of a C no-op from C, with no vars and mutating one var
+  (a chain), against ``Engine.push`` of the same C function from Python in the same process
+  and rounds (the C program's embedded interpreter); the pushing thread's time only, the ops'
+  completion waited for untimed. Two pool threads (``NNC_NUM_THREADS=2``).
 """
 
 import pathlib
@@ -52,7 +56,8 @@ def run(repeat):
         subprocess.run([*cc, "-std=c11", "-O2", str(HERE / "capi_bench.c"), "-o", str(exe),
                         *embed.cflags(), *embed.ldflags()], check=True)
         out = subprocess.run([str(exe), str(repeat)], capture_output=True, text=True,
-                             env=embed.environment(), check=True).stdout
+                             env={**embed.environment(), "NNC_NUM_THREADS": "2"},
+                             check=True).stdout
     samples = {}
     for line in out.splitlines():
         name, value = line.split()
@@ -70,6 +75,10 @@ def render(r):
         ["8 × 20 ms C backend, 1 stream, ms", _util.fmt(m["one_ms"])],
         ["8 × 20 ms C backend, 2 streams, ms", _util.fmt(m["two_ms"])],
         ["1 stream / 2 streams", _util.fmt(m["one_ms"] / m["two_ms"])],
+        ["engine push from C, no vars, ns", _util.fmt(m["push_none_ns"])],
+        ["engine push from Python, no vars, ns", _util.fmt(m["py_push_none_ns"])],
+        ["engine push from C, one var mutated, ns", _util.fmt(m["push_chain_ns"])],
+        ["engine push from Python, one var mutated, ns", _util.fmt(m["py_push_chain_ns"])],
     ]
     return _util.table(["quantity (median)", "value"], rows)
 

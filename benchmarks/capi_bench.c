@@ -3,7 +3,12 @@
  *   call_ns    ns per nnc_graph_exec_count call (GIL taken and dropped, handle looked up)
  *   run_us     us per nnc_graph_run(g, NULL) of a 1000-node chain of 1-element SCALAR_MUL
  *   one_ms     ms for 8 calls of a 20 ms C backend, all on one stream
- *   two_ms     ms for the same 8 calls alternating between two streams */
+ *   two_ms     ms for the same 8 calls alternating between two streams
+ *   push_{none,chain}_ns      ns per nnc_engine_push of a C no-op (no vars; mutating one var)
+ *   py_push_{none,chain}_ns   ns per Engine.push of the same C function from Python, in this
+ *                             process (the embedded interpreter), in the same rounds
+ * The push times count the pushing thread only (the pushes' loop); the ops' completion is
+ * waited for afterwards, untimed. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +30,43 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int noop(void* arg) {
+    (void)arg;
+    return 0;
+}
+
+/* ns per push of PUSHES no-ops on engine e (mutating *var, or nothing when var is NULL). */
+static double c_push_ns(nnc_engine_h e, nnc_engine_var_h* var, int pushes) {
+    double t0 = now(), t;
+    int i;
+    for (i = 0; i < pushes; i++) CHECK(nnc_engine_push(e, noop, NULL, NULL, 0, var, var ? 1 : 0));
+    t = now() - t0;
+    CHECK(nnc_engine_wait_all(e));
+    return t / pushes * 1e9;
+}
+
+/* The same pushes from Python (Engine.push of the C function as a CFUNC), defined once. */
+static const char* py_setup =
+    "import time, nnc\n"
+    "from nnc.engine.engine import CFUNC\n"
+    "_noop = CFUNC(%llu)\n"
+    "_e = nnc.Engine()\n"
+    "_v = _e.new_var()\n"
+    "def _py_push_ns(n, chain):\n"
+    "    push, fn, mut = _e.push, _noop, [_v] if chain else []\n"
+    "    t0 = time.perf_counter()\n"
+    "    for _ in range(n):\n"
+    "        push(fn, mutate=mut)\n"
+    "    t = time.perf_counter() - t0\n"
+    "    _e.wait_all()\n"
+    "    return t / n * 1e9\n";
+
+static void py_run(const char* code) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (PyRun_SimpleString(code) != 0) exit(1);
+    PyGILState_Release(gil);
+}
+
 static int spin(const nnc_cmd_param_t* param, nnc_tensor_t** inputs, int input_size,
                 nnc_tensor_t** outputs, int output_size, void* context) {
     double t0 = now();
@@ -35,7 +77,10 @@ static int spin(const nnc_cmd_param_t* param, nnc_tensor_t** inputs, int input_s
 }
 
 int main(int argc, char** argv) {
-    enum { NODES = 1000, CALLS = 200000, SPINS = 8 };
+    enum { NODES = 1000, CALLS = 200000, SPINS = 8, PUSHES = 20000 };
+    char code[2048];
+    nnc_engine_h engine;
+    nnc_engine_var_h var;
     int repeat = argc > 1 ? atoi(argv[1]) : 5, r, i, n;
     static float x[NODES + 1];
     int64_t dim = 1;
@@ -57,7 +102,13 @@ int main(int argc, char** argv) {
     CHECK(nnc_cmd_backend_register("BENCH_SPIN", "CPU_C", spin, 0, 0, NNC_PRIORITY_DEFAULT));
     CHECK(nnc_cmd_new(&busy, "BENCH_SPIN", NULL));
     for (i = 0; i < 2; i++) CHECK(nnc_stream_new("cpu", &s[i]));
-    CHECK(nnc_graph_run(g, NULL));  /* warm-up */
+    CHECK(nnc_engine_new(&engine, 0));
+    CHECK(nnc_engine_var_new(engine, &var));
+    snprintf(code, sizeof(code), py_setup, (unsigned long long)(size_t)noop);
+    py_run(code);
+    CHECK(nnc_graph_run(g, NULL));  /* warm-ups */
+    c_push_ns(engine, &var, PUSHES);
+    py_run("_py_push_ns(20000, True)");
     for (r = 0; r < repeat; r++) {
         t0 = now();
         for (i = 0; i < CALLS; i++) CHECK(nnc_graph_exec_count(g, &n));
@@ -71,6 +122,13 @@ int main(int argc, char** argv) {
             for (i = 0; i < n; i++) CHECK(nnc_stream_wait(s[i]));
             printf("%s %.3f\n", n == 1 ? "one_ms" : "two_ms", (now() - t0) * 1e3);
         }
+        printf("push_none_ns %.3f\n", c_push_ns(engine, NULL, PUSHES));
+        printf("push_chain_ns %.3f\n", c_push_ns(engine, &var, PUSHES));
+        fflush(stdout);  /* Python's prints share the descriptor: keep lines whole */
+        py_run("print('py_push_none_ns', _py_push_ns(20000, False), flush=True)\n"
+               "print('py_push_chain_ns', _py_push_ns(20000, True), flush=True)\n");
     }
+    CHECK(nnc_engine_var_free(var));
+    CHECK(nnc_engine_free(engine));
     return nnc_finalize() == NNC_SUCCESS ? 0 : 1;
 }

@@ -27,7 +27,6 @@ from nnc.capi.handle cimport (
     nnc_graph_h, nnc_signal_h, nnc_stream_h, nnc_tensor_h,
 )
 from nnc.engine.engine cimport Engine
-from nnc.engine.op cimport EngineVar
 from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.stream.stream cimport Signal, Stream
