@@ -15,6 +15,7 @@ cdef extern from "nnc_types.h":
     ctypedef void* nnc_graph_exec_h
     ctypedef void* nnc_stream_h
     ctypedef void* nnc_signal_h
+    ctypedef void* nnc_graph_static_schedule_h
     ctypedef struct c_tensor_t "nnc_tensor_t":
         void* data
         int datatype
@@ -58,6 +59,7 @@ cdef enum:
     K_EXEC = 4
     K_STREAM = 5
     K_SIGNAL = 6
+    K_SCHEDULE = 7                      # (Schedule, its Graph): the handle keeps the graph
 
 
 cdef const char* capi_message() noexcept nogil
