@@ -8,6 +8,10 @@ owns the table, the messages and argument conversion).
 
 State owned here: none beyond what handles point at. docs/capi.md documents every function,
 ownership and threading.
+
+One file of ~800 lines because nnc.h loads every function from this one module's
+``__pyx_capi__``; what the functions share (handles, messages, argument checks) is already
+apart, in handle.pyx.
 """
 
 from libc.stdint cimport int64_t, uintptr_t
