@@ -352,7 +352,8 @@ cdef list part_order(Graph g, list sources, list destinations):
 cdef int check_runnable(Graph g, Schedule sched) except -1:
     cdef object owner = None if sched._graph is None else sched._graph()
     if owner is not g:
-        raise ScheduleError(f"{sched!r} is a schedule of {owner!r}, not of {g!r}")
+        raise ScheduleError(f"{sched!r} is a schedule of "
+                            f"{'a freed graph' if owner is None else repr(owner)}, not of {g!r}")
     if sched.version != g.version:
         what = "partial schedule" if sched._sources is not None else "schedule"
         raise ScheduleError(
