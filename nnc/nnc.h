@@ -111,6 +111,24 @@ extern "C" {
       (graph, stream_type, max_streams), "int (nnc_graph_h, char const *, int)") \
     X(nnc_graph_schedule_info, (nnc_graph_h graph, int* stream_count, int* signal_count), \
       (graph, stream_count, signal_count), "int (nnc_graph_h, int *, int *)") \
+    /* Partial static schedules (docs/capi.md, "Partial schedules"). */ \
+    X(nnc_graph_static_schedule_new, (nnc_graph_h graph, const char* stream_type, \
+                                      int max_streams, const nnc_graph_exec_h* sources, \
+                                      int source_size, const nnc_graph_exec_h* destinations, \
+                                      int destination_size, nnc_graph_static_schedule_h* out), \
+      (graph, stream_type, max_streams, sources, source_size, destinations, destination_size, \
+       out), \
+      "int (nnc_graph_h, char const *, int, nnc_graph_exec_h const *, int, " \
+      "nnc_graph_exec_h const *, int, nnc_graph_static_schedule_h *)") \
+    X(nnc_graph_static_schedule_free, (nnc_graph_static_schedule_h schedule), (schedule), \
+      "int (nnc_graph_static_schedule_h)") \
+    X(nnc_graph_run_with_schedule, (nnc_graph_h graph, nnc_graph_static_schedule_h schedule, \
+                                    nnc_stream_h stream), (graph, schedule, stream), \
+      "int (nnc_graph_h, nnc_graph_static_schedule_h, nnc_stream_h)") \
+    X(nnc_graph_static_schedule_info, (nnc_graph_static_schedule_h schedule, int* node_count, \
+                                       int* stream_count, int* signal_count), \
+      (schedule, node_count, stream_count, signal_count), \
+      "int (nnc_graph_static_schedule_h, int *, int *, int *)") \
     X(nnc_graph_while_new, (nnc_graph_h graph, nnc_graph_h body, nnc_graph_exec_h* out), \
       (graph, body, out), "int (nnc_graph_h, nnc_graph_h, nnc_graph_exec_h *)") \
     X(nnc_graph_set_while_expr, (nnc_graph_h body, nnc_graph_while_f expr, const void* data, \

@@ -74,6 +74,7 @@ typedef struct nnc_stream_handle_s* nnc_stream_h;
 typedef struct nnc_signal_handle_s* nnc_signal_h;
 typedef struct nnc_engine_handle_s* nnc_engine_h;
 typedef struct nnc_engine_var_handle_s* nnc_engine_var_h;
+typedef struct nnc_graph_static_schedule_handle_s* nnc_graph_static_schedule_h;
 
 /* The C view of a tensor, as C backends and expressions see it (nnc/tensor/tensor.pxd, field by field;
  * nnc_init() checks the layout). Strides count elements, not bytes. */

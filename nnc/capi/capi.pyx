@@ -22,14 +22,14 @@ import numpy as np
 
 from nnc.base.core import DATATYPE_NAMES, GraphError, ScheduleError
 from nnc.capi.handle cimport (
-    K_CMD, K_ENGINE, K_ENGINE_VAR, K_EXEC, K_GRAPH, K_SIGNAL, K_STREAM, K_TENSOR,
+    K_CMD, K_ENGINE, K_ENGINE_VAR, K_EXEC, K_GRAPH, K_SCHEDULE, K_SIGNAL, K_STREAM, K_TENSOR,
     NNC_ABI_VERSION, NNC_BACKEND_CONTIGUOUS, NNC_ERROR_ABI, NNC_ERROR_ARGUMENT, NNC_ERROR_MEMORY,
     NNC_ERROR_NULL, NNC_MAX_DIM_C, NNC_MULTIVIEW_K0N, NNC_MULTIVIEW_K1N, NNC_MULTIVIEW_PHI,
     NNC_PRIORITY_DEFAULT, arg_count, arg_exec, arg_execs, arg_out, arg_tensors, arg_text,
     c_case_of_f, c_engine_fn_f, c_exec_ctx_f, c_exec_f, c_param_t, c_part_f, c_tensor_t,
     c_while_f, capi_fail, capi_message, capi_set_message, handle_clear, handle_free, handle_get,
     handle_new, handle_release, nnc_cmd_h, nnc_engine_h, nnc_engine_var_h, nnc_graph_exec_h,
-    nnc_graph_h, nnc_signal_h, nnc_stream_h, nnc_tensor_h,
+    nnc_graph_h, nnc_graph_static_schedule_h, nnc_signal_h, nnc_stream_h, nnc_tensor_h,
 )
 from nnc.engine.engine cimport Engine
 from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
@@ -570,6 +570,72 @@ cdef api int nnc_graph_schedule_info(nnc_graph_h graph, int* stream_count,
         if sched is None:
             raise ScheduleError("the graph has no static schedule; call "
                                 "nnc_graph_static_schedule first")
+        if stream_count != NULL:
+            stream_count[0] = sched.stream_count
+        if signal_count != NULL:
+            signal_count[0] = sched.signal_count
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+# -- partial static schedules ----------------------------------------------------------------
+
+cdef api int nnc_graph_static_schedule_new(nnc_graph_h graph, const char* stream_type,
+                                           int max_streams, const nnc_graph_exec_h* sources,
+                                           int source_size,
+                                           const nnc_graph_exec_h* destinations,
+                                           int destination_size,
+                                           nnc_graph_static_schedule_h* out) noexcept with gil:
+    """A schedule of the nodes of graph reachable from sources that reach destinations (size 0:
+    the graph's own), beside its default one (nnc.static_schedule with sources= and
+    destinations=); stream_type NULL means "cpu", max_streams 0 no limit. The handle keeps the
+    graph alive. NNC: ccv_nnc_graph_static_schedule_new."""
+    try:
+        arg_out(out)
+        g = <Graph>handle_get(graph, K_GRAPH, "graph")
+        srcs = arg_execs(g, sources, source_size, "sources") or g.sources
+        dsts = arg_execs(g, destinations, destination_size, "destinations") or g.destinations
+        sched = static_schedule(
+            g, "cpu" if stream_type == NULL else arg_text(stream_type, "stream_type"),
+            max_streams, sources=srcs, destinations=dsts)
+        out[0] = <nnc_graph_static_schedule_h>handle_new((sched, g), K_SCHEDULE)
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_graph_static_schedule_free(
+        nnc_graph_static_schedule_h schedule) noexcept with gil:
+    """Release the schedule handle (and its hold on the graph); runs already enqueued with it
+    still run. NNC: ccv_nnc_graph_static_schedule_free."""
+    return handle_release(schedule, K_SCHEDULE, "schedule")
+
+
+cdef api int nnc_graph_run_with_schedule(nnc_graph_h graph,
+                                         nnc_graph_static_schedule_h schedule,
+                                         nnc_stream_h stream) noexcept with gil:
+    """Enqueue a run of the schedule's nodes on stream and return; nnc_stream_wait(stream)
+    joins it (g.run_with_schedule). NNC_ERROR_SCHEDULE for a schedule of another graph or a
+    stale one (the graph changed since it was built).
+    NNC: ccv_nnc_graph_run_with_schedule."""
+    try:
+        g = handle_get(graph, K_GRAPH, "graph")
+        sched = handle_get(schedule, K_SCHEDULE, "schedule")[0]
+        g.run_with_schedule(sched, handle_get(stream, K_STREAM, "stream"))
+        return 0
+    except BaseException as e:
+        return capi_fail(e)
+
+
+cdef api int nnc_graph_static_schedule_info(nnc_graph_static_schedule_h schedule,
+                                            int* node_count, int* stream_count,
+                                            int* signal_count) noexcept with gil:
+    """The schedule's node, stream and signal counts (each pointer may be NULL)."""
+    try:
+        sched = handle_get(schedule, K_SCHEDULE, "schedule")[0]
+        if node_count != NULL:
+            node_count[0] = len(sched.order)
         if stream_count != NULL:
             stream_count[0] = sched.stream_count
         if signal_count != NULL:

@@ -17,6 +17,7 @@ cdef extern from "nnc_types.h":
     ctypedef void* nnc_signal_h
     ctypedef void* nnc_engine_h
     ctypedef void* nnc_engine_var_h
+    ctypedef void* nnc_graph_static_schedule_h
     ctypedef struct c_tensor_t "nnc_tensor_t":
         void* data
         int datatype
@@ -66,6 +67,7 @@ cdef enum:
     K_SIGNAL = 6
     K_ENGINE = 7
     K_ENGINE_VAR = 8
+    K_SCHEDULE = 9                      # (Schedule, its Graph): the handle keeps the graph
 
 
 cdef const char* capi_message() noexcept nogil

@@ -38,7 +38,8 @@ cdef extern from *:
 # -- the handle table -----------------------------------------------------------------------
 
 _KIND_NAMES = ("a freed handle", "nnc_tensor_h", "nnc_cmd_h", "nnc_graph_h", "nnc_graph_exec_h",
-               "nnc_stream_h", "nnc_signal_h", "nnc_engine_h", "nnc_engine_var_h")
+               "nnc_stream_h", "nnc_signal_h", "nnc_engine_h", "nnc_engine_var_h",
+               "nnc_graph_static_schedule_h")
 
 # A handle is (generation << SLOT_BITS) | (slot + 1): never 0 (NULL), and a handle outliving its
 # object names a slot whose generation has moved on. Generations start at 1 and wrap below

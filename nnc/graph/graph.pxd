@@ -85,7 +85,7 @@ cdef class Graph:
     cdef int _run_order(self) except -1
     cdef int _run_order_traced(self) except -1
     cdef int _run_node_traced(self, int idx) except -1
-    cdef int _run_on_stream(self, object stream) except -1
+    cdef int _run_on_stream(self, object stream, object schedule=*) except -1
     cdef int _fail_c(self, int idx, int rc) except -1
     cdef str _cycle(self, const int* indegree)
 

@@ -22,7 +22,7 @@ from libc.string cimport memset
 from collections import namedtuple
 
 from nnc.base.core import STATUS_NAMES as _STATUS_NAMES
-from nnc.base.core import CommandError, GraphError, NNCError, error_repr
+from nnc.base.core import CommandError, GraphError, NNCError, ScheduleError, error_repr
 from nnc.tensor.multiview import register_anchor_type
 
 from nnc.cmd.command cimport (
@@ -45,7 +45,7 @@ from nnc.stream.stream cimport Stream
 cdef object _while = None               # nnc.graph.while_node: a _WhileEntries
 cdef object _case_of = None             # nnc.graph.case_of: a _CaseOfEntries
 cdef object _scheduler = None           # nnc.schedule.schedule: graph_schedule(g) -> Schedule|None
-cdef object _runner = None              # nnc.run.run: graph_run_on_stream(g, stream)
+cdef object _runner = None              # nnc.run.run: graph_run_on_stream(g, stream, schedule)
 cdef object _tools = None               # nnc.run.tools: a _ToolEntries
 cdef object _freeze = None              # nnc.graph.freeze: a _FreezeEntries
 
@@ -78,7 +78,7 @@ def register_scheduler(graph_schedule):
 
 
 def register_runner(run_on_stream):
-    """nnc.run.run's ``graph_run_on_stream(g, stream)``."""
+    """nnc.run.run's ``graph_run_on_stream(g, stream, schedule=None)``."""
     global _runner
     _runner = run_on_stream
 
@@ -684,7 +684,7 @@ cdef class Graph:
             trace_host(self._label(idx), "cmd", t0, trace_now(), {"node": idx})
         return 0
 
-    def run(self, stream=None):
+    def run(self, stream=None, schedule=None):
         """Run every node on a source-to-destination path once, in topological order.
 
         Without a stream: now, on the calling thread. With ``stream=s``: enqueue the run and
@@ -692,7 +692,15 @@ cdef class Graph:
         the nodes go to the schedule's streams, joined to ``s`` by signals at begin and end;
         without one, every node runs on ``s``. A GPU stream runs a ``stream_type="gpu"``
         schedule the same way (docs/gpu.md). NNC: ccv_nnc_graph_run.
+
+        ``schedule=sched`` (with a stream) runs the nodes of that schedule of this graph
+        instead: a partial one (``static_schedule(g, sources=..., destinations=...)``) runs
+        only its part. ScheduleError without a stream, for another graph's schedule and for a
+        stale one. NNC: ccv_nnc_graph_run_with_schedule.
         """
+        if schedule is not None:
+            self._run_on_stream(stream, schedule)
+            return
         if stream is not None:
             self._run_on_stream(stream)
             return
@@ -708,11 +716,24 @@ cdef class Graph:
             parallel_run_end(counted)
             self._leave()
 
-    cdef int _run_on_stream(self, object stream) except -1:
+    def run_with_schedule(self, schedule, stream=None):
+        """Enqueue a run of ``schedule``'s nodes (a partial or the default schedule of this
+        graph) on ``stream``: ``run(stream=stream, schedule=schedule)``.
+        NNC: ccv_nnc_graph_run_with_schedule."""
+        if schedule is None:
+            raise ScheduleError("run_with_schedule needs a schedule of this graph, not None")
+        self._run_on_stream(stream, schedule)
+
+    cdef int _run_on_stream(self, object stream, object schedule=None) except -1:
         """run(stream=...): the graph's own part (its guard, compile and bind) here, around
         the registered runner (nnc.run.run), which enqueues and calls back into nothing of this
         module."""
         runner = _needs(_runner, "nnc.run.run")
+        if schedule is not None:
+            if stream is None:
+                raise ScheduleError(
+                    "a run with a schedule needs a stream (the schedule says which streams "
+                    "its nodes run on): g.run(stream=s, schedule=sched), then s.wait()")
         if not isinstance(stream, Stream):
             raise GraphError(f"run(stream=...) needs an nnc.Stream, not {type(stream).__name__}")
         # Busy while enqueueing: _prepare and the runner's control-flow checks run Python code,
@@ -721,7 +742,10 @@ cdef class Graph:
         self._enter("run it", "enqueueing a run", stream)
         try:
             self._prepare()
-            runner(self, stream)
+            if schedule is None:
+                runner(self, stream)
+            else:
+                runner(self, stream, schedule)
         finally:
             self._leave()
         return 0

@@ -122,9 +122,10 @@ cdef class _Run:
         return False
 
 
-def flow_run(Graph g not None, Stream caller not None, capture=None):
+def flow_run(Graph g not None, Stream caller not None, capture=None, Schedule part=None):
     """Graph.run(stream=caller) for a graph with while or case..of nodes; with ``capture`` (a
-    recorder prepared by flow_capture_prepare), the run enqueued while caller captures."""
+    recorder prepared by flow_capture_prepare), the run enqueued while caller captures; with
+    ``part`` (a schedule nnc.run.run checked), that schedule's nodes only."""
     cdef _Run run = _Run.__new__(_Run)
     run.g = g
     run.caller = caller
@@ -132,11 +133,15 @@ def flow_run(Graph g not None, Stream caller not None, capture=None):
     run.runtimes = []
     run.streams = []
     run.args = schedule_args(g)
+    if run.args is None and part is not None:
+        # As NNC: sub-graphs without a default schedule get one like the part's.
+        run.args = dict(stream_type=part.stream_type, max_streams=part.max_streams,
+                        policy=part.policy, costs=None)
     if run.args is None and caller.kind != "cpu":
         raise ScheduleError(f"{g!r} has while or case..of nodes: on {caller!r} it needs a GPU "
                             "schedule; call static_schedule(g, stream_type='gpu') first")
-    cdef Schedule sched = flow_schedule(g, run.args)
-    _check_tree(g, run.args)
+    cdef Schedule sched = flow_schedule(g, run.args) if part is None else part
+    _check_tree(g, run.args, sched)
     cdef _Runtime rt = _runtime_for(g, sched)
     run.add(rt)
     begin = PySignal(sched.stream_type)
@@ -168,12 +173,13 @@ def flow_run(Graph g not None, Stream caller not None, capture=None):
                                                      "waited on the host)"))
 
 
-cdef int _check_tree(Graph g, dict args) except -1:
-    """Raise now, not on a stream, for a loop or branch that cannot run; build sub-schedules."""
+cdef int _check_tree(Graph g, dict args, Schedule sched=None) except -1:
+    """Raise now, not on a stream, for a loop or branch that cannot run; build sub-schedules.
+    ``sched``: the nodes of g that run (None: its run order)."""
     cdef int k, idx
     cdef ControlNode fn
-    for k in range(g._order_size):
-        idx = g._order[k]
+    for k in range(g._order_size if sched is None else sched.order_size):
+        idx = g._order[k] if sched is None else sched.order[k]
         if g._nodes[idx].flags & EXEC_CONTROL:
             fn = <ControlNode>(<Cmd>g._cmds[idx]).fn
             fn.check()

@@ -19,7 +19,7 @@ from nnc.base.core import GraphError, ScheduleError
 
 from nnc.cmd.command cimport BOUND_DEVICE, BOUND_NONE, nnc_bound_t
 from nnc.graph.graph cimport EXEC_CONTROL, Graph
-from nnc.schedule.schedule cimport Schedule, ScheduleState
+from nnc.schedule.schedule cimport Schedule, ScheduleState, check_runnable
 from nnc.stream.stream cimport Signal, Stream, stream_emit, stream_move_errors, stream_wait_signal
 from nnc.stream.worker cimport (
     TASK_LAUNCH, TASK_NOW, stream_enqueue, stream_task_call, stream_task_t, task_release_owned,
@@ -214,10 +214,18 @@ cdef int _move_errors(list streams, Stream caller) except -1:
     return 0
 
 
-def graph_run_on_stream(Graph g not None, Stream stream not None):
+def graph_run_on_stream(Graph g not None, Stream stream not None, schedule=None):
     """Enqueue one run of g on ``stream`` and return (see the module docstring). Graph.run's
-    runner: it calls this with g marked busy and prepared (compiled, its nodes bound)."""
+    runner: it calls this with g marked busy and prepared (compiled, its nodes bound). With
+    ``schedule`` (a partial schedule, or the default one), the run is that schedule's nodes
+    on its streams (NNC: ccv_nnc_graph_run_with_schedule)."""
     cdef int k
+    if schedule is not None:
+        if not isinstance(schedule, Schedule):
+            raise ScheduleError(f"schedule must be an nnc.Schedule, not "
+                                f"{type(schedule).__name__}")
+        _run_with_schedule(g, stream, <Schedule>schedule)
+        return
     # The default schedule's state is read here, not asked of nnc.schedule: an unscheduled run
     # (the common case) then never leaves this module before its tasks are queued.
     cdef ScheduleState state = <ScheduleState>g._sched_state
@@ -234,7 +242,30 @@ def graph_run_on_stream(Graph g not None, Stream stream not None):
                                  "which is not loaded; import nnc")
             _flow_run(g, stream)
             return
-    sched = graph_schedule(g) if scheduled else None
+    _enqueue(g, stream, graph_schedule(g) if scheduled else None)
+
+
+cdef int _run_with_schedule(Graph g, Stream stream, Schedule sched) except -1:
+    """run(stream=..., schedule=sched): sched's nodes, on its streams."""
+    cdef int k
+    check_runnable(g, sched)
+    if (stream.kind == "cpu") != (sched.stream_type == "cpu"):
+        raise ScheduleError(
+            f"{sched!r} is for {sched.stream_type!r} streams but the run is on {stream!r}; "
+            f"build it with stream_type={stream.kind!r}")
+    for k in range(sched.order_size):
+        if g._nodes[sched.order[k]].flags & EXEC_CONTROL:
+            if _flow_run is None:
+                raise GraphError("a run with while or case..of nodes needs nnc.run.flow, "
+                                 "which is not loaded; import nnc")
+            _flow_run(g, stream, None, sched)
+            return 0
+    return _enqueue(g, stream, sched)
+
+
+cdef int _enqueue(Graph g, Stream stream, Schedule sched) except -1:
+    """Enqueue a run without control flow: every node on ``stream`` (sched None), or sched's
+    nodes on its streams."""
     cdef bint finished = False
     g._inflight += 1
     g._inflight_stream = stream
@@ -243,7 +274,7 @@ def graph_run_on_stream(Graph g not None, Stream stream not None):
         if sched is None:
             _run_unscheduled(g, stream, &finished)
         else:
-            _run_scheduled(g, stream, <Schedule>sched, &finished)
+            _run_scheduled(g, stream, sched, &finished)
     except BaseException:
         # What was enqueued still runs; make sure the graph becomes idle after it.
         if not finished:
@@ -257,6 +288,7 @@ def graph_run_on_stream(Graph g not None, Stream stream not None):
                 for st in run_state(g).runtime.streams:
                     st.kick()
             stream.kick()
+    return 0
 
 
 register_runner(graph_run_on_stream)   # Graph.run(stream=...) (graph cannot import this layer)

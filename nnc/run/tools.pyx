@@ -16,9 +16,12 @@ from nnc.base.core import NNCError
 from nnc.cmd.command import Cmd as _Cmd
 from nnc.cmd.command import cmd_autotune
 from nnc.graph.graph import register_tools
+from nnc.graph.subgraph import check_sub_idle
 
 from nnc.cmd.command cimport BOUND_NONE, Cmd
+from nnc.base.parallel cimport parallel_ready, parallel_run_begin, parallel_run_end
 from nnc.graph.case_of cimport CaseOfNode
+from nnc.graph.subgraph cimport ControlNode
 from nnc.graph.while_node cimport WhileNode
 from nnc.graph.graph cimport EXEC_CONTROL, Graph, GraphExec, exec_info_t
 from nnc.tensor.tensor cimport Tensor, tensor_same
@@ -136,27 +139,45 @@ def graph_profile(Graph g, repeat):
 
 
 def graph_autotune(Graph g, trials):
-    """Graph.autotune: keep the fastest compatible backend of each node not pinned; returns
-    how many nodes changed backend."""
+    """Graph.autotune: keep the fastest compatible backend of each node not pinned, in g and
+    in the bodies and branches of its while and case..of nodes (NNC's recursion); returns how
+    many nodes changed backend. Timed as a synchronous run runs them: with a run counted, so
+    that idle pool threads take parts up to the intra-op setting (nnc.set_intra_op_threads)."""
+    cdef bint counted = False
     g._enter("autotune", "being autotuned")
     try:
-        if g._dirty:
-            g._compile()
-        changed = 0
-        # Timing runs on copies of whatever the tensors hold now; run the graph once first
-        # if they are uninitialised, so that NaNs or denormals do not skew the comparison.
-        for k in range(g._order_size):
-            idx = g._order[k]
-            cmd = <Cmd>g._cmds[idx]
-            if cmd.pinned or g._nodes[idx].bound.kind == BOUND_NONE or cmd.fn is not None:
-                continue
-            best = cmd_autotune(cmd, list(g._inputs[idx]), list(g._outputs[idx]), trials)
-            if best is not None and best.name != cmd.backend:
-                g._set_node(idx, cmd.copy_with(best), list(g._inputs[idx]),
-                            list(g._outputs[idx]))
-                changed += 1
+        parallel_ready()
+        counted = parallel_run_begin()
+        return _autotune(g, trials)
     finally:
+        parallel_run_end(counted)
         g._leave()
+
+
+cdef int _autotune(Graph g, trials) except -1:
+    """graph_autotune's work on g, marked busy by the caller (or an enclosing graph is)."""
+    cdef int k, idx, changed = 0
+    cdef Cmd cmd
+    if g._dirty:
+        g._compile()
+    # Timing runs on copies of whatever the tensors hold now; run the graph once first
+    # if they are uninitialised, so that NaNs or denormals do not skew the comparison.
+    for k in range(g._order_size):
+        idx = g._order[k]
+        cmd = <Cmd>g._cmds[idx]
+        if g._nodes[idx].flags & EXEC_CONTROL:
+            # Every body and branch, as NNC does (a branch the data never takes included):
+            # each is a graph of its own, with its own run order.
+            for sub in (<ControlNode>cmd.fn).subgraphs():
+                check_sub_idle(sub)
+                changed += _autotune(<Graph>sub, trials)
+            continue
+        if cmd.pinned or g._nodes[idx].bound.kind == BOUND_NONE or cmd.fn is not None:
+            continue
+        best = cmd_autotune(cmd, list(g._inputs[idx]), list(g._outputs[idx]), trials)
+        if best is not None and best.name != cmd.backend:
+            g._set_node(idx, cmd.copy_with(best), list(g._inputs[idx]), list(g._outputs[idx]))
+            changed += 1
     return changed
 
 

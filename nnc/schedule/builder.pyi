@@ -9,5 +9,6 @@ def build_schedule(
     max_streams: int,
     policy: str,
     costs: dict[GraphExec, float] | Callable[[GraphExec], float] | None = None,
+    part: list[int] | None = None,
 ) -> Schedule: ...
 def _set_clock_slots(slots: int | None = ...) -> int: ...

@@ -675,7 +675,8 @@ cdef int _reorder(_Builder b, Policy p, const int* perm, dict extra, int* inv) e
     return 0
 
 
-cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, object costs):
+cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, object costs,
+                     list part):
     cdef _Builder b = _Builder.__new__(_Builder)
     cdef _Builder b0
     cdef Policy p = policy_of(policy)
@@ -694,7 +695,15 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, obje
     m = g._order_size
     order = g._order
     split = m
-    if g._loop is not None and (<WhileNode>g._loop).schedule_key() >= 0:
+    if part is not None:
+        # A partial schedule (schedule.part_order): its nodes in their order; never a loop
+        # body (static_schedule refuses sub-graphs).
+        m = len(part)
+        split = m
+        order = b.ints(m, -1)
+        for k in range(m):
+            order[k] = part[k]
+    elif g._loop is not None and (<WhileNode>g._loop).schedule_key() >= 0:
         # A loop body: head (breakpoints and their ancestors) first, then the rest.
         loop_order, split, loop_key = (<WhileNode>g._loop).split_order()
         order = b.ints(m, -1)
@@ -796,7 +805,9 @@ cdef dict _moved_edges(Graph g, const int* order, int m, int split):
     return extra
 
 
-def build_schedule(Graph g not None, str stream_type, int max_streams, str policy, costs=None):
+def build_schedule(Graph g not None, str stream_type, int max_streams, str policy, costs=None,
+                   list part=None):
     """A Schedule of g by a registered policy; costs as costs.normalize_costs left them
-    (static_schedule checked the arguments)."""
-    return _build(g, stream_type, max_streams, policy, costs)
+    (static_schedule checked the arguments). ``part``: the node indices of a partial
+    schedule in a topological order (None: g's run order)."""
+    return _build(g, stream_type, max_streams, policy, costs, part)

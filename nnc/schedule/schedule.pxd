@@ -49,6 +49,12 @@ cdef class Schedule:
     cdef int* head_exit_waits           # [head_exit_size] stream 0 waits on these after the head
     cdef int head_exit_size
     cdef long loop_key                  # WhileNode.key at build time (loop bodies); else -1
+    # A partial schedule (static_schedule with sources or destinations; NNC:
+    # ccv_nnc_graph_static_schedule_new) covers only the nodes reachable from its sources that
+    # reach its destinations, in ``order``; it is never the graph's default and is never
+    # rebuilt: once stale, a run refuses it. Both None for a schedule of the graph's run.
+    cdef tuple _sources                 # node indices, or None
+    cdef tuple _destinations            # node indices, or None
 
     cdef int _alloc(self, int node_count, int order_size, int wait_size, list entry,
                     list exits, list entry_first=*, list head_exits=*) except -1
@@ -70,6 +76,12 @@ cdef class ScheduleState:
 
 
 cdef ScheduleState schedule_state(Graph g)
+# The nodes of g reachable from ``sources`` that reach ``destinations`` (node indices), in a
+# topological order: a partial schedule's run order. GraphError for a cycle; ScheduleError
+# when a source reaches no destination or a destination no source.
+cdef list part_order(Graph g, list sources, list destinations)
+# ScheduleError unless sched may run g now: a schedule of g, not stale.
+cdef int check_runnable(Graph g, Schedule sched) except -1
 cdef dict schedule_args(Graph g)        # the default schedule's arguments, or None
 # Mark g busy while nnc calls user code over arrays sized from it, unless it is in use already;
 # returns whether it marked g (then the caller's finally calls g._leave()).

@@ -178,13 +178,13 @@ cdef bint enter_unless_in_use(Graph g, str what, str doing) except -1:
     return True
 
 
-cdef Schedule _build(Graph g, dict args):
+cdef Schedule _build(Graph g, dict args, list part=None):
     from nnc.schedule.builder import build_schedule
 
     cdef bint entered = enter_unless_in_use(g, "schedule it", "being scheduled")
     try:
         return build_schedule(g, args["stream_type"], args["max_streams"], args["policy"],
-                              args["costs"])
+                              args["costs"], part)
     finally:
         if entered:
             g._leave()
@@ -206,7 +206,8 @@ def _check_args(graph, stream_type, max_streams, policy):
     return 0 if cap > 2**31 - 1 else cap
 
 
-def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank", costs=None):
+def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank", costs=None,
+                    sources=None, destinations=None):
     """Build the graph's static schedule and make it the graph's default (``graph.schedule``).
 
     Every node of the run order gets one stream, signals go to nodes that another stream
@@ -219,9 +220,20 @@ def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank", cost
     nodes are scheduled too, with the same arguments: each such node has one stream, which is
     stream 0 of its sub-graphs. Raises ScheduleError for bad arguments and GraphError for a
     cyclic graph. NNC: ccv_nnc_graph_set_default_static_schedule.
+
+    With ``sources`` or ``destinations`` (a node or a sequence of nodes; the one left None is
+    the graph's own), a *partial* schedule instead: of the nodes reachable from the sources
+    that reach the destinations, returned and not attached (the default schedule stays as it
+    is; a graph may have any number of partial schedules). ``g.run(stream=s, schedule=sched)``
+    runs that part. It is not rebuilt when the graph changes: a run refuses it once stale.
+    Only a top-level graph has partial schedules (a loop body or branch runs only as part of
+    its parent's run). ScheduleError for a node of another graph or a source and destination
+    with no path between them. NNC: ccv_nnc_graph_static_schedule_new.
     """
     max_streams = _check_args(graph, stream_type, max_streams, policy)
     cdef Graph g = graph
+    if sources is not None or destinations is not None:
+        return _partial(g, stream_type, max_streams, policy, costs, sources, destinations)
     g._check_idle("schedule it")
     if isinstance(costs, str) and costs == "profile":
         costs = dict(g.profile())   # runs the graph: before it is marked busy
@@ -235,6 +247,120 @@ def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank", cost
         return _schedule(g, args)
     finally:
         g._leave()
+
+
+cdef list _ends(Graph g, object nodes, str what):
+    """Node indices of g from a GraphExec or a sequence of them (ScheduleError otherwise)."""
+    items = [nodes] if isinstance(nodes, GraphExec) else nodes
+    try:
+        items = list(items)
+    except TypeError:
+        raise ScheduleError(f"{what} must be a node or a sequence of nodes of the graph, not "
+                            f"{type(nodes).__name__}") from None
+    if not items:
+        raise ScheduleError(f"{what} is empty; pass None for the graph's own {what}")
+    for e in items:
+        if not isinstance(e, GraphExec) or (<GraphExec>e).graph is not g:
+            raise ScheduleError(f"{what}: {e!r} is not a node of {g!r}")
+    return [(<GraphExec>e).index for e in items]
+
+
+cdef Schedule _partial(Graph g, str stream_type, int max_streams, str policy, object costs,
+                       object sources, object destinations):
+    """static_schedule with sources or destinations: a schedule of part of g, not attached."""
+    cdef Schedule sched
+    if g._control_parent is not None:
+        raise ScheduleError(f"{g!r} is a loop body or branch: it runs only as part of its "
+                            "parent's run, so it has no partial schedules (schedule the part "
+                            "of the parent that holds its node)")
+    srcs = _ends(g, sources, "sources") if sources is not None else None
+    dsts = _ends(g, destinations, "destinations") if destinations is not None else None
+    g._check_idle("schedule it")
+    if isinstance(costs, str) and costs == "profile":
+        costs = dict(g.profile())   # runs the graph: before it is marked busy
+    g._enter("schedule it", "being scheduled")
+    try:
+        if g._dirty:
+            g._compile()
+        srcs = srcs if srcs is not None else [(<GraphExec>e).index for e in g.sources]
+        dsts = dsts if dsts is not None else [(<GraphExec>e).index for e in g.destinations]
+        part = part_order(g, srcs, dsts)
+        args = dict(stream_type=stream_type, max_streams=max_streams, policy=policy,
+                    costs=normalize_costs(g, costs))
+        sched = _build(g, args, part)
+        sched._sources = tuple(srcs)
+        sched._destinations = tuple(dsts)
+        if DEBUG:
+            sched.verify()
+        return sched
+    finally:
+        g._leave()
+
+
+cdef list part_order(Graph g, list sources, list destinations):
+    cdef int n = g._size, i, k, j, head = 0, tail = 0
+    cdef _Scratch mem = _Scratch.__new__(_Scratch)
+    cdef int* indegree = mem.ints(n, 0)
+    cdef int* queue = mem.ints(n, 0)
+    cdef char* mark = <char*>mem.raw(n)
+    # Kahn over the whole graph (its own sources and destinations do not limit a part).
+    for i in range(n):
+        for k in range(g._nodes[i].outgoing_size):
+            indegree[g._nodes[i].outgoings[k]] += 1
+    for i in range(n):
+        if indegree[i] == 0:
+            queue[tail] = i
+            tail += 1
+    while head < tail:
+        i = queue[head]
+        head += 1
+        for k in range(g._nodes[i].outgoing_size):
+            j = g._nodes[i].outgoings[k]
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                queue[tail] = j
+                tail += 1
+    if tail < n:
+        g._compile()                    # names the cycle (GraphError)
+        raise GraphError(f"{g!r} has a cycle")
+    # Bit 1: reachable from a source; bit 2: reaches a destination (as Graph._compile does).
+    for i in sources:
+        mark[i] |= 1
+    for head in range(n):
+        i = queue[head]
+        if mark[i] & 1:
+            for k in range(g._nodes[i].outgoing_size):
+                mark[g._nodes[i].outgoings[k]] |= 1
+    for i in destinations:
+        mark[i] |= 2
+    for head in range(n - 1, -1, -1):
+        i = queue[head]
+        for k in range(g._nodes[i].outgoing_size):
+            if mark[g._nodes[i].outgoings[k]] & 2:
+                mark[i] |= 2
+                break
+    lone = [i for i in dict.fromkeys(destinations) if not mark[i] & 1]
+    lone += [i for i in dict.fromkeys(sources) if not mark[i] & 2 and i not in lone]
+    if lone:
+        names = ", ".join(g._label(i) for i in lone)
+        raise ScheduleError(f"no path between the sources and destinations through {names}: "
+                            "a partial schedule runs the nodes on a path from a source to a "
+                            "destination")
+    return [queue[head] for head in range(n) if mark[queue[head]] == 3]
+
+
+cdef int check_runnable(Graph g, Schedule sched) except -1:
+    cdef object owner = None if sched._graph is None else sched._graph()
+    if owner is not g:
+        raise ScheduleError(f"{sched!r} is a schedule of "
+                            f"{'a freed graph' if owner is None else repr(owner)}, not of {g!r}")
+    if sched.version != g.version:
+        what = "partial schedule" if sched._sources is not None else "schedule"
+        raise ScheduleError(
+            f"the graph changed since this {what} was built (it is stale); build it again "
+            "with nnc.static_schedule" + (", or run the default one (graph.schedule)"
+                                          if sched._sources is None else ""))
+    return 0
 
 
 cdef Schedule _schedule(Graph g, dict args):
@@ -424,6 +550,29 @@ cdef class Schedule:
         return tuple(self._exits())
 
     @property
+    def partial(self):
+        """True for a schedule of part of the graph (made with sources or destinations)."""
+        return self._sources is not None
+
+    @property
+    def sources(self):
+        """A partial schedule's sources (GraphExecs); None for a schedule of the graph's run."""
+        cdef Graph g
+        if self._sources is None:
+            return None
+        g = self.graph_ref()
+        return tuple(GraphExec._new(g, i) for i in self._sources)
+
+    @property
+    def destinations(self):
+        """A partial schedule's destinations (GraphExecs); None for one of the graph's run."""
+        cdef Graph g
+        if self._destinations is None:
+            return None
+        g = self.graph_ref()
+        return tuple(GraphExec._new(g, i) for i in self._destinations)
+
+    @property
     def stale(self):
         """True once the graph has changed since this schedule was built (or was freed)."""
         g = self.graph
@@ -456,7 +605,8 @@ cdef class Schedule:
 
     def __repr__(self):
         stale = ", stale" if self.stale else ""
-        return (f"<nnc.Schedule {self.order_size} nodes, {self.stream_count} streams, "
+        part = "partial, " if self._sources is not None else ""
+        return (f"<nnc.Schedule {part}{self.order_size} nodes, {self.stream_count} streams, "
                 f"{self.signal_count} signals, {self.stream_type}{stale}>")
 
     def __reduce__(self):

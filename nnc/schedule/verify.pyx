@@ -20,7 +20,7 @@ from libc.string cimport memcpy
 from nnc.base.core import ScheduleError
 
 from nnc.graph.graph cimport Graph
-from nnc.schedule.schedule cimport Schedule, _Scratch
+from nnc.schedule.schedule cimport Schedule, _Scratch, part_order
 
 cdef int _verify_slots = 64             # VERIFY_SLOTS: most streams with a clock slot at once
 
@@ -191,8 +191,12 @@ cdef class _Verifier(_Scratch):
             raise ScheduleError("the graph changed since this schedule was built (it is stale)")
         if g._dirty:
             g._compile()
-        if m != g._order_size:
-            raise ScheduleError(f"the schedule runs {m} nodes, the graph {g._order_size}")
+        # The nodes it must run: the graph's run order, or a partial schedule's part.
+        cdef list part = (None if sc._sources is None else
+                          part_order(g, list(sc._sources), list(sc._destinations)))
+        cdef int want = g._order_size if part is None else len(part)
+        if m != want:
+            raise ScheduleError(f"the schedule runs {m} nodes, the graph {want}")
         self.cap = _verify_slots
         cdef int* pos = self.ints(sc.node_count, -1)
         cdef int* lastpos = self.ints(S, -1)
@@ -204,8 +208,9 @@ cdef class _Verifier(_Scratch):
                 raise ScheduleError(f"order position {k} holds a bad node index {i}")
             pos[i] = k
         for k in range(m):
-            if pos[g._order[k]] < 0:
-                raise ScheduleError(f"{g._label(g._order[k])} runs but is not in the order")
+            i = g._order[k] if part is None else part[k]
+            if pos[i] < 0:
+                raise ScheduleError(f"{g._label(i)} runs but is not in the order")
         # Indices: streams, signals (one emitter each), waits, entry and exit.
         for k in range(m):
             i = sc.order[k]

@@ -11,6 +11,7 @@
 - tests/capi/c/safety.c: bad calls return error codes and messages; several C threads at once.
 - tests/capi/c/concrete.c: nnc_graph_exec_set_io, multiviews, backends with a user context,
   the engine from C and GPU stream kinds, with their misuse.
+- tests/capi/c/schedule.c: partial static schedules (schedule.tests.c) and their bad calls.
 - tests/capi/c/part_api.c: nnc_parallel_for parts that call the C API while the backend's caller
   holds the GIL (synchronous calls from C and from Python) and on a stream.
 
@@ -84,6 +85,17 @@ def test_c_backend_runs_on_two_streams_at_once(build):
 @needs_cc
 def test_bad_calls_return_error_codes(build):
     rc, out = run(build("tests/capi/c/safety.c"))
+    assert rc == 0, out
+    assert not re.search(r"^FAIL ", out, re.M), out
+    assert re.search(r"^(\d+) checks, 0 failed$", out, re.M), out
+
+
+@needs_cc
+def test_partial_schedules_from_c(build):
+    """schedule.tests.c's partial case from C: a schedule per chain runs that chain only; bad
+    calls (NULL, freed and mistyped handles, another graph's schedule or node, no path, a
+    stale schedule) return their codes."""
+    rc, out = run(build("tests/capi/c/schedule.c"))
     assert rc == 0, out
     assert not re.search(r"^FAIL ", out, re.M), out
     assert re.search(r"^(\d+) checks, 0 failed$", out, re.M), out
