@@ -9,7 +9,7 @@ owns the table, the messages and argument conversion).
 State owned here: none beyond what handles point at, and the thunks of backends with a user
 context. docs/capi.md documents every function, ownership and threading.
 
-One file of ~1000 lines because every exported function must be in the one module whose
+One file of ~1070 lines because every exported function must be in the one module whose
 ``__pyx_capi__`` nnc.h loads (nnc.capi.capi): a second module would need a second loader table
 in the header and a second import in every C program. Each function is a thin wrapper; the
 helpers live in nnc/capi/handle.pyx.
