@@ -10,10 +10,11 @@ writes, the other reads: one table,
 written with ``REPLACE INTO`` (a name written again replaces its row). ``type`` is NNC's memory
 code in its low 32 bits (CCV_TENSOR_CPU_MEMORY, or CCV_TENSOR_GPU_MEMORY with the device in bits
 8..19) and the identifier of the codec that encoded ``data`` in its high 32 bits (0: raw);
-``format`` is the tensor's format, CCV_TENSOR_FORMAT_NCHW / NHWC / CHWN (a tensor read
-back has it; reading into a tensor of another format is refused); ``datatype`` is CCV_8U, CCV_32S, ... (the
-codes of nnc.base.core.DATATYPES); ``dim`` is NNC's ``int dim[CCV_NNC_MAX_DIM_ALLOC]``, 12
-little-endian int32, the shape followed by zeros; ``data`` the elements, C order, little-endian.
+``format`` is the tensor's format, CCV_TENSOR_FORMAT_NCHW / NHWC / CHWN (a tensor read back
+has it; reading into a tensor of another format is refused); ``datatype`` is CCV_8U,
+CCV_32S, ... (the codes of nnc.base.core.DATATYPES); ``dim`` is NNC's
+``int dim[CCV_NNC_MAX_DIM_ALLOC]``, 12 little-endian int32, the shape followed by zeros;
+``data`` the elements, C order, little-endian.
 
 Where NNC is lenient this is strict, because leniency here is a silently wrong tensor: reading
 into a tensor of another shape or dtype is refused (NNC copies what fits, and converts between

@@ -57,7 +57,8 @@ def register_anchor_type(tp):
 cdef class MultiView(Tensor):
     """``MultiView([x, z], anchor=body, kind="K0N")``: x at even counts of body's loop, z at odd.
 
-    See the module docstring for the kinds. All versions must have one shape, dtype, format and layout.
+    See the module docstring for the kinds. All versions must have one shape, dtype, format and
+    layout.
     """
 
     def __init__(self, versions, anchor=None, kind="K0N"):

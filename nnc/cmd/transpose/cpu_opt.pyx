@@ -179,11 +179,11 @@ cdef void _copy_strided(char* yp, const char* xp, const nnc_tensor_t* x, const n
     cdef int nd = y.ndim, k, size = y.itemsize
     cdef Py_ssize_t idx[NNC_MAX_DIM]
     cdef Py_ssize_t xs[NNC_MAX_DIM]
-    cdef Py_ssize_t n, xo = 0, yo = 0
+    cdef Py_ssize_t _n, xo = 0, yo = 0
     for k in range(nd):
         idx[k] = 0
         xs[k] = x.stride[perm[k]]
-    for n in range(y.count):
+    for _n in range(y.count):
         memcpy(yp + yo * size, xp + xo * size, size)
         k = nd - 1
         while k >= 0:                               # the odometer: last axis fastest
