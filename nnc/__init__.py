@@ -87,6 +87,7 @@ else:
         register_command,
     )
     from nnc.cmd.command import seal_builtins as _seal_builtins
+    from nnc.cmd.hint import hint_auto, hint_tensor_auto
     from nnc.cuda import available as cuda_available
     from nnc.cuda import unavailable_reason as cuda_unavailable_reason
     from nnc.cuda.builtins import register_gpu_builtins as _register_gpu_builtins
@@ -121,7 +122,7 @@ else:
         tensor_zero,
     )
     from nnc.tensor.multiview import MultiView
-    from nnc.tensor.tensor import Tensor
+    from nnc.tensor.tensor import Tensor, tensor_resize
     from nnc.trace import trace
 
     _register_builtins()
@@ -197,6 +198,8 @@ __all__ = [
     "cuda_unavailable_reason",
     "get_include",
     "graph_hazards",
+    "hint_auto",
+    "hint_tensor_auto",
     "register_backend",
     "register_command",
     "set_intra_op_threads",
@@ -205,6 +208,7 @@ __all__ = [
     "tensor_eq",
     "tensor_new_from_file",
     "tensor_read",
+    "tensor_resize",
     "tensor_write",
     "tensor_zero",
     "trace",

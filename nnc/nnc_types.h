@@ -28,6 +28,11 @@ extern "C" {
 #define NNC_64F 0x10000
 #define NNC_16F 0x20000
 
+/* Tensor formats: NNC's CCV_TENSOR_FORMAT_* (nnc_tensor_t.format). */
+#define NNC_TENSOR_FORMAT_NCHW 0x01
+#define NNC_TENSOR_FORMAT_NHWC 0x02
+#define NNC_TENSOR_FORMAT_CHWN 0x04
+
 /* Return codes of C command backends (NNC's CCV_NNC_EXEC_*). */
 #define NNC_SUCCESS 0
 #define NNC_INVALID (-1)
@@ -85,6 +90,7 @@ typedef struct {
     int ndim;                           /* 0 <= ndim <= NNC_MAX_DIM */
     int itemsize;                       /* bytes per element */
     int contiguous;                     /* 1 iff stride[] is the C-order stride of dim[] */
+    int format;                         /* NNC_TENSOR_FORMAT_*: NHWC unless made otherwise */
     ssize_t count;                      /* product of dim[0:ndim] (1 when ndim == 0) */
     ssize_t dim[NNC_MAX_DIM];
     ssize_t stride[NNC_MAX_DIM];

@@ -84,6 +84,7 @@ cdef int _layout_ok():
             and _at(&a.ndim, &a) == _at(&b.ndim, &b)
             and _at(&a.itemsize, &a) == _at(&b.itemsize, &b)
             and _at(&a.contiguous, &a) == _at(&b.contiguous, &b)
+            and _at(&a.format, &a) == _at(&b.format, &b)
             and _at(&a.count, &a) == _at(&b.count, &b)
             and _at(&a.dim, &a) == _at(&b.dim, &b)
             and _at(&a.stride, &a) == _at(&b.stride, &b)

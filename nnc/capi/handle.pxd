@@ -25,6 +25,7 @@ cdef extern from "nnc_types.h":
         int ndim
         int itemsize
         int contiguous
+        int format
         Py_ssize_t count
         Py_ssize_t dim[12]
         Py_ssize_t stride[12]

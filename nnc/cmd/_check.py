@@ -131,11 +131,53 @@ def only(cmd, params, allowed):
 
 
 def nhwc(cmd, t, what):
-    """Require an NHWC image batch [N, H, W, C] or a single image [H, W, C]."""
+    """Require an image batch [N, H, W, C] or a single image [H, W, C] (NHWC), or the NCHW
+    [N, C, H, W] / [C, H, W] of a tensor whose format is NCHW; return the shape in NHWC order."""
+    if t.format not in ("NHWC", "NCHW"):
+        raise CommandError(f"{cmd.name}: {what} is a {t.format} tensor; image commands take "
+                           "NHWC and NCHW tensors (convert with FORMAT_TRANSFORM)")
     if t.ndim not in (3, 4):
+        layout = "[N, C, H, W] or [C, H, W]" if t.format == "NCHW" else "[N, H, W, C] or [H, W, C]"
         raise CommandError(
-            f"{cmd.name}: {what} must be NHWC [N, H, W, C] or [H, W, C], got shape {t.shape}"
+            f"{cmd.name}: {what} must be {t.format} {layout}, got shape {t.shape}"
         )
+    return nhwc_shape(t)
+
+
+def nhwc_shape(t):
+    """t's shape in NHWC order: an NCHW 3-d or 4-d tensor's channels moved last (the view an
+    image command's Python backends get, nnc.cmd.command._py_array); any other as it is."""
+    shape = tuple(t.shape)
+    if t.format == "NCHW" and len(shape) in (3, 4):
+        return shape[:-3] + shape[-2:] + shape[-3:-2]
+    return shape
+
+
+def from_nhwc(shape, format):
+    """An NHWC-ordered 3-d or 4-d ``shape`` in ``format``'s order (nhwc_shape's inverse)."""
+    shape = tuple(shape)
+    if format == "NCHW" and len(shape) in (3, 4):
+        return shape[:-3] + shape[-1:] + shape[-3:-1]
+    return shape
+
+
+def same_format(cmd, first, tensors):
+    """Every present tensor of ``tensors`` (name -> tensor) of 3 or more axes has the format of
+    ``first`` (a tensor), as NNC asserts: an image read in one format and written in another
+    would be a silent transpose; FORMAT_TRANSFORM converts."""
+    for what, t in tensors.items():
+        if t is not None and t.ndim >= 3 and t.format != first.format:
+            raise CommandError(f"{cmd.name}: {what} is {t.format} but the input is "
+                               f"{first.format}; one node reads and writes one format "
+                               "(convert with FORMAT_TRANSFORM)")
+
+
+def expect_image_shape(cmd, t, shape, what):
+    """t's shape is the NHWC-ordered ``shape`` in t's own format."""
+    want = from_nhwc(shape, t.format)
+    if tuple(t.shape) != want:
+        raise CommandError(f"{cmd.name}: {what} should have shape {want}"
+                           f"{'' if t.format == 'NHWC' else f' ({t.format})'}, got {t.shape}")
 
 
 def window_output(cmd, hw, size, stride, pad, ceil=False):

@@ -16,6 +16,14 @@ fast backend is the default; ``autotune`` may still pick another by measured tim
 
 A Python backend is ``fn(cmd, inputs, outputs)`` on lists of ndarrays (``None`` where a tensor is
 absent). A C backend is an ``nnc_cmd_exec_f`` (nnc/cmd/command.pxd) that never touches Python.
+
+Tensor formats (NNC's ``registry->tensor_formats``): an image command (``register_command(...,
+image=True)``: CONVOLUTION, CONVOLUTION_TRANSPOSE, the pools, FORMAT_TRANSFORM) reads its 3-d and
+4-d tensors by their format. Its Python CPU backends get an NCHW tensor as the NHWC view of its
+array (``np.moveaxis(a, -3, -1)``: no copy), so each is written once, for NHWC; its C and GPU
+backends read memory as NHWC and accept NHWC tensors only, so an NCHW node runs CPU_REF unless
+``Graph.simplify`` puts FORMAT_TRANSFORMs around it. Other commands ignore formats, as NNC's
+element-wise backends accept every format.
 """
 
 from cpython.object cimport PyObject
@@ -32,7 +40,8 @@ from nnc.cmd.params import CmdParams
 from nnc.base.device import gpu_memory
 from nnc.tensor.constant cimport constant_contains
 from nnc.tensor.tensor cimport (
-    Tensor, tensor_may_be_readonly, tensor_overlap, tensor_same, tensor_wrap,
+    TENSOR_FORMAT_NCHW, TENSOR_FORMAT_NHWC, Tensor, tensor_may_be_readonly, tensor_overlap,
+    tensor_same, tensor_wrap,
 )
 from nnc.base.parallel cimport nnc_stream_context_t, parallel_ready, thread_context
 from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
@@ -44,6 +53,8 @@ for _code in DATATYPES.values():
 cdef list _commands = []                # CommandInfo by id
 cdef dict _by_name = {}                 # name -> CommandInfo
 cdef int _seq = 0                       # registration counter for tie-breaks
+# Names of the image commands (register_command(image=True)): see the module docstring.
+cdef set _image_commands = set()
 
 _DEFAULT_PRIORITY = {"CPU_OPT": 20, "CPU_REF": 10}
 _INPLACE_MODES = ("none", "allow", "enforce", "any")
@@ -58,6 +69,9 @@ cdef class Backend:
 
     cdef bint accepts(self, object cmd, list inputs, list outputs) except -1:
         cdef Tensor t
+        # Only an image command's Python CPU backends see other formats (as NHWC views).
+        cdef bint nhwc_only = (self.command in _image_commands
+                               and (self.c_exec != NULL or self.device != "cpu"))
         for group in (inputs, outputs):
             for x in group:
                 if x is None:
@@ -69,6 +83,8 @@ cdef class Backend:
                         self.device == "gpu" and t.t.device < 0):
                     return False
                 if self.contiguous_only and not t.t.contiguous:
+                    return False
+                if nhwc_only and t.t.format != TENSOR_FORMAT_NHWC and t.t.ndim >= 3:
                     return False
         if self.accept is not None:
             return bool(self.accept(cmd, inputs, outputs))
@@ -107,6 +123,11 @@ cdef class CommandInfo:
         raise TypeError(f"a CommandInfo cannot be copied or pickled: it is a registry entry; "
                         f"refer to it by name, nnc.command_info({self.name!r})")
 
+    @property
+    def image(self):
+        """An image command: reads its 3-d and 4-d tensors by their format (module docstring)."""
+        return self.name in _image_commands
+
     def __repr__(self):
         names = [b.name for b in self.backends]
         return f"<Command {self.name} inplace={self.inplace!r} backends={names}>"
@@ -120,7 +141,8 @@ def _lookup(name):
     return info
 
 
-def register_command(name, *, inplace="none", check=None, normalize=None, replace=False):
+def register_command(name, *, inplace="none", check=None, normalize=None, replace=False,
+                     image=False):
     """Register a new command; registering a name again with the same attributes returns the
     existing one.
 
@@ -129,6 +151,9 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
     or ``"any"`` (no check, for commands such as CUSTOM that own their semantics).
     ``check(cmd, inputs, outputs)`` validates arity, shapes and dtypes and raises CommandError.
     ``normalize(params) -> params`` validates and fills in parameters.
+    ``image``: the command reads its 3-d and 4-d tensors by their format (NHWC, NCHW): its
+    Python CPU backends get NCHW tensors as NHWC views, its C and GPU backends NHWC tensors
+    only (the module docstring).
 
     Re-registering an existing name: the same ``inplace``, ``check`` and ``normalize`` (the same
     objects; None agrees only with None) return the existing command unchanged; anything else
@@ -149,8 +174,9 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
     if info is not None:
         differ = [what for what, old, new in (("inplace", info.inplace, inplace),
                                               ("check", info.check, check),
-                                              ("normalize", info.normalize, normalize))
-                  if (old != new if what == "inplace" else old is not new)]
+                                              ("normalize", info.normalize, normalize),
+                                              ("image", name in _image_commands, bool(image)))
+                  if (old != new if what in ("inplace", "image") else old is not new)]
         if not differ:
             return info
         if info.builtin:
@@ -167,6 +193,10 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
         info.inplace = inplace
         info.check = check
         info.normalize = normalize
+        if image:
+            _image_commands.add(name)
+        else:
+            _image_commands.discard(name)
         return info
     info = CommandInfo.__new__(CommandInfo)
     info.name = name
@@ -176,6 +206,8 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
     info.normalize = normalize
     info.backends = []
     info.builtin = False
+    if image:
+        _image_commands.add(name)
     _commands.append(info)
     _by_name[name] = info
     return info
@@ -595,8 +627,11 @@ cdef str _describe(list inputs, list outputs):
     for x in inputs + outputs:
         if x is not None:
             t = <Tensor>x
+            fmt = ""
+            if t.t.format != TENSOR_FORMAT_NHWC and t.t.ndim >= 3:
+                fmt = f" {t.format}"
             kinds.add(f"{'' if t.t.device < 0 else f'gpu:{t.t.device} '}"
-                      f"{DATATYPE_NAMES[t.t.datatype]}{'' if t.t.contiguous else ' strided'}")
+                      f"{DATATYPE_NAMES[t.t.datatype]}{fmt}{'' if t.t.contiguous else ' strided'}")
     return ", ".join(sorted(kinds)) or "no"
 
 
@@ -646,10 +681,22 @@ cdef bint tensors_movable(list tensors) except -1:
     return False
 
 
-def _dyn_call(fn, cmd, tuple inputs, tuple outputs):
+cdef object _py_array(object x, bint image):
+    """The ndarray a Python CPU backend gets for tensor x: an image command's NCHW tensor as
+    its NHWC view (channels moved last, no copy), anything else as it is."""
+    cdef Tensor t
+    if x is None:
+        return None
+    t = <Tensor>x
+    if image and t.t.format == TENSOR_FORMAT_NCHW and (t.t.ndim == 3 or t.t.ndim == 4):
+        return np.moveaxis(t.numpy(), -3, -1)
+    return t.numpy()
+
+
+def _dyn_call(fn, cmd, tuple inputs, tuple outputs, bint image=False):
     """A Python backend call on movable tensors: take their ndarrays at call time."""
-    ins = [None if t is None else t.numpy() for t in inputs]
-    outs = [None if t is None else t.numpy() for t in outputs]
+    ins = [_py_array(t, image) for t in inputs]
+    outs = [_py_array(t, image) for t in outputs]
     if cmd is None:
         fn(ins, outs)
     else:
@@ -697,10 +744,12 @@ cdef object cmd_bind(Cmd cmd, Backend b, list inputs, list outputs, nnc_tensor_t
     elif movable:
         # A loop may re-point these tensors: make the ndarrays at call time.
         call = (_dyn_call, (cmd.fn, None, tuple(inputs), tuple(outputs)) if cmd.fn is not None
-                else (b.py_exec, cmd, tuple(inputs), tuple(outputs)))
+                else (b.py_exec, cmd, tuple(inputs), tuple(outputs),
+                      cmd.info.name in _image_commands))
     else:
-        ins = [None if t is None else (<Tensor>t).numpy() for t in inputs]
-        outs = [None if t is None else (<Tensor>t).numpy() for t in outputs]
+        image = cmd.fn is None and cmd.info.name in _image_commands
+        ins = [_py_array(t, image) for t in inputs]
+        outs = [_py_array(t, image) for t in outputs]
         call = (cmd.fn, (ins, outs)) if cmd.fn is not None else (b.py_exec, (cmd, ins, outs))
     out.kind = BOUND_PY
     out.fn = <PyObject*>call[0]
@@ -798,6 +847,7 @@ def _scratch(list inputs, list outputs):
         host = np.array(t.numpy(), copy=True, order="C")
         # A GPU tensor's scratch copy stays on its GPU, so GPU backends are timed too.
         dup = Tensor(host) if t.t.device < 0 else gpu_memory("from_host")(host, t.t.device)
+        (<Tensor>dup).t.format = t.t.format     # backends read it as the tensor's
         made.append((t, dup))
         return dup
 

@@ -188,9 +188,11 @@ cdef class WhileNode(ControlNode):
                                  f"{type(t).__name__}")
         if src is dst:
             raise GraphError("a carry-over from a tensor to itself does nothing")
-        if (src.shape, src.dtype, src.strides) != (dst.shape, dst.dtype, dst.strides):
-            raise GraphError(f"carry-over from {src.shape} {src.dtype} to {dst.shape} "
-                             f"{dst.dtype}: both must have one shape, dtype and layout")
+        if ((src.shape, src.dtype, src.strides, src.format)
+                != (dst.shape, dst.dtype, dst.strides, dst.format)):
+            raise GraphError(f"carry-over from {src.shape} {src.dtype} {src.format} to "
+                             f"{dst.shape} {dst.dtype} {dst.format}: both must have one shape, "
+                             "dtype, format and layout")
         for v in ([dst] if not isinstance(dst, MultiView) else list(dst.versions)):
             (<Tensor>v)._make_movable()
             (<Tensor>v)._may_alias(<Tensor>src)   # so a node writing dst sees src read-only

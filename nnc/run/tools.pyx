@@ -14,7 +14,8 @@ import time
 
 from nnc.base.core import NNCError
 from nnc.cmd.command import Cmd as _Cmd
-from nnc.cmd.command import cmd_autotune
+from nnc.cmd.command import cmd_autotune, cmd_backends_for
+from nnc.tensor.tensor import Tensor as _Tensor
 from nnc.graph.graph import register_tools
 from nnc.graph.subgraph import check_sub_idle
 
@@ -24,7 +25,7 @@ from nnc.graph.case_of cimport CaseOfNode
 from nnc.graph.subgraph cimport ControlNode
 from nnc.graph.while_node cimport WhileNode
 from nnc.graph.graph cimport EXEC_CONTROL, Graph, GraphExec, exec_info_t
-from nnc.tensor.tensor cimport Tensor, tensor_same
+from nnc.tensor.tensor cimport TENSOR_FORMAT_NCHW, Tensor, tensor_same
 
 
 # Fill colours of the streams (ColorBrewer "Set3", 12 colours; stream k takes k mod 12).
@@ -275,7 +276,17 @@ def graph_simplify(Graph g):
     Folding repeats until nothing changes (CONVOLUTION, ADD, RELU becomes one node). A folded
     node becomes a NOOP, so every edge and the node count stay. Only CPU nodes whose backends
     are not pinned are folded, and only where the node's backend takes the fused command (a
-    fusion never moves a node from CPU_OPT to CPU_REF). Returns the number of folded nodes."""
+    fusion never moves a node from CPU_OPT to CPU_REF).
+
+    Then each image command (CONVOLUTION, CONVOLUTION_TRANSPOSE, the pools) on NCHW CPU tensors,
+    which only CPU_REF reads, is moved to NHWC where a C backend then takes it: FORMAT_TRANSFORM
+    nodes copy its NCHW inputs (weights included: they may change between runs) into new NHWC
+    tensors before it and its NHWC outputs back after it, with edges from its predecessors and
+    to its successors (NNC's symbolic graph inserts the same transforms where a backend wants
+    another format). This adds nodes; a graph with sources or destinations set is left as it is
+    (the new nodes would be outside them), as are pinned nodes.
+
+    Returns the number of nodes folded or moved to NHWC."""
     cdef int idx, j
     cdef Cmd conv, nxt
     g._enter("simplify", "being simplified")
@@ -318,7 +329,75 @@ def graph_simplify(Graph g):
                 changed = True
     finally:
         g._leave()
-    return fused
+    return fused + _nhwc_pass(g)
+
+
+cdef bint _moved(object t):
+    """t is a tensor an image command reads as NCHW (a 3-d or 4-d NCHW tensor)."""
+    return (t is not None and (<Tensor>t).t.format == TENSOR_FORMAT_NCHW
+            and ((<Tensor>t).t.ndim == 3 or (<Tensor>t).t.ndim == 4))
+
+
+def _nhwc_pass(Graph g):
+    """graph_simplify's second part: image nodes on NCHW tensors moved to NHWC between
+    FORMAT_TRANSFORMs where that lets a C backend run them. Public Graph calls only (each
+    holds the graph busy itself); returns how many nodes moved."""
+    cdef int idx, n = g._size
+    cdef Cmd cmd
+    if g._sources is not None or g._destinations is not None:
+        return 0
+    moved = 0
+    for idx in range(n):
+        cmd = <Cmd>g._cmds[idx]
+        if cmd.pinned or not (<object>cmd.info).image:
+            continue
+        ins, outs = list(g._inputs[idx]), list(g._outputs[idx])
+        tensors = [t for t in ins + outs if t is not None]
+        if not any(_moved(t) for t in tensors) or any(t.device != "cpu" for t in tensors):
+            continue
+        stand_in = {}                   # id(NCHW tensor) -> its NHWC copy
+
+        def nhwc(t):
+            if not _moved(t):
+                return t
+            if id(t) not in stand_in:
+                shape = tuple(t.shape)
+                stand_in[id(t)] = (t, _Tensor.empty(shape[:-3] + shape[-2:] + shape[-3:-2],
+                                                    t.dtype))
+            return stand_in[id(t)][1]
+
+        new_ins, new_outs = [nhwc(t) for t in ins], [nhwc(t) for t in outs]
+        fresh = _Cmd(cmd.name, **dict(cmd.params))
+        best = cmd_backends_for(fresh, new_ins, new_outs)
+        if not best or not best[0].is_c:
+            continue                    # no faster backend for NHWC: the transforms cost only
+        execs = g.execs
+        node = execs[idx]
+        before = [execs[i] for i in _predecessors(g, idx)]
+        after = node.outgoings
+        transform = _Cmd("FORMAT_TRANSFORM")
+        ins_t = [g.exec(transform, [t], [stand_in[id(t)][1]])
+                 for t in dict.fromkeys(t for t in ins if _moved(t))]
+        # A fresh Cmd: set_io would keep the chosen CPU_REF, which still accepts NHWC.
+        g._enter("simplify", "being simplified")
+        try:
+            g._set_node(idx, fresh, new_ins, new_outs)
+            g.version += 1
+            g._dirty = True
+        finally:
+            g._leave()
+        outs_t = [g.exec(transform, [stand_in[id(t)][1]], [t])
+                  for t in dict.fromkeys(t for t in outs if _moved(t))]
+        for e in ins_t:
+            for p in before:
+                g.concat(p, e)
+            g.concat(e, node)
+        for e in outs_t:
+            g.concat(node, e)
+            for q in after:
+                g.concat(e, q)
+        moved += 1
+    return moved
 
 
 # Graph.profile, Graph.autotune, Graph.dot and Graph.simplify (the graph layer cannot import

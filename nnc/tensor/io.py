@@ -10,9 +10,11 @@ writes, the other reads: one table,
 written with ``REPLACE INTO`` (a name written again replaces its row). ``type`` is NNC's memory
 code in its low 32 bits (CCV_TENSOR_CPU_MEMORY, or CCV_TENSOR_GPU_MEMORY with the device in bits
 8..19) and the identifier of the codec that encoded ``data`` in its high 32 bits (0: raw);
-``format`` is CCV_TENSOR_FORMAT_NCHW / NHWC / CHWN; ``datatype`` is CCV_8U, CCV_32S, ... (the
-codes of nnc.base.core.DATATYPES); ``dim`` is NNC's ``int dim[CCV_NNC_MAX_DIM_ALLOC]``, 12
-little-endian int32, the shape followed by zeros; ``data`` the elements, C order, little-endian.
+``format`` is the tensor's format, CCV_TENSOR_FORMAT_NCHW / NHWC / CHWN (a tensor read back
+has it; reading into a tensor of another format is refused); ``datatype`` is CCV_8U,
+CCV_32S, ... (the codes of nnc.base.core.DATATYPES); ``dim`` is NNC's
+``int dim[CCV_NNC_MAX_DIM_ALLOC]``, 12 little-endian int32, the shape followed by zeros;
+``data`` the elements, C order, little-endian.
 
 Where NNC is lenient this is strict, because leniency here is a silently wrong tensor: reading
 into a tensor of another shape or dtype is refused (NNC copies what fits, and converts between
@@ -32,12 +34,11 @@ import numpy as np
 
 from nnc.base.core import DATATYPE_NAMES, DATATYPES, MAX_DIM, NNCError, TensorError
 from nnc.base.device import gpu_memory, parse_device
-from nnc.tensor.tensor import Tensor
+from nnc.tensor.tensor import FORMAT_NAMES as _FORMAT_NAMES
+from nnc.tensor.tensor import TENSOR_FORMATS, Tensor
 
 TENSOR_CPU_MEMORY = 0x1
 TENSOR_GPU_MEMORY = 0x2
-TENSOR_FORMATS = {"NCHW": 0x01, "NHWC": 0x02, "CHWN": 0x04}
-_FORMAT_NAMES = {code: name for name, code in TENSOR_FORMATS.items()}
 # NNC's datatypes nnc has no dtype for: named in the error a row of one raises.
 _FOREIGN_DATATYPES = {0x40000: "CCV_QX", 0x80000: "CCV_16BF"}
 _DIM = struct.Struct(f"<{MAX_DIM}i")
@@ -95,7 +96,7 @@ def _row_of(t, name):
                           "its first 0, so the shape would not read back")
     device = parse_device(t.device)
     kind = TENSOR_CPU_MEMORY if device < 0 else TENSOR_GPU_MEMORY | ((device & 0xfff) << 8)
-    fmt = TENSOR_FORMATS.get(str(getattr(t, "format", "NHWC")).upper(), TENSOR_FORMATS["NHWC"])
+    fmt = TENSOR_FORMATS[t.format]
     dtype = np.dtype(t.dtype)
     # Contiguous little-endian whatever t's strides: a view is written as the tensor it shows.
     data = np.ascontiguousarray(t.numpy(), dtype=dtype.newbyteorder("<")).tobytes()
@@ -191,12 +192,18 @@ def _decode(row, name):
     return array.astype(dtype.newbyteorder("="), copy=False), _FORMAT_NAMES[fmt]
 
 
-def _check_target(t, array, name):
+def _check_target(t, array, fmt, name):
     if not isinstance(t, Tensor):
         raise TypeError(f"tensor_read reads into an nnc.Tensor, not {type(t).__name__}")
     if tuple(t.shape) != array.shape or np.dtype(t.dtype) != array.dtype:
         raise TensorError(f"{name!r} is {array.shape} {array.dtype.name} in the database, the "
                           f"tensor to read into is {tuple(t.shape)} {np.dtype(t.dtype).name}")
+    # The same shape in another format holds other pixels in each place: an image command
+    # would read channels as rows. FORMAT_TRANSFORM converts after reading.
+    if t.format != fmt:
+        raise TensorError(f"{name!r} is {fmt} in the database, the tensor to read into is "
+                          f"{t.format}; read it into a new tensor (t=None) and convert that "
+                          "with FORMAT_TRANSFORM")
     if parse_device(t.device) >= 0:
         raise TensorError(f"cannot read {name!r} into a GPU tensor: read it into a new one "
                           "(t=None) and copy that with DATA_TRANSFER_FORWARD")
@@ -216,10 +223,10 @@ def tensor_read(db, name, t=None):
     finally:
         if opened:
             conn.close()
-    array, _fmt = _decode(row, name)
+    array, fmt = _decode(row, name)
     if t is None:
-        return Tensor(array.copy())
-    _check_target(t, array, name)
+        return Tensor(array.copy(), format=fmt)
+    _check_target(t, array, fmt, name)
     t.numpy()[...] = array
     return t
 
@@ -237,8 +244,8 @@ def tensors_read(tensors, db):
     try:
         arrays = {}
         for name, t in tensors.items():
-            array, _fmt = _decode(_fetch(conn, db, name), name)
-            _check_target(t, array, name)
+            array, fmt = _decode(_fetch(conn, db, name), name)
+            _check_target(t, array, fmt, name)
             arrays[name] = array
     finally:
         if opened:

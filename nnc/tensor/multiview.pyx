@@ -34,7 +34,8 @@ _NO_COPY = ("a MultiView cannot be copied or pickled: it belongs to a loop (its 
 
 cdef bint _same_layout(Tensor a, Tensor b):
     cdef int i
-    if a.t.datatype != b.t.datatype or a.t.ndim != b.t.ndim or a.t.contiguous != b.t.contiguous:
+    if (a.t.datatype != b.t.datatype or a.t.ndim != b.t.ndim or a.t.contiguous != b.t.contiguous
+            or a.t.format != b.t.format):
         return False
     for i in range(a.t.ndim):
         if a.t.dim[i] != b.t.dim[i] or a.t.stride[i] != b.t.stride[i]:
@@ -56,7 +57,8 @@ def register_anchor_type(tp):
 cdef class MultiView(Tensor):
     """``MultiView([x, z], anchor=body, kind="K0N")``: x at even counts of body's loop, z at odd.
 
-    See the module docstring for the kinds. All versions must have one shape, dtype and layout.
+    See the module docstring for the kinds. All versions must have one shape, dtype, format and
+    layout.
     """
 
     def __init__(self, versions, anchor=None, kind="K0N"):
@@ -78,8 +80,9 @@ cdef class MultiView(Tensor):
         for x in vs[1:]:
             if not _same_layout(<Tensor>vs[0], <Tensor>x):
                 raise TensorError(
-                    f"multiview versions differ: {vs[0].shape} {vs[0].dtype} vs "
-                    f"{x.shape} {x.dtype}; all must have one shape, dtype and layout"
+                    f"multiview versions differ: {vs[0].shape} {vs[0].dtype} {vs[0].format} vs "
+                    f"{x.shape} {x.dtype} {x.format}; all must have one shape, dtype, format "
+                    "and layout"
                 )
         if self.kind == MV_PHI:
             if anchor is not None:
@@ -139,8 +142,8 @@ cdef class MultiView(Tensor):
         if isinstance(t, MultiView):
             raise TensorError("cannot synchronise a multiview to another multiview")
         if not _same_layout(t, self):
-            raise TensorError(f"cannot synchronise a {t.shape} {t.dtype} tensor to a "
-                              f"multiview of {self.shape} {self.dtype}")
+            raise TensorError(f"cannot synchronise a {t.shape} {t.dtype} {t.format} tensor to "
+                              f"a multiview of {self.shape} {self.dtype} {self.format}")
         # From now on t points at the versions' memory and takes its read-only flag; a node
         # writing t is refused if any version is read-only (nnc.cmd.command's cmd_validate).
         t._may_alias(self)

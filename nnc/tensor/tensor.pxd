@@ -1,5 +1,12 @@
 from nnc.base.core cimport NNC_MAX_DIM
 
+# NNC's tensor format codes (CCV_TENSOR_FORMAT_*; nnc/tensor/io.py writes them).
+cdef enum:
+    TENSOR_FORMAT_NCHW = 0x01
+    TENSOR_FORMAT_NHWC = 0x02
+    TENSOR_FORMAT_CHWN = 0x04
+
+
 # The C view of a tensor. Backends written in C see only this struct (never the Python object),
 # so they can run without the GIL on any thread.
 ctypedef struct nnc_tensor_t:
@@ -9,6 +16,10 @@ ctypedef struct nnc_tensor_t:
     int ndim                            # 0 <= ndim <= NNC_MAX_DIM
     int itemsize                        # bytes per element
     int contiguous                      # 1 iff stride[] is the C-order stride of dim[]
+    # TENSOR_FORMAT_NHWC, _NCHW or _CHWN: which axes of a 3-d or 4-d tensor image commands read
+    # as channels (NNC's info.format). In the padding before count, so the struct keeps its
+    # size and every other field its offset.
+    int format
     Py_ssize_t count                    # product of dim[0:ndim] (1 for ndim == 0)
     Py_ssize_t dim[NNC_MAX_DIM]
     Py_ssize_t stride[NNC_MAX_DIM]      # in elements, not bytes

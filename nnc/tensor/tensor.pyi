@@ -12,6 +12,13 @@ from nnc.base.core import DATATYPES as DATATYPES
 
 # A shape or strides: one int, or a sequence of ints (NumPy integers too).
 _Shape = SupportsIndex | Sequence[SupportsIndex]
+# NNC's tensor formats (any case).
+_Format = str
+
+TENSOR_FORMATS: dict[str, int]
+FORMAT_NAMES: dict[int, str]
+
+def tensor_resize(t: Tensor, shape: _Shape) -> Tensor: ...
 
 @disjoint_base
 class Tensor:
@@ -24,11 +31,20 @@ class Tensor:
     def frozen(self) -> bool:
         """Its memory is frozen: its contents can never change."""
     def freeze(self) -> Tensor: ...
-    def __init__(self, array: npt.NDArray[Any]) -> None: ...
+    def __init__(self, array: npt.NDArray[Any], format: _Format = "NHWC") -> None: ...
     @staticmethod
-    def empty(shape: _Shape, dtype: npt.DTypeLike = "float32", device: str = "cpu") -> Tensor: ...
+    def empty(
+        shape: _Shape, dtype: npt.DTypeLike = "float32", device: str = "cpu",
+        format: _Format = "NHWC",
+    ) -> Tensor: ...
     @staticmethod
-    def zeros(shape: _Shape, dtype: npt.DTypeLike = "float32", device: str = "cpu") -> Tensor: ...
+    def zeros(
+        shape: _Shape, dtype: npt.DTypeLike = "float32", device: str = "cpu",
+        format: _Format = "NHWC",
+    ) -> Tensor: ...
+    @property
+    def format(self) -> str:
+        """NNC's tensor format: "NHWC" (the default), "NCHW" or "CHWN"."""
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property
@@ -65,8 +81,8 @@ class Tensor:
     def __reduce__(
         self,
     ) -> tuple[
-        Callable[[npt.NDArray[Any], bool], Tensor],
-        tuple[npt.NDArray[Any]] | tuple[npt.NDArray[Any], bool],
+        Callable[[npt.NDArray[Any], bool, str], Tensor],
+        tuple[npt.NDArray[Any]] | tuple[npt.NDArray[Any], bool, str],
     ]: ...
     def view(
         self, shape: _Shape, offset: int = 0, strides: _Shape | None = None

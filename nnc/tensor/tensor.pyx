@@ -7,6 +7,12 @@ aligned memory, as NNC does. ``t.view(shape, offset, strides)`` aliases part of 
 element offsets and strides, like NNC's tensor views; the view's extent is checked against the
 owner's memory, so a view can never reach outside it.
 
+Every tensor has a format (NNC's ``info.format``): ``"NHWC"`` (the default, what nnc's image
+commands always took), ``"NCHW"`` or ``"CHWN"``. It says which axes of a 3-d or 4-d tensor the
+image commands (CONVOLUTION, CONVOLUTION_TRANSPOSE, the pools, FORMAT_TRANSFORM) read as
+channels; the shape is the tensor's own either way (an NCHW [2, 3, 4, 5] tensor has 3 channels).
+Views, copies, pickles and persistence keep it (docs/commands.md, "Tensor formats").
+
 GPU tensors (``device="gpu:N"``) hold device memory that nnc.cuda.memory allocates; this layer
 only keeps their pointer and owner, and ``numpy()`` returns a host copy (docs/gpu.md). nnc.cuda
 sits above this layer: it is reached only through the GPU table of nnc.base.device, which it fills
@@ -29,6 +35,19 @@ _ALIGN = 64
 _NP_DTYPE = {code: np.dtype(name) for name, code in DATATYPES.items()}
 _CODE_OF = {np.dtype(name): code for name, code in DATATYPES.items()}
 _SUPPORTED = ", ".join(DATATYPES)
+# NNC's CCV_TENSOR_FORMAT_* codes by name, and back.
+TENSOR_FORMATS = {"NCHW": TENSOR_FORMAT_NCHW, "NHWC": TENSOR_FORMAT_NHWC,
+                  "CHWN": TENSOR_FORMAT_CHWN}
+FORMAT_NAMES = {code: name for name, code in TENSOR_FORMATS.items()}
+
+
+cdef int format_of(object format) except 0:
+    """NNC's code of a format name ("NHWC", "NCHW" or "CHWN", any case)."""
+    code = TENSOR_FORMATS.get(format.upper() if isinstance(format, str) else format)
+    if code is None:
+        raise TensorError(f"unknown tensor format {format!r}; nnc's are "
+                          f"{', '.join(TENSOR_FORMATS)} (NNC's CCV_TENSOR_FORMAT_*)")
+    return code
 
 
 cdef int datatype_of(object dtype) except 0:
@@ -95,6 +114,7 @@ cdef Tensor tensor_wrap(object array):
         raise TensorError("array is not aligned to its itemsize; pass a copy (np.array(x))")
     self.t.datatype = code
     self.t.device = -1
+    self.t.format = TENSOR_FORMAT_NHWC
     self.t.ndim = len(shape)
     self.t.itemsize = array.itemsize
     for i in range(self.t.ndim):
@@ -218,14 +238,17 @@ cdef bint tensor_may_be_readonly(Tensor t) except -1:
     return False
 
 
-def _tensor_from_array(array, frozen=False):
-    """A new 64-byte aligned tensor holding a copy of ``array`` (unpickling and copy.copy);
-    in frozen memory when ``frozen`` (a frozen tensor's pickle)."""
+def _tensor_from_array(array, frozen=False, format="NHWC"):
+    """A new 64-byte aligned tensor of ``format`` holding a copy of ``array`` (unpickling and
+    copy.copy); in frozen memory when ``frozen`` (a frozen tensor's pickle)."""
     cdef Tensor t
+    cdef int code = format_of(format)
     if frozen:
-        return tensor_wrap(frozen_array(array))
-    t = Tensor.empty(np.shape(array), np.asarray(array).dtype)
-    t.numpy()[...] = array
+        t = tensor_wrap(frozen_array(array))
+    else:
+        t = Tensor.empty(np.shape(array), np.asarray(array).dtype)
+        t.numpy()[...] = array
+    t.t.format = code
     return t
 
 
@@ -287,17 +310,21 @@ cdef class Tensor:
     """An N-d array (up to 12 dimensions) whose memory C backends can use directly.
 
     ``Tensor(array)`` wraps a C-contiguous ndarray zero-copy; ``np.asarray(t)`` and ``t.numpy()``
-    alias it. NNC: ccv_nnc_tensor_new(ptr, params, 0).
+    alias it. ``format=`` ("NHWC", the default, "NCHW" or "CHWN") is NNC's tensor format: which
+    axes image commands read as channels. NNC: ccv_nnc_tensor_new(ptr, params, 0).
     """
 
     def __cinit__(self):
         debug_count(DEBUG_TENSORS, 1)
+        self.t.format = TENSOR_FORMAT_NHWC     # every maker fills the rest
 
     def __dealloc__(self):
         debug_count(DEBUG_TENSORS, -1)
 
-    def __init__(self, array):
+    def __init__(self, array, format="NHWC"):
+        cdef int code = format_of(format)
         cdef Tensor w = tensor_wrap(array)
+        w.t.format = code
         self.t = w.t
         self._owner = w._owner
         self._lo = w._lo
@@ -307,15 +334,19 @@ cdef class Tensor:
         self.readonly = w.readonly
 
     @staticmethod
-    def empty(shape, dtype="float32", device="cpu"):
+    def empty(shape, dtype="float32", device="cpu", format="NHWC"):
         """A new tensor of uninitialised, 64-byte aligned memory."""
+        cdef Tensor t
+        cdef int code = format_of(format)
         shape = _as_shape(shape)
         _check_shape(shape)
         ordinal = parse_device(device)
         dt = _NP_DTYPE[datatype_of(dtype)]
         if ordinal >= 0:
             require_device(ordinal, f"device {device!r}")
-            return gpu_memory("empty")(shape, dt, ordinal)
+            t = gpu_memory("empty")(shape, dt, ordinal)
+            t.t.format = code
+            return t
         count = 1
         for d in shape:
             count *= d
@@ -326,12 +357,14 @@ cdef class Tensor:
         raw = np.empty(nbytes + _ALIGN, np.uint8)
         start = (-raw.__array_interface__["data"][0]) % _ALIGN
         array = raw[start:start + nbytes].view(dt).reshape(shape)
-        return tensor_wrap(array)
+        t = tensor_wrap(array)
+        t.t.format = code
+        return t
 
     @staticmethod
-    def zeros(shape, dtype="float32", device="cpu"):
+    def zeros(shape, dtype="float32", device="cpu", format="NHWC"):
         """A new tensor filled with zeros."""
-        cdef Tensor t = Tensor.empty(shape, dtype, device)
+        cdef Tensor t = Tensor.empty(shape, dtype, device, format)
         if t.t.device >= 0:
             gpu_memory("fill_zero")(t)
         else:
@@ -427,6 +460,11 @@ cdef class Tensor:
     @property
     def device(self):
         return "cpu" if self.t.device < 0 else f"gpu:{self.t.device}"
+
+    @property
+    def format(self):
+        """NNC's tensor format: "NHWC" (the default), "NCHW" or "CHWN"."""
+        return FORMAT_NAMES[self.t.format]
 
     @property
     def ndim(self):
@@ -544,15 +582,18 @@ cdef class Tensor:
     def __copy__(self):
         """A new tensor with a copy of the elements, as ``copy.copy`` of an ndarray is: its own
         contiguous, writable memory on the same device (views and aliasing are not kept)."""
+        cdef Tensor t
         if self.t.device >= 0:
-            return gpu_memory("from_host")(gpu_memory("to_host")(self), self.t.device)
-        return _tensor_from_array(self.numpy())
+            t = gpu_memory("from_host")(gpu_memory("to_host")(self), self.t.device)
+            t.t.format = self.t.format
+            return t
+        return _tensor_from_array(self.numpy(), False, self.format)
 
     def __deepcopy__(self, memo):
         return self.__copy__()          # the elements are numbers: deep and shallow agree
 
     def __reduce__(self):
-        """Pickles as (a copy of) its elements, dtype and shape; unpickling makes a new,
+        """Pickles as (a copy of) its elements, dtype, shape and format; unpickling makes a new,
         writable, contiguous tensor, or a frozen one for a frozen tensor. Views, aliasing and
         the read-only flag are not kept; a movable tensor pickles the elements it points at
         now."""
@@ -562,14 +603,17 @@ cdef class Tensor:
                 "t.numpy() (a host copy) and rebuild it with nnc.cuda.memory.from_numpy"
             )
         if self.frozen:
-            return (_tensor_from_array, (self.numpy(), True))
+            return (_tensor_from_array, (self.numpy(), True, self.format))
+        if self.t.format != TENSOR_FORMAT_NHWC:
+            return (_tensor_from_array, (self.numpy(), False, self.format))
         return (_tensor_from_array, (self.numpy(),))
 
     def view(self, shape, offset=0, strides=None):
         """A tensor aliasing part of this one.
 
         ``offset`` and ``strides`` count elements from this tensor's first element; without
-        ``strides`` the view is C-contiguous. NNC: ccv_nnc_tensor_view_new.
+        ``strides`` the view is C-contiguous. The view has this tensor's format. NNC:
+        ccv_nnc_tensor_view_new.
         """
         cdef Tensor v = Tensor.__new__(Tensor)
         cdef int i
@@ -601,5 +645,50 @@ cdef class Tensor:
     def __repr__(self):
         return (
             f"Tensor(shape={self.shape}, dtype={DATATYPE_NAMES[self.t.datatype]}, "
-            f"device={self.device!r}{'' if self.t.contiguous else ', strided'})"
+            f"device={self.device!r}, format={self.format!r}"
+            f"{'' if self.t.contiguous else ', strided'})"
         )
+
+
+def tensor_resize(Tensor t not None, shape):
+    """A tensor of ``shape`` with ``t``'s dtype, format and memory where it fits.
+
+    NNC: ccv_nnc_tensor_resize, which keeps the tensor's memory when the new shape needs no
+    more bytes and reallocates it otherwise (keeping the leading bytes, as realloc does). NNC
+    returns the tensor to use from then on and the old pointer is dead; here ``t`` itself is
+    never changed, because graph nodes, views and arrays may hold it with its old shape (a
+    node's bound C view would otherwise read the new shape): the result is a new Tensor over
+    ``t``'s memory when ``shape`` needs no more elements than ``t`` has, so writes through
+    either are seen by both, else over new memory holding a copy of ``t``'s first elements
+    (the rest uninitialised). Either way ``t``, its views and the nodes that hold it keep
+    their shape and their memory, which lives as long as any of them does.
+
+    Refused (TensorError), as NNC asserts: a view (only a tensor over the whole memory it was
+    made with is resized), a GPU tensor, a tensor a loop may re-point (a MultiView, a tensor
+    synchronised to one, a carry-over's destination) and a frozen one (kernels key packed
+    copies on its memory)."""
+    cdef Tensor out
+    shape = _as_shape(shape)
+    _check_shape(shape)
+    if t.t.device >= 0:
+        raise TensorError(f"tensor_resize: {t.device} tensors are not resized (CPU tensors only)")
+    if t.movable or t._aliases is not None:
+        raise TensorError("tensor_resize: a loop may re-point this tensor (a MultiView, a "
+                          "tensor synchronised to one or a carry-over's destination)")
+    if t.t.device < 0 and constant_contains(t.t.data):
+        raise TensorError("tensor_resize: the tensor is frozen; resize the array it was made "
+                          "from before freezing it")
+    if not (t.t.contiguous and <char*>t.t.data == t._lo and
+            t._lo + t.t.count * t.t.itemsize == t._hi):
+        raise TensorError("tensor_resize: a view is not resized (NNC asserts the same); resize "
+                          "the tensor it views")
+    count = 1
+    for d in shape:
+        count *= d
+    if count <= t.t.count:
+        out = t.view(shape)
+    else:
+        out = Tensor.empty(shape, t.dtype)
+        out.numpy().reshape(-1)[:t.t.count] = t.numpy().reshape(-1)
+    out.t.format = t.t.format
+    return out

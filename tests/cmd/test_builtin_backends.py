@@ -175,6 +175,10 @@ BUILTINS = [
         'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
+    ('FORMAT_TRANSFORM', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
+        'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64 C',
+    ]),
     ('SWISH', [
         'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',

@@ -30,9 +30,9 @@ _NNC_CASES = {
              7., 16., 8., 17., 15., 33., 8., 17., 9., 18.],
 }
 
-# The same three in NCHW (the cases named ", NCHW"): nnc's images are NHWC, so these run on
-# the NHWC transposes of NNC's tensors (w [2, 1, 3, 3] and [2, 3, 3, 1] hold the same floats)
-# and the output is compared transposed back.
+# The same three in NCHW (the cases named ", NCHW"): run on NCHW tensors as upstream builds them
+# (test_nnc_nchw_cases_on_nchw_tensors_exactly), and on the NHWC transposes of NNC's tensors
+# (w [2, 1, 3, 3] and [2, 3, 3, 1] hold the same floats) with the output transposed back.
 _NNC_CASES_NCHW = {
     (1, 1): [10., 21., 25., 14., 25., 53., 61., 33., 37., 77., 85., 45., 22., 45., 49., 26.],
     (2, 1): [1., 2., 4., 3., 4., 9., 13., 8., 10., 21., 25., 14., 7., 14., 16., 9.,
@@ -65,6 +65,25 @@ def test_nnc_forward_cases_exactly(backend, case):
     # NCHW: NNC's tensors are these transposed; the output transposed back to [C, H, W].
     np.testing.assert_array_equal(out.transpose(2, 0, 1).reshape(-1),
                                   np.float32(_NNC_CASES_NCHW[case]))
+
+
+@pytest.mark.parametrize("case", sorted(_NNC_CASES_NCHW))
+def test_nnc_nchw_cases_on_nchw_tensors_exactly(case):
+    """The ", NCHW" cases as upstream builds them: a [2, 2, 2], w [2, O/g = 1, 3, 3], bias and
+    the output NCHW tensors (CPU_REF reads them; the C backend takes NHWC only)."""
+    groups, stride = case
+    side = 5 if stride == 2 else 4
+    a = nnc.Tensor.empty((2, 2, 2), format="NCHW")
+    b = nnc.Tensor.empty((groups, side, side), format="NCHW")
+    cmd = nnc.Cmd(NAME, groups=groups, stride=stride)
+    w = nnc.Tensor.empty((2, 1, 3, 3), format="NCHW")
+    bias = nnc.Tensor.empty((groups,), format="NCHW")
+    w.numpy().reshape(-1)[:] = np.arange(3 * 3 * 2)
+    a.numpy()[...] = 1
+    bias.numpy()[...] = 1
+    nnc.cmd_exec(cmd, [a, w, bias], [b])
+    c = nnc.Tensor(np.float32(_NNC_CASES_NCHW[case]).reshape(groups, side, side), format="NCHW")
+    assert nnc.tensor_eq(b, c), "convolution transpose output should be exactly the same"
 
 
 def convt_numpy(x, w, bias, stride, pad, groups, dilation, out_hw):

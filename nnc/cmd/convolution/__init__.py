@@ -4,6 +4,9 @@ float64 on OpenBLAS), winograd.pyx (CPU_OPT_WINOGRAD); gpu/ (layer 3, never impo
 GPU_REF and GPU_OPT through cuDNN, registered by nnc.cuda.builtins.
 
 CONVOLUTION, NHWC (NNC: cmd/convolution/ccv_nnc_conv_cpu_ref.c, cpu_opt/_ccv_nnc_conv_cpu_opt.c).
+An image command: NCHW tensors (x [N, C, H, W], w [O, C // groups, kh, kw], out and residual
+[N, O, Ho, Wo], NNC's NCHW layouts) run CPU_REF, on the NHWC views of their arrays
+(nnc/cmd/command.pyx); the C and GPU backends take NHWC only.
 
 Inputs ``(x, w)``, ``(x, w, bias)`` or ``(x, w, bias, residual)`` (bias may be None), one
 output:
@@ -107,13 +110,16 @@ def _conv_check(cmd, inputs, outputs):
     _check.floating(cmd, inputs + outputs)
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
-    _check.nhwc(cmd, x, "x (input 0)")
-    shape = conv_shape(cmd, tuple(x.shape), tuple(w.shape))
+    x_shape = _check.nhwc(cmd, x, "x (input 0)")
+    residual = inputs[3] if len(inputs) > 3 else None
+    _check.same_format(cmd, x, {"w (input 1)": w, "residual (input 3)": residual,
+                                "output 0": outputs[0]})
+    shape = conv_shape(cmd, x_shape, _check.nhwc_shape(w))
     if bias is not None:
         _check.expect_shape(cmd, bias, shape[-1:], "bias")
-    if len(inputs) > 3 and inputs[3] is not None:
-        _check.expect_shape(cmd, inputs[3], shape, "residual (input 3)")
-    _check.expect_shape(cmd, outputs[0], shape, "output 0")
+    if residual is not None:
+        _check.expect_image_shape(cmd, residual, shape, "residual (input 3)")
+    _check.expect_image_shape(cmd, outputs[0], shape, "output 0")
 
 
 def _geometry(cmd, out):
@@ -162,5 +168,6 @@ def _conv_ref(cmd, inputs, outputs):
 
 
 def register():
-    register_command("CONVOLUTION", inplace="none", check=_conv_check, normalize=_conv_normalize)
+    register_command("CONVOLUTION", inplace="none", check=_conv_check, normalize=_conv_normalize,
+                     image=True)
     register_backend("CONVOLUTION", "CPU_REF", _conv_ref)

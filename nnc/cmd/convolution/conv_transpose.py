@@ -95,11 +95,12 @@ def _convt_check(cmd, inputs, outputs):
     _check.same_dtype(cmd, inputs + outputs)
     _check.floating(cmd, inputs + outputs)
     x, w = inputs[0], inputs[1]
-    _check.nhwc(cmd, x, "x (input 0)")
-    shape = conv_transpose_shape(cmd, tuple(x.shape), tuple(w.shape))
+    x_shape = _check.nhwc(cmd, x, "x (input 0)")
+    _check.same_format(cmd, x, {"w (input 1)": w, "output 0": outputs[0]})
+    shape = conv_transpose_shape(cmd, x_shape, _check.nhwc_shape(w))
     if len(inputs) > 2 and inputs[2] is not None:
         _check.expect_shape(cmd, inputs[2], shape[-1:], "bias")
-    _check.expect_shape(cmd, outputs[0], shape, "output 0")
+    _check.expect_image_shape(cmd, outputs[0], shape, "output 0")
 
 
 def _convt_ref(cmd, inputs, outputs):
@@ -133,5 +134,6 @@ def _convt_ref(cmd, inputs, outputs):
 
 
 def register():
-    register_command(NAME, inplace="none", check=_convt_check, normalize=_convt_normalize)
+    register_command(NAME, inplace="none", check=_convt_check, normalize=_convt_normalize,
+                     image=True)
     register_backend(NAME, "CPU_REF", _convt_ref)

@@ -82,8 +82,9 @@ def _pool_check(cmd, inputs, outputs):
     _check.present(cmd, outputs, "output", 0)
     _check.same_dtype(cmd, inputs + outputs)
     _check.floating(cmd, inputs + outputs)
-    _check.nhwc(cmd, inputs[0], "input 0")
-    _check.expect_shape(cmd, outputs[0], pool_shape(cmd, tuple(inputs[0].shape)), "output 0")
+    shape = _check.nhwc(cmd, inputs[0], "input 0")
+    _check.same_format(cmd, inputs[0], {"output 0": outputs[0]})
+    _check.expect_image_shape(cmd, outputs[0], pool_shape(cmd, shape), "output 0")
 
 
 def _pool_ref(cmd, inputs, outputs):
@@ -163,6 +164,7 @@ def _pool_numpy(cmd, inputs, outputs):
 
 def register():
     for name, normalize in (("MAX_POOL", _max_normalize), ("AVG_POOL", _avg_normalize)):
-        register_command(name, inplace="none", check=_pool_check, normalize=normalize)
+        register_command(name, inplace="none", check=_pool_check, normalize=normalize,
+                         image=True)
         register_backend(name, "CPU_REF", _pool_ref)
         register_backend(name, "CPU_NUMPY", _pool_numpy, datatypes=("float32", "float64"))

@@ -1,5 +1,6 @@
-"""Layer 2 command, the transpose family: this module (the definition, CPU_REF, CPU_OPT's accept),
-cpu_opt.pyx (CPU_OPT: a C backend and its tile loops). No GPU backend.
+"""Layer 2 command, the transpose family: this module (the definitions, TRANSPOSE's CPU_REF and
+CPU_OPT's accept), cpu_opt.pyx (TRANSPOSE's CPU_OPT: a C backend and its tile loops;
+FORMAT_TRANSFORM's C backends). No GPU backend.
 
 TRANSPOSE (NNC: cmd/util's CMD_TRANSPOSE_FORWARD(axis_a, axis_b)).
 
@@ -106,6 +107,31 @@ def _transpose_accept(cmd, inputs, outputs):
     return batched_2d(tuple(x.shape), permutation(cmd, x.ndim)) is not None
 
 
+def _format_transform_check(cmd, inputs, outputs):
+    """FORMAT_TRANSFORM (NNC: cmd/util's CMD_FORMAT_TRANSFORM_FORWARD()): output k is input k
+    in output k's format. The same format is a copy (any rank, one shape); NHWC <-> NCHW moves
+    the channels of a 3-d or 4-d tensor ([N, H, W, C] <-> [N, C, H, W]); CHWN is refused (NNC's
+    backends assert). One dtype per pair; never in place."""
+    if not outputs or len(outputs) > len(inputs):
+        raise CommandError(f"FORMAT_TRANSFORM takes as many inputs as outputs (NNC: at least as "
+                           f"many), got {len(inputs)} inputs and {len(outputs)} outputs")
+    for k, (x, y) in enumerate(zip(inputs, outputs)):
+        _check.present(cmd, inputs, "input", k)
+        _check.present(cmd, outputs, "output", k)
+        _check.same_dtype(cmd, [x, y])
+        if x.format == y.format:
+            _check.expect_shape(cmd, y, tuple(x.shape), f"output {k}")
+            continue
+        for t, what in ((x, f"input {k}"), (y, f"output {k}")):
+            if t.format not in ("NHWC", "NCHW"):
+                raise CommandError(f"FORMAT_TRANSFORM: {what} is {t.format}; nnc converts "
+                                   "between NHWC and NCHW (NNC's backends assert on CHWN)")
+            if t.ndim not in (3, 4):
+                raise CommandError(f"FORMAT_TRANSFORM: {what} has shape {t.shape}; NHWC <-> "
+                                   "NCHW converts 3-d and 4-d tensors")
+        _check.expect_image_shape(cmd, y, _check.nhwc_shape(x), f"output {k}")
+
+
 def register():
     register_command("TRANSPOSE", inplace="none", check=_transpose_check,
                      normalize=_transpose_normalize)
@@ -113,3 +139,6 @@ def register():
     from nnc.cmd.transpose import cpu_opt
 
     cpu_opt.register(_transpose_accept)
+    # Not an image command: its C backends read both tensors' formats themselves.
+    register_command("FORMAT_TRANSFORM", inplace="none", check=_format_transform_check)
+    cpu_opt.register_format_transform()

@@ -1,4 +1,5 @@
-"""CPU_OPT loop for TRANSPOSE: a batch of 2-D transposes, in cache-sized tiles.
+"""CPU_OPT loop for TRANSPOSE: a batch of 2-D transposes, in cache-sized tiles; FORMAT_TRANSFORM's
+C backends (CPU_REF: any strides and dtype; CPU_OPT: contiguous float32/float64 on these tiles).
 
 Every permutation that moves one block of adjacent axes past another (NCHW -> NHWC is
 [N, C, H*W] -> [N, H*W, C], NHWC -> NCHW the reverse, a matrix transpose [R, S] -> [S, R]) is
@@ -8,10 +9,12 @@ arrays are C-contiguous and distinct (TRANSPOSE is never in place).
 
 from libc.string cimport memcpy
 
-from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_MAX_DIM, NNC_SUCCESS
+from nnc.base.core cimport (
+    NNC_8U, NNC_16F, NNC_32F, NNC_32S, NNC_64F, NNC_64S, NNC_INVALID, NNC_MAX_DIM, NNC_SUCCESS,
+)
 from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
 from nnc.cmd.cpu_check cimport tensor_plain
-from nnc.tensor.tensor cimport nnc_tensor_t
+from nnc.tensor.tensor cimport TENSOR_FORMAT_NCHW, TENSOR_FORMAT_NHWC, nnc_tensor_t
 
 ctypedef fused real:
     float
@@ -143,6 +146,125 @@ cdef int transpose_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     else:
         _transpose(<double*>y.data, <const double*>x.data, size[0], size[1], size[2])
     return NNC_SUCCESS
+
+
+cdef bint _format_perm(const nnc_tensor_t* x, const nnc_tensor_t* y, int* perm) noexcept nogil:
+    """perm[k] = the axis of x that y's axis k is, for FORMAT_TRANSFORM x -> y (NNC's
+    ccv_nnc_util_cpu_ref.c: the same format is a copy, NHWC <-> NCHW moves the channels of a
+    3-d or 4-d tensor); False when the formats or shapes do not allow it."""
+    cdef int nd = x.ndim, k, c
+    if y.ndim != nd or x.datatype != y.datatype:
+        return False
+    for k in range(nd):
+        perm[k] = k
+    if x.format != y.format:
+        if nd != 3 and nd != 4:
+            return False
+        c = nd - 3                                  # the first image axis: N's after it
+        if x.format == TENSOR_FORMAT_NHWC and y.format == TENSOR_FORMAT_NCHW:
+            perm[c], perm[c + 1], perm[c + 2] = nd - 1, c, c + 1
+        elif x.format == TENSOR_FORMAT_NCHW and y.format == TENSOR_FORMAT_NHWC:
+            perm[c], perm[c + 1], perm[c + 2] = c + 1, c + 2, c
+        else:
+            return False                            # CHWN: NNC asserts too
+    for k in range(nd):
+        if y.dim[k] != x.dim[perm[k]]:
+            return False
+    return True
+
+
+cdef void _copy_strided(char* yp, const char* xp, const nnc_tensor_t* x, const nnc_tensor_t* y,
+                        const int* perm) noexcept nogil:
+    """y[i] = x[perm applied to i] for every index i of y, element by element (any strides)."""
+    cdef int nd = y.ndim, k, size = y.itemsize
+    cdef Py_ssize_t idx[NNC_MAX_DIM]
+    cdef Py_ssize_t xs[NNC_MAX_DIM]
+    cdef Py_ssize_t _n, xo = 0, yo = 0
+    for k in range(nd):
+        idx[k] = 0
+        xs[k] = x.stride[perm[k]]
+    for _n in range(y.count):
+        memcpy(yp + yo * size, xp + xo * size, size)
+        k = nd - 1
+        while k >= 0:                               # the odometer: last axis fastest
+            idx[k] += 1
+            xo += xs[k]
+            yo += y.stride[k]
+            if idx[k] < y.dim[k]:
+                break
+            xo -= xs[k] * y.dim[k]
+            yo -= y.stride[k] * y.dim[k]
+            idx[k] = 0
+            k -= 1
+
+
+cdef int format_transform_ref(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                              nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    """FORMAT_TRANSFORM's CPU_REF: outputs[k] = inputs[k] in outputs[k]'s format, any strides
+    and dtype (NNC's CPU_REF takes views too)."""
+    cdef nnc_tensor_t* x
+    cdef nnc_tensor_t* y
+    cdef int perm[NNC_MAX_DIM]
+    cdef int k
+    if n_out > n_in:
+        return NNC_INVALID
+    for k in range(n_out):
+        x, y = inputs[k], outputs[k]
+        if (x == NULL or y == NULL or x.device >= 0 or y.device >= 0 or x.data == y.data
+                or not _format_perm(x, y, perm)):
+            return NNC_INVALID
+    for k in range(n_out):
+        x, y = inputs[k], outputs[k]
+        _format_perm(x, y, perm)
+        if y.count:
+            _copy_strided(<char*>y.data, <const char*>x.data, x, y, perm)
+    return NNC_SUCCESS
+
+
+cdef int format_transform_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
+                              nnc_tensor_t** outputs, int n_out, void* ctx) noexcept nogil:
+    """FORMAT_TRANSFORM's CPU_OPT: contiguous float32/float64 tensors; the same format is one
+    memcpy, NHWC -> NCHW the batched transpose [N, H*W, C] -> [N, C, H*W], NCHW -> NHWC its
+    reverse."""
+    cdef nnc_tensor_t* x
+    cdef nnc_tensor_t* y
+    cdef int perm[NNC_MAX_DIM]
+    cdef int k, nd
+    cdef Py_ssize_t batch, rows, cols
+    if n_out > n_in:
+        return NNC_INVALID
+    for k in range(n_out):
+        x, y = inputs[k], outputs[k]
+        if (not tensor_plain(x) or not tensor_plain(y) or x.data == y.data
+                or not (x.datatype & (NNC_32F | NNC_64F)) or not _format_perm(x, y, perm)):
+            return NNC_INVALID
+    for k in range(n_out):
+        x, y = inputs[k], outputs[k]
+        if x.count == 0:
+            continue
+        if x.format == y.format:
+            memcpy(y.data, x.data, x.count * x.itemsize)
+            continue
+        nd = x.ndim
+        batch = x.dim[0] if nd == 4 else 1
+        if x.format == TENSOR_FORMAT_NHWC:
+            rows, cols = x.dim[nd - 3] * x.dim[nd - 2], x.dim[nd - 1]
+        else:
+            rows, cols = x.dim[nd - 3], x.dim[nd - 2] * x.dim[nd - 1]
+        if x.datatype == NNC_32F:
+            _transpose(<float*>y.data, <const float*>x.data, batch, rows, cols)
+        else:
+            _transpose(<double*>y.data, <const double*>x.data, batch, rows, cols)
+    return NNC_SUCCESS
+
+
+def register_format_transform():
+    """Register FORMAT_TRANSFORM's C backends: CPU_REF (every dtype, any strides), CPU_OPT."""
+    register_c_backend("FORMAT_TRANSFORM", "CPU_REF", format_transform_ref,
+                       NNC_8U | NNC_16F | NNC_32S | NNC_32F | NNC_64S | NNC_64F,
+                       False, None, None, True)
+    register_c_backend("FORMAT_TRANSFORM", "CPU_OPT", format_transform_opt,
+                       NNC_32F | NNC_64F, True, None, None, True)
 
 
 def register(accept):
