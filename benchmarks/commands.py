@@ -47,6 +47,12 @@ def _bin(op, shape, other):
     return {"op": op, "inputs": [("x", shape), ("w", other)], "consts": ("w",)}
 
 
+def _pow_by(shape, e):
+    """Pow by one constant exponent (a scalar initializer)."""
+    return {"op": "Pow", "inputs": [("x", shape), ("e", ())], "consts": ("e",),
+            "values": {"e": e}}
+
+
 # (family, case, node spec): "inputs" are (name, shape); names in "consts" are initializers
 # (random, positive where the operator needs it), the others are fed.
 CASES = (
@@ -62,6 +68,9 @@ CASES = (
     ("binary", "Div SE broadcast", _bin("Div", MB_SE, (1, 672, 1, 1))),
     ("binary", "Sub SE broadcast", _bin("Sub", MB_SE, (1, 672, 1, 1))),
     ("binary", "Pow SE broadcast", _bin("Pow", MB_SE, (1, 672, 1, 1))),
+    ("binary", "Pow by 2", _pow_by(MB_SE, 2.0)),
+    ("binary", "Pow by 0.5", _pow_by(MB_SE, 0.5)),
+    ("binary", "Pow by 1.7", _pow_by(MB_SE, 1.7)),
     ("binary", "Min SE broadcast", _bin("Min", MB_SE, (1, 672, 1, 1))),
     ("binary", "Max SE broadcast", _bin("Max", MB_SE, (1, 672, 1, 1))),
     ("norm", "LayerNormalization ViT",
@@ -101,6 +110,12 @@ CASES = (
     ("reduce", "ReduceMin spatial",
      {"op": "ReduceMin", "inputs": [("x", MB_SE), ("axes", (2,))], "consts": ("axes",),
       "values": {"axes": [2, 3]}, "attrs": {"keepdims": 1}}),
+    ("reduce", "ReduceMax spatial",
+     {"op": "ReduceMax", "inputs": [("x", MB_SE), ("axes", (2,))], "consts": ("axes",),
+      "values": {"axes": [2, 3]}, "attrs": {"keepdims": 1}}),
+    ("reduce", "ReduceMin channels NHWC-like",
+     {"op": "ReduceMin", "inputs": [("x", (1, 56, 56, 64)), ("axes", (1,))], "consts": ("axes",),
+      "values": {"axes": [1]}, "attrs": {"keepdims": 1}}),
     ("reduce", "ReduceL2 spatial",
      {"op": "ReduceL2", "inputs": [("x", MB_SE), ("axes", (2,))], "consts": ("axes",),
       "values": {"axes": [2, 3]}, "attrs": {"keepdims": 1}}),
