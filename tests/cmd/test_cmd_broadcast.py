@@ -157,6 +157,7 @@ def test_transpose(dtype, shape, params):
 
 @pytest.mark.parametrize("rows,cols", [
     (1, 5), (3, 70), (4, 4), (7, 9), (8, 8), (9, 33), (32, 32), (33, 65), (64, 100), (70, 64),
+    (300, 40), (523, 17),                       # more than one tile of 256 rows x 16 columns
 ])
 def test_transpose_kernel_levels(kernel_isa, rows, cols):
     """transpose_kernel.h's register blocks (8 x 8 AVX2, 4 x 4 SSE2) and their edges, at every

@@ -8,8 +8,12 @@
  *   unpack / shuffle / permute2f128, the classic 24-instruction sequence) or 4 x 4 blocks
  *   (baseline SSE2's _MM_TRANSPOSE4_PS), each block read as whole rows and written as whole
  *   rows of y.
- * - Blocks are visited in 32 x 32 tiles, so the 32 rows of y a tile writes (32 x 128 bytes) and
- *   the 32 rows of x it reads stay in L1 until each cache line is whole.
+ * - Blocks are visited in tiles of 256 rows x 16 columns of x: a tile reads 256 pieces of
+ *   64 bytes (one line each) and writes 16 rows of y, each a sequential run of 1 KiB, so a tile
+ *   is 32 KiB (Zen 4's and recent Intel cores' L1D) and y is written as 16 sequential streams.
+ *   Square 32 x 32 tiles wrote 32 rows of y in 128-byte pieces, which for some strides share a
+ *   few L1 sets (NHWC -> NCHW of 112 x 112 x 64: a stride of 50,176 bytes is 1 KiB past a
+ *   multiple of 4 KiB, so the 32 rows fall in 8 sets): 1.5-2x slower on the Resize shapes.
  * - The AVX-512 level runs the AVX2 blocks: a 16 x 16 block needs twice the shuffles for the
  *   same bytes and AVX-512 shuffles are no wider in throughput on double-pumped cores; a tile of
  *   32 is memory-bound either way.
@@ -28,7 +32,8 @@
 #define NNC_TR_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
-#define NNC_TR_TILE 32
+#define NNC_TR_TILE_R 256                 /* rows of x per tile: a multiple of every block */
+#define NNC_TR_TILE_C 16                  /* columns of x per tile */
 
 /* y[c, r] = x[r, c] for r in [r0, r1), c in [c0, c1): the element-by-element edge. */
 static inline void nnc_tr_edge_f32(float* y, const float* x, ptrdiff_t rows, ptrdiff_t cols,
@@ -91,10 +96,10 @@ static inline void nnc_tr_4x4(float* y, ptrdiff_t ldy, const float* x, ptrdiff_t
     TARGET static void NAME(float* y, const float* x, ptrdiff_t rows, ptrdiff_t cols)       \
     {                                                                                        \
         ptrdiff_t rb = rows - rows % (B), cb = cols - cols % (B);                           \
-        for (ptrdiff_t r0 = 0; r0 < rb; r0 += NNC_TR_TILE) {                                 \
-            ptrdiff_t r1 = r0 + NNC_TR_TILE < rb ? r0 + NNC_TR_TILE : rb;                     \
-            for (ptrdiff_t c0 = 0; c0 < cb; c0 += NNC_TR_TILE) {                             \
-                ptrdiff_t c1 = c0 + NNC_TR_TILE < cb ? c0 + NNC_TR_TILE : cb;                 \
+        for (ptrdiff_t r0 = 0; r0 < rb; r0 += NNC_TR_TILE_R) {                               \
+            ptrdiff_t r1 = r0 + NNC_TR_TILE_R < rb ? r0 + NNC_TR_TILE_R : rb;                \
+            for (ptrdiff_t c0 = 0; c0 < cb; c0 += NNC_TR_TILE_C) {                           \
+                ptrdiff_t c1 = c0 + NNC_TR_TILE_C < cb ? c0 + NNC_TR_TILE_C : cb;            \
                 for (ptrdiff_t r = r0; r < r1; r += (B))                                     \
                     for (ptrdiff_t c = c0; c < c1; c += (B))                                 \
                         BLOCK(y + c * rows + r, rows, x + r * cols + c, cols);              \
