@@ -8,9 +8,9 @@ then per output pixel its two input columns, then the channels (contiguous in NH
 inner loop is a plain vectorisable stride-1 loop). In nearest mode an output row whose input row
 is the previous output row's (every row after the first of an integer scale's group) is a copy
 of that row, one memcpy of W * C elements instead of a copy per pixel. Parts write disjoint rows
-and only read the input, so every thread setting gives the same bits. The backend re-checks what it relies on
-(contiguous CPU tensors of one float dtype, the ranks and sizes of the check) and returns
-NNC_INVALID otherwise.
+and only read the input, so every thread setting gives the same bits. The backend re-checks
+what it relies on (contiguous CPU tensors of one float dtype, the ranks and sizes of the check)
+and returns NNC_INVALID otherwise.
 """
 
 from libc.math cimport floor
