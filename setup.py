@@ -35,6 +35,8 @@ EXTRA_COMPILE_ARGS = {
     "nnc.cmd.elementwise.cpu_opt_unary": ["-fno-math-errno", "-fno-trapping-math"],
     "nnc.cmd.elementwise.cpu_opt_act": ["-fno-math-errno", "-fno-trapping-math"],
     "nnc.cmd.elementwise.cpu_opt_elementary": ["-fno-math-errno", "-fno-trapping-math"],
+    # EWPOW's sqrt form and MIN's / MAX's selects: vectorised as in cpu_opt_unary.
+    "nnc.cmd.elementwise.cpu_opt_binary": ["-fno-math-errno", "-fno-trapping-math"],
     # softmax_kernel.h's max and exp loops: vectorised as in cpu_opt_unary.
     "nnc.cmd.softmax.cpu_opt": ["-fno-math-errno", "-fno-trapping-math"],
     # Its kernels' epilogues run act_kernel.h's HARD_SWISH and SWISH: vectorised as there.

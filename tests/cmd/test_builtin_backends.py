@@ -131,9 +131,11 @@ BUILTINS = [
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
     ('REDUCE_MIN', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
     ('REDUCE_PROD', [
+        'CPU_OPT 20 cpu f32,f64 C contiguous',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
     ('REDUCE_NORM2', [

@@ -155,6 +155,24 @@ def test_transpose(dtype, shape, params):
         np.testing.assert_array_equal(y, want)
 
 
+@pytest.mark.parametrize("rows,cols", [
+    (1, 5), (3, 70), (4, 4), (7, 9), (8, 8), (9, 33), (32, 32), (33, 65), (64, 100), (70, 64),
+    (300, 40), (523, 17),                       # more than one tile of 256 rows x 16 columns
+])
+def test_transpose_kernel_levels(kernel_isa, rows, cols):
+    """transpose_kernel.h's register blocks (8 x 8 AVX2, 4 x 4 SSE2) and their edges, at every
+    ISA level, batched: the bits of np.transpose, NaN payloads and infinities included."""
+    x = RNG.standard_normal((3, rows, cols)).astype(np.float32)
+    bits = x.view(np.uint32)
+    bits.flat[::7] = 0x7FC01234                 # a NaN with a payload
+    x.flat[1::11] = np.inf
+    want = np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
+    got = run("TRANSPOSE", "CPU_OPT", [x], want.shape, perm=(0, 2, 1))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    empty = np.zeros((2, 0, cols), np.float32)
+    assert run("TRANSPOSE", "CPU_OPT", [empty], (2, cols, 0), perm=(0, 2, 1)).size == 0
+
+
 def test_transpose_bad_params():
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(nnc.CommandError, match="exactly one"):

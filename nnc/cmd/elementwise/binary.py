@@ -25,7 +25,10 @@ one input has the output's shape and the other has it too, or is one trailing ro
 per-channel vector [C] of an NHWC tensor), one block of neighbouring axes of it (a per-channel
 [1, C, 1, 1] of an NCHW tensor; not EWPOW) or a single element, leading 1s of any shape aside
 (either input may be the whole one, also for EWDIV and EWPOW); every other case (strided views,
-broadcasts over two blocks, float16) runs CPU_REF.
+broadcasts over two blocks, float16) runs CPU_REF. EWPOW's CPU_OPT is within 1 ulp of CPU_REF
+(float32: powf); an exponent of one element equal to 1, 2, -1 or 0.5 (float32: also 3) takes an
+exact form of C's pow (x, x * x, 1 / x, sqrt(x + 0) with +inf for -inf, float32 x^3 as a double
+product), CPU_REF's bits in float32.
 """
 
 

@@ -16,7 +16,8 @@ max))) so no exp overflows (an infinite max is not subtracted: all -inf gives -i
 +inf); MAX and MIN are exact and a NaN anywhere in a reduction makes their result NaN (np.max,
 np.min; NNC's kernels skip NaN). Over no elements SUM and NORM2 give 0, PROD 1, MEAN NaN,
 LOGSUMEXP -inf (log 0); MAX and MIN refuse. The C loops for contiguous float32/float64 tensors
-are in cpu_opt.pyx (SUM, MEAN, MAX, NORM2).
+are in cpu_opt.pyx (SUM, MEAN, MAX, MIN, PROD, NORM2; MAX's and MIN's float32 loops vectorised per
+ISA level in reduce_kernel.h, with the same NaN rule).
 """
 
 from numbers import Integral

@@ -1,5 +1,7 @@
-"""CPU_OPT loop for TRANSPOSE: a batch of 2-D transposes, in cache-sized tiles; FORMAT_TRANSFORM's
-C backends (CPU_REF: any strides and dtype; CPU_OPT: contiguous float32/float64 on these tiles).
+"""CPU_OPT loop for TRANSPOSE: a batch of 2-D transposes, in cache-sized tiles (float32:
+transpose_kernel.h's register blocks at cpu_isa()'s level; float64: the element loop below);
+FORMAT_TRANSFORM's C backends (CPU_REF: any strides and dtype; CPU_OPT: contiguous
+float32/float64 on these tiles).
 
 Every permutation that moves one block of adjacent axes past another (NCHW -> NHWC is
 [N, C, H*W] -> [N, H*W, C], NHWC -> NCHW the reverse, a matrix transpose [R, S] -> [S, R]) is
@@ -12,6 +14,7 @@ from libc.string cimport memcpy
 from nnc.base.core cimport (
     NNC_8U, NNC_16F, NNC_32F, NNC_32S, NNC_64F, NNC_64S, NNC_INVALID, NNC_MAX_DIM, NNC_SUCCESS,
 )
+from nnc.base.isa cimport cpu_isa
 from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
 from nnc.cmd.cpu_check cimport tensor_plain
 from nnc.tensor.tensor cimport TENSOR_FORMAT_NCHW, TENSOR_FORMAT_NHWC, nnc_tensor_t
@@ -19,6 +22,10 @@ from nnc.tensor.tensor cimport TENSOR_FORMAT_NCHW, TENSOR_FORMAT_NHWC, nnc_tenso
 ctypedef fused real:
     float
     double
+
+cdef extern from "cmd/transpose/transpose_kernel.h":
+    void nnc_transpose_f32(int isa, float* y, const float* x, Py_ssize_t batch, Py_ssize_t rows,
+                           Py_ssize_t cols) noexcept nogil
 
 # Tiles are 32 x 32 (the literal 32 in the loops: Cython needs a constant step to make a C
 # loop): 8 KiB of doubles per side, so both tiles stay in L1 while one is read by rows and the
@@ -30,7 +37,9 @@ cdef void _transpose(real* y, const real* x, Py_ssize_t batch, Py_ssize_t rows,
     cdef Py_ssize_t b, r0, c0, r, c, r1, c1
     cdef const real* xb
     cdef real* yb
-    if rows < 8:
+    if real is float:
+        nnc_transpose_f32(cpu_isa(), y, x, batch, rows, cols)
+    elif rows < 8:
         # Few rows (an image's 3 colours to NHWC, a channel shuffle's groups): y is written in
         # order from `rows` sequential read streams; tiles of 32 would leave the inner loop
         # a few elements long.
@@ -40,17 +49,17 @@ cdef void _transpose(real* y, const real* x, Py_ssize_t batch, Py_ssize_t rows,
             for c in range(cols):
                 for r in range(rows):
                     yb[c * rows + r] = xb[r * cols + c]
-        return
-    for b in range(batch):
-        xb = x + b * rows * cols
-        yb = y + b * rows * cols
-        for r0 in range(0, rows, 32):
-            r1 = min(r0 + 32, rows)
-            for c0 in range(0, cols, 32):
-                c1 = min(c0 + 32, cols)
-                for r in range(r0, r1):
-                    for c in range(c0, c1):
-                        yb[c * rows + r] = xb[r * cols + c]
+    else:
+        for b in range(batch):
+            xb = x + b * rows * cols
+            yb = y + b * rows * cols
+            for r0 in range(0, rows, 32):
+                r1 = min(r0 + 32, rows)
+                for c0 in range(0, cols, 32):
+                    c1 = min(c0 + 32, cols)
+                    for r in range(r0, r1):
+                        for c in range(c0, c1):
+                            yb[c * rows + r] = xb[r * cols + c]
 
 
 def transpose_batched(real[::1] y, const real[::1] x, Py_ssize_t batch, Py_ssize_t rows,

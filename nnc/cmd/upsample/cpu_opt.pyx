@@ -5,10 +5,12 @@ in double, so nearest is a bit-exact copy of CPU_REF's pixels and bilinear diffe
 (which rounds once from float64) only by the rounding of float32 sums of four products. Each
 output row (one n, one ho) is computed on its own: its two input rows and their weight first,
 then per output pixel its two input columns, then the channels (contiguous in NHWC, so the
-inner loop is a plain vectorisable stride-1 loop). Parts write disjoint rows and only read the
-input, so every thread setting gives the same bits. The backend re-checks what it relies on
-(contiguous CPU tensors of one float dtype, the ranks and sizes of the check) and returns
-NNC_INVALID otherwise.
+inner loop is a plain vectorisable stride-1 loop). In nearest mode an output row whose input row
+is the previous output row's (every row after the first of an integer scale's group) is a copy
+of that row, one memcpy of W * C elements instead of a copy per pixel. Parts write disjoint rows
+and only read the input, so every thread setting gives the same bits. The backend re-checks
+what it relies on (contiguous CPU tensors of one float dtype, the ranks and sizes of the check)
+and returns NNC_INVALID otherwise.
 """
 
 from libc.math cimport floor
@@ -63,7 +65,7 @@ cdef inline void _source(Py_ssize_t o, Py_ssize_t n, double r, int bilinear, int
 cdef void _rows(real* y, const real* x, const upsample_t* t, Py_ssize_t r0,
                 Py_ssize_t r1) noexcept nogil:
     cdef Py_ssize_t r, b, oh, ow, k, c = t.c
-    cdef Py_ssize_t y0, y1, x0, x1
+    cdef Py_ssize_t y0, y1, x0, x1, src, last = -1
     cdef double wy, wx
     cdef real c00, c01, c10, c11
     cdef const real* top
@@ -76,9 +78,16 @@ cdef void _rows(real* y, const real* x, const upsample_t* t, Py_ssize_t r0,
     for r in range(r0, r1):
         b, oh = r // t.ho, r % t.ho
         _source(oh, t.h, t.rh, t.bilinear, t.align, &y0, &y1, &wy)
-        top = x + (b * t.h + y0) * t.w * c
+        src = b * t.h + y0
+        top = x + src * t.w * c
         bottom = x + (b * t.h + y1) * t.w * c
         out = y + r * t.wo * c
+        if not t.bilinear:
+            # The previous output row (this part wrote it) read the same input row.
+            if src == last:
+                memcpy(out, out - t.wo * c, t.wo * c * sizeof(real))
+                continue
+            last = src
         for ow in range(t.wo):
             _source(ow, t.w, t.rw, t.bilinear, t.align, &x0, &x1, &wx)
             if not t.bilinear:

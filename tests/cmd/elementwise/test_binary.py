@@ -152,6 +152,42 @@ def test_pow_square_and_in_place():
     np.testing.assert_array_equal(z, x / two)
 
 
+def _pow_bases(dtype):
+    """Bases for EWPOW's exact forms: signs, zeros of both signs, infinities, NaN, subnormals,
+    values whose cube or square overflows or underflows, odd lengths (vector tails)."""
+    info = np.finfo(dtype)
+    special = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, info.tiny, info.tiny / 8,
+               -info.tiny / 8, info.max, -info.max, 3e12, -3e12, 1e-15, 0.5, -2.5, 7.0]
+    rand = RNG.standard_normal(37) * np.exp(RNG.uniform(-20, 20, 37))
+    return np.asarray(np.concatenate([special, rand]), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("e", [1.0, 2.0, 3.0, -1.0, 0.5, -0.5, 1.5, 0.0])
+def test_pow_exact_forms_match_cpu_ref(dtype, e, kernel_isa):
+    """EWPOW by one exponent: 1, 2, -1, 0.5 (and float32's 3) take exact forms. In float32 they
+    must give CPU_REF's bits (C's pow in float64, rounded once: -0 ** 0.5 is +0, -inf ** 0.5 is
+    +inf, a negative base's root NaN); in float64 they are correctly rounded and CPU_REF's
+    NumPy power is not always, so within 1 ulp, as other exponents (pow)."""
+    a = _pow_bases(dtype)
+    b = np.array(e, dtype)
+    ref = run("EWPOW", "CPU_REF", a, b, a.shape, dtype)
+    got = run("EWPOW", "CPU_OPT", a, b, a.shape, dtype)
+    exact = dtype == np.float32 and e in (1.0, 2.0, 3.0, -1.0, 0.5)
+    with np.errstate(over="ignore"):                   # np.spacing of an infinite result
+        if exact:
+            np.testing.assert_array_equal(got, ref)
+            assert np.array_equal(np.signbit(got), np.signbit(ref))
+        else:
+            same("EWPOW", got, ref)
+        if e == 0.5:
+            assert got[1] == 0 and not np.signbit(got[1]) and got[5] == math.inf
+            assert math.isnan(got[16])                 # -2.5 ** 0.5
+        # The exponent given first (the base is the scalar) is not a form: pow, within 1 ulp.
+        same("EWPOW", run("EWPOW", "CPU_OPT", b, a, a.shape, dtype),
+             run("EWPOW", "CPU_REF", b, a, a.shape, dtype))
+
+
 @pytest.mark.parametrize("name,ins,out,match", [
     ("MIN", [(2, 3), (4,)], (2, 3), "do not broadcast"),
     ("MAX", [(2, 3), (3,)], (3,), "should have shape"),

@@ -1,0 +1,141 @@
+/* TRANSPOSE's float32 tile loop: y[b, c, r] = x[b, r, c] for `batch` row-major [rows, cols]
+ * matrices (cpu_opt.pyx reduces NCHW <-> NHWC and every other batched 2-D permutation to this).
+ *
+ * How, and why so:
+ * - A transpose moves every element once: it should run at memory speed. An element-by-element
+ *   loop does not (a scalar load and a scalar store per element, the stores strided), so the
+ *   matrix is cut into 8 x 8 blocks (AVX2: eight 8-float rows, transposed in registers with
+ *   unpack / shuffle / permute2f128, the classic 24-instruction sequence) or 4 x 4 blocks
+ *   (baseline SSE2's _MM_TRANSPOSE4_PS), each block read as whole rows and written as whole
+ *   rows of y.
+ * - Blocks are visited in tiles of 256 rows x 16 columns of x: a tile reads 256 pieces of
+ *   64 bytes (one line each) and writes 16 rows of y, each a sequential run of 1 KiB, so a tile
+ *   is 32 KiB (Zen 4's and recent Intel cores' L1D) and y is written as 16 sequential streams.
+ *   Square 32 x 32 tiles wrote 32 rows of y in 128-byte pieces, which for some strides share a
+ *   few L1 sets (NHWC -> NCHW of 112 x 112 x 64: a stride of 50,176 bytes is 1 KiB past a
+ *   multiple of 4 KiB, so the 32 rows fall in 8 sets): 1.5-2x slower on the Resize shapes.
+ * - The AVX-512 level runs the AVX2 blocks: a 16 x 16 block needs twice the shuffles for the
+ *   same bytes and AVX-512 shuffles are no wider in throughput on double-pumped cores; a tile of
+ *   32 is memory-bound either way.
+ * - Edges (rows or cols not a multiple of the block) are copied element by element.
+ * Only values are moved, so every level gives the same bits (NaN payloads included). */
+#ifndef NNC_TRANSPOSE_KERNEL_H
+#define NNC_TRANSPOSE_KERNEL_H
+
+#include <stddef.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define NNC_TR_X86 1
+#define NNC_TR_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+#define NNC_TR_TILE_R 256                 /* rows of x per tile: a multiple of every block */
+#define NNC_TR_TILE_C 16                  /* columns of x per tile */
+
+/* y[c, r] = x[r, c] for r in [r0, r1), c in [c0, c1): the element-by-element edge. */
+static inline void nnc_tr_edge_f32(float* y, const float* x, ptrdiff_t rows, ptrdiff_t cols,
+                                   ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t c0, ptrdiff_t c1)
+{
+    for (ptrdiff_t c = c0; c < c1; c++)
+        for (ptrdiff_t r = r0; r < r1; r++)
+            y[c * rows + r] = x[r * cols + c];
+}
+
+#ifdef NNC_TR_X86
+/* One 8 x 8 block: rows x[0..7][0..7] (row stride ldx) to y[0..7][0..7] (row stride ldy). */
+NNC_TR_TARGET_AVX2 static inline void nnc_tr_8x8(float* y, ptrdiff_t ldy, const float* x,
+                                                 ptrdiff_t ldx)
+{
+    __m256 r0 = _mm256_loadu_ps(x), r1 = _mm256_loadu_ps(x + ldx);
+    __m256 r2 = _mm256_loadu_ps(x + 2 * ldx), r3 = _mm256_loadu_ps(x + 3 * ldx);
+    __m256 r4 = _mm256_loadu_ps(x + 4 * ldx), r5 = _mm256_loadu_ps(x + 5 * ldx);
+    __m256 r6 = _mm256_loadu_ps(x + 6 * ldx), r7 = _mm256_loadu_ps(x + 7 * ldx);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    _mm256_storeu_ps(y, _mm256_permute2f128_ps(s0, s4, 0x20));
+    _mm256_storeu_ps(y + ldy, _mm256_permute2f128_ps(s1, s5, 0x20));
+    _mm256_storeu_ps(y + 2 * ldy, _mm256_permute2f128_ps(s2, s6, 0x20));
+    _mm256_storeu_ps(y + 3 * ldy, _mm256_permute2f128_ps(s3, s7, 0x20));
+    _mm256_storeu_ps(y + 4 * ldy, _mm256_permute2f128_ps(s0, s4, 0x31));
+    _mm256_storeu_ps(y + 5 * ldy, _mm256_permute2f128_ps(s1, s5, 0x31));
+    _mm256_storeu_ps(y + 6 * ldy, _mm256_permute2f128_ps(s2, s6, 0x31));
+    _mm256_storeu_ps(y + 7 * ldy, _mm256_permute2f128_ps(s3, s7, 0x31));
+}
+#endif
+
+#if defined(__x86_64__)
+/* One 4 x 4 block (SSE2, the x86-64 baseline). */
+static inline void nnc_tr_4x4(float* y, ptrdiff_t ldy, const float* x, ptrdiff_t ldx)
+{
+    __m128 r0 = _mm_loadu_ps(x), r1 = _mm_loadu_ps(x + ldx);
+    __m128 r2 = _mm_loadu_ps(x + 2 * ldx), r3 = _mm_loadu_ps(x + 3 * ldx);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    _mm_storeu_ps(y, r0);
+    _mm_storeu_ps(y + ldy, r1);
+    _mm_storeu_ps(y + 2 * ldy, r2);
+    _mm_storeu_ps(y + 3 * ldy, r3);
+}
+#endif
+
+/* One matrix in tiles of blocks of B x B (B = 8: AVX2, 4: SSE2), BLOCK(y, ldy, x, ldx) moving one
+ * block; the edges element by element. */
+#define NNC_TR_MATRIX(NAME, TARGET, B, BLOCK)                                                  \
+    TARGET static void NAME(float* y, const float* x, ptrdiff_t rows, ptrdiff_t cols)       \
+    {                                                                                        \
+        ptrdiff_t rb = rows - rows % (B), cb = cols - cols % (B);                           \
+        for (ptrdiff_t r0 = 0; r0 < rb; r0 += NNC_TR_TILE_R) {                               \
+            ptrdiff_t r1 = r0 + NNC_TR_TILE_R < rb ? r0 + NNC_TR_TILE_R : rb;                \
+            for (ptrdiff_t c0 = 0; c0 < cb; c0 += NNC_TR_TILE_C) {                           \
+                ptrdiff_t c1 = c0 + NNC_TR_TILE_C < cb ? c0 + NNC_TR_TILE_C : cb;            \
+                for (ptrdiff_t r = r0; r < r1; r += (B))                                     \
+                    for (ptrdiff_t c = c0; c < c1; c += (B))                                 \
+                        BLOCK(y + c * rows + r, rows, x + r * cols + c, cols);              \
+            }                                                                                \
+        }                                                                                    \
+        nnc_tr_edge_f32(y, x, rows, cols, 0, rb, cb, cols);                                  \
+        nnc_tr_edge_f32(y, x, rows, cols, rb, rows, 0, cols);                                \
+    }
+
+#ifdef NNC_TR_X86
+NNC_TR_MATRIX(nnc_tr_matrix_avx2, NNC_TR_TARGET_AVX2, 8, nnc_tr_8x8)
+#endif
+#if defined(__x86_64__)
+NNC_TR_MATRIX(nnc_tr_matrix_sse2, , 4, nnc_tr_4x4)
+#endif
+
+/* y[b, c, r] = x[b, r, c]; isa is nnc/base/isa.pxd's level (0 baseline, 1 AVX2, 2 AVX-512). */
+static void nnc_transpose_f32(int isa, float* y, const float* x, ptrdiff_t batch,
+                              ptrdiff_t rows, ptrdiff_t cols)
+{
+    for (ptrdiff_t b = 0; b < batch; b++) {
+        float* yb = y + b * rows * cols;
+        const float* xb = x + b * rows * cols;
+#ifdef NNC_TR_X86
+        if (isa >= 1) {
+            nnc_tr_matrix_avx2(yb, xb, rows, cols);
+            continue;
+        }
+#endif
+#if defined(__x86_64__)
+        nnc_tr_matrix_sse2(yb, xb, rows, cols);
+#else
+        (void)isa;
+        nnc_tr_edge_f32(yb, xb, rows, cols, 0, rows, 0, cols);
+#endif
+    }
+}
+
+#endif
