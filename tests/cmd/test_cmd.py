@@ -339,6 +339,12 @@ def _malformed(name):
         return bad[:2] + [([z(3)], [z(4)]), ([z(3), z(2)], [z(3)]), ([None], [z(3)]),
                           ([z(3, np.int16).view(np.float16)], [z(2)]),
                           ([z((2, 3))], [strided(z((3, 2)))[0]])]
+    if name == "FORMAT_TRANSFORM":
+        # n inputs -> up to n outputs (NNC: fewer outputs than inputs is allowed, so no output
+        # at all is no call to refuse), any dtype on CPU_REF: refused are more outputs than
+        # inputs, an absent tensor, and pairs whose shapes or dtypes differ.
+        return [([], [None]), ([z(3)], [z(4)]), ([z(3)], [z(3, np.float64)]), ([None], [z(3)]),
+                ([z(3)], [z(3), z(3)]), ([z((2, 3))], [z((3, 2))])]
     ins = [z(3)] * (2 if name in ("EWSUM", "EWPROD", "EWDIV") else 1)
     return bad + [
         (ins[:-1] + [z(4)], [z(3)]),                 # sizes differ
