@@ -168,7 +168,8 @@ static inline double nnc_gelu_erf_f64(double x, int fma)
  * so a subnormal result rounds once; for x >= 0 1 + erf(a) = 2 - erfc(a), which cancels
  * nothing (erfc(a) <= 1). No erf(a) is needed, and no select between fits. t^2 = x^2 / 2 comes
  * exactly from x^2 (a rounded a would carry 2 t^2 half-ulps into exp). x is clamped at +-15 for
- * the square: beyond, exp(-t^2) is 0 in float32 (and +-inf would give inf - inf in lo). */
+ * the square: beyond, exp(-t^2) is 0 in float32 (and +-inf would give inf - inf in lo). NaN
+ * stays NaN (it passes the clamps and makes q NaN). */
 static inline float nnc_gelu_erf_f32(float x, int fma)
 {
     float xc = x < -15.0f ? -15.0f : x;
@@ -178,10 +179,10 @@ static inline float nnc_gelu_erf_f32(float x, int fma)
     lo *= 0.5f;
     float q = nnc_erfc_q_f32(fabsf(x) * 0.70710678118654752f);
     q = q - q * lo;
-    float e = nnc_exp_f32(-hi);
-    float hx = 0.5f * x;
-    float y = x < 0.0f ? (hx * q) * e : hx * (2.0f - q * e);
-    return x == -INFINITY ? -0.0f : y;
+    float e = nnc_exp_unclamped_f32(-hi);
+    /* The negative side from xc: below -15 (-inf included) it is (-7.5 q) 0 = -0, the limit,
+       where x would give -inf * 0 = NaN. */
+    return x < 0.0f ? ((0.5f * xc) * q) * e : (0.5f * x) * (2.0f - q * e);
 }
 
 static inline float nnc_hard_sigmoid_f32(float x, float alpha, float beta)
