@@ -9,7 +9,7 @@
  *   exactly "a > b ? a : b", the scalar rule) folded by halves; the float32 sum adds float32
  *   lanes over blocks of 8 vectors and the blocks in double (nnc_softmax_sum_f32 below: at
  *   most 5e-7 of the sum however long the row). float64 rows (not on a model's hot path) take
- *   the max and the sum one element at a time.
+ *   the max one element at a time and the sum in 8 partial sums.
  * - A row is read whole (its max) before it is written, and each later loop reads element i
  *   before writing element i: y may be x (in place).
  * - NaN: a NaN anywhere makes the sum, so the whole row, NaN, whichever element the max keeps.
@@ -91,7 +91,7 @@ NNC_SOFTMAX_MAX_SCALAR(double, f64, base, )
  * sum), the blocks added into W double lanes, so long rows lose nothing more; then the lanes
  * and the last n % W elements in double. The old loop converted each element to double and
  * added it to one vector of 8 double lanes, a dependency chain 25 adds long on a row of 197.
- * float64 rows add one element at a time, as before (not on a model's hot path). */
+ * float64 rows keep 8 double partial sums, as before (not on a model's hot path). */
 typedef float nnc_softmax_f32x4 __attribute__((vector_size(16)));
 typedef float nnc_softmax_f32x8 __attribute__((vector_size(32)));
 typedef float nnc_softmax_f32x16 __attribute__((vector_size(64)));
@@ -120,8 +120,15 @@ typedef double nnc_softmax_f64x16 __attribute__((vector_size(128)));
     }                                                                                          \
     TARGET static inline double nnc_softmax_sum_f64_##ISA(const double* y, ptrdiff_t n)       \
     {                                                                                          \
-        double s = 0.0;                                                                        \
-        for (ptrdiff_t i = 0; i < n; i++) s += y[i];                                           \
+        double acc[8], s = 0.0;                                                                \
+        ptrdiff_t i;                                                                           \
+        for (int j = 0; j < 8; j++) acc[j] = 0.0;                                              \
+        for (i = 0; i + 8 <= n; i += 8) {                                                      \
+            _Pragma("GCC unroll 8")                                                            \
+            for (int j = 0; j < 8; j++) acc[j] += y[i + j];                                    \
+        }                                                                                      \
+        for (int j = 0; j < 8; j++) s += acc[j];                                               \
+        for (; i < n; i++) s += y[i];                                                          \
         return s;                                                                              \
     }
 
