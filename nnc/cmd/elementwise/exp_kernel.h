@@ -61,8 +61,8 @@ static inline float nnc_exp_f32(float x)
 
 /* exp(x) for -87 <= x <= 88 only, where 2^n and the result are normal floats: the steps of
    nnc_exp_f32 without its clamps and with one scale factor, a quarter fewer operations for
-   callers that bound their argument (act_kernel.h's erf: exp(-a^2) for a in [1, 4]).
-   NaN gives NaN (through the polynomial). */
+   callers that bound their argument (act_kernel.h's erf: exp(-a^2) for a in [1, 4];
+   softmax_kernel.h's exp(x - max) above -87). NaN gives NaN (through the polynomial). */
 static inline float nnc_exp_bounded_f32(float x)
 {
     const float magic = 12582912.0f;
@@ -81,8 +81,7 @@ static inline float nnc_exp_bounded_f32(float x)
 }
 
 /* exp(x) for -170 <= x <= 88 only: nnc_exp_f32 without its clamps, for callers whose argument
-   is bounded (GELU's exp(-x^2 / 2) with x clamped at +-15, SOFTMAX's exp(x - max) clamped at
-   -170). Both halves of n stay within the
+   is bounded (GELU's exp(-x^2 / 2) with x clamped at +-15). Both halves of n stay within the
    normal exponents there, so subnormal results still round once. NaN gives NaN. */
 static inline float nnc_exp_unclamped_f32(float x)
 {

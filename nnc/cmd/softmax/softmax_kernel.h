@@ -3,7 +3,7 @@
  *
  * - exp is exp_kernel.h's (arithmetic only, within 2 ulp), so the exp loop vectorises; libm's
  *   expf is a scalar call, which made a row of attention scores (197 wide) ten times slower
- *   than onnxruntime's.
+ *   than onnxruntime's. float32 values below 2^-126 / sum are flushed to 0 (nnc_softmax_exp_f32).
  * - The max and the sum are reductions, which gcc does not vectorise without reassociating
  *   (-ffast-math). The float32 max is written with intrinsics, one vector of lanes (maxps is
  *   exactly "a > b ? a : b", the scalar rule) folded by halves; the float32 sum adds float32
@@ -132,12 +132,13 @@ typedef double nnc_softmax_f64x16 __attribute__((vector_size(128)));
         return s;                                                                              \
     }
 
-/* exp(d) for d = x - max <= 0 (or NaN): exp_kernel.h's exp without the clamps it needs for any
- * argument, d clamped below at -170 instead (one select, not two; NaN passes), where the result
- * is 0 either way. */
+/* exp(d) for d = x - max <= 0 (or NaN): exp_kernel.h's exp without its clamps and with one
+ * scale factor, 0 below d = -87, where the result would be under 2^-126: a softmax value the
+ * row's sum (>= 1) divides, so flushing it moves the output by less than 1.2e-38. NaN passes
+ * (it fails the compare and stays NaN through the polynomial). */
 static inline float nnc_softmax_exp_f32(float d)
 {
-    return nnc_exp_unclamped_f32(d < -170.0f ? -170.0f : d);
+    return d < -87.0f ? 0.0f : nnc_exp_bounded_f32(d);
 }
 static inline double nnc_softmax_exp_f64(double d) { return nnc_exp_f64(d); }
 
