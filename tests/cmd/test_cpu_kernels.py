@@ -708,7 +708,7 @@ def _view_of(base, v):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n", [1, 3, 4, 8, 16, 17, 33, 197])
+@pytest.mark.parametrize("n", [1, 3, 4, 8, 16, 17, 33, 197, 4099])
 def test_softmax_c_backend_matches_cpu_ref_at_every_isa(kernel_isa, dtype, n):
     # Row widths below, at and past each vector width (4, 8, 16 lanes) exercise the vector
     # max's lanes and its scalar tail; a row's maximum placed in the tail and in the first lane.

@@ -132,6 +132,30 @@ def test_constant_rows_large_offsets_and_epsilon():
         np.testing.assert_allclose(y[0, :, 0, :], want.T, rtol=2e-6, atol=2e-6, err_msg=b)
 
 
+@pytest.mark.parametrize("m", [96, 37])
+def test_one_pass_statistics_keep_offsets_outliers_and_constant_rows(kernel_isa, m):
+    """float32 rows take their statistics in one pass over x - x[0]: an offset of 1e6 over unit
+    noise, a first element far from the rest (the shift itself an outlier), a row of tiny noise
+    and a constant row (variance exactly 0, y = bias), with widths that leave a tail past the
+    vector lanes, at every ISA level, against the float64 definition."""
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((5, m)).astype(np.float32)
+    x[0] += np.float32(1e6)
+    x[1, 0] = 3e3
+    x[2] *= np.float32(1e-3)
+    x[3] = -2.5
+    x[4] = x[4] * np.float32(1e-2) - np.float32(123.0)
+    scale = rng.standard_normal(m).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    want, mean, inv_std = layer_norm_numpy(x, (1,), 1e-9, scale, bias)
+    y, got_mean, got_inv_std = run("LAYER_NORM", {"axis": (1,), "epsilon": 1e-9},
+                                   [x, scale, bias], x.shape, [(5, 1), (5, 1)], "CPU_OPT")
+    np.testing.assert_allclose(y, want, rtol=2e-6, atol=2e-6, err_msg=kernel_isa)
+    np.testing.assert_allclose(got_mean, mean, rtol=2e-7, err_msg=kernel_isa)
+    np.testing.assert_allclose(got_inv_std, inv_std, rtol=2e-6, err_msg=kernel_isa)
+    assert np.all(y[3] == bias) and got_inv_std[3, 0] == np.float32(1 / np.sqrt(1e-9))
+
+
 def test_cpu_opt_takes_trailing_axes_and_leaves_the_rest_to_cpu_ref():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 5, 6)).astype(np.float32)

@@ -21,14 +21,17 @@
  * - SWISH and GELU's tanh form use exp_kernel.h's sigmoid (arithmetic only), so their loops
  *   vectorise; they are built for each ISA level (nnc/base/isa.pxd) under its target attribute
  *   and chosen by the caller's cpu_isa(). HARD_* are arithmetic and selects and vectorise too.
- * - float32 erf and erfc are the fits below, evaluated in double (arithmetic and selects, so the
- *   loops vectorise at each ISA level) and rounded once; float64 ones are libm's (scalar calls).
+ * - float32 erf and erfc are the fits below, evaluated in float32 (arithmetic and selects, so
+ *   the loops vectorise sixteen lanes a vector under AVX-512); float64 ones are libm's (scalar
+ *   calls).
  * Accuracy against CPU_REF: HARD_* within 1 ulp of the result (2 ulp of beta near a clamp
  * edge); SWISH within 3 ulp; GELU's tanh form within (3 + 4 |2u|) ulp, as the argument
  * 2u = 2 sqrt(2/pi) (x + 0.044715 x^3), rounded in its few steps, carries its relative error
- * times |2u| into exp (the function's own conditioning: any float evaluation has it); erf form
- * and ERF 1 ulp in float32 (the fits' error, < 1e-9 relative, stays far below the final
- * rounding: tests/cmd/elementwise/test_activation.py sweeps [-16, 16] at 2^-12 and random bit
+ * times |2u| into exp (the function's own conditioning: any float evaluation has it); float32
+ * ERF within 1 ulp and the float32 erf form within 8 ulp of the result, negative tail and
+ * subnormal results included (measured over every float32 of [-6, 6] for ERF, beyond which it
+ * is exactly +-1, and of [-16, 16] for GELU, beyond which it is x or -0, at each ISA level:
+ * 1 and 7 ulp; tests/cmd/elementwise/test_activation.py sweeps [-16, 16] at 2^-12 and random bit
  * patterns at each ISA level), and the float64 erf form as CPU_REF to the bit. */
 #ifndef NNC_ACT_KERNEL_H
 #define NNC_ACT_KERNEL_H
@@ -41,49 +44,74 @@
 #define NNC_GELU_TANH_C 0.7978845608028654      /* sqrt(2 / pi) */
 #define NNC_GELU_TANH_K 0.044715
 
-/* float32 erf, erfc, log1p, evaluated in double with arithmetic and selects only, so the loops
- * calling them vectorise (libm's are scalar calls; erfc in double one element at a time made
- * GELU 15x onnxruntime's). Double leaves their approximation error (below 1e-9 relative, far
- * under float32's 6e-8 ulp) out of the float32 result, which is then rounded once: within 1 ulp
- * of the correctly rounded value. Least-squares fits to Python's math.erf/erfc/log1p on dense
- * sweeps of their intervals, relative error at most:
- *   erf(a)  = a P(a^2)                          0 <= a < 1       3.7e-11
- *   erfc(a) = exp(-a^2) Q(1 / (1 + a / 2))      1 <= a <= 10.5   8.4e-10 (Q's a clamped there:
- *             beyond, exp(-a^2) < 1e-47 makes any float32 result 0)
- *   log1p(e) = e L(e)                           0 <= e <= 1      2.2e-11 */
-static inline double nnc_erf_small_f64(double a)
+/* float32 erf and erfc in float32 arithmetic, selects and integer bit operations only, so the
+ * loops calling them vectorise sixteen lanes a vector under AVX-512 (libm's are scalar calls;
+ * evaluating in double halved the lanes and cost 3x onnxruntime). Fits with float32
+ * coefficients (Lawson's minimax, each coefficient rounded and the rest refitted) to Python's
+ * math.erf/erfc, relative error at most:
+ *   erf(a)  = a + a P(a^2)                      0 <= a <= 1      1.5e-9  (a + a P, not a Q(a^2):
+ *             Q's leading 2/sqrt(pi) would carry its own float rounding, 5e-8, into every result)
+ *   erfc(a) = exp(-a^2) Q(1 / (1 + a / 2))      0 <= a <= 10.5   7.1e-9  (beyond, exp(-a^2) is
+ *             below float32's smallest subnormal and any result is 0)
+ * a^2 is formed exactly as hi + lo (an FMA where the ISA level has one, Dekker's product
+ * otherwise) and exp(-a^2) as exp(-hi) (1 - lo): a rounded a^2 would carry a^2 ulp of error
+ * (100 ulp at a = 10) into the result. What remains is the float evaluation: exp_kernel.h's exp
+ * (2 ulp), Horner's roundings and the final products. Measured over every float32 of [-6, 6]
+ * and GELU's every float of [-16, 16] against libm's erf/erfc in double at each ISA level
+ * (docs/commands.md has the numbers; tests/cmd/elementwise/test_activation.py checks them). */
+static inline float nnc_erf_small_f32(float a)
 {
-    double z = a * a;
-    double p = -9.68974699118853e-06;
-    p = p * z + 0.0001127473996275219;
-    p = p * z + -0.0008485439187874416;
-    p = p * z + 0.005221138713873793;
-    p = p * z + -0.026865475520694015;
-    p = p * z + 0.11283783443967343;
-    p = p * z + -0.3761263855283134;
-    p = p * z + 1.1283791670801047;
-    return a * p;
+    float z = a * a;
+    float p = 7.806903158780187e-05f;
+    p = p * z + -0.0007997853099368513f;
+    p = p * z + 0.005187162198126316f;
+    p = p * z + -0.026853347197175026f;
+    p = p * z + 0.11283578723669052f;
+    p = p * z + -0.3761262595653534f;
+    p = p * z + 0.12837916612625122f;
+    return a + a * p;
 }
 
-/* erfc(a) for a >= 1 (NaN for NaN). */
-static inline double nnc_erfc_large_f64(double a)
+/* Q(a) of erfc(a) = exp(-a^2) Q(a), for a >= 0 (a clamped at 10.5; NaN stays NaN). */
+static inline float nnc_erfc_q_f32(float a)
 {
-    double ac = a > 10.5 ? 10.5 : a;
-    double v = 1.0 / (1.0 + 0.5 * ac);
-    double q = -0.05959702631126317;
-    q = q * v + 0.2976195267584137;
-    q = q * v + -0.5268993602872882;
-    q = q * v + 0.33157875813350735;
-    q = q * v + -0.06657082501405162;
-    q = q * v + 0.22050477524468498;
-    q = q * v + 0.2382806412666455;
-    q = q * v + 0.2831439038567445;
-    q = q * v + 0.28202088487337523;
-    q = q * v + 2.27488343304718e-06;
-    return nnc_exp_f64(-(a * a)) * q;
+    float ac = a > 10.5f ? 10.5f : a;
+    float v = 1.0f / (1.0f + 0.5f * ac);
+    float q = 0.026341676712036133f;
+    q = q * v + -0.20184658467769623f;
+    q = q * v + 0.6205275058746338f;
+    q = q * v + -0.9375567436218262f;
+    q = q * v + 0.6575831770896912f;
+    q = q * v + -0.23591174185276031f;
+    q = q * v + 0.2788902223110199f;
+    q = q * v + 0.22507499158382416f;
+    q = q * v + 0.28502047061920166f;
+    q = q * v + 0.28186947107315063f;
+    return q * v + 7.548555004177615e-06f;
 }
 
-/* log1p(e) for e in [0, 1] (NaN for NaN). */
+/* hi = a * a rounded, *lo = a * a - hi exactly. fma is a constant at each call (1 in the loops
+ * built for AVX2 and AVX-512, where fmaf is one instruction; 0 in the baseline loops, where it
+ * would be a libm call): Dekker's product with Veltkamp's 12-bit split there, exact while
+ * 4097 a is finite. Without an FMA unit gcc cannot contract those steps, which would break
+ * them. */
+static inline float nnc_square_f32(float a, float* lo, int fma)
+{
+    float hi = a * a;
+    if (fma) {
+        *lo = fmaf(a, a, -hi);
+    } else {
+        float c = 4097.0f * a;
+        float ah = c - (c - a);
+        float al = a - ah;
+        *lo = ((ah * ah - hi) + 2.0f * ah * al) + al * al;
+    }
+    return hi;
+}
+
+/* log1p(e) = e L(e) for e in [0, 1] (NaN for NaN), evaluated in double so the fit's error
+ * (2.2e-11 relative, a least-squares fit to Python's math.log1p) stays far under float32's ulp
+ * and SOFTPLUS and MISH round once: arithmetic only, so their loops vectorise. */
 static inline double nnc_log1p_unit_f64(double e)
 {
     double p = 0.0007922858467123196;
@@ -128,22 +156,33 @@ static inline double nnc_gelu_tanh_f64(double x)
     return x == -INFINITY ? -0.0 : y;
 }
 
-static inline double nnc_gelu_erf_f64(double x)
+static inline double nnc_gelu_erf_f64(double x, int fma)
 {
+    (void)fma;
     double y = 0.5 * x * erfc(-x * 0.70710678118654752440);
     return x == -INFINITY ? -0.0 : y;
 }
 
-/* erfc(t) at t = -x / sqrt 2: erfc(|t|) for t >= 0, 2 - erfc(|t|) = 1 + erf(|t|) below. */
-static inline float nnc_gelu_erf_f32(float x)
+/* x / 2 erfc(t) at t = -x / sqrt 2, a = |t|, with erfc(a) = exp(-a^2) Q(a) on both sides: for
+ * x < 0 (t > 0) erfc(a) directly, as (x / 2 Q(a) (1 - lo)) exp(-hi) with the exponential last,
+ * so a subnormal result rounds once; for x >= 0 1 + erf(a) = 2 - erfc(a), which cancels
+ * nothing (erfc(a) <= 1). No erf(a) is needed, and no select between fits. t^2 = x^2 / 2 comes
+ * exactly from x^2 (a rounded a would carry 2 t^2 half-ulps into exp). x is clamped at +-15 for
+ * the square: beyond, exp(-t^2) is 0 in float32 (and +-inf would give inf - inf in lo). NaN
+ * stays NaN (it passes the clamps and makes q NaN). */
+static inline float nnc_gelu_erf_f32(float x, int fma)
 {
-    double t = -(double)x * 0.70710678118654752440;
-    double a = fabs(t);
-    double small = nnc_erf_small_f64(a);
-    double large = nnc_erfc_large_f64(a);
-    double c = t >= 0.0 ? (a < 1.0 ? 1.0 - small : large) : (a < 1.0 ? 1.0 + small : 2.0 - large);
-    float y = (float)(0.5 * (double)x * c);
-    return x == -INFINITY ? -0.0f : y;
+    float xc = x < -15.0f ? -15.0f : x;
+    xc = xc > 15.0f ? 15.0f : xc;
+    float lo;
+    float hi = 0.5f * nnc_square_f32(xc, &lo, fma);
+    lo *= 0.5f;
+    float q = nnc_erfc_q_f32(fabsf(x) * 0.70710678118654752f);
+    q = q - q * lo;
+    float e = nnc_exp_unclamped_f32(-hi);
+    /* The negative side from xc: below -15 (-inf included) it is (-7.5 q) 0 = -0, the limit,
+       where x would give -inf * 0 = NaN. */
+    return x < 0.0f ? ((0.5f * xc) * q) * e : (0.5f * x) * (2.0f - q * e);
 }
 
 static inline float nnc_hard_sigmoid_f32(float x, float alpha, float beta)
@@ -178,11 +217,28 @@ static inline double nnc_hard_swish_f64(double x)
     return x <= -3.0 ? -0.0 : x * r / 6.0;
 }
 
+/* erf(|x|) = |x| + |x| P(x^2) below 1; from 1 on 1 - exp(-x^2) R(|x| - 5/2), R a fit of
+ * degree 7 (float32 coefficients, minimax) to erfc's absolute error on [1, 4], 1.4e-8, a
+ * quarter of an ulp of the result: no division and no exact square (a^2's rounding moves
+ * erfc by at most 5e-9 there). |x| is clamped at 4: erfc(3.92) < 2^-25, so 1 - erfc rounds to
+ * 1 from there on (and inf gives 1). The sign is x's; NaN stays NaN (it fails every compare and
+ * passes through the clamp). */
 static inline float nnc_erf_f32(float x)
 {
-    double a = fabs((double)x);
-    double y = a < 1.0 ? nnc_erf_small_f64(a) : 1.0 - nnc_erfc_large_f64(a);
-    return copysignf((float)y, x);
+    float a = fabsf(x);
+    float ac = a > 4.0f ? 4.0f : a;
+    float d = ac - 2.5f;
+    float r = -0.0003888728970196098f;
+    r = r * d + -0.0008002808899618685f;
+    r = r * d + -0.0019621725659817457f;
+    r = r * d + 0.001966246170923114f;
+    r = r * d + -0.00780428946018219f;
+    r = r * d + 0.02515777386724949f;
+    r = r * d + -0.07429973036050797f;
+    r = r * d + 0.21080654859542847f;
+    float large = 1.0f - nnc_exp_bounded_f32(-(ac * ac)) * r;
+    float y = a < 1.0f ? nnc_erf_small_f32(a) : large;
+    return copysignf(y, x);
 }
 static inline double nnc_erf_f64(double x) { return erf(x); }
 
@@ -259,7 +315,7 @@ enum { NNC_ACT_SWISH, NNC_ACT_GELU, NNC_ACT_GELU_TANH, NNC_ACT_HARD_SWISH, NNC_A
 #endif
 
 /* One loop per function and ISA, so each vectorises on its own (a switch inside would not). */
-#define NNC_ACT_LOOPS(T, SFX, ISA, TARGET)                                                      \
+#define NNC_ACT_LOOPS(T, SFX, ISA, TARGET, FMA)                                                   \
     TARGET static void nnc_act_swish_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)              \
     { for (ptrdiff_t i = 0; i < n; i++) y[i] = nnc_swish_##SFX(x[i]); }                        \
     TARGET static void nnc_act_gelu_tanh_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)          \
@@ -277,7 +333,7 @@ enum { NNC_ACT_SWISH, NNC_ACT_GELU, NNC_ACT_GELU_TANH, NNC_ACT_HARD_SWISH, NNC_A
     TARGET static void nnc_act_softsign_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)           \
     { for (ptrdiff_t i = 0; i < n; i++) y[i] = (T)nnc_softsign_f64(x[i]); }                    \
     TARGET static void nnc_act_gelu_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)               \
-    { for (ptrdiff_t i = 0; i < n; i++) y[i] = nnc_gelu_erf_##SFX(x[i]); }                     \
+    { for (ptrdiff_t i = 0; i < n; i++) y[i] = nnc_gelu_erf_##SFX(x[i], FMA); }                \
     TARGET static void nnc_act_erf_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)                \
     { for (ptrdiff_t i = 0; i < n; i++) y[i] = nnc_erf_##SFX(x[i]); }                          \
     TARGET static void nnc_act_softplus_##SFX##_##ISA(T* y, const T* x, ptrdiff_t n)           \
@@ -308,13 +364,14 @@ enum { NNC_ACT_SWISH, NNC_ACT_GELU, NNC_ACT_GELU_TANH, NNC_ACT_HARD_SWISH, NNC_A
         }                                                                                      \
     }
 
-NNC_ACT_LOOPS(float, f32, base, )
-NNC_ACT_LOOPS(double, f64, base, )
+/* The last argument: whether fmaf is an instruction at that level (nnc_square_f32). */
+NNC_ACT_LOOPS(float, f32, base, , 0)
+NNC_ACT_LOOPS(double, f64, base, , 0)
 #ifdef NNC_ACT_X86
-NNC_ACT_LOOPS(float, f32, avx2, NNC_ACT_TARGET_AVX2)
-NNC_ACT_LOOPS(double, f64, avx2, NNC_ACT_TARGET_AVX2)
-NNC_ACT_LOOPS(float, f32, avx512, NNC_ACT_TARGET_AVX512)
-NNC_ACT_LOOPS(double, f64, avx512, NNC_ACT_TARGET_AVX512)
+NNC_ACT_LOOPS(float, f32, avx2, NNC_ACT_TARGET_AVX2, 1)
+NNC_ACT_LOOPS(double, f64, avx2, NNC_ACT_TARGET_AVX2, 1)
+NNC_ACT_LOOPS(float, f32, avx512, NNC_ACT_TARGET_AVX512, 1)
+NNC_ACT_LOOPS(double, f64, avx512, NNC_ACT_TARGET_AVX512, 1)
 #endif
 
 /* y[i] = op(x[i]) for i < n at ISA level isa (0 baseline, 1 AVX2, 2 AVX-512: nnc/base/isa.pxd);

@@ -7,8 +7,9 @@ group or instance norm); the scale and bias hold exactly inner (or c) elements, 
 layouts go to CPU_REF (``_accept`` asks ``_plan``, the same check the kernel makes).
 
 float32 runs norm_kernel.h (per ISA level, ``cpu_isa()`` read once per call); float64 the
-Cython loops below, which compute the same way. Statistics in double, two passes (the mean,
-then the squared deviations from it), so a row with a large offset loses nothing to
+Cython loops below. Statistics in double: float32 LAYER_NORM rows in one pass over x - x[0]
+(norm_kernel.h says why that is safe), float64 rows and GROUP_NORM in two (the mean, then the
+squared deviations from it); either way a row with a large offset loses nothing to
 cancellation and a constant row's variance is exactly 0. Parts
 write disjoint rows (or disjoint (n, group) blocks) and only read the rest: every thread setting
 gives the same bits.
