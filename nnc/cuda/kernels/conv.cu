@@ -1,7 +1,8 @@
 // CONVOLUTION (direct), CONVOLUTION_TRANSPOSE and MAX_POOL / AVG_POOL, NHWC (nnc/cmd/convolution/,
-// nnc/cmd/pooling/). One thread per output element (n, i, j, o), grid-stride. Channels have unit stride; pixels
-// of x and out may be further apart than C / O elements (x_ps, o_ps), so an Inception concat
-// slice (buf[..., c0:c1]) is written in place. Zero padding is skipped, not read.
+// nnc/cmd/pooling/). One thread per output element (n, i, j, o), grid-stride. Channels have unit
+// stride; pixels of x and out may be further apart than C / O elements (x_ps, o_ps), so an
+// Inception concat slice (buf[..., c0:c1]) is written in place. Zero padding is skipped, not
+// read.
 // Accumulates in nnc_acc_t<T> (float for float16).
 
 struct nnc_window_t {
