@@ -29,7 +29,7 @@ KERNELS = {
               "bias_act"),
     "softmax.cu": ("softmax",),
     "gemm.cu": ("gemm",),
-    "conv.cu": ("conv", "max_pool", "avg_pool"),
+    "conv.cu": ("conv", "conv_transpose", "max_pool", "avg_pool"),
 }
 KERNEL_FILES = tuple(KERNELS)
 OPTIONS = ("--std=c++17", "-default-device")

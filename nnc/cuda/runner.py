@@ -8,7 +8,8 @@ nnc/cuda/kernels/*.cu, compiled by nnc.cuda.nvrtc. Here: :func:`runner` (a body 
 that runs now or is prepared once for a GPU stream, :data:`PREPARE`), the two sinks a body sends
 its work to, :class:`Launch` (a kernel launch packed once), :class:`ByPrecision` (a prepared
 float32 GPU_OPT node keyed by nnc.cuda.precision()), the compiled kernel of a dtype
-(:func:`kernel_function`), launch geometry (:func:`grid_1d`, :func:`window_geometry`), the
+(:func:`kernel_function`), launch geometry (:func:`grid_1d`, :func:`window_geometry`,
+:func:`convt_geometry`), the
 operand layouts the kernels take (:func:`pixel_stride`, :func:`row_stride`, :func:`row_layout`)
 and the ``accept`` predicates several families share.
 
@@ -35,11 +36,11 @@ from nnc.base.core import CommandError
 from nnc.cuda import memory, nvrtc
 from nnc.cuda.driver import check, device, driver, launch, pack_args
 
-__all__ = ["ACC_DTYPE", "BACKEND", "FLOAT_TYPES", "GPU_TYPES", "PREPARE", "THREADS", "WINDOW_T",
-           "ByPrecision", "Launch", "contiguous_same_gpu", "grid_1d", "kernel_function",
-           "operands", "pixel_stride", "ptr", "row_layout", "row_stride", "rows_same_gpu",
-           "register_ref", "runner", "same_gpu", "scalar_param", "tensors_of", "window_accept",
-           "window_geometry"]
+__all__ = ["ACC_DTYPE", "BACKEND", "CONVT_T", "FLOAT_TYPES", "GPU_TYPES", "PREPARE", "THREADS",
+           "WINDOW_T", "ByPrecision", "Launch", "contiguous_same_gpu", "convt_accept",
+           "convt_geometry", "grid_1d", "kernel_function", "operands", "pixel_stride", "ptr",
+           "row_layout", "row_stride", "rows_same_gpu", "register_ref", "runner", "same_gpu",
+           "scalar_param", "tensors_of", "window_accept", "window_geometry"]
 
 BACKEND = "GPU_REF"
 FLOAT_TYPES = ("float32", "float64")
@@ -60,6 +61,13 @@ WINDOW_T = np.dtype([("n", "<i8"), ("h", "<i4"), ("w", "<i4"), ("c", "<i4"), ("h
                      ("sw", "<i4"), ("pt", "<i4"), ("pl", "<i4"), ("groups", "<i4"),
                      ("count_include_pad", "<i4"), ("relu", "<i4"), ("x_ps", "<i8"),
                      ("o_ps", "<i8")], align=True)
+# nnc_convt_t in conv.cu (CONVOLUTION_TRANSPOSE), field by field: 88 bytes as well.
+CONVT_T = np.dtype([("n", "<i8"), ("h", "<i4"), ("w", "<i4"), ("c", "<i4"), ("ho", "<i4"),
+                    ("wo", "<i4"), ("o", "<i4"), ("kh", "<i4"), ("kw", "<i4"), ("sh", "<i4"),
+                    ("sw", "<i4"), ("dh", "<i4"), ("dw", "<i4"), ("pt", "<i4"), ("pl", "<i4"),
+                    ("groups", "<i4"), ("x_ps", "<i8"), ("o_ps", "<i8")], align=True)
+# The int fields of nnc_convt_t hold sizes, strides, dilations and paddings below this.
+_INT_LIMIT = 2 ** 31
 
 
 def ptr(t):
@@ -320,6 +328,39 @@ def window_accept(cmd, inputs, outputs):
     if pixel_stride(x) is None or pixel_stride(out) is None:
         return False
     return all(t.is_contiguous for t in inputs[1:] if t is not None)
+
+
+def convt_geometry(cmd, x, w, out):
+    """nnc_convt_t (a CONVT_T record) for CONVOLUTION_TRANSPOSE of x by w -> out."""
+    g = np.zeros((), CONVT_T)
+    g["n"] = x.shape[0] if x.ndim == 4 else 1
+    g["h"], g["w"], g["c"] = x.shape[-3:]
+    g["ho"], g["wo"], g["o"] = out.shape[-3:]
+    g["kh"], g["kw"] = w.shape[1], w.shape[2]
+    (g["sh"], g["sw"]), (g["dh"], g["dw"]) = cmd.params["stride"], cmd.params["dilation"]
+    g["pt"], g["pl"] = cmd.params["padding"][:2]
+    g["groups"] = cmd.params["groups"]
+    g["x_ps"], g["o_ps"] = pixel_stride(x), pixel_stride(out)
+    return g
+
+
+def convt_accept(cmd, inputs, outputs):
+    """``accept`` of CONVOLUTION_TRANSPOSE's kernel (conv.cu): one GPU, NHWC x and out with
+    evenly spaced pixels and unit channel stride, w and bias contiguous, every size, stride,
+    dilation and padding below 2^31 (the kernel's int fields).
+
+    Formats other than NHWC never get here (nnc/cmd/command.pyx refuses them first)."""
+    if not window_accept(cmd, inputs, outputs):
+        return False
+    x, w, out = inputs[0], inputs[1], outputs[0]
+    (sh, sw), (dh, dw) = cmd.params["stride"], cmd.params["dilation"]
+    pt, pl, pb, pr = cmd.params["padding"]
+    # The kernel's row arithmetic, i + top - a * dh with i < Ho and a < kh, stays in int when
+    # Ho + top and (kh - 1) * dh do; likewise columns.
+    sizes = (*x.shape[-3:], *out.shape[-3:], *w.shape[1:3], sh, sw, dh, dw, pt, pl, pb, pr,
+             out.shape[-3] + pt, out.shape[-2] + pl, (w.shape[1] - 1) * dh,
+             (w.shape[2] - 1) * dw)
+    return all(v < _INT_LIMIT for v in sizes)
 
 
 def contiguous_same_gpu(cmd, inputs, outputs):

@@ -10,11 +10,11 @@ import numpy.typing as npt
 from nnc.cmd.command import Cmd
 from nnc.tensor.tensor import Tensor
 
-__all__ = ["ACC_DTYPE", "BACKEND", "FLOAT_TYPES", "GPU_TYPES", "PREPARE", "THREADS", "WINDOW_T",
-           "ByPrecision", "Launch", "contiguous_same_gpu", "grid_1d", "kernel_function",
-           "operands", "pixel_stride", "ptr", "register_ref", "row_layout", "row_stride",
-           "rows_same_gpu", "runner", "same_gpu", "scalar_param", "tensors_of", "window_accept",
-           "window_geometry"]
+__all__ = ["ACC_DTYPE", "BACKEND", "CONVT_T", "FLOAT_TYPES", "GPU_TYPES", "PREPARE", "THREADS",
+           "WINDOW_T", "ByPrecision", "Launch", "contiguous_same_gpu", "convt_accept",
+           "convt_geometry", "grid_1d", "kernel_function", "operands", "pixel_stride", "ptr",
+           "register_ref", "row_layout", "row_stride", "rows_same_gpu", "runner", "same_gpu",
+           "scalar_param", "tensors_of", "window_accept", "window_geometry"]
 
 BACKEND: str
 FLOAT_TYPES: tuple[str, ...]
@@ -22,6 +22,7 @@ GPU_TYPES: tuple[str, ...]
 ACC_DTYPE: dict[np.dtype[Any], np.dtype[Any]]
 THREADS: int
 WINDOW_T: np.dtype[np.void]
+CONVT_T: np.dtype[np.void]
 PREPARE: dict[Callable[..., None], Callable[..., list[Callable[[Any], None]]]]
 
 class ByPrecision:
@@ -61,6 +62,10 @@ def window_geometry(
     cmd: Cmd, x: Tensor, out: Tensor, groups: int = 1
 ) -> npt.NDArray[np.void]: ...
 def window_accept(
+    cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
+) -> bool: ...
+def convt_geometry(cmd: Cmd, x: Tensor, w: Tensor, out: Tensor) -> npt.NDArray[np.void]: ...
+def convt_accept(
     cmd: Cmd, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]
 ) -> bool: ...
 def contiguous_same_gpu(

@@ -339,6 +339,7 @@ BUILTINS = [
     ]),
     ('CONVOLUTION_TRANSPOSE', [
         'CPU_OPT 20 cpu f32,f64 C',
+        'GPU_REF 15 gpu f16,f32,f64',
         'CPU_REF 10 cpu u8,i32,i64,f16,f32,f64',
     ]),
 ]

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from nnc.cmd.gemm.gpu.ref import GEMM_FIELDS
-from nnc.cuda.runner import WINDOW_T
+from nnc.cuda.runner import CONVT_T, WINDOW_T
 
 try:
     from cuda.bindings import driver as real
@@ -624,6 +624,41 @@ def _conv(a, dt, grid):
     out[...] = acc
 
 
+def _conv_transpose(a, dt, grid):
+    """CONVOLUTION_TRANSPOSE as a gather over output pixels, the kernel's own formulation (CPU_REF
+    scatters input pixels into an uncropped output instead): output row r takes tap i from input
+    row (r + pt - i * dh) / sh where that divides exactly and lies inside x, likewise columns."""
+    g = np.frombuffer(ctypes.string_at(a[0], CONVT_T.itemsize), CONVT_T)[0]
+    px, pw, pb, po = _ptr(a[1]), _ptr(a[2]), _ptr(a[3]), _ptr(a[4])
+    n, h, w, c = int(g["n"]), int(g["h"]), int(g["w"]), int(g["c"])
+    ho, wo, o, groups = int(g["ho"]), int(g["wo"]), int(g["o"]), int(g["groups"])
+    kh, kw = int(g["kh"]), int(g["kw"])
+    xps, ops = int(g["x_ps"]), int(g["o_ps"])
+    cg, og = c // groups, o // groups
+    x = _arr(px, dt, (n, h, w, c), (h * w * xps, w * xps, xps, 1)).astype(np.float64)
+    out = _arr(po, dt, (n, ho, wo, o), (ho * wo * ops, wo * ops, ops, 1))
+    wt = _contig(pw, dt, c * kh * kw * og).reshape(c, kh, kw, og).astype(np.float64)
+
+    def sources(size, stride, dilation, pad, tap, limit):
+        t = np.arange(size) + pad - tap * dilation
+        src = t // stride
+        return np.clip(src, 0, limit - 1), (t >= 0) & (t % stride == 0) & (src < limit)
+
+    acc = np.zeros((n, ho, wo, o))
+    for i in range(kh):
+        rows, row_ok = sources(ho, int(g["sh"]), int(g["dh"]), int(g["pt"]), i, h)
+        for j in range(kw):
+            cols, col_ok = sources(wo, int(g["sw"]), int(g["dw"]), int(g["pl"]), j, w)
+            ok = (row_ok[:, None] & col_ok[None, :])[None, :, :, None]
+            patch = np.where(ok, x[:, rows][:, :, cols], 0.0)
+            for k in range(groups):
+                ci, co = slice(k * cg, (k + 1) * cg), slice(k * og, (k + 1) * og)
+                acc[..., co] += patch[..., ci] @ wt[ci, i, j, :]
+    if pb:
+        acc += _contig(pb, dt, o)
+    out[...] = acc
+
+
 def _pool(is_max):
     def run(a, dt, grid):
         g = _window(a[0])
@@ -651,7 +686,8 @@ SIGNATURES = {
     "ewexp": (_P, 8, _P, 8, 8, 8), "ewlog": (_P, 8, _P, 8, 8, 8), "relu": (_P, 8, _P, 8, 8, 8),
     "scalar_mul": ("A", _P, 8, _P, 8, 8, 8), "set": ("A", _P, 8, 8, 8),
     "softmax": (_P, _P, 8, 8), "bias_act": (_P, 4, _P, 8, 8, 8),
-    "gemm": (88, _P, _P, _P, _P), "conv": (88, _P, _P, _P, _P), "max_pool": (88, _P, _P),
+    "gemm": (88, _P, _P, _P, _P), "conv": (88, _P, _P, _P, _P),
+    "conv_transpose": (88, _P, _P, _P, _P), "max_pool": (88, _P, _P),
     "avg_pool": (88, _P, _P), "cond_set": (8, _P, 4, _P, 4, 4, 4, 8, 8),
 }
 
@@ -659,7 +695,8 @@ EMULATE = {
     "ewsum": _ew_reduce(False), "ewprod": _ew_reduce(True), "ewdiv": _ewdiv,
     "ewexp": _unary(np.exp), "ewlog": _unary(np.log), "relu": _unary(lambda v: np.maximum(v, 0)),
     "scalar_mul": _scalar_mul, "set": _set, "softmax": _softmax, "bias_act": _bias_act,
-    "gemm": _gemm, "conv": _conv, "max_pool": _pool(True), "avg_pool": _pool(False),
+    "gemm": _gemm, "conv": _conv, "conv_transpose": _conv_transpose, "max_pool": _pool(True),
+    "avg_pool": _pool(False),
 }
 
 

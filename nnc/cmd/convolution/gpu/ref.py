@@ -1,14 +1,20 @@
 """GPU_REF of CONVOLUTION: the direct NHWC kernel of nnc/cuda/kernels/conv.cu (groups, bias and
 ReLU fused), and the bias + ReLU epilogue cuDNN's GPU_OPT (cudnn.py beside this file) runs where
-the library could not fuse it.
+the library could not fuse it. GPU_REF of CONVOLUTION_TRANSPOSE: conv.cu's conv_transpose, one
+thread per output element gathering the taps that land on it (stride, padding, output padding,
+groups, dilation and bias as nnc/cmd/convolution/conv_transpose.py defines them; no atomics, so
+every run gives the same bits).
 
-NNC: cmd/convolution/gpu/ccv_nnc_conv_gpu_ref.cu. The runner and shared helpers: nnc.cuda.runner.
+NNC: cmd/convolution/gpu/ccv_nnc_conv_gpu_ref.cu (NNC has no GPU reference of the transposed
+convolution; its GPU backend is cuDNN's). The runner and shared helpers: nnc.cuda.runner.
 """
 
 import numpy as np
 
 from nnc.cuda.runner import (
     THREADS,
+    convt_accept,
+    convt_geometry,
     grid_1d,
     kernel_function,
     operands,
@@ -19,7 +25,7 @@ from nnc.cuda.runner import (
     window_geometry,
 )
 
-__all__ = ["bias_act", "conv_body", "register"]
+__all__ = ["bias_act", "conv_body", "conv_transpose_body", "register"]
 
 
 def bias_act(dev, sink, bias, relu, out):
@@ -45,6 +51,16 @@ def conv_body(dev, sink, cmd, inputs, outputs):
                 [g, ptr(x), ptr(w), ptr(bias), ptr(out)])
 
 
+def conv_transpose_body(dev, sink, cmd, inputs, outputs):
+    """GPU_REF's CONVOLUTION_TRANSPOSE: the gathering kernel."""
+    x, w, bias, out = operands(inputs, outputs)
+    if out.size == 0:
+        return
+    sink.kernel(kernel_function(dev, "conv_transpose", out), grid_1d(dev, out.size), (THREADS,),
+                [convt_geometry(cmd, x, w, out), ptr(x), ptr(w), ptr(bias), ptr(out)])
+
+
 def register():
-    """Register CONVOLUTION's GPU_REF (once, at import nnc)."""
+    """Register CONVOLUTION's and CONVOLUTION_TRANSPOSE's GPU_REF (once, at import nnc)."""
     register_ref("CONVOLUTION", conv_body, accept=window_accept)
+    register_ref("CONVOLUTION_TRANSPOSE", conv_transpose_body, accept=convt_accept)
