@@ -307,7 +307,7 @@ cdef api int nnc_signal_query(nnc_signal_h signal, int* done) noexcept with gil:
 
 cdef api int nnc_signal_wait(nnc_signal_h signal) noexcept with gil:
     """Block (without the GIL) until the signal's latest emit enqueued so far has happened;
-    refused on a pool thread (NNC_ERROR_STREAM). NNC: ccv_nnc_stream_signal_wait from the host."""
+    refused on a pool thread (NNC_ERROR_STREAM). Signal.wait."""
     try:
         (<Signal>handle_get(signal, K_SIGNAL, "signal")).wait()
         return 0
