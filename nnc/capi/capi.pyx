@@ -9,13 +9,12 @@ owns the table, the messages and argument conversion).
 State owned here: none beyond what handles point at, and the thunks of backends with a user
 context. docs/capi.md documents every function, ownership and threading.
 
-One module because every exported function must be in the one module whose ``__pyx_capi__``
-nnc.h loads (nnc.capi.capi): a second module would need a second loader table in the header and
-a second import in every C program. This file (~1070 lines) holds the core; its last block,
-the graph tools, tensor helpers, signals, stream callbacks and thread settings, is
-nnc/capi/tools.pxi, included textually (its ``cdef api`` functions are exported from this
-module's ``__pyx_capi__`` like the rest). Each function is a thin wrapper; the helpers live in
-nnc/capi/handle.pyx.
+One file of ~1070 lines, plus the include nnc/capi/tools.pxi, because every exported function
+must be in the one module whose ``__pyx_capi__`` nnc.h loads (nnc.capi.capi): a second module
+would need a second loader table in the header and a second import in every C program. The
+include holds the last block (graph tools, tensor helpers, signals, stream callbacks, thread
+settings); its ``cdef api`` functions are exported from this module's ``__pyx_capi__`` like the
+rest. Each function is a thin wrapper; the helpers live in nnc/capi/handle.pyx.
 """
 
 from libc.stdint cimport int64_t, uintptr_t
@@ -31,8 +30,9 @@ from nnc.capi.handle cimport (
     NNC_PRIORITY_DEFAULT, arg_count, arg_exec, arg_execs, arg_out, arg_tensors, arg_text,
     c_case_of_f, c_engine_fn_f, c_exec_ctx_f, c_exec_f, c_param_t, c_part_f, c_stream_callback_f,
     c_tensor_t, c_while_f, capi_fail, capi_message, capi_set_message, handle_clear, handle_free,
-    handle_get, handle_new, handle_release, nnc_cmd_h, nnc_engine_h, nnc_engine_var_h, nnc_graph_exec_h,
-    nnc_graph_h, nnc_graph_static_schedule_h, nnc_signal_h, nnc_stream_h, nnc_tensor_h,
+    handle_get, handle_new, handle_release, nnc_cmd_h, nnc_engine_h, nnc_engine_var_h,
+    nnc_graph_exec_h, nnc_graph_h, nnc_graph_static_schedule_h, nnc_signal_h, nnc_stream_h,
+    nnc_tensor_h,
 )
 from nnc.engine.engine cimport Engine
 from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
