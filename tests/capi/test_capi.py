@@ -146,7 +146,8 @@ def test_graph_tools_tensor_helpers_callbacks_threads(build):
     """tests/capi/c/tools.c: each function does what its Python counterpart does (topsort's
     order is not the creation order, a frozen weight leaves the caller's memory, a resize that
     grows copies, a failing callback fails the stream), and every bad call gets its code
-    (buffers too small, counts out of range, a signal wait on a pool thread)."""
+    (buffers too small, counts out of range, a signal wait on a pool thread); a GPU tensor is
+    made where CUDA works, else NNC_ERROR_CUDA."""
     exe = build("tests/capi/c/tools.c")
     try:
         rc, out = run(exe, timeout=60)
@@ -155,6 +156,8 @@ def test_graph_tools_tensor_helpers_callbacks_threads(build):
     assert rc == 0, out
     assert not re.search(r"^FAIL ", out, re.M), out
     assert re.search(r"^(\d+) checks, 0 failed$", out, re.M), out
+    want = 0 if nnc.cuda_available() else -115
+    assert f"gpu zeros: {want}" in out, out
 
 
 def test_header_signatures_match_the_exported_functions():

@@ -195,6 +195,15 @@ static void tensor_helpers(void) {
     EXPECT(nnc_tensor_zeros(&t, "gpu:x", NNC_32F, NNC_TENSOR_FORMAT_NHWC, 2, dims),
            NNC_ERROR_ARGUMENT);
     EXPECT(nnc_tensor_zeros(&t, NULL, 7, NNC_TENSOR_FORMAT_NHWC, 2, dims), NNC_ERROR_ARGUMENT);
+    /* A GPU tensor where CUDA works, NNC_ERROR_CUDA elsewhere (test_capi.py checks which). */
+    int gpu = nnc_tensor_zeros(&t, "gpu:0", NNC_32F, NNC_TENSOR_FORMAT_NHWC, 2, dims);
+    printf("gpu zeros: %d\n", gpu);
+    if (gpu == NNC_SUCCESS) {
+        EXPECT(nnc_tensor_get(t, &view), NNC_SUCCESS);
+        TRUE(view.device == 0 && view.count == 6);
+        EXPECT(nnc_tensor_free(t), NNC_SUCCESS);
+        t = NULL;
+    }
     EXPECT(nnc_tensor_zeros(&t, NULL, NNC_32F, NNC_TENSOR_FORMAT_NHWC, 2, (int64_t[]){2, -1}),
            NNC_ERROR_ARGUMENT);
     EXPECT(nnc_tensor_zeros(&t, NULL, NNC_32F, NNC_TENSOR_FORMAT_NHWC, 2, NULL), NNC_ERROR_NULL);
