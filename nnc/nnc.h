@@ -195,7 +195,56 @@ extern "C" {
     X(nnc_engine_wait_for_var, (nnc_engine_h engine, nnc_engine_var_h var), (engine, var), \
       "int (nnc_engine_h, nnc_engine_var_h)") \
     X(nnc_engine_wait_all, (nnc_engine_h engine), (engine), "int (nnc_engine_h)") \
-    X(nnc_engine_close, (nnc_engine_h engine), (engine), "int (nnc_engine_h)")
+    X(nnc_engine_close, (nnc_engine_h engine), (engine), "int (nnc_engine_h)") \
+    /* graph tools, node backends, tensor helpers, signals, stream callbacks, threads \
+     * (docs/capi.md, "Graph tools", "Tensor helpers", "Threads, signals and callbacks") */ \
+    X(nnc_graph_topsort, (nnc_graph_h graph, int* indices, int size, int* count), \
+      (graph, indices, size, count), "int (nnc_graph_h, int *, int, int *)") \
+    X(nnc_graph_profile, (nnc_graph_h graph, int repeat, double* seconds, int size), \
+      (graph, repeat, seconds, size), "int (nnc_graph_h, int, double *, int)") \
+    X(nnc_graph_autotune, (nnc_graph_h graph, int trials, int* changed), \
+      (graph, trials, changed), "int (nnc_graph_h, int, int *)") \
+    X(nnc_graph_simplify, (nnc_graph_h graph, int* changed), (graph, changed), \
+      "int (nnc_graph_h, int *)") \
+    X(nnc_graph_freeze, (nnc_graph_h graph, const nnc_tensor_h* tensors, int tensor_size, \
+                         int* frozen), (graph, tensors, tensor_size, frozen), \
+      "int (nnc_graph_h, nnc_tensor_h const *, int, int *)") \
+    X(nnc_graph_memory, (nnc_graph_h graph, int64_t* frozen_bytes, int64_t* packed_bytes, \
+                         int* frozen_blocks), (graph, frozen_bytes, packed_bytes, frozen_blocks), \
+      "int (nnc_graph_h, int64_t *, int64_t *, int *)") \
+    X(nnc_graph_dot, (nnc_graph_h graph, int long_form, char* buffer, size_t size, \
+                      size_t* length), (graph, long_form, buffer, size, length), \
+      "int (nnc_graph_h, int, char *, size_t, size_t *)") \
+    X(nnc_graph_exec_index, (nnc_graph_h graph, nnc_graph_exec_h exec, int* index), \
+      (graph, exec, index), "int (nnc_graph_h, nnc_graph_exec_h, int *)") \
+    X(nnc_graph_exec_backend, (nnc_graph_h graph, nnc_graph_exec_h exec, char* buffer, \
+                               size_t size, size_t* length), \
+      (graph, exec, buffer, size, length), \
+      "int (nnc_graph_h, nnc_graph_exec_h, char *, size_t, size_t *)") \
+    X(nnc_graph_exec_set_backend, (nnc_graph_h graph, nnc_graph_exec_h exec, \
+                                   const char* backend), (graph, exec, backend), \
+      "int (nnc_graph_h, nnc_graph_exec_h, char const *)") \
+    X(nnc_tensor_new_format, (nnc_tensor_h* out, void* data, int datatype, int format, int ndim, \
+                              const int64_t* dims), (out, data, datatype, format, ndim, dims), \
+      "int (nnc_tensor_h *, void *, int, int, int, int64_t const *)") \
+    X(nnc_tensor_zeros, (nnc_tensor_h* out, const char* device, int datatype, int format, \
+                         int ndim, const int64_t* dims), \
+      (out, device, datatype, format, ndim, dims), \
+      "int (nnc_tensor_h *, char const *, int, int, int, int64_t const *)") \
+    X(nnc_tensor_zero, (nnc_tensor_h tensor), (tensor), "int (nnc_tensor_h)") \
+    X(nnc_tensor_eq, (nnc_tensor_h a, nnc_tensor_h b, int ulps, int* equal), (a, b, ulps, equal), \
+      "int (nnc_tensor_h, nnc_tensor_h, int, int *)") \
+    X(nnc_tensor_resize, (nnc_tensor_h tensor, int ndim, const int64_t* dims, nnc_tensor_h* out), \
+      (tensor, ndim, dims, out), "int (nnc_tensor_h, int, int64_t const *, nnc_tensor_h *)") \
+    X(nnc_signal_query, (nnc_signal_h signal, int* done), (signal, done), \
+      "int (nnc_signal_h, int *)") \
+    X(nnc_signal_wait, (nnc_signal_h signal), (signal), "int (nnc_signal_h)") \
+    X(nnc_stream_add_callback, (nnc_stream_h stream, nnc_stream_callback_f fn, void* arg), \
+      (stream, fn, arg), "int (nnc_stream_h, nnc_stream_callback_f, void *)") \
+    X(nnc_set_num_threads, (int n), (n), "int (int)") \
+    X(nnc_get_num_threads, (int* n), (n), "int (int *)") \
+    X(nnc_set_intra_op_threads, (int n), (n), "int (int)") \
+    X(nnc_get_intra_op_threads, (int* n), (n), "int (int *)")
 
 /* The function pointers, NULL until nnc_init() loads them. */
 #define NNC__POINTER(name, params, args, sig) static int(*name##__p) params = NULL;

@@ -140,6 +140,12 @@ typedef int (*nnc_cmd_exec_ctx_f)(const nnc_cmd_param_t* param,
  * not call Python. Returns 0 on success; any other value fails the op (docs/capi.md, Engine). */
 typedef int (*nnc_engine_fn_f)(void* arg);
 
+/* A stream callback (nnc_stream_add_callback): runs once the work enqueued on the stream
+ * before it is done, on a pool thread without the GIL (a GPU stream's: nnc's host-function
+ * watcher thread); the rules of a backend apply to what it may call. Returns 0 on success; any
+ * other value is a failure of the stream's work, reported by nnc_stream_wait. */
+typedef int (*nnc_stream_callback_f)(void* arg);
+
 /* One part of a command split with nnc_parallel_for: part in [0, parts); context is the running
  * thread's scratch-memory owner (for nnc_stream_workspace). Returns NNC_SUCCESS or a negative
  * status; it runs without the GIL, must not call Python and must not wait for other work. */

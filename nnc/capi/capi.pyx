@@ -9,10 +9,12 @@ owns the table, the messages and argument conversion).
 State owned here: none beyond what handles point at, and the thunks of backends with a user
 context. docs/capi.md documents every function, ownership and threading.
 
-One file of ~1070 lines because every exported function must be in the one module whose
-``__pyx_capi__`` nnc.h loads (nnc.capi.capi): a second module would need a second loader table
-in the header and a second import in every C program. Each function is a thin wrapper; the
-helpers live in nnc/capi/handle.pyx.
+One file of ~1070 lines, plus the include nnc/capi/tools.pxi, because every exported function
+must be in the one module whose ``__pyx_capi__`` nnc.h loads (nnc.capi.capi): a second module
+would need a second loader table in the header and a second import in every C program. The
+include holds the last block (graph tools, tensor helpers, signals, stream callbacks, thread
+settings); its ``cdef api`` functions are exported from this module's ``__pyx_capi__`` like the
+rest. Each function is a thin wrapper; the helpers live in nnc/capi/handle.pyx.
 """
 
 from libc.stdint cimport int64_t, uintptr_t
@@ -20,16 +22,17 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from nnc.base.core import DATATYPE_NAMES, GraphError, ScheduleError
+from nnc.base.core import DATATYPE_NAMES, GraphError, NNCError, ScheduleError, StreamError
 from nnc.capi.handle cimport (
     K_CMD, K_ENGINE, K_ENGINE_VAR, K_EXEC, K_GRAPH, K_SCHEDULE, K_SIGNAL, K_STREAM, K_TENSOR,
     NNC_ABI_VERSION, NNC_BACKEND_CONTIGUOUS, NNC_ERROR_ABI, NNC_ERROR_ARGUMENT, NNC_ERROR_MEMORY,
     NNC_ERROR_NULL, NNC_MAX_DIM_C, NNC_MULTIVIEW_K0N, NNC_MULTIVIEW_K1N, NNC_MULTIVIEW_PHI,
     NNC_PRIORITY_DEFAULT, arg_count, arg_exec, arg_execs, arg_out, arg_tensors, arg_text,
-    c_case_of_f, c_engine_fn_f, c_exec_ctx_f, c_exec_f, c_param_t, c_part_f, c_tensor_t,
-    c_while_f, capi_fail, capi_message, capi_set_message, handle_clear, handle_free, handle_get,
-    handle_new, handle_release, nnc_cmd_h, nnc_engine_h, nnc_engine_var_h, nnc_graph_exec_h,
-    nnc_graph_h, nnc_graph_static_schedule_h, nnc_signal_h, nnc_stream_h, nnc_tensor_h,
+    c_case_of_f, c_engine_fn_f, c_exec_ctx_f, c_exec_f, c_param_t, c_part_f, c_stream_callback_f,
+    c_tensor_t, c_while_f, capi_fail, capi_message, capi_set_message, handle_clear, handle_free,
+    handle_get, handle_new, handle_release, nnc_cmd_h, nnc_engine_h, nnc_engine_var_h,
+    nnc_graph_exec_h, nnc_graph_h, nnc_graph_static_schedule_h, nnc_signal_h, nnc_stream_h,
+    nnc_tensor_h,
 )
 from nnc.engine.engine cimport Engine
 from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
@@ -44,9 +47,12 @@ from nnc.capi.handle import (
 )
 from nnc.cmd.command import Cmd, cmd_exec, register_command
 from nnc.base.device import ArrayInterface, parse_device
+from nnc.base.parallel import get_intra_op_threads, set_intra_op_threads
 from nnc.schedule.schedule import static_schedule
 from nnc.tensor.multiview import MultiView
-from nnc.tensor.io import tensor_read, tensor_write
+from nnc.stream.worker import get_num_threads, set_num_threads
+from nnc.tensor.io import tensor_eq, tensor_read, tensor_write, tensor_zero
+from nnc.tensor.tensor import FORMAT_NAMES, tensor_resize
 
 __all__ = ["live_handles", "parse_params"]
 
@@ -186,21 +192,8 @@ cdef api int nnc_tensor_new(nnc_tensor_h* out, void* data, int datatype, int ndi
     """A tensor over caller-owned C-contiguous memory (zero copy). NNC: ccv_nnc_tensor_new."""
     try:
         arg_out(out)
-        if data == NULL:
-            raise NullError("data is NULL")
-        name = DATATYPE_NAMES.get(datatype)
-        if name is None:
-            raise ValueError(f"datatype 0x{datatype:x} is not one of the NNC_* datatype codes")
-        if ndim < 0 or ndim > NNC_MAX_DIM_C:
-            raise RangeError(f"ndim is {ndim}, must be in [0, {NNC_MAX_DIM_C}]")
-        arg_count(ndim, dims, "dims")
-        shape = tuple(dims[i] for i in range(ndim))
-        if any(d < 0 for d in shape):
-            raise ValueError(f"dims {shape} has a negative size")
-        # Caller-owned memory: the caller keeps it alive, so the holder owns nothing.
-        array = np.asarray(ArrayInterface({"data": (<uintptr_t>data, False), "shape": shape,
-                                           "typestr": np.dtype(name).str, "version": 3}, None))
-        out[0] = <nnc_tensor_h>handle_new(Tensor(array), K_TENSOR)
+        t = _caller_tensor(data, datatype, ndim, dims, "NHWC")
+        out[0] = <nnc_tensor_h>handle_new(t, K_TENSOR)
         return 0
     except BaseException as e:
         return capi_fail(e)
@@ -1071,3 +1064,7 @@ cdef api int nnc_engine_close(nnc_engine_h engine) noexcept with gil:
         return 0
     except BaseException as e:
         return capi_fail(e)
+
+
+# The graph tools, tensor helpers, host-side signals, stream callbacks and thread settings.
+include "tools.pxi"

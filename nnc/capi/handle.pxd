@@ -45,6 +45,7 @@ cdef extern from "nnc_types.h":
     ctypedef int (*c_exec_ctx_f "nnc_cmd_exec_ctx_f")(
         const c_param_t*, c_tensor_t**, int, c_tensor_t**, int, void*, void*) noexcept nogil
     ctypedef int (*c_engine_fn_f "nnc_engine_fn_f")(void*) noexcept nogil
+    ctypedef int (*c_stream_callback_f "nnc_stream_callback_f")(void*) noexcept nogil
     ctypedef int (*c_part_f "nnc_part_f")(void*, int64_t, void*) noexcept nogil
     ctypedef int (*c_while_f "nnc_graph_while_f")(
         int64_t, c_tensor_t* const*, int, const void*) noexcept nogil

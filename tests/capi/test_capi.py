@@ -12,6 +12,9 @@
 - tests/capi/c/concrete.c: nnc_graph_exec_set_io, multiviews, backends with a user context,
   the engine from C and GPU stream kinds, with their misuse.
 - tests/capi/c/schedule.c: partial static schedules (schedule.tests.c) and their bad calls.
+- tests/capi/c/tools.c: the graph tools (topsort, profile, autotune, simplify, freeze, memory,
+  dot), node backends, tensor formats and helpers, signals from the host, stream callbacks and
+  the thread settings, with their misuse.
 - tests/capi/c/part_api.c: nnc_parallel_for parts that call the C API while the backend's caller
   holds the GIL (synchronous calls from C and from Python) and on a stream.
 
@@ -136,6 +139,25 @@ def test_set_io_multiviews_backend_context_engine_gpu_streams(build):
     assert "ok   late == 200" in out, out
     want = 0 if nnc.cuda_available() else -115
     assert f"gpu stream: {want}" in out, out
+
+
+@needs_cc
+def test_graph_tools_tensor_helpers_callbacks_threads(build):
+    """tests/capi/c/tools.c: each function does what its Python counterpart does (topsort's
+    order is not the creation order, a frozen weight leaves the caller's memory, a resize that
+    grows copies, a failing callback fails the stream), and every bad call gets its code
+    (buffers too small, counts out of range, a signal wait on a pool thread); a GPU tensor is
+    made where CUDA works, else NNC_ERROR_CUDA."""
+    exe = build("tests/capi/c/tools.c")
+    try:
+        rc, out = run(exe, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"hang\n{e.stdout}")
+    assert rc == 0, out
+    assert not re.search(r"^FAIL ", out, re.M), out
+    assert re.search(r"^(\d+) checks, 0 failed$", out, re.M), out
+    want = 0 if nnc.cuda_available() else -115
+    assert f"gpu zeros: {want}" in out, out
 
 
 def test_header_signatures_match_the_exported_functions():
