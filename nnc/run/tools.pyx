@@ -12,7 +12,7 @@ other thread changes or runs it meanwhile.
 import math
 import time
 
-from nnc.base.core import NNCError
+from nnc.base.core import GraphError, NNCError
 from nnc.cmd.command import Cmd as _Cmd
 from nnc.cmd.command import cmd_autotune, cmd_backends_for
 from nnc.tensor.tensor import Tensor as _Tensor
@@ -118,14 +118,22 @@ cdef int _dot_cluster(Graph sub, str tag, str owner, str title, int stream,
     return 0
 
 
+def _count(str method, str name, value):
+    """A repeat or trial count: an int >= 1 (a bool, a float or 0 is a mistake, not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise GraphError(f"Graph.{method}: {name} must be an int >= 1, not {value!r}")
+    return value
+
+
 def graph_profile(Graph g, repeat):
     """Graph.profile: run like ``run()`` ``repeat`` times, timing each node; returns
     [(GraphExec, best s)]."""
+    repeat = _count("profile", "repeat", repeat)
     g._enter("profile it", "running")
     best = {}
     try:
         g._prepare()
-        for _ in range(int(repeat)):
+        for _ in range(repeat):
             for k in range(g._order_size):
                 idx = g._order[k]
                 t0 = time.perf_counter()
@@ -145,6 +153,7 @@ def graph_autotune(Graph g, trials):
     many nodes changed backend. Timed as a synchronous run runs them: with a run counted, so
     that idle pool threads take parts up to the intra-op setting (nnc.set_intra_op_threads)."""
     cdef bint counted = False
+    trials = _count("autotune", "trials", trials)
     g._enter("autotune", "being autotuned")
     try:
         parallel_ready()

@@ -261,6 +261,20 @@ def test_autotune_keeps_results_and_pins():
     np.testing.assert_allclose(out.numpy(), a.numpy() @ w.numpy().T, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3", None])
+def test_profile_and_autotune_refuse_counts_that_are_not_positive_ints(bad):
+    x = nnc.Tensor(np.ones(4, np.float32))
+    g = nnc.Graph()
+    e = g.exec(nnc.Cmd("SCALAR_MUL", a=2), [x], [x])
+    with pytest.raises(nnc.GraphError, match="repeat must be an int >= 1"):
+        g.profile(bad)
+    with pytest.raises(nnc.GraphError, match="trials must be an int >= 1"):
+        g.autotune(bad)
+    np.testing.assert_array_equal(x.numpy(), 1)       # refused before anything ran
+    [(node, seconds)] = g.profile(2)
+    assert node == e and seconds >= 0 and g.autotune(1) == 0
+
+
 def test_dot():
     g, _, (mul, *_rest) = parallel_graph()
     text = g.dot()
