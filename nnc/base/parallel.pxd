@@ -77,4 +77,7 @@ ctypedef int (*parallel_helpers_f)() noexcept nogil
 cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noexcept nogil
 # The pool tells parallel_width its size whenever it is set (nnc.stream.worker).
 cdef void parallel_set_width(int width) noexcept nogil
+# ... and its spin time (NNC_SPIN_US): how long a caller whose parts are done spins for its
+# helpers' last ones before it sleeps.
+cdef void parallel_set_spin(double seconds) noexcept nogil
 cdef void parallel_after_fork() noexcept nogil

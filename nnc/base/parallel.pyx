@@ -43,7 +43,7 @@ from nnc.base.core import NNCError
 from libc.stdlib cimport calloc, free
 
 from nnc.base.sync cimport (
-    pthread_cond_destroy, pthread_cond_init, pthread_cond_signal, pthread_cond_t,
+    mono_now, pthread_cond_destroy, pthread_cond_init, pthread_cond_signal, pthread_cond_t,
     pthread_cond_wait, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t,
     pthread_mutex_unlock, pthread_t, timespec,
 )
@@ -63,17 +63,26 @@ cdef extern from *:
     }
     static inline int nnc__load_int(int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
     static inline void nnc__add_int(int* p, int v) { __atomic_add_fetch(p, v, __ATOMIC_RELEASE); }
+    static inline void nnc__pause(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
     """
     Py_ssize_t _claim "nnc__claim"(Py_ssize_t* p) noexcept nogil
     void _store_ssize "nnc__store_ssize"(Py_ssize_t* p, Py_ssize_t v) noexcept nogil
     void _first_failure "nnc__first_failure"(int* p, int rc) noexcept nogil
     int _load_int "nnc__load_int"(int* p) noexcept nogil
     void _add_int "nnc__add_int"(int* p, int v) noexcept nogil
+    void _pause "nnc__pause"() noexcept nogil
 
 
 # One nnc_parallel_for call, on its caller's stack. fn/arg/parts never change; next and rc are
-# atomics any participant updates; room, inside and link are guarded by _lock. The
-# caller unlinks the job and waits for inside == 0 before its frame goes away.
+# atomics any participant updates; room, inside and link are written under _lock (inside
+# atomically too, so the caller may watch it without the lock). The caller unlinks the job and
+# waits for inside == 0, then takes _lock once more, before its frame goes away.
 ctypedef struct job_t:
     nnc_part_f fn
     void* arg
@@ -97,6 +106,9 @@ cdef parallel_wake_f _wake = NULL       # registered by the pool
 cdef parallel_helpers_f _helpers = NULL
 cdef bint _started = False              # the pool was asked to start (with the GIL)
 cdef int _runs = 0                      # synchronous runs that may split, in progress (atomic)
+# How long a caller whose parts are done spins for its helpers' last parts before it sleeps
+# (the pool's spin time, NNC_SPIN_US; set by nnc.stream.worker; 0: sleep at once).
+cdef double _wait_spin = 50e-6
 _starter = None                 # the pool's start function (registered by nnc.stream.worker)
 pthread_mutex_init(&_lock, NULL)
 
@@ -126,6 +138,19 @@ cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noe
     global _wake, _helpers
     _wake = wake
     _helpers = helpers
+
+
+def _set_wait_spin(double seconds):
+    """Set how long a caller spins for its helpers' last parts (for sweeps in benchmarks; the
+    pool sets it from NNC_SPIN_US when it starts); returns the previous value."""
+    old = _wait_spin
+    parallel_set_spin(seconds)
+    return old
+
+
+cdef void parallel_set_spin(double seconds) noexcept nogil:
+    global _wait_spin
+    _wait_spin = seconds if seconds > 0 else 0
 
 
 cdef void parallel_after_fork() noexcept nogil:
@@ -234,11 +259,27 @@ cdef bint parallel_help(void* context) noexcept nogil:
     pthread_mutex_unlock(&_lock)
     _run_parts(j, context)
     pthread_mutex_lock(&_lock)
-    j.inside -= 1
+    _add_int(&j.inside, -1)
     if j.inside == 0:
         pthread_cond_signal(&j.done)
     pthread_mutex_unlock(&_lock)
     return True
+
+
+cdef void _await_helpers(job_t* j) noexcept nogil:
+    """Spin (up to _wait_spin) until no helper runs a part of j. A helper's last part usually
+    ends within microseconds of the caller's, and a caller that sleeps instead is woken by a
+    futex wake-up, which takes tens of microseconds on a VM whose idle core halted: paid once
+    per split command, that was a large part of what a second thread gained."""
+    cdef double end = mono_now() + _wait_spin
+    cdef int turn
+    while True:
+        for turn in range(64):
+            if _load_int(&j.inside) == 0:
+                return
+            _pause()
+        if mono_now() > end:
+            return
 
 
 cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
@@ -269,6 +310,12 @@ cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
     _run_parts(&j, context)
     pthread_mutex_lock(&_lock)
     _close(&j)
+    if j.inside > 0 and _wait_spin > 0:
+        pthread_mutex_unlock(&_lock)
+        _await_helpers(&j)
+        # Taking the lock again also waits for a helper still inside its last critical
+        # section (it signals j.done under the lock): j must outlive that.
+        pthread_mutex_lock(&_lock)
     while j.inside > 0:
         pthread_cond_wait(&j.done, &_lock)
     pthread_mutex_unlock(&_lock)

@@ -52,7 +52,7 @@ from nnc.base.parallel import parallel_install_starter
 
 from nnc.base.parallel cimport (
     nnc_context_free, nnc_stream_context_t, parallel_after_fork, parallel_help, parallel_install,
-    parallel_pending, parallel_runs_active, parallel_set_width,
+    parallel_pending, parallel_runs_active, parallel_set_spin, parallel_set_width,
 )
 from nnc.stream.worker_state cimport (
     MAX_THREADS, pool, pool_default_size, pool_settings_read, pool_spin, pool_spin_seconds,
@@ -672,6 +672,7 @@ cdef int _helpers() noexcept nogil:
 
 
 parallel_install(_wake_helpers, _helpers)
+parallel_set_spin(pool_spin_seconds)
 try:
     # Commands cut before the pool starts are cut as they will be after (parallel_width).
     parallel_set_width(pool_default_size())
@@ -726,6 +727,7 @@ cdef int pool_start() except -1:
     if _pool.size == 0:
         pool_settings_read()            # a bad setting is refused before anything changes
         parallel_set_width(_pool.size)
+        parallel_set_spin(pool_spin_seconds)
     if _pool.running < _pool.size:
         _grow()
     return 0

@@ -31,6 +31,25 @@ def test_parts_run_on_idle_pool_threads_and_the_caller():
     assert len(set(ran_by)) >= 2
 
 
+@pytest.mark.parametrize("spin", [0.0, 1e-6, 0.05])
+def test_the_caller_waits_for_helpers_whether_it_spins_or_sleeps(spin):
+    """A caller whose parts are done spins for the helpers' last parts, then sleeps: a helper's
+    part longer than the spin (2 ms against 1 us) takes the sleeping way, a spin longer than
+    every part (50 ms) the spinning way, 0 sleeps at once. Either way every part has run when
+    the call returns, and a failure in a helper's part is still the call's status."""
+    from nnc.base.parallel import _set_wait_spin
+
+    old = _set_wait_spin(spin)
+    try:
+        for _ in range(20):
+            rc, ran_by = parallel_probe(2, 0.002)
+            assert rc == 0 and all(ran_by)
+            rc, ran_by = parallel_probe(3, 0.0005, fail_part=2)
+            assert rc != 0 and ran_by[2] != 0
+    finally:
+        _set_wait_spin(old)
+
+
 def test_one_intra_op_thread_runs_every_part_on_the_caller():
     nnc.set_intra_op_threads(1)
     assert nnc.get_intra_op_threads() == 1

@@ -100,6 +100,12 @@ cdef Py_ssize_t _split_macs = 4000000
 # images) streams its weights from memory, which one core cannot do at the memory's speed, so
 # its output channels are split even when it computes little.
 cdef Py_ssize_t _split_weight_bytes = 1 << 20
+# A depthwise multiply-add takes several times a GEMM's (no register blocking over input
+# channels): its size counts this many times against _split_macs.
+cdef Py_ssize_t _depthwise_cost = 1
+# Parts per pool thread of a split pointwise convolution (claimed dynamically: a helper that
+# joins late takes fewer).
+cdef Py_ssize_t _pointwise_parts = 1
 
 cdef enum:
     # The packed-weight layout's version, in the cache key of frozen weights' packed copies.
@@ -122,6 +128,19 @@ def _tune(part_bytes, part_pixels, split_macs=None, split_weight_bytes=None):
         _split_macs = max(0, split_macs)
     if split_weight_bytes is not None:
         _split_weight_bytes = max(0, split_weight_bytes)
+    return old
+
+
+def _tune_split(depthwise_cost=None, pointwise_parts=None):
+    """Set how depthwise sizes count against the split threshold and how many parts per
+    thread a pointwise convolution takes (for sweeps in benchmarks); returns the previous
+    (depthwise_cost, pointwise_parts)."""
+    global _depthwise_cost, _pointwise_parts
+    old = (_depthwise_cost, _pointwise_parts)
+    if depthwise_cost is not None:
+        _depthwise_cost = max(1, depthwise_cost)
+    if pointwise_parts is not None:
+        _pointwise_parts = max(1, pointwise_parts)
     return old
 
 
@@ -724,12 +743,12 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                     and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0)
     cv.depthwise = cv.groups > 1 and cv.cg == 1 and cv.og == 1
     width = parallel_width()
-    if (cv.rows * cv.wo * cv.o * cv.k < _split_macs
+    if (cv.rows * cv.wo * cv.o * cv.k * (_depthwise_cost if cv.depthwise else 1) < _split_macs
             and cv.o * cv.k * itemsize < _split_weight_bytes):
         width = 1                       # too small to be worth waking a helper
     if cv.pointwise:
         # No patches to keep in cache: one GEMM per part (one for the whole image alone).
-        parts = min(width, cv.rows)
+        parts = min(width * _pointwise_parts if width > 1 else 1, cv.rows)
     else:
         part_pixels = _part_pixels
         if not cv.depthwise:
