@@ -272,9 +272,9 @@ cdef void _await_helpers(job_t* j) noexcept nogil:
     futex wake-up, which takes tens of microseconds on a VM whose idle core halted: paid once
     per split command, that was a large part of what a second thread gained."""
     cdef double end = mono_now() + _wait_spin
-    cdef int turn
+    cdef int _turn
     while True:
-        for turn in range(64):
+        for _turn in range(64):
             if _load_int(&j.inside) == 0:
                 return
             _pause()

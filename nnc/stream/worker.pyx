@@ -652,7 +652,11 @@ cdef void _pool_main() noexcept nogil:
 
 
 cdef void _wake_helpers(int n) noexcept nogil:
-    """nnc.base.parallel: wake up to n sleeping threads for a job's parts."""
+    """nnc.base.parallel: wake up to n sleeping threads for a job's parts. A spinning thread is
+    not counted as one of them, although it will take a part: waking one too many costs a third
+    busy thread on a two-core machine, but after an idle spell the kernel may have put the
+    spinner on the caller's core, where it helps nobody, and the woken thread then lands on the
+    idle one (docs/threading.md, "Intra-op parallelism")."""
     pthread_mutex_lock(&_pool.lock)
     if n >= _pool.sleeping:
         pthread_cond_broadcast(&_pool.work)

@@ -29,9 +29,12 @@ memory and multiplies them with the weights, split across threads by output rows
   threads take some, so a large convolution uses every core in a sequential run, and in a
   scheduled run a thread whose stream waits helps the other stream's convolution. Parts write
   disjoint output rows; the weights are only read. With few parts they are evened out to a
-  multiple of ``parallel_width`` (the pool's size); with too few pixels for that many parts
-  (17x17 and 8x8 layers) the caller makes every A row once and the parts are ranges of output
-  channels (whole packed panels) instead; below 4M multiply-adds nothing is split.
+  multiple of ``parallel_width`` (the pool's size); a pointwise convolution takes two parts
+  per thread. With too few pixels for that many parts (17x17 and 8x8 layers) every A row is
+  made once (the patches copied in parts of rows when large) and a part is one packed panel of
+  output channels by one block of output rows, about four parts per thread, so that the
+  threads end together. Below 4M multiply-adds nothing is split (a depthwise multiply-add
+  counts four).
 - The output may be a channel slice of a wider buffer (a concat's part), the input and the
   residual any views whose channels are contiguous: the pixel strides are the leading
   dimensions.
@@ -101,11 +104,12 @@ cdef Py_ssize_t _split_macs = 4000000
 # its output channels are split even when it computes little.
 cdef Py_ssize_t _split_weight_bytes = 1 << 20
 # A depthwise multiply-add takes several times a GEMM's (no register blocking over input
-# channels): its size counts this many times against _split_macs.
-cdef Py_ssize_t _depthwise_cost = 1
-# Parts per pool thread of a split pointwise convolution (claimed dynamically: a helper that
-# joins late takes fewer).
-cdef Py_ssize_t _pointwise_parts = 1
+# channels, one load per tap): its size counts this many times against _split_macs, so
+# MobileNet's 28x28 to 7x7 depthwise layers split too.
+cdef Py_ssize_t _depthwise_cost = 4
+# Parts per pool thread of a split pointwise convolution, claimed one at a time: a helper that
+# joins late takes fewer, instead of the caller waiting for its one half.
+cdef Py_ssize_t _pointwise_parts = 2
 
 cdef enum:
     # The packed-weight layout's version, in the cache key of frozen weights' packed copies.
@@ -596,11 +600,24 @@ cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
 
 
 cdef int _channel_part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
-    """Output channels [part * chunk, ...) of every pixel (one group): the caller made every
-    A row once (cv.rowp)."""
+    """One packed panel of output channels (chunk of them) of one block of output rows (one
+    group): the caller made every A row once (cv.rowp). Parts of one panel are adjacent, so
+    the threads taking them read that panel's weights at about the same time."""
     cdef const conv_t* cv = <const conv_t*>arg
-    cdef Py_ssize_t c0 = part * cv.chunk
-    _packed_rows(cv, cv.rowp, 0, cv.rows, 0, c0, min(c0 + cv.chunk, cv.o))
+    cdef Py_ssize_t blocks = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
+    cdef Py_ssize_t c0 = (part // blocks) * cv.chunk
+    cdef Py_ssize_t r0 = (part % blocks) * cv.rows_per_part
+    cdef Py_ssize_t r1 = min(r0 + cv.rows_per_part, cv.rows)
+    _packed_rows(cv, cv.rowp + r0 * cv.wo, r0, r1, 0, c0, min(c0 + cv.chunk, cv.o))
+    return NNC_SUCCESS
+
+
+cdef int _im2col_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    """Rows [part * rows_per_part, ...) of every pixel's patch (one group) into cv.patch."""
+    cdef const conv_t* cv = <const conv_t*>arg
+    cdef Py_ssize_t r0 = part * cv.rows_per_part
+    _im2col(cv, <float*>cv.patch + r0 * cv.wo * cv.k, r0, min(r0 + cv.rows_per_part, cv.rows),
+            0)
     return NNC_SUCCESS
 
 
@@ -628,13 +645,13 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
     workspace, then run the parts (of output rows, or of output channels when there are too
     few pixels to split rows). Each output value is the same sum in the same order whichever
     part computes it, so the bits do not depend on the split."""
-    cdef Py_ssize_t i, m = cv.rows * cv.wo
+    cdef Py_ssize_t i, m = cv.rows * cv.wo, panels, blocks
     cdef size_t need
     cdef char* scratch
     cdef const float* w = <const float*>cv.w
     cdef float* patch
     cdef unsigned long long key
-    cdef int nr
+    cdef int nr, rc
     nr = nnc_sgemm_nr(cv.isa)
     cv.gfloats = <Py_ssize_t>nnc_sgemm_packed_floats(cv.isa, cv.og, cv.k)
     key = _pack_key(cv)
@@ -661,12 +678,26 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
         _pixel_rows(cv, 0, cv.rows, 0, cv.rowp)
     else:
         patch = <float*>(scratch + cv.skip + _align64(m * sizeof(float*)))
-        _im2col(cv, patch, 0, cv.rows, 0)
+        cv.patch = <const char*>patch
+        # The patches are a copy at memory speed: split too when they are large.
+        cv.rows_per_part = cv.rows
+        if m * cv.k * sizeof(float) >= _part_bytes and cv.rows >= width:
+            cv.rows_per_part = (cv.rows + width - 1) // width
+        rc = nnc_parallel_for((cv.rows + cv.rows_per_part - 1) // cv.rows_per_part,
+                              _im2col_part, cv, ctx)
+        if rc != NNC_SUCCESS:
+            return rc
         for i in range(m):
             cv.rowp[i] = patch + i * cv.k
-    # Chunks of whole tiles, so each part's first column starts a packed panel.
-    cv.chunk = ((cv.o + width - 1) // width + nr - 1) // nr * nr
-    return nnc_parallel_for((cv.o + cv.chunk - 1) // cv.chunk, _channel_part_packed, cv, ctx)
+    # Parts are one packed panel (chunk = its width, so each part's first column starts one)
+    # by one block of output rows: about SPLIT_EVEN parts per thread, claimed one at a time,
+    # so the threads end together (two parts of unequal panels ran 60/40).
+    cv.chunk = nr
+    panels = (cv.o + nr - 1) // nr
+    blocks = min(cv.rows, max(1, (SPLIT_EVEN * width + panels - 1) // panels))
+    cv.rows_per_part = (cv.rows + blocks - 1) // blocks
+    blocks = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
+    return nnc_parallel_for(panels * blocks, _channel_part_packed, cv, ctx)
 
 
 cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,

@@ -1,0 +1,66 @@
+"""CONVOLUTION's CPU_OPT cut into parts (nnc/cmd/convolution/cpu_opt.pyx): a few-pixel layer
+into packed panels of output channels by blocks of output rows (its patches made in parts),
+a pointwise layer into two parts per thread, others into blocks of rows. Each output is the
+same sum in the same order whichever part computes it, so every cut gives the bits of the
+uncut call (a pool of one thread), with the bias, the residual and the activation applied per
+part, into an output that is a channel slice of a wider buffer; and CPU_REF within tolerance."""
+
+import numpy as np
+import pytest
+
+import nnc
+from nnc.cmd.convolution import cpu_opt
+
+# (input, weights, params): 72 output channels are two full 32-wide panels and a half one;
+# the 17x17 patches (665 KB) are made in parts too.
+CASES = {
+    "panels_by_row_blocks_3x3_17x17": ((1, 17, 17, 64), (72, 3, 3, 64), {"padding": 1}),
+    "panels_pointwise_8x8": ((1, 8, 8, 200), (330, 1, 1, 200), {}),
+    "rows_pointwise_28x28": ((1, 28, 28, 32), (72, 1, 1, 32), {}),
+    "rows_3x3_35x35": ((1, 35, 35, 24), (40, 3, 3, 24), {"padding": 1}),
+    "rows_depthwise_28x28": ((1, 28, 28, 48), (48, 3, 3, 1), {"padding": 1, "groups": 48}),
+}
+
+
+def _conv(backend, ins, oshape, threads, **params):
+    wide = np.full(oshape[:3] + (oshape[3] + 8,), np.nan, np.float32)
+    c = oshape[3] + 8
+    out = nnc.Tensor(wide).view(oshape, offset=5, strides=(oshape[1] * oshape[2] * c,
+                                                          oshape[2] * c, c, 1))
+    nnc.set_intra_op_threads(threads)
+    try:
+        nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend=backend, activation="relu", **params), ins,
+                     [out])
+    finally:
+        nnc.set_intra_op_threads(None)
+    assert np.isnan(wide[..., :5]).all() and np.isnan(wide[..., 5 + oshape[3]:]).all()
+    return wide[..., 5:5 + oshape[3]].copy()
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_cut_gives_the_uncut_bits(kernel_isa, case, residual):
+    xs, ws, params = CASES[case]
+    rng = np.random.default_rng(7)
+    oshape = xs[:3] + (ws[0],)
+    ins = [rng.standard_normal(xs).astype(np.float32),
+           rng.standard_normal(ws).astype(np.float32),
+           rng.standard_normal(ws[0]).astype(np.float32)]
+    if residual:
+        ins.append(rng.standard_normal(oshape).astype(np.float32))
+    size = nnc.get_num_threads()
+    old = cpu_opt._tune(1 << 19, 512, split_macs=0)      # every size is worth splitting
+    try:
+        nnc.set_num_threads(1)                           # parallel_width 1: one part
+        whole = _conv("CPU_OPT", ins, oshape, 1, **params)
+        for width in (2, 3):
+            nnc.set_num_threads(width)
+            for threads in (1, width):
+                cut = _conv("CPU_OPT", ins, oshape, threads, **params)
+                np.testing.assert_array_equal(cut.view(np.int32), whole.view(np.int32))
+    finally:
+        cpu_opt._tune(*old)
+        nnc.set_num_threads(size)
+    ref = _conv("CPU_REF", ins, oshape, None, **params)
+    k = ws[1] * ws[2] * ws[3]
+    np.testing.assert_allclose(whole, ref, rtol=1e-5, atol=k * 4e-6)
