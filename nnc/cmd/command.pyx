@@ -18,12 +18,12 @@ A Python backend is ``fn(cmd, inputs, outputs)`` on lists of ndarrays (``None`` 
 absent). A C backend is an ``nnc_cmd_exec_f`` (nnc/cmd/command.pxd) that never touches Python.
 
 Tensor formats (NNC's ``registry->tensor_formats``): an image command (``register_command(...,
-image=True)``: CONVOLUTION, CONVOLUTION_TRANSPOSE, the pools, FORMAT_TRANSFORM) reads its 3-d and
-4-d tensors by their format. Its Python CPU backends get an NCHW tensor as the NHWC view of its
-array (``np.moveaxis(a, -3, -1)``: no copy), so each is written once, for NHWC; its C and GPU
-backends read memory as NHWC and accept NHWC tensors only, so an NCHW node runs CPU_REF unless
-``Graph.simplify`` puts FORMAT_TRANSFORMs around it. Other commands ignore formats, as NNC's
-element-wise backends accept every format.
+image=True)``: CONVOLUTION, CONVOLUTION_TRANSPOSE, the pools, UPSAMPLE, FORMAT_TRANSFORM) reads
+its 3-d and 4-d tensors by their format. Its Python CPU backends get an NCHW tensor as the NHWC
+view of its array (``np.moveaxis(a, -3, -1)``: no copy), so each is written once, for NHWC; its
+C and GPU backends read memory as NHWC and accept NHWC tensors only, so an NCHW node runs
+CPU_REF unless ``Graph.simplify`` puts FORMAT_TRANSFORMs around it. Other commands ignore
+formats, as NNC's element-wise backends accept every format.
 """
 
 from cpython.object cimport PyObject

@@ -640,6 +640,13 @@ def save(graph, path, *, inputs, outputs, input_names=None, output_names=None, o
             reason = "only inputs of rank >= 3 (ONNX's LRN takes [N, C, spatial...])"
         elif name == "UPSAMPLE" and opset < 11:
             reason = "only at opset >= 11 (ONNX's Resize with sizes)"
+        elif name == "INDEX_SELECT" and str(e.inputs[1].dtype) == "float32":
+            reason = "only integer indices (ONNX's Gather does not interpolate between rows)"
+        if reason is None and e.cmd.info.image and any(
+                t is not None and t.format == "NCHW" and t.ndim in (3, 4)
+                for t in list(e.inputs) + list(e.outputs)):
+            # The writers below read every image as NHWC; Graph.simplify moves such nodes.
+            reason = "only NHWC tensors (Graph.simplify moves NCHW nodes to NHWC)"
         if reason:
             count, names, _ = problems.get(name, (0, [], reason))
             problems[name] = (count + 1, names + [e.name or name], reason)

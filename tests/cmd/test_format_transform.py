@@ -73,6 +73,75 @@ def test_nnc_compare_permute_with_transpose():
     assert nnc.tensor_eq(b, c), "transposed and permuted should be exactly the same."
 
 
+def _accepting(cmd, inputs, outputs):
+    """Every CPU backend of cmd that takes these tensors (CPU_REF always does)."""
+    names = [b.name for b in cmd_backends_for(cmd, inputs, outputs) if b.name.startswith("CPU")]
+    assert "CPU_REF" in names
+    return names
+
+
+def _view(t, shape, ofs, strides):
+    """ccv_nnc_tensor_view(t, shape, ofs, strides): ofs counts along each axis of strides."""
+    return t.view(shape, offset=sum(o * s for o, s in zip(ofs, strides)), strides=strides)
+
+
+def test_nnc_data_transfer_between_different_tensor_views(kernel_isa):
+    """"data transfer between different tensor views", on every CPU backend of DATA_TRANSFER
+    (the C backend copies strided views too)."""
+    a = nnc.Tensor.empty((56, 56, 128), "float32")
+    a.numpy().reshape(-1)[:] = np.arange(128 * 56 * 56)
+    a_view = _view(a, (2, 3, 4), (4, 3, 2), (56 * 128, 128, 1))
+    b = nnc.Tensor.empty((24, 32, 64), "float32")
+    b_view = _view(b, (2, 3, 4), (0, 0, 0), (32 * 64, 64, 1))
+    c = nnc.Tensor.zeros((24, 32, 64), "float32")
+    cf = c.numpy().reshape(-1)
+    for y in range(2):
+        for x in range(3):
+            for k in range(4):
+                cf[64 * 32 * y + 64 * x + k] = 128 * 56 * (4 + y) + 128 * (3 + x) + 2 + k
+    for backend in _accepting(nnc.Cmd("DATA_TRANSFER"), [a_view], [b_view]):
+        b.numpy()[...] = 0
+        nnc.cmd_exec(nnc.Cmd("DATA_TRANSFER", backend=backend), [a_view], [b_view])
+        assert nnc.tensor_eq(b, c), f"64x32x24 tensor should be exactly the same ({backend})"
+
+
+@pytest.mark.parametrize("rank", [4, 3])
+def test_nnc_transpose_two_tensor_views(kernel_isa, rank):
+    """"transpose two 4d tensor views" (TRANSPOSE(1, 3)) and "transpose two 3d tensor views"
+    (TRANSPOSE(0, 2)): strided views there and back. CPU_OPT takes contiguous tensors only, so
+    CPU_REF runs them."""
+    if rank == 4:
+        a_shape, a_view_shape, ofs = (7, 6, 5, 4), (4, 3, 2, 2), (3, 2, 1, 0)
+        b_shape, b_view_shape, axes = (8, 7, 6, 5), (4, 2, 2, 3), (1, 3)
+    else:
+        a_shape, a_view_shape, ofs = (6, 5, 4), (3, 2, 2), (2, 1, 0)
+        b_shape, b_view_shape, axes = (7, 6, 5), (2, 2, 3), (0, 2)
+    a_strides = tuple(int(np.prod(a_shape[i + 1:])) for i in range(rank))
+    b_strides = tuple(int(np.prod(b_shape[i + 1:])) for i in range(rank))
+    a = nnc.Tensor.zeros(a_shape, "float32")
+    a_view = _view(a, a_view_shape, ofs, a_strides)
+    c = nnc.Tensor.zeros(b_shape, "float32")
+    for index in np.ndindex(*a_view_shape):
+        value = np.ravel_multi_index(index, a_view_shape)
+        a.numpy()[tuple(i + o for i, o in zip(index, ofs))] = value
+        swapped = list(index)
+        swapped[axes[0]], swapped[axes[1]] = swapped[axes[1]], swapped[axes[0]]
+        c.numpy()[tuple(i + o for i, o in zip(swapped, ofs))] = value
+    b = nnc.Tensor.zeros(b_shape, "float32")
+    b_view = _view(b, b_view_shape, ofs, b_strides)
+    cmd = nnc.Cmd("TRANSPOSE", axes=axes)
+    for backend in _accepting(cmd, [a_view], [b_view]):
+        b.numpy()[...] = 0
+        nnc.cmd_exec(nnc.Cmd("TRANSPOSE", axes=axes, backend=backend), [a_view], [b_view])
+        assert nnc.tensor_eq(b, c), f"the transposed view should be exactly the same ({backend})"
+    c_view = _view(c, b_view_shape, ofs, b_strides)
+    for backend in _accepting(cmd, [c_view], [a_view]):
+        d = nnc.Tensor.zeros(a_shape, "float32")
+        d_view = _view(d, a_view_shape, ofs, a_strides)
+        nnc.cmd_exec(nnc.Cmd("TRANSPOSE", axes=axes, backend=backend), [c_view], [d_view])
+        assert nnc.tensor_eq(d, a), f"transposed back should be exactly the same ({backend})"
+
+
 # -- FORMAT_TRANSFORM beyond NNC's cases -------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "uint8", "int64"])

@@ -1,6 +1,7 @@
 """NNC's test/unit/nnc/index.tests.c and pad.tests.c forward cases, ported as upstream builds
-them (INDEX_SELECT of rows, of a 1-d tensor and between tensor views; PAD zero and replicate),
-compared as ``REQUIRE_TENSOR_EQ`` does, on each CPU backend at every kernel ISA level."""
+them (INDEX_SELECT of rows, with float indices, of a 1-d tensor and between tensor views; PAD
+zero and replicate), compared as ``REQUIRE_TENSOR_EQ`` does, on each CPU backend at every kernel
+ISA level."""
 
 import numpy as np
 import pytest
@@ -26,15 +27,13 @@ def test_index_select_a_tensor():
         assert nnc.tensor_eq(b, np.float32([[2, 3], [2, 3]])), backend
 
 
-@pytest.mark.xfail(strict=True, raises=nnc.CommandError,
-                   reason="NNC's INDEX_SELECT takes float indices and interpolates between the "
-                          "two rows around each; nnc's takes int32/int64 indices only "
-                          "(docs/porting.md, \"NNC's test cases\")")
 def test_index_select_a_tensor_with_float():
+    """Float indices interpolate between the two rows around each (NNC's CPU_REF)."""
     a = np.float32([[1, 2], [2, 3], [3, 4]])
     b = np.zeros((2, 2), np.float32)
-    for _ in _select(a, np.float32([1.5, 0.4]), b):
-        np.testing.assert_allclose(b.reshape(-1), [2.5, 3.5, 1.4, 2.4], atol=1e-5)
+    for backend in _select(a, np.float32([1.5, 0.4]), b):
+        np.testing.assert_allclose(b.reshape(-1), [2.5, 3.5, 1.4, 2.4], rtol=0, atol=1e-5,
+                                   err_msg=backend)
 
 
 def test_index_select_a_1d_tensor():

@@ -21,12 +21,45 @@ def test_index_select_refuses():
     with pytest.raises(nnc.CommandError, match="index 3 \\(indices\\[1\\]\\) is outside"):
         nnc.cmd_exec(nnc.Cmd("INDEX_SELECT"), [a, np.array([0, 3], np.int32)],
                      [np.zeros((2, 2), np.float32)])
-    with pytest.raises(nnc.CommandError, match="1-D int32 or int64"):
-        nnc.cmd_exec(nnc.Cmd("INDEX_SELECT"), [a, np.array([0.0], np.float32)],
+    with pytest.raises(nnc.CommandError, match="1-D int32, int64 or float32"):
+        nnc.cmd_exec(nnc.Cmd("INDEX_SELECT"), [a, np.array([0.0], np.float64)],
                      [np.zeros((1, 2), np.float32)])
     with pytest.raises(nnc.CommandError, match="should have shape"):
         nnc.cmd_exec(nnc.Cmd("INDEX_SELECT"), [a, np.array([0], np.int64)],
                      [np.zeros((2, 2), np.float32)])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_index_select_float_indices_interpolate_rows(dtype):
+    """NNC's rule per row: j0 = trunc(i), j1 = min(j0 + 1, N - 1), weights 1 - (i - j0) and
+    i - j0; an index in [N - 1, N) reads the last row, a whole index its row exactly."""
+    a = np.random.default_rng(2).standard_normal((5, 3, 2)).astype(dtype)
+    idx = np.float32([0, 0.25, 1.5, 3.999, 4, 4.75, 2])
+    want = np.empty((len(idx), 3, 2))
+    for j, i in enumerate(idx.tolist()):
+        j0 = int(i)
+        j1 = min(j0 + 1, 4)
+        w1 = i - j0
+        want[j] = a[j0].astype(np.float64) * (1 - w1) + a[j1].astype(np.float64) * w1
+    out = np.full((len(idx), 3, 2), np.nan, dtype)
+    nnc.cmd_exec(nnc.Cmd("INDEX_SELECT"), [a, idx], [out])
+    tol = {"float16": 2e-3, "float32": 1e-6, "float64": 1e-6}[dtype]
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
+    for j in (0, 4, 6):                                 # whole indices: the row itself
+        np.testing.assert_array_equal(out[j], a[int(idx[j])])
+    np.testing.assert_array_equal(out[5], a[4])
+
+
+def test_index_select_float_indices_refused():
+    a = np.zeros((3, 2), np.float32)
+    for bad, shown in ((-0.5, "-0.5"), (3.0, "3.0"), (np.nan, "nan"), (-np.inf, "-inf")):
+        with pytest.raises(nnc.CommandError, match=f"index {shown} \\(indices\\[1\\]\\) is "
+                                                   "outside the table's 3 rows"):
+            nnc.cmd_exec(nnc.Cmd("INDEX_SELECT"), [a, np.float32([0, bad])],
+                         [np.zeros((2, 2), np.float32)])
+    with pytest.raises(nnc.CommandError, match="must be a float tensor, not int32"):
+        nnc.cmd_exec(nnc.Cmd("INDEX_SELECT"), [np.zeros((3, 2), np.int32), np.float32([0.5])],
+                     [np.zeros((1, 2), np.int32)])
 
 
 @pytest.mark.parametrize("name, fn", [("ARGMAX", np.argmax), ("ARGMIN", np.argmin)])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import nnc
+from nnc.cmd.command import cmd_backends_for
 
 
 def upsample_numpy(x, ho, wo, kind, align):
@@ -85,3 +86,35 @@ def test_upsample_bad_calls(params, shapes, fragment):
     with pytest.raises(nnc.CommandError, match="floating-point"):
         nnc.cmd_exec(nnc.Cmd("UPSAMPLE", type="nearest"), [np.zeros((2, 2, 1), np.int32)],
                      [np.zeros((4, 4, 1), np.int32)])
+
+
+@pytest.mark.parametrize("kind", ["nearest", "bilinear"])
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_upsample_reads_nchw_tensors_by_their_format(kernel_isa, kind, align, batch):
+    """An NCHW tensor is [.., C, H, W]: the same image as NHWC, upsampled on H and W (CPU_REF;
+    the C backend takes NHWC only), and Graph.simplify moves the node to NHWC and CPU_OPT."""
+    x = np.random.default_rng(5).standard_normal(batch + (5, 4, 3)).astype(np.float32)
+    want = np.zeros(batch + (9, 7, 3), np.float32)
+    nnc.cmd_exec(nnc.Cmd("UPSAMPLE", type=kind, align_corners=align), [x], [want])
+    xc = nnc.Tensor(np.ascontiguousarray(np.moveaxis(x, -1, -3)), format="NCHW")
+    out = nnc.Tensor.zeros(batch + (3, 9, 7), format="NCHW")
+    cmd = nnc.Cmd("UPSAMPLE", type=kind, align_corners=align)
+    assert [b.name for b in cmd_backends_for(cmd, [xc], [out])] == ["CPU_REF"]
+    nnc.cmd_exec(cmd, [xc], [out])
+    np.testing.assert_allclose(np.moveaxis(out.numpy(), -3, -1), want, rtol=1e-6, atol=1e-6)
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("UPSAMPLE", type=kind, align_corners=align), [xc], [out])
+    assert g.simplify() == 1 and len(g) == 3            # FORMAT_TRANSFORM on each side
+    out.numpy()[...] = np.nan
+    g.run()
+    np.testing.assert_allclose(np.moveaxis(out.numpy(), -3, -1), want, rtol=1e-6, atol=1e-6)
+
+
+def test_upsample_refuses_an_output_of_another_format():
+    x = nnc.Tensor.zeros((3, 2, 2), format="NCHW")
+    with pytest.raises(nnc.CommandError, match="output 0 is NHWC but the input is NCHW"):
+        nnc.cmd_exec(nnc.Cmd("UPSAMPLE", type="nearest"), [x], [nnc.Tensor.zeros((4, 4, 3))])
+    with pytest.raises(nnc.CommandError, match="keep the batch and channels"):
+        nnc.cmd_exec(nnc.Cmd("UPSAMPLE", type="nearest"), [x],
+                     [nnc.Tensor.zeros((4, 4, 3), format="NCHW")])

@@ -461,3 +461,21 @@ def test_save_upsample_opset_11_and_refusal_before(kind):
     close(ort_run(m, {"input_0": x.numpy()})[0], y.numpy(), rtol=1e-6)
     with pytest.raises(nnc.onnx.UnsupportedError, match="UPSAMPLE.*opset >= 11"):
         nnc.onnx.save(g, None, inputs=[x], outputs=[y], opset=10)
+
+
+def test_save_refuses_what_its_writers_would_read_wrong():
+    """NCHW tensors of an image command (the writers read NHWC) and INDEX_SELECT's float
+    indices (Gather does not interpolate) are refused, naming why."""
+    x = nnc.Tensor.zeros((1, 3, 2, 2), format="NCHW")
+    y = nnc.Tensor.zeros((1, 3, 4, 4), format="NCHW")
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("UPSAMPLE", type="nearest"), [x], [y])
+    with pytest.raises(nnc.onnx.UnsupportedError, match="UPSAMPLE.*only NHWC tensors"):
+        nnc.onnx.save(g, None, inputs=[x], outputs=[y])
+    a = nnc.Tensor(np.float32([[1, 2], [2, 3], [3, 4]]))
+    i = nnc.Tensor(np.float32([1.5, 0.5]))
+    b = nnc.Tensor.zeros((2, 2))
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("INDEX_SELECT"), [a, i], [b])
+    with pytest.raises(nnc.onnx.UnsupportedError, match="INDEX_SELECT.*only integer indices"):
+        nnc.onnx.save(g, None, inputs=[a, i], outputs=[b])

@@ -1,7 +1,8 @@
 """Tensor persistence in NNC's SQLite schema (nnc/tensor/io.py) and NNC's tensor helpers.
 
 NNC: ccv_nnc_tensor_io.c at liuliu/ccv c6ce5b123795dcec80d42fb0106167345cabf3d3; the port of
-test/unit/nnc/tensor.tests.c's "tensor persistence" case is the first test. Databases are also
+test/unit/nnc/tensor.tests.c's "tensor persistence" case is the first test, its helper cases
+(zero, zero of a view, hint tensor, mapped from file, resize) the next ones. Databases are also
 built by hand from NNC's schema and codes (struct-packed ``int dim[12]``), and rows nnc writes
 are decoded by hand, so the format is checked against NNC's, not only against itself.
 """
@@ -74,6 +75,68 @@ def test_nnc_tensor_persistence(tmp_path):
     with pytest.raises(nnc.TensorError, match=r"\(10, 20, 30\) float32.*\(10,\) float32"):
         nnc.tensor_read(db, "x", tensor2)
     assert (tensor2.numpy() == 7).all()
+
+
+# -- tensor.tests.c's helper cases, ported as upstream builds them ----------------------------
+
+_SIX_D = (10, 20, 30, 4, 5, 6)
+
+
+def test_nnc_zero_out_a_tensor():
+    tensor = nnc.Tensor.empty(_SIX_D, "float32")
+    tensor.numpy()[...] = 1
+    nnc.tensor_zero(tensor)
+    assert (tensor.numpy() == 0).all(), "should be zero'ed"
+
+
+def test_nnc_zero_out_a_tensor_view():
+    """A view of 8x12x15x2x3x4 at (1, 2, 5, 1, 1, 1) zeroed by tensor_zero, against the same
+    elements zeroed one by one through the view's strides."""
+    strides = tuple(int(np.prod(_SIX_D[i + 1:])) for i in range(6))
+    ofs = (1, 2, 5, 1, 1, 1)
+    offset = sum(o * st for o, st in zip(ofs, strides))
+    a_tensor = nnc.Tensor.empty(_SIX_D, "float32")
+    a_tensor.numpy()[...] = 1
+    nnc.tensor_zero(a_tensor.view((8, 12, 15, 2, 3, 4), offset=offset, strides=strides))
+    b_tensor = nnc.Tensor.empty(_SIX_D, "float32")
+    b_tensor.numpy()[...] = 1
+    flat = b_tensor.numpy().reshape(-1)
+    for index in np.ndindex(8, 12, 15, 2, 3):
+        start = offset + sum(i * st for i, st in zip(index, strides))
+        flat[start:start + 4] = 0
+    assert nnc.tensor_eq(a_tensor, b_tensor), "zero'ed tensor view should be equal"
+    assert not (a_tensor.numpy() == 0).all()
+
+
+def test_nnc_hint_tensor():
+    """CMD_CONVOLUTION_FORWARD(1, 128, 4, 5, 3) with border begin (1, 1), end (1, 2) and stride
+    (8, 7) on a 234x128x3 image: ccv_nnc_hint_tensor_auto gives 30x19x128."""
+    cmd = nnc.Cmd("CONVOLUTION", stride=(8, 7), padding=(1, 1, 1, 2))
+    (b,) = nnc.hint_tensor_auto(cmd, [(234, 128, 3), (128, 4, 5, 3), (128,)])
+    assert b[0] == 30, "height should be 30"
+    assert b[1] == 19, "width should be 19"
+    assert b[2] == 128, "channel should be the convolution filter count"
+
+
+def test_nnc_tensor_mapped_from_file(tmp_path):
+    path = tmp_path / "tensor.bin"
+    path.write_bytes(np.arange(1, 4096 * 5 + 1, dtype="<f4").tobytes())
+    tensor_a = nnc.tensor_new_from_file(path, 5, "float32", 0)
+    np.testing.assert_allclose(tensor_a.numpy(), [1, 2, 3, 4, 5], rtol=0, atol=1e-5,
+                               err_msg="the first 5 element should be equal")
+    tensor_b = nnc.tensor_new_from_file(path, 4, "float32", 4096 * 4 * 4)
+    np.testing.assert_allclose(tensor_b.numpy(), 4096 * 4 + np.arange(1, 5), rtol=0, atol=1e-5,
+                               err_msg="the first 4 element should be equal")
+
+
+def test_nnc_resize_tensor():
+    tensor = nnc.Tensor.empty((12, 12, 3), "float32")
+    tensor.numpy().reshape(-1)[:] = np.arange(12 * 12 * 3)
+    tensor = nnc.tensor_resize(tensor, (23, 23, 3))
+    tensor.numpy().reshape(-1)[12 * 12 * 3:] = np.arange(12 * 12 * 3, 23 * 23 * 3)
+    b = nnc.Tensor.empty((23, 23, 3), "float32")
+    b.numpy().reshape(-1)[:] = np.arange(23 * 23 * 3)
+    assert nnc.tensor_eq(tensor, b), "should retain the content when resize a tensor"
 
 
 @pytest.mark.parametrize("dtype", list(CODES))

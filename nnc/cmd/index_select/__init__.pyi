@@ -6,5 +6,7 @@ untyped definitions."""
 from typing import Any
 
 INDEX_DTYPES: tuple[str, ...]
+FLOAT_INDEX_DTYPES: tuple[str, ...]
+FLOAT_TABLE_DTYPES: tuple[str, ...]
 
 def register() -> Any: ...

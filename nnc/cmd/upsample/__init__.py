@@ -1,20 +1,21 @@
 """Layer 2 command, the upsample family: this module (the definition and CPU_REF), cpu_opt.pyx
 (CPU_OPT). No GPU backend.
 
-UPSAMPLE resizes the spatial axes of an NHWC image (NNC: cmd/upsample, CCV_NNC_UPSAMPLE_FORWARD,
+UPSAMPLE resizes the spatial axes of an image (NNC: cmd/upsample, CCV_NNC_UPSAMPLE_FORWARD,
 whose ``upsample.type`` and ``align_corners`` are ``type`` and ``align_corners`` here). One
-input [N, H, W, C] or [H, W, C], one output of the same rank, batch and channels and any
-Ho, Wo >= 1: the output's shape sets the scale (NNC's width_scale/height_scale only size the
-output, which nnc's caller allocates). Per spatial axis of input size n and output size m the
-ratio is r = n / m, or (n - 1) / max(1, m - 1) with ``align_corners``, and output index o reads
+input [N, H, W, C] or [H, W, C] (an NCHW tensor: [N, C, H, W] or [C, H, W]; an image command,
+so CPU_REF gets it as its NHWC view and the C backend takes NHWC only), one output of the
+input's format and rank, batch and channels and any Ho, Wo >= 1: the output's shape sets the
+scale (NNC's width_scale/height_scale only size the output, which nnc's caller allocates). Per
+spatial axis of input size n and output size m the ratio is r = n / m, or (n - 1) / max(1, m - 1)
+with ``align_corners``, and output index o reads
 
 - ``type="nearest"``: index min(floor((o + 0.5) * r), n - 1), or min(floor(o * r + 0.5), n - 1)
   with ``align_corners`` (NNC's);
 - ``type="bilinear"``: source coordinate s = max((o + 0.5) * r - 0.5, 0), or o * r with
   ``align_corners``; i0 = floor(s), i1 = min(i0 + 1, n - 1), weights 1 - (s - i0) and s - i0,
-  applied along H and W (NNC's, except that NNC lets s go below 0 at the first rows and columns
-  when enlarging, extrapolating from the two edge pixels; nnc clamps s at 0 as PyTorch, ONNX
-  and ONNX Runtime do, so the border repeats the edge pixel, docs/porting.md).
+  applied along H and W (NNC's; NNC does not clamp s, but where it is below 0 both its
+  indices truncate to 0, so its two weights fall on the edge pixel, as the clamp does).
 
 NNC asserts the output is at least the input's size; nnc also shrinks (the same formulas sample
 the input). Ratios are computed in float64 (NNC: float32). Floats only, one dtype; the output may
@@ -48,14 +49,17 @@ def _check_upsample(cmd, inputs, outputs):
     _check.same_dtype(cmd, inputs + outputs)
     _check.floating(cmd, inputs + outputs)
     x, y = inputs[0], outputs[0]
-    if x.ndim not in (3, 4) or y.ndim != x.ndim:
-        raise CommandError(f"UPSAMPLE needs an [N, H, W, C] or [H, W, C] input and an output of "
-                           f"its rank, not shapes {tuple(x.shape)} and {tuple(y.shape)}")
-    lead = x.ndim - 3
-    if tuple(y.shape[:lead]) + (y.shape[-1],) != tuple(x.shape[:lead]) + (x.shape[-1],):
+    xs = _check.nhwc(cmd, x, "input 0")
+    _check.same_format(cmd, x, {"output 0": y})
+    ys = _check.nhwc_shape(y)
+    if len(ys) != len(xs):
+        raise CommandError(f"UPSAMPLE needs an output of the input's rank, not shapes "
+                           f"{tuple(x.shape)} and {tuple(y.shape)}")
+    lead = len(xs) - 3
+    if ys[:lead] + ys[-1:] != xs[:lead] + xs[-1:]:
         raise CommandError(f"UPSAMPLE: output {tuple(y.shape)} must keep the batch and channels "
                            f"of input {tuple(x.shape)} (only H and W change)")
-    if y.size and (min(x.shape[lead:lead + 2]) < 1 or min(y.shape[lead:lead + 2]) < 1):
+    if y.size and (min(xs[lead:lead + 2]) < 1 or min(ys[lead:lead + 2]) < 1):
         raise CommandError(f"UPSAMPLE of input {tuple(x.shape)} to {tuple(y.shape)}: H and W "
                            "must be >= 1")
 
@@ -93,5 +97,6 @@ def _upsample_ref(cmd, inputs, outputs):
 
 
 def register():
-    register_command("UPSAMPLE", inplace="none", check=_check_upsample, normalize=_normalize)
+    register_command("UPSAMPLE", inplace="none", check=_check_upsample, normalize=_normalize,
+                     image=True)
     register_backend("UPSAMPLE", "CPU_REF", _upsample_ref)
