@@ -1,6 +1,6 @@
 """Commands, their backends, the registry, backend selection and one-command execution.
 
-One file of ~770 lines because its parts read and write the same cdef classes (Cmd, Backend) and
+One file of ~890 lines because its parts read and write the same cdef classes (Cmd, Backend) and
 bound records: Cython keeps a class's methods in its module.
 
 NNC: ccv_nnc_cmd.c, cmd/ccv_nnc_cmd.inc. A :class:`Cmd` is a command id plus normalised

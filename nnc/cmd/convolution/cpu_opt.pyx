@@ -1,6 +1,6 @@
 """CONVOLUTION's CPU_OPT backend in C, no GIL: float32 on nnc's own kernels, float64 on BLAS.
 
-One file of ~760 lines because the float32, float64 and depthwise paths share one geometry
+One file of ~830 lines because the float32, float64 and depthwise paths share one geometry
 (conv_t), one part plan, one im2col and one epilogue; the kernels themselves are in the headers.
 
 NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_opt.c, which packs input patches into scratch
