@@ -547,9 +547,34 @@ cdef class Graph:
         cycle = path[seen[i]:] + [i]
         return " -> ".join(self._label(n) for n in cycle)
 
+    cdef int _topo_all(self, int* indegree, int* queue) noexcept:
+        """Kahn over every node (the graph's sources and destinations do not limit it): fills
+        queue with a topological order and returns how many nodes it holds; fewer than the
+        graph's size means a cycle, whose nodes keep indegree > 0 (what _cycle reads). Both
+        arrays hold at least _size ints."""
+        cdef int n = self._size, i, k, j, head = 0, tail = 0
+        memset(indegree, 0, sizeof(int) * n)
+        for i in range(n):
+            for k in range(self._nodes[i].outgoing_size):
+                indegree[self._nodes[i].outgoings[k]] += 1
+        for i in range(n):
+            if indegree[i] == 0:
+                queue[tail] = i
+                tail += 1
+        while head < tail:
+            i = queue[head]
+            head += 1
+            for k in range(self._nodes[i].outgoing_size):
+                j = self._nodes[i].outgoings[k]
+                indegree[j] -= 1
+                if indegree[j] == 0:
+                    queue[tail] = j
+                    tail += 1
+        return tail
+
     cdef int _compile(self) except -1:
         """Recompute the run order; raise GraphError for cycles or unreachable destinations."""
-        cdef int n = self._size, i, k, j, head = 0, tail = 0
+        cdef int n = self._size, i, k, head = 0, tail = 0
         cdef int* indegree = <int*>malloc(sizeof(int) * (n + 1))
         cdef int* queue = <int*>malloc(sizeof(int) * (n + 1))
         cdef char* mark = <char*>malloc(n + 1)
@@ -558,23 +583,7 @@ cdef class Graph:
             if indegree == NULL or queue == NULL or mark == NULL:
                 raise MemoryError()
             # 1. Kahn over the whole graph: any node left unordered lies on or behind a cycle.
-            memset(indegree, 0, sizeof(int) * (n + 1))
-            for i in range(n):
-                for k in range(self._nodes[i].outgoing_size):
-                    indegree[self._nodes[i].outgoings[k]] += 1
-            for i in range(n):
-                if indegree[i] == 0:
-                    queue[tail] = i
-                    tail += 1
-            while head < tail:
-                i = queue[head]
-                head += 1
-                for k in range(self._nodes[i].outgoing_size):
-                    j = self._nodes[i].outgoings[k]
-                    indegree[j] -= 1
-                    if indegree[j] == 0:
-                        queue[tail] = j
-                        tail += 1
+            tail = self._topo_all(indegree, queue)
             if tail < n:
                 raise GraphError(f"graph has a cycle: {self._cycle(indegree)}")
             # queue[0:n] is now a topological order of all nodes.

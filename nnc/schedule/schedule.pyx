@@ -298,28 +298,13 @@ cdef Schedule _partial(Graph g, str stream_type, int max_streams, str policy, ob
 
 
 cdef list part_order(Graph g, list sources, list destinations):
-    cdef int n = g._size, i, k, j, head = 0, tail = 0
+    cdef int n = g._size, i, k, head = 0, tail = 0
     cdef _Scratch mem = _Scratch.__new__(_Scratch)
     cdef int* indegree = mem.ints(n, 0)
     cdef int* queue = mem.ints(n, 0)
     cdef char* mark = <char*>mem.raw(n)
     # Kahn over the whole graph (its own sources and destinations do not limit a part).
-    for i in range(n):
-        for k in range(g._nodes[i].outgoing_size):
-            indegree[g._nodes[i].outgoings[k]] += 1
-    for i in range(n):
-        if indegree[i] == 0:
-            queue[tail] = i
-            tail += 1
-    while head < tail:
-        i = queue[head]
-        head += 1
-        for k in range(g._nodes[i].outgoing_size):
-            j = g._nodes[i].outgoings[k]
-            indegree[j] -= 1
-            if indegree[j] == 0:
-                queue[tail] = j
-                tail += 1
+    tail = g._topo_all(indegree, queue)
     if tail < n:
         g._compile()                    # names the cycle (GraphError)
         raise GraphError(f"{g!r} has a cycle")
