@@ -79,7 +79,6 @@ cdef class Graph:
     # The edge i -> j (i != j), unless it exists: 1 if added, 0 if it was there. The caller
     # checked the graph may change (concat: _check_idle; simplify: inside _enter).
     cdef int _edge_add(self, int i, int j) except -1
-    cdef int _topo_all(self, int* indegree, int* queue) noexcept
     cdef int _compile(self) except -1
     cdef int _run_node(self, int idx) except -1
     cdef int _run_py_node(self, int idx) except -1

@@ -36,6 +36,7 @@ from nnc.base.parallel cimport (
 from nnc.tensor.tensor cimport Tensor, tensor_movable_epoch
 from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
 from nnc.stream.stream cimport Stream
+from nnc.graph.order cimport order_all, order_mark_reached, order_mark_reaching
 
 
 # -- entry points of the layers above (docs/design.md, "Registries") ---------------------------
@@ -547,34 +548,9 @@ cdef class Graph:
         cycle = path[seen[i]:] + [i]
         return " -> ".join(self._label(n) for n in cycle)
 
-    cdef int _topo_all(self, int* indegree, int* queue) noexcept:
-        """Kahn over every node (the graph's sources and destinations do not limit it): fills
-        queue with a topological order and returns how many nodes it holds; fewer than the
-        graph's size means a cycle, whose nodes keep indegree > 0 (what _cycle reads). Both
-        arrays hold at least _size ints."""
-        cdef int n = self._size, i, k, j, head = 0, tail = 0
-        memset(indegree, 0, sizeof(int) * n)
-        for i in range(n):
-            for k in range(self._nodes[i].outgoing_size):
-                indegree[self._nodes[i].outgoings[k]] += 1
-        for i in range(n):
-            if indegree[i] == 0:
-                queue[tail] = i
-                tail += 1
-        while head < tail:
-            i = queue[head]
-            head += 1
-            for k in range(self._nodes[i].outgoing_size):
-                j = self._nodes[i].outgoings[k]
-                indegree[j] -= 1
-                if indegree[j] == 0:
-                    queue[tail] = j
-                    tail += 1
-        return tail
-
     cdef int _compile(self) except -1:
         """Recompute the run order; raise GraphError for cycles or unreachable destinations."""
-        cdef int n = self._size, i, k, head = 0, tail = 0
+        cdef int n = self._size, i, head = 0, tail = 0
         cdef int* indegree = <int*>malloc(sizeof(int) * (n + 1))
         cdef int* queue = <int*>malloc(sizeof(int) * (n + 1))
         cdef char* mark = <char*>malloc(n + 1)
@@ -583,7 +559,7 @@ cdef class Graph:
             if indegree == NULL or queue == NULL or mark == NULL:
                 raise MemoryError()
             # 1. Kahn over the whole graph: any node left unordered lies on or behind a cycle.
-            tail = self._topo_all(indegree, queue)
+            tail = order_all(self._nodes, n, indegree, queue)
             if tail < n:
                 raise GraphError(f"graph has a cycle: {self._cycle(indegree)}")
             # queue[0:n] is now a topological order of all nodes.
@@ -594,11 +570,7 @@ cdef class Graph:
             memset(mark, 0, n + 1)
             for i in srcs:
                 mark[i] = 1
-            for head in range(n):
-                i = queue[head]
-                if mark[i] & 1:
-                    for k in range(self._nodes[i].outgoing_size):
-                        mark[self._nodes[i].outgoings[k]] |= 1
+            order_mark_reached(self._nodes, n, queue, mark)
             missing = [i for i in dsts if not mark[i] & 1]
             if missing:
                 names = ", ".join(self._label(i) for i in missing)
@@ -606,12 +578,7 @@ cdef class Graph:
             # 3. Backward reachability from the destinations, in reverse order (bit 2).
             for i in dsts:
                 mark[i] |= 2
-            for head in range(n - 1, -1, -1):
-                i = queue[head]
-                for k in range(self._nodes[i].outgoing_size):
-                    if mark[self._nodes[i].outgoings[k]] & 2:
-                        mark[i] |= 2
-                        break
+            order_mark_reaching(self._nodes, n, queue, mark)
             # 4. The run order: the topological order restricted to nodes on a path.
             order = <int*>realloc(self._order, sizeof(int) * (n + 1))
             if order == NULL:

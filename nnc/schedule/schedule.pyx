@@ -27,6 +27,7 @@ from nnc.graph.while_node cimport WhileNode
 from nnc.schedule.costs cimport normalize_costs, shown
 from nnc.schedule.dag cimport dag_t, policy_assign_f
 from nnc.graph.graph cimport EXEC_CONTROL, GraphExec
+from nnc.graph.order cimport order_all, order_mark_reached, order_mark_reaching
 
 ExecSchedule = namedtuple("ExecSchedule", ["streams", "signals", "waits"])
 ExecSchedule.__doc__ = """One node's part of a schedule: the streams it runs on (empty: it does
@@ -298,32 +299,22 @@ cdef Schedule _partial(Graph g, str stream_type, int max_streams, str policy, ob
 
 
 cdef list part_order(Graph g, list sources, list destinations):
-    cdef int n = g._size, i, k, head = 0, tail = 0
+    cdef int n = g._size, i, h
     cdef _Scratch mem = _Scratch.__new__(_Scratch)
     cdef int* indegree = mem.ints(n, 0)
     cdef int* queue = mem.ints(n, 0)
     cdef char* mark = <char*>mem.raw(n)
     # Kahn over the whole graph (its own sources and destinations do not limit a part).
-    tail = g._topo_all(indegree, queue)
-    if tail < n:
+    if order_all(g._nodes, n, indegree, queue) < n:
         g._compile()                    # names the cycle (GraphError)
         raise GraphError(f"{g!r} has a cycle")
     # Bit 1: reachable from a source; bit 2: reaches a destination (as Graph._compile does).
     for i in sources:
         mark[i] |= 1
-    for head in range(n):
-        i = queue[head]
-        if mark[i] & 1:
-            for k in range(g._nodes[i].outgoing_size):
-                mark[g._nodes[i].outgoings[k]] |= 1
+    order_mark_reached(g._nodes, n, queue, mark)
     for i in destinations:
         mark[i] |= 2
-    for head in range(n - 1, -1, -1):
-        i = queue[head]
-        for k in range(g._nodes[i].outgoing_size):
-            if mark[g._nodes[i].outgoings[k]] & 2:
-                mark[i] |= 2
-                break
+    order_mark_reaching(g._nodes, n, queue, mark)
     lone = [i for i in dict.fromkeys(destinations) if not mark[i] & 1]
     lone += [i for i in dict.fromkeys(sources) if not mark[i] & 2 and i not in lone]
     if lone:
@@ -331,7 +322,7 @@ cdef list part_order(Graph g, list sources, list destinations):
         raise ScheduleError(f"no path between the sources and destinations through {names}: "
                             "a partial schedule runs the nodes on a path from a source to a "
                             "destination")
-    return [queue[head] for head in range(n) if mark[queue[head]] == 3]
+    return [queue[h] for h in range(n) if mark[queue[h]] == 3]
 
 
 cdef int check_runnable(Graph g, Schedule sched) except -1:
