@@ -7,19 +7,7 @@
 #include <stdio.h>
 
 #include "nnc.h"
-
-static int failures = 0, checks = 0;
-
-#define EXPECT(call, want)                                                                \
-    do {                                                                                  \
-        int got_ = (call);                                                                \
-        const char* msg_ = nnc_error_message();                                           \
-        int ok_ = got_ == (want) && (got_ == NNC_SUCCESS || (msg_ && msg_[0]));          \
-        checks++;                                                                         \
-        if (!ok_) failures++;                                                             \
-        printf("%s %s -> %d (want %d)%s%s\n", ok_ ? "ok  " : "FAIL", #call, got_, (want), \
-               got_ ? ": " : "", got_ ? msg_ : "");                                       \
-    } while (0)
+#include "expect.h"
 
 #define NEAR(x, want) EXPECT(fabs((x) - (want)) < 1e-5 ? NNC_SUCCESS : NNC_ERROR_UNKNOWN, \
                              NNC_SUCCESS)
