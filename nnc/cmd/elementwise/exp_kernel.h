@@ -28,28 +28,40 @@ static inline float nnc_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; 
 static inline uint64_t nnc_d2u(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
 static inline double nnc_u2d(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
 
-/* exp(x) = s1 * s2 * (1 + *q) with *q = expm1(r); returns nothing, fills the parts so that
-   callers wanting expm1 (tanh) avoid the cancellation in exp(x) - 1. NaN gives a NaN *q. */
-static inline void nnc_exp_parts_f32(float x, float* q, float* s1, float* s2)
+/* The one reduction of float32 exp: x = n ln2 + r (|r| <= ln2 / 2), returns expm1(r) and sets
+   *n. Valid while x / ln2 rounds within int32 (every caller bounds or clamps x). NaN gives a NaN
+   result. */
+static inline float nnc_exp_reduce_f32(float x, int32_t* n)
 {
     const float magic = 12582912.0f;                 /* 1.5 * 2^23: adding it rounds */
-    float xc = x < -104.0f ? -104.0f : x;            /* exp(-104) < 2^-150: rounds to 0 */
-    xc = xc > 89.0f ? 89.0f : xc;                    /* exp(89) > FLT_MAX: inf */
-    float t = xc * 1.44269504088896341f + magic;
-    float n = t - magic;                             /* round(x / ln2), exactly */
-    float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+    float t = x * 1.44269504088896341f + magic;
+    float nf = t - magic;                            /* round(x / ln2), exactly */
+    float r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
     float p = 1.9875691500e-4f;                      /* minimax expm1(r) = r + r^2 p(r) */
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    *q = r + (r * r) * p;
-    int32_t ni = (int32_t)(nnc_f2u(t) - nnc_f2u(magic));
+    *n = (int32_t)(nnc_f2u(t) - nnc_f2u(magic));
+    return r + (r * r) * p;
+}
+
+/* 2^n as a float, for n of a normal float (-126..127). */
+static inline float nnc_exp2i_f32(int32_t n) { return nnc_u2f((uint32_t)(n + 127) << 23); }
+
+/* exp(x) = s1 * s2 * (1 + *q) with *q = expm1(r); returns nothing, fills the parts so that
+   callers wanting expm1 (tanh) avoid the cancellation in exp(x) - 1. NaN gives a NaN *q. */
+static inline void nnc_exp_parts_f32(float x, float* q, float* s1, float* s2)
+{
+    float xc = x < -104.0f ? -104.0f : x;            /* exp(-104) < 2^-150: rounds to 0 */
+    xc = xc > 89.0f ? 89.0f : xc;                    /* exp(89) > FLT_MAX: inf */
+    int32_t ni;
+    *q = nnc_exp_reduce_f32(xc, &ni);
     int32_t n1 = ni >> 1;
     int32_t n2 = ni - n1;
-    *s1 = nnc_u2f((uint32_t)(n1 + 127) << 23);
-    *s2 = nnc_u2f((uint32_t)(n2 + 127) << 23);
+    *s1 = nnc_exp2i_f32(n1);
+    *s2 = nnc_exp2i_f32(n2);
 }
 
 static inline float nnc_exp_f32(float x)
@@ -65,19 +77,9 @@ static inline float nnc_exp_f32(float x)
    softmax_kernel.h's exp(x - max) above -87). NaN gives NaN (through the polynomial). */
 static inline float nnc_exp_bounded_f32(float x)
 {
-    const float magic = 12582912.0f;
-    float t = x * 1.44269504088896341f + magic;
-    float n = t - magic;
-    float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float q = r + (r * r) * p;
-    int32_t ni = (int32_t)(nnc_f2u(t) - nnc_f2u(magic));
-    return (1.0f + q) * nnc_u2f((uint32_t)(ni + 127) << 23);
+    int32_t ni;
+    float q = nnc_exp_reduce_f32(x, &ni);
+    return (1.0f + q) * nnc_exp2i_f32(ni);
 }
 
 /* exp(x) for -170 <= x <= 88 only: nnc_exp_f32 without its clamps, for callers whose argument
@@ -85,21 +87,11 @@ static inline float nnc_exp_bounded_f32(float x)
    normal exponents there, so subnormal results still round once. NaN gives NaN. */
 static inline float nnc_exp_unclamped_f32(float x)
 {
-    const float magic = 12582912.0f;
-    float t = x * 1.44269504088896341f + magic;
-    float n = t - magic;
-    float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float q = r + (r * r) * p;
-    int32_t ni = (int32_t)(nnc_f2u(t) - nnc_f2u(magic));
+    int32_t ni;
+    float q = nnc_exp_reduce_f32(x, &ni);
     int32_t n1 = ni >> 1;
     int32_t n2 = ni - n1;
-    return ((1.0f + q) * nnc_u2f((uint32_t)(n1 + 127) << 23)) * nnc_u2f((uint32_t)(n2 + 127) << 23);
+    return ((1.0f + q) * nnc_exp2i_f32(n1)) * nnc_exp2i_f32(n2);
 }
 
 static inline void nnc_exp_parts_f64(double x, double* q, double* s1, double* s2)
