@@ -57,10 +57,31 @@ KERNEL_PXDS = {h: [".".join(p.with_suffix("").parts) for p in Path("nnc").rglob(
                    if f'"{h}"' in p.read_text(encoding="utf-8")] for h in KERNEL_HEADERS}
 
 
+# The headers each header #includes, followed to the end (act_kernel.h includes exp_kernel.h):
+# a module that names one header depends on all of them.
+def _header_closure():
+    direct = {h: {i for i in KERNEL_HEADERS
+                  if i != h and f'"{i}"' in Path("nnc", h).read_text(encoding="utf-8")}
+              for h in KERNEL_HEADERS}
+    closure = {}
+    for h in KERNEL_HEADERS:
+        seen, todo = {h}, [h]
+        while todo:
+            for i in direct[todo.pop()] - seen:
+                seen.add(i)
+                todo.append(i)
+        closure[h] = seen
+    return closure
+
+
+KERNEL_CLOSURE = _header_closure()
+
+
 def kernel_depends(src):
     text = Path(src).read_text(encoding="utf-8")
-    return [f"nnc/{h}" for h in KERNEL_HEADERS
-            if f'"{h}"' in text or any(m in text for m in KERNEL_PXDS[h])]
+    named = [h for h in KERNEL_HEADERS
+             if f'"{h}"' in text or any(m in text for m in KERNEL_PXDS[h])]
+    return sorted({f"nnc/{i}" for h in named for i in KERNEL_CLOSURE[h]})
 
 
 extensions = [
