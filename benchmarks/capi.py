@@ -14,6 +14,12 @@ interpreter) and reports the median of R samples of:
   (a chain), against ``Engine.push`` of the same C function from Python in the same process
   and rounds (the C program's embedded interpreter); the pushing thread's time only, the ops'
   completion waited for untimed. Two pool threads (``NNC_NUM_THREADS=2``).
+- ``gated push``: the same, each op also reading a var whose first op (a gate) sleeps until
+  the pushes are timed: nothing runs meanwhile, so this is the host's own cost of a push,
+  without the pool's threads sharing the cores and the ops' cache lines.
+
+OpenBLAS is held to one thread in the C program: nothing here calls BLAS, and its idle threads
+spinning on the two cores made the push rows noisy.
 """
 
 import pathlib
@@ -56,7 +62,8 @@ def run(repeat):
         subprocess.run([*cc, "-std=c11", "-O2", str(HERE / "capi_bench.c"), "-o", str(exe),
                         *embed.cflags(), *embed.ldflags()], check=True)
         out = subprocess.run([str(exe), str(repeat)], capture_output=True, text=True,
-                             env={**embed.environment(), "NNC_NUM_THREADS": "2"},
+                             env={**embed.environment(), "NNC_NUM_THREADS": "2",
+                                  "OPENBLAS_NUM_THREADS": "1"},
                              check=True).stdout
     samples = {}
     for line in out.splitlines():
@@ -79,6 +86,11 @@ def render(r):
         ["engine push from Python, no vars, ns", _util.fmt(m["py_push_none_ns"])],
         ["engine push from C, one var mutated, ns", _util.fmt(m["push_chain_ns"])],
         ["engine push from Python, one var mutated, ns", _util.fmt(m["py_push_chain_ns"])],
+        ["gated engine push from C, no vars, ns", _util.fmt(m["push_gated_none_ns"])],
+        ["gated engine push from Python, no vars, ns", _util.fmt(m["py_push_gated_none_ns"])],
+        ["gated engine push from C, one var mutated, ns", _util.fmt(m["push_gated_chain_ns"])],
+        ["gated engine push from Python, one var mutated, ns",
+         _util.fmt(m["py_push_gated_chain_ns"])],
     ]
     return _util.table(["quantity (median)", "value"], rows)
 

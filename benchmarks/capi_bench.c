@@ -7,9 +7,15 @@
  *   push_{none,chain}_ns      ns per nnc_engine_push of a C no-op (no vars; mutating one var)
  *   py_push_{none,chain}_ns   ns per Engine.push of the same C function from Python, in this
  *                             process (the embedded interpreter), in the same rounds
+ *   push_gated_{none,chain}_ns, py_push_gated_{none,chain}_ns
+ *                             the same, each op also reading a var that a first op (the gate,
+ *                             asleep until the pushes are done) mutates: nothing runs while
+ *                             the pushes are timed, so they are the host's own cost, without
+ *                             the pool's threads taking the cores or the ops' cache lines
  * The push times count the pushing thread only (the pushes' loop); the ops' completion is
  * waited for afterwards, untimed. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -35,12 +41,37 @@ static int noop(void* arg) {
     return 0;
 }
 
-/* ns per push of PUSHES no-ops on engine e (mutating *var, or nothing when var is NULL). */
-static double c_push_ns(nnc_engine_h e, nnc_engine_var_h* var, int pushes) {
-    double t0 = now(), t;
-    int i;
-    for (i = 0; i < pushes; i++) CHECK(nnc_engine_push(e, noop, NULL, NULL, 0, var, var ? 1 : 0));
+/* The gate: an op that sleeps until gate_open is set (the pushes behind it are timed). */
+static atomic_int gate_open;
+
+static int gate_release(void* arg) {
+    (void)arg;
+    atomic_store(&gate_open, 1);
+    return 0;
+}
+
+static int gate(void* arg) {
+    struct timespec nap = {0, 50000};
+    (void)arg;
+    while (!atomic_load(&gate_open)) nanosleep(&nap, NULL);
+    return 0;
+}
+
+/* ns per push of PUSHES no-ops on engine e (mutating *var, or nothing when var is NULL); with
+   gate_var, each also reads it, and a gate op mutating it is pushed first. */
+static double c_push_ns(nnc_engine_h e, nnc_engine_var_h* var, nnc_engine_var_h* gate_var,
+                        int pushes) {
+    double t0, t;
+    int i, nr = gate_var ? 1 : 0;
+    if (gate_var) {
+        atomic_store(&gate_open, 0);
+        CHECK(nnc_engine_push(e, gate, NULL, NULL, 0, gate_var, 1));
+    }
+    t0 = now();
+    for (i = 0; i < pushes; i++)
+        CHECK(nnc_engine_push(e, noop, NULL, gate_var, nr, var, var ? 1 : 0));
     t = now() - t0;
+    atomic_store(&gate_open, 1);
     CHECK(nnc_engine_wait_all(e));
     return t / pushes * 1e9;
 }
@@ -50,14 +81,21 @@ static const char* py_setup =
     "import time, nnc\n"
     "from nnc.engine.engine import CFUNC\n"
     "_noop = CFUNC(%llu)\n"
+    "_gate = CFUNC(%llu)\n"
+    "_open = CFUNC(%llu)\n"
     "_e = nnc.Engine()\n"
     "_v = _e.new_var()\n"
-    "def _py_push_ns(n, chain):\n"
+    "_g = _e.new_var()\n"
+    "def _py_push_ns(n, chain, gated):\n"
     "    push, fn, mut = _e.push, _noop, [_v] if chain else []\n"
+    "    read = [_g] if gated else []\n"
+    "    if gated:\n"
+    "        _e.push(_gate, mutate=[_g])\n"
     "    t0 = time.perf_counter()\n"
     "    for _ in range(n):\n"
-    "        push(fn, mutate=mut)\n"
+    "        push(fn, read=read, mutate=mut)\n"
     "    t = time.perf_counter() - t0\n"
+    "    _open(None)\n"
     "    _e.wait_all()\n"
     "    return t / n * 1e9\n";
 
@@ -80,7 +118,7 @@ int main(int argc, char** argv) {
     enum { NODES = 1000, CALLS = 200000, SPINS = 8, PUSHES = 20000 };
     char code[2048];
     nnc_engine_h engine;
-    nnc_engine_var_h var;
+    nnc_engine_var_h var, gate_var;
     int repeat = argc > 1 ? atoi(argv[1]) : 5, r, i, n;
     static float x[NODES + 1];
     int64_t dim = 1;
@@ -104,11 +142,13 @@ int main(int argc, char** argv) {
     for (i = 0; i < 2; i++) CHECK(nnc_stream_new("cpu", &s[i]));
     CHECK(nnc_engine_new(&engine, 0));
     CHECK(nnc_engine_var_new(engine, &var));
-    snprintf(code, sizeof(code), py_setup, (unsigned long long)(size_t)noop);
+    CHECK(nnc_engine_var_new(engine, &gate_var));
+    snprintf(code, sizeof(code), py_setup, (unsigned long long)(size_t)noop,
+             (unsigned long long)(size_t)gate, (unsigned long long)(size_t)gate_release);
     py_run(code);
     CHECK(nnc_graph_run(g, NULL));  /* warm-ups */
-    c_push_ns(engine, &var, PUSHES);
-    py_run("_py_push_ns(20000, True)");
+    c_push_ns(engine, &var, NULL, PUSHES);
+    py_run("_py_push_ns(20000, True, False)");
     for (r = 0; r < repeat; r++) {
         t0 = now();
         for (i = 0; i < CALLS; i++) CHECK(nnc_graph_exec_count(g, &n));
@@ -122,13 +162,17 @@ int main(int argc, char** argv) {
             for (i = 0; i < n; i++) CHECK(nnc_stream_wait(s[i]));
             printf("%s %.3f\n", n == 1 ? "one_ms" : "two_ms", (now() - t0) * 1e3);
         }
-        printf("push_none_ns %.3f\n", c_push_ns(engine, NULL, PUSHES));
-        printf("push_chain_ns %.3f\n", c_push_ns(engine, &var, PUSHES));
+        printf("push_none_ns %.3f\n", c_push_ns(engine, NULL, NULL, PUSHES));
+        printf("push_chain_ns %.3f\n", c_push_ns(engine, &var, NULL, PUSHES));
+        printf("push_gated_none_ns %.3f\n", c_push_ns(engine, NULL, &gate_var, PUSHES));
+        printf("push_gated_chain_ns %.3f\n", c_push_ns(engine, &var, &gate_var, PUSHES));
         fflush(stdout);  /* Python's prints share the descriptor: keep lines whole */
-        py_run("print('py_push_none_ns', _py_push_ns(20000, False), flush=True)\n"
-               "print('py_push_chain_ns', _py_push_ns(20000, True), flush=True)\n");
+        py_run("for _k, _c, _gt in (('none', False, False), ('chain', True, False),\n"
+               "                    ('gated_none', False, True), ('gated_chain', True, True)):\n"
+               "    print(f'py_push_{_k}_ns', _py_push_ns(20000, _c, _gt), flush=True)\n");
     }
     CHECK(nnc_engine_var_free(var));
+    CHECK(nnc_engine_var_free(gate_var));
     CHECK(nnc_engine_free(engine));
     return nnc_finalize() == NNC_SUCCESS ? 0 : 1;
 }

@@ -19,6 +19,7 @@ this module's ``__pyx_capi__`` like the rest. Each function is a thin wrapper; t
 live in nnc/capi/handle.pyx.
 """
 
+from cpython.object cimport PyObject
 from libc.stdint cimport int64_t, uintptr_t
 from libc.string cimport memcpy
 
@@ -32,11 +33,12 @@ from nnc.capi.handle cimport (
     NNC_PRIORITY_DEFAULT, arg_count, arg_exec, arg_execs, arg_out, arg_tensors, arg_text,
     c_case_of_f, c_engine_fn_f, c_exec_ctx_f, c_exec_f, c_param_t, c_part_f, c_stream_callback_f,
     c_tensor_t, c_while_f, capi_fail, capi_message, capi_set_message, handle_clear, handle_free,
-    handle_get, handle_new, handle_release, nnc_cmd_h, nnc_engine_h, nnc_engine_var_h,
+    handle_get, handle_new, handle_peek, handle_release, nnc_cmd_h, nnc_engine_h, nnc_engine_var_h,
     nnc_graph_exec_h, nnc_graph_h, nnc_graph_static_schedule_h, nnc_signal_h, nnc_stream_h,
     nnc_tensor_h,
 )
 from nnc.engine.engine cimport Engine
+from nnc.engine.op cimport EngineVar, var_t
 from nnc.cmd.command cimport nnc_cmd_exec_f, nnc_cmd_param_t, register_c_backend
 from nnc.graph.graph cimport Graph, GraphExec
 from nnc.stream.stream cimport Signal, Stream

@@ -47,6 +47,9 @@ cdef extern from "nnc_types.h":
 
 cdef dict _thunks = {}                  # (fn address, user address) -> its thunk's slot
 
+cdef enum:
+    PUSH_VARS = 32                      # vars of a push looked up without a Python list
+
 
 cdef api int nnc_cmd_backend_register_ctx(const char* command, const char* backend,
                                           c_exec_ctx_f fn, void* user, int datatypes,
@@ -117,6 +120,19 @@ cdef list _engine_vars(Engine eng, const nnc_engine_var_h* items, int n, str wha
     return out
 
 
+cdef bint _peek_vars(var_t** out, const nnc_engine_var_h* items, int n) noexcept:
+    """The C state of n var handles into out; False if any is NULL, freed or mistyped (then
+    _engine_vars says which)."""
+    cdef PyObject* obj
+    cdef int i
+    for i in range(n):
+        obj = handle_peek(items[i], K_ENGINE_VAR)
+        if obj == NULL:
+            return False
+        out[i] = &(<EngineVar>obj).v
+    return True
+
+
 cdef api int nnc_engine_push(nnc_engine_h engine, c_engine_fn_f fn, void* arg,
                              const nnc_engine_var_h* reads, int read_size,
                              const nnc_engine_var_h* mutates,
@@ -125,13 +141,31 @@ cdef api int nnc_engine_push(nnc_engine_h engine, c_engine_fn_f fn, void* arg,
     (through reads and mutates) is done; returns at once (Engine.push of a C function, without
     its Python call and argument parsing). A nonzero return fails the op: Engine's error rule.
     MXNet: PushAsync."""
+    # Up to PUSH_VARS vars, the handles are looked up in C into this array: no Python object
+    # is made for a push (the lists and messages of the general path cost more than the
+    # push itself). The vars are borrowed from the handle table, which runs no Python code
+    # until the op is committed; a recording engine keeps them, so it takes the general path.
+    cdef var_t* local[PUSH_VARS]
+    cdef PyObject* obj = handle_peek(engine, K_ENGINE)
     cdef Engine eng
     try:
+        if (obj != NULL and fn != NULL and 0 <= read_size and 0 <= mutate_size
+                and read_size + mutate_size <= PUSH_VARS
+                and (read_size == 0 or reads != NULL) and (mutate_size == 0 or mutates != NULL)
+                and _peek_vars(local, reads, read_size)
+                and _peek_vars(local + read_size, mutates, mutate_size)):
+            eng = <Engine>obj           # a reference: the push's last step may run finalizers
+            if eng._recording is None:
+                eng.push_c(<size_t>fn, <size_t>arg, local, read_size, mutate_size)
+                return 0
+        # Anything else: the general path, whose checks name what is wrong.
         eng = <Engine>handle_get(engine, K_ENGINE, "engine")
         if fn == NULL:
             raise NullError("fn is NULL")
-        eng.push_c(<size_t>fn, <size_t>arg, _engine_vars(eng, reads, read_size, "reads"),
-                   _engine_vars(eng, mutates, mutate_size, "mutates"))
+        read_list = _engine_vars(eng, reads, read_size, "reads")
+        mutate_list = _engine_vars(eng, mutates, mutate_size, "mutates")
+        eng._take_vars(read_list, mutate_list)
+        eng.push_c(<size_t>fn, <size_t>arg, eng._vars, read_size, mutate_size)
         return 0
     except BaseException as e:
         return capi_fail(e)

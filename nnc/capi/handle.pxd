@@ -1,4 +1,5 @@
 # The C API's handle table, error reporting and argument conversion (nnc/capi/capi.pyx uses them).
+from cpython.object cimport PyObject
 from libc.stdint cimport int64_t
 
 from nnc.graph.graph cimport Graph, GraphExec
@@ -77,6 +78,7 @@ cdef int capi_fail(object e) noexcept
 cdef int capi_set_message(str text) noexcept
 cdef size_t handle_new(object obj, int kind) except 0
 cdef object handle_get(const void* h, int kind, str what)
+cdef PyObject* handle_peek(const void* h, int kind) noexcept
 cdef int handle_free(const void* h, int kind, str what) except -1
 cdef int handle_release(const void* h, int kind, str what) noexcept
 cdef int handle_clear() except -1

@@ -7,7 +7,9 @@ is refused without being dereferenced. State owned here: the table (guarded by t
 each thread's last error message. nnc/capi/capi.pyx, the exported functions, is the only user.
 """
 
+from cpython.object cimport PyObject
 from libc.stdint cimport uintptr_t
+from libc.stdlib cimport realloc
 from libc.string cimport memcpy
 
 import ast
@@ -56,6 +58,17 @@ cdef list _table = []
 cdef list _free_slots = []              # free slots, reused last-freed first
 
 
+# The table's C mirror, for handle_peek: slot i is (generation, kind, object) of _table[i],
+# the object borrowed from the entry (NULL while free). Written with the entry, before anything
+# that may run Python code; same lock (the GIL).
+ctypedef struct slot_t:
+    uintptr_t generation
+    int kind
+    PyObject* obj
+cdef slot_t* _slots = NULL
+cdef Py_ssize_t _cap_slots = 0
+
+
 class NullError(NNCError, ValueError):
     """A required pointer or handle is NULL."""
 
@@ -68,9 +81,24 @@ class RangeError(NNCError, IndexError):
     """An index or a count is out of range."""
 
 
+cdef int _slots_reserve(Py_ssize_t n) except -1:
+    """Room for n slots in the mirror (before the table grows to n entries)."""
+    global _slots, _cap_slots
+    cdef slot_t* grown
+    cdef Py_ssize_t cap
+    if n > _cap_slots:
+        cap = max(64, 2 * _cap_slots, n)
+        grown = <slot_t*>realloc(_slots, sizeof(slot_t) * cap)
+        if grown == NULL:
+            raise MemoryError()
+        _slots, _cap_slots = grown, cap
+    return 0
+
+
 cdef size_t handle_new(object obj, int kind) except 0:
     cdef Py_ssize_t slot
     cdef list entry
+    _slots_reserve(len(_table) + 1)
     if _free_slots:
         slot = _free_slots.pop()
         entry = _table[slot]
@@ -82,6 +110,9 @@ cdef size_t handle_new(object obj, int kind) except 0:
         entry = [obj, kind, 1]
         _table.append(entry)            # nothing between these two lines can run Python code
         slot = len(_table) - 1
+    _slots[slot].generation = <uintptr_t>entry[2]
+    _slots[slot].kind = kind
+    _slots[slot].obj = <PyObject*>obj
     return (<uintptr_t>entry[2] << SLOT_BITS) | <uintptr_t>(slot + 1)
 
 
@@ -104,12 +135,28 @@ cdef object handle_get(const void* h, int kind, str what):
     return _entry(h, kind, what)[0]
 
 
+cdef PyObject* handle_peek(const void* h, int kind) noexcept:
+    """handle_get's object (borrowed: the table keeps it while the handle lives), or NULL for
+    any handle handle_get refuses (then ask it for the message). Plain C: a hot path's
+    lookup."""
+    cdef uintptr_t v = <uintptr_t>h
+    cdef Py_ssize_t slot = <Py_ssize_t>(v & SLOT_MASK) - 1
+    if h == NULL or slot < 0 or slot >= len(_table):
+        return NULL
+    if _slots[slot].generation != v >> SLOT_BITS or _slots[slot].kind != kind:
+        return NULL
+    return _slots[slot].obj
+
+
 cdef int _retire(Py_ssize_t slot) except -1:
     cdef list entry = _table[slot]
     obj = entry[0]                      # released last, by the del below
     entry[0] = None
     entry[1] = K_FREE
     entry[2] = 1 if entry[2] + 1 >= <long long>GEN_LIMIT else entry[2] + 1
+    _slots[slot].generation = <uintptr_t>entry[2]
+    _slots[slot].kind = K_FREE
+    _slots[slot].obj = NULL
     _free_slots.append(slot)
     del obj
     return 0

@@ -2,7 +2,7 @@
 # pool jobs; stream= ops go on the caller's CPU stream). Its C state (vars, ops) is declared in
 # nnc/engine/op.pxd.
 
-from nnc.engine.op cimport engine_t, op_t
+from nnc.engine.op cimport engine_t, op_t, var_t
 from nnc.stream.worker cimport stream_task_t
 
 
@@ -25,12 +25,18 @@ cdef class Engine:
     cdef size_t _last_addr
     cdef long long _stamp               # bumped by 2 per _vars call: var_t.stamp values
     cdef dict _buffers                  # (device, lo, hi) -> [var, vars it overlaps]
+    # Push scratch: the vars of the push being made, read= then mutate= (_take_vars).
+    cdef var_t** _vars
+    cdef Py_ssize_t _cap_vars
     cdef list _recording                # entries of the active record() region, or None
 
-    cdef int push_c(self, size_t cfn, size_t carg, list reads, list muts) except -1
-    cdef int _commit(self, op_t* op, object reads, object muts, object stream) except -1
+    cdef int push_c(self, size_t cfn, size_t carg, var_t** vars, Py_ssize_t nr,
+                    Py_ssize_t nm) except -1
+    cdef int _commit(self, op_t* op, var_t** vars, Py_ssize_t nr, Py_ssize_t nm,
+                     object stream) except -1
     cdef int _check_var(self, object v, str what) except -1
-    cdef int _check_vars(self, object reads, object muts) except -1
+    cdef int _take_vars(self, object reads, object muts) except -1
+    cdef int _check_ptrs(self, var_t** vars, Py_ssize_t nr, Py_ssize_t nm) except -1
     cdef object _check_stream(self, object stream)
     cdef int _naive_wait(self, op_t* op) except -1
     cdef int _finish_push(self, object stream) except -1

@@ -7,7 +7,7 @@ whose completion releases it (nnc/engine/op.pyx). Var state is updated at push t
 only (GIL held), so workers touch no var list and take no engine lock. docs/engine.md explains
 the design, the error rule and who owns what.
 
-One file of ~700 lines because it is one cdef class: Cython keeps a class's methods in its module,
+One file of ~770 lines because it is one cdef class: Cython keeps a class's methods in its module,
 and the Engine's push, wait and delete paths share its private state; the ops' C state and
 their running are nnc/engine/op.pyx, recording into a graph nnc/engine/region_graph.py.
 """
@@ -150,6 +150,7 @@ cdef class Engine:
     def __cinit__(self):
         self.e = NULL
         self.tasks = NULL
+        self._vars = NULL
 
     def __init__(self, naive=False):
         if self.e != NULL:
@@ -168,6 +169,7 @@ cdef class Engine:
     def __dealloc__(self):
         cdef engine_t* e = self.e
         free(self.tasks)
+        free(self._vars)
         if e != NULL:
             self.e = NULL
             nnc_engine_add(&e.refs, -self.credit)   # never the last: the Engine's is left
@@ -207,15 +209,17 @@ cdef class Engine:
             raise EngineError(f"{what}: {v!r} was deleted (delete_var)")
         return 0
 
-    cdef int _commit(self, op_t* op, object reads, object muts, object stream) except -1:
-        """Make op depend on the vars' earlier ops, update the vars, then dispatch it: on the
+    cdef int _commit(self, op_t* op, var_t** vars, Py_ssize_t nr, Py_ssize_t nm,
+                     object stream) except -1:
+        """Make op depend on the earlier ops of the vars it reads (vars[:nr]) and mutates
+        (vars[nr:nr + nm], checked by _check_ptrs), update the vars, then dispatch it: on the
         pool once nothing it depends on is running (completion-time dispatch, MXNet's), on
         ``stream`` behind waits, or inline (naive). No Python code runs from here to the
         dispatch (nothing is allocated or released: the GIL alone keeps pushes from several
         threads apart, see docs/engine.md)."""
         cdef engine_t* e = self.e
-        cdef Py_ssize_t nr = len(reads), need = nr, i, j, nw = 0
-        cdef EngineVar v
+        cdef Py_ssize_t need = nr, i, j, nw = 0
+        cdef var_t* v
         cdef op_t* w
         cdef long long seq
         cdef stream_t* q = NULL
@@ -223,8 +227,8 @@ cdef class Engine:
         cdef stream_task_t* tgrown
         if e.pushed & 15 == 0:
             reclaim(e)                  # every 16 pushes: each take moves a shared line
-        for v in muts:
-            need += 1 + v.v.n_readers
+        for i in range(nr, nr + nm):
+            need += 1 + vars[i].n_readers
         try:
             op_reserve_deps(op, need)
             if stream is not None and need + 1 > self.cap_tasks:
@@ -240,19 +244,20 @@ cdef class Engine:
         seq = e.pushed
         op.seq = seq
         op.mark = seq
-        op.muts = <var_t**>(op.buf + nr)   # callers made room for nr + 2 * len(muts)
-        op.mut_version = <long long*>(op.buf + nr + len(muts))
+        op.muts = <var_t**>(op.buf + nr)   # callers made room for nr + 2 * nm
+        op.mut_version = <long long*>(op.buf + nr + nm)
         # Dependencies (marked, not referenced: an op stays in its engine's limbo until
         # every op up to its mark is reclaimed): the last writer of each var read (RAW; their
         # errors skip op), then the last writer and the readers since of each var mutated
         # (WAW, WAR). op_park goes through them, skipping those done.
-        for v in reads:
-            _dep_add(op, <op_t*>v.v.last_writer, seq)
+        for i in range(nr):
+            _dep_add(op, <op_t*>vars[i].last_writer, seq)
         op.n_reads = op.n_deps
-        for v in muts:
-            _dep_add(op, <op_t*>v.v.last_writer, seq)
-            for j in range(v.v.n_readers):
-                _dep_add(op, <op_t*>v.v.readers[j], seq)
+        for i in range(nr, nr + nm):
+            v = vars[i]
+            _dep_add(op, <op_t*>v.last_writer, seq)
+            for j in range(v.n_readers):
+                _dep_add(op, <op_t*>v.readers[j], seq)
         # What op may still wait for: all of them, newest first (op_park skips those done).
         op.newest = _newest(op.deps, op.n_deps)
         op.n_wait = op.n_deps
@@ -296,20 +301,21 @@ cdef class Engine:
         elif op.kind == OP_CMD_C:
             op.context = thread_context()   # used only if it runs inline (naive)
         # The vars now name this op.
-        for v in reads:
-            readers_add(e, &v.v, op)
-        for v in muts:
-            if v.v.last_writer != NULL:
-                op_unref(e, <op_t*>v.v.last_writer)
-            for j in range(v.v.n_readers):
-                op_unref(e, <op_t*>v.v.readers[j])
-            v.v.n_readers = 0
+        for i in range(nr):
+            readers_add(e, vars[i], op)
+        for i in range(nr, nr + nm):
+            v = vars[i]
+            if v.last_writer != NULL:
+                op_unref(e, <op_t*>v.last_writer)
+            for j in range(v.n_readers):
+                op_unref(e, <op_t*>v.readers[j])
+            v.n_readers = 0
             op.refs += 1
-            v.v.last_writer = op
-            Py_IncRef(v.v.owner)
-            v.v.writes += 1
-            op.muts[op.n_muts] = &v.v
-            op.mut_version[op.n_muts] = v.v.writes
+            v.last_writer = op
+            Py_IncRef(v.owner)
+            v.writes += 1
+            op.muts[op.n_muts] = v
+            op.mut_version[op.n_muts] = v.writes
             op.n_muts += 1
         op.queue = q
         op.live_prev = e.live_tail
@@ -346,24 +352,46 @@ cdef class Engine:
                 op_run(op)
         return 0
 
-    cdef int _check_vars(self, object reads, object muts) except -1:
-        """Check read= and mutate= (lists or tuples; MXNet's rule: no var twice, none in both
-        lists, none of another engine or deleted). Runs no Python code but on errors."""
-        cdef long long stamp
-        self._stamp += 2
-        stamp = self._stamp
+    cdef int _take_vars(self, object reads, object muts) except -1:
+        """Check read= and mutate= (lists or tuples of EngineVars) and list their C state in
+        self._vars, reads first, for _commit. Runs no Python code but on errors."""
+        cdef Py_ssize_t nr = len(reads), n = nr + len(muts), i = 0
+        cdef var_t** grown
+        if n > self._cap_vars:
+            grown = <var_t**>realloc(self._vars, sizeof(var_t*) * max(16, 2 * n))
+            if grown == NULL:
+                raise MemoryError()
+            self._vars, self._cap_vars = grown, max(16, 2 * n)
         for v in reads:
             self._check_var(v, "read")
-            if (<EngineVar>v).v.stamp == stamp:
-                raise EngineError(f"{v!r} appears twice in read")
-            (<EngineVar>v).v.stamp = stamp
+            self._vars[i] = &(<EngineVar>v).v
+            i += 1
         for v in muts:
             self._check_var(v, "mutate")
-            if (<EngineVar>v).v.stamp == stamp:
-                raise EngineError(f"{v!r} is in both read and mutate")
-            if (<EngineVar>v).v.stamp == stamp + 1:
-                raise EngineError(f"{v!r} appears twice in mutate")
-            (<EngineVar>v).v.stamp = stamp + 1
+            self._vars[i] = &(<EngineVar>v).v
+            i += 1
+        return self._check_ptrs(self._vars, nr, n - nr)
+
+    cdef int _check_ptrs(self, var_t** vars, Py_ssize_t nr, Py_ssize_t nm) except -1:
+        """MXNet's rule on the vars of one push (vars[:nr] read, vars[nr:nr + nm] mutated):
+        each of this engine and not deleted, none twice, none in both lists. Runs no Python
+        code but on errors."""
+        cdef long long stamp
+        cdef Py_ssize_t i
+        cdef var_t* v
+        self._stamp += 2
+        stamp = self._stamp
+        for i in range(nr + nm):
+            v = vars[i]
+            what = "read" if i < nr else "mutate"
+            if (<EngineVar>v.owner).e != self.e or v.deleted:
+                self._check_var(<object>v.owner, what)    # raises, naming the problem
+            if v.stamp == stamp:
+                raise EngineError(f"{<object>v.owner!r} " + ("appears twice in read" if i < nr
+                                                             else "is in both read and mutate"))
+            if v.stamp == stamp + 1:
+                raise EngineError(f"{<object>v.owner!r} appears twice in mutate")
+            v.stamp = stamp if i < nr else stamp + 1
         return 0
 
     cdef object _check_stream(self, object stream):
@@ -415,6 +443,7 @@ cdef class Engine:
         cdef op_t* op
         cdef int kind
         cdef size_t cfn = 0, carg = 0
+        cdef Py_ssize_t nr, nm
         stream = self._check_stream(stream)
         reads, muts = _var_seq(read, "read"), _var_seq(mutate, "mutate")
         # The same C function again: skip the ctypes calls (_last_addr is 0 while nothing is
@@ -440,8 +469,9 @@ cdef class Engine:
         if not isinstance(priority, int):
             raise EngineError(f"priority must be an int, not {type(priority).__name__}")
         # From the check to the commit no Python code runs: the lists cannot change between.
-        self._check_vars(reads, muts)
-        op = op_new(self.e, len(reads) + 2 * len(muts))   # room for _commit
+        self._take_vars(reads, muts)
+        nr, nm = len(reads), len(muts)
+        op = op_new(self.e, nr + 2 * nm)   # room for _commit
         op.kind = kind
         op.cfn = <int (*)(void*) noexcept nogil>cfn
         op.arg = <void*>carg
@@ -456,28 +486,37 @@ cdef class Engine:
         if name is not None:
             op.name = <PyObject*>name
             Py_IncRef(op.name)
-        self._commit(op, reads, muts, stream)
+        self._commit(op, self._vars, nr, nm, stream)
         if self._recording is not None:
             self._recording.append(("c" if kind == OP_C else "py", fn, arg, tuple(reads),
                                     tuple(muts), name, <size_t>cfn, carg))
         self._finish_push(stream)
 
-    cdef int push_c(self, size_t cfn, size_t carg, list reads, list muts) except -1:
-        """push(fn, read=reads, mutate=muts, arg=carg) for a C function given as its address
-        (nnc_engine_push: the C API's caller has no CFUNC object, and skips push's argument
-        parsing). The op is the same OP_C op: same dependencies, same error rule."""
+    cdef int push_c(self, size_t cfn, size_t carg, var_t** vars, Py_ssize_t nr,
+                    Py_ssize_t nm) except -1:
+        """push(fn, read=..., mutate=..., arg=carg) for a C function given as its address and
+        vars given as their C state (vars[:nr] read, vars[nr:nr + nm] mutated; the caller
+        keeps their EngineVars alive): nnc_engine_push, whose caller has no CFUNC object or
+        Python list, skipping push's argument parsing. The op is the same OP_C op: same
+        checks, dependencies and error rule."""
         cdef op_t* op
-        self._check_stream(None)
+        cdef Py_ssize_t i
+        if self._closed or self.e == NULL or self.generation != pool_generation() or \
+                pool_refusing():
+            self._check_stream(None)    # raises, naming the problem
         if cfn == 0:
             raise EngineError("a C fn is a NULL function pointer")
-        self._check_vars(reads, muts)
-        op = op_new(self.e, len(reads) + 2 * len(muts))   # room for _commit
+        self._check_ptrs(vars, nr, nm)
+        op = op_new(self.e, nr + 2 * nm)   # room for _commit
         op.kind = OP_C
         op.cfn = <int (*)(void*) noexcept nogil>cfn
         op.arg = <void*>carg
-        self._commit(op, reads, muts, None)
+        self._commit(op, vars, nr, nm, None)
         if self._recording is not None:
-            self._recording.append(("c", None, None, tuple(reads), tuple(muts), None, cfn, carg))
+            self._recording.append(("c", None, None,
+                                    tuple([<object>vars[i].owner for i in range(nr)]),
+                                    tuple([<object>vars[i].owner for i in range(nr, nr + nm)]),
+                                    None, cfn, carg))
         self._finish_push(None)
         return 0
 
@@ -545,8 +584,12 @@ cdef class Engine:
             call = cmd_bind(cmd, b, ins, outs, <nnc_tensor_t**>(op.buf + nr + 2 * nm), &bound)
             if bound.flags & BOUND_DEVICE:
                 raise EngineError(f"{cmd.name}/{(<Backend>b).name} is a GPU backend")
+            keep = (cmd, tuple(ins + outs), call)
+            label = name if name is not None else cmd.name
             # Last, after any Python code: another thread may have deleted a var meanwhile.
-            self._check_vars(reads, muts)
+            # Nothing is allocated from here to _commit, which reads the vars from the push
+            # scratch (a collection could run a finalizer that pushes, and overwrites it).
+            self._take_vars(reads, muts)
         except BaseException:
             op_discard(self.e, op)
             raise
@@ -557,17 +600,15 @@ cdef class Engine:
         op.io = bound.io
         op.n_in = bound.input_size
         op.n_out = bound.output_size
-        keep = (cmd, tuple(ins + outs), call)
         op.keep = <PyObject*>keep
         Py_IncRef(op.keep)
         op.fn = bound.fn
         op.args = bound.args
         Py_IncRef(op.fn)
         Py_IncRef(op.args)
-        label = name if name is not None else cmd.name
         op.name = <PyObject*>label
         Py_IncRef(op.name)
-        self._commit(op, reads, muts, stream)
+        self._commit(op, self._vars, nr, nm, stream)
         if self._recording is not None:
             self._recording.append(("cmd", cmd, (ins, outs), tuple(reads), tuple(muts), name))
         self._finish_push(stream)
@@ -582,7 +623,7 @@ cdef class Engine:
             raise EngineError(f"on_delete must be callable, not {type(on_delete).__name__}")
         reads, muts = (), (v,)
         label = f"delete_var({v!r})"
-        self._check_vars(reads, muts)
+        self._take_vars(reads, muts)
         op = op_new(self.e, 2)             # room for _commit: one var mutated
         op.kind = OP_PY if on_delete is not None else OP_NONE
         if on_delete is not None:
@@ -592,7 +633,7 @@ cdef class Engine:
             Py_IncRef(op.args)
         op.name = <PyObject*>label
         Py_IncRef(op.name)
-        self._commit(op, reads, muts, None)
+        self._commit(op, self._vars, 0, 1, None)
         (<EngineVar>v).v.deleted = 1
         if self._recording is not None:
             self._recording.append(("delete", on_delete, None, reads, muts, "delete_var"))

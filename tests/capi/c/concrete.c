@@ -246,6 +246,59 @@ static int fail_with_3(void* arg) {
     return 3;
 }
 
+/* A slow write and a read of what it wrote: the reader sees 1 only if it ran after the
+ * writer (the 2 ms nap makes running them out of order all but certain). */
+static long written = 0, seen = -1;
+
+static int slow_write(void* arg) {
+    struct timespec nap = {0, 2000000};
+    (void)arg;
+    nanosleep(&nap, NULL);
+    written = 1;
+    return 0;
+}
+
+static int read_written(void* arg) {
+    (void)arg;
+    seen = written;
+    return 0;
+}
+
+/* Pushes naming many vars: up to 32 the handles are looked up in C, beyond through the
+ * general path; the dependencies and the checks are the same either way. */
+static void engine_wide(nnc_engine_h e) {
+    enum { WIDE = 40 };
+    nnc_engine_var_h vars[WIDE], twice[WIDE + 1];
+    int i, n;
+    for (i = 0; i < WIDE; i++) EXPECT(nnc_engine_var_new(e, &vars[i]), NNC_SUCCESS);
+    for (n = 8; n <= WIDE; n += WIDE - 8) {
+        printf("-- %d vars\n", n);
+        /* read after write through the last var mutated */
+        written = 0, seen = -1;
+        EXPECT(nnc_engine_push(e, slow_write, NULL, NULL, 0, vars, n), NNC_SUCCESS);
+        EXPECT(nnc_engine_push(e, read_written, NULL, &vars[n - 1], 1, NULL, 0), NNC_SUCCESS);
+        EXPECT(nnc_engine_wait_all(e), NNC_SUCCESS);
+        TRUE(seen == 1);
+        /* write after read: the writer waits for a reader of every var */
+        written = 0, seen = -1;
+        EXPECT(nnc_engine_push(e, slow_write, NULL, NULL, 0, &vars[n - 1], 1), NNC_SUCCESS);
+        EXPECT(nnc_engine_push(e, read_written, NULL, vars, n, NULL, 0), NNC_SUCCESS);
+        EXPECT(nnc_engine_push(e, increment, &written, NULL, 0, vars, n), NNC_SUCCESS);
+        EXPECT(nnc_engine_wait_all(e), NNC_SUCCESS);
+        TRUE(seen == 1 && written == 2);
+        /* the same var twice, the last entry: refused whole, nothing runs */
+        memcpy(twice, vars, sizeof(vars[0]) * n);
+        twice[n] = vars[0];
+        EXPECT(nnc_engine_push(e, increment, &written, NULL, 0, twice, n + 1), NNC_ERROR_ENGINE);
+        TRUE(strstr(nnc_error_message(), "appears twice in mutate") != NULL);
+        EXPECT(nnc_engine_push(e, increment, &written, vars, n, &twice[n], 1), NNC_ERROR_ENGINE);
+        TRUE(strstr(nnc_error_message(), "in both read and mutate") != NULL);
+        EXPECT(nnc_engine_wait_all(e), NNC_SUCCESS);
+        TRUE(written == 2);
+    }
+    for (i = 0; i < WIDE; i++) EXPECT(nnc_engine_var_free(vars[i]), NNC_SUCCESS);
+}
+
 /* Incremented by ops still queued when nnc_finalize runs (read after it). */
 static long late = 0;
 
@@ -290,8 +343,11 @@ static void engine(int naive) {
     EXPECT(nnc_engine_push(e, NULL, &after, NULL, 0, &v, 1), NNC_ERROR_NULL);
     EXPECT(nnc_engine_push(e, increment, &after, (nnc_engine_var_h[]){v, v}, 2, NULL, 0),
            NNC_ERROR_ENGINE);  /* twice in reads */
+    TRUE(strstr(nnc_error_message(), "appears twice in read") != NULL);
     EXPECT(nnc_engine_push(e, increment, &after, &v, 1, &v, 1), NNC_ERROR_ENGINE);  /* both */
+    TRUE(strstr(nnc_error_message(), "in both read and mutate") != NULL);
     EXPECT(nnc_engine_push(e, increment, &after, NULL, 0, &foreign, 1), NNC_ERROR_ENGINE);
+    TRUE(strstr(nnc_error_message(), "belongs to another engine") != NULL);
     EXPECT(nnc_engine_push(e, increment, &after, NULL, -1, &v, 1), NNC_ERROR_INDEX);
     EXPECT(nnc_engine_push(e, increment, &after, NULL, 1, &v, 1), NNC_ERROR_NULL);
     EXPECT(nnc_engine_push(e, increment, &after, NULL, 0, (nnc_engine_var_h[]){NULL}, 1),
@@ -304,14 +360,17 @@ static void engine(int naive) {
     EXPECT(nnc_engine_wait_for_var(e, foreign), NNC_ERROR_ENGINE);
     EXPECT(nnc_engine_new(NULL, 0), NNC_ERROR_NULL);
     TRUE(after == 1);
+    if (!naive) engine_wide(e);
     EXPECT(nnc_engine_delete_var(e, u), NNC_SUCCESS);
     EXPECT(nnc_engine_push(e, increment, &after, NULL, 0, &u, 1), NNC_ERROR_ENGINE);
+    TRUE(strstr(nnc_error_message(), "was deleted") != NULL);
     EXPECT(nnc_engine_delete_var(e, u), NNC_ERROR_ENGINE);
     EXPECT(nnc_engine_var_free(u), NNC_SUCCESS);
     EXPECT(nnc_engine_var_free(u), NNC_ERROR_HANDLE);
     EXPECT(nnc_engine_push(e, increment, &after, NULL, 0, &u, 1), NNC_ERROR_HANDLE);
     EXPECT(nnc_engine_close(e), NNC_SUCCESS);
     EXPECT(nnc_engine_push(e, increment, &after, NULL, 0, &v, 1), NNC_ERROR_ENGINE);
+    TRUE(strstr(nnc_error_message(), "closed") != NULL);
     EXPECT(nnc_engine_wait_all(e), NNC_SUCCESS);
     nnc_engine_var_free(v), nnc_engine_var_free(w), nnc_engine_var_free(foreign);
     EXPECT(nnc_engine_free(e), NNC_SUCCESS);
