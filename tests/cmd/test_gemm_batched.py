@@ -163,6 +163,41 @@ def test_batch_parts_on_the_pool(kernel_isa, threads, shape):
         nnc.set_intra_op_threads(None)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("frozen", [False, True])
+def test_a_batch_one_fully_connected_layer_splits_its_columns_with_the_same_bits(dtype, frozen):
+    """One row (a batch-1 fully connected layer) computes little but streams all of w: its
+    columns are cut into parts when the pool has helpers, on whole panels, so each output is
+    the same sum in the same order at every intra-op setting; values match the definition,
+    the bias included, and nothing past the output is written."""
+    rng = np.random.default_rng(11)
+    k, n = 1280, 1000
+    a = rng.uniform(-1, 1, (1, k)).astype(dtype)
+    w = rng.uniform(-1, 1, (n, k)).astype(dtype)
+    bias = rng.uniform(-1, 1, n).astype(dtype)
+    want = definition(a, w, bias, False, True)
+    g = nnc.Graph()
+    buf = np.full((1, n + 16), np.nan, dtype)
+    out = buf[:, :n]
+    g.exec(nnc.Cmd("GEMM", transpose_b=True, backend="CPU_OPT"), [a, w, bias], [out])
+    if frozen:
+        g.freeze()
+    got = {}
+    try:
+        for threads in (1, 2, 1):
+            nnc.set_intra_op_threads(threads)
+            out[...] = np.nan
+            g.run()
+            if threads in got:
+                assert np.array_equal(out, got[threads])
+            got[threads] = out.copy()
+    finally:
+        nnc.set_intra_op_threads(None)
+    assert np.array_equal(got[1], got[2])
+    assert_dot_close(got[2], want, dtype, k, a, w, bias)
+    assert np.isnan(buf[:, n:]).all()
+
+
 def test_attention_layout_views_go_to_blas_without_copies():
     """q, k, v in NNC's [batch, seq, heads, head_dim] viewed as [batch, heads, seq, head_dim] (a
     stride permutation, no copy): every matrix has a unit stride on one axis, so CPU_OPT takes

@@ -45,6 +45,11 @@ cdef enum:
     PART_MACS = 1 << 20
     MIN_PART_ROWS = 32                  # fewer rows than this and GEMM's packing dominates
     MIN_PART_COLS = 64
+    # What one byte of w read from memory costs, in multiply-adds: a core streams ~15 GB/s
+    # and multiplies-adds ~50 G/s. A GEMM of few rows (a batch-1 fully connected layer) is
+    # that stream, not its multiply-adds: 1280 x 1000 weights are 5 MB, ~0.3 ms of one core
+    # for 1.3 M multiply-adds, and two cores stream them nearly twice as fast.
+    STREAM_MACS_PER_BYTE = 3
 
 
 # How one operand matrix is handed to BLAS.
@@ -255,8 +260,12 @@ cdef void _split(gemm_t* g) noexcept nogil:
     that would pack w once per part for nothing. The cut does not depend on the threads that
     run it, so every intra-op setting and schedule gives the same bits."""
     cdef Py_ssize_t per = g.m * g.n * max(g.k, 1)
+    cdef Py_ssize_t itemsize = 4 if g.dtype == NNC_32F else 8
+    # w is read once per call when shared, once per batch entry otherwise.
+    cdef Py_ssize_t w_bytes = (1 if g.w_shared else g.batch) * g.n * g.k * itemsize
     cdef Py_ssize_t want = min(<Py_ssize_t>parallel_width(),
-                               max(1, g.batch * g.m * g.n * g.k // PART_MACS))
+                               max(1, max(g.batch * g.m * g.n * g.k,
+                                          w_bytes * STREAM_MACS_PER_BYTE) // PART_MACS))
     g.chunk = 1
     if want <= g.batch:
         g.chunk = min(max(1, PART_MACS // per), g.batch)
