@@ -70,9 +70,11 @@ cdef int parallel_width() noexcept nogil
 cdef bint parallel_pending() noexcept nogil
 cdef bint parallel_help(void* context) noexcept nogil
 
-# The pool registers these (nnc.stream.worker, when it loads): wake up to n sleeping pool threads,
-# and how many threads may help one command (the pool's size - 1; 0 before it starts).
-ctypedef void (*parallel_wake_f)(int n) noexcept nogil
+# The pool registers these (nnc.stream.worker, when it loads): wake up to n sleeping pool threads
+# (with spinner_first, none while a pool thread spins: it takes the first part; returns how many
+# wake-ups it left to the caller, n or 0), and how many threads may help one command (the pool's
+# size - 1; 0 before it starts).
+ctypedef int (*parallel_wake_f)(int n, bint spinner_first) noexcept nogil
 ctypedef int (*parallel_helpers_f)() noexcept nogil
 cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noexcept nogil
 # The pool tells parallel_width its size whenever it is set (nnc.stream.worker).

@@ -19,10 +19,12 @@ How a call runs (``nnc_parallel_for``, parallel.pxd):
 
 - The caller posts a *job* (on its own stack) with room for up to ``intra_op_threads - 1``
   helpers (at most the pool's size - 1 and the parts - 1) and wakes that many sleeping pool
-  threads, if that many sleep. A thread that finishes its stream's work later joins too, before
-  it would sleep: in a scheduled run, the thread whose stream waits for another stream's output
-  helps compute it. With room for none (one part, one thread) the caller runs every part
-  itself: no lock, no wake-up.
+  threads, if that many sleep, unless a pool thread spins (as one does through a run that
+  splits its commands): then it wakes nobody yet, runs its first part, and wakes the helpers
+  still missing only if no thread joined meanwhile (a late wake-up). A thread that finishes
+  its stream's work later joins too, before it would sleep: in a scheduled run, the thread
+  whose stream waits for another stream's output helps compute it. With room for none (one
+  part, one thread) the caller runs every part itself: no lock, no wake-up.
 - Parts are claimed one at a time with an atomic counter, by the caller and by helpers, so a
   slow part or a late helper does not make the others wait (the split need not be even).
 - The caller runs parts until none is left, then closes the job (no new helper may join) and
@@ -54,6 +56,9 @@ cdef extern from *:
     static inline Py_ssize_t nnc__claim(Py_ssize_t* p) {
         return __atomic_fetch_add(p, 1, __ATOMIC_RELAXED);
     }
+    static inline Py_ssize_t nnc__load_ssize(Py_ssize_t* p) {
+        return __atomic_load_n(p, __ATOMIC_RELAXED);
+    }
     static inline void nnc__store_ssize(Py_ssize_t* p, Py_ssize_t v) {
         __atomic_store_n(p, v, __ATOMIC_RELAXED);
     }
@@ -73,6 +78,7 @@ cdef extern from *:
     """
     Py_ssize_t _claim "nnc__claim"(Py_ssize_t* p) noexcept nogil
     void _store_ssize "nnc__store_ssize"(Py_ssize_t* p, Py_ssize_t v) noexcept nogil
+    Py_ssize_t _load_ssize "nnc__load_ssize"(Py_ssize_t* p) noexcept nogil
     void _first_failure "nnc__first_failure"(int* p, int rc) noexcept nogil
     int _load_int "nnc__load_int"(int* p) noexcept nogil
     void _add_int "nnc__add_int"(int* p, int v) noexcept nogil
@@ -134,6 +140,21 @@ cdef int parallel_ready() except -1:
     return 0
 
 
+# Wake a job's helpers late when a pool thread spins (see the module's docstring); 0: at once.
+cdef bint _late_wake = True
+# parallel_probe(late_wake=True): post the job as if a spinner had taken every wake-up.
+cdef bint _probe_late = False
+
+
+def _set_late_wake(bint on):
+    """Turn late wake-ups on or off (for A/B runs in benchmarks); returns the previous
+    setting."""
+    global _late_wake
+    old = _late_wake
+    _late_wake = on
+    return old
+
+
 cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noexcept nogil:
     global _wake, _helpers
     _wake = wake
@@ -188,7 +209,7 @@ cdef bint parallel_run_begin() noexcept nogil:
         return False
     _add_int(&_runs, 1)
     if _wake != NULL:
-        _wake(threads - 1)
+        _wake(threads - 1, False)
     return True
 
 
@@ -282,11 +303,35 @@ cdef void _await_helpers(job_t* j) noexcept nogil:
             return
 
 
+cdef void _run_parts_late_wake(job_t* j, void* context, int helpers,
+                               int deferred) noexcept nogil:
+    """_run_parts for a job posted with ``deferred`` wake-ups left to spinning pool threads:
+    after the caller's first part, make up for those that did not join. Why: waking a
+    sleeping thread per split command, when the spinner takes the part anyway, made a third
+    busy thread on a two-core machine for every command (MobileNet-V2 at two threads 13 %
+    slower); waking nobody at all left a job without help whenever the spinner shared the
+    caller's core, as after an idle spell (ten 8x8 convolutions 40 % slower)."""
+    cdef Py_ssize_t p = _claim(&j.next)
+    cdef int rc, missing
+    if p < j.parts:
+        rc = j.fn(j.arg, p, context)
+        if rc != 0:
+            _first_failure(&j.rc, rc)
+            _store_ssize(&j.next, j.parts)      # skip the parts nobody started
+    pthread_mutex_lock(&_lock)
+    # room reaches 0 when every helper joined, or when every part is taken (nothing to help)
+    missing = j.room
+    pthread_mutex_unlock(&_lock)
+    if missing > 0 and _load_ssize(&j.next) < j.parts:
+        _wake(min(missing, deferred), False)
+    _run_parts(j, context)
+
+
 cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
                           void* context) noexcept nogil:
     global _jobs
     cdef job_t j
-    cdef int helpers
+    cdef int helpers, deferred
     j.fn = fn
     j.arg = arg
     j.parts = parts
@@ -306,8 +351,11 @@ cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
     _jobs = &j
     _add_int(&_open, 1)
     pthread_mutex_unlock(&_lock)
-    _wake(helpers)
-    _run_parts(&j, context)
+    deferred = helpers if _probe_late else _wake(helpers, _late_wake)
+    if deferred == 0:
+        _run_parts(&j, context)
+    else:
+        _run_parts_late_wake(&j, context, helpers, deferred)
     pthread_mutex_lock(&_lock)
     _close(&j)
     if j.inside > 0 and _wait_spin > 0:
@@ -367,10 +415,14 @@ cdef int _probe_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     return -1 if part == p.fail_part else 0
 
 
-def parallel_probe(Py_ssize_t parts, double sleep_s=0.0, Py_ssize_t fail_part=-1):
+def parallel_probe(Py_ssize_t parts, double sleep_s=0.0, Py_ssize_t fail_part=-1,
+                   bint late_wake=False):
     """Run ``parts`` parts that each sleep ``sleep_s`` through nnc_parallel_for (without the
-    GIL); returns (status, [thread id that ran each part, 0 if skipped]). For tests of the
-    pool's intra-op parallelism; nothing else calls it."""
+    GIL); returns (status, [thread id that ran each part, 0 if skipped]). ``late_wake``: post
+    the job as if a spinning pool thread had taken every wake-up (whether one spins or not),
+    so only the late wake-up brings helpers when none joins. For tests of the pool's intra-op
+    parallelism; nothing else calls it (the setting is process-wide while it runs)."""
+    global _probe_late
     cdef _probe_t p
     cdef int rc
     if parts < 0:
@@ -381,8 +433,10 @@ def parallel_probe(Py_ssize_t parts, double sleep_s=0.0, Py_ssize_t fail_part=-1
         raise MemoryError()
     p.sleep_ns = <long>(sleep_s * 1e9)
     p.fail_part = fail_part
+    _probe_late = late_wake
     with nogil:
         rc = nnc_parallel_for(parts, _probe_part, &p, NULL)
+    _probe_late = False
     out = [p.ran_by[i] for i in range(parts)]
     free(p.ran_by)
     return rc, out

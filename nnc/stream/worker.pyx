@@ -651,13 +651,20 @@ cdef void _pool_main() noexcept nogil:
     nnc_context_free(&helper)
 
 
-cdef void _wake_helpers(int n) noexcept nogil:
-    """nnc.base.parallel: wake up to n sleeping threads for a job's parts. A spinning thread is
-    not counted as one of them, although it will take a part: waking one too many costs a third
-    busy thread on a two-core machine, but after an idle spell the kernel may have put the
-    spinner on the caller's core, where it helps nobody, and the woken thread then lands on the
-    idle one (docs/threading.md, "Intra-op parallelism")."""
+cdef int _wake_helpers(int n, bint spinner_first) noexcept nogil:
+    """nnc.base.parallel: wake up to n sleeping threads for a job's parts; with spinner_first,
+    count a spinning thread as one of them (it will take a part) and return how many were left
+    out that way: the caller wakes them later if too few joined, since after an idle spell the
+    kernel may have put the spinner on the caller's core, where it helps nobody
+    (docs/threading.md, "Intra-op parallelism")."""
+    cdef int deferred = 0
     pthread_mutex_lock(&_pool.lock)
+    if spinner_first and _pool.spinning > 0:
+        deferred = min(n, _pool.spinning)
+        n -= deferred
+        if n == 0:
+            pthread_mutex_unlock(&_pool.lock)
+            return deferred
     if n >= _pool.sleeping:
         pthread_cond_broadcast(&_pool.work)
     else:
@@ -665,6 +672,7 @@ cdef void _wake_helpers(int n) noexcept nogil:
             pthread_cond_signal(&_pool.work)
             n -= 1
     pthread_mutex_unlock(&_pool.lock)
+    return deferred
 
 
 cdef int _helpers() noexcept nogil:

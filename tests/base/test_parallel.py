@@ -5,6 +5,7 @@ parts share the stream pool's threads (docs/threading.md, "Intra-op parallelism"
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -48,6 +49,32 @@ def test_the_caller_waits_for_helpers_whether_it_spins_or_sleeps(spin):
             assert rc != 0 and ran_by[2] != 0
     finally:
         _set_wait_spin(old)
+
+
+def test_a_job_left_to_a_spinner_that_never_joins_wakes_a_helper_late():
+    """A job posted while a pool thread spins wakes nobody; if no helper joined by the end of
+    the caller's first part (the spinner shares the caller's core, or stopped spinning), the
+    caller wakes one then. Posted as if a spinner had taken the wake-up when none may spin: a
+    helper still runs some of the 5 ms parts, every part runs, a failure is still reported.
+    Each call follows a 10 ms pause, past the pool threads' spin after work (50 us)."""
+    for _ in range(5):
+        time.sleep(0.01)
+        rc, ran_by = parallel_probe(16, 0.005, late_wake=True)
+        assert rc == 0 and all(ran_by)
+        assert len(set(ran_by)) >= 2
+    rc, ran_by = parallel_probe(8, 0.002, fail_part=5, late_wake=True)
+    assert rc == -1 and ran_by[5] != 0
+
+
+def test_late_wake_ups_can_be_turned_off():
+    from nnc.base.parallel import _set_late_wake
+
+    assert _set_late_wake(False) is True
+    try:
+        rc, ran_by = parallel_probe(16, 0.002)
+        assert rc == 0 and all(ran_by) and len(set(ran_by)) >= 2
+    finally:
+        assert _set_late_wake(True) is False
 
 
 def test_one_intra_op_thread_runs_every_part_on_the_caller():
