@@ -52,6 +52,13 @@ cdef bint parallel_run_begin() noexcept nogil
 cdef void parallel_run_end(bint counted) noexcept nogil
 # Some synchronous run that may split commands is in progress (a racy read: a hint to spin).
 cdef bint parallel_runs_active() noexcept nogil
+# The same around a run enqueued on a CPU stream (counted from its enqueue to the end of its last
+# task), with one difference: pool threads spin through such a run only for a bounded time past
+# their last work (nnc.stream.worker_state.pool_spin), since a stream run may wait long for a
+# signal another stream, a GPU or the host emits, where a synchronous run keeps its caller busy.
+cdef bint parallel_stream_run_begin() noexcept nogil
+cdef void parallel_stream_run_end() noexcept nogil
+cdef bint parallel_stream_runs_active() noexcept nogil
 
 # Threads one command may use (the caller included): 1 means parts run on the caller. Whether
 # helpers come depends on whether pool threads are free while the parts last.

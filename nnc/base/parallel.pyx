@@ -112,6 +112,7 @@ cdef parallel_wake_f _wake = NULL       # registered by the pool
 cdef parallel_helpers_f _helpers = NULL
 cdef bint _started = False              # the pool was asked to start (with the GIL)
 cdef int _runs = 0                      # synchronous runs that may split, in progress (atomic)
+cdef int _stream_runs = 0               # the same for runs enqueued on CPU streams (atomic)
 # How long a caller whose parts are done spins for its helpers' last parts before it sleeps
 # (the pool's spin time, NNC_SPIN_US; set by nnc.stream.worker; 0: sleep at once).
 cdef double _wait_spin = 50e-6
@@ -177,11 +178,12 @@ cdef void parallel_set_spin(double seconds) noexcept nogil:
 cdef void parallel_after_fork() noexcept nogil:
     """In a forked child: the jobs, and the synchronous runs in progress, belonged to threads
     that are gone (a run counted here would keep the child's pool spinning for good)."""
-    global _jobs, _open, _started, _runs
+    global _jobs, _open, _started, _runs, _stream_runs
     pthread_mutex_init(&_lock, NULL)
     _jobs = NULL
     _open = 0
     _runs = 0
+    _stream_runs = 0
     _started = False
 
 
@@ -222,9 +224,28 @@ cdef bint parallel_runs_active() noexcept nogil:
     return _load_int(&_runs) > 0
 
 
-def _runs_in_progress():
-    """How many synchronous runs that may split commands are in progress (for tests)."""
-    return _load_int(&_runs)
+cdef bint parallel_stream_run_begin() noexcept nogil:
+    cdef int threads = parallel_threads()
+    if threads <= 1:
+        return False
+    _add_int(&_stream_runs, 1)
+    if _wake != NULL:
+        _wake(threads - 1, False)
+    return True
+
+
+cdef void parallel_stream_run_end() noexcept nogil:
+    _add_int(&_stream_runs, -1)
+
+
+cdef bint parallel_stream_runs_active() noexcept nogil:
+    return _load_int(&_stream_runs) > 0
+
+
+def _runs_in_progress(bint streams=False):
+    """How many synchronous runs (``streams``: runs on CPU streams) that may split commands are
+    in progress (for tests)."""
+    return _load_int(&_stream_runs if streams else &_runs)
 
 
 cdef bint parallel_pending() noexcept nogil:

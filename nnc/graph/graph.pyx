@@ -32,6 +32,7 @@ from nnc.cmd.command cimport (
 from nnc.base.debug cimport DEBUG_GRAPHS, debug_count
 from nnc.base.parallel cimport (
     nnc_context_free, parallel_ready, parallel_run_begin, parallel_run_end,
+    parallel_stream_run_end,
 )
 from nnc.tensor.tensor cimport Tensor, tensor_movable_epoch
 from nnc.base.trace_switch cimport trace_host, trace_now, trace_on
@@ -325,6 +326,9 @@ cdef class Graph:
 
     def _run_finished(self):
         """Called on the stream once an asynchronous run has completed."""
+        if self._spin_runs > 0:
+            self._spin_runs -= 1
+            parallel_stream_run_end()
         self._inflight -= 1
         if self._inflight == 0:
             self._inflight_stream = None

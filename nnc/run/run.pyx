@@ -25,6 +25,7 @@ from nnc.stream.worker cimport (
     TASK_LAUNCH, TASK_NOW, stream_enqueue, stream_task_call, stream_task_t, task_release_owned,
 )
 from nnc.base.trace_switch cimport trace_label, trace_on
+from nnc.base.parallel cimport parallel_stream_run_begin
 
 from nnc.graph.graph import register_runner
 from nnc.schedule.schedule import graph_schedule
@@ -269,6 +270,10 @@ cdef int _enqueue(Graph g, Stream stream, Schedule sched) except -1:
     cdef bint finished = False
     g._inflight += 1
     g._inflight_stream = stream
+    # Pool threads spin through a CPU-stream run for its split commands (bounded: see
+    # parallel.pxd), as through a synchronous one; the run's _run_finished ends the count.
+    if stream.kind == "cpu" and parallel_stream_run_begin():
+        g._spin_runs += 1
     cdef Stream st
     try:
         if sched is None:

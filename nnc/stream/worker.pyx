@@ -53,6 +53,7 @@ from nnc.base.parallel import parallel_install_starter
 from nnc.base.parallel cimport (
     nnc_context_free, nnc_stream_context_t, parallel_after_fork, parallel_help, parallel_install,
     parallel_pending, parallel_runs_active, parallel_set_spin, parallel_set_width,
+    parallel_stream_runs_active,
 )
 from nnc.stream.worker_state cimport (
     MAX_THREADS, pool, pool_default_size, pool_settings_read, pool_spin, pool_spin_seconds,
@@ -581,6 +582,9 @@ cdef void _pool_main() noexcept nogil:
     cdef stream_t* s
     cdef pool_job_t* job
     cdef bint worked = False, wake
+    # The last spin ran out without work: a CPU-stream run in progress then no longer keeps
+    # this thread spinning (its spin is bounded) until it works or is woken again.
+    cdef bint spun_out = False
     # Scratch memory for the jobs and parts this thread runs (streams bring their own).
     cdef nnc_stream_context_t helper
     helper.workspace = NULL
@@ -601,7 +605,7 @@ cdef void _pool_main() noexcept nogil:
             if wake:
                 _wake_one()
             _serve(s)
-            worked = True
+            worked, spun_out = True, False
             pthread_mutex_lock(&_pool.lock)
             continue
         job = _pool.job_head
@@ -616,7 +620,7 @@ cdef void _pool_main() noexcept nogil:
             if wake:
                 _wake_one()
             job.run(job, &helper)
-            worked = True
+            worked, spun_out = True, False
             pthread_mutex_lock(&_pool.lock)
             _pool.busy -= 1
             if _pool.busy == 0:
@@ -627,17 +631,20 @@ cdef void _pool_main() noexcept nogil:
         if parallel_pending():
             pthread_mutex_unlock(&_pool.lock)
             parallel_help(&helper)
+            spun_out = False
             pthread_mutex_lock(&_pool.lock)
             continue
         if _pool.stopping:
             break
-        # Spin after work, or while a synchronous run splits its commands (woken for it by
-        # parallel_run_begin before any part exists): one spinner at a time.
-        if (worked or parallel_runs_active()) and _pool.spinning == 0 and pool_spin_seconds > 0:
+        # Spin after work, or while a synchronous run or a CPU-stream run splits its commands
+        # (woken for it by parallel_run_begin before any part exists): one spinner at a time.
+        if ((worked or parallel_runs_active()
+                or (parallel_stream_runs_active() and not spun_out))
+                and _pool.spinning == 0 and pool_spin_seconds > 0):
             worked = False
             _pool.spinning += 1
             pthread_mutex_unlock(&_pool.lock)
-            pool_spin()
+            spun_out = not pool_spin()
             pthread_mutex_lock(&_pool.lock)
             _pool.spinning -= 1
             continue
@@ -645,6 +652,7 @@ cdef void _pool_main() noexcept nogil:
         _pool.sleeping += 1
         pthread_cond_wait(&_pool.work, &_pool.lock)
         _pool.sleeping -= 1
+        spun_out = False
     _pool.running -= 1
     pthread_cond_broadcast(&_pool.quiet)
     pthread_mutex_unlock(&_pool.lock)

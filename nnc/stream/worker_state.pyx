@@ -15,7 +15,9 @@ import os
 
 from nnc.base.core import NNCError
 
-from nnc.base.parallel cimport parallel_pending, parallel_runs_active
+from nnc.base.parallel cimport (
+    parallel_pending, parallel_runs_active, parallel_stream_runs_active,
+)
 from nnc.base.sync cimport (
     mono_now, mutex_init_spinning, pthread_cond_init, pthread_cond_signal, pthread_mutex_lock,
     pthread_mutex_unlock, sched_yield,
@@ -89,6 +91,11 @@ def _default_spin():
 # that has just worked spins first. NNC_SPIN_US=0 turns it off (an oversubscribed machine,
 # where a spinning thread takes a core another process wants).
 pool_spin_seconds = 50e-6
+# How long past its last work a thread spins while a run on a CPU stream is in progress (at
+# least pool_spin_seconds): long enough to bridge the gaps between a stream run's split
+# commands (tens of microseconds), short enough that a run waiting for a signal does not
+# keep a core busy for long. Waking a thread of an idle core took 1-2 ms on the VM.
+cdef double STREAM_RUN_SPIN = 1e-3
 try:
     pool_spin_seconds = _default_spin() * 1e-6
 except NNCError:
@@ -133,7 +140,11 @@ cdef void pool_wake_one() noexcept nogil:
 
 
 cdef bint pool_spin() noexcept nogil:
-    cdef double end = mono_now() + pool_spin_seconds
+    cdef double start = mono_now(), end = start + pool_spin_seconds
+    # Through a run on a CPU stream, spin on up to STREAM_RUN_SPIN past the last work: its
+    # next split command is usually microseconds away, but it may wait long for a signal.
+    cdef double stream_end = start + max(pool_spin_seconds, STREAM_RUN_SPIN)
+    cdef double now
     cdef int _turn
     while True:
         for _turn in range(64):
@@ -143,8 +154,11 @@ cdef bint pool_spin() noexcept nogil:
             _cpu_relax()
         # Past the deadline a spinner stops, unless a synchronous run that splits its commands
         # is in progress: its next command is moments away (nnc.base.parallel).
-        if (_peek_int(&pool.stopping) or _peek_int(&pool.running) > _peek_int(&pool.size)
-                or (mono_now() > end and not parallel_runs_active())):
+        if _peek_int(&pool.stopping) or _peek_int(&pool.running) > _peek_int(&pool.size):
+            return False
+        now = mono_now()
+        if now > end and not parallel_runs_active() and not (
+                now < stream_end and parallel_stream_runs_active()):
             return False
         # Give the core to a thread waiting for it, if any (the pushing host thread, when
         # there are more threads than cores): a spinner only waits for work others make.

@@ -282,6 +282,71 @@ def test_a_splitting_run_keeps_helpers_spinning_only_while_it_runs():
         nnc.set_intra_op_threads(None)
 
 
+def test_a_run_on_a_cpu_stream_counts_itself_until_its_last_task():
+    """g.run(stream=s) at intra-op > 1 counts a CPU-stream run in progress from its enqueue to
+    its last task (pool threads spin for its parts), however its nodes end; at intra-op 1 it
+    does not count; a synchronous run is counted apart."""
+    from nnc.base import parallel
+
+    seen = []
+
+    def probe(inputs, outputs):
+        seen.append((parallel._runs_in_progress(streams=True), parallel._runs_in_progress()))
+
+    def boom(inputs, outputs):
+        raise ValueError("from a command")
+
+    g = nnc.Graph()
+    g.exec(nnc.Cmd.custom(probe))
+    bad = nnc.Graph()
+    bad.exec(nnc.Cmd.custom(boom))
+    s = nnc.Stream("cpu")
+    try:
+        for threads, want in ((2, 1), (1, 0)):
+            nnc.set_intra_op_threads(threads)
+            g.run(stream=s)
+            s.wait(timeout=DEADLINE)
+            assert seen[-1] == (want, 0)
+            assert parallel._runs_in_progress(streams=True) == 0
+        nnc.set_intra_op_threads(2)
+        for _ in range(3):
+            bad.run(stream=s)
+        with pytest.raises(nnc.NNCError):
+            s.wait(timeout=DEADLINE)
+        assert parallel._runs_in_progress(streams=True) == 0
+    finally:
+        nnc.set_intra_op_threads(None)
+
+
+def test_a_stream_run_waiting_for_a_signal_does_not_keep_a_core_spinning():
+    """Pool threads spin through a CPU-stream run for a bounded time past their last work
+    only: a run whose stream waits 0.3 s for another stream's signal costs the process far
+    less than 0.3 s of CPU meanwhile (with spinning bounded by the run's length, a spinner
+    alone would burn all of it)."""
+    sig = nnc.Signal()
+    other, s = nnc.Stream("cpu"), nnc.Stream("cpu")
+    x = np.ones((1, 17, 17, 64), np.float32)
+    w = np.ones((64, 3, 3, 64), np.float32)
+    y = np.zeros((1, 17, 17, 64), np.float32)
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y])
+    nnc.set_intra_op_threads(2)
+    try:
+        g.run()                                 # the pool is up, the graph prepared
+        other.add_callback(lambda: time.sleep(0.3))
+        other.emit(sig)
+        s.wait_signal(sig)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        g.run(stream=s)
+        assert s.wait(timeout=DEADLINE)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    finally:
+        nnc.set_intra_op_threads(None)
+    assert wall >= 0.25
+    assert cpu < 0.1, f"{cpu:.3f} s of CPU in a {wall:.3f} s wait"
+    assert y[0, 8, 8, 0] == 9 * 64             # an inner pixel: every tap
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="fork")
 def test_a_child_forked_during_a_splitting_run_does_not_inherit_it():
     """A fork while another thread's g.run() keeps helpers spinning: the child's count of runs
