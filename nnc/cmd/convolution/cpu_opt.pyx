@@ -96,13 +96,17 @@ cdef Py_ssize_t _part_bytes = 1 << 19
 # output channels instead. Pointwise parts (no patches to keep hot) use it too.
 cdef Py_ssize_t _part_pixels = 512
 
-# A convolution below this many multiply-adds runs whole on its thread: waking a helper
-# (tens of microseconds) would cost more than it saves ...
-cdef Py_ssize_t _split_macs = 4000000
+# A convolution below this many multiply-adds (about 20 us of one core) runs whole on its
+# thread: a split costs a few microseconds when a helper spins (as one does through a run that
+# splits), more when one must be woken ...
+cdef Py_ssize_t _split_macs = 1000000
 # ... unless its weights take this many bytes: a few-pixel layer (the 8x8 to 1x1 maps of small
 # images) streams its weights from memory, which one core cannot do at the memory's speed, so
-# its output channels are split even when it computes little.
-cdef Py_ssize_t _split_weight_bytes = 1 << 20
+# its output channels are split even when it computes little. (Swept at two threads on the
+# 2-vCPU VM once helpers spun through runs and were woken late: 4 M / 1 MiB -> 1 M / 256 KiB
+# took Inception-V3 at 75x75 from 6.99 to 6.77 ms and MobileNet-V2 from 5.94 to 5.41 ms;
+# lower thresholds were within the noise.)
+cdef Py_ssize_t _split_weight_bytes = 1 << 18
 # A depthwise multiply-add takes several times a GEMM's (no register blocking over input
 # channels, one load per tap): its size counts this many times against _split_macs, so
 # MobileNet's 28x28 to 7x7 depthwise layers split too.
