@@ -33,8 +33,10 @@ memory and multiplies them with the weights, split across threads by output rows
   per thread. With too few pixels for that many parts (17x17 and 8x8 layers) every A row is
   made once (the patches copied in parts of rows when large) and a part is one packed panel of
   output channels by one block of output rows, about four parts per thread, so that the
-  threads end together. Below 4M multiply-adds nothing is split (a depthwise multiply-add
-  counts four).
+  threads end together. Below 1M multiply-adds and 256 KiB of weights nothing is split (a
+  depthwise multiply-add counts four), and in float32 nothing is split for a call no helper may
+  join (intra-op 1): nnc's kernels give each output the same sum whatever the cut, so the
+  uncut call has the same bits and skips what the cut costs one thread.
 - The output may be a channel slice of a wider buffer (a concat's part), the input and the
   residual any views whose channels are contiguous: the pixel strides are the leading
   dimensions.
@@ -48,7 +50,9 @@ from libc.string cimport memcpy, memset
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
-from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace, parallel_width
+from nnc.base.parallel cimport (
+    nnc_parallel_for, nnc_workspace, parallel_threads, parallel_width,
+)
 from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_HARD_SWISH, ACTIVATION_RELU,
                               ACTIVATION_SWISH, Cmd, nnc_cmd_param_t, register_c_backend)
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
@@ -781,6 +785,12 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     if (cv.rows * cv.wo * cv.o * cv.k * (_depthwise_cost if cv.depthwise else 1) < _split_macs
             and cv.o * cv.k * itemsize < _split_weight_bytes):
         width = 1                       # too small to be worth waking a helper
+    elif dtype == NNC_32F and parallel_threads() <= 1:
+        # No helper may join: uncut, with the same bits (nnc's float32 kernels sum each output
+        # in one order whatever the cut; tests/cmd/test_conv_split.py). float64's BLAS calls
+        # keep the pool's cut, which sets their bits. Cut for one thread, the few-pixel layers
+        # of Inception-V3 at 75x75 ran about 5 % slower.
+        width = 1
     if cv.pointwise:
         # No patches to keep in cache: one GEMM per part (one for the whole image alone).
         parts = min(width * _pointwise_parts if width > 1 else 1, cv.rows)
