@@ -205,14 +205,19 @@ cdef void parallel_set_width(int width) noexcept nogil:
     _width = max(1, width)
 
 
-cdef bint parallel_run_begin() noexcept nogil:
+cdef inline bint _run_begin(int* runs) noexcept nogil:
+    """Count a run that may split (if its commands may use helpers) and wake them."""
     cdef int threads = parallel_threads()
     if threads <= 1:
         return False
-    _add_int(&_runs, 1)
+    _add_int(runs, 1)
     if _wake != NULL:
         _wake(threads - 1, False)
     return True
+
+
+cdef bint parallel_run_begin() noexcept nogil:
+    return _run_begin(&_runs)
 
 
 cdef void parallel_run_end(bint counted) noexcept nogil:
@@ -225,13 +230,7 @@ cdef bint parallel_runs_active() noexcept nogil:
 
 
 cdef bint parallel_stream_run_begin() noexcept nogil:
-    cdef int threads = parallel_threads()
-    if threads <= 1:
-        return False
-    _add_int(&_stream_runs, 1)
-    if _wake != NULL:
-        _wake(threads - 1, False)
-    return True
+    return _run_begin(&_stream_runs)
 
 
 cdef void parallel_stream_run_end() noexcept nogil:

@@ -250,6 +250,21 @@ def test_a_split_command_gives_the_bits_of_one_thread(case):
     assert all(np.array_equal(o, outs[0]) for o in outs[1:])
 
 
+def _probe_graphs(look, error):
+    """Two one-node graphs: one whose CUSTOM command calls ``look()``, one whose command raises
+    ``error``."""
+    def probe(inputs, outputs):
+        look()
+
+    def boom(inputs, outputs):
+        raise error
+
+    g, bad = nnc.Graph(), nnc.Graph()
+    g.exec(nnc.Cmd.custom(probe))
+    bad.exec(nnc.Cmd.custom(boom))
+    return g, bad
+
+
 def test_a_splitting_run_keeps_helpers_spinning_only_while_it_runs():
     """g.run() at intra-op > 1 counts itself in progress (pool threads spin for its commands'
     parts instead of sleeping between them) and uncounts itself however it ends; at intra-op 1
@@ -257,17 +272,8 @@ def test_a_splitting_run_keeps_helpers_spinning_only_while_it_runs():
     from nnc.base import parallel
 
     seen = []
-
-    def probe(inputs, outputs):
-        seen.append(parallel._runs_in_progress())
-
-    def boom(inputs, outputs):
-        raise KeyboardInterrupt("from a command")
-
-    g = nnc.Graph()
-    g.exec(nnc.Cmd.custom(probe))
-    bad = nnc.Graph()
-    bad.exec(nnc.Cmd.custom(boom))
+    g, bad = _probe_graphs(lambda: seen.append(parallel._runs_in_progress()),
+                           KeyboardInterrupt("from a command"))
     try:
         for threads, want in ((2, 1), (1, 0)):
             nnc.set_intra_op_threads(threads)
@@ -289,17 +295,10 @@ def test_a_run_on_a_cpu_stream_counts_itself_until_its_last_task():
     from nnc.base import parallel
 
     seen = []
-
-    def probe(inputs, outputs):
-        seen.append((parallel._runs_in_progress(streams=True), parallel._runs_in_progress()))
-
-    def boom(inputs, outputs):
-        raise ValueError("from a command")
-
-    g = nnc.Graph()
-    g.exec(nnc.Cmd.custom(probe))
-    bad = nnc.Graph()
-    bad.exec(nnc.Cmd.custom(boom))
+    g, bad = _probe_graphs(
+        lambda: seen.append((parallel._runs_in_progress(streams=True),
+                             parallel._runs_in_progress())),
+        ValueError("from a command"))
     s = nnc.Stream("cpu")
     try:
         for threads, want in ((2, 1), (1, 0)):
