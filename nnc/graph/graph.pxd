@@ -47,8 +47,8 @@ cdef class Graph:
     # runner counts up when it enqueues a run and calls ``_run_finished`` when the run ends.
     cdef int _inflight                  # runs enqueued on streams and not finished (GIL-guarded)
     cdef object _inflight_stream        # the caller stream of those runs; None iff _inflight 0
-    # Of those, the CPU-stream runs counted by parallel_run_begin (pool threads spin through
-    # them); each _run_finished ends one. 0 <= _spin_runs <= _inflight (GIL-guarded).
+    # Of those, the CPU-stream runs counted by parallel_stream_run_begin (pool threads spin
+    # through them); each _run_finished ends one. 0 <= _spin_runs <= _inflight (GIL-guarded).
     cdef int _spin_runs
     # The one call using the graph now (a run, an enqueue, a change), or None; GIL-guarded. Set
     # only while that call lasts, so another thread (or a command of the graph) is refused
