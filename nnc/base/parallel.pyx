@@ -323,8 +323,7 @@ cdef void _await_helpers(job_t* j) noexcept nogil:
             return
 
 
-cdef void _run_parts_late_wake(job_t* j, void* context, int helpers,
-                               int deferred) noexcept nogil:
+cdef void _run_parts_late_wake(job_t* j, void* context, int deferred) noexcept nogil:
     """_run_parts for a job posted with ``deferred`` wake-ups left to spinning pool threads:
     after the caller's first part, make up for those that did not join. Why: waking a
     sleeping thread per split command, when the spinner takes the part anyway, made a third
@@ -375,7 +374,7 @@ cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
     if deferred == 0:
         _run_parts(&j, context)
     else:
-        _run_parts_late_wake(&j, context, helpers, deferred)
+        _run_parts_late_wake(&j, context, deferred)
     pthread_mutex_lock(&_lock)
     _close(&j)
     if j.inside > 0 and _wait_spin > 0:
