@@ -15,9 +15,10 @@ import gc
 import numpy as np
 import pytest
 from fakes.cuda_driver import install, real
+from fakes.env import fake_or_gpu
+from test_cuda_runtime import _nhwc_strides
 
 import nnc
-from nnc import cuda
 from nnc.cmd.convolution.conv_transpose import conv_transpose_shape
 from nnc.cuda import memory, runner
 
@@ -36,12 +37,7 @@ def fake(monkeypatch):
 @pytest.fixture(params=["fake", "gpu"])
 def env(request):
     """The fake driver, then (where one exists) the real GPU."""
-    if request.param == "gpu":
-        if not cuda.available():
-            pytest.skip(f"no GPU: {cuda.unavailable_reason()}")
-        yield None
-    else:
-        yield request.getfixturevalue("fake")
+    return fake_or_gpu(request)
 
 
 def gpu(a):
@@ -90,14 +86,6 @@ def _bound(x, w, bias, params, eps):
     if bias is not None:
         atol += eps * np.abs(bias).max()
     return dict(rtol=4 * eps, atol=atol)
-
-
-def _nhwc_strides(shape, ps):
-    strides, step = [1], ps
-    for d in reversed(shape[:-1]):
-        strides.insert(0, step)
-        step *= d
-    return tuple(strides)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from fakes import cublas as _fake_cublas
 from fakes.cuda_driver import FakeDriver, install, real
+from fakes.env import fake_or_gpu
 from test_cuda_runtime import GEMM_CASES, GEMM_SHAPES, _t
 
 import nnc
-from nnc import cuda
 from nnc.cmd.command import cmd_backends_for
 from nnc.cmd.gemm import gemm_shape
 from nnc.cmd.gemm.gpu import cublas as cublas_gemm
@@ -45,14 +45,7 @@ def fake(monkeypatch):
 @pytest.fixture(params=["fake", "gpu"])
 def env(request):
     """The fakes, then (where a GPU and cuBLAS exist) the real thing."""
-    if request.param == "gpu":
-        if not cuda.available():
-            pytest.skip(f"no GPU: {cuda.unavailable_reason()}")
-        if not cublas_gemm.available():
-            pytest.skip(f"no cuBLAS: {cublas_gemm.unavailable_reason()}")
-        yield None
-    else:
-        yield request.getfixturevalue("fake")
+    return fake_or_gpu(request, libraries=[(cublas_gemm, "cuBLAS")])
 
 
 def gpu(a, dev="gpu:0"):

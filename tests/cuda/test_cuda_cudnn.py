@@ -15,6 +15,7 @@ import pytest
 from fakes.cuda_driver import install, real
 from fakes.cudnn_frontend import FakeCudnn
 from fakes.cudnn_frontend import install as install_cudnn
+from test_cuda_runtime import _nhwc_strides
 
 import nnc
 from nnc import cuda
@@ -71,14 +72,6 @@ def dnn_env(request, monkeypatch, tmp_path):
 
 def _gpu(a, dev="gpu:0"):
     return memory.from_numpy(np.asarray(a, np.float32), dev)
-
-
-def _nhwc_strides(shape, ps):
-    strides, step = [1], ps
-    for d in reversed(shape[:-1]):
-        strides.insert(0, step)
-        step *= d
-    return tuple(strides)
 
 
 def _ref(params, x, w, bias):

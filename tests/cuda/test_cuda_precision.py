@@ -18,6 +18,7 @@ import pytest
 from fakes import cublas as _fake_cublas
 from fakes import cudnn_frontend as _fake_cudnn
 from fakes.cuda_driver import install, real
+from fakes.env import fake_or_gpu
 
 import nnc
 from nnc import cuda
@@ -64,26 +65,14 @@ def fake_ref(monkeypatch):
 @pytest.fixture(params=["fake", "gpu"])
 def env(request):
     """GPU_REF's kernels on the fake driver, then (where one exists) on the real GPU: None."""
-    if request.param == "gpu":
-        if not cuda.available():
-            pytest.skip(f"no GPU: {cuda.unavailable_reason()}")
-        yield None
-    else:
-        yield request.getfixturevalue("fake_ref")
+    return fake_or_gpu(request, "fake_ref")
 
 
 @pytest.fixture(params=["fake", "gpu"])
 def opt_env(request):
     """GPU_OPT on the fake libraries, then (where a GPU, cuDNN and cuBLAS exist) the real."""
-    if request.param == "gpu":
-        if not cuda.available():
-            pytest.skip(f"no GPU: {cuda.unavailable_reason()}")
-        for lib in (cudnn_conv, cublas_gemm):
-            if not lib.available():
-                pytest.skip(f"no {lib.__name__}: {lib.unavailable_reason()}")
-        yield None
-    else:
-        yield request.getfixturevalue("fake")
+    return fake_or_gpu(request, libraries=[(lib, lib.__name__)
+                                           for lib in (cudnn_conv, cublas_gemm)])
 
 
 def gpu(a, dev="gpu:0"):

@@ -14,6 +14,7 @@ import threading
 import numpy as np
 import pytest
 from fakes.cuda_driver import REAL_CHECK, install, real
+from fakes.env import fake_or_gpu
 
 import nnc
 from nnc import cuda
@@ -37,12 +38,7 @@ def fake(monkeypatch):
 @pytest.fixture(params=["fake", "gpu"])
 def env(request):
     """The fake driver, then (where one exists) the real GPU: numeric tests run on both."""
-    if request.param == "gpu":
-        if not cuda.available():
-            pytest.skip(f"no GPU: {cuda.unavailable_reason()}")
-        yield None
-    else:
-        yield request.getfixturevalue("fake")
+    return fake_or_gpu(request)
 
 
 def second_gpu():
