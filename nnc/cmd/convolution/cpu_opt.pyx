@@ -1,7 +1,8 @@
 """CONVOLUTION's CPU_OPT backend in C, no GIL: float32 on nnc's own kernels, float64 on BLAS.
 
-One file of ~830 lines because the float32, float64 and depthwise paths share one geometry
-(conv_t), one part plan, one im2col and one epilogue; the kernels themselves are in the headers.
+One file of ~980 lines because the float32, float64 and depthwise paths share one geometry
+(conv_t), one part plan, one way of making A rows and one epilogue; the kernels themselves are
+in the headers.
 
 NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_opt.c, which packs input patches into scratch
 memory and multiplies them with the weights, split across threads by output rows. Here:
@@ -12,9 +13,11 @@ memory and multiplies them with the weights, split across threads by output rows
   ``nnc.onnx.load`` freeze weights), once for good: the packed copy is kept with the frozen
   memory (nnc.tensor.constant), so a run reads them once, in the order the tiles use them. The
   tiles take A's rows by pointer: a pointwise (1x1, stride 1, no padding) convolution's rows
-  are the input's pixels themselves; any other's are im2col patches copied per part into the
-  running thread's workspace. Bias, residual and activation are applied in registers before a
-  tile is stored. Each output value is one sum in one order whichever part computes it, so the
+  are the input's pixels themselves; any other's are pointers into the input too (an
+  indirect convolution, as XNNPACK's): per kernel row to its run of kw pixels, or per tap to
+  one pixel, the padding a row of zeros; only a few shapes copy im2col patches per part into
+  the running thread's workspace (see _indirect_min_cg). Bias, residual and activation are
+  applied in registers before a tile is stored. Each output value is one sum in one order whichever part computes it, so the
   bits never depend on the split or the thread count (they depend on the ISA level).
 - float64: each part copies its patches (none for pointwise) and multiplies them with one
   single-threaded BLAS GEMM per group (nnc.base.openblas), then a pass adds the bias and the
@@ -25,7 +28,7 @@ memory and multiplies them with the weights, split across threads by output rows
   activation fused), on weights laid out tap by tap once per call in the caller's workspace (its
   parts take none of their own); float64 is a direct loop over taps.
 - The output's pixels are cut into *parts* of whole output rows (about 512 KiB of patches and
-  at least 512 pixels each); parts run through nnc_parallel_for (nnc.base.parallel): idle pool
+  at least 512 pixels each when patches are copied; two per thread otherwise, as pointwise); parts run through nnc_parallel_for (nnc.base.parallel): idle pool
   threads take some, so a large convolution uses every core in a sequential run, and in a
   scheduled run a thread whose stream waits helps the other stream's convolution. Parts write
   disjoint output rows; the weights are only read. With few parts they are evened out to a
@@ -58,8 +61,8 @@ from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_HARD_SWISH, ACTIVATIO
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_HSWISH, NNC_ACT_NONE,
                                         NNC_ACT_RELU, NNC_ACT_SILU, nnc_epilogue_t,
-                                        nnc_sgemm_nr, nnc_sgemm_pack_groups, nnc_sgemm_packed,
-                                        nnc_sgemm_packed_floats)
+                                        nnc_sgemm_nr, nnc_sgemm_pack_groups,
+                                        nnc_sgemm_packed_floats, nnc_sgemm_packed_taps)
 from nnc.tensor.constant cimport constant_pack
 from nnc.tensor.tensor cimport nnc_tensor_t
 
@@ -123,6 +126,31 @@ cdef enum:
     # The packed-weight layout's version, in the cache key of frozen weights' packed copies.
     PACK_FORMAT = 1
 
+# float32 convolutions take their A rows by pointer from the input (an indirect convolution,
+# no im2col copy), in one of two ways:
+# - kernel row by kernel row (INDIRECT_RUNS; groups = 1, pixels contiguous): the kw pixels
+#   under a kernel row are one run of kw * c floats, so each set of row pointers feeds a loop
+#   of kw * c steps; windows crossing the left or right edge are copied with the padding's
+#   zeros. Taken when _runs is 2, or when it is 1 and the input is thin (fewer than 16
+#   channels: the first layer) or at most 1/8 of the output columns are such copies;
+# - else tap by tap (INDIRECT_TAPS), a pointer per pixel and tap, with at least
+#   _indirect_min_cg input channels per group (a tap of fewer is a loop of a few steps per
+#   set of row pointers) and at most ZEROS_FLOATS;
+# and else patches are copied (im2col). Measured, 1 thread (tests keep the three paths' bits
+# equal): Inception-V3's first layer 57 -> 82 GFLOP/s, ResNet-50's 91 -> 104, the 3x3 layers
+# of 56x56x64 and 35x35x96 105 -> 113 and 108 -> 114, 14x14x256 111 -> 115 (taps).
+cdef Py_ssize_t _indirect_min_cg = 4
+cdef int _runs = 1
+
+cdef enum:
+    ZEROS_FLOATS = 4096
+    INDIRECT_NONE = 0
+    INDIRECT_TAPS = 1
+    INDIRECT_RUNS = 2
+
+# What an indirect convolution's taps in the padding point at (never written).
+cdef float _zeros[ZEROS_FLOATS]
+
 cdef enum:
     # With fewer parts than this many per parallel_width, the split is evened out to a
     # multiple of it (or, for very few rows, made over output channels).
@@ -153,6 +181,20 @@ def _tune_split(depthwise_cost=None, pointwise_parts=None):
         _depthwise_cost = max(1, depthwise_cost)
     if pointwise_parts is not None:
         _pointwise_parts = max(1, pointwise_parts)
+    return old
+
+
+def _tune_indirect(min_cg=None, runs=None):
+    """Set the fewest input channels per group of a tap-by-tap indirect float32 convolution
+    (a huge value: none) and when kernel-row runs are taken (0 never, 1 by the rule above, 2
+    whenever they can be): for A/B runs and for tests that compare the paths. Returns the
+    previous (min_cg, runs)."""
+    global _indirect_min_cg, _runs
+    old = (_indirect_min_cg, _runs)
+    if min_cg is not None:
+        _indirect_min_cg = max(1, min_cg)
+    if runs is not None:
+        _runs = min(2, max(0, runs))
     return old
 
 
@@ -189,7 +231,15 @@ ctypedef struct conv_t:
     Py_ssize_t gfloats
     size_t skip                         # bytes the packed weights take at the start of the
     #                                     caller's workspace: parts' scratch starts after them
-    const float** rowp                  # channel parts: every pixel's A row (the caller's)
+    const float** rowp                  # channel parts: every pixel's A rows (the caller's)
+    # float32 packed: A is taken tap by tap, kt floats a tap. INDIRECT_TAPS: taps = kh * kw,
+    # kt = cg, the pointers the input's pixels; INDIRECT_RUNS: taps = kh, kt = kw * c, the
+    # pointers the input's kernel-row runs (or copies of those crossing an edge); else taps = 1
+    # and kt = k, over patches or, pointwise, the pixels themselves.
+    int indirect                        # INDIRECT_*
+    Py_ssize_t taps, kt
+    Py_ssize_t edge_q                   # INDIRECT_RUNS: output columns whose window crosses
+    #                                     the left or right edge (their runs are copied)
 
 
 cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
@@ -525,9 +575,14 @@ cdef inline size_t _align64(size_t n) noexcept nogil:
 
 
 cdef inline size_t _rows_bytes(const conv_t* cv, Py_ssize_t m) noexcept nogil:
-    """Scratch a packed part of m pixels takes after cv.skip: its A-row pointers, then (but
-    pointwise) its patch."""
-    return _align64(m * sizeof(float*)) + (0 if cv.pointwise else m * cv.k * sizeof(float))
+    """Scratch a packed part of m pixels takes after cv.skip: its A-row pointers (taps of
+    them a pixel), then (but pointwise and indirect) its patch."""
+    if cv.indirect == INDIRECT_RUNS:
+        # The copies of edge windows: edge_q pixels of each output row, kh runs each.
+        return (_align64(m * cv.taps * sizeof(float*))
+                + (m // cv.wo) * cv.edge_q * cv.k * sizeof(float))
+    return (_align64(m * cv.taps * sizeof(float*))
+            + (0 if cv.pointwise or cv.indirect else m * cv.k * sizeof(float)))
 
 
 cdef void _pixel_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g,
@@ -543,6 +598,71 @@ cdef void _pixel_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t
             i += 1
 
 
+cdef void _tap_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g,
+                    const float** rows, Py_ssize_t ts) noexcept nogil:
+    """rows[t * ts + i]: tap t (t = i * kw + j, the patches' order) of output pixel i of rows
+    r0..r1: the input pixel under it at group g's channels, or zeros in the padding. The
+    geometry is copied into locals first (see _im2col)."""
+    cdef Py_ssize_t r, q, i = 0, ti, tj, ih, iw, oh, t
+    cdef Py_ssize_t ho = cv.ho, wo = cv.wo, h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw
+    cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl
+    cdef Py_ssize_t xs_n = cv.xs_n, xs_h = cv.xs_h, xs_w = cv.xs_w
+    cdef const float* xg = <const float*>cv.x + g * cv.cg
+    cdef const float* img
+    for r in range(r0, r1):
+        oh = r % ho
+        img = xg + (r // ho) * xs_n
+        for q in range(wo):
+            t = 0
+            for ti in range(kh):
+                ih = oh * sh - pt + ti
+                for tj in range(kw):
+                    iw = q * sw - pl + tj
+                    if ih < 0 or ih >= h or iw < 0 or iw >= wd:
+                        rows[t * ts + i] = _zeros
+                    else:
+                        rows[t * ts + i] = img + ih * xs_h + iw * xs_w
+                    t += 1
+            i += 1
+
+
+cdef void _run_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, const float** rows,
+                    Py_ssize_t ts, float* edges) noexcept nogil:
+    """rows[t * ts + i]: kernel row t of output pixel i of rows r0..r1 (groups = 1, pixels
+    contiguous): the kw * c floats of input under it, zeros above or below the image, or, for
+    a window crossing the left or right edge, a copy with the padding's zeros in edges (kh *
+    kw * c floats each such pixel: edge_q of them an output row). Locals as in _im2col."""
+    cdef Py_ssize_t r, q, i = 0, t, tj, ih, iw, oh
+    cdef Py_ssize_t ho = cv.ho, wo = cv.wo, h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw
+    cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl, c = cv.c
+    cdef Py_ssize_t xs_n = cv.xs_n, xs_h = cv.xs_h, run = cv.kt
+    cdef const float* img
+    cdef const float* src
+    cdef bint inside
+    for r in range(r0, r1):
+        oh = r % ho
+        img = <const float*>cv.x + (r // ho) * xs_n
+        for q in range(wo):
+            iw = q * sw - pl
+            inside = iw >= 0 and iw + kw <= wd
+            for t in range(kh):
+                ih = oh * sh - pt + t
+                if ih < 0 or ih >= h:
+                    rows[t * ts + i] = _zeros
+                elif inside:
+                    rows[t * ts + i] = img + ih * xs_h + iw * c
+                else:
+                    src = img + ih * xs_h
+                    for tj in range(kw):
+                        if iw + tj < 0 or iw + tj >= wd:
+                            memset(edges + tj * c, 0, c * sizeof(float))
+                        else:
+                            memcpy(edges + tj * c, src + (iw + tj) * c, c * sizeof(float))
+                    rows[t * ts + i] = edges
+                    edges += run
+            i += 1
+
+
 cdef inline const float* _residual_row(
         const conv_t* cv, Py_ssize_t r, Py_ssize_t g) noexcept nogil:
     """Row r of the residual at group g's channels, or NULL without one."""
@@ -552,11 +672,11 @@ cdef inline const float* _residual_row(
             + g * cv.og)
 
 
-cdef void _packed_rows(const conv_t* cv, const float** rows, Py_ssize_t r0, Py_ssize_t r1,
-                       Py_ssize_t g, Py_ssize_t c0, Py_ssize_t c1) noexcept nogil:
+cdef void _packed_rows(const conv_t* cv, const float** rows, Py_ssize_t ts, Py_ssize_t r0,
+                       Py_ssize_t r1, Py_ssize_t g, Py_ssize_t c0, Py_ssize_t c1) noexcept nogil:
     """Output rows r0..r1, group g's channels c0..c1 (c0 a multiple of the tile width) = A rows
-    (rows[i] for pixel i of those rows) times group g's packed weights, with the bias and ReLU
-    the residual and the activation applied in registers."""
+    (rows[t * ts + i]: tap t of pixel i of those rows) times group g's packed weights, with the
+    bias, the residual and the activation applied in registers."""
     cdef nnc_epilogue_t ep
     cdef float* y0 = <float*>cv.out
     cdef const float* bp = cv.packed + g * cv.gfloats
@@ -570,13 +690,14 @@ cdef void _packed_rows(const conv_t* cv, const float** rows, Py_ssize_t r0, Py_s
             and (cv.residual == NULL
                  or _rows_even(r0, r1, cv.ho, cv.wo, cv.rs_n, cv.rs_h, cv.rs_w))):
         ep.residual = _residual_row(cv, r0, g)
-        nnc_sgemm_packed(cv.isa, 0, (r1 - r0) * cv.wo, c0, c1, cv.og, cv.k, rows, bp,
-                         _out_row(cv, y0, r0) + g * cv.og, cv.os_w, &ep)
+        nnc_sgemm_packed_taps(cv.isa, 0, (r1 - r0) * cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
+                              rows, ts, bp, _out_row(cv, y0, r0) + g * cv.og, cv.os_w, &ep)
         return
     for r in range(r0, r1):
         ep.residual = _residual_row(cv, r, g)
-        nnc_sgemm_packed(cv.isa, 0, cv.wo, c0, c1, cv.og, cv.k, rows + (r - r0) * cv.wo, bp,
-                         _out_row(cv, y0, r) + g * cv.og, cv.os_w, &ep)
+        nnc_sgemm_packed_taps(cv.isa, 0, cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
+                              rows + (r - r0) * cv.wo, ts, bp,
+                              _out_row(cv, y0, r) + g * cv.og, cv.os_w, &ep)
 
 
 cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
@@ -594,16 +715,20 @@ cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     if scratch == NULL:
         return NNC_OOM
     rows = <const float**>(scratch + cv.skip)
-    patch = <float*>(scratch + cv.skip + _align64(most * sizeof(float*)))
-    if not cv.pointwise:
+    patch = <float*>(scratch + cv.skip + _align64(most * cv.taps * sizeof(float*)))
+    if not cv.pointwise and not cv.indirect:
         for i in range(m):
             rows[i] = patch + i * cv.k
     for g in range(cv.groups):
         if cv.pointwise:
             _pixel_rows(cv, r0, r1, g, rows)
+        elif cv.indirect == INDIRECT_RUNS:
+            _run_rows(cv, r0, r1, rows, m, patch)
+        elif cv.indirect:
+            _tap_rows(cv, r0, r1, g, rows, m)
         else:
             _im2col(cv, patch, r0, r1, g)
-        _packed_rows(cv, rows, r0, r1, g, 0, cv.og)
+        _packed_rows(cv, rows, m, r0, r1, g, 0, cv.og)
     return NNC_SUCCESS
 
 
@@ -616,7 +741,8 @@ cdef int _channel_part_packed(void* arg, Py_ssize_t part, void* context) noexcep
     cdef Py_ssize_t c0 = (part // blocks) * cv.chunk
     cdef Py_ssize_t r0 = (part % blocks) * cv.rows_per_part
     cdef Py_ssize_t r1 = min(r0 + cv.rows_per_part, cv.rows)
-    _packed_rows(cv, cv.rowp + r0 * cv.wo, r0, r1, 0, c0, min(c0 + cv.chunk, cv.o))
+    _packed_rows(cv, cv.rowp + r0 * cv.wo, cv.rows * cv.wo, r0, r1, 0, c0,
+                 min(c0 + cv.chunk, cv.o))
     return NNC_SUCCESS
 
 
@@ -684,6 +810,11 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
     cv.rowp = <const float**>(scratch + cv.skip)
     if cv.pointwise:
         _pixel_rows(cv, 0, cv.rows, 0, cv.rowp)
+    elif cv.indirect == INDIRECT_RUNS:
+        _run_rows(cv, 0, cv.rows, cv.rowp, m,
+                  <float*>(scratch + cv.skip + _align64(m * cv.taps * sizeof(float*))))
+    elif cv.indirect:
+        _tap_rows(cv, 0, cv.rows, 0, cv.rowp, m)
     else:
         patch = <float*>(scratch + cv.skip + _align64(m * sizeof(float*)))
         cv.patch = <const char*>patch
@@ -717,7 +848,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef nnc_tensor_t* r
     cdef nnc_tensor_t* y
     cdef int d, dtype, itemsize
-    cdef Py_ssize_t part_pixels, parts
+    cdef Py_ssize_t part_pixels, parts, i
     cdef int width
     cdef bint packed
     if not conv_operands_ok(inputs, n_in, outputs, n_out):
@@ -791,7 +922,18 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         # keep the pool's cut, which sets their bits. Cut for one thread, the few-pixel layers
         # of Inception-V3 at 75x75 ran about 5 % slower.
         width = 1
-    if cv.pointwise:
+    packed = dtype == NNC_32F and not cv.depthwise
+    cv.indirect, cv.taps, cv.kt, cv.edge_q = INDIRECT_NONE, 1, cv.k, 0
+    if packed and not cv.pointwise:
+        for i in range(cv.wo):
+            if i * cv.sw - cv.pl < 0 or i * cv.sw - cv.pl + cv.kw > cv.wd:
+                cv.edge_q += 1
+        if (_runs and cv.groups == 1 and cv.xs_w == cv.c and cv.kw * cv.c <= ZEROS_FLOATS
+                and (_runs == 2 or cv.c < 16 or cv.edge_q * 8 <= cv.wo)):
+            cv.indirect, cv.taps, cv.kt = INDIRECT_RUNS, cv.kh, cv.kw * cv.c
+        elif cv.cg >= _indirect_min_cg and cv.cg <= ZEROS_FLOATS:
+            cv.indirect, cv.taps, cv.kt = INDIRECT_TAPS, cv.kh * cv.kw, cv.cg
+    if cv.pointwise or cv.indirect:
         # No patches to keep in cache: one GEMM per part (one for the whole image alone).
         parts = min(width * _pointwise_parts if width > 1 else 1, cv.rows)
     else:
@@ -799,7 +941,6 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         if not cv.depthwise:
             part_pixels = max(part_pixels, _part_bytes // (cv.k * itemsize))
         parts = (cv.rows + max(1, part_pixels // cv.wo) - 1) // max(1, part_pixels // cv.wo)
-    packed = dtype == NNC_32F and not cv.depthwise
     if width > 1 and parts < SPLIT_EVEN * width:
         if cv.rows * cv.wo < _part_pixels * width and cv.groups == 1 and cv.o >= 2 * 16:
             # Too few pixels for each part to be a GEMM worth the name (17x17, 8x8).

@@ -177,6 +177,40 @@ static inline float nnc_epilogue_one(const nnc_epilogue_t* ep, float v, ptrdiff_
     return nnc_act_one(ep, nnc_epilogue_sum(ep, v, m, n));
 }
 
+/* Fetch the lines of a tile's output (and of its residual) into L1 before its sums run: rows
+ * are ldc apart, a pattern the hardware prefetchers do not follow, and with a short K (the
+ * expand 1x1 layers of ResNet: K = 64, 128) the sums alone do not hide a miss per line
+ * (measured: 56x56x64 -> 256 with a residual, 82 -> 90 GFLOP/s on AVX-512). width floats a
+ * row; its first and last one name every line it touches. A prefetch never faults. */
+static inline __attribute__((always_inline)) void nnc_tile_prefetch(
+        const int MR, const int width, const float* c, ptrdiff_t ldc, ptrdiff_t m0,
+        ptrdiff_t n0, int mr, const nnc_epilogue_t* ep) {
+    const float* res = ep != NULL ? ep->residual : NULL;
+    int i;
+    NNC_UNROLL
+    for (i = 0; i < MR; i++) {
+        if (i < mr) {
+            __builtin_prefetch(c + i * ldc, 1, 3);
+            __builtin_prefetch(c + i * ldc + width - 1, 1, 3);
+            if (res != NULL) {
+                __builtin_prefetch(res + (m0 + i) * ep->ldr + n0, 0, 3);
+                __builtin_prefetch(res + (m0 + i) * ep->ldr + n0 + width - 1, 0, 3);
+            }
+        }
+    }
+}
+
+/* A tile's parameters: K per tap and taps (the sum runs over taps * K values, tap by tap);
+ * a[t * ts + i], row i's A values for tap t (K floats: a pixel's channels for an indirect
+ * convolution, or a whole row with taps = 1; rows i >= mr repeat row mr - 1, whose sums are
+ * not stored); the panel at bp; C at c (leading dimension ldc); (m0, n0) the tile's first
+ * output, which the epilogue's bias and residual are indexed by; mr rows and nr columns of
+ * the tile stored. */
+#define NNC_TILE_PARAMS                                                                        \
+    ptrdiff_t k, ptrdiff_t taps, const float* const* a, ptrdiff_t ts, const float* bp,         \
+    float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,                      \
+    const nnc_epilogue_t* ep
+
 /* Each tile is a template over MR (rows) and NV (vectors per row: 2 for a full panel, 1 for
  * a half one), instantiated below for the row counts a block's last tile may need. */
 
@@ -194,32 +228,36 @@ static inline __attribute__((always_inline)) nnc_v4f nnc_act_v4(int act, nnc_v4f
 }
 
 static inline __attribute__((always_inline)) void nnc_tile_base(
-        const int MR, const int NV, ptrdiff_t k, const float* const* a, const float* bp,
-        float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
-        const nnc_epilogue_t* ep) {
+        const int MR, const int NV, ptrdiff_t k, ptrdiff_t taps, const float* const* a,
+        ptrdiff_t ts, const float* bp, float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0,
+        int mr, int nr, const nnc_epilogue_t* ep) {
     nnc_v4f acc0[4], acc1[4], out0[4], out1[4];
     const float* row[4];
     float out[8];
-    ptrdiff_t kk;
+    ptrdiff_t kk, t;
     int i, j;
     NNC_UNROLL
     for (i = 0; i < MR; i++) {
         acc0[i] = (nnc_v4f){0, 0, 0, 0};
         acc1[i] = (nnc_v4f){0, 0, 0, 0};
-        row[i] = a[i];
     }
-    for (kk = 0; kk < k; kk++) {
-        nnc_v4f b0, b1 = {0, 0, 0, 0};
-        memcpy(&b0, bp, 16);
-        if (NV == 2)
-            memcpy(&b1, bp + 4, 16);
-        bp += 4 * NV;
+    for (t = 0; t < taps; t++) {
         NNC_UNROLL
-        for (i = 0; i < MR; i++) {
-            float x = row[i][kk];
-            acc0[i] += x * b0;
+        for (i = 0; i < MR; i++)
+            row[i] = a[t * ts + (i < mr ? i : mr - 1)];
+        for (kk = 0; kk < k; kk++) {
+            nnc_v4f b0, b1 = {0, 0, 0, 0};
+            memcpy(&b0, bp, 16);
             if (NV == 2)
-                acc1[i] += x * b1;
+                memcpy(&b1, bp + 4, 16);
+            bp += 4 * NV;
+            NNC_UNROLL
+            for (i = 0; i < MR; i++) {
+                float x = row[i][kk];
+                acc0[i] += x * b0;
+                if (NV == 2)
+                    acc1[i] += x * b1;
+            }
         }
     }
     NNC_UNROLL
@@ -245,10 +283,8 @@ static inline __attribute__((always_inline)) void nnc_tile_base(
 }
 
 #define NNC_TILE_BASE(R, V)                                                                   \
-    static void nnc_tile_base_##R##x##V(ptrdiff_t k, const float* const* a, const float* bp, \
-                                        float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, \
-                                        int mr, int nr, const nnc_epilogue_t* ep) {          \
-        nnc_tile_base(R, V, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                            \
+    static void nnc_tile_base_##R##x##V(NNC_TILE_PARAMS) {                                   \
+        nnc_tile_base(R, V, k, taps, a, ts, bp, c, ldc, m0, n0, mr, nr, ep);                  \
     }
 NNC_TILE_BASE(4, 2)
 NNC_TILE_BASE(1, 2)
@@ -289,29 +325,33 @@ static inline __attribute__((always_inline)) NNC_AVX2 __m256 nnc_ep_avx2(
 }
 
 static inline __attribute__((always_inline)) NNC_AVX2 void nnc_tile_avx2(
-        const int MR, const int NV, ptrdiff_t k, const float* const* a, const float* bp,
-        float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
-        const nnc_epilogue_t* ep) {
+        const int MR, const int NV, ptrdiff_t k, ptrdiff_t taps, const float* const* a,
+        ptrdiff_t ts, const float* bp, float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0,
+        int mr, int nr, const nnc_epilogue_t* ep) {
     __m256 acc0[6], acc1[6], out0[6], out1[6];
     const float* row[6];
-    ptrdiff_t kk;
+    ptrdiff_t kk, t;
     int i;
     NNC_UNROLL
     for (i = 0; i < MR; i++) {
         acc0[i] = _mm256_setzero_ps();
         acc1[i] = _mm256_setzero_ps();
-        row[i] = a[i];
     }
-    for (kk = 0; kk < k; kk++) {
-        __m256 b0 = _mm256_loadu_ps(bp), b1 = NV == 2 ? _mm256_loadu_ps(bp + 8)
-                                                     : _mm256_setzero_ps();
-        bp += 8 * NV;
+    for (t = 0; t < taps; t++) {
         NNC_UNROLL
-        for (i = 0; i < MR; i++) {
-            __m256 x = _mm256_broadcast_ss(row[i] + kk);
-            acc0[i] = _mm256_fmadd_ps(x, b0, acc0[i]);
-            if (NV == 2)
-                acc1[i] = _mm256_fmadd_ps(x, b1, acc1[i]);
+        for (i = 0; i < MR; i++)
+            row[i] = a[t * ts + (i < mr ? i : mr - 1)];
+        for (kk = 0; kk < k; kk++) {
+            __m256 b0 = _mm256_loadu_ps(bp), b1 = NV == 2 ? _mm256_loadu_ps(bp + 8)
+                                                         : _mm256_setzero_ps();
+            bp += 8 * NV;
+            NNC_UNROLL
+            for (i = 0; i < MR; i++) {
+                __m256 x = _mm256_broadcast_ss(row[i] + kk);
+                acc0[i] = _mm256_fmadd_ps(x, b0, acc0[i]);
+                if (NV == 2)
+                    acc1[i] = _mm256_fmadd_ps(x, b1, acc1[i]);
+            }
         }
     }
     /* The accumulators go through memory once, here, by constant index: indexing them by the
@@ -348,11 +388,8 @@ static inline __attribute__((always_inline)) NNC_AVX2 void nnc_tile_avx2(
 }
 
 #define NNC_TILE_AVX2(R, V)                                                                   \
-    static NNC_AVX2 void nnc_tile_avx2_##R##x##V(ptrdiff_t k, const float* const* a,        \
-                                                 const float* bp, float* c, ptrdiff_t ldc, \
-                                                 ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,\
-                                                 const nnc_epilogue_t* ep) {               \
-        nnc_tile_avx2(R, V, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                            \
+    static NNC_AVX2 void nnc_tile_avx2_##R##x##V(NNC_TILE_PARAMS) {                          \
+        nnc_tile_avx2(R, V, k, taps, a, ts, bp, c, ldc, m0, n0, mr, nr, ep);                  \
     }
 NNC_TILE_AVX2(6, 2)
 NNC_TILE_AVX2(4, 2)
@@ -390,40 +427,62 @@ static inline __attribute__((always_inline)) NNC_AVX512 __m512 nnc_ep_avx512(
 }
 
 static inline __attribute__((always_inline)) NNC_AVX512 void nnc_tile_avx512(
-        const int MR, const int NV, ptrdiff_t k, const float* const* a, const float* bp,
-        float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
-        const nnc_epilogue_t* ep) {
+        const int MR, const int NV, ptrdiff_t k, ptrdiff_t taps, const float* const* a,
+        ptrdiff_t ts, const float* bp, float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0,
+        int mr, int nr, const nnc_epilogue_t* ep) {
     __m512 acc0[12], acc1[12], out0[12], out1[12];
     const float* row[12];
-    ptrdiff_t kk;
+    ptrdiff_t kk, t;
     int i;
     NNC_UNROLL
     for (i = 0; i < MR; i++) {
         acc0[i] = _mm512_setzero_ps();
         acc1[i] = _mm512_setzero_ps();
-        row[i] = a[i];
     }
-    for (kk = 0; kk < k; kk++) {
-        __m512 b0 = _mm512_loadu_ps(bp), b1 = NV == 2 ? _mm512_loadu_ps(bp + 16)
-                                                     : _mm512_setzero_ps();
-        bp += 16 * NV;
+    nnc_tile_prefetch(MR, NV == 2 ? 32 : 16, c, ldc, m0, n0, mr, ep);
+    for (t = 0; t < taps; t++) {
         NNC_UNROLL
-        for (i = 0; i < MR; i++) {
-            __m512 x = _mm512_set1_ps(row[i][kk]);
-            acc0[i] = _mm512_fmadd_ps(x, b0, acc0[i]);
-            if (NV == 2)
-                acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
+        for (i = 0; i < MR; i++)
+            row[i] = a[t * ts + (i < mr ? i : mr - 1)];
+        for (kk = 0; kk < k; kk++) {
+            __m512 b0 = _mm512_loadu_ps(bp), b1 = NV == 2 ? _mm512_loadu_ps(bp + 16)
+                                                         : _mm512_setzero_ps();
+            bp += 16 * NV;
+            NNC_UNROLL
+            for (i = 0; i < MR; i++) {
+                __m512 x = _mm512_set1_ps(row[i][kk]);
+                acc0[i] = _mm512_fmadd_ps(x, b0, acc0[i]);
+                if (NV == 2)
+                    acc1[i] = _mm512_fmadd_ps(x, b1, acc1[i]);
+            }
         }
-    }
-    NNC_UNROLL
-    for (i = 0; i < MR; i++) {                   /* see nnc_tile_avx2 */
-        out0[i] = acc0[i];
-        out1[i] = acc1[i];
     }
     {
         __mmask16 mask0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
         __mmask16 mask1 = nr >= 32 ? (__mmask16)0xFFFF
                           : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+        if (mr == MR) {
+            /* A whole tile (most of them): the epilogue straight from the registers. */
+            NNC_UNROLL
+            for (i = 0; i < MR; i++) {
+                float* ci = c + i * ldc;
+                __m512 v0 = acc0[i], v1 = acc1[i];
+                if (ep != NULL) {
+                    v0 = nnc_ep_avx512(ep, v0, m0 + i, n0, mask0);
+                    if (NV == 2)
+                        v1 = nnc_ep_avx512(ep, v1, m0 + i, n0 + 16, mask1);
+                }
+                _mm512_mask_storeu_ps(ci, mask0, v0);
+                if (NV == 2)
+                    _mm512_mask_storeu_ps(ci + 16, mask1, v1);
+            }
+            return;
+        }
+        NNC_UNROLL
+        for (i = 0; i < MR; i++) {               /* see nnc_tile_avx2 */
+            out0[i] = acc0[i];
+            out1[i] = acc1[i];
+        }
         for (i = 0; i < mr; i++) {
             float* ci = c + i * ldc;
             __m512 v0 = out0[i], v1 = out1[i];
@@ -440,12 +499,8 @@ static inline __attribute__((always_inline)) NNC_AVX512 void nnc_tile_avx512(
 }
 
 #define NNC_TILE_AVX512(R, V)                                                                 \
-    static NNC_AVX512 void nnc_tile_avx512_##R##x##V(ptrdiff_t k, const float* const* a,    \
-                                                     const float* bp, float* c,            \
-                                                     ptrdiff_t ldc, ptrdiff_t m0,          \
-                                                     ptrdiff_t n0, int mr, int nr,         \
-                                                     const nnc_epilogue_t* ep) {           \
-        nnc_tile_avx512(R, V, k, a, bp, c, ldc, m0, n0, mr, nr, ep);                          \
+    static NNC_AVX512 void nnc_tile_avx512_##R##x##V(NNC_TILE_PARAMS) {                      \
+        nnc_tile_avx512(R, V, k, taps, a, ts, bp, c, ldc, m0, n0, mr, nr, ep);                \
     }
 NNC_TILE_AVX512(12, 2)
 NNC_TILE_AVX512(8, 2)
@@ -460,9 +515,7 @@ NNC_TILE_AVX512(1, 1)
 
 #endif /* NNC_SGEMM_X86 */
 
-typedef void (*nnc_tile_f)(ptrdiff_t k, const float* const* a, const float* bp, float* c,
-                           ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,
-                           const nnc_epilogue_t* ep);
+typedef void (*nnc_tile_f)(NNC_TILE_PARAMS);
 
 /* The tile for rem (1..MR) rows of a full panel (half = 0) or a half one (half = 1): the
  * smallest instance with at least that many rows (the rows past rem repeat the last one and
@@ -490,18 +543,21 @@ static inline nnc_tile_f nnc_sgemm_tile(int isa, int rem, int half) {
     return rem > 1 ? nnc_tile_base_4x1 : nnc_tile_base_1x1;
 }
 
-/* C rows m0..m1 (row m at c + m * ldc), columns n0..n1, of A (row m at a[m - m0], K floats
- * each) times the packed B of N columns (all of it: panel p at packed + p * NR * K), through
- * the epilogue ep (NULL: none; its bias and residual are indexed by absolute m and n). n0 is a
- * multiple of NR; n1 is one too, or N. isa must be the one B was packed for. Disjoint (rows,
- * columns) ranges may run at once. */
-static void nnc_sgemm_packed(int isa, ptrdiff_t m0, ptrdiff_t m1, ptrdiff_t n0, ptrdiff_t n1,
-                             ptrdiff_t n, ptrdiff_t k, nnc_rows_t a, const float* packed,
-                             float* c, ptrdiff_t ldc, const nnc_epilogue_t* ep) {
-    const ptrdiff_t nr = nnc_sgemm_nr(isa), mr = nnc_sgemm_mr(isa);
-    const float* rows[12];
+/* C rows m0..m1 (row m at c + m * ldc), columns n0..n1, of A times the packed B of N columns
+ * and taps * kt rows (all of it: panel p at packed + p * NR * taps * kt), through the epilogue
+ * ep (NULL: none; its bias and residual are indexed by absolute m and n). A is given by
+ * pointer: row m's values for tap t are the kt floats at a[t * ts + (m - m0)], so taps = 1 is
+ * a plain GEMM over rows of K = kt floats, and taps > 1 an indirect convolution (each tap's
+ * pointer is an input pixel's channels, or zeros in the padding), whose sums run in the same
+ * order as over the tap-major patch an im2col would copy: the same bits, without the copy.
+ * n0 is a multiple of NR; n1 is one too, or N. isa must be the one B was packed for.
+ * Disjoint (rows, columns) ranges may run at once. */
+static void nnc_sgemm_packed_taps(int isa, ptrdiff_t m0, ptrdiff_t m1, ptrdiff_t n0,
+                                  ptrdiff_t n1, ptrdiff_t n, ptrdiff_t kt, ptrdiff_t taps,
+                                  nnc_rows_t a, ptrdiff_t ts, const float* packed, float* c,
+                                  ptrdiff_t ldc, const nnc_epilogue_t* ep) {
+    const ptrdiff_t nr = nnc_sgemm_nr(isa), mr = nnc_sgemm_mr(isa), k = kt * taps;
     ptrdiff_t b0, b1, col, m;
-    int i;
 #ifndef NNC_SGEMM_X86
     isa = 0;
 #endif
@@ -513,13 +569,19 @@ static void nnc_sgemm_packed(int isa, ptrdiff_t m0, ptrdiff_t m1, ptrdiff_t n0, 
             int half = nnc_sgemm_panel_width(isa, n, col / nr) < nr;
             for (m = b0; m < b1; m += mr) {
                 int rem = (int)(b1 - m < mr ? b1 - m : mr);
-                for (i = 0; i < mr; i++)
-                    rows[i] = a[(m - m0) + (i < rem ? i : rem - 1)];
-                nnc_sgemm_tile(isa, rem, half)(k, rows, panel, c + m * ldc + col, ldc, m, col,
-                                               rem, w, ep);
+                nnc_sgemm_tile(isa, rem, half)(kt, taps, a + (m - m0), ts, panel,
+                                               c + m * ldc + col, ldc, m, col, rem, w, ep);
             }
         }
     }
+}
+
+/* nnc_sgemm_packed_taps with one tap: C = A . B over rows of K floats, row m at a[m - m0]. */
+static inline void nnc_sgemm_packed(int isa, ptrdiff_t m0, ptrdiff_t m1, ptrdiff_t n0,
+                                    ptrdiff_t n1, ptrdiff_t n, ptrdiff_t k, nnc_rows_t a,
+                                    const float* packed, float* c, ptrdiff_t ldc,
+                                    const nnc_epilogue_t* ep) {
+    nnc_sgemm_packed_taps(isa, m0, m1, n0, n1, n, k, 1, a, 0, packed, c, ldc, ep);
 }
 
 #endif /* NNC_SGEMM_KERNEL_H */

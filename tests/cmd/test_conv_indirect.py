@@ -1,0 +1,133 @@
+"""CONVOLUTION's CPU_OPT float32 A rows (nnc/cmd/convolution/cpu_opt.pyx): copied patches
+(im2col), pointers tap by tap into the input, or pointers to kernel-row runs of it (windows
+crossing the left or right edge copied with zeros). The three sum each output over the same
+values in the same order, so they must give the same bits, at every ISA level, cut into parts
+or not, through every part plan (rows, pointwise-like, output channels for few pixels), with
+the epilogue, and with NaN and infinity where the padding meets them; and CPU_REF within
+tolerance."""
+
+import numpy as np
+import pytest
+
+import nnc
+from nnc.cmd.convolution import cpu_opt
+
+# (min_cg, runs) for cpu_opt._tune_indirect: each path forced where it can run.
+PATHS = {"im2col": (1 << 30, 0), "taps": (1, 0), "runs": (1 << 30, 2), "auto": (4, 1)}
+
+# name: (input shape, weight shape, params)
+CASES = {
+    "first_layer_7x7_s2": ((1, 23, 21, 3), (40, 7, 7, 3), {"stride": 2, "padding": 3}),
+    "3x3_p1_panels": ((2, 9, 11, 24), (72, 3, 3, 24), {"padding": 1}),
+    "asymmetric_pad_stride": ((1, 10, 13, 16), (48, 3, 2, 16),
+                              {"stride": (2, 1), "padding": (0, 2, 1, 0)}),
+    "1x7": ((1, 9, 9, 20), (36, 1, 7, 20), {"padding": (0, 3, 0, 3)}),
+    "7x1": ((1, 9, 9, 20), (36, 7, 1, 20), {"padding": (3, 0, 3, 0)}),
+    "grouped_cg8": ((1, 12, 12, 32), (64, 3, 3, 8), {"padding": 1, "groups": 4}),
+    "grouped_cg2": ((1, 12, 12, 8), (16, 3, 3, 2), {"padding": 1, "groups": 4}),
+    "window_wider_than_input": ((1, 3, 3, 5), (8, 5, 5, 5), {"padding": 2}),
+    "1x1_stride2": ((1, 13, 13, 40), (24, 1, 1, 40), {"stride": 2}),
+    "few_pixels_by_channels": ((1, 8, 8, 48), (72, 3, 3, 48), {"padding": 1}),
+    "one_column_out": ((1, 6, 3, 6), (16, 3, 3, 6), {"padding": (1, 0, 1, 0)}),
+}
+
+
+def _run(ins, oshape, params, path, threads, activation="relu"):
+    """The convolution on CPU_OPT with A rows made one way, into a channel slice of a wider
+    NaN-filled buffer (which must stay NaN outside the slice)."""
+    wide = np.full(oshape[:3] + (oshape[3] + 8,), np.nan, np.float32)
+    c = oshape[3] + 8
+    out = nnc.Tensor(wide).view(oshape, offset=5, strides=(oshape[1] * oshape[2] * c,
+                                                          oshape[2] * c, c, 1))
+    old = cpu_opt._tune_indirect(*PATHS[path])
+    nnc.set_intra_op_threads(threads)
+    try:
+        nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_OPT", activation=activation,
+                             **params), ins, [out])
+    finally:
+        nnc.set_intra_op_threads(None)
+        cpu_opt._tune_indirect(*old)
+    assert np.isnan(wide[..., :5]).all() and np.isnan(wide[..., 5 + oshape[3]:]).all()
+    return wide[..., 5:5 + oshape[3]].copy()
+
+
+def _out_shape(xs, ws, params):
+    s = params.get("stride", 1)
+    sh, sw = s if isinstance(s, tuple) else (s, s)
+    p = params.get("padding", 0)
+    pt, pl, pb, pr = p if isinstance(p, tuple) else (p,) * 4
+    return (xs[0], (xs[1] + pt + pb - ws[1]) // sh + 1, (xs[2] + pl + pr - ws[2]) // sw + 1,
+            ws[0])
+
+
+def _inputs(xs, ws, oshape, residual, seed=3):
+    rng = np.random.default_rng(seed)
+    ins = [nnc.Tensor(rng.standard_normal(xs).astype(np.float32)),
+           nnc.Tensor(rng.standard_normal(ws).astype(np.float32)),
+           nnc.Tensor(rng.standard_normal(ws[0]).astype(np.float32))]
+    if residual:
+        ins.append(nnc.Tensor(rng.standard_normal(oshape).astype(np.float32)))
+    return ins
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_path_gives_the_same_bits(kernel_isa, case, residual):
+    xs, ws, params = CASES[case]
+    oshape = _out_shape(xs, ws, params)
+    ins = _inputs(xs, ws, oshape, residual)
+    size = nnc.get_num_threads()
+    old = cpu_opt._tune(1 << 19, 512, split_macs=0)      # every size is worth splitting
+    try:
+        nnc.set_num_threads(2)
+        want = _run(ins, oshape, params, "im2col", 1)
+        for path in PATHS:
+            for threads in (1, 2):
+                got = _run(ins, oshape, params, path, threads)
+                np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32),
+                                              err_msg=f"{path}, {threads} thread(s)")
+    finally:
+        cpu_opt._tune(*old)
+        nnc.set_num_threads(size)
+    ref = nnc.Tensor.zeros(oshape, dtype="float32")
+    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_REF", activation="relu", **params), ins,
+                 [ref])
+    k = ws[1] * ws[2] * ws[3]
+    np.testing.assert_allclose(want, ref.numpy(), rtol=1e-5, atol=k * 4e-6)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_nan_and_infinity_meet_the_padding_the_same_way(kernel_isa, path):
+    """The padding's zeros are multiplied like any input: an infinite weight over the padding
+    makes NaN (0 * inf) in every path, a NaN input spreads only to the windows it is in."""
+    xs, ws, params = (1, 7, 9, 4), (20, 3, 3, 4), {"padding": 1, "stride": (1, 2)}
+    oshape = _out_shape(xs, ws, params)
+    ins = _inputs(xs, ws, oshape, False, seed=5)
+    ins[1].numpy()[3, 0, 0, 1] = np.inf                  # meets the top and left padding
+    ins[1].numpy()[7, 2, 2, 0] = -np.inf
+    ins[0].numpy()[0, 3, 4, 2] = np.nan
+    want = _run(ins, oshape, params, "im2col", 1, activation=None)
+    got = _run(ins, oshape, params, path, 1, activation=None)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    assert np.isnan(got[0, 0, 0, 3])                     # 0 * inf from the padding
+    assert np.isinf(got[0, 5, 1, 3])                     # its window is inside the image
+    assert np.isnan(got[0, 3, 2, 0]) and not np.isnan(got[0, 0, 0, 0])
+
+
+def test_strided_pixels_and_thin_inputs_take_a_path_that_reads_them_right(kernel_isa):
+    """An input whose pixels are wider than its channels (a channel slice of a concat's
+    buffer) cannot be read in runs: taps or patches read it, and the bits agree."""
+    rng = np.random.default_rng(11)
+    buf = rng.standard_normal((1, 10, 10, 30)).astype(np.float32)
+    x = nnc.Tensor(buf).view((1, 10, 10, 6), offset=7, strides=(3000, 300, 30, 1))
+    w = nnc.Tensor(rng.standard_normal((24, 3, 3, 6)).astype(np.float32))
+    b = nnc.Tensor(rng.standard_normal(24).astype(np.float32))
+    oshape = (1, 10, 10, 24)
+    outs = {path: _run([x, w, b], oshape, {"padding": 1}, path, 1) for path in PATHS}
+    for path, got in outs.items():
+        np.testing.assert_array_equal(got.view(np.int32), outs["im2col"].view(np.int32),
+                                      err_msg=path)
+    ref = nnc.Tensor.zeros(oshape, dtype="float32")
+    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_REF", activation="relu", padding=1),
+                 [nnc.Tensor(x.numpy().copy()), w, b], [ref])
+    np.testing.assert_allclose(outs["auto"], ref.numpy(), rtol=1e-5, atol=1e-4)
