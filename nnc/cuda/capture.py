@@ -97,6 +97,23 @@ def _has_control(graph):
     return any(e.cmd.name in _CONTROL for e in graph.execs)
 
 
+def _refuse_devices(graph, kind):
+    """GraphError unless every GPU tensor of the graph's nodes is on GPU ``kind`` ("gpu:N").
+
+    A multi-GPU schedule runs (docs/gpu.md, "Several GPUs"), but one CUDA graph is not made
+    of it: a captured graph is instantiated and launched in one context, and whether stream
+    capture may fork onto another device's stream through an event (with the condition
+    kernels of loops) has not been checked on a machine with two GPUs. Loop bodies and
+    branches are checked as the capture prepares their conditional nodes."""
+    for e in graph.execs:
+        for t in list(e.inputs) + list(e.outputs):
+            where = "cpu" if t is None else getattr(t, "device", "cpu")
+            if where != "cpu" and where != kind:
+                raise GraphError(f"{graph!r} cannot be captured on {kind}: node {e!r} uses "
+                                 f"{t!r} on {where}, and one CUDA graph captures the work of "
+                                 "one GPU (capture one graph per GPU)")
+
+
 def _cond_function(dev):
     """The condition kernel's CUfunction on ``dev``, compiled and loaded on first use (never
     while capturing: loading a module is refused there)."""
@@ -160,12 +177,15 @@ class _Conditionals:
         from nnc.cuda import memory
 
         self._operands(cond, inputs)
+        _refuse_devices(w.body, f"gpu:{self.device.ordinal}")
         # The device count, -1 until a replay runs the loop (CapturedGraph.while_count).
         counter = memory.from_numpy(np.full(1, -1, np.int64), f"gpu:{self.device.ordinal}")
         self.loops[w] = _Node("while", cond, inputs, counter, form)
 
-    def prepare_case(self, c, indexes, cond, inputs):
+    def prepare_case(self, c, indexes, cond, inputs, branches):
         self._operands(cond, inputs)
+        for branch in branches:
+            _refuse_devices(branch, f"gpu:{self.device.ordinal}")
         node = self.cases[c] = _Node("case", cond, inputs)
         node.indexes = list(indexes)
 
@@ -340,7 +360,8 @@ def capture(graph, stream=None, warmup=True):
     runs every iteration with no host in between (``cg.while_count(body)`` says where a loop
     ended). A Python callable as expression, carry-overs, multiviews, PHI outputs, or a loop
     whose head and tail both launch work raise GraphError naming the node and the reason
-    (docs/control_flow.md), before anything is captured.
+    (docs/control_flow.md), before anything is captured; so does a node with a tensor on
+    another GPU than ``stream``'s (one CUDA graph captures one GPU's work).
     """
     from nnc.cuda.gpu_stream import device_half, set_capturing
     from nnc.run.flow import flow_capture_prepare, flow_capture_run
@@ -348,6 +369,7 @@ def capture(graph, stream=None, warmup=True):
 
     s = stream if stream is not None else Stream("gpu")
     gpu = device_half(s)                # StreamError for a CPU stream
+    _refuse_devices(graph, s.kind)
     loops = None
     if _has_control(graph):
         loops = _Conditionals(gpu.cuda.device)

@@ -47,7 +47,12 @@ class _Conditionals:
         self, w: WhileNode, form: int, cond: Compare, inputs: list[Tensor]
     ) -> None: ...
     def prepare_case(
-        self, c: CaseOfNode, indexes: list[int], cond: Compare, inputs: list[Tensor]
+        self,
+        c: CaseOfNode,
+        indexes: list[int],
+        cond: Compare,
+        inputs: list[Tensor],
+        branches: list[Graph],
     ) -> None: ...
     def fail(self, where: str, e: BaseException) -> None: ...
     def abandon(self, node: _Node) -> None: ...

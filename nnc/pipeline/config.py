@@ -44,6 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from nnc.base.core import NNCError
+from nnc.cmd.command import Cmd, cmd_exec
 from nnc.graph.graph import Graph
 from nnc.tensor.tensor import Tensor
 
@@ -121,8 +122,11 @@ class Module:
     ``Module(graph, inputs={"data_0": t0}, outputs=[t1, t2], name="mod1")``: each run copies
     the stage's input arrays into the named input tensors, runs ``graph`` (statically
     scheduled if it has a schedule), and copies the output tensors out. The tensors must be
-    CPU tensors that nodes of ``graph`` read (inputs) and write (outputs). The pipeline owns
-    the graph while it runs: don't run or change it meanwhile.
+    tensors that nodes of ``graph`` read (inputs) and write (outputs), on the CPU or, whole
+    and contiguous, on a GPU (copied host <-> device). A graph with a GPU tensor is a *GPU
+    stage* and runs on ``device``, the GPU of its first GPU input or output (else of its
+    nodes' first GPU tensor); ``device`` is "cpu" for the others. The pipeline owns the
+    graph while it runs: don't run or change it meanwhile.
     """
 
     def __init__(self, graph, inputs, outputs, name=None):
@@ -154,6 +158,9 @@ class Module:
         self.input_specs = {k: (t.dtype, tuple(t.shape))
                             for k, t in self.input_tensors.items()}
         self.output_specs = [(t.dtype, tuple(t.shape)) for t in self.output_tensors]
+        gpus = [t.device for t in (*self.input_tensors.values(), *self.output_tensors,
+                                   *read, *written) if t.device != "cpu"]
+        self.device = gpus[0] if gpus else "cpu"
 
     @classmethod
     def function(cls, fn, inputs, outputs, name=None):
@@ -171,6 +178,7 @@ class Module:
         self.name = _module_name(name, _names, getattr(fn, "__name__", None))
         self.graph = None
         self.fn = fn
+        self.device = "cpu"
         self.input_tensors = {}
         self.output_tensors = []
         if not isinstance(inputs, dict):
@@ -229,13 +237,20 @@ class Module:
         return result
 
     def load(self, arrays):
-        """A graph stage: copy checked ``arrays`` into the input tensors."""
+        """A graph stage: copy checked ``arrays`` into the input tensors (a GPU tensor by a
+        DATA_TRANSFER, finished when this returns)."""
         for key, a in arrays.items():
-            np.copyto(self.input_tensors[key].numpy(), a)
+            t = self.input_tensors[key]
+            if t.device == "cpu":
+                np.copyto(t.numpy(), a)
+            else:
+                cmd_exec(Cmd("DATA_TRANSFER"), [Tensor(np.ascontiguousarray(a))], [t])
 
     def store(self):
-        """A graph stage: fresh copies of the output tensors."""
-        return [t.numpy().copy() for t in self.output_tensors]
+        """A graph stage: fresh copies of the output tensors (of a GPU tensor, a host copy:
+        the graph's run must have finished, as every caller here waits for it)."""
+        return [t.numpy().copy() if t.device == "cpu" else t.numpy()
+                for t in self.output_tensors]
 
     def run(self, arrays):
         """Run this stage once, synchronously on the calling thread (``graph.run()``, or
@@ -246,7 +261,7 @@ class Module:
         if self.graph is None:
             return self.call(arrays)
         self.load(arrays)
-        self.graph.run()
+        self.graph.run()        # on a GPU: finished when it returns
         return self.store()
 
     @property
@@ -272,19 +287,40 @@ def _module_name(name, n, fallback=None):
 
 
 def _check_tensor(t, used, what, role):
-    """A graph stage's tensor: a CPU nnc.Tensor that nodes use (itself, or memory a node's
-    tensor overlaps: a view of it, or a tensor it is a view of)."""
+    """A graph stage's tensor: an nnc.Tensor that nodes use (itself, or memory a node's
+    tensor overlaps: a view of it, or a tensor it is a view of); on a GPU, contiguous (the
+    pipeline copies it whole, and GPU copies take contiguous tensors)."""
     if not isinstance(t, Tensor):
         raise PipelineError(f"{what}: {type(t).__name__} is not an nnc.Tensor")
-    if t.device != "cpu":
-        raise PipelineError(f"{what}: a tensor on {t.device}: pipeline stages take CPU "
-                            "tensors only (docs/pipeline.md)")
+    if t.device != "cpu" and not t.is_contiguous:
+        raise PipelineError(f"{what}: a strided view on {t.device}: a GPU stage's inputs and "
+                            "outputs must be contiguous (the pipeline copies them whole)")
     if any(t is u for u in used):
+        return
+    if t.device != "cpu":
+        lo, hi = _span(t)
+        if not any(u.device == t.device and _span(u)[0] < hi and lo < _span(u)[1]
+                   for u in used):
+            raise PipelineError(f"{what}: that tensor (or its memory) is not {role} any node "
+                                "of the graph")
         return
     a = t.numpy()
     if not any(u.device == "cpu" and np.may_share_memory(a, u.numpy()) for u in used):
         raise PipelineError(f"{what}: that tensor (or its memory) is not {role} any node of "
                             "the graph")
+
+
+def _span(t):
+    """[lo, hi) of the bytes a tensor's elements cover."""
+    item = t.dtype.itemsize
+    lo = hi = t.data_ptr
+    for n, st in zip(t.shape, t.strides):
+        step = (n - 1) * st * item if n else 0
+        if step < 0:
+            lo += step
+        else:
+            hi += step
+    return lo, hi + (item if t.size else 0)
 
 
 def _check_port_name(key, what):

@@ -26,6 +26,7 @@ class Module:
     name: str
     graph: Graph | None
     fn: Callable[..., Any] | None
+    device: str
     input_tensors: dict[str, Tensor]
     output_tensors: list[Tensor]
     input_specs: dict[str, _Spec]

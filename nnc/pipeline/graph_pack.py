@@ -9,7 +9,7 @@ group* (tensors whose byte ranges overlap), so that views keep aliasing each oth
 
 Not packable (``PipelineError`` at pack time, naming the node): ``while``/``case..of`` nodes (their
 sub-graphs and expressions live in the parent process), tensors that are not CPU ``Tensor``
-objects (GPU tensors, MultiViews).
+objects (MultiViews; GPU tensors, whose device memory and CUDA context belong to this process).
 """
 
 import ctypes
@@ -30,7 +30,10 @@ def tensor_extent(t, where):
     if not isinstance(t, Tensor):
         raise PipelineError(f"{where}: {t!r} is not an nnc.Tensor")
     if t.device != "cpu":
-        raise PipelineError(f"{where}: {t!r} is on {t.device}; pipeline stages are CPU graphs")
+        raise PipelineError(f"{where}: {t!r} is on {t.device}; pipeline.split and the Ray "
+                            "executor take CPU graphs only (device memory and CUDA state "
+                            "belong to this process and cannot be sent to another; a GPU stage "
+                            "runs with the local executor)")
     item = t.dtype.itemsize
     lo = hi = first = t.data_ptr
     if t.size == 0:

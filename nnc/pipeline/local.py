@@ -14,6 +14,15 @@ in the plan's topological order; on stage ``i``'s stream:
    one task calls the function and checks what it returns;
 3. emit stage ``i``'s signal.
 
+A GPU stage (``module.device`` "gpu:N") has, besides, a GPU stream of its own on that device,
+and step 2 is one task on its CPU stream: it copies the inputs host -> device, enqueues the
+graph's run on the GPU stream, waits for it (so the outputs are final and a failure on the
+device is seen; ``_settle``), and copies the outputs device -> host into the hand-over slot.
+The wait holds that pool thread while the GPU works; the stage's CPU stream keeps the order
+and the signals
+exactly as for a CPU stage, so stages on the CPU, on a GPU or on different GPUs mix freely:
+every hand-over is a host array.
+
 So each stage handles inputs one at a time, in input order (a graph has one set of tensors),
 while different stages work on different inputs at once. A stage that fails records the
 failure on the input (``Job.fail``); later stages skip that input (a graph stage's enqueued
@@ -23,10 +32,25 @@ completes, failed or not.
 """
 
 import functools
+import time
 
 from nnc.pipeline.config import PipelineError
 from nnc.pipeline.runtime import PipelineModule, stage_scope
 from nnc.stream.stream import Signal, Stream
+
+_POLL = 0.0005          # seconds between looks at a GPU stage's stream (_settle)
+
+
+def _settle(gs):
+    """Wait for everything enqueued on GPU stream ``gs`` and raise its recorded failures, as
+    ``gs.wait()`` would. A pool thread may not call wait() (a CPU stream's work could be
+    queued behind it); a GPU stream's work never is: the device and nnc's host-function
+    watcher finish it, so looking at query() until it is done cannot wait for itself."""
+    while not gs.query():
+        time.sleep(_POLL)
+    errors = gs._take_errors()
+    if errors:
+        raise gs._error(errors)
 
 
 def build(plan, *, depth):
@@ -40,6 +64,10 @@ class LocalPipeline(PipelineModule):
     def __init__(self, plan, depth):
         super().__init__(plan, depth)
         self._streams = [Stream("cpu") for _ in plan.stages]    # stage i's stream
+        # A GPU stage's stream for its graph's runs (None for the others); made here, so a
+        # missing GPU fails build(), not an input.
+        self._gpu_streams = [None if st.module.device == "cpu" else Stream(st.module.device)
+                             for st in plan.stages]
         self._signals = [Signal("cpu") for _ in plan.stages]    # emitted after stage i
         self._tasks = [self._stage_tasks(i) for i in range(len(plan.stages))]
 
@@ -47,6 +75,8 @@ class LocalPipeline(PipelineModule):
         st = self.plan.stages[i]
         if st.module.graph is None:
             return (functools.partial(self._call, i),)
+        if self._gpu_streams[i] is not None:
+            return (functools.partial(self._gpu_run, i),)
         return (functools.partial(self._load, i), st.module.graph,
                 functools.partial(self._store, i))
 
@@ -123,6 +153,32 @@ class LocalPipeline(PipelineModule):
             finally:
                 self._stage_done(job)
 
+    def _gpu_run(self, i, job):
+        """On stage i's CPU stream, for a GPU stage: copy the inputs in, run the graph on the
+        stage's GPU stream and wait for it, hand the outputs over, count the stage done."""
+        m = self.plan.stages[i].module
+        gs = self._gpu_streams[i]
+        with stage_scope():
+            try:
+                if job.error is None:
+                    m.load(self._inputs(i, job))
+                    try:
+                        m.graph.run(stream=gs)
+                    except BaseException as e:
+                        # Reported first; what was enqueued still runs: wait for it before
+                        # the next input reuses the tensors (a failure of it comes second).
+                        job.fail(m.name, e)
+                        _settle(gs)
+                        raise
+                    _settle(gs)                 # a failure on the device raises here
+                    for j, a in enumerate(m.store()):
+                        job.values[(i, j)] = a
+            except BaseException as e:  # noqa: BLE001 - user code may raise anything (a
+                # KeyboardInterrupt, SystemExit, GeneratorExit): it fails this input only
+                job.fail(m.name, e)
+            finally:
+                self._stage_done(job)
+
     def _call(self, i, job):
         """On stage i's stream: call a function stage and hand its results over."""
         m = self.plan.stages[i].module
@@ -142,5 +198,6 @@ class LocalPipeline(PipelineModule):
         # the pool runs without us (it holds busy streams). Not waiting for it keeps close()
         # safe on a pool thread (inside another pipeline's stage).
         self._streams = []
+        self._gpu_streams = []
         self._signals = []
         self._tasks = []

@@ -144,8 +144,8 @@ def flow_run(Graph g not None, Stream caller not None, capture=None, Schedule pa
     _check_tree(g, run.args, sched)
     cdef _Runtime rt = _runtime_for(g, sched)
     run.add(rt)
-    begin = PySignal(sched.stream_type)
-    end = PySignal(sched.stream_type)
+    begin = PySignal(caller.kind)                   # emitted by the caller
+    end = PySignal((<Stream>rt.streams[0]).kind)    # emitted by stream 0
     cdef RunState state = run_state(g)
     prev = state.flow_task
     if prev is not None and prev.done:
@@ -265,6 +265,8 @@ def _part(_Run run, Graph g, Schedule sched, _Runtime rt, int lo, int hi, Signal
     for k in range(sched.entry_size):
         if lo <= sched.entry_first[k] < hi:
             if begin is None:
+                if rt.begin.kind != p.kind:     # replaced by a run from another GPU
+                    rt.begin = PySignal(p.kind)
                 begin = rt.begin
                 stream_emit(p, begin, False)
             stream_wait_signal(<Stream>rt.streams[sched.entry_streams[k]], begin, False)
@@ -495,11 +497,10 @@ cdef _Runtime _own_runtime(Schedule sched):
     cdef _Runtime rt = _Runtime.__new__(_Runtime)
     rt.sched = sched
     rt.first = None
-    kind = sched.stream_type
-    rt.streams = [PyStream(kind) for _ in range(sched.stream_count)]
-    rt.signals = [PySignal(kind) for _ in range(sched.signal_count)]
-    rt.begin = PySignal(kind)
-    rt.end = PySignal(kind)
+    rt.streams = [PyStream(kind) for kind in sched.stream_kinds]
+    rt.signals = [PySignal(kind) for kind in sched.signal_kinds]
+    rt.begin = PySignal(sched.stream_kinds[0])
+    rt.end = PySignal(sched.stream_kinds[0])
     return rt
 
 
@@ -533,7 +534,7 @@ def flow_capture_prepare(Graph g not None, capture):
     otherwise), make each body's and branch's own runtime (``capture.runtimes``, keyed by the
     control node, then the branch index) and let ``capture`` make its device state
     (``capture.prepare_while(w, form, cond, inputs)``, ``capture.prepare_case(c, indexes,
-    cond, inputs)``)."""
+    cond, inputs, branches)``, branches: the graphs of those indexes)."""
     args = schedule_args(g)
     if args is None or args["stream_type"] == "cpu":
         raise ScheduleError(f"{g!r} has while or case..of nodes: a capture needs a GPU "
@@ -600,7 +601,8 @@ cdef int _prepare_tree(Graph g, dict args, capture) except -1:
                 branch._prepare()
                 _refuse_moving(g, idx, fn, branch)
                 capture.runtimes[(c, i)] = _own_runtime(flow_schedule(branch, args))
-            capture.prepare_case(c, indexes, c.cond, list(c.inputs))
+            capture.prepare_case(c, indexes, c.cond, list(c.inputs),
+                                 [c.branches[i] for i in indexes])
             for i in indexes:
                 _prepare_tree(<Graph>c.branches[i], args, capture)
     return 0

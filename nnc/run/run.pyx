@@ -62,18 +62,23 @@ cdef _Runtime _runtime_for(Graph g, Schedule sched, Stream first=None):
     rt = _Runtime.__new__(_Runtime)
     rt.sched = sched
     rt.first = first
-    kind = sched.stream_type
-    # Reuse the streams the graph owns (not a borrowed stream 0) where they suffice.
+    kinds = sched.stream_kinds
+    # Reuse the streams the graph owns (not a borrowed stream 0) where they suffice and are
+    # of the kind (GPU) the schedule gives that index.
     own = []
     if state.runtime is not None:
         old = state.runtime.streams
         own = old[1:] if state.runtime.first is not None else old
     streams = ([] if first is None else [first]) + own
     streams = streams[:sched.stream_count]
-    rt.streams = streams + [PyStream(kind) for _ in range(sched.stream_count - len(streams))]
-    rt.signals = [PySignal(kind) for _ in range(sched.signal_count)]
-    rt.begin = PySignal(kind)
-    rt.end = PySignal(kind)
+    rt.streams = [st if i == 0 and first is not None or (<Stream>st).kind == kinds[i]
+                  else PyStream(kinds[i]) for i, st in enumerate(streams)]
+    rt.streams += [PyStream(kinds[i]) for i in range(len(streams), sched.stream_count)]
+    rt.signals = [PySignal(kind) for kind in sched.signal_kinds]
+    # begin is emitted by the caller's stream (_run_scheduled makes one of its kind when it
+    # differs), end by stream 0.
+    rt.begin = PySignal((<Stream>rt.streams[0]).kind)
+    rt.end = PySignal((<Stream>rt.streams[0]).kind)
     state.runtime = rt
     return rt
 
@@ -184,6 +189,10 @@ cdef int _run_scheduled(Graph g, Stream s, Schedule sched, bint* finished) excep
     cdef Stream s0 = streams[0]
     cdef int k
     cdef bint tracing = _tracing()
+    if rt.begin.kind != s.kind:
+        # A caller on another GPU than stream 0 (or a schedule on several GPUs): the caller
+        # records begin, so it is an event of the caller's device; the others wait across.
+        rt.begin = PySignal(s.kind)
     stream_emit(s, rt.begin)
     stream_wait_signal(s0, rt.begin, False)
     for k in range(sched.entry_size):

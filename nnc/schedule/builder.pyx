@@ -29,6 +29,7 @@ from libc.string cimport memcpy, memset
 import operator
 
 from nnc.base.core import NNCError, ScheduleError
+from nnc.base.device import parse_device
 
 from nnc.cmd.command cimport Cmd
 from nnc.graph.while_node cimport WhileNode
@@ -678,7 +679,7 @@ cdef int _reorder(_Builder b, Policy p, const int* perm, dict extra, int* inv) e
 cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, object costs,
                      list part):
     cdef _Builder b = _Builder.__new__(_Builder)
-    cdef _Builder b0
+    cdef _Builder b0, b1
     cdef Policy p = policy_of(policy)
     cdef dict extra
     cdef int streams, added
@@ -739,6 +740,26 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, obje
             memcpy(b.st, b0.st, sizeof(int) * m)
         b.assigned = True
         b.run_assigned(streams)
+    # The kind of each stream: "cpu", or on a GPU schedule the GPU of its nodes.
+    kinds = ["cpu"] * max(b.S, 1)
+    if stream_type != "cpu" and m:
+        dev = [_node_gpu(g, order[k]) for k in range(m)]
+        if len({d for d in dev if d >= 0}) > 1:
+            # Several GPUs: one stream per (stream, GPU) of its nodes, then the waits again
+            # (b1 keeps the arrays alive while b copies them; b0 may own ``order``).
+            b1, b = b, _Builder.__new__(_Builder)
+            per_pos, kinds = _device_streams(b1, dev, m)
+            b.max_streams = max_streams
+            b.setup(g, order, m, split, extra)
+            for k in range(m):
+                b.st[k] = per_pos[k]
+            b.assigned = True
+            b.run_assigned(len(kinds))
+        else:
+            one = [d for d in dev if d >= 0]
+            kinds = [f"gpu:{one[0] if one else parse_device(stream_type)}"] * max(b.S, 1)
+    elif stream_type != "cpu":
+        kinds = [f"gpu:{parse_device(stream_type)}"]
     # 5. Entry: streams != 0 whose first node has no predecessor wait on the begin signal.
     # Exit: stream 0 waits on the last node of each other stream it does not already know to
     # have finished (for a loop body also after the head, from the head's last nodes).
@@ -765,6 +786,12 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, obje
                  [b.first[s] for s in entry], [b.sig[k] for k in head_exits])
     sched.stream_count = max(b.S, 1)
     sched.signal_count = b.nsig
+    sched.stream_kinds = tuple(kinds)
+    signal_kinds = [kinds[0]] * b.nsig
+    for k in range(m):
+        if b.sig[k] >= 0:
+            signal_kinds[b.sig[k]] = kinds[b.st[k]]
+    sched.signal_kinds = tuple(signal_kinds)
     sched.split = split
     sched.loop_key = loop_key
     memcpy(sched.order, order, sizeof(int) * m)
@@ -781,6 +808,48 @@ cdef Schedule _build(Graph g, str stream_type, int max_streams, str policy, obje
                 w += 1
     sched.wait_start[g._size] = w
     return sched
+
+
+cdef int _node_gpu(Graph g, int idx) except -2:
+    """The GPU node idx runs on in a GPU schedule: that of its first GPU output, else of its
+    first GPU input (so a DATA_TRANSFER between GPUs runs on the destination's, where its
+    consumers are); -1 for a node without GPU tensors (a NOOP), which runs where its stream's
+    other nodes do."""
+    for ts in (g._outputs[idx], g._inputs[idx]):
+        for t in ts:
+            d = "cpu" if t is None else getattr(t, "device", "cpu")
+            if d != "cpu":
+                return parse_device(d)
+    return -1
+
+
+cdef tuple _device_streams(_Builder b, list dev, int m):
+    """Split the streams in b.st so that each holds the nodes of one GPU: stream s becomes one
+    stream per GPU of its nodes, numbered by (s, first position), so stream 0 keeps its first
+    node. A node without a GPU stays with the GPU of the node before it on its stream (else the
+    one after), so NOOPs cost no stream of their own; a stream of such nodes only is on the
+    graph's first GPU. Each stream's nodes keep their order, so the order of every new stream
+    is a suborder of the old one. Returns (new stream per position, kind per new stream)."""
+    cdef int k, s, d
+    cdef list first_dev = [-1] * b.S, cur = [-1] * b.S, key = [None] * m
+    cdef int graph_dev = next(d for d in dev if d >= 0)
+    for k in range(m):
+        s = b.st[k]
+        if first_dev[s] < 0 and dev[k] >= 0:
+            first_dev[s] = dev[k]
+    groups = {}
+    for k in range(m):
+        s = b.st[k]
+        d = dev[k]
+        if d >= 0:
+            cur[s] = d
+        else:
+            d = cur[s] if cur[s] >= 0 else first_dev[s] if first_dev[s] >= 0 else graph_dev
+        key[k] = (s, d)
+        groups.setdefault((s, d), k)
+    ordered = sorted(groups, key=lambda sd: (sd[0], groups[sd]))
+    number = {sd: i for i, sd in enumerate(ordered)}
+    return [number[key[k]] for k in range(m)], [f"gpu:{sd[1]}" for sd in ordered]
 
 
 cdef dict _moved_edges(Graph g, const int* order, int m, int split):

@@ -38,6 +38,10 @@ cdef class Schedule:
     cdef int* rank_                     # [node_count] longest chain after the node; -1: not run
     cdef readonly int stream_count      # streams used (>= 1; the runner always uses stream 0)
     cdef readonly int signal_count      # signals used, numbered 0 .. signal_count - 1
+    # [stream_count] the kind each stream index becomes: "cpu" on a CPU schedule; on a GPU
+    # schedule "gpu:N", the GPU of the stream's nodes (every node of a stream is on one GPU).
+    cdef readonly tuple stream_kinds
+    cdef readonly tuple signal_kinds    # [signal_count] the kind of the stream that emits it
     cdef int* entry_streams             # [entry_size] streams != 0 whose first node has no pred.
     cdef int entry_size                 # they wait on the run's begin signal before anything
     cdef int* exit_waits                # [exit_size] signals stream 0 waits on after its last node

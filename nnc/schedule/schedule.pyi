@@ -66,6 +66,12 @@ class Schedule:
     @property
     def signal_count(self) -> int: ...
     @property
+    def stream_kinds(self) -> tuple[str, ...]:
+        """Per stream index, the kind it becomes: "cpu", or "gpu:N", the GPU of its nodes."""
+    @property
+    def signal_kinds(self) -> tuple[str, ...]:
+        """Per signal, the kind of the stream that emits it."""
+    @property
     def split(self) -> int: ...
     def __init__(self, *args: object, **kwargs: object) -> None: ...  # raises TypeError
     @property

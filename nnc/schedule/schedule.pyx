@@ -214,10 +214,13 @@ def static_schedule(graph, stream_type="cpu", max_streams=0, policy="rank", cost
     Every node of the run order gets one stream, signals go to nodes that another stream
     waits on, and no wait is redundant (docs/schedule.md). ``max_streams=0`` means no limit.
     ``stream_type`` ("cpu", "gpu" or "gpu:N") says what kind of stream each index becomes when
-    the graph runs. ``policy`` names who picks the streams (a key of POLICIES, "rank" by
-    default); ``costs`` gives the cost-aware ones each node's seconds: None (every node costs
-    1), a dict {GraphExec or node index: seconds}, a callable(GraphExec) -> seconds, or
-    "profile" (measured now with ``graph.profile()``). The sub-graphs of while and case..of
+    the graph runs; on a GPU, each stream is on the GPU of its nodes (``stream_kinds``): a
+    graph whose nodes are on several GPUs gets streams on each, at most ``max_streams`` per
+    GPU, and stream_type's GPU only holds streams when no node has a GPU tensor. ``policy``
+    names who picks the streams (a key of POLICIES, "rank" by default); ``costs`` gives the
+    cost-aware ones each node's seconds: None (every node costs 1), a dict {GraphExec or node
+    index: seconds}, a callable(GraphExec) -> seconds, or "profile" (measured now with
+    ``graph.profile()``). The sub-graphs of while and case..of
     nodes are scheduled too, with the same arguments: each such node has one stream, which is
     stream 0 of its sub-graphs. Raises ScheduleError for bad arguments and GraphError for a
     cyclic graph. NNC: ccv_nnc_graph_set_default_static_schedule.
@@ -437,6 +440,8 @@ cdef class Schedule:
         self.stream_count = 1
         self.policy = "rank"
         self.stream_type = "cpu"
+        self.stream_kinds = ("cpu",)
+        self.signal_kinds = ()
 
     def __init__(self):
         raise TypeError("schedules are made by nnc.static_schedule or Schedule.from_tables")
@@ -641,6 +646,9 @@ cdef class Schedule:
         c.wait_start[g._size] = w
         c.stream_count = max(used_streams) + 1
         c.signal_count = max(used_signals) + 1
+        kind = "cpu" if stream_type == "cpu" else f"gpu:{parse_device(stream_type)}"
+        c.stream_kinds = (kind,) * c.stream_count
+        c.signal_kinds = (kind,) * c.signal_count
         return c
 
     # -- simulation ----------------------------------------------------------------------------

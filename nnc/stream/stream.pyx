@@ -125,15 +125,19 @@ cdef class DeviceStream:
         raise NotImplementedError
 
 
-cdef int _check_mix(Stream s, Signal sig, str what) except -1:
-    """A stream emits and waits on signals of its own kind only: a CUDA event cannot be set by
-    a CPU worker, and a CPU record cannot be waited on by a CUDA stream."""
-    if (s._device is None) != (sig._device is None) or (s._device is not None
+cdef int _check_mix(Stream s, Signal sig, bint emit) except -1:
+    """A stream emits signals of its own kind only, and waits on signals of its own kind or,
+    on a GPU, of another GPU: a CUDA event cannot be set by a CPU worker, a CPU record cannot
+    be waited on by a CUDA stream, and an event is recorded only by a stream of its device,
+    while cuStreamWaitEvent accepts another device's event (how a multi-GPU schedule orders
+    its devices)."""
+    if (s._device is None) != (sig._device is None) or (emit and s._device is not None
                                                         and s.kind != sig.kind):
-        raise StreamError(f"{s!r} cannot {what} {sig!r}: a stream emits and waits on signals of "
-                          f"its own kind (nnc.Signal({s.kind!r})); to order a CPU stream after "
-                          "GPU work, wait() on the GPU stream or add_callback a CPU emit "
-                          "(docs/gpu.md)")
+        raise StreamError(f"{s!r} cannot {'emit' if emit else 'wait on'} {sig!r}: a stream "
+                          f"emits signals of its own kind (nnc.Signal({s.kind!r})) and waits on "
+                          "signals of its own kind or, on a GPU, of any GPU; to order a CPU "
+                          "stream after GPU work, wait() on the GPU stream or add_callback a "
+                          "CPU emit (docs/gpu.md)")
     return 0
 
 
@@ -540,7 +544,7 @@ cdef int stream_emit(Stream s, Signal sig, bint wake=True) except -1:
     cdef stream_task_t t
     cdef signal_record_t* r
     if s._device is not None or sig._device is not None:
-        _check_mix(s, sig, "emit")
+        _check_mix(s, sig, True)
         return s._device.emit(s, sig)
     # An emit claims the pending reservation (Signal._reserve: waits enqueued since then wait
     # for this emit), reserving a fresh record first when none is pending.
@@ -606,7 +610,7 @@ cdef int stream_wait_signal(Stream s, Signal sig, bint wake=True) except -1:
     cdef stream_task_t t
     cdef signal_record_t* r
     if s._device is not None or sig._device is not None:
-        _check_mix(s, sig, "wait on")
+        _check_mix(s, sig, False)
         return s._device.wait_signal(s, sig)
     pthread_mutex_lock(&signal_lock)
     r = sig.latest

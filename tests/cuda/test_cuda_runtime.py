@@ -348,7 +348,8 @@ def test_streams_events_and_errors(fake):
     with pytest.raises(nnc.StreamError, match="own kind"):
         nnc.Stream().wait_signal(ev)            # a CPU worker cannot wait on a CUDA event
     with pytest.raises(nnc.StreamError, match="own kind"):
-        nnc.Stream("gpu:1").wait_signal(ev)     # nor a stream of another GPU
+        nnc.Stream("gpu:1").emit(ev)            # nor a stream of another GPU record it
+    nnc.Stream("gpu:1").wait_signal(ev)         # but wait on it (cuStreamWaitEvent allows it)
     with pytest.raises(nnc.NNCError, match="unknown stream kind"):
         nnc.Stream("gpu:x")
     with pytest.raises(nnc.CUDAError, match="no gpu:7"):
@@ -657,27 +658,24 @@ def test_coroutine_waits_on_a_cuda_stream_through_the_c_host_function(fake):
     assert "cuLaunchHostFunc" in fake.calls
 
 
-def test_graph_across_two_gpus_is_refused_at_enqueue(fake):
-    """One schedule's streams are on one GPU: a node whose tensors are on another GPU is
-    refused when it is launched (copies between GPUs, DATA_TRANSFER, are fine)."""
+def test_graph_across_two_gpus(fake):
+    """A schedule puts each node on a stream of its GPU (tests/cuda/test_cuda_multi_gpu.py
+    has the rest); without one every node is launched on the caller's stream, so a node whose
+    tensors are on another GPU is refused when it is launched."""
     g = nnc.Graph()
     x = gpu(np.arange(4, dtype=np.float32))
     x1, b1 = (nnc.Tensor.empty((4,), device="gpu:1") for _ in range(2))
     n2 = g.exec(nnc.Cmd("DATA_TRANSFER"), [x], [x1])
     n3 = g.exec(nnc.Cmd("SCALAR_MUL", a=3.0), [x1], [b1])
     g.concat(n2, n3)
-    nnc.static_schedule(g, stream_type="gpu")
     s = nnc.Stream("gpu:0")
     with pytest.raises(nnc.CommandError, match="tensors are on gpu:1 but the stream is on gpu:0"):
         g.run(stream=s)
     s.wait()
-    g.disjoin(n2, n3)
-    g.destinations = [n2]
-    g.sources = [n2]
     nnc.static_schedule(g, stream_type="gpu")
-    g.run(stream=s)                             # the peer copy alone runs
+    g.run(stream=s)
     s.wait()
-    np.testing.assert_array_equal(x1.numpy(), np.arange(4))
+    np.testing.assert_array_equal(b1.numpy(), 3 * np.arange(4))
 
 
 def test_while_and_case_of_on_a_gpu_stream(fake):

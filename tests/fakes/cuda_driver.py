@@ -14,6 +14,7 @@ passes an argument the real bindings would reject. This proves argument forms an
 only; GPU results need a GPU.
 """
 
+import bisect
 import ctypes
 import threading
 import time
@@ -81,6 +82,13 @@ class FakeDriver:
         self.max_iterations = 100000    # a WHILE node running longer is a hang: raise instead
         self._keep = []                 # ctypes arrays the driver "owns" (phGraph_out)
         self.launches = []              # kernel names launched (executed)
+        # (kernel name, stream id, its context) per launch executed: which device ran what
+        self.launched_on = []
+        # Device memory's device, as the driver knows it (UVA: a pointer names its device):
+        # start -> (end, context of the allocation); pinned host memory is not in it.
+        self.mem_ctx = {}
+        self._mem_starts = None         # sorted starts of mem_ctx, rebuilt after a change
+        self.faults = []                # (kernel name, pointer, its context, stream's context)
         self.live_streams = set()
         self.live_events = set()
         self.ctx_of = {}                # stream / event / module / function id -> context
@@ -143,6 +151,8 @@ class FakeDriver:
         return self.ok(self.count)
 
     def cuDeviceGet(self, ordinal):
+        if not 0 <= int(ordinal) < self.count:
+            return (real.CUresult.CUDA_ERROR_INVALID_DEVICE, None)
         return self.ok(self._h("CUdevice", ordinal))
 
     def cuDeviceGetName(self, length, dev):
@@ -188,14 +198,30 @@ class FakeDriver:
         bad = self.unsafe("cuMemAlloc")
         if bad:
             return (*bad, None)
-        return self.ok(self._h("CUdeviceptr", self._alloc(n)))
+        ptr = self._alloc(n)
+        # Memory of the current context's device (nnc makes the tensor's device current).
+        self.mem_ctx[ptr] = (ptr + max(n, 1), getattr(self._current, "ctx", None))
+        self._mem_starts = None
+        return self.ok(self._h("CUdeviceptr", ptr))
 
     def cuMemFree(self, ptr):
         bad = self.unsafe("cuMemFree")
         if bad:
             return bad
         del self.buffers[int(ptr)]
+        self.mem_ctx.pop(int(ptr), None)
+        self._mem_starts = None
         return self.ok()
+
+    def mem_context(self, ptr):
+        """The context of the device memory holding address ptr; None for other memory."""
+        if self._mem_starts is None:
+            self._mem_starts = sorted(self.mem_ctx)
+        i = bisect.bisect_right(self._mem_starts, ptr) - 1
+        if i < 0:
+            return None
+        end, ctx = self.mem_ctx[self._mem_starts[i]]
+        return ctx if ptr < end else None
 
     def cuMemHostAlloc(self, n, flags):
         bad = self.unsafe("cuMemHostAlloc")
@@ -224,6 +250,10 @@ class FakeDriver:
         return self._copy(dst, src, n)
 
     def cuMemcpyPeerAsync(self, dst, dctx, src, sctx, n, stream):
+        # The driver reads each side's device from the context it is given: a context that
+        # does not hold that memory is an invalid argument.
+        if self.mem_context(int(dst)) != int(dctx) or self.mem_context(int(src)) != int(sctx):
+            return (real.CUresult.CUDA_ERROR_INVALID_VALUE,)
         return self._copy(dst, src, n)
 
     def cuMemsetD8Async(self, ptr, value, n, stream):
@@ -400,8 +430,11 @@ class FakeDriver:
         for h, (g, default, flags) in self.cond_defaults.items():
             if flags and self._root(g) == int(gexec):
                 self.cond_values[h] = default
-        for fn in self.graphs[int(gexec)]:
-            fn()
+        try:
+            for fn in self.graphs[int(gexec)]:
+                fn()
+        except _Fault:
+            return (real.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,)
         return self.ok()
 
     def cuGraphExecDestroy(self, gexec):
@@ -449,17 +482,43 @@ class FakeDriver:
             for i, n in enumerate(sizes)]
         addrs = [ctypes.addressof(b) for b in keep]
         grid = (gx, gy, gz)
+        ctx = self.ctx_of[int(stream)]
 
         def run():
             self.launches.append(name)
+            self.launched_on.append((name, int(stream), ctx))
+            self._check_access(name, keep, ctx)
             if kernel == "cond_set":
                 self._cond_set(addrs)
             else:
                 EMULATE[kernel](addrs, dtype, grid)
             del keep[:0]    # keep the copies alive as long as this launch may run
 
-        self._run(run)
+        try:
+            self._run(run)
+        except _Fault:
+            return (real.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,)
         return self.ok()
+
+    def _check_access(self, name, params, ctx):
+        """A kernel touching device memory of another device than its stream's faults: nnc
+        enables no peer access, so such an address is illegal on the stream's device. Every
+        8-byte word of the parameters that points into device memory is checked (pointer
+        arrays and structs included). The real driver reports the fault asynchronously (a
+        sticky CUDA_ERROR_ILLEGAL_ADDRESS at the next synchronisation); the fake, which runs
+        kernels at once, returns it from the launch (from cuGraphLaunch for a replay)."""
+        for buf in params:
+            raw = bytes(buf)
+            for i in range(0, len(raw) - 7, 8):
+                ptr = int.from_bytes(raw[i:i + 8], "little")
+                owner = self.mem_context(ptr)
+                if owner is not None and owner != ctx:
+                    self.faults.append((name, ptr, owner, ctx))
+                    raise _Fault(f"{name} on context {ctx} touched {ptr:#x} of context {owner}")
+
+
+class _Fault(RuntimeError):
+    """A kernel touched memory of another device (FakeDriver._check_access)."""
 
 
 def _cond_set(self, a):
