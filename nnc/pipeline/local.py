@@ -19,9 +19,8 @@ and step 2 is one task on its CPU stream: it copies the inputs host -> device, e
 graph's run on the GPU stream, waits for it (so the outputs are final and a failure on the
 device is seen; ``_settle``), and copies the outputs device -> host into the hand-over slot.
 The wait holds that pool thread while the GPU works; the stage's CPU stream keeps the order
-and the signals
-exactly as for a CPU stage, so stages on the CPU, on a GPU or on different GPUs mix freely:
-every hand-over is a host array.
+and the signals exactly as for a CPU stage, so stages on the CPU, on a GPU or on different GPUs
+mix freely: every hand-over is a host array.
 
 So each stage handles inputs one at a time, in input order (a graph has one set of tensors),
 while different stages work on different inputs at once. A stage that fails records the

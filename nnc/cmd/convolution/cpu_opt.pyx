@@ -17,8 +17,9 @@ memory and multiplies them with the weights, split across threads by output rows
   indirect convolution, as XNNPACK's): per kernel row to its run of kw pixels, or per tap to
   one pixel, the padding a row of zeros; only a few shapes copy im2col patches per part into
   the running thread's workspace (see _indirect_min_cg). Bias, residual and activation are
-  applied in registers before a tile is stored. Each output value is one sum in one order whichever part computes it, so the
-  bits never depend on the split or the thread count (they depend on the ISA level).
+  applied in registers before a tile is stored. Each output value is one sum in one order
+  whichever part computes it, so the bits never depend on the split or the thread count (they
+  depend on the ISA level).
 - float64: each part copies its patches (none for pointwise) and multiplies them with one
   single-threaded BLAS GEMM per group (nnc.base.openblas), then a pass adds the bias and the
   residual and applies the activation while the rows are hot.
@@ -28,10 +29,11 @@ memory and multiplies them with the weights, split across threads by output rows
   activation fused), on weights laid out tap by tap once per call in the caller's workspace (its
   parts take none of their own); float64 is a direct loop over taps.
 - The output's pixels are cut into *parts* of whole output rows (about 512 KiB of patches and
-  at least 512 pixels each when patches are copied; two per thread otherwise, as pointwise); parts run through nnc_parallel_for (nnc.base.parallel): idle pool
-  threads take some, so a large convolution uses every core in a sequential run, and in a
-  scheduled run a thread whose stream waits helps the other stream's convolution. Parts write
-  disjoint output rows; the weights are only read. With few parts they are evened out to a
+  at least 512 pixels each when patches are copied; two per thread otherwise, as pointwise);
+  parts run through nnc_parallel_for (nnc.base.parallel): idle pool threads take some, so a
+  large convolution uses every core in a sequential run, and in a scheduled run a thread whose
+  stream waits helps the other stream's convolution. Parts write disjoint output rows; the
+  weights are only read. With few parts they are evened out to a
   multiple of ``parallel_width`` (the pool's size); a pointwise convolution takes two parts
   per thread. With too few pixels for that many parts (17x17 and 8x8 layers) every A row is
   made once (the patches copied in parts of rows when large) and a part is one packed panel of
