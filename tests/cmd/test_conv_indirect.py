@@ -29,6 +29,9 @@ CASES = {
     "1x1_stride2": ((1, 13, 13, 40), (24, 1, 1, 40), {"stride": 2}),
     "few_pixels_by_channels": ((1, 8, 8, 48), (72, 3, 3, 48), {"padding": 1}),
     "one_column_out": ((1, 6, 3, 6), (16, 3, 3, 6), {"padding": (1, 0, 1, 0)}),
+    # Taps in the padding for every pixel of a tile, skipped with finite weights.
+    "1x1_map_3x3": ((2, 1, 1, 40), (48, 3, 3, 40), {"padding": 1}),
+    "3x3_map_1x7": ((1, 3, 3, 24), (40, 1, 7, 24), {"padding": (0, 3, 0, 3)}),
 }
 
 
@@ -112,6 +115,27 @@ def test_nan_and_infinity_meet_the_padding_the_same_way(kernel_isa, path):
     assert np.isnan(got[0, 0, 0, 3])                     # 0 * inf from the padding
     assert np.isinf(got[0, 5, 1, 3])                     # its window is inside the image
     assert np.isnan(got[0, 3, 2, 0]) and not np.isnan(got[0, 0, 0, 0])
+
+
+def test_weights_made_infinite_between_runs_are_multiplied_by_the_padding(kernel_isa):
+    """Whether padding taps may be skipped is decided from the weights each call packs (or
+    once for frozen ones, which cannot change): a weight made infinite after a first run
+    makes 0 * inf = NaN where its tap meets the padding, as CPU_REF does."""
+    rng = np.random.default_rng(2)
+    x = nnc.Tensor(rng.standard_normal((1, 1, 1, 16)).astype(np.float32))
+    w = nnc.Tensor(rng.standard_normal((32, 3, 3, 16)).astype(np.float32))
+    y, ref = (nnc.Tensor.zeros((1, 1, 1, 32), dtype="float32") for _ in range(2))
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("CONVOLUTION", backend="CPU_OPT", padding=1), [x, w], [y])
+    g.run()
+    assert np.isfinite(y.numpy()).all()
+    w.numpy()[5, 0, 0, 3] = np.inf                      # a corner tap: padding for 1x1
+    g.run()
+    with np.errstate(invalid="ignore"):                  # CPU_REF's NumPy meets 0 * inf
+        nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_REF", padding=1), [x, w], [ref])
+    assert np.isnan(y.numpy()[0, 0, 0, 5]) and np.isnan(ref.numpy()[0, 0, 0, 5])
+    np.testing.assert_allclose(np.delete(y.numpy(), 5, axis=3),
+                               np.delete(ref.numpy(), 5, axis=3), rtol=1e-5, atol=1e-4)
 
 
 def test_strided_pixels_and_thin_inputs_take_a_path_that_reads_them_right(kernel_isa):

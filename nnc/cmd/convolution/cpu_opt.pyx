@@ -62,7 +62,8 @@ from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_HARD_SWISH, ACTIVATIO
                               ACTIVATION_SWISH, Cmd, nnc_cmd_param_t, register_c_backend)
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_HSWISH, NNC_ACT_NONE,
-                                        NNC_ACT_RELU, NNC_ACT_SILU, nnc_epilogue_t,
+                                        NNC_ACT_RELU, NNC_ACT_SILU, NNC_SGEMM_ZEROS,
+                                        nnc_epilogue_t, nnc_sgemm_zeros,
                                         nnc_sgemm_nr, nnc_sgemm_pack_groups,
                                         nnc_sgemm_packed_floats, nnc_sgemm_packed_taps)
 from nnc.tensor.constant cimport constant_pack
@@ -125,8 +126,9 @@ cdef Py_ssize_t _depthwise_cost = 4
 cdef Py_ssize_t _pointwise_parts = 2
 
 cdef enum:
-    # The packed-weight layout's version, in the cache key of frozen weights' packed copies.
-    PACK_FORMAT = 1
+    # The packed-weight layout's version, in the cache key of frozen weights' packed copies
+    # (2: a flag after the panels says whether every weight is finite).
+    PACK_FORMAT = 2
 
 # float32 convolutions take their A rows by pointer from the input (an indirect convolution,
 # no im2col copy), in one of two ways:
@@ -137,7 +139,7 @@ cdef enum:
 #   channels: the first layer) or at most 1/8 of the output columns are such copies;
 # - else tap by tap (INDIRECT_TAPS), a pointer per pixel and tap, with at least
 #   _indirect_min_cg input channels per group (a tap of fewer is a loop of a few steps per
-#   set of row pointers) and at most ZEROS_FLOATS;
+#   set of row pointers) and at most NNC_SGEMM_ZEROS;
 # and else patches are copied (im2col). Measured, 1 thread (tests keep the three paths' bits
 # equal): Inception-V3's first layer 57 -> 82 GFLOP/s, ResNet-50's 91 -> 104, the 3x3 layers
 # of 56x56x64 and 35x35x96 105 -> 113 and 108 -> 114, 14x14x256 111 -> 115 (taps).
@@ -145,13 +147,13 @@ cdef Py_ssize_t _indirect_min_cg = 4
 cdef int _runs = 1
 
 cdef enum:
-    ZEROS_FLOATS = 4096
     INDIRECT_NONE = 0
     INDIRECT_TAPS = 1
     INDIRECT_RUNS = 2
 
-# What an indirect convolution's taps in the padding point at (never written).
-cdef float _zeros[ZEROS_FLOATS]
+# What an indirect convolution's taps in the padding point at when a weight is infinite or
+# NaN (never written): unlike nnc_sgemm_zeros, tiles multiply these (0 * inf is NaN).
+cdef float _zeros[NNC_SGEMM_ZEROS]
 
 cdef enum:
     # With fewer parts than this many per parallel_width, the split is evened out to a
@@ -242,6 +244,8 @@ ctypedef struct conv_t:
     Py_ssize_t taps, kt
     Py_ssize_t edge_q                   # INDIRECT_RUNS: output columns whose window crosses
     #                                     the left or right edge (their runs are copied)
+    const float* zeros                  # indirect: what taps in the padding point at,
+    #                                     nnc_sgemm_zeros (skipped) when every weight is finite
 
 
 cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
@@ -611,6 +615,7 @@ cdef void _tap_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g
     cdef Py_ssize_t xs_n = cv.xs_n, xs_h = cv.xs_h, xs_w = cv.xs_w
     cdef const float* xg = <const float*>cv.x + g * cv.cg
     cdef const float* img
+    cdef const float* zeros = cv.zeros
     for r in range(r0, r1):
         oh = r % ho
         img = xg + (r // ho) * xs_n
@@ -621,7 +626,7 @@ cdef void _tap_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g
                 for tj in range(kw):
                     iw = q * sw - pl + tj
                     if ih < 0 or ih >= h or iw < 0 or iw >= wd:
-                        rows[t * ts + i] = _zeros
+                        rows[t * ts + i] = zeros
                     else:
                         rows[t * ts + i] = img + ih * xs_h + iw * xs_w
                     t += 1
@@ -640,6 +645,7 @@ cdef void _run_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, const float*
     cdef Py_ssize_t xs_n = cv.xs_n, xs_h = cv.xs_h, run = cv.kt
     cdef const float* img
     cdef const float* src
+    cdef const float* zeros = cv.zeros
     cdef bint inside
     for r in range(r0, r1):
         oh = r % ho
@@ -650,7 +656,7 @@ cdef void _run_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, const float*
             for t in range(kh):
                 ih = oh * sh - pt + t
                 if ih < 0 or ih >= h:
-                    rows[t * ts + i] = _zeros
+                    rows[t * ts + i] = zeros
                 elif inside:
                     rows[t * ts + i] = img + ih * xs_h + iw * c
                 else:
@@ -757,11 +763,25 @@ cdef int _im2col_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     return NNC_SUCCESS
 
 
+cdef bint _all_finite(const float* w, Py_ssize_t n) noexcept nogil:
+    """No weight is infinite or NaN (exponent bits all ones): one pass gcc vectorises."""
+    cdef const unsigned int* u = <const unsigned int*>w
+    cdef unsigned int bad = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        bad |= (u[i] & 0x7f800000u) == 0x7f800000u
+    return bad == 0
+
+
 cdef void _pack_weights(void* arg, void* dst) noexcept nogil:
-    """Every group's weights packed for cv.isa into dst (groups * gfloats floats): the callback
-    that makes frozen weights' kept copy (nnc.tensor.constant)."""
+    """Every group's weights packed for cv.isa into dst (groups * gfloats floats), then a
+    float flag, 1 when every weight is finite (padding taps may be skipped), else 0: the
+    callback that makes frozen weights' kept copy (nnc.tensor.constant), and the per-call
+    packing."""
     cdef const conv_t* cv = <const conv_t*>arg
     nnc_sgemm_pack_groups(cv.isa, <const float*>cv.w, cv.groups, cv.og, cv.k, <float*>dst)
+    (<float*>dst)[cv.groups * cv.gfloats] = (
+        1.0 if _all_finite(<const float*>cv.w, cv.o * cv.k) else 0.0)
 
 
 cdef unsigned long long _pack_key(const conv_t* cv) noexcept nogil:
@@ -795,9 +815,10 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
     # (nnc.tensor.constant). Others are packed into this call's workspace.
     cv.packed = NULL
     if key != 0:
-        cv.packed = <const float*>constant_pack(w, key, cv.groups * cv.gfloats * sizeof(float),
-                                                _pack_weights, cv)
-    cv.skip = 0 if cv.packed != NULL else _align64(cv.groups * cv.gfloats * sizeof(float))
+        cv.packed = <const float*>constant_pack(
+            w, key, (cv.groups * cv.gfloats + 1) * sizeof(float), _pack_weights, cv)
+    cv.skip = (0 if cv.packed != NULL
+               else _align64((cv.groups * cv.gfloats + 1) * sizeof(float)))
     # The whole size first: parts run on this thread ask for no more, so nothing moves.
     need = cv.skip + (_rows_bytes(cv, m) if by_channels
                       else _rows_bytes(cv, cv.rows_per_part * cv.wo))
@@ -805,8 +826,11 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
     if scratch == NULL:
         return NNC_OOM
     if cv.packed == NULL:
-        nnc_sgemm_pack_groups(cv.isa, w, cv.groups, cv.og, cv.k, <float*>scratch)
+        _pack_weights(cv, scratch)
         cv.packed = <const float*>scratch
+    cv.zeros = &_zeros[0]
+    if cv.packed[cv.groups * cv.gfloats] != 0:
+        cv.zeros = &nnc_sgemm_zeros[0]
     if not by_channels:
         return nnc_parallel_for(parts, _part_packed, cv, ctx)
     cv.rowp = <const float**>(scratch + cv.skip)
@@ -930,10 +954,10 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         for i in range(cv.wo):
             if i * cv.sw - cv.pl < 0 or i * cv.sw - cv.pl + cv.kw > cv.wd:
                 cv.edge_q += 1
-        if (_runs and cv.groups == 1 and cv.xs_w == cv.c and cv.kw * cv.c <= ZEROS_FLOATS
+        if (_runs and cv.groups == 1 and cv.xs_w == cv.c and cv.kw * cv.c <= NNC_SGEMM_ZEROS
                 and (_runs == 2 or cv.c < 16 or cv.edge_q * 8 <= cv.wo)):
             cv.indirect, cv.taps, cv.kt = INDIRECT_RUNS, cv.kh, cv.kw * cv.c
-        elif cv.cg >= _indirect_min_cg and cv.cg <= ZEROS_FLOATS:
+        elif cv.cg >= _indirect_min_cg and cv.cg <= NNC_SGEMM_ZEROS:
             cv.indirect, cv.taps, cv.kt = INDIRECT_TAPS, cv.kh * cv.kw, cv.cg
     if cv.pointwise or cv.indirect:
         # No patches to keep in cache: one GEMM per part (one for the whole image alone).

@@ -200,6 +200,16 @@ static inline __attribute__((always_inline)) void nnc_tile_prefetch(
     }
 }
 
+/* The zeros an indirect convolution's taps in the padding point at, when they may be skipped: a
+ * tap whose every row points here adds only 0 * w products. With finite weights those are +0
+ * or -0, and adding them leaves the sum's bits as they are (it starts at +0, so it is never
+ * -0, and x + (+-0) = x for every other x, infinities and NaN included), so a tile skips such
+ * a tap, and its weights are never read: a 3x3 convolution over a 1x1 map (Inception-V3's
+ * last blocks at 75x75) reads 1/9 of them. A caller whose weights may be infinite or NaN
+ * (0 * inf is NaN) points at zeros of its own instead, which are multiplied like any input. */
+enum { NNC_SGEMM_ZEROS = 4096 };
+static const float nnc_sgemm_zeros[NNC_SGEMM_ZEROS] = {0};
+
 /* A tile's parameters: K per tap and taps (the sum runs over taps * K values, tap by tap);
  * a[t * ts + i], row i's A values for tap t (K floats: a pixel's channels for an indirect
  * convolution, or a whole row with taps = 1; rows i >= mr repeat row mr - 1, whose sums are
@@ -210,6 +220,19 @@ static inline __attribute__((always_inline)) void nnc_tile_prefetch(
     ptrdiff_t k, ptrdiff_t taps, const float* const* a, ptrdiff_t ts, const float* bp,         \
     float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,                      \
     const nnc_epilogue_t* ep
+
+/* A tile's row pointers for one tap (rows past mr repeat row mr - 1); whether every one is
+ * nnc_sgemm_zeros, so the tap can be skipped. */
+static inline __attribute__((always_inline)) int nnc_tap_rows(
+        const int MR, const float* const* a, int mr, const float** row) {
+    int i, pad = 1;
+    NNC_UNROLL
+    for (i = 0; i < MR; i++) {
+        row[i] = a[i < mr ? i : mr - 1];
+        pad &= row[i] == nnc_sgemm_zeros;
+    }
+    return pad;
+}
 
 /* Each tile is a template over MR (rows) and NV (vectors per row: 2 for a full panel, 1 for
  * a half one), instantiated below for the row counts a block's last tile may need. */
@@ -242,9 +265,10 @@ static inline __attribute__((always_inline)) void nnc_tile_base(
         acc1[i] = (nnc_v4f){0, 0, 0, 0};
     }
     for (t = 0; t < taps; t++) {
-        NNC_UNROLL
-        for (i = 0; i < MR; i++)
-            row[i] = a[t * ts + (i < mr ? i : mr - 1)];
+        if (nnc_tap_rows(MR, a + t * ts, mr, row)) {
+            bp += k * 4 * NV;                    /* a tap in the padding for every row */
+            continue;
+        }
         for (kk = 0; kk < k; kk++) {
             nnc_v4f b0, b1 = {0, 0, 0, 0};
             memcpy(&b0, bp, 16);
@@ -338,9 +362,10 @@ static inline __attribute__((always_inline)) NNC_AVX2 void nnc_tile_avx2(
         acc1[i] = _mm256_setzero_ps();
     }
     for (t = 0; t < taps; t++) {
-        NNC_UNROLL
-        for (i = 0; i < MR; i++)
-            row[i] = a[t * ts + (i < mr ? i : mr - 1)];
+        if (nnc_tap_rows(MR, a + t * ts, mr, row)) {
+            bp += k * 8 * NV;                    /* a tap in the padding for every row */
+            continue;
+        }
         for (kk = 0; kk < k; kk++) {
             __m256 b0 = _mm256_loadu_ps(bp), b1 = NV == 2 ? _mm256_loadu_ps(bp + 8)
                                                          : _mm256_setzero_ps();
@@ -441,9 +466,10 @@ static inline __attribute__((always_inline)) NNC_AVX512 void nnc_tile_avx512(
     }
     nnc_tile_prefetch(MR, NV == 2 ? 32 : 16, c, ldc, m0, n0, mr, ep);
     for (t = 0; t < taps; t++) {
-        NNC_UNROLL
-        for (i = 0; i < MR; i++)
-            row[i] = a[t * ts + (i < mr ? i : mr - 1)];
+        if (nnc_tap_rows(MR, a + t * ts, mr, row)) {
+            bp += k * 16 * NV;                   /* a tap in the padding for every row */
+            continue;
+        }
         for (kk = 0; kk < k; kk++) {
             __m512 b0 = _mm512_loadu_ps(bp), b1 = NV == 2 ? _mm512_loadu_ps(bp + 16)
                                                          : _mm512_setzero_ps();

@@ -20,6 +20,11 @@ cdef extern from "cmd/gemm/sgemm_kernel.h" nogil:
 
     ctypedef const float** nnc_rows_t
 
+    # Padding's zeros a tile may skip (the weights must be finite); NNC_SGEMM_ZEROS floats.
+    enum:
+        NNC_SGEMM_ZEROS
+    const float nnc_sgemm_zeros[]
+
     int nnc_sgemm_nr(int isa)
     int nnc_sgemm_mr(int isa)
     size_t nnc_sgemm_packed_floats(int isa, Py_ssize_t n, Py_ssize_t k)
