@@ -72,9 +72,10 @@ def test_winograd_matches_the_definition(case):
     ((1, 37, 38, 130), 5, (0, 2, 1, 0)),  # two chunks and a remainder; asymmetric padding
     ((45, 43, 3), 129, 0),               # no batch axis; O past two chunks
 ])
-def test_winograd_parts_on_the_pool(shape, o, pad, dtype, threads):
-    """Tiles cut into parts that idle pool threads take; the weights transformed in parts too:
-    every split gives CPU_REF's result, at one thread or several."""
+def test_winograd_parts_on_the_pool(kernel_isa, shape, o, pad, dtype, threads):
+    """Tiles cut into parts that idle pool threads take; the weights transformed in parts too
+    (in float32 straight into the GEMM tiles' panels at each ISA level, the last panel's
+    columns past O zeroed): every split gives CPU_REF's result, at one thread or several."""
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape).astype(dtype)
     w = rng.standard_normal((o, 3, 3, shape[-1])).astype(dtype)

@@ -16,17 +16,22 @@ B^T and A^T hold entries up to 5 and 8, so results are a few times less exact th
 
 Here, per run:
 
-1. The weights are transformed (U = G g G^T, laid out as 36 matrices [O, C]) into the calling
-   thread's workspace, in parts of output channels over the pool. Done on every run, so weights
-   a user overwrote between runs are always the ones used; it costs O * C * ~150 flops, small
-   next to the convolution except on tiny images (measured in benchmarks/winograd.py). Frozen
+1. The weights are transformed (U = G g G^T: 36 matrices [O, C]; in float32 written straight
+   into the panels nnc's GEMM tiles read, cmd/gemm/sgemm_kernel.h, at the call's ISA level)
+   into the calling thread's workspace, in parts of output channels over the pool. Done on
+   every run, so weights a user overwrote between runs are always the ones used; it costs O *
+   C * ~150 flops, small next to the convolution except on tiny images (measured in
+   benchmarks/winograd.py). Frozen
    weights (``Graph.freeze``; nnc.tensor.constant) cannot be overwritten: their U is made on the
    first run and kept with them.
 2. The tiles (all images' 4x4 output blocks, row by row) are cut into parts sized so that a
    part's transformed input V (36 matrices [tiles, C]) and products M (36 x [tiles, O]) stay in
    L2. Each part transforms its tiles' input (V = B^T d B, zeros outside the image), runs the
-   36 single-threaded GEMMs (nnc.base.openblas) and transforms back (A^T M A) into the output,
-   adding the bias and dropping the rows and columns past the output's edge.
+   36 GEMMs (float32: nnc's tiles over the packed U, rows by pointer; float64: single-threaded
+   OpenBLAS) and transforms back (A^T M A) into the output, adding the bias and dropping the
+   rows and columns past the output's edge. The products are thin (a part's tiles by O), where
+   OpenBLAS re-packed each U_xi on every call and ran at ~80 % of the peak; the tiles read U
+   as packed once (for frozen weights, once for good).
 3. Parts run through nnc_parallel_for in the running thread's own workspace. The caller's
    workspace already holds U, so the caller's own parts use the memory after it (it was sized
    for both before step 1: no growth, so U stays where it is).
@@ -42,7 +47,10 @@ from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.cmd.command cimport ACTIVATION_RELU, Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.tensor.constant cimport constant_pack
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
-from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
+from nnc.base.isa cimport cpu_isa
+from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm
+from nnc.cmd.gemm.sgemm_kernel cimport (nnc_sgemm_nr, nnc_sgemm_packed, nnc_sgemm_packed_floats,
+                                        nnc_sgemm_panel_width)
 from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace
 from nnc.tensor.tensor cimport nnc_tensor_t
 
@@ -58,8 +66,9 @@ cdef enum:
     # reads all of U once; 2 * tiles flops per element of U read).
     MIN_TILES = 16
     CHUNK = 64                          # channels per pass of a transform (stack arrays)
-    OUT_CHANNELS_PER_PART = 32          # of the weight transform
-    U_FORMAT = 3                        # U's layout version in frozen weights' cache key
+    OUT_CHANNELS_PER_PART = 32          # of the weight transform: whole packed panels at every
+    #                                     ISA level (panels are 32, 16 or 8 columns wide)
+    U_FORMAT = 4                        # U's layout version in frozen weights' cache key
 
 # CHUNK zeros of either type: the input outside the image (C globals start zeroed).
 cdef double _zeros[CHUNK]
@@ -80,9 +89,13 @@ ctypedef struct wino_t:
     Py_ssize_t th, tw                   # tile rows and columns per image: ceil(ho / 4) ...
     Py_ssize_t tiles                    # n * th * tw
     Py_ssize_t tiles_per_part
-    char* u                             # [36, O, C] transformed weights: in the caller's
-    #                                     workspace, or frozen weights' kept copy
+    char* u                             # the transformed weights: in the caller's workspace,
+    #                                     or frozen weights' kept copy. float64: [36, O, C];
+    #                                     float32: 36 matrices [C, O] packed for nnc's GEMM
+    #                                     tiles at isa, matrix xi at u + xi * ufloats floats
     size_t u_bytes                      # U's size rounded up to 64 bytes
+    int isa                             # float32: cpu_isa() at the call's start
+    Py_ssize_t ufloats                  # float32: floats of one packed matrix
     size_t part_bytes                   # V and M of a full part
     void* caller                        # the caller's context (its parts skip U); NULL when
     #                                     U is the kept copy (no part skips anything)
@@ -100,7 +113,8 @@ cdef inline void _scatter(const real* r, real* dst, Py_ssize_t plane,
 
 cdef void _weights_typed(const wino_t* wv, real* u, Py_ssize_t o0,
                          Py_ssize_t o1) noexcept nogil:
-    """U[k*6 + l][o][c] = (G g G^T)[k][l] for g = w[o, :, :, c], o in [o0, o1)."""
+    """U[k*6 + l][o][c] = (G g G^T)[k][l] for g = w[o, :, :, c], o in [o0, o1) (float32:
+    into the packed panels, the last one's columns past O zeroed by the part that ends there)."""
     cdef real t[18 * CHUNK]             # G g: [6 rows][3 columns][chunk]
     cdef real r[6 * CHUNK]              # a row of U: [6 columns][chunk]
     cdef const real* g
@@ -139,7 +153,42 @@ cdef void _weights_typed(const wino_t* wv, real* u, Py_ssize_t o0,
                     r[4 * CHUNK + c] = (a * <real>(1.0 / 24.0) - b * <real>(1.0 / 12.0)
                                         + d * <real>(1.0 / 6.0))
                     r[5 * CHUNK + c] = d
-                _scatter(r, u + (k * 6) * plane + o * C + c0, plane, cl)
+                if real is float:
+                    _scatter_packed(wv, r, k * 6, o, c0, cl)
+                else:
+                    _scatter(r, u + (k * 6) * plane + o * C + c0, plane, cl)
+    if real is float and o1 == wv.o:
+        _zero_past_o(wv)
+
+
+cdef inline void _scatter_packed(const wino_t* wv, const float* r, Py_ssize_t xi0,
+                                 Py_ssize_t o, Py_ssize_t c0, Py_ssize_t cl) noexcept nogil:
+    """Packed U_xi[c, o] <- r's row j (c0 <= c < c0 + cl), xi = xi0 + j, j < 6: column o of
+    its panel (nnc_sgemm_pack's layout: for each c, the panel's columns side by side)."""
+    cdef Py_ssize_t nr = nnc_sgemm_nr(wv.isa), p = o // nr, C = wv.c
+    cdef Py_ssize_t pw = nnc_sgemm_panel_width(wv.isa, wv.o, p), j, c
+    cdef float* dst
+    for j in range(6):
+        dst = <float*>wv.u + (xi0 + j) * wv.ufloats + p * nr * C + c0 * pw + o % nr
+        for c in range(cl):
+            dst[c * pw] = r[j * CHUNK + c]
+
+
+cdef void _zero_past_o(const wino_t* wv) noexcept nogil:
+    """The packed U's columns past O (the last panel's padding) are zeros, as nnc_sgemm_pack
+    leaves them: the tiles multiply them (their sums are never stored), and leftover memory
+    there could hold subnormals, which slow the FMAs down on some CPUs."""
+    cdef Py_ssize_t nr = nnc_sgemm_nr(wv.isa), p = (wv.o - 1) // nr, C = wv.c
+    cdef Py_ssize_t pw = nnc_sgemm_panel_width(wv.isa, wv.o, p), used = wv.o - p * nr
+    cdef Py_ssize_t xi, c, j
+    cdef float* panel
+    if used >= pw:
+        return
+    for xi in range(36):
+        panel = <float*>wv.u + xi * wv.ufloats + p * nr * C
+        for c in range(C):
+            for j in range(used, pw):
+                panel[c * pw + j] = 0
 
 
 cdef void _weights_all(void* arg, void* dst) noexcept nogil:
@@ -158,7 +207,8 @@ cdef unsigned long long _u_key(const wino_t* wv) noexcept nogil:
     if wv.o >= (1 << 24) or wv.c >= (1 << 24):
         return 0
     cdef unsigned long long wide = wv.dtype == NNC_64F
-    return ((<unsigned long long>U_FORMAT << 60) | (wide << 59)
+    cdef unsigned long long level = 0 if wide else <unsigned long long>wv.isa
+    return ((<unsigned long long>U_FORMAT << 60) | (wide << 59) | (level << 57)
             | (<unsigned long long>wv.o << 24) | <unsigned long long>wv.c)
 
 
@@ -303,9 +353,10 @@ cdef void _tiles_out(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_t 
 
 
 cdef void _tiles_typed(const wino_t* wv, real* v, Py_ssize_t t0, Py_ssize_t t1) noexcept nogil:
-    cdef Py_ssize_t m = t1 - t0, xi, tile
+    cdef Py_ssize_t m = t1 - t0, xi, tile, r
     cdef real* mm = v + 36 * m * wv.c           # M after V
     cdef const real* u = <const real*>wv.u
+    cdef const float** rows = <const float**>(mm + 36 * m * wv.o)   # float32: after M
     for tile in range(t0, t1):
         _input_tile(wv, v, m, tile - t0, tile)
     if wv.c == 0:                               # no channels: BLAS refuses lda = 0
@@ -314,9 +365,13 @@ cdef void _tiles_typed(const wino_t* wv, real* v, Py_ssize_t t0, Py_ssize_t t1) 
         return
     for xi in range(36):                        # M_xi[m, O] = V_xi[m, C] . U_xi[O, C]^T
         if real is float:
-            nnc_sgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>wv.o, <int>wv.c, 1.0,
-                      v + xi * m * wv.c, <int>wv.c, u + xi * wv.o * wv.c, <int>wv.c, 0.0,
-                      mm + xi * m * wv.o, <int>wv.o)
+            # nnc's GEMM tiles over U packed once (for frozen weights, once for good): the
+            # products are thin (m tiles by O), where OpenBLAS re-packed U_xi every call.
+            for r in range(m):
+                rows[r] = v + xi * m * wv.c + r * wv.c
+            nnc_sgemm_packed(wv.isa, 0, m, 0, wv.o, wv.o, wv.c, rows,
+                             <const float*>wv.u + xi * wv.ufloats, mm + xi * m * wv.o, wv.o,
+                             NULL)
         else:
             nnc_dgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>wv.o, <int>wv.c, 1.0,
                       v + xi * m * wv.c, <int>wv.c, u + xi * wv.o * wv.c, <int>wv.c, 0.0,
@@ -400,13 +455,17 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     wv.th, wv.tw = (wv.ho + 3) // 4, (wv.wo + 3) // 4
     wv.tiles = wv.n * wv.th * wv.tw
     itemsize = 4 if dtype == NNC_32F else 8
-    per_tile = 36 * (wv.c + wv.o) * itemsize
+    # V and M, and in float32 a row pointer a tile for the GEMM tiles.
+    per_tile = 36 * (wv.c + wv.o) * itemsize + (sizeof(float*) if dtype == NNC_32F else 0)
     wv.tiles_per_part = max(<Py_ssize_t>MIN_TILES, PART_BYTES // per_tile)
     wv.tiles_per_part = min(wv.tiles_per_part, wv.tiles)
     if not fits_int(wv.tiles_per_part * max(wv.c, wv.o)):
         return NNC_INVALID
     wv.part_bytes = <size_t>(wv.tiles_per_part * per_tile)
-    wv.u_bytes = <size_t>((36 * wv.o * wv.c * itemsize + 63) // 64 * 64)
+    wv.isa = cpu_isa()                  # one level for the packing and every part
+    wv.ufloats = <Py_ssize_t>nnc_sgemm_packed_floats(wv.isa, wv.o, wv.c)
+    wv.u_bytes = <size_t>(((36 * wv.ufloats * 4 if dtype == NNC_32F
+                            else 36 * wv.o * wv.c * itemsize) + 63) // 64 * 64)
     # Frozen weights can never change: their U is made once and kept with them.
     key = _u_key(&wv)
     cached = constant_pack(wv.w, key, wv.u_bytes, _weights_all, &wv) if key != 0 else NULL

@@ -27,6 +27,7 @@ cdef extern from "cmd/gemm/sgemm_kernel.h" nogil:
 
     int nnc_sgemm_nr(int isa)
     int nnc_sgemm_mr(int isa)
+    Py_ssize_t nnc_sgemm_panel_width(int isa, Py_ssize_t n, Py_ssize_t p)
     size_t nnc_sgemm_packed_floats(int isa, Py_ssize_t n, Py_ssize_t k)
     void nnc_sgemm_pack(int isa, const float* b, Py_ssize_t sk, Py_ssize_t sn, Py_ssize_t n,
                         Py_ssize_t k, float* packed)
