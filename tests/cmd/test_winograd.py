@@ -92,6 +92,33 @@ def test_winograd_parts_on_the_pool(kernel_isa, shape, o, pad, dtype, threads):
     np.testing.assert_array_equal(got, again)     # deterministic, whatever thread ran a part
 
 
+@pytest.mark.parametrize("shape, o", [((1, 14, 14, 40), 100), ((2, 7, 7, 24), 40)])
+def test_winograd_few_tiles_split_across_output_channels_give_the_same_bits(kernel_isa, shape,
+                                                                            o):
+    """float32 with few tiles (a 14x14 map is 16 tiles, one part of them): with a helper that
+    may join, parts are cut across output channels as well, each making its tiles' V; every
+    output is still the same sum, so the bits equal the uncut call's."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((o, 3, 3, shape[-1])).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    size = nnc.get_num_threads()
+    try:
+        nnc.set_num_threads(2)
+        outs = []
+        for threads in (1, 2, 1):
+            nnc.set_intra_op_threads(threads)
+            outs.append(run(x, w, bias, 1, "float32"))
+    finally:
+        nnc.set_intra_op_threads(None)
+        nnc.set_num_threads(size)
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got.view(np.int32), outs[0].view(np.int32))
+    want = conv_ref(x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64),
+                    (1, 1), (1, 1, 1, 1), 1)
+    close_winograd(outs[1], want, "float32", shape[-1], x, w, bias)
+
+
 def test_winograd_into_concat_slice_from_strided_input():
     """Inception's pattern: the output is a channel slice of a concat buffer, the input a
     channel slice of another tensor (pixel strides wider than the channels)."""

@@ -51,7 +51,7 @@ from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm
 from nnc.cmd.gemm.sgemm_kernel cimport (nnc_sgemm_nr, nnc_sgemm_packed, nnc_sgemm_packed_floats,
                                         nnc_sgemm_panel_width)
-from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace
+from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace, parallel_threads
 from nnc.tensor.tensor cimport nnc_tensor_t
 
 ctypedef fused real:
@@ -66,6 +66,9 @@ cdef enum:
     # reads all of U once; 2 * tiles flops per element of U read).
     MIN_TILES = 16
     CHUNK = 64                          # channels per pass of a transform (stack arrays)
+    # float32 with helpers that may join: at least this many parts per thread, across output
+    # channels too when the tiles are few (a 14x14 map has 16 tiles: one part of tiles).
+    PARTS_PER_THREAD = 2
     OUT_CHANNELS_PER_PART = 32          # of the weight transform: whole packed panels at every
     #                                     ISA level (panels are 32, 16 or 8 columns wide)
     U_FORMAT = 4                        # U's layout version in frozen weights' cache key
@@ -89,6 +92,8 @@ ctypedef struct wino_t:
     Py_ssize_t th, tw                   # tile rows and columns per image: ceil(ho / 4) ...
     Py_ssize_t tiles                    # n * th * tw
     Py_ssize_t tiles_per_part
+    Py_ssize_t o_chunk, o_parts         # output channels per part (float32, few tiles: a
+    #                                     multiple of the panels' width), and parts across O
     char* u                             # the transformed weights: in the caller's workspace,
     #                                     or frozen weights' kept copy. float64: [36, O, C];
     #                                     float32: 36 matrices [C, O] packed for nnc's GEMM
@@ -285,9 +290,10 @@ cdef void _input_tile(const wino_t* wv, real* v, Py_ssize_t m, Py_ssize_t row,
 
 
 cdef void _output_tile(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_t row,
-                       Py_ssize_t tile) noexcept nogil:
-    """out[4x4 block of ``tile``] = A^T M A (+ bias), M[k*6 + l] = mm's matrix k*6 + l, row
-    ``row``; the block's rows and columns past the output's edge are dropped."""
+                       Py_ssize_t tile, Py_ssize_t oa, Py_ssize_t ob) noexcept nogil:
+    """out[4x4 block of ``tile``, channels oa..ob] = A^T M A (+ bias), M[k*6 + l] = mm's
+    matrix k*6 + l ([m, ob - oa]), row ``row``; the block's rows and columns past the output's
+    edge are dropped."""
     cdef real t[24 * CHUNK]             # A^T M: [4 rows][6 columns][chunk]
     cdef real r[4 * CHUNK]              # one output row of the block: [4 columns][chunk]
     cdef const real* m0
@@ -300,12 +306,13 @@ cdef void _output_tile(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_
     cdef real* e
     cdef real* y
     cdef real a0, a1, a2, a3, a4, a5
-    cdef Py_ssize_t oc = wv.o, plane = m * wv.o, per_image = wv.th * wv.tw
+    cdef Py_ssize_t oc = ob - oa, plane = m * (ob - oa), per_image = wv.th * wv.tw
     cdef Py_ssize_t img = tile // per_image, ty = (tile % per_image) // wv.tw, tx = tile % wv.tw
     cdef Py_ssize_t rows = min(<Py_ssize_t>4, wv.ho - ty * 4), cols = min(<Py_ssize_t>4,
                                                                           wv.wo - tx * 4)
     cdef Py_ssize_t i, j, s, q, o0, cl, c
-    cdef real* y0 = <real*>wv.out + img * wv.os_n + ty * 4 * wv.os_h + tx * 4 * wv.os_w
+    cdef real* y0 = (<real*>wv.out + img * wv.os_n + ty * 4 * wv.os_h + tx * 4 * wv.os_w
+                     + oa)
     cdef const real* src = mm + row * oc
     for q in range((oc + CHUNK - 1) // CHUNK):
         o0 = q * CHUNK
@@ -333,7 +340,7 @@ cdef void _output_tile(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_
             if b != NULL:
                 for s in range(4):
                     for c in range(cl):
-                        r[s * CHUNK + c] = r[s * CHUNK + c] + b[o0 + c]
+                        r[s * CHUNK + c] = r[s * CHUNK + c] + b[oa + o0 + c]
             if wv.relu:
                 for s in range(4):
                     for c in range(cl):
@@ -346,43 +353,50 @@ cdef void _output_tile(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_
 
 
 cdef void _tiles_out(const wino_t* wv, const real* mm, Py_ssize_t m, Py_ssize_t t0,
-                     Py_ssize_t t1) noexcept nogil:
+                     Py_ssize_t t1, Py_ssize_t oa, Py_ssize_t ob) noexcept nogil:
     cdef Py_ssize_t tile
     for tile in range(t0, t1):
-        _output_tile(wv, mm, m, tile - t0, tile)
+        _output_tile(wv, mm, m, tile - t0, tile, oa, ob)
 
 
-cdef void _tiles_typed(const wino_t* wv, real* v, Py_ssize_t t0, Py_ssize_t t1) noexcept nogil:
-    cdef Py_ssize_t m = t1 - t0, xi, tile, r
+cdef void _tiles_typed(const wino_t* wv, real* v, Py_ssize_t t0, Py_ssize_t t1,
+                       Py_ssize_t oa, Py_ssize_t ob) noexcept nogil:
+    """Tiles t0..t1, output channels oa..ob (oa a multiple of the packed panels' width; all of
+    them in float64): V, the 36 products M_xi[m, ob - oa], and the output transform."""
+    cdef Py_ssize_t m = t1 - t0, ow = ob - oa, xi, tile, r
     cdef real* mm = v + 36 * m * wv.c           # M after V
     cdef const real* u = <const real*>wv.u
-    cdef const float** rows = <const float**>(mm + 36 * m * wv.o)   # float32: after M
+    cdef const float** rows = <const float**>(mm + 36 * m * ow)     # float32: after M
     for tile in range(t0, t1):
         _input_tile(wv, v, m, tile - t0, tile)
     if wv.c == 0:                               # no channels: BLAS refuses lda = 0
-        memset(mm, 0, 36 * m * wv.o * sizeof(real))
-        _tiles_out(wv, mm, m, t0, t1)
+        memset(mm, 0, 36 * m * ow * sizeof(real))
+        _tiles_out(wv, mm, m, t0, t1, oa, ob)
         return
     for xi in range(36):                        # M_xi[m, O] = V_xi[m, C] . U_xi[O, C]^T
         if real is float:
             # nnc's GEMM tiles over U packed once (for frozen weights, once for good): the
             # products are thin (m tiles by O), where OpenBLAS re-packed U_xi every call.
+            # Columns oa..ob land at M_xi's columns 0..ow: the tiles index C by absolute
+            # column, so C is passed as M_xi - oa.
             for r in range(m):
                 rows[r] = v + xi * m * wv.c + r * wv.c
-            nnc_sgemm_packed(wv.isa, 0, m, 0, wv.o, wv.o, wv.c, rows,
-                             <const float*>wv.u + xi * wv.ufloats, mm + xi * m * wv.o, wv.o,
+            nnc_sgemm_packed(wv.isa, 0, m, oa, ob, wv.o, wv.c, rows,
+                             <const float*>wv.u + xi * wv.ufloats, mm + xi * m * ow - oa, ow,
                              NULL)
         else:
             nnc_dgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>wv.o, <int>wv.c, 1.0,
                       v + xi * m * wv.c, <int>wv.c, u + xi * wv.o * wv.c, <int>wv.c, 0.0,
                       mm + xi * m * wv.o, <int>wv.o)
-    _tiles_out(wv, mm, m, t0, t1)
+    _tiles_out(wv, mm, m, t0, t1, oa, ob)
 
 
 cdef int _tiles_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     cdef const wino_t* wv = <const wino_t*>arg
-    cdef Py_ssize_t t0 = part * wv.tiles_per_part
+    cdef Py_ssize_t t0 = (part // wv.o_parts) * wv.tiles_per_part
     cdef Py_ssize_t t1 = min(t0 + wv.tiles_per_part, wv.tiles)
+    cdef Py_ssize_t oa = (part % wv.o_parts) * wv.o_chunk
+    cdef Py_ssize_t ob = min(oa + wv.o_chunk, wv.o)
     cdef char* base
     if wv.caller != NULL and context == wv.caller:
         # Sized for U and a part before the weights were transformed: no growth, U stays.
@@ -395,9 +409,9 @@ cdef int _tiles_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
         if base == NULL:
             return NNC_OOM
     if wv.dtype == NNC_32F:
-        _tiles_typed(wv, <float*>base, t0, t1)
+        _tiles_typed(wv, <float*>base, t0, t1, oa, ob)
     else:
-        _tiles_typed(wv, <double*>base, t0, t1)
+        _tiles_typed(wv, <double*>base, t0, t1, oa, ob)
     return NNC_SUCCESS
 
 
@@ -416,7 +430,8 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     cdef nnc_tensor_t* b
     cdef nnc_tensor_t* y
     cdef int d, dtype, itemsize, rc
-    cdef Py_ssize_t per_tile
+    cdef Py_ssize_t per_tile, tile_parts, want, nr
+    cdef int threads
     cdef unsigned long long key
     cdef const void* cached
     if not conv_operands_ok(inputs, n_in, outputs, n_out):
@@ -455,14 +470,27 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     wv.th, wv.tw = (wv.ho + 3) // 4, (wv.wo + 3) // 4
     wv.tiles = wv.n * wv.th * wv.tw
     itemsize = 4 if dtype == NNC_32F else 8
+    wv.isa = cpu_isa()                  # one level for the packing and every part
     # V and M, and in float32 a row pointer a tile for the GEMM tiles.
     per_tile = 36 * (wv.c + wv.o) * itemsize + (sizeof(float*) if dtype == NNC_32F else 0)
     wv.tiles_per_part = max(<Py_ssize_t>MIN_TILES, PART_BYTES // per_tile)
     wv.tiles_per_part = min(wv.tiles_per_part, wv.tiles)
     if not fits_int(wv.tiles_per_part * max(wv.c, wv.o)):
         return NNC_INVALID
+    # Few parts of tiles and helpers that may join: parts across output channels too, each
+    # with the V of its tiles (made again per part: O(C) a tile against the products'
+    # O(C * O)). Each output is the same sum whichever part makes it, so the bits do not
+    # depend on the cut.
+    wv.o_chunk, wv.o_parts = wv.o, 1
+    tile_parts = (wv.tiles + wv.tiles_per_part - 1) // wv.tiles_per_part
+    threads = parallel_threads()
+    if dtype == NNC_32F and threads > 1 and tile_parts < PARTS_PER_THREAD * threads:
+        nr = nnc_sgemm_nr(wv.isa)
+        want = (PARTS_PER_THREAD * threads + tile_parts - 1) // tile_parts
+        wv.o_chunk = max(nr, ((wv.o + want - 1) // want + nr - 1) // nr * nr)
+        wv.o_parts = (wv.o + wv.o_chunk - 1) // wv.o_chunk
+        per_tile = 36 * (wv.c + wv.o_chunk) * itemsize + sizeof(float*)
     wv.part_bytes = <size_t>(wv.tiles_per_part * per_tile)
-    wv.isa = cpu_isa()                  # one level for the packing and every part
     wv.ufloats = <Py_ssize_t>nnc_sgemm_packed_floats(wv.isa, wv.o, wv.c)
     wv.u_bytes = <size_t>(((36 * wv.ufloats * 4 if dtype == NNC_32F
                             else 36 * wv.o * wv.c * itemsize) + 63) // 64 * 64)
@@ -472,8 +500,7 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     if cached != NULL:
         wv.u = <char*>cached            # read-only from here on
         wv.caller = NULL                # every part's scratch starts at its workspace's start
-        return nnc_parallel_for((wv.tiles + wv.tiles_per_part - 1) // wv.tiles_per_part,
-                                _tiles_part, &wv, ctx)
+        return nnc_parallel_for(tile_parts * wv.o_parts, _tiles_part, &wv, ctx)
     wv.caller = ctx
     wv.u = <char*>nnc_workspace(ctx, wv.u_bytes + wv.part_bytes)
     if wv.u == NULL:
@@ -482,8 +509,7 @@ cdef int conv_winograd(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
                           _weights_part, &wv, ctx)
     if rc != NNC_SUCCESS:
         return rc
-    return nnc_parallel_for((wv.tiles + wv.tiles_per_part - 1) // wv.tiles_per_part,
-                            _tiles_part, &wv, ctx)
+    return nnc_parallel_for(tile_parts * wv.o_parts, _tiles_part, &wv, ctx)
 
 
 def _accept(Cmd cmd, list inputs, list outputs):
