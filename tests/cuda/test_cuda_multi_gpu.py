@@ -3,12 +3,11 @@ two devices (tests/fakes/cuda_driver.py: one context per device, streams, events
 that belong to one, peer copies that check both contexts, and a fault when a kernel touches
 another device's memory); the numeric tests run again where a machine has two real GPUs."""
 
-import gc
 
 import numpy as np
 import pytest
-from fakes.cuda_driver import install, real
-from fakes.env import fake_or_gpu
+from fakes.cuda_driver import real
+from fakes.env import fake_or_gpu, two_gpu_fake
 
 import nnc
 from nnc import cuda
@@ -20,8 +19,7 @@ from nnc.schedule.schedule import POLICIES
 
 @pytest.fixture
 def fake(monkeypatch):
-    yield install(monkeypatch, count=2)
-    gc.collect()        # free fake buffers while the fake driver is still installed
+    yield from two_gpu_fake(monkeypatch)
 
 
 @pytest.fixture(params=["fake", "gpu"])

@@ -13,11 +13,10 @@ import threading
 
 import numpy as np
 import pytest
-from fakes.cuda_driver import REAL_CHECK, install, real
-from fakes.env import fake_or_gpu
+from fakes.cuda_driver import REAL_CHECK, real
+from fakes.env import fake_or_gpu, second_gpu, two_gpu_fake
 
 import nnc
-from nnc import cuda
 from nnc.cuda import capture as cgraph
 from nnc.cuda import driver as drv
 from nnc.cuda import memory, runner
@@ -29,21 +28,13 @@ pytestmark = pytest.mark.skipif(real is None, reason="cuda-bindings is not insta
 
 @pytest.fixture
 def fake(monkeypatch):
-    # GPU_REF only: the library backends are marked unavailable (no real library may run on
-    # fake pointers; tests/cuda/test_cuda_cublas.py and test_cuda_cudnn.py fake them).
-    yield install(monkeypatch, count=2)
-    gc.collect()        # free fake buffers while the fake driver is still installed
+    yield from two_gpu_fake(monkeypatch)
 
 
 @pytest.fixture(params=["fake", "gpu"])
 def env(request):
     """The fake driver, then (where one exists) the real GPU: numeric tests run on both."""
     return fake_or_gpu(request)
-
-
-def second_gpu():
-    """gpu:1 where there are two GPUs (the fake has two), else gpu:0."""
-    return "gpu:1" if cuda.device_count() > 1 else "gpu:0"
 
 
 def gpu(a, dev="gpu:0"):

@@ -1,9 +1,25 @@
 """The ``env`` fixtures of the GPU tests: each test runs on the fakes, then on the real GPU where
 one (and the libraries it needs) exists."""
 
+import gc
+
 import pytest
 
+from fakes.cuda_driver import install
 from nnc import cuda
+
+
+def two_gpu_fake(monkeypatch):
+    """The body of a ``fake`` fixture: the fake driver with two GPUs installed for the test
+    (GPU_REF only: no real library may run on fake pointers), and fake buffers freed while
+    it is still installed."""
+    yield install(monkeypatch, count=2)
+    gc.collect()
+
+
+def second_gpu():
+    """gpu:1 where there are two GPUs (the fake has two), else gpu:0."""
+    return "gpu:1" if cuda.device_count() > 1 else "gpu:0"
 
 
 def fake_or_gpu(request, fake="fake", libraries=()):

@@ -4,15 +4,14 @@ between the CPU and a GPU (or two GPUs) through host hand-overs. On the fake dri
 GPUs (tests/fakes/cuda_driver.py), then on real GPUs where there are (gpu:1 is gpu:0 on a
 machine with one). Every wait is bounded."""
 
-import gc
 
 import numpy as np
 import pytest
-from fakes.cuda_driver import install, real
-from fakes.env import fake_or_gpu
+from fakes.cuda_driver import real
+from fakes.env import fake_or_gpu, second_gpu, two_gpu_fake
 
 import nnc
-from nnc import cuda, pipeline
+from nnc import pipeline
 from nnc.cuda import memory
 from nnc.pipeline import PipelineError
 from nnc.pipeline.graph_pack import graph_pack
@@ -23,17 +22,12 @@ SHAPE = (4, 8)
 
 @pytest.fixture
 def fake(monkeypatch):
-    yield install(monkeypatch, count=2)
-    gc.collect()        # free fake buffers while the fake driver is still installed
+    yield from two_gpu_fake(monkeypatch)
 
 
 @pytest.fixture(params=["fake", "gpu"])
 def env(request):
     return fake_or_gpu(request)
-
-
-def second_gpu():
-    return "gpu:1" if cuda.device_count() > 1 else "gpu:0"
 
 
 def empty(device):
