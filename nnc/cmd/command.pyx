@@ -30,6 +30,7 @@ from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
+import os
 import pickle
 import time
 
@@ -854,14 +855,60 @@ def _scratch(list inputs, list outputs):
     return [copy_of(x) for x in inputs], [copy_of(x) for x in outputs]
 
 
-def cmd_autotune(Cmd cmd not None, inputs, outputs, trials=3):
+def last_level_cache_bytes():
+    """The largest CPU cache's size in bytes, from Linux's sysfs (32 MiB where it cannot be
+    read): what a whole run of a network whose weights are larger flushes between one use of a
+    layer's weights and the next."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    most = 0
+    try:
+        for entry in os.listdir(base):
+            if entry.startswith("index"):
+                with open(f"{base}/{entry}/size") as f:
+                    text = f.read().strip()
+                unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+                most = max(most, int(text[:-1] if unit > 1 else text) * unit)
+    except (OSError, ValueError):
+        most = 0
+    return most or (32 << 20)
+
+
+# The cold timings' eviction buffer (twice the last-level cache), made on first use and kept
+# until release_cold_buffer(); None when not made.
+_cold_buffer = None
+
+
+def release_cold_buffer():
+    """Free the eviction buffer of cold timings (graph autotune calls this when it is done)."""
+    global _cold_buffer
+    _cold_buffer = None
+
+
+cdef _evict_caches(list ins):
+    """Flush the caches, as a whole run of a large network does between one use of a node's
+    weights and the next, then read the inputs that are not frozen back in (the node before it
+    in a run has just written them): a cold timing."""
+    global _cold_buffer
+    if _cold_buffer is None:
+        _cold_buffer = np.zeros(2 * last_level_cache_bytes() // 8, np.float64)
+    _cold_buffer += 1.0                 # reads and writes every line of it
+    for x in ins:
+        if x is not None and not constant_contains((<Tensor>x).t.data):
+            np.add.reduce((<Tensor>x).numpy(), axis=None)
+
+
+def cmd_autotune(Cmd cmd not None, inputs, outputs, trials=3, cold=False):
     """Time every backend that accepts these tensors on scratch copies; return the fastest.
 
     NNC: ccv_nnc_cmd_autotune (best of 3 trials; in-place aliasing kept on the scratch copies;
     frozen inputs are read as they are). A backend that raises is dropped. When a C backend
     accepts the tensors only C backends are timed: a Python backend holds the GIL while it runs
     (another stream's Python work waits) and NumPy's BLAS may start threads of its own against
-    nnc's pool, which a timing of the node alone does not see. Returns the Backend, or None if
+    nnc's pool, which a timing of the node alone does not see. ``cold=True`` (CPU tensors only)
+    flushes the caches before each timed run and reads the non-frozen inputs back in: how a
+    layer meets its weights (or a backend's kept transform of them) in a network too large for
+    the cache, where back-to-back timings would favour a backend whose bigger weights only fit
+    in cache while it is timed alone (Graph.autotune decides). Returns the Backend, or None if
     none accepts.
     """
     ins = tensor_list(inputs, "inputs")
@@ -874,9 +921,12 @@ def cmd_autotune(Cmd cmd not None, inputs, outputs, trials=3):
     if len(candidates) <= 1:
         return candidates[0] if candidates else None
     s_in, s_out = _scratch(ins, outs)
+    cold = bool(cold) and all(x is None or (<Tensor>x).t.device < 0 for x in s_in + s_out)
     best = {}
     for _ in range(int(trials)):
         for b in list(candidates):
+            if cold:
+                _evict_caches(s_in)
             t0 = time.perf_counter()
             try:
                 # Scratch copies may hold garbage (uninitialised buffers): timing only.

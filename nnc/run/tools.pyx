@@ -14,7 +14,8 @@ import time
 
 from nnc.base.core import GraphError, NNCError
 from nnc.cmd.command import Cmd as _Cmd
-from nnc.cmd.command import cmd_autotune, cmd_backends_for
+from nnc.cmd.command import (cmd_autotune, cmd_backends_for, last_level_cache_bytes,
+                             release_cold_buffer)
 from nnc.tensor.tensor import Tensor as _Tensor
 from nnc.graph.graph import register_tools
 from nnc.graph.subgraph import check_sub_idle
@@ -151,20 +152,26 @@ def graph_autotune(Graph g, trials):
     """Graph.autotune: keep the fastest compatible backend of each node not pinned, in g and
     in the bodies and branches of its while and case..of nodes (NNC's recursion); returns how
     many nodes changed backend. Timed as a synchronous run runs them: with a run counted, so
-    that idle pool threads take parts up to the intra-op setting (nnc.set_intra_op_threads)."""
+    that idle pool threads take parts up to the intra-op setting (nnc.set_intra_op_threads).
+    When the graph's frozen weights outgrow the last-level cache, nodes are timed cold (each
+    run after a flush, cmd_autotune's ``cold``): in a run, a layer's weights come from memory,
+    and a backend that reads more of them (Winograd's transform is 4x the weights) would win
+    back-to-back timings it loses in the run."""
     cdef bint counted = False
     trials = _count("autotune", "trials", trials)
+    cold = g.memory()["frozen_bytes"] > last_level_cache_bytes()
     g._enter("autotune", "being autotuned")
     try:
         parallel_ready()
         counted = parallel_run_begin()
-        return _autotune(g, trials)
+        return _autotune(g, trials, cold)
     finally:
         parallel_run_end(counted)
         g._leave()
+        release_cold_buffer()
 
 
-cdef int _autotune(Graph g, trials) except -1:
+cdef int _autotune(Graph g, trials, bint cold) except -1:
     """graph_autotune's work on g, marked busy by the caller (or an enclosing graph is)."""
     cdef int k, idx, changed = 0
     cdef Cmd cmd
@@ -180,11 +187,11 @@ cdef int _autotune(Graph g, trials) except -1:
             # each is a graph of its own, with its own run order.
             for sub in (<ControlNode>cmd.fn).subgraphs():
                 check_sub_idle(sub)
-                changed += _autotune(<Graph>sub, trials)
+                changed += _autotune(<Graph>sub, trials, cold)
             continue
         if cmd.pinned or g._nodes[idx].bound.kind == BOUND_NONE or cmd.fn is not None:
             continue
-        best = cmd_autotune(cmd, list(g._inputs[idx]), list(g._outputs[idx]), trials)
+        best = cmd_autotune(cmd, list(g._inputs[idx]), list(g._outputs[idx]), trials, cold)
         if best is not None and best.name != cmd.backend:
             g._set_node(idx, cmd.copy_with(best), list(g._inputs[idx]), list(g._outputs[idx]))
             changed += 1

@@ -561,3 +561,66 @@ def test_autotune_picks_an_accepting_backend_on_scratch_copies():
     assert nnc.cmd_autotune(nnc.Cmd(name), [t], [t]).name in ("A", "B")
     assert seen and all(alias and not real for alias, real in seen)
     np.testing.assert_array_equal(x, np.arange(1.0, 7.0))
+
+
+def test_cold_autotune_flushes_then_releases_and_leaves_the_tensors_alone(monkeypatch):
+    """cmd_autotune(cold=True) times each run after a flush (its eviction buffer is twice the
+    last-level cache) and reads the non-frozen inputs back in without changing them;
+    release_cold_buffer frees the buffer; cold=False never makes one."""
+    from nnc.cmd import command
+
+    monkeypatch.setattr(command, "last_level_cache_bytes", lambda: 1 << 20)
+    command.release_cold_buffer()
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 12, 12, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 3, 3, 16)).astype(np.float32)
+    out = np.full((1, 12, 12, 16), 7.0, np.float32)
+    conv = nnc.Cmd("CONVOLUTION", padding=1)
+    x0, w0 = x.copy(), w.copy()
+    assert nnc.cmd_autotune(conv, [x, w], [out]).name in nnc.backends("CONVOLUTION")
+    assert command._cold_buffer is None
+    best = nnc.cmd_autotune(conv, [x, w], [out], cold=True)
+    assert best.name in ("CPU_OPT", "CPU_OPT_WINOGRAD")
+    assert command._cold_buffer is not None and command._cold_buffer.nbytes == 2 << 20
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(w, w0)
+    assert (out == 7.0).all()                           # scratch copies only
+    command.release_cold_buffer()
+    assert command._cold_buffer is None
+    assert nnc.cmd.command.last_level_cache_bytes() == 1 << 20
+    monkeypatch.undo()
+    assert command.last_level_cache_bytes() >= 1 << 20  # sysfs, or 32 MiB when unreadable
+
+
+@pytest.mark.parametrize("cache, cold", [(1, True), (1 << 40, False)])
+def test_graph_autotune_times_cold_when_frozen_weights_outgrow_the_cache(monkeypatch, cache,
+                                                                          cold):
+    """Graph.autotune times nodes cold when the graph's frozen weights are larger than the
+    last-level cache (in a run they come from memory), warm otherwise, and frees the eviction
+    buffer when it is done."""
+    from nnc.cmd import command
+    from nnc.run import tools
+
+    seen = []
+    real = tools.cmd_autotune
+
+    def spy(cmd, inputs, outputs, trials=3, cold=False):
+        seen.append(cold)
+        return real(cmd, inputs, outputs, trials, cold)
+
+    monkeypatch.setattr(tools, "last_level_cache_bytes", lambda: cache)
+    monkeypatch.setattr(tools, "cmd_autotune", spy)
+    rng = np.random.default_rng(2)
+    x = nnc.Tensor(rng.standard_normal((1, 10, 10, 8)).astype(np.float32))
+    w = nnc.Tensor(rng.standard_normal((8, 3, 3, 8)).astype(np.float32))
+    y = nnc.Tensor.zeros((1, 10, 10, 8), dtype="float32")
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y])
+    g.freeze()
+    g.run()
+    want = y.numpy().copy()
+    g.autotune()
+    assert seen == [cold]
+    assert command._cold_buffer is None
+    g.run()
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
