@@ -6,6 +6,10 @@ or not, through every part plan (rows, pointwise-like, output channels for few p
 the epilogue, and with NaN and infinity where the padding meets them; and CPU_REF within
 tolerance."""
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -155,3 +159,28 @@ def test_strided_pixels_and_thin_inputs_take_a_path_that_reads_them_right(kernel
     nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_REF", activation="relu", padding=1),
                  [nnc.Tensor(x.numpy().copy()), w, b], [ref])
     np.testing.assert_allclose(outs["auto"], ref.numpy(), rtol=1e-5, atol=1e-4)
+
+
+def test_a_large_image_takes_a_bounded_workspace_of_row_pointers():
+    """An indirect part holds taps row pointers a pixel: parts are cut so that they stay
+    within about 512 KiB, so a 1024x1024 image (3 million pointers in one part) does not take
+    tens of MB of workspace. Measured as the child process's peak RSS across the call."""
+    code = textwrap.dedent("""
+        import resource, numpy as np, nnc
+        nnc.set_intra_op_threads(1)
+        x = nnc.Tensor(np.ones((1, 1024, 1024, 4), np.float32))
+        w = nnc.Tensor(np.ones((8, 3, 3, 4), np.float32))
+        y = nnc.Tensor.zeros((1, 1024, 1024, 8), dtype="float32")
+        small = nnc.Tensor(np.ones((1, 8, 8, 4), np.float32))
+        nnc.cmd_exec(nnc.Cmd("CONVOLUTION", padding=1), [small, w],
+                     [nnc.Tensor.zeros((1, 8, 8, 8), dtype="float32")])
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        nnc.cmd_exec(nnc.Cmd("CONVOLUTION", padding=1), [x, w], [y])
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        assert float(y.numpy()[0, 5, 5, 0]) == 36.0 and float(y.numpy()[0, 0, 0, 0]) == 16.0
+        print(grown)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.strip()) < 8 * 1024, out.stdout    # KiB

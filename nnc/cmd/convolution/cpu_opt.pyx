@@ -960,8 +960,12 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         elif cv.cg >= _indirect_min_cg and cv.cg <= NNC_SGEMM_ZEROS:
             cv.indirect, cv.taps, cv.kt = INDIRECT_TAPS, cv.kh * cv.kw, cv.cg
     if cv.pointwise or cv.indirect:
-        # No patches to keep in cache: one GEMM per part (one for the whole image alone).
+        # No patches to keep in cache: one GEMM per part (one for the whole image alone). A
+        # part's row pointers (taps of them a pixel) stay within about _part_bytes, so a
+        # large image does not take a workspace of pointers taps times its size.
         parts = min(width * _pointwise_parts if width > 1 else 1, cv.rows)
+        parts = max(parts, min(cv.rows, (cv.rows * cv.wo * cv.taps * <Py_ssize_t>sizeof(
+            float*) + _part_bytes - 1) // _part_bytes))
     else:
         part_pixels = _part_pixels
         if not cv.depthwise:
