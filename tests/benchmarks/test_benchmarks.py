@@ -66,6 +66,15 @@ def test_streams_benchmark_smoke(streams_report):
     assert row["best"]["scheduled"].startswith("sched")
     assert row["x_best_seq"][row["best"]["sequential"]] == 1.0
     assert "scheduled >= 1.0x best sequential" in row["targets"]
+    # autotune's moves are reported with the intra-op setting they were timed at; each tuned
+    # copy's output is checked against the untuned graph's
+    tuned = {k for k in row["ms"] if k.endswith("_tuned")}
+    assert all(" (intra-op " in k for k in row["autotune_changes"])
+    assert bool(tuned) == bool(row["autotune_changes"])
+    settings = {k.rsplit("(intra-op ", 1)[1].rstrip(")") for k in row["autotune_changes"]}
+    for at in settings:
+        assert any(c["check"].startswith(f"tuned (intra-op {at}) output within")
+                   for c in row["checks"])
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
