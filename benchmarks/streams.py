@@ -308,7 +308,7 @@ def run_net(net, size, repeat, threads, max_streams, pause, seed, say, limits=No
     # configurations run a copy tuned at intra-op 1 and the T-thread ones a copy tuned at T
     # (a backend that wins on one thread can lose on two: Winograd's transformed weights are
     # read from memory at a rate two threads saturate).
-    changes, tuned_info, moved_any = Counter(), None, False
+    changes, tuned_info = Counter(), None
     for tune_at, names in ((1, ("seq1", "sched_nosplit")),
                            (threads, (f"seq{threads}", "sched"))) if threads > 1 else (
                                (1, ("seq1", "sched", "sched_nosplit")),):
@@ -323,8 +323,8 @@ def run_net(net, size, repeat, threads, max_streams, pause, seed, say, limits=No
         if not moved_here:
             say(f"  autotune at intra-op {tune_at}: every node keeps its backend (reported "
                 f"{moved} change(s))")
+            del g_t, x_t, out_t         # not timed: its weights would stay held meanwhile
             continue
-        moved_any = True
         changes.update({f"{k} (intra-op {tune_at})": n for k, n in moved_here.items()})
         say(f"  autotune at intra-op {tune_at} moved {sum(moved_here.values())} node(s): "
             + ", ".join(f"{k} x{n}" for k, n in moved_here.most_common()))
@@ -336,8 +336,6 @@ def run_net(net, size, repeat, threads, max_streams, pause, seed, say, limits=No
         checks.append({"check": f"tuned (intra-op {tune_at}) output within {TOL_TUNED:g} of "
                        "untuned", "ok": err <= TOL_TUNED, "rel_err": err})
         fns.update({f"{name}_tuned": t_fns[f"{name}_tuned"] for name in names})
-    if not moved_any:
-        del g_t, x_t, out_t
 
     if net.onnx_model is None:
         peer_fns, about = {}, {}

@@ -1,6 +1,6 @@
 """Commands, their backends, the registry, backend selection and one-command execution.
 
-One file of ~890 lines because its parts read and write the same cdef classes (Cmd, Backend) and
+One file of ~900 lines because its parts read and write the same cdef classes (Cmd, Backend) and
 bound records: Cython keeps a class's methods in its module.
 
 NNC: ccv_nnc_cmd.c, cmd/ccv_nnc_cmd.inc. A :class:`Cmd` is a command id plus normalised
@@ -30,7 +30,6 @@ from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
-import os
 import pickle
 import time
 
@@ -39,6 +38,7 @@ import numpy as np
 from nnc.base.core import DATATYPE_NAMES, DATATYPES, STATUS_NAMES, CommandError
 from nnc.cmd.params import CmdParams
 from nnc.base.device import gpu_memory
+from nnc.cmd.cpu_cache import cache_flush
 from nnc.tensor.constant cimport constant_contains
 from nnc.tensor.tensor cimport (
     TENSOR_FORMAT_NCHW, TENSOR_FORMAT_NHWC, Tensor, tensor_may_be_readonly, tensor_overlap,
@@ -855,48 +855,6 @@ def _scratch(list inputs, list outputs):
     return [copy_of(x) for x in inputs], [copy_of(x) for x in outputs]
 
 
-def last_level_cache_bytes():
-    """The largest CPU cache's size in bytes, from Linux's sysfs (32 MiB where it cannot be
-    read): what a whole run of a network whose weights are larger flushes between one use of a
-    layer's weights and the next."""
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    most = 0
-    try:
-        for entry in os.listdir(base):
-            if entry.startswith("index"):
-                with open(f"{base}/{entry}/size") as f:
-                    text = f.read().strip()
-                unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-                most = max(most, int(text[:-1] if unit > 1 else text) * unit)
-    except (OSError, ValueError):
-        most = 0
-    return most or (32 << 20)
-
-
-# The cold timings' eviction buffer (twice the last-level cache), made on first use and kept
-# until release_cold_buffer(); None when not made.
-_cold_buffer = None
-
-
-def release_cold_buffer():
-    """Free the eviction buffer of cold timings (graph autotune calls this when it is done)."""
-    global _cold_buffer
-    _cold_buffer = None
-
-
-cdef _evict_caches(list ins):
-    """Flush the caches, as a whole run of a large network does between one use of a node's
-    weights and the next, then read the inputs that are not frozen back in (the node before it
-    in a run has just written them): a cold timing."""
-    global _cold_buffer
-    if _cold_buffer is None:
-        _cold_buffer = np.zeros(2 * last_level_cache_bytes() // 8, np.float64)
-    _cold_buffer += 1.0                 # reads and writes every line of it
-    for x in ins:
-        if x is not None and not constant_contains((<Tensor>x).t.data):
-            np.add.reduce((<Tensor>x).numpy(), axis=None)
-
-
 def cmd_autotune(Cmd cmd not None, inputs, outputs, trials=3, cold=False):
     """Time every backend that accepts these tensors on scratch copies; return the fastest.
 
@@ -926,7 +884,7 @@ def cmd_autotune(Cmd cmd not None, inputs, outputs, trials=3, cold=False):
     for _ in range(int(trials)):
         for b in list(candidates):
             if cold:
-                _evict_caches(s_in)
+                cache_flush(s_in)
             t0 = time.perf_counter()
             try:
                 # Scratch copies may hold garbage (uninitialised buffers): timing only.

@@ -14,8 +14,8 @@ import time
 
 from nnc.base.core import GraphError, NNCError
 from nnc.cmd.command import Cmd as _Cmd
-from nnc.cmd.command import (cmd_autotune, cmd_backends_for, last_level_cache_bytes,
-                             release_cold_buffer)
+from nnc.cmd.cpu_cache import cache_flush_release, last_level_cache_bytes
+from nnc.cmd.command import cmd_autotune, cmd_backends_for
 from nnc.tensor.tensor import Tensor as _Tensor
 from nnc.graph.graph import register_tools
 from nnc.graph.subgraph import check_sub_idle
@@ -168,7 +168,7 @@ def graph_autotune(Graph g, trials):
     finally:
         parallel_run_end(counted)
         g._leave()
-        release_cold_buffer()
+        cache_flush_release()
 
 
 cdef int _autotune(Graph g, trials, bint cold) except -1:

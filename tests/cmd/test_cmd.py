@@ -566,11 +566,11 @@ def test_autotune_picks_an_accepting_backend_on_scratch_copies():
 def test_cold_autotune_flushes_then_releases_and_leaves_the_tensors_alone(monkeypatch):
     """cmd_autotune(cold=True) times each run after a flush (its eviction buffer is twice the
     last-level cache) and reads the non-frozen inputs back in without changing them;
-    release_cold_buffer frees the buffer; cold=False never makes one."""
-    from nnc.cmd import command
+    cache_flush_release frees the buffer; cold=False never makes one."""
+    from nnc.cmd import cpu_cache
 
-    monkeypatch.setattr(command, "last_level_cache_bytes", lambda: 1 << 20)
-    command.release_cold_buffer()
+    monkeypatch.setattr(cpu_cache, "last_level_cache_bytes", lambda: 1 << 20)
+    cpu_cache.cache_flush_release()
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 12, 12, 16)).astype(np.float32)
     w = rng.standard_normal((16, 3, 3, 16)).astype(np.float32)
@@ -578,18 +578,57 @@ def test_cold_autotune_flushes_then_releases_and_leaves_the_tensors_alone(monkey
     conv = nnc.Cmd("CONVOLUTION", padding=1)
     x0, w0 = x.copy(), w.copy()
     assert nnc.cmd_autotune(conv, [x, w], [out]).name in nnc.backends("CONVOLUTION")
-    assert command._cold_buffer is None
+    assert cpu_cache._buffer is None
     best = nnc.cmd_autotune(conv, [x, w], [out], cold=True)
     assert best.name in ("CPU_OPT", "CPU_OPT_WINOGRAD")
-    assert command._cold_buffer is not None and command._cold_buffer.nbytes == 2 << 20
+    assert cpu_cache._buffer is not None and cpu_cache._buffer.nbytes == 2 << 20
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(w, w0)
     assert (out == 7.0).all()                           # scratch copies only
-    command.release_cold_buffer()
-    assert command._cold_buffer is None
-    assert nnc.cmd.command.last_level_cache_bytes() == 1 << 20
+    cpu_cache.cache_flush_release()
+    assert cpu_cache._buffer is None
+    assert cpu_cache.last_level_cache_bytes() == 1 << 20
     monkeypatch.undo()
-    assert command.last_level_cache_bytes() >= 1 << 20  # sysfs, or 32 MiB when unreadable
+    assert cpu_cache.last_level_cache_bytes() >= 1 << 20  # sysfs, or 32 MiB if unreadable
+
+
+def test_cache_flush_survives_a_release_from_another_thread(monkeypatch):
+    """Two graphs autotuned at once: one releases the eviction buffer while the other is
+    flushing; the flush keeps the buffer it took (or makes a new one), never fails."""
+    import sys
+    import threading
+
+    from nnc.cmd import cpu_cache
+
+    monkeypatch.setattr(cpu_cache, "last_level_cache_bytes", lambda: 1 << 16)
+    t = nnc.Tensor(np.ones(64, np.float32))
+    stop = threading.Event()
+    errors = []
+
+    def release():
+        while not stop.is_set():
+            cpu_cache.cache_flush_release()
+
+    def flush():
+        try:
+            for _ in range(3000):
+                cpu_cache.cache_flush([t, None])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=release), threading.Thread(target=flush)]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)         # switch threads between the flush's steps
+    try:
+        for th in threads:
+            th.start()
+        threads[1].join(timeout=20)
+        stop.set()
+        threads[0].join(timeout=20)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(th.is_alive() for th in threads) and errors == []
+    cpu_cache.cache_flush_release()
 
 
 @pytest.mark.parametrize("cache, cold", [(1, True), (1 << 40, False)])
@@ -598,7 +637,7 @@ def test_graph_autotune_times_cold_when_frozen_weights_outgrow_the_cache(monkeyp
     """Graph.autotune times nodes cold when the graph's frozen weights are larger than the
     last-level cache (in a run they come from memory), warm otherwise, and frees the eviction
     buffer when it is done."""
-    from nnc.cmd import command
+    from nnc.cmd import cpu_cache
     from nnc.run import tools
 
     seen = []
@@ -621,6 +660,6 @@ def test_graph_autotune_times_cold_when_frozen_weights_outgrow_the_cache(monkeyp
     want = y.numpy().copy()
     g.autotune()
     assert seen == [cold]
-    assert command._cold_buffer is None
+    assert cpu_cache._buffer is None
     g.run()
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)

@@ -1,6 +1,6 @@
 """CONVOLUTION's CPU_OPT backend in C, no GIL: float32 on nnc's own kernels, float64 on BLAS.
 
-One file of ~980 lines because the float32, float64 and depthwise paths share one geometry
+One file of ~1010 lines because the float32, float64 and depthwise paths share one geometry
 (conv_t), one part plan, one way of making A rows and one epilogue; the kernels themselves are
 in the headers.
 
