@@ -103,6 +103,32 @@ def test_every_path_gives_the_same_bits(kernel_isa, case, residual):
     np.testing.assert_allclose(want, ref.numpy(), rtol=1e-5, atol=k * 4e-6)
 
 
+@pytest.mark.parametrize("case", ["few_pixels_by_channels", "3x3_p1_panels", "1x1_stride2",
+                                  "grouped_cg8", "1x1_map_3x3"])
+def test_fetching_next_panels_ahead_leaves_the_bits(kernel_isa, case):
+    """The tiles fetch each next weight panel ahead, past a part's own columns too: a
+    fetch is only a hint, so every part plan gives the bits it gives without."""
+    xs, ws, params = CASES[case]
+    oshape = _out_shape(xs, ws, params)
+    ins = _inputs(xs, ws, oshape, True)
+    size = nnc.get_num_threads()
+    old = cpu_opt._tune(1 << 19, 512, split_macs=0)
+    was = cpu_opt._tune_prefetch(False)
+    try:
+        nnc.set_num_threads(2)
+        want = _run(ins, oshape, params, "auto", 1)
+        cpu_opt._tune_prefetch(True)
+        for threads in (1, 2, 3):
+            nnc.set_num_threads(threads)
+            got = _run(ins, oshape, params, "auto", threads)
+            np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32),
+                                          err_msg=f"{threads} thread(s)")
+    finally:
+        cpu_opt._tune_prefetch(was)
+        cpu_opt._tune(*old)
+        nnc.set_num_threads(size)
+
+
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_nan_and_infinity_meet_the_padding_the_same_way(kernel_isa, path):
     """The padding's zeros are multiplied like any input: an infinite weight over the padding

@@ -111,6 +111,25 @@ def test_pack_is_made_once_kept_and_freed_with_the_memory():
     assert settle() == before - 1
 
 
+def test_a_pack_of_two_mib_or_more_starts_on_a_huge_page_boundary():
+    """Large packed copies are placed for transparent huge pages (whole 2 MiB spans); their
+    bytes and their accounting are those asked for, and small ones stay 64-byte aligned."""
+    src = np.random.default_rng(0).integers(0, 256, 5 << 20, dtype=np.uint8)
+    a = constant.frozen_copy(src)
+    got, calls, packed = constant._pack_test(a, 1, 3 << 20)
+    assert calls == 1 and got[0] % (2 << 20) == 0
+    assert packed == bytes(~src[:3 << 20] & 0xFF)
+    small, calls, _ = constant._pack_test(a, 2, (2 << 20) - 64)
+    assert calls == 1 and small[0] % 64 == 0
+    old = constant._huge_pages(False)
+    try:
+        plain, calls, packed = constant._pack_test(a, 3, 3 << 20)
+        assert calls == 1 and plain[0] % 64 == 0 and packed == bytes(~src[:3 << 20] & 0xFF)
+    finally:
+        assert constant._huge_pages(old) is False
+    assert constant.packed_nbytes(a) == (3 << 20) + (2 << 20) - 64 + (3 << 20)
+
+
 def test_pack_of_memory_that_is_not_frozen_is_null():
     got, calls, packed = constant._pack_test(np.ones(8, np.float32), 1, 32)
     assert got == [0] and calls == 0 and packed is None

@@ -65,7 +65,7 @@ from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_HSWISH, NNC_ACT_N
                                         NNC_ACT_RELU, NNC_ACT_SILU, NNC_SGEMM_ZEROS,
                                         nnc_epilogue_t, nnc_sgemm_zeros,
                                         nnc_sgemm_nr, nnc_sgemm_pack_groups,
-                                        nnc_sgemm_packed_floats, nnc_sgemm_packed_taps)
+                                        nnc_sgemm_packed_ahead, nnc_sgemm_packed_floats)
 from nnc.tensor.constant cimport constant_pack
 from nnc.tensor.tensor cimport nnc_tensor_t
 
@@ -145,6 +145,12 @@ cdef enum:
 # of 56x56x64 and 35x35x96 105 -> 113 and 108 -> 114, 14x14x256 111 -> 115 (taps).
 cdef Py_ssize_t _indirect_min_cg = 4
 cdef int _runs = 1
+# Whether the float32 tiles fetch each next weight panel ahead (nnc_sgemm_packed_ahead).
+# Where a part ends at a panel another thread takes next, the fetch is still worth it: with
+# one panel a part (7x7 maps at 2 threads), fetching the panel width parts on, the one this
+# thread would likely take, measured the same as the next one (7x7 1x1 layers, 2 threads,
+# weights cold: 143 -> 153 GFLOP/s either way).
+cdef bint _prefetch = True
 
 cdef enum:
     INDIRECT_NONE = 0
@@ -185,6 +191,16 @@ def _tune_split(depthwise_cost=None, pointwise_parts=None):
         _depthwise_cost = max(1, depthwise_cost)
     if pointwise_parts is not None:
         _pointwise_parts = max(1, pointwise_parts)
+    return old
+
+
+def _tune_prefetch(on=None):
+    """Whether the float32 tiles fetch each next weight panel ahead (for A/B runs); returns
+    the previous setting."""
+    global _prefetch
+    old = _prefetch
+    if on is not None:
+        _prefetch = bool(on)
     return old
 
 
@@ -246,6 +262,7 @@ ctypedef struct conv_t:
     #                                     the left or right edge (their runs are copied)
     const float* zeros                  # indirect: what taps in the padding point at,
     #                                     nnc_sgemm_zeros (skipped) when every weight is finite
+    int ahead                           # nnc_sgemm_packed_ahead's: 1 the next panel, 0 none
 
 
 cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
@@ -698,14 +715,15 @@ cdef void _packed_rows(const conv_t* cv, const float** rows, Py_ssize_t ts, Py_s
             and (cv.residual == NULL
                  or _rows_even(r0, r1, cv.ho, cv.wo, cv.rs_n, cv.rs_h, cv.rs_w))):
         ep.residual = _residual_row(cv, r0, g)
-        nnc_sgemm_packed_taps(cv.isa, 0, (r1 - r0) * cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
-                              rows, ts, bp, _out_row(cv, y0, r0) + g * cv.og, cv.os_w, &ep)
+        nnc_sgemm_packed_ahead(cv.isa, 0, (r1 - r0) * cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
+                               rows, ts, bp, _out_row(cv, y0, r0) + g * cv.og, cv.os_w, &ep,
+                               cv.ahead)
         return
     for r in range(r0, r1):
         ep.residual = _residual_row(cv, r, g)
-        nnc_sgemm_packed_taps(cv.isa, 0, cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
-                              rows + (r - r0) * cv.wo, ts, bp,
-                              _out_row(cv, y0, r) + g * cv.og, cv.os_w, &ep)
+        nnc_sgemm_packed_ahead(cv.isa, 0, cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
+                               rows + (r - r0) * cv.wo, ts, bp,
+                               _out_row(cv, y0, r) + g * cv.og, cv.os_w, &ep, cv.ahead)
 
 
 cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
@@ -831,6 +849,7 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
     cv.zeros = &_zeros[0]
     if cv.packed[cv.groups * cv.gfloats] != 0:
         cv.zeros = &nnc_sgemm_zeros[0]
+    cv.ahead = 1 if _prefetch else 0
     if not by_channels:
         return nnc_parallel_for(parts, _part_packed, cv, ctx)
     cv.rowp = <const float**>(scratch + cv.skip)

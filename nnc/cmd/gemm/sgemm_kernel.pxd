@@ -37,6 +37,10 @@ cdef extern from "cmd/gemm/sgemm_kernel.h" nogil:
                                Py_ssize_t n1, Py_ssize_t n, Py_ssize_t kt, Py_ssize_t taps,
                                nnc_rows_t a, Py_ssize_t ts, const float* packed, float* c,
                                Py_ssize_t ldc, const nnc_epilogue_t* ep)
+    void nnc_sgemm_packed_ahead(int isa, Py_ssize_t m0, Py_ssize_t m1, Py_ssize_t n0,
+                                Py_ssize_t n1, Py_ssize_t n, Py_ssize_t kt, Py_ssize_t taps,
+                                nnc_rows_t a, Py_ssize_t ts, const float* packed, float* c,
+                                Py_ssize_t ldc, const nnc_epilogue_t* ep, int ahead)
     void nnc_sgemm_packed(int isa, Py_ssize_t m0, Py_ssize_t m1, Py_ssize_t n0, Py_ssize_t n1,
                           Py_ssize_t n, Py_ssize_t k, nnc_rows_t a, const float* packed, float* c,
                           Py_ssize_t ldc, const nnc_epilogue_t* ep)
