@@ -344,11 +344,14 @@ class CudaGraph:
         stream.device.make_current()
         if getattr(_tls, "deferred", None) is not None:
             raise CUDAError("this thread is already capturing a CUDA graph")
+        from nnc.cuda import _ccall
+
         # THREAD_LOCAL: other threads' unrelated CUDA calls are not capture violations.
         check(cu.cuStreamBeginCapture(
             stream.handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
             "cuStreamBeginCapture")
         _tls.deferred = []
+        _ccall.capture_enter()          # prepared nodes look at this thread's capture state
         try:
             try:
                 fn()
@@ -360,6 +363,7 @@ class CudaGraph:
                 raise
             graph = check(cu.cuStreamEndCapture(stream.handle), "cuStreamEndCapture")
         finally:
+            _ccall.capture_exit()
             deferred, _tls.deferred = _tls.deferred, None
             for resource, handle in deferred:
                 resource._destroy(handle)

@@ -18,8 +18,9 @@ later; a GPU stream decides at enqueue time, on the enqueueing thread:
 - emit is ``cuEventRecord``, wait_signal ``cuStreamWaitEvent``.
 
 Prepared launches, emits and waits - what every node costs - call the driver from C without
-the GIL where the driver offers entry points (nnc/cuda/_ccall.pyx); the rest goes through
-cuda-bindings.
+the GIL where the driver offers entry points (nnc/cuda/_ccall.pyx); so does a prepared library
+node (cuDNN, cuBLAS) after its first run on the stream, replayed as a CUDA graph of its own
+(``NodeGraph``); the rest goes through cuda-bindings.
 
 A CUDA event cannot be waited on before it is recorded, but the coroutine runner reserves the
 end signal of a run with control flow and makes the caller's stream wait on it before the
@@ -47,9 +48,10 @@ from nnc.stream.worker cimport (
     stream_task_t, task_release_owned,
 )
 
-from nnc.cuda._ccall cimport CCalls, CLaunch, calls_of
+from nnc.cuda._ccall cimport CCalls, CLaunch, NodeGraph, calls_of
 
 from nnc.cuda import _hostfn
+from nnc.cuda._ccall import node_graph_fits
 from nnc.cuda.driver import CudaEvent, CudaStream, check, driver
 from nnc.cuda.runner import PREPARE     # backend function -> prepare: never found by name
 from nnc.cuda.runner import Launch
@@ -204,12 +206,16 @@ cdef class GpuStream(DeviceStream):
     cdef dict prepared                  # id(node args) -> (args, ops): prepared launches
     cdef CCalls c                       # the driver's C entry points; None: Python calls
     cdef void* handle                   # the CUstream, for c (valid while cuda is open)
+    # Held while a NodeGraph captures on cuda, and around every query or synchronize of it
+    # here: querying a capturing stream is illegal and would invalidate the capture.
+    cdef object capture_lock
 
     def __init__(self, kind):
         self.cuda = CudaStream(kind)
         self.held = []
         self.host = []
         self.prepared = {}
+        self.capture_lock = threading.Lock()
         self.c = calls_of(self.cuda.device)
         self.handle = <void*><uintptr_t>int(self.cuda.handle)
 
@@ -287,7 +293,10 @@ cdef class GpuStream(DeviceStream):
                         self.prepared.clear()
                     ops = prepare(cmd, ins, outs, self.cuda)
                     if self.c is not None:
-                        ops = [CLaunch(op) if type(op) is Launch else op for op in ops]
+                        if self.c.graph_launch != NULL and node_graph_fits(ops):
+                            ops = [NodeGraph(ops)]
+                        else:
+                            ops = [CLaunch(op) if type(op) is Launch else op for op in ops]
                     # The entry holds args, so id(args) is not reused while it is cached.
                     hit = self.prepared[id(args)] = (args, ops)
             if hit is not None:
@@ -299,6 +308,8 @@ cdef class GpuStream(DeviceStream):
                 for op in hit[1]:
                     if type(op) is CLaunch:
                         (<CLaunch>op).fire(self.c, self.handle)
+                    elif type(op) is NodeGraph:
+                        (<NodeGraph>op).fire(self.c, self.handle, self.cuda, self.capture_lock)
                     else:
                         op(self.cuda)
                 return 0
@@ -368,6 +379,10 @@ cdef class GpuStream(DeviceStream):
             return 0
         return self._wait_event(signal)
 
+    def _node_graphs(self):
+        """The NodeGraphs of the nodes prepared on this stream (for tests)."""
+        return [op for _, ops in self.prepared.values() for op in ops if type(op) is NodeGraph]
+
     def _flush(self):
         """Launch the work held behind a released gate, in order (with _lock held), until a
         held wait gates the stream again. A failure is recorded on the stream it was pushed to:
@@ -397,9 +412,10 @@ cdef class GpuStream(DeviceStream):
         try:
             if timeout < 0:
                 self.cuda.device.make_current()
-                check(driver().cuStreamSynchronize(self.cuda.handle), "cuStreamSynchronize")
+                with self.capture_lock:
+                    check(driver().cuStreamSynchronize(self.cuda.handle), "cuStreamSynchronize")
             else:
-                while not self.cuda.query():
+                while not self._cuda_query():
                     if _late(end, timeout):
                         return 0
                     time.sleep(0.0005)
@@ -407,10 +423,14 @@ cdef class GpuStream(DeviceStream):
             stream_keep_error(owner.s, (repr(owner), e))
         return 1 if _wait_tokens(self.host, end, timeout) else 0
 
+    cdef bint _cuda_query(self) except -1:
+        with self.capture_lock:
+            return self.cuda.query()
+
     cdef int query(self) except -1:
         if self.held or _undone(self.host):
             return 0
-        return 1 if self.cuda.query() else 0
+        return 1 if self._cuda_query() else 0
 
 
 def signal_half(Signal sig not None):

@@ -128,6 +128,9 @@ class Launch:
     """A kernel launch with its parameters packed once; ``op(stream)`` enqueues it."""
 
     __slots__ = ("f", "dims", "params", "keep", "ptr")
+    # Enqueues the same work at every call on a stream: a CUDA graph of a node may capture it
+    # (nnc.cuda._ccall.NodeGraph). A library op says so only where that holds for it too.
+    capturable = True
 
     def __init__(self, f, grid, block, args):
         self.f = f
@@ -166,21 +169,26 @@ class ByPrecision:
     set_precision takes effect from the next run of an already prepared (bound) graph, and two
     precisions never share ops or the library plans they hold.
 
-    Invariant: ``ops[p]`` was recorded by ``record(p)``, with every plan looked up under p."""
+    Invariant: ``ops[p]`` was recorded by ``record(p)``, with every plan looked up under p.
+    A GPU stream's NodeGraph captures ``ops_of(p)`` per precision (each checked capturable)."""
 
     __slots__ = ("record", "ops")
+    capturable = True
 
     def __init__(self, record):
         self.record = record
         self.ops = {}                   # precision -> [op(stream)]
 
-    def __call__(self, stream):
-        p = _cuda.precision()
+    def ops_of(self, p):
+        """The ops of precision ``p``, recorded on first use."""
         ops = self.ops.get(p)
         if ops is None:
             # Two streams never share a prepared node; a race here would only record twice.
             ops = self.ops[p] = self.record(p)
-        for op in ops:
+        return ops
+
+    def __call__(self, stream):
+        for op in self.ops_of(_cuda.precision()):
             op(stream)
 
 

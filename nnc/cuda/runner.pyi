@@ -28,7 +28,9 @@ PREPARE: dict[Callable[..., None], Callable[..., list[Callable[[Any], None]]]]
 class ByPrecision:
     record: Callable[[str], list[Callable[[Any], None]]]
     ops: dict[str, list[Callable[[Any], None]]]
+    capturable: bool
     def __init__(self, record: Callable[[str], list[Callable[[Any], None]]]) -> None: ...
+    def ops_of(self, p: str) -> list[Callable[[Any], None]]: ...
     def __call__(self, stream: Any) -> None: ...
 
 class Launch:
@@ -37,6 +39,7 @@ class Launch:
     params: np.ndarray[Any, Any]
     keep: list[np.ndarray[Any, Any]]
     ptr: int
+    capturable: bool
     def __init__(self, f: Any, grid: Sequence[int], block: Sequence[int],
                  args: Sequence[Any]) -> None: ...
     def __call__(self, stream: Any) -> None: ...

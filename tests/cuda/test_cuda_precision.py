@@ -202,7 +202,9 @@ def test_a_bound_graph_follows_the_precision_and_a_capture_keeps_its_own(fake):
     s.wait()
     fast = out.numpy().copy()
     assert not np.array_equal(fast, strict) and len(fake.dnn.builds) == 2
-    assert len(fake.dnn.executions) == 2
+    # Each precision's first run enqueues the execute, then captures it into a CUDA graph of
+    # the node (nnc.cuda._ccall.NodeGraph) that later runs under that precision replay.
+    assert len(fake.dnn.executions) == 4
     cg = cgraph.capture(g, s)                       # captured under "tf32"
     cuda.set_precision("ieee")
     g.run(stream=s)
@@ -266,7 +268,10 @@ def test_a_bound_gemm_switches_its_calls(fake):
         cuda.set_precision(p)
         g.run(stream=s)
         s.wait()
-    assert [c[0] for c in fake.cublas.calls] == ["sgemm", "gemm_ex"] * 2
+    # Each precision's first run: the call, then the same call captured into the node's CUDA
+    # graph; the third and fourth runs replay the graph of their precision.
+    assert [c[0] for c in fake.cublas.calls] == ["sgemm", "sgemm", "gemm_ex", "gemm_ex"]
+    assert fake.calls.count("cuGraphLaunch") == 2
 
 
 @pytest.mark.parametrize("mode", ["tf32", "float16"])

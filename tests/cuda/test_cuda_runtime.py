@@ -625,6 +625,12 @@ def test_gpu_host_benchmark_runs_on_a_null_driver(monkeypatch):
     assert set(r["us_per_node"]) == {"sequential", "eager", "replay"}
     assert all(v > 0 for v in r["us_per_node"].values())
     assert "host us / node" in gpu_host.render(r)
+    # The GPU_OPT set: cuDNN's and cuBLAS's fakes, every library node replaying its own graph.
+    opt = r["sets"]["GPU_OPT"]
+    assert opt["backends"].get("GPU_OPT", 0) > 50 and opt["launched_ops"] < opt["nodes"]
+    assert all(v > 0 for v in opt["us_per_launched_op"].values())
+    assert r["node_graphs"]["captured"] >= 2 * opt["backends"]["GPU_OPT"]
+    assert r["node_graphs"]["refused"] == []
     gc.collect()
 
 

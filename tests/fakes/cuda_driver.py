@@ -65,6 +65,7 @@ class FakeDriver:
         self.count, self.arch = count, arch
         self.driver_version = driver_version    # what cuDriverGetVersion says (CUDA 13.0)
         self.calls = []                 # names of driver calls made, in order
+        self.c_calls = []               # ... of those, the ones made through C entry points
         self.c_errors = []              # (name, exception) raised inside a C entry point
         self.buffers = {}               # ptr -> backing ndarray (device and pinned memory)
         self.modules = {}               # id -> cubin bytes
@@ -91,6 +92,7 @@ class FakeDriver:
         self.faults = []                # (kernel name, pointer, its context, stream's context)
         self.live_streams = set()
         self.live_events = set()
+        self.live_execs = set()         # instantiated CUDA graphs not yet destroyed
         self.ctx_of = {}                # stream / event / module / function id -> context
         self._current = threading.local()   # .ctx: this thread's current context
         self.busy = False               # cuStreamQuery says NOT_READY while set
@@ -270,13 +272,24 @@ class FakeDriver:
         self.live_streams.discard(int(s))
         return self.ok()
 
+    def _captured(self, s, name):
+        """CUDA's rule: synchronising or querying a stream that is capturing is illegal, from
+        any thread, and invalidates the capture."""
+        if any(st == int(s) for st, _ in self.capture_stack):
+            self.capture_invalidated = self.capture_invalidated or name
+            return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+        return None
+
     def cuStreamSynchronize(self, s):
-        bad = self.unsafe("cuStreamSynchronize")
+        bad = self.unsafe("cuStreamSynchronize") or self._captured(s, "cuStreamSynchronize")
         if bad:
             return bad
         return self.ok()
 
     def cuStreamQuery(self, s):
+        bad = self._captured(s, "cuStreamQuery")
+        if bad:
+            return bad
         if self.busy:
             return (real.CUresult.CUDA_ERROR_NOT_READY,)
         return self.ok()
@@ -418,6 +431,7 @@ class FakeDriver:
         return self.ok(self._h("CUgraphNode", self._id()))
 
     def cuGraphInstantiate(self, g, flags):
+        self.live_execs.add(int(g))
         return self.ok(self._h("CUgraphExec", int(g)))
 
     def _root(self, g):
@@ -426,6 +440,8 @@ class FakeDriver:
         return g
 
     def cuGraphLaunch(self, gexec, s):
+        if int(gexec) not in self.live_execs:
+            return (real.CUresult.CUDA_ERROR_INVALID_VALUE,)     # destroyed, or never made
         # CU_GRAPH_COND_ASSIGN_DEFAULT: the handle takes its default at every launch.
         for h, (g, default, flags) in self.cond_defaults.items():
             if flags and self._root(g) == int(gexec):
@@ -438,6 +454,7 @@ class FakeDriver:
         return self.ok()
 
     def cuGraphExecDestroy(self, gexec):
+        self.live_execs.discard(int(gexec))
         return self.ok()
 
     def cuGraphDestroy(self, g):
@@ -772,7 +789,8 @@ class Checked:
         if self._c is None:
             self._c = {"cuLaunchKernel": _c_entry(self, "cuLaunchKernel", _LAUNCH_T),
                        "cuEventRecord": _c_entry(self, "cuEventRecord", _RECORD_T),
-                       "cuStreamWaitEvent": _c_entry(self, "cuStreamWaitEvent", _WAIT_T)}
+                       "cuStreamWaitEvent": _c_entry(self, "cuStreamWaitEvent", _WAIT_T),
+                       "cuGraphLaunch": _c_entry(self, "cuGraphLaunch", _GRAPH_LAUNCH_T)}
         return {n: ctypes.cast(f, ctypes.c_void_p).value for n, f in self._c.items()}
 
     def __getattr__(self, name):
@@ -800,6 +818,7 @@ _LAUNCH_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7
                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _RECORD_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 _WAIT_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
+_GRAPH_LAUNCH_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 
 def _c_entry(checked, name, ctype):
@@ -809,6 +828,7 @@ def _c_entry(checked, name, ctype):
     def entry(*args):
         try:
             checked.fake.calls.append(name)
+            checked.fake.c_calls.append(name)
             result = getattr(checked.fake, name)(*[0 if a is None else a for a in args])
             return int(result[0])
         except BaseException as e:  # noqa: BLE001 - must not unwind through C

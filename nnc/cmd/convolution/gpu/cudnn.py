@@ -728,6 +728,10 @@ class _Execute:
     where the frontend lacks it and ``pack`` (tensor -> address) is passed instead."""
 
     __slots__ = ("plan", "pack", "uids", "ptrs")
+    # A GPU stream may capture it into a CUDA graph of its node (nnc.cuda._ccall.NodeGraph):
+    # the plan and pointers never change, and the workspace captured stays valid while the
+    # stream is open (a stream's workspace grows by retiring, never freeing, its buffers).
+    capturable = True
 
     def __init__(self, plan, pack):
         self.plan, self.pack = plan, pack

@@ -339,6 +339,9 @@ class _GemmOp:
     replayed for every run of a graph node); ``keep`` holds the ones/zeros tensor."""
 
     __slots__ = ("calls", "keep")
+    # A GPU stream may capture it into a CUDA graph of its node (nnc.cuda._ccall.NodeGraph):
+    # the calls are packed once, and the handle's workspace is set once per stream.
+    capturable = True
 
     def __init__(self, calls, keep):
         self.calls, self.keep = calls, keep
