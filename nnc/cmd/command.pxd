@@ -108,6 +108,9 @@ cdef class CommandInfo:
     cdef readonly str name
     cdef readonly int id                # index in the registry; stable for the process
     cdef readonly str inplace           # "none" | "allow" | "enforce" | "any"
+    # Inputs (by index) that may be exactly output 0 whatever inplace says (CONVOLUTION's
+    # residual): every backend either takes that alias or does not accept it.
+    cdef readonly tuple alias_inputs
     cdef readonly object check          # check(cmd, inputs, outputs), raises CommandError
     cdef readonly object normalize      # normalize(params: dict) -> dict, raises CommandError
     cdef readonly list backends         # Backend objects, sorted by (-priority, seq)

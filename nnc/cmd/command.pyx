@@ -30,6 +30,7 @@ from cpython.object cimport PyObject
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
+import operator
 import pickle
 import time
 
@@ -143,7 +144,7 @@ def _lookup(name):
 
 
 def register_command(name, *, inplace="none", check=None, normalize=None, replace=False,
-                     image=False):
+                     image=False, alias_inputs=()):
     """Register a new command; registering a name again with the same attributes returns the
     existing one.
 
@@ -152,6 +153,10 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
     or ``"any"`` (no check, for commands such as CUSTOM that own their semantics).
     ``check(cmd, inputs, outputs)`` validates arity, shapes and dtypes and raises CommandError.
     ``normalize(params) -> params`` validates and fills in parameters.
+    ``alias_inputs``: indices of inputs that may be exactly output 0 (same memory, same
+    layout) whatever ``inplace`` says, as CONVOLUTION's residual (input 3) may be its output:
+    out = conv + residual written over the residual; every backend of the command must then
+    compute that right or not accept it.
     ``image``: the command reads its 3-d and 4-d tensors by their format (NHWC, NCHW): its
     Python CPU backends get NCHW tensors as NHWC views, its C and GPU backends NHWC tensors
     only (the module docstring).
@@ -171,13 +176,21 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
         raise CommandError("check must be callable")
     if normalize is not None and not callable(normalize):
         raise CommandError("normalize must be callable")
+    try:
+        alias_inputs = tuple(sorted({operator.index(i) for i in alias_inputs}))
+    except TypeError:
+        raise CommandError(f"alias_inputs must be input indices, not {alias_inputs!r}") from None
+    if any(i < 0 for i in alias_inputs):
+        raise CommandError(f"alias_inputs must be input indices >= 0, not {alias_inputs!r}")
     cdef CommandInfo info = _by_name.get(name)
     if info is not None:
         differ = [what for what, old, new in (("inplace", info.inplace, inplace),
                                               ("check", info.check, check),
                                               ("normalize", info.normalize, normalize),
-                                              ("image", name in _image_commands, bool(image)))
-                  if (old != new if what in ("inplace", "image") else old is not new)]
+                                              ("image", name in _image_commands, bool(image)),
+                                              ("alias_inputs", info.alias_inputs, alias_inputs))
+                  if (old != new if what in ("inplace", "image", "alias_inputs")
+                      else old is not new)]
         if not differ:
             return info
         if info.builtin:
@@ -192,6 +205,7 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
                 f"(inplace={info.inplace!r}); pass replace=True to replace them"
             )
         info.inplace = inplace
+        info.alias_inputs = alias_inputs
         info.check = check
         info.normalize = normalize
         if image:
@@ -203,6 +217,7 @@ def register_command(name, *, inplace="none", check=None, normalize=None, replac
     info.name = name
     info.id = len(_commands)
     info.inplace = inplace
+    info.alias_inputs = alias_inputs
     info.check = check
     info.normalize = normalize
     info.backends = []
@@ -610,7 +625,8 @@ cdef int cmd_validate(Cmd cmd, list inputs, list outputs) except -1:
             a = inputs[i]
             if not _overlaps(a, b):
                 continue
-            if info.inplace in ("allow", "enforce") and tensor_same(&a.t, &b.t):
+            if ((info.inplace in ("allow", "enforce") or (j == 0 and i in info.alias_inputs))
+                    and tensor_same(&a.t, &b.t)):
                 continue
             if info.inplace == "none":
                 why = f"{info.name} cannot run in place"

@@ -58,7 +58,10 @@ cdef inline bint conv_operands_ok(nnc_tensor_t** inputs, int n_in, nnc_tensor_t*
     """A convolution's operands as its C backends need them: (x, w), (x, w, bias) or (x, w,
     bias, residual) -> y, all in CPU memory and of y's float dtype; x, y and the residual
     [n, h, w, c] or [h, w, c] (same rank) with contiguous channels, the residual of y's shape;
-    w [O, kh, kw, C/groups] and bias [O] contiguous."""
+    w [O, kh, kw, C/groups] and bias [O] contiguous. A residual at y's address is y itself
+    (same strides), and only float32 convolutions that are not depthwise take it: their tiles
+    read each residual value before storing over it, where float64 and depthwise ones store
+    the convolution first and add the residual in a later pass."""
     cdef nnc_tensor_t* x
     cdef nnc_tensor_t* w
     cdef nnc_tensor_t* b
@@ -81,8 +84,11 @@ cdef inline bint conv_operands_ok(nnc_tensor_t** inputs, int n_in, nnc_tensor_t*
         if not _channels_last(r, dtype) or r.ndim != y.ndim:
             return False
         for i in range(y.ndim):
-            if r.dim[i] != y.dim[i]:
+            if r.dim[i] != y.dim[i] or (r.data == y.data and r.stride[i] != y.stride[i]):
                 return False
+        if r.data == y.data and (dtype != NNC_32F or (
+                w.dim[3] == 1 and w.dim[0] == x.dim[x.ndim - 1] and w.dim[0] > 1)):
+            return False
     return b == NULL or (b.device < 0 and b.datatype == dtype and b.contiguous
                          and b.count == w.dim[0])
 

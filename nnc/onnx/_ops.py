@@ -253,8 +253,14 @@ class OpEmitter(MiscEmitter, NormEmitter, MathEmitter, ConvtEmitter):
         pads = self._pads(n, a, x.shape[1:3], (kh, kw), stride)
         wt = self.constant(np.transpose(w, TO_NHWC))
         bt = self.constant(b)
-        self._write(n, Cmd("CONVOLUTION", stride=stride, padding=pads, groups=groups),
-                    [x, wt, bt], deps)
+        ins = [x, wt, bt]
+        if k in self.residual_of:
+            # conv + bias + residual written over the residual (_Loader._plan_residuals).
+            r, r_deps = self.get(self.residual_of[k], "nhwc")
+            ins.append(r)
+            deps = deps + r_deps
+        self._write(n, Cmd("CONVOLUTION", stride=stride, padding=pads, groups=groups), ins,
+                    deps)
 
     @staticmethod
     def _pads(n, a, hw, kernel, stride):

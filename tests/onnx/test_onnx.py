@@ -522,16 +522,21 @@ def test_network_matches_onnxruntime(network):
 
 
 def test_simplified_network_matches_onnxruntime(network):
-    """Graph.simplify folds every Add-into-operand, Relu and Clip after a Conv (the loader runs
-    them in place so they can be folded): no element-wise node is left, and the result is
-    still ONNX Runtime's."""
+    """Every Add after a Conv becomes that Conv's residual, added in place over the other
+    operand by the loader itself (ResNet's and MobileNet-V2's shortcuts), and Graph.simplify
+    folds every Relu and Clip after a Conv (the loader runs them in place so they can be
+    folded): no element-wise node is left, and the result is still ONNX Runtime's."""
     name, m, _, feeds, _, want = network
     loaded = nnc.onnx.load(m)
-    folded = loaded.graph.simplify()
-    left = {c for c in commands(loaded)} & {"ADD", "RELU", "CLAMP"}
     adds = sum(n.op_type == "Add" for n in m.graph.node)
     acts = sum(n.op_type in ("Relu", "Clip") for n in m.graph.node)
-    assert not left and folded == adds + acts
+    residuals = [e for e in loaded.graph.execs
+                 if e.cmd.name == "CONVOLUTION" and len(e.inputs) > 3]
+    assert len(residuals) == adds and "ADD" not in commands(loaded)
+    assert all(e.inputs[3].data_ptr == e.outputs[0].data_ptr for e in residuals)
+    folded = loaded.graph.simplify()
+    left = {c for c in commands(loaded)} & {"ADD", "RELU", "CLAMP"}
+    assert not left and folded == acts
     close(nnc_run(loaded, feeds)[0], want)
 
 

@@ -28,7 +28,11 @@ following in-place RELU, CLAMP, HARD_SWISH or SWISH into (docs/commands.md). NaN
 through each; HARD_SWISH and SWISH of -inf are -0, as the element-wise commands give (CPU_REF
 computes them by those commands' float64 definitions, CPU_OPT by their CPU_OPT functions, so
 a fused float32 convolution gives the bits of the convolution then the command). Floats only,
-one dtype, and the output may not overlap an input.
+one dtype, and the output may not overlap an input, except that the residual may be exactly
+the output (same memory, same layout: out = act(conv + bias + out), each value read before it
+is written). CPU_REF and CPU_OPT's float32 kernels take that alias; CPU_OPT does not accept
+it for float64 or depthwise convolutions, whose residual is added in a pass after the
+convolution is stored, and the other backends take no residual.
 """
 
 import numpy as np
@@ -168,6 +172,9 @@ def _conv_ref(cmd, inputs, outputs):
 
 
 def register():
+    # The residual may be the output itself (out = conv + residual written over it): a
+    # memory-bound layer then reads and writes each line once, where a separate output costs
+    # a read of every line before it is written (nnc.onnx.load makes such nodes).
     register_command("CONVOLUTION", inplace="none", check=_conv_check, normalize=_conv_normalize,
-                     image=True)
+                     image=True, alias_inputs=(3,))
     register_backend("CONVOLUTION", "CPU_REF", _conv_ref)

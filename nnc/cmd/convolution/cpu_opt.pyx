@@ -582,14 +582,29 @@ cdef int _split_channels(conv_t* cv, int width, Py_ssize_t itemsize, void* ctx) 
 
 
 cdef void _empty_sums(const conv_t* cv, real* y0) noexcept nogil:
+    """Every sum empty: y = act(0 + bias + residual). With the residual y itself, y's value
+    is the residual: 0 + bias is added to it in place (the same additions, in the epilogue's
+    order), then the activation."""
     cdef Py_ssize_t r, q, j
     cdef real* y
+    cdef conv_t act_only
+    cdef bint aliased = cv.residual == <const char*>cv.out
     for r in range(cv.rows):
         for q in range(cv.wo):
             y = _out_row(cv, y0, r) + q * cv.os_w
             for j in range(cv.o):
-                y[j] = 0
-    if _has_epilogue(cv):
+                if not aliased:
+                    y[j] = 0
+                elif cv.bias != NULL:
+                    y[j] = (0 + (<const real*>cv.bias)[j]) + y[j]
+                else:
+                    y[j] = 0 + y[j]
+    if aliased:
+        act_only = cv[0]
+        act_only.bias = act_only.residual = NULL
+        if _has_epilogue(&act_only):
+            _epilogue(&act_only, y0, 0, cv.rows, 0, cv.o)
+    elif _has_epilogue(cv):
         _epilogue(cv, y0, 0, cv.rows, 0, cv.o)
 
 
