@@ -182,8 +182,17 @@ def test_clamp_and_residual_are_checked():
     with pytest.raises(nnc.CommandError, match="residual .* should have shape"):
         nnc.cmd_exec(nnc.Cmd("CONVOLUTION"), [x, w, None, np.ones((1, 4, 4, 4), np.float32)],
                      [out])
-    with pytest.raises(nnc.CommandError):     # the residual may not be the output itself
-        nnc.cmd_exec(nnc.Cmd("CONVOLUTION"), [x, w, None, out], [out])
+    # The residual may be the output itself (out = conv + out), not a part of it.
+    out[...] = 2
+    nnc.cmd_exec(nnc.Cmd("CONVOLUTION"), [x, w, None, out], [out])
+    np.testing.assert_array_equal(out, np.full(out.shape, 5, np.float32))
+    wide = nnc.Tensor(np.zeros((1, 4, 4, 6), np.float32))
+    strides = (96, 24, 6, 1)
+    with pytest.raises(nnc.CommandError, match="overlaps input 3"):
+        nnc.cmd_exec(nnc.Cmd("CONVOLUTION"),
+                     [nnc.Tensor(x), nnc.Tensor(w), None,
+                      wide.view((1, 4, 4, 5), offset=1, strides=strides)],
+                     [wide.view((1, 4, 4, 5), offset=0, strides=strides)])
     # No GPU or Winograd backend takes a residual or a clamp: selection never picks one.
     cmd = nnc.Cmd("CONVOLUTION", activation="clamp", clamp=(0, 6), backend="CPU_OPT_WINOGRAD")
     with pytest.raises(nnc.CommandError, match="does not accept"):
