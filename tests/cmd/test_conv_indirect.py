@@ -129,6 +129,54 @@ def test_fetching_next_panels_ahead_leaves_the_bits(kernel_isa, case):
         nnc.set_num_threads(size)
 
 
+@pytest.mark.parametrize("shape,o,stride,pixel", [
+    ((1, 7, 7, 1024), 40, 1, 1024),        # 4 KiB apart: copied, split by channels at 2
+    ((1, 9, 12, 256), 72, 1, 1024),        # a slice of a 1024-channel buffer (a Concat's)
+    ((1, 13, 13, 512), 48, 2, 1024),       # strided pixels: 8 KiB apart
+    ((2, 6, 5, 768), 24, 1, 1024),         # two images
+], ids=["dense_1024", "slice_of_1024", "strided_512", "two_images"])
+def test_pixels_4k_apart_copied_apart_give_the_same_bits(kernel_isa, shape, o, stride, pixel):
+    """Pointwise pixels whose stride is a multiple of 4 KiB are copied apart before the tiles
+    read them (their rows would share one L1 set): same values, same sums, same bits, cut
+    into parts or not, with the residual as the output too."""
+    n, h, w, c = shape
+    rng = np.random.default_rng(11)
+    buf = rng.standard_normal((n, h, w, pixel)).astype(np.float32)
+    x = nnc.Tensor(buf).view(shape, offset=0, strides=(h * w * pixel, w * pixel, pixel, 1))
+    wt = nnc.Tensor(rng.standard_normal((o, 1, 1, c)).astype(np.float32))
+    b = nnc.Tensor(rng.standard_normal(o).astype(np.float32))
+    oshape = (n, (h - 1) // stride + 1, (w - 1) // stride + 1, o)
+    res = rng.standard_normal(oshape).astype(np.float32)
+    size = nnc.get_num_threads()
+    old = cpu_opt._tune(1 << 19, 512, split_macs=0)
+    was = cpu_opt._tune_copies(False)
+    got = {}
+    try:
+        nnc.set_num_threads(2)
+        for copies in (False, True):
+            cpu_opt._tune_copies(copies)
+            for threads in (1, 2):
+                nnc.set_intra_op_threads(threads)
+                for part_bytes in (1 << 19, 1 << 12):
+                    cpu_opt._tune(part_bytes, 512, split_macs=0)
+                    out = nnc.Tensor(res.copy())
+                    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_OPT", stride=stride,
+                                         activation="relu"), [x, wt, b, out], [out])
+                    got[copies, threads, part_bytes] = out.numpy().view(np.int32).copy()
+    finally:
+        nnc.set_intra_op_threads(None)
+        cpu_opt._tune_copies(was)
+        cpu_opt._tune(*old)
+        nnc.set_num_threads(size)
+    want = got[False, 1, 1 << 19]
+    for key, v in got.items():
+        np.testing.assert_array_equal(v, want, err_msg=str(key))
+    ref = nnc.Tensor(res.copy())
+    nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_REF", stride=stride, activation="relu"),
+                 [x, wt, b, ref], [ref])
+    np.testing.assert_allclose(want.view(np.float32), ref.numpy(), rtol=1e-5, atol=c * 4e-6)
+
+
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_nan_and_infinity_meet_the_padding_the_same_way(kernel_isa, path):
     """The padding's zeros are multiplied like any input: an infinite weight over the padding
