@@ -283,6 +283,45 @@ def test_gemm_through_the_tiles(kernel_isa, threads, a_shape, w_shape, params):
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=atol)
 
 
+@pytest.mark.parametrize("a_shape, k, w_shape", [
+    ((197, 3072), 3072, (3072, 40)),        # rows 12 KiB apart (ViT's MLP down-projection)
+    ((2, 70, 1024), 1024, (1024, 36)),      # a batch on a, rows 4 KiB apart
+    ((90, 2048), 300, (300, 48)),           # the first 300 of rows 8 KiB apart
+], ids=["vit_mlp", "batched", "sliced"])
+def test_gemm_rows_4k_apart_copied_apart_give_the_same_bits(kernel_isa, a_shape, k, w_shape):
+    """Rows of a a multiple of 4 KiB apart are copied apart in each part before the tiles
+    read them (they would share one L1 set): same values, same sums, same bits."""
+    from nnc.cmd.gemm import cpu_opt as gemm_opt
+
+    rng = np.random.default_rng(23)
+    buf = rng.standard_normal(a_shape).astype(np.float32)
+    a = nnc.Tensor(buf)
+    if k != a_shape[-1]:
+        a = a.view(a_shape[:-1] + (k,), offset=0, strides=(a_shape[-1], 1))
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    bias = rng.standard_normal(w_shape[1]).astype(np.float32)
+    want = a.numpy().astype(np.float64) @ w.astype(np.float64) + bias
+    got = {}
+    was = gemm_opt._tune_copies(False)
+    try:
+        for copies in (False, True):
+            gemm_opt._tune_copies(copies)
+            for threads in (1, 2):
+                nnc.set_intra_op_threads(threads)
+                out = nnc.Tensor(np.full(want.shape, np.nan, np.float32))
+                nnc.cmd_exec(nnc.Cmd("GEMM", backend="CPU_OPT"),
+                             [a, nnc.Tensor(w), nnc.Tensor(bias)], [out])
+                got[copies, threads] = out.numpy().view(np.int32).copy()
+    finally:
+        nnc.set_intra_op_threads(None)
+        gemm_opt._tune_copies(was)
+    for key, v in got.items():
+        np.testing.assert_array_equal(v, got[False, 1], err_msg=str(key))
+    eps = float(np.finfo(np.float32).eps)
+    atol = k * eps * float(np.abs(buf).max()) * float(np.abs(w).max()) * 2 + eps * 4
+    np.testing.assert_allclose(got[True, 1].view(np.float32), want, rtol=1e-5, atol=atol)
+
+
 def test_gemm_frozen_weights_packed_once_and_unfrozen_ones_repacked(kernel_isa):
     rng = np.random.default_rng(22)
     a = rng.standard_normal((1, 256)).astype(np.float32)

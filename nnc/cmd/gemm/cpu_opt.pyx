@@ -21,6 +21,8 @@ bias of any shape that broadcasts to the output.
   part to its own block while it is hot.
 """
 
+from libc.string cimport memcpy
+
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_MAX_DIM, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport (
@@ -29,8 +31,8 @@ from nnc.base.openblas cimport (
 from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace, parallel_width
 from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
 from nnc.cmd.cpu_check cimport tensor_views
-from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_NONE, nnc_epilogue_t, nnc_sgemm_nr,
-                                        nnc_sgemm_pack, nnc_sgemm_packed,
+from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_NONE, NNC_SGEMM_MC, nnc_epilogue_t,
+                                        nnc_sgemm_nr, nnc_sgemm_pack, nnc_sgemm_packed,
                                         nnc_sgemm_packed_floats)
 from nnc.tensor.constant cimport constant_pack
 from nnc.tensor.tensor cimport nnc_tensor_t
@@ -50,6 +52,22 @@ cdef enum:
     # that stream, not its multiply-adds: 1280 x 1000 weights are 5 MB, ~0.3 ms of one core
     # for 1.3 M multiply-adds, and two cores stream them nearly twice as fast.
     STREAM_MACS_PER_BYTE = 3
+    ROW_PAD = 16                        # floats between copied rows of a (copy_rows)
+
+# A part copies a's rows apart when they are a multiple of 4 KiB apart and a block of the
+# tiles' rows takes at most _copy_bytes; _copy_rows off is for A/B runs, tests (_tune_copies).
+cdef Py_ssize_t _copy_bytes = 1 << 20
+cdef bint _copy_rows = True
+
+
+def _tune_copies(on=None):
+    """Whether parts copy a's rows apart when they are a multiple of 4 KiB apart (A/B runs,
+    tests); returns the previous setting."""
+    global _copy_rows
+    old = _copy_rows
+    if on is not None:
+        _copy_rows = bool(on)
+    return old
 
 
 # How one operand matrix is handed to BLAS.
@@ -87,6 +105,9 @@ ctypedef struct gemm_t:
     const float* packed                 # w packed (NULL: the BLAS path)
     size_t skip                         # bytes the packed w takes at the start of the caller's
     #                                     workspace (0 when frozen w's kept copy is used)
+    bint copy_rows                      # a's rows are a multiple of 4 KiB apart: each part
+    #                                     reads copies of a block of them at a time,
+    #                                     k + ROW_PAD floats apart (_copied_rows)
 
 
 cdef bint _operand(Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t s_r, Py_ssize_t s_c,
@@ -380,6 +401,12 @@ cdef unsigned long long _pack_key(const gemm_t* g) noexcept nogil:
             | (trans << 57) | (<unsigned long long>g.n << 24) | <unsigned long long>g.k)
 
 
+cdef inline size_t _rows_bytes(const gemm_t* g) noexcept nogil:
+    """Scratch a packed part takes after g.skip: its A-row pointers, then their copies."""
+    cdef size_t ptrs = (g.rows * sizeof(float*) + 63) & ~(<size_t>63)
+    return ptrs + (NNC_SGEMM_MC * (g.k + ROW_PAD) * sizeof(float) if g.copy_rows else 0)
+
+
 cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     """One block of rows by columns through the tiles, for each batch entry of the part: its
     A-row pointers in the running thread's workspace after the packed w's room (see the
@@ -389,24 +416,30 @@ cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     cdef Py_ssize_t b0 = (part // per_batch) * g.chunk, rest = part % per_batch
     cdef Py_ssize_t i0 = (rest // g.col_parts) * g.rows, j0 = (rest % g.col_parts) * g.cols
     cdef Py_ssize_t m = min(g.rows, g.m - i0), n = min(g.cols, g.n - j0), i, bi
-    cdef char* scratch = <char*>nnc_workspace(context, g.skip + g.rows * sizeof(float*))
+    cdef char* scratch = <char*>nnc_workspace(context, g.skip + _rows_bytes(g))
     cdef const float** rows
     cdef const float* a
+    cdef float* copy
     cdef const float* bias
     cdef Py_ssize_t off[4]
     cdef nnc_epilogue_t ep
     if scratch == NULL:
         return NNC_OOM
     rows = <const float**>(scratch + g.skip)
+    copy = <float*>(scratch + g.skip + ((g.rows * sizeof(float*) + 63) & ~(<size_t>63)))
     ep.act = NNC_ACT_NONE
     ep.lo = 0
     ep.hi = 0
     for bi in range(b0, min(b0 + g.chunk, g.batch)):
         _entry(g, bi, off)
         a = <const float*>g.a + off[0] + i0 * g.a_sm
+        bias = <const float*>g.bias + off[3] if g.bias != NULL else NULL
+        if g.copy_rows:
+            _copied_rows(g, a, m, j0, n, bias, <float*>g.out + off[2] + i0 * g.o_sm, rows,
+                         copy, &ep)
+            continue
         for i in range(m):
             rows[i] = a + i * g.a_sm
-        bias = <const float*>g.bias + off[3] if g.bias != NULL else NULL
         ep.bias, ep.residual, ep.ldr = bias, NULL, 0
         if g.bias_sm != 0:
             ep.bias, ep.residual, ep.ldr = NULL, bias + i0 * g.bias_sm, g.bias_sm
@@ -414,6 +447,27 @@ cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
                          <float*>g.out + off[2] + i0 * g.o_sm, g.o_sm,
                          &ep if bias != NULL else NULL)
     return NNC_SUCCESS
+
+
+cdef void _copied_rows(const gemm_t* g, const float* a, Py_ssize_t m, Py_ssize_t j0,
+                       Py_ssize_t n, const float* bias, float* out, const float** rows,
+                       float* copy, nnc_epilogue_t* ep) noexcept nogil:
+    """_part_packed's product for rows of a a multiple of 4 KiB apart, a block of the tiles'
+    rows at a time over copies k + ROW_PAD floats apart. Such rows share one L1 set and evict
+    each other at every k step of a tile (the convolution's _pixel_copies): ViT's K = 3072
+    product ran at 88 GFLOP/s so, 102 over copies. Same values, same sums."""
+    cdef Py_ssize_t b = 0, i, mb
+    while b < m:
+        mb = min(<Py_ssize_t>NNC_SGEMM_MC, m - b)
+        for i in range(mb):
+            memcpy(copy + i * (g.k + ROW_PAD), a + (b + i) * g.a_sm, g.k * sizeof(float))
+            rows[i] = copy + i * (g.k + ROW_PAD)
+        ep.bias, ep.residual, ep.ldr = bias, NULL, 0
+        if g.bias_sm != 0:
+            ep.bias, ep.residual, ep.ldr = NULL, bias + b * g.bias_sm, g.bias_sm
+        nnc_sgemm_packed(g.isa, 0, mb, j0, j0 + n, g.n, g.k, rows, g.packed, out + b * g.o_sm,
+                         g.o_sm, ep if bias != NULL else NULL)
+        b += mb
 
 
 cdef int _gemm_packed(gemm_t* g, void* ctx) noexcept nogil:
@@ -435,8 +489,12 @@ cdef int _gemm_packed(gemm_t* g, void* ctx) noexcept nogil:
     if key != 0:
         g.packed = <const float*>constant_pack(g.w, key, nbytes, _pack_w, g)
     g.skip = 0 if g.packed != NULL else (nbytes + 63) & ~(<size_t>63)
+    # Copies of a's rows when they are a multiple of 4 KiB apart, a block of the tiles' rows
+    # at a time, where such a block stays small.
+    g.copy_rows = (_copy_rows and g.k >= 256 and g.m > 1 and (g.a_sm * 4) % 4096 == 0
+                   and NNC_SGEMM_MC * (g.k + ROW_PAD) * sizeof(float) <= _copy_bytes)
     # The whole size first: parts run on this thread ask for no more, so nothing moves.
-    scratch = <char*>nnc_workspace(ctx, g.skip + g.rows * sizeof(float*))
+    scratch = <char*>nnc_workspace(ctx, g.skip + _rows_bytes(g))
     if scratch == NULL:
         return NNC_OOM
     if g.packed == NULL:

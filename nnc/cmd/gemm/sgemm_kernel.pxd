@@ -20,6 +20,10 @@ cdef extern from "cmd/gemm/sgemm_kernel.h" nogil:
 
     ctypedef const float** nnc_rows_t
 
+    # Rows per block of the tiles' loops (nnc_sgemm_packed_taps).
+    enum:
+        NNC_SGEMM_MC
+
     # Padding's zeros a tile may skip (the weights must be finite); NNC_SGEMM_ZEROS floats.
     enum:
         NNC_SGEMM_ZEROS
