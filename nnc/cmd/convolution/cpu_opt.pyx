@@ -1,7 +1,8 @@
 """CONVOLUTION's CPU_OPT backend in C, no GIL: float32 on nnc's own kernels, float64 on BLAS.
 
-One file of ~1010 lines because the float32, float64 and depthwise paths share one geometry
-(conv_t), one part plan, one way of making A rows and one epilogue; the kernels themselves are
+This module checks the call, describes it (conv_t, conv_geometry.pxd) and plans its parts;
+it runs the float64 and depthwise paths. The float32 GEMM path runs in conv_packed.pyx (the
+packed weights and the tiles), over A rows made by conv_rows.pyx; the kernels themselves are
 in the headers.
 
 NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_opt.c, which packs input patches into scratch
@@ -50,8 +51,6 @@ Weights are [O, kh, kw, C/groups] (NNC's layout), i.e. one [O, K] row-major matr
 with K ordered (i, j, c), the order each patch row is copied in. Part sizes were chosen by
 sweeping them (``_tune``) over Inception-V3's layers."""
 
-from libc.string cimport memcpy, memset
-
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
 from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
@@ -60,13 +59,14 @@ from nnc.base.parallel cimport (
 )
 from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_HARD_SWISH, ACTIVATION_RELU,
                               ACTIVATION_SWISH, Cmd, nnc_cmd_param_t, register_c_backend)
+from nnc.cmd.convolution.conv_geometry cimport (INDIRECT_NONE, INDIRECT_RUNS, INDIRECT_TAPS,
+                                                SPLIT_EVEN, conv_t, out_row, real, rows_even)
+from nnc.cmd.convolution.conv_packed cimport conv_packed
+from nnc.cmd.convolution.conv_rows cimport im2col
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_HSWISH, NNC_ACT_NONE,
                                         NNC_ACT_RELU, NNC_ACT_SILU, NNC_SGEMM_ZEROS,
-                                        nnc_epilogue_t, nnc_sgemm_zeros,
-                                        nnc_sgemm_nr, nnc_sgemm_pack_groups,
-                                        nnc_sgemm_packed_ahead, nnc_sgemm_packed_floats)
-from nnc.tensor.constant cimport constant_pack
+                                        nnc_epilogue_t)
 from nnc.tensor.tensor cimport nnc_tensor_t
 
 cdef extern from "cmd/convolution/depthwise_kernel.h" nogil:
@@ -93,10 +93,6 @@ cdef extern from "cmd/elementwise/act_kernel.h" nogil:
                      double b)
     void nnc_act_f64(int op, int isa, double* y, const double* x, Py_ssize_t n, double a,
                      double b)
-
-ctypedef fused real:
-    float
-    double
 
 # Patch-matrix bytes per part: small enough to stay in L2 between copy and GEMM, large
 # enough that GEMM runs at full speed (python -m benchmarks.conv; docs/benchmarks.md).
@@ -125,11 +121,6 @@ cdef Py_ssize_t _depthwise_cost = 4
 # joins late takes fewer, instead of the caller waiting for its one half.
 cdef Py_ssize_t _pointwise_parts = 2
 
-cdef enum:
-    # The packed-weight layout's version, in the cache key of frozen weights' packed copies
-    # (2: a flag after the panels says whether every weight is finite).
-    PACK_FORMAT = 2
-
 # float32 convolutions take their A rows by pointer from the input (an indirect convolution,
 # no im2col copy), in one of two ways:
 # - kernel row by kernel row (INDIRECT_RUNS; groups = 1, pixels contiguous): the kw pixels
@@ -151,20 +142,6 @@ cdef int _runs = 1
 # thread would likely take, measured the same as the next one (7x7 1x1 layers, 2 threads,
 # weights cold: 143 -> 153 GFLOP/s either way).
 cdef bint _prefetch = True
-
-cdef enum:
-    INDIRECT_NONE = 0
-    INDIRECT_TAPS = 1
-    INDIRECT_RUNS = 2
-
-# What an indirect convolution's taps in the padding point at when a weight is infinite or
-# NaN (never written): unlike nnc_sgemm_zeros, tiles multiply these (0 * inf is NaN).
-cdef float _zeros[NNC_SGEMM_ZEROS]
-
-cdef enum:
-    # With fewer parts than this many per parallel_width, the split is evened out to a
-    # multiple of it (or, for very few rows, made over output channels).
-    SPLIT_EVEN = 4
 
 
 def _tune(part_bytes, part_pixels, split_macs=None, split_weight_bytes=None):
@@ -218,65 +195,6 @@ def _tune_indirect(min_cg=None, runs=None):
     return old
 
 
-# The geometry of one call, shared (read-only) by its parts. Strides in elements.
-ctypedef struct conv_t:
-    int dtype                           # NNC_32F or NNC_64F
-    char* x
-    const char* w
-    const char* bias                    # NULL: none
-    char* out
-    Py_ssize_t n, h, wd, c              # input [n, h, wd, c]
-    Py_ssize_t xs_n, xs_h, xs_w         # input strides (channel stride is 1)
-    Py_ssize_t ho, wo, o                # output [n, ho, wo, o]
-    Py_ssize_t os_n, os_h, os_w         # output strides (channel stride is 1)
-    int kh, kw, sh, sw, pt, pl
-    int groups
-    Py_ssize_t cg, og, k                # channels per group in and out; K = kh * kw * cg
-    Py_ssize_t rows_per_part            # output rows (of wo pixels) per part
-    const char* patch                   # channel parts: every row's patches (NULL: pointwise)
-    Py_ssize_t chunk                    # channel parts: output channels per part
-    Py_ssize_t rows                     # n * ho
-    int pointwise
-    int depthwise
-    # The epilogue, in this order: + bias, + residual, the activation.
-    const char* residual                # NULL: none; else [n, ho, wo, o] like the output
-    Py_ssize_t rs_n, rs_h, rs_w         # its strides (channel stride is 1)
-    int act                             # NNC_ACT_* (sgemm_kernel.h)
-    float lo, hi                        # NNC_ACT_CLAMP's bounds
-    # float32: nnc's own kernels, the level read once per call (one kernel for every part).
-    int isa                             # cpu_isa() at the call's start: the level the weights
-    #                                     were packed for, the kernels' and epilogue's
-    int finite                          # depthwise: every weight finite
-    const float* packed                 # group g's packed weights at packed + g * gfloats
-    Py_ssize_t gfloats
-    size_t skip                         # bytes the packed weights take at the start of the
-    #                                     caller's workspace: parts' scratch starts after them
-    const float** rowp                  # channel parts: every pixel's A rows (the caller's)
-    # float32 packed: A is taken tap by tap, kt floats a tap. INDIRECT_TAPS: taps = kh * kw,
-    # kt = cg, the pointers the input's pixels; INDIRECT_RUNS: taps = kh, kt = kw * c, the
-    # pointers the input's kernel-row runs (or copies of those crossing an edge); else taps = 1
-    # and kt = k, over patches or, pointwise, the pixels themselves.
-    int indirect                        # INDIRECT_*
-    Py_ssize_t taps, kt
-    Py_ssize_t edge_q                   # INDIRECT_RUNS: output columns whose window crosses
-    #                                     the left or right edge (their runs are copied)
-    const float* zeros                  # indirect: what taps in the padding point at,
-    #                                     nnc_sgemm_zeros (skipped) when every weight is finite
-    int ahead                           # nnc_sgemm_packed_ahead's: 1 the next panel, 0 none
-
-
-cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
-                            Py_ssize_t s_n, Py_ssize_t s_h, Py_ssize_t s_w) noexcept nogil:
-    """Rows r0..r1 (each wo pixels) of an [n, ho, wo, ...] view are one evenly strided run of
-    pixels: GEMM can treat them as one matrix with leading dimension s_w."""
-    if r1 - r0 <= 1:
-        return True
-    if s_h != wo * s_w:
-        return False
-    # Crossing an image boundary needs the image stride to continue the run too.
-    return r0 // ho == (r1 - 1) // ho or s_n == ho * s_h
-
-
 cdef void _gemm_cols(const conv_t* cv, const real* a, Py_ssize_t lda, Py_ssize_t m,
                      Py_ssize_t c0, Py_ssize_t n, real* c, Py_ssize_t ldc) noexcept nogil:
     """c[m, c0:c0+n] = a[m, K] . w[c0:c0+n, K]^T (output channels c0.. of the weights)."""
@@ -293,11 +211,6 @@ cdef inline void _gemm(const conv_t* cv, const real* a, Py_ssize_t lda, Py_ssize
                        Py_ssize_t g, real* c, Py_ssize_t ldc) noexcept nogil:
     """c[m, og] = a[m, K] . w_g[og, K]^T (group g's weights, its output channels at c)."""
     _gemm_cols(cv, a, lda, m, g * cv.og, cv.og, c, ldc)
-
-
-cdef inline real* _out_row(const conv_t* cv, real* y0, Py_ssize_t r) noexcept nogil:
-    """Output row r (image r // ho, row r % ho); y0 is cv.out, typed."""
-    return y0 + (r // cv.ho) * cv.os_n + (r % cv.ho) * cv.os_h
 
 
 cdef inline bint _has_epilogue(const conv_t* cv) noexcept nogil:
@@ -318,7 +231,7 @@ cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1, Py
     cdef int act = cv.act
     cdef real lo = cv.lo, hi = cv.hi
     for r in range(r0, r1):
-        y = _out_row(cv, y0, r) + c0
+        y = out_row(cv, y0, r) + c0
         if cv.residual != NULL:
             res = (<const real*>cv.residual + (r // cv.ho) * cv.rs_n + (r % cv.ho) * cv.rs_h
                    + c0)
@@ -345,70 +258,21 @@ cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1, Py
                 res += rs_w
 
 
-cdef inline void _copy(real* dst, const real* src, Py_ssize_t n) noexcept nogil:
-    """memcpy, but a loop for the short runs of thin inputs (3 channels: a call per 12 bytes
-    would cost more than the copy)."""
-    cdef Py_ssize_t i
-    if n >= 16:
-        memcpy(dst, src, n * sizeof(real))
-        return
-    for i in range(n):
-        dst[i] = src[i]
-
-
-cdef void _im2col(const conv_t* cv, real* patch, Py_ssize_t r0, Py_ssize_t r1,
-                  Py_ssize_t g) noexcept nogil:
-    """patch[(r - r0) * wo + q, (i, j, c)] = x[n, oh*sh - pt + i, q*sw - pl + j, g*cg + c], or
-    0 in the padding. The geometry is copied into locals first: extensions build with
-    -fno-strict-aliasing, so each store into the patch would otherwise reload every field."""
-    cdef Py_ssize_t r, q, i, j, ih, iw, oh
-    cdef Py_ssize_t cg = cv.cg, run = cv.kw * cv.cg, k = cv.k, wo = cv.wo, ho = cv.ho
-    cdef Py_ssize_t h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw, sh = cv.sh, sw = cv.sw
-    cdef Py_ssize_t pt = cv.pt, pl = cv.pl, xs_n = cv.xs_n, xs_h = cv.xs_h, xs_w = cv.xs_w
-    cdef real* dst
-    cdef const real* row
-    cdef const real* xg = <const real*>cv.x + g * cg
-    # A kernel row's kw pixels are one contiguous run when channels fill the pixel stride.
-    cdef bint whole = cv.groups == 1 and xs_w == cv.c
-    for r in range(r0, r1):
-        oh = r % ho
-        for q in range(wo):
-            dst = patch + ((r - r0) * wo + q) * k
-            iw = q * sw - pl
-            for i in range(kh):
-                ih = oh * sh - pt + i
-                if ih < 0 or ih >= h:
-                    memset(dst, 0, run * sizeof(real))
-                    dst += run
-                    continue
-                row = xg + (r // ho) * xs_n + ih * xs_h
-                if whole and iw >= 0 and iw + kw <= wd:
-                    _copy(dst, row + iw * xs_w, run)
-                    dst += run
-                    continue
-                for j in range(kw):
-                    if iw + j < 0 or iw + j >= wd:
-                        memset(dst, 0, cg * sizeof(real))
-                    else:
-                        _copy(dst, row + (iw + j) * xs_w, cg)
-                    dst += cg
-
-
 cdef int _part_im2col(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
                       void* context) noexcept nogil:
     cdef Py_ssize_t m = (r1 - r0) * cv.wo, r, g
     cdef real* patch = <real*>nnc_workspace(context, m * cv.k * sizeof(real))
-    cdef bint even = _rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+    cdef bint even = rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
     if patch == NULL:
         return NNC_OOM
     for g in range(cv.groups):
-        _im2col(cv, patch, r0, r1, g)
+        im2col(cv, patch, r0, r1, g)
         if even:
-            _gemm(cv, patch, cv.k, m, g, _out_row(cv, y0, r0), cv.os_w)
+            _gemm(cv, patch, cv.k, m, g, out_row(cv, y0, r0), cv.os_w)
         else:
             for r in range(r0, r1):
                 _gemm(cv, patch + (r - r0) * cv.wo * cv.k, cv.k, cv.wo, g,
-                      _out_row(cv, y0, r), cv.os_w)
+                      out_row(cv, y0, r), cv.os_w)
     return NNC_SUCCESS
 
 
@@ -416,16 +280,16 @@ cdef void _part_pointwise(const conv_t* cv, real* y0, Py_ssize_t r0,
                           Py_ssize_t r1) noexcept nogil:
     cdef Py_ssize_t r, g
     cdef real* x
-    cdef bint even = (_rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
-                      and _rows_even(r0, r1, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w))
+    cdef bint even = (rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+                      and rows_even(r0, r1, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w))
     for g in range(cv.groups):
         if even:
             x = <real*>cv.x + (r0 // cv.ho) * cv.xs_n + (r0 % cv.ho) * cv.xs_h + g * cv.cg
-            _gemm(cv, x, cv.xs_w, (r1 - r0) * cv.wo, g, _out_row(cv, y0, r0), cv.os_w)
+            _gemm(cv, x, cv.xs_w, (r1 - r0) * cv.wo, g, out_row(cv, y0, r0), cv.os_w)
             continue
         for r in range(r0, r1):
             x = <real*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h + g * cv.cg
-            _gemm(cv, x, cv.xs_w, cv.wo, g, _out_row(cv, y0, r), cv.os_w)
+            _gemm(cv, x, cv.xs_w, cv.wo, g, out_row(cv, y0, r), cv.os_w)
 
 
 cdef void _part_depthwise(const conv_t* cv, real* y0, Py_ssize_t r0,
@@ -445,7 +309,7 @@ cdef void _part_depthwise(const conv_t* cv, real* y0, Py_ssize_t r0,
     for r in range(r0, r1):
         oh = r % ho
         row = <const real*>cv.x + (r // ho) * cv.xs_n
-        y = _out_row(cv, y0, r)
+        y = out_row(cv, y0, r)
         for q in range(wo):
             for ch in range(c):
                 y[ch] = 0
@@ -544,7 +408,7 @@ cdef void _channels_typed(const conv_t* cv, real* y0, Py_ssize_t c0,
                           Py_ssize_t c1) noexcept nogil:
     cdef Py_ssize_t r
     cdef const real* a
-    cdef bint even = _rows_even(0, cv.rows, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+    cdef bint even = rows_even(0, cv.rows, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
     if cv.patch != NULL:
         if even:
             _gemm_cols(cv, <const real*>cv.patch, cv.k, cv.rows * cv.wo, c0, c1 - c0, y0,
@@ -552,13 +416,13 @@ cdef void _channels_typed(const conv_t* cv, real* y0, Py_ssize_t c0,
         else:
             for r in range(cv.rows):
                 _gemm_cols(cv, <const real*>cv.patch + r * cv.wo * cv.k, cv.k, cv.wo, c0,
-                           c1 - c0, _out_row(cv, y0, r), cv.os_w)
+                           c1 - c0, out_row(cv, y0, r), cv.os_w)
     else:
-        even = even and _rows_even(0, cv.rows, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w)
+        even = even and rows_even(0, cv.rows, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w)
         for r in range(cv.rows if not even else 1):
             a = <const real*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h
             _gemm_cols(cv, a, cv.xs_w, cv.rows * cv.wo if even else cv.wo, c0, c1 - c0,
-                       _out_row(cv, y0, r), cv.os_w)
+                       out_row(cv, y0, r), cv.os_w)
     if _has_epilogue(cv):
         _epilogue(cv, y0, 0, cv.rows, c0, c1)
 
@@ -573,9 +437,9 @@ cdef int _split_channels(conv_t* cv, int width, Py_ssize_t itemsize, void* ctx) 
         if cv.patch == NULL:
             return NNC_OOM
         if cv.dtype == NNC_32F:
-            _im2col(cv, <float*>cv.patch, 0, cv.rows, 0)
+            im2col(cv, <float*>cv.patch, 0, cv.rows, 0)
         else:
-            _im2col(cv, <double*>cv.patch, 0, cv.rows, 0)
+            im2col(cv, <double*>cv.patch, 0, cv.rows, 0)
     # Chunks of whole 16-channel blocks (full vectors in the epilogue, aligned GEMM panels).
     cv.chunk = ((cv.o + width - 1) // width + 15) // 16 * 16
     return nnc_parallel_for((cv.o + cv.chunk - 1) // cv.chunk, _channel_part, cv, ctx)
@@ -591,7 +455,7 @@ cdef void _empty_sums(const conv_t* cv, real* y0) noexcept nogil:
     cdef bint aliased = cv.residual == <const char*>cv.out
     for r in range(cv.rows):
         for q in range(cv.wo):
-            y = _out_row(cv, y0, r) + q * cv.os_w
+            y = out_row(cv, y0, r) + q * cv.os_w
             for j in range(cv.o):
                 if not aliased:
                     y[j] = 0
@@ -606,297 +470,6 @@ cdef void _empty_sums(const conv_t* cv, real* y0) noexcept nogil:
             _epilogue(&act_only, y0, 0, cv.rows, 0, cv.o)
     elif _has_epilogue(cv):
         _epilogue(cv, y0, 0, cv.rows, 0, cv.o)
-
-
-cdef inline size_t _align64(size_t n) noexcept nogil:
-    return (n + 63) & ~(<size_t>63)
-
-
-cdef inline size_t _rows_bytes(const conv_t* cv, Py_ssize_t m) noexcept nogil:
-    """Scratch a packed part of m pixels takes after cv.skip: its A-row pointers (taps of
-    them a pixel), then (but pointwise and indirect) its patch."""
-    if cv.indirect == INDIRECT_RUNS:
-        # The copies of edge windows: edge_q pixels of each output row, kh runs each.
-        return (_align64(m * cv.taps * sizeof(float*))
-                + (m // cv.wo) * cv.edge_q * cv.k * sizeof(float))
-    return (_align64(m * cv.taps * sizeof(float*))
-            + (0 if cv.pointwise or cv.indirect else m * cv.k * sizeof(float)))
-
-
-cdef void _pixel_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g,
-                      const float** rows) noexcept nogil:
-    """rows[i]: the input pixel of output pixel i of rows r0..r1, at group g's channels
-    (pointwise: A is the input itself, any pixel strides)."""
-    cdef Py_ssize_t r, q, i = 0
-    cdef const float* px
-    for r in range(r0, r1):
-        px = <const float*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h + g * cv.cg
-        for q in range(cv.wo):
-            rows[i] = px + q * cv.xs_w
-            i += 1
-
-
-cdef void _tap_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g,
-                    const float** rows, Py_ssize_t ts) noexcept nogil:
-    """rows[t * ts + i]: tap t (t = i * kw + j, the patches' order) of output pixel i of rows
-    r0..r1: the input pixel under it at group g's channels, or zeros in the padding. The
-    geometry is copied into locals first (see _im2col)."""
-    cdef Py_ssize_t r, q, i = 0, ti, tj, ih, iw, oh, t
-    cdef Py_ssize_t ho = cv.ho, wo = cv.wo, h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw
-    cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl
-    cdef Py_ssize_t xs_n = cv.xs_n, xs_h = cv.xs_h, xs_w = cv.xs_w
-    cdef const float* xg = <const float*>cv.x + g * cv.cg
-    cdef const float* img
-    cdef const float* zeros = cv.zeros
-    for r in range(r0, r1):
-        oh = r % ho
-        img = xg + (r // ho) * xs_n
-        for q in range(wo):
-            t = 0
-            for ti in range(kh):
-                ih = oh * sh - pt + ti
-                for tj in range(kw):
-                    iw = q * sw - pl + tj
-                    if ih < 0 or ih >= h or iw < 0 or iw >= wd:
-                        rows[t * ts + i] = zeros
-                    else:
-                        rows[t * ts + i] = img + ih * xs_h + iw * xs_w
-                    t += 1
-            i += 1
-
-
-cdef void _run_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, const float** rows,
-                    Py_ssize_t ts, float* edges) noexcept nogil:
-    """rows[t * ts + i]: kernel row t of output pixel i of rows r0..r1 (groups = 1, pixels
-    contiguous): the kw * c floats of input under it, zeros above or below the image, or, for
-    a window crossing the left or right edge, a copy with the padding's zeros in edges (kh *
-    kw * c floats each such pixel: edge_q of them an output row). Locals as in _im2col."""
-    cdef Py_ssize_t r, q, i = 0, t, tj, ih, iw, oh
-    cdef Py_ssize_t ho = cv.ho, wo = cv.wo, h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw
-    cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl, c = cv.c
-    cdef Py_ssize_t xs_n = cv.xs_n, xs_h = cv.xs_h, run = cv.kt
-    cdef const float* img
-    cdef const float* src
-    cdef const float* zeros = cv.zeros
-    cdef bint inside
-    for r in range(r0, r1):
-        oh = r % ho
-        img = <const float*>cv.x + (r // ho) * xs_n
-        for q in range(wo):
-            iw = q * sw - pl
-            inside = iw >= 0 and iw + kw <= wd
-            for t in range(kh):
-                ih = oh * sh - pt + t
-                if ih < 0 or ih >= h:
-                    rows[t * ts + i] = zeros
-                elif inside:
-                    rows[t * ts + i] = img + ih * xs_h + iw * c
-                else:
-                    src = img + ih * xs_h
-                    for tj in range(kw):
-                        if iw + tj < 0 or iw + tj >= wd:
-                            memset(edges + tj * c, 0, c * sizeof(float))
-                        else:
-                            memcpy(edges + tj * c, src + (iw + tj) * c, c * sizeof(float))
-                    rows[t * ts + i] = edges
-                    edges += run
-            i += 1
-
-
-cdef inline const float* _residual_row(
-        const conv_t* cv, Py_ssize_t r, Py_ssize_t g) noexcept nogil:
-    """Row r of the residual at group g's channels, or NULL without one."""
-    if cv.residual == NULL:
-        return NULL
-    return (<const float*>cv.residual + (r // cv.ho) * cv.rs_n + (r % cv.ho) * cv.rs_h
-            + g * cv.og)
-
-
-cdef void _packed_rows(const conv_t* cv, const float** rows, Py_ssize_t ts, Py_ssize_t r0,
-                       Py_ssize_t r1, Py_ssize_t g, Py_ssize_t c0, Py_ssize_t c1) noexcept nogil:
-    """Output rows r0..r1, group g's channels c0..c1 (c0 a multiple of the tile width) = A rows
-    (rows[t * ts + i]: tap t of pixel i of those rows) times group g's packed weights, with the
-    bias, the residual and the activation applied in registers."""
-    cdef nnc_epilogue_t ep
-    cdef float* y0 = <float*>cv.out
-    cdef const float* bp = cv.packed + g * cv.gfloats
-    cdef Py_ssize_t r
-    ep.bias = <const float*>cv.bias + g * cv.og if cv.bias != NULL else NULL
-    ep.ldr = cv.rs_w
-    ep.act = cv.act
-    ep.lo = cv.lo
-    ep.hi = cv.hi
-    if (_rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
-            and (cv.residual == NULL
-                 or _rows_even(r0, r1, cv.ho, cv.wo, cv.rs_n, cv.rs_h, cv.rs_w))):
-        ep.residual = _residual_row(cv, r0, g)
-        nnc_sgemm_packed_ahead(cv.isa, 0, (r1 - r0) * cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
-                               rows, ts, bp, _out_row(cv, y0, r0) + g * cv.og, cv.os_w, &ep,
-                               cv.ahead)
-        return
-    for r in range(r0, r1):
-        ep.residual = _residual_row(cv, r, g)
-        nnc_sgemm_packed_ahead(cv.isa, 0, cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
-                               rows + (r - r0) * cv.wo, ts, bp,
-                               _out_row(cv, y0, r) + g * cv.og, cv.os_w, &ep, cv.ahead)
-
-
-cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
-    """Output rows of one part, every group: A is the input (pointwise) or the part's
-    patches, in the running thread's workspace after the packed weights' room (on the
-    caller's thread that room holds them; the caller asked for this size first, so it does
-    not grow here and they stay)."""
-    cdef const conv_t* cv = <const conv_t*>arg
-    cdef Py_ssize_t r0 = part * cv.rows_per_part
-    cdef Py_ssize_t r1 = min(r0 + cv.rows_per_part, cv.rows)
-    cdef Py_ssize_t m = (r1 - r0) * cv.wo, i, g, most = cv.rows_per_part * cv.wo
-    cdef char* scratch = <char*>nnc_workspace(context, cv.skip + _rows_bytes(cv, most))
-    cdef const float** rows
-    cdef float* patch
-    if scratch == NULL:
-        return NNC_OOM
-    rows = <const float**>(scratch + cv.skip)
-    patch = <float*>(scratch + cv.skip + _align64(most * cv.taps * sizeof(float*)))
-    if not cv.pointwise and not cv.indirect:
-        for i in range(m):
-            rows[i] = patch + i * cv.k
-    for g in range(cv.groups):
-        if cv.pointwise:
-            _pixel_rows(cv, r0, r1, g, rows)
-        elif cv.indirect == INDIRECT_RUNS:
-            _run_rows(cv, r0, r1, rows, m, patch)
-        elif cv.indirect:
-            _tap_rows(cv, r0, r1, g, rows, m)
-        else:
-            _im2col(cv, patch, r0, r1, g)
-        _packed_rows(cv, rows, m, r0, r1, g, 0, cv.og)
-    return NNC_SUCCESS
-
-
-cdef int _channel_part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
-    """One packed panel of output channels (chunk of them) of one block of output rows (one
-    group): the caller made every A row once (cv.rowp). Parts of one panel are adjacent, so
-    the threads taking them read that panel's weights at about the same time."""
-    cdef const conv_t* cv = <const conv_t*>arg
-    cdef Py_ssize_t blocks = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
-    cdef Py_ssize_t c0 = (part // blocks) * cv.chunk
-    cdef Py_ssize_t r0 = (part % blocks) * cv.rows_per_part
-    cdef Py_ssize_t r1 = min(r0 + cv.rows_per_part, cv.rows)
-    _packed_rows(cv, cv.rowp + r0 * cv.wo, cv.rows * cv.wo, r0, r1, 0, c0,
-                 min(c0 + cv.chunk, cv.o))
-    return NNC_SUCCESS
-
-
-cdef int _im2col_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
-    """Rows [part * rows_per_part, ...) of every pixel's patch (one group) into cv.patch."""
-    cdef const conv_t* cv = <const conv_t*>arg
-    cdef Py_ssize_t r0 = part * cv.rows_per_part
-    _im2col(cv, <float*>cv.patch + r0 * cv.wo * cv.k, r0, min(r0 + cv.rows_per_part, cv.rows),
-            0)
-    return NNC_SUCCESS
-
-
-cdef bint _all_finite(const float* w, Py_ssize_t n) noexcept nogil:
-    """No weight is infinite or NaN (exponent bits all ones): one pass gcc vectorises."""
-    cdef const unsigned int* u = <const unsigned int*>w
-    cdef unsigned int bad = 0
-    cdef Py_ssize_t i
-    for i in range(n):
-        bad |= (u[i] & 0x7f800000u) == 0x7f800000u
-    return bad == 0
-
-
-cdef void _pack_weights(void* arg, void* dst) noexcept nogil:
-    """Every group's weights packed for cv.isa into dst (groups * gfloats floats), then a
-    float flag, 1 when every weight is finite (padding taps may be skipped), else 0: the
-    callback that makes frozen weights' kept copy (nnc.tensor.constant), and the per-call
-    packing."""
-    cdef const conv_t* cv = <const conv_t*>arg
-    nnc_sgemm_pack_groups(cv.isa, <const float*>cv.w, cv.groups, cv.og, cv.k, <float*>dst)
-    (<float*>dst)[cv.groups * cv.gfloats] = (
-        1.0 if _all_finite(<const float*>cv.w, cv.o * cv.k) else 0.0)
-
-
-cdef unsigned long long _pack_key(const conv_t* cv) noexcept nogil:
-    """What the packed copy depends on besides the weights' address, as exact bit fields (no
-    hash: two layouts can never share a key): the format, the ISA (its tile width), groups,
-    output channels per group and K. 0 when a field does not fit (the call packs per call)."""
-    if cv.groups >= (1 << 16) or cv.og >= (1 << 20) or cv.k >= (1 << 22):
-        return 0
-    return ((<unsigned long long>PACK_FORMAT << 60) | (<unsigned long long>cv.isa << 58)
-            | (<unsigned long long>cv.groups << 42) | (<unsigned long long>cv.og << 22)
-            | <unsigned long long>cv.k)
-
-
-cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
-                      void* ctx) noexcept nogil:
-    """float32 through nnc's own GEMM tiles: pack every group's weights into the caller's
-    workspace, then run the parts (of output rows, or of output channels when there are too
-    few pixels to split rows). Each output value is the same sum in the same order whichever
-    part computes it, so the bits do not depend on the split."""
-    cdef Py_ssize_t i, m = cv.rows * cv.wo, panels, blocks
-    cdef size_t need
-    cdef char* scratch
-    cdef const float* w = <const float*>cv.w
-    cdef float* patch
-    cdef unsigned long long key
-    cdef int nr, rc
-    nr = nnc_sgemm_nr(cv.isa)
-    cv.gfloats = <Py_ssize_t>nnc_sgemm_packed_floats(cv.isa, cv.og, cv.k)
-    key = _pack_key(cv)
-    # Frozen weights can never change: their packed copy is made once and kept with them
-    # (nnc.tensor.constant). Others are packed into this call's workspace.
-    cv.packed = NULL
-    if key != 0:
-        cv.packed = <const float*>constant_pack(
-            w, key, (cv.groups * cv.gfloats + 1) * sizeof(float), _pack_weights, cv)
-    cv.skip = (0 if cv.packed != NULL
-               else _align64((cv.groups * cv.gfloats + 1) * sizeof(float)))
-    # The whole size first: parts run on this thread ask for no more, so nothing moves.
-    need = cv.skip + (_rows_bytes(cv, m) if by_channels
-                      else _rows_bytes(cv, cv.rows_per_part * cv.wo))
-    scratch = <char*>nnc_workspace(ctx, need)
-    if scratch == NULL:
-        return NNC_OOM
-    if cv.packed == NULL:
-        _pack_weights(cv, scratch)
-        cv.packed = <const float*>scratch
-    cv.zeros = &_zeros[0]
-    if cv.packed[cv.groups * cv.gfloats] != 0:
-        cv.zeros = &nnc_sgemm_zeros[0]
-    cv.ahead = 1 if _prefetch else 0
-    if not by_channels:
-        return nnc_parallel_for(parts, _part_packed, cv, ctx)
-    cv.rowp = <const float**>(scratch + cv.skip)
-    if cv.pointwise:
-        _pixel_rows(cv, 0, cv.rows, 0, cv.rowp)
-    elif cv.indirect == INDIRECT_RUNS:
-        _run_rows(cv, 0, cv.rows, cv.rowp, m,
-                  <float*>(scratch + cv.skip + _align64(m * cv.taps * sizeof(float*))))
-    elif cv.indirect:
-        _tap_rows(cv, 0, cv.rows, 0, cv.rowp, m)
-    else:
-        patch = <float*>(scratch + cv.skip + _align64(m * sizeof(float*)))
-        cv.patch = <const char*>patch
-        # The patches are a copy at memory speed: split too when they are large.
-        cv.rows_per_part = cv.rows
-        if m * cv.k * sizeof(float) >= _part_bytes and cv.rows >= width:
-            cv.rows_per_part = (cv.rows + width - 1) // width
-        rc = nnc_parallel_for((cv.rows + cv.rows_per_part - 1) // cv.rows_per_part,
-                              _im2col_part, cv, ctx)
-        if rc != NNC_SUCCESS:
-            return rc
-        for i in range(m):
-            cv.rowp[i] = patch + i * cv.k
-    # Parts are one packed panel (chunk = its width, so each part's first column starts one)
-    # by one block of output rows: about SPLIT_EVEN parts per thread, claimed one at a time,
-    # so the threads end together (two parts of unequal panels ran 60/40).
-    cv.chunk = nr
-    panels = (cv.o + nr - 1) // nr
-    blocks = min(cv.rows, max(1, (SPLIT_EVEN * width + panels - 1) // panels))
-    cv.rows_per_part = (cv.rows + blocks - 1) // blocks
-    blocks = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
-    return nnc_parallel_for(panels * blocks, _channel_part_packed, cv, ctx)
 
 
 cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
@@ -983,6 +556,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         # of Inception-V3 at 75x75 ran about 5 % slower.
         width = 1
     packed = dtype == NNC_32F and not cv.depthwise
+    cv.ahead = 1 if _prefetch else 0
     cv.indirect, cv.taps, cv.kt, cv.edge_q = INDIRECT_NONE, 1, cv.k, 0
     if packed and not cv.pointwise:
         for i in range(cv.wo):
@@ -1009,14 +583,14 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         if cv.rows * cv.wo < _part_pixels * width and cv.groups == 1 and cv.o >= 2 * 16:
             # Too few pixels for each part to be a GEMM worth the name (17x17, 8x8).
             if packed:
-                return _conv_packed(&cv, 0, True, width, ctx)
+                return conv_packed(&cv, 0, True, width, _part_bytes, ctx)
             return _split_channels(&cv, width, itemsize, ctx)
         # A few parts: a multiple of the width, so no thread waits at the end for a lone part.
         parts = (parts + width - 1) // width * width
     cv.rows_per_part = (cv.rows + parts - 1) // parts
     parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
     if packed:
-        return _conv_packed(&cv, parts, False, width, ctx)
+        return conv_packed(&cv, parts, False, width, _part_bytes, ctx)
     if cv.depthwise:
         # The weights tap by tap, in the caller's workspace: depthwise parts take none of their
         # own, so this stays valid while they run.
