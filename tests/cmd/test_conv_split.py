@@ -1,7 +1,6 @@
-"""CONVOLUTION's CPU_OPT cut into parts (nnc/cmd/convolution/cpu_opt.pyx plans them,
-conv_packed.pyx runs float32's): a few-pixel layer into packed panels of output channels by
-blocks of output rows (its patches made in parts), a pointwise layer into two parts per
-thread, others into blocks of rows. Each output is the
+"""CONVOLUTION's CPU_OPT cut into parts (nnc/cmd/convolution/cpu_opt.pyx): a few-pixel layer
+into packed panels of output channels by blocks of output rows (its patches made in parts),
+a pointwise layer into two parts per thread, others into blocks of rows. Each output is the
 same sum in the same order whichever part computes it, so every cut gives the bits of the
 uncut call (a pool of one thread), with the bias, the residual and the activation applied per
 part, into an output that is a channel slice of a wider buffer; and CPU_REF within tolerance."""

@@ -1,6 +1,5 @@
 """Layer 2 command, the convolution family: this module (the definition and CPU_REF), cpu_opt.pyx
-(CPU_OPT: float32 on nnc's GEMM tiles over packed weights in conv_packed.pyx, their A rows made
-by conv_rows.pyx, the call's geometry in conv_geometry.pxd; depthwise_kernel.h for depthwise;
+(CPU_OPT: float32 on nnc's GEMM tiles over packed weights, depthwise_kernel.h for depthwise,
 float64 on OpenBLAS), winograd.pyx (CPU_OPT_WINOGRAD); gpu/ (layer 3, never imported from here):
 GPU_REF and GPU_OPT through cuDNN, registered by nnc.cuda.builtins.
 
