@@ -1,4 +1,4 @@
-"""CONVOLUTION's CPU_OPT float32 A rows (nnc/cmd/convolution/conv_rows.pyx): copied patches
+"""CONVOLUTION's CPU_OPT float32 A rows (nnc/cmd/convolution/cpu_opt.pyx): copied patches
 (im2col), pointers tap by tap into the input, or pointers to kernel-row runs of it (windows
 crossing the left or right edge copied with zeros). The three sum each output over the same
 values in the same order, so they must give the same bits, at every ISA level, cut into parts
@@ -228,17 +228,17 @@ def test_padding_zeros_are_taken_where_the_tiles_compare_against_them():
     includes the header, and the tiles skip a tap whose row pointers are all their own
     extension's copy. Its address taken in another extension would never be skipped (the same
     values, at the cost of multiplying zeros, which no result shows): so a module that names
-    it also runs the tiles (conv_packed.pyx, not conv_rows.pyx or cpu_opt.pyx)."""
+    it also runs the tiles (cpu_opt.pyx, not conv_unpacked.pyx or conv_patches.pyx)."""
     root = pathlib.Path(nnc.__file__).parent
     takers = {}
     for path in sorted(root.rglob("*.pyx")):
         names = _sgemm_cimports(path.read_text(encoding="utf-8"))
         if "nnc_sgemm_zeros" in names:
             takers[path.relative_to(root).as_posix()] = names
-    assert "cmd/convolution/conv_packed.pyx" in takers, sorted(takers)
+    assert "cmd/convolution/cpu_opt.pyx" in takers, sorted(takers)
     for module, names in takers.items():
         assert any(n.startswith("nnc_sgemm_packed") and n != "nnc_sgemm_packed_floats"
                    for n in names), f"{module} takes nnc_sgemm_zeros but runs no tiles"
-    # The check reads what it is meant to read: cpu_opt.pyx's own cimports, parsed.
-    assert {"NNC_SGEMM_ZEROS", "nnc_epilogue_t"} <= _sgemm_cimports(
-        (root / "cmd/convolution/cpu_opt.pyx").read_text(encoding="utf-8"))
+    # The check reads what it is meant to read: conv_unpacked.pyx's own cimports, parsed.
+    assert {"NNC_ACT_CLAMP", "nnc_epilogue_t"} <= _sgemm_cimports(
+        (root / "cmd/convolution/conv_unpacked.pyx").read_text(encoding="utf-8"))

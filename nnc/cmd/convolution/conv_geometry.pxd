@@ -1,7 +1,7 @@
 # The geometry of one CONVOLUTION CPU_OPT call (conv_t) and what the modules that run it share:
-# cpu_opt.pyx (the backend: plans the parts; float64 and depthwise), conv_rows.pyx (the
-# float32 A rows) and conv_packed.pyx (float32 through the packed tiles). Inline only: nothing
-# to build or import.
+# cpu_opt.pyx (the backend: plans the parts; float32 on the packed tiles), conv_unpacked.pyx
+# (float64 and depthwise) and conv_patches.pyx (im2col). Inline only: nothing to build or
+# import.
 
 ctypedef fused real:
     float
@@ -64,7 +64,7 @@ ctypedef struct conv_t:
     #                                     the left or right edge (their runs are copied)
     const float* zeros                  # indirect: what taps in the padding point at,
     #                                     nnc_sgemm_zeros (skipped) when every weight is finite;
-    #                                     set where the tiles run (conv_packed.pyx): each
+    #                                     set where the tiles run (cpu_opt.pyx): each
     #                                     extension has its own copy of that static array
     int ahead                           # nnc_sgemm_packed_ahead's: 1 the next panel, 0 none
 
