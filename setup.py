@@ -41,6 +41,8 @@ EXTRA_COMPILE_ARGS = {
     "nnc.cmd.softmax.cpu_opt": ["-fno-math-errno", "-fno-trapping-math"],
     # Its kernels' epilogues run act_kernel.h's HARD_SWISH and SWISH: vectorised as there.
     "nnc.cmd.convolution.cpu_opt": ["-fno-math-errno", "-fno-trapping-math"],
+    # Its epilogue pass runs the same loops: as cpu_opt.
+    "nnc.cmd.convolution.conv_unpacked": ["-fno-math-errno", "-fno-trapping-math"],
 }
 
 # NNC_ANNOTATE=1 writes cython -a HTML next to each .pyx (read it for hot loops).

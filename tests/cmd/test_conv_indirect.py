@@ -6,6 +6,8 @@ or not, through every part plan (rows, pointwise-like, output channels for few p
 the epilogue, and with NaN and infinity where the padding meets them; and CPU_REF within
 tolerance."""
 
+import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -258,3 +260,33 @@ def test_a_large_image_takes_a_bounded_workspace_of_row_pointers():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) < 8 * 1024, out.stdout    # KiB
+
+
+def _sgemm_cimports(text):
+    """The names a module's source cimports from nnc.cmd.gemm.sgemm_kernel."""
+    names = set()
+    for group in re.findall(r"from nnc\.cmd\.gemm\.sgemm_kernel cimport (\([^)]*\)|[^\n]*)",
+                            text):
+        names.update(n.strip() for n in group.strip("()").replace("\n", " ").split(","))
+    return names - {""}
+
+
+def test_padding_zeros_are_taken_where_the_tiles_compare_against_them():
+    """sgemm_kernel.h's nnc_sgemm_zeros is a static array, one copy in each extension that
+    includes the header, and the tiles skip a tap whose row pointers are all their own
+    extension's copy. Its address taken in another extension would never be skipped (the same
+    values, at the cost of multiplying zeros, which no result shows): so a module that names
+    it also runs the tiles (cpu_opt.pyx, not conv_unpacked.pyx or conv_patches.pyx)."""
+    root = pathlib.Path(nnc.__file__).parent
+    takers = {}
+    for path in sorted(root.rglob("*.pyx")):
+        names = _sgemm_cimports(path.read_text(encoding="utf-8"))
+        if "nnc_sgemm_zeros" in names:
+            takers[path.relative_to(root).as_posix()] = names
+    assert "cmd/convolution/cpu_opt.pyx" in takers, sorted(takers)
+    for module, names in takers.items():
+        assert any(n.startswith("nnc_sgemm_packed") and n != "nnc_sgemm_packed_floats"
+                   for n in names), f"{module} takes nnc_sgemm_zeros but runs no tiles"
+    # The check reads what it is meant to read: conv_unpacked.pyx's own cimports, parsed.
+    assert {"NNC_ACT_CLAMP", "nnc_epilogue_t"} <= _sgemm_cimports(
+        (root / "cmd/convolution/conv_unpacked.pyx").read_text(encoding="utf-8"))

@@ -157,3 +157,22 @@ def test_backends_without_the_epilogue_refuse_it(act, monkeypatch):
     assert cudnn._accept(cmd, [x, w], [out]) is False
     with pytest.raises(AssertionError, match="looked at the tensors"):
         cudnn._accept(nnc.Cmd("CONVOLUTION", activation="relu"), [x, w], [out])
+
+
+def test_fused_swish_in_one_row_tiles_is_the_command_bit_for_bit(kernel_isa):
+    """25 output pixels make two full tiles of rows and one of a single row (12 rows a tile on
+    AVX-512, 6 on AVX2): the one-row tile applies SWISH to its values as the command does. It
+    did not once gcc left that tile's per-value function out of line, compiled for the
+    baseline ISA without FMA (act_kernel.h now inlines it always); a few values in a hundred
+    thousand differed, so many seeds."""
+    xs, ws = (1, 5, 5, 8), (64, 3, 3, 8)
+    for seed in range(12):
+        x, w, b, _ = _operands(xs, ws, np.float32, seed)
+        oshape = _out_shape(nnc.Cmd("CONVOLUTION", padding=1), xs, ws)
+        plain = _run("CPU_OPT", x, w, b, None, np.full(oshape, np.nan, np.float32), 1,
+                     padding=1)
+        nnc.cmd_exec(nnc.Cmd("SWISH", backend="CPU_OPT"), [plain], [plain])
+        fused = _run("CPU_OPT", x, w, b, None, np.full(oshape, np.nan, np.float32), 1,
+                     activation="swish", padding=1)
+        np.testing.assert_array_equal(fused.view(np.int32), plain.view(np.int32),
+                                      err_msg=f"seed {seed}")

@@ -1,8 +1,9 @@
 """CONVOLUTION's CPU_OPT backend in C, no GIL: float32 on nnc's own kernels, float64 on BLAS.
 
-One file of ~1010 lines because the float32, float64 and depthwise paths share one geometry
-(conv_t), one part plan, one way of making A rows and one epilogue; the kernels themselves are
-in the headers.
+This module checks the call, describes it (conv_t, conv_geometry.pxd), plans its parts and runs
+float32 on nnc's tiles, the hot path, whole (its A rows by pointer included); the float64 and
+depthwise paths are in conv_unpacked.pyx, the im2col patches both copy in conv_patches.pyx, the
+kernels themselves in the headers.
 
 NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_opt.c, which packs input patches into scratch
 memory and multiplies them with the weights, split across threads by output rows. Here:
@@ -54,12 +55,16 @@ from libc.string cimport memcpy, memset
 
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
-from nnc.base.openblas cimport BLAS_NO_TRANS, BLAS_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.base.parallel cimport (
     nnc_parallel_for, nnc_workspace, parallel_threads, parallel_width,
 )
 from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_HARD_SWISH, ACTIVATION_RELU,
                               ACTIVATION_SWISH, Cmd, nnc_cmd_param_t, register_c_backend)
+from nnc.cmd.convolution.conv_geometry cimport (INDIRECT_NONE, INDIRECT_RUNS, INDIRECT_TAPS,
+                                                SPLIT_EVEN, align64, conv_t, out_row,
+                                                rows_even)
+from nnc.cmd.convolution.conv_patches cimport im2col
+from nnc.cmd.convolution.conv_unpacked cimport conv_unpacked, empty_sums, split_channels
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_HSWISH, NNC_ACT_NONE,
                                         NNC_ACT_RELU, NNC_ACT_SILU, NNC_SGEMM_ZEROS,
@@ -68,35 +73,6 @@ from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_HSWISH, NNC_ACT_N
                                         nnc_sgemm_packed_ahead, nnc_sgemm_packed_floats)
 from nnc.tensor.constant cimport constant_pack
 from nnc.tensor.tensor cimport nnc_tensor_t
-
-cdef extern from "cmd/convolution/depthwise_kernel.h" nogil:
-    ctypedef struct nnc_dw_t:
-        const float* x
-        Py_ssize_t xs_n, xs_h, xs_w, h, w, c
-        float* y
-        Py_ssize_t ys_n, ys_h, ys_w, ho, wo
-        int kh, kw, sh, sw, pt, pl
-        const float* taps
-        int finite
-    int nnc_dw_taps(const float* w, Py_ssize_t c, Py_ssize_t taps, float* out)
-    void nnc_dw_rows(int isa, const nnc_dw_t* d, Py_ssize_t r0, Py_ssize_t r1,
-                     const nnc_epilogue_t* ep)
-
-# The element-wise commands' own loops (HARD_SWISH, SWISH at an ISA level): the epilogue pass
-# (float64, and float32 where the kernel did not fuse it) runs them on each pixel's channels, so
-# its values are the commands' bits.
-cdef extern from "cmd/elementwise/act_kernel.h" nogil:
-    enum:
-        NNC_ACT_SWISH                   # act_kernel.h's operation codes, not NNC_ACT_SILU's
-        NNC_ACT_HARD_SWISH
-    void nnc_act_f32(int op, int isa, float* y, const float* x, Py_ssize_t n, double a,
-                     double b)
-    void nnc_act_f64(int op, int isa, double* y, const double* x, Py_ssize_t n, double a,
-                     double b)
-
-ctypedef fused real:
-    float
-    double
 
 # Patch-matrix bytes per part: small enough to stay in L2 between copy and GEMM, large
 # enough that GEMM runs at full speed (python -m benchmarks.conv; docs/benchmarks.md).
@@ -158,19 +134,9 @@ cdef bint _copy_pixels = True
 # weights cold: 143 -> 153 GFLOP/s either way).
 cdef bint _prefetch = True
 
-cdef enum:
-    INDIRECT_NONE = 0
-    INDIRECT_TAPS = 1
-    INDIRECT_RUNS = 2
-
 # What an indirect convolution's taps in the padding point at when a weight is infinite or
 # NaN (never written): unlike nnc_sgemm_zeros, tiles multiply these (0 * inf is NaN).
 cdef float _zeros[NNC_SGEMM_ZEROS]
-
-cdef enum:
-    # With fewer parts than this many per parallel_width, the split is evened out to a
-    # multiple of it (or, for very few rows, made over output channels).
-    SPLIT_EVEN = 4
 
 
 def _tune(part_bytes, part_pixels, split_macs=None, split_weight_bytes=None):
@@ -234,413 +200,16 @@ def _tune_indirect(min_cg=None, runs=None):
     return old
 
 
-# The geometry of one call, shared (read-only) by its parts. Strides in elements.
-ctypedef struct conv_t:
-    int dtype                           # NNC_32F or NNC_64F
-    char* x
-    const char* w
-    const char* bias                    # NULL: none
-    char* out
-    Py_ssize_t n, h, wd, c              # input [n, h, wd, c]
-    Py_ssize_t xs_n, xs_h, xs_w         # input strides (channel stride is 1)
-    Py_ssize_t ho, wo, o                # output [n, ho, wo, o]
-    Py_ssize_t os_n, os_h, os_w         # output strides (channel stride is 1)
-    int kh, kw, sh, sw, pt, pl
-    int groups
-    Py_ssize_t cg, og, k                # channels per group in and out; K = kh * kw * cg
-    Py_ssize_t rows_per_part            # output rows (of wo pixels) per part
-    const char* patch                   # channel parts: every row's patches (NULL: pointwise)
-    Py_ssize_t chunk                    # channel parts: output channels per part
-    Py_ssize_t rows                     # n * ho
-    int pointwise
-    int depthwise
-    # The epilogue, in this order: + bias, + residual, the activation.
-    const char* residual                # NULL: none; else [n, ho, wo, o] like the output
-    Py_ssize_t rs_n, rs_h, rs_w         # its strides (channel stride is 1)
-    int act                             # NNC_ACT_* (sgemm_kernel.h)
-    float lo, hi                        # NNC_ACT_CLAMP's bounds
-    # float32: nnc's own kernels, the level read once per call (one kernel for every part).
-    int isa                             # cpu_isa() at the call's start: the level the weights
-    #                                     were packed for, the kernels' and epilogue's
-    int finite                          # depthwise: every weight finite
-    const float* packed                 # group g's packed weights at packed + g * gfloats
-    Py_ssize_t gfloats
-    size_t skip                         # bytes the packed weights take at the start of the
-    #                                     caller's workspace: parts' scratch starts after them
-    const float** rowp                  # channel parts: every pixel's A rows (the caller's)
-    # float32 packed: A is taken tap by tap, kt floats a tap. INDIRECT_TAPS: taps = kh * kw,
-    # kt = cg, the pointers the input's pixels; INDIRECT_RUNS: taps = kh, kt = kw * c, the
-    # pointers the input's kernel-row runs (or copies of those crossing an edge); else taps = 1
-    # and kt = k, over patches or, pointwise, the pixels themselves.
-    int indirect                        # INDIRECT_*
-    Py_ssize_t taps, kt
-    Py_ssize_t edge_q                   # INDIRECT_RUNS: output columns whose window crosses
-    #                                     the left or right edge (their runs are copied)
-    const float* zeros                  # indirect: what taps in the padding point at,
-    #                                     nnc_sgemm_zeros (skipped) when every weight is finite
-    int ahead                           # nnc_sgemm_packed_ahead's: 1 the next panel, 0 none
-    int copy_pixels                     # 1x1 float32, groups = 1, no padding: A rows are
-    #                                     copies of the pixels, k + PIXEL_PAD floats apart
-    #                                     (next ones in x a multiple of 4 KiB apart)
-
-
-cdef inline bint _rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize_t wo,
-                            Py_ssize_t s_n, Py_ssize_t s_h, Py_ssize_t s_w) noexcept nogil:
-    """Rows r0..r1 (each wo pixels) of an [n, ho, wo, ...] view are one evenly strided run of
-    pixels: GEMM can treat them as one matrix with leading dimension s_w."""
-    if r1 - r0 <= 1:
-        return True
-    if s_h != wo * s_w:
-        return False
-    # Crossing an image boundary needs the image stride to continue the run too.
-    return r0 // ho == (r1 - 1) // ho or s_n == ho * s_h
-
-
-cdef void _gemm_cols(const conv_t* cv, const real* a, Py_ssize_t lda, Py_ssize_t m,
-                     Py_ssize_t c0, Py_ssize_t n, real* c, Py_ssize_t ldc) noexcept nogil:
-    """c[m, c0:c0+n] = a[m, K] . w[c0:c0+n, K]^T (output channels c0.. of the weights)."""
-    cdef const real* w = <const real*>cv.w + c0 * cv.k
-    if real is float:
-        nnc_sgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>n, <int>cv.k, 1.0, a, <int>lda,
-                  w, <int>cv.k, 0.0, c + c0, <int>ldc)
-    else:
-        nnc_dgemm(BLAS_NO_TRANS, BLAS_TRANS, <int>m, <int>n, <int>cv.k, 1.0, a, <int>lda,
-                  w, <int>cv.k, 0.0, c + c0, <int>ldc)
-
-
-cdef inline void _gemm(const conv_t* cv, const real* a, Py_ssize_t lda, Py_ssize_t m,
-                       Py_ssize_t g, real* c, Py_ssize_t ldc) noexcept nogil:
-    """c[m, og] = a[m, K] . w_g[og, K]^T (group g's weights, its output channels at c)."""
-    _gemm_cols(cv, a, lda, m, g * cv.og, cv.og, c, ldc)
-
-
-cdef inline real* _out_row(const conv_t* cv, real* y0, Py_ssize_t r) noexcept nogil:
-    """Output row r (image r // ho, row r % ho); y0 is cv.out, typed."""
-    return y0 + (r // cv.ho) * cv.os_n + (r % cv.ho) * cv.os_h
-
-
-cdef inline bint _has_epilogue(const conv_t* cv) noexcept nogil:
-    return cv.bias != NULL or cv.residual != NULL or cv.act != NNC_ACT_NONE
-
-
-cdef void _epilogue(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
-                    Py_ssize_t c1) noexcept nogil:
-    """Add the bias and the residual and apply the activation to rows r0..r1, channels
-    c0..c1, while they are still in cache. max/min keep a NaN (v is the operand tested);
-    HARD_SWISH and SWISH are the element-wise commands' loops at cv.isa, on each pixel."""
-    cdef Py_ssize_t r, _q, j, o = c1 - c0, wo = cv.wo, os_w = cv.os_w, rs_w = cv.rs_w
-    cdef int op = NNC_ACT_HARD_SWISH if cv.act == NNC_ACT_HSWISH else NNC_ACT_SWISH
-    cdef real* y
-    cdef const real* res = NULL
-    cdef real v
-    cdef const real* b = <const real*>cv.bias + c0 if cv.bias != NULL else NULL
-    cdef int act = cv.act
-    cdef real lo = cv.lo, hi = cv.hi
-    for r in range(r0, r1):
-        y = _out_row(cv, y0, r) + c0
-        if cv.residual != NULL:
-            res = (<const real*>cv.residual + (r // cv.ho) * cv.rs_n + (r % cv.ho) * cv.rs_h
-                   + c0)
-        for _q in range(wo):
-            for j in range(o):
-                v = y[j]
-                if b != NULL:
-                    v = v + b[j]
-                if res != NULL:
-                    v = v + res[j]
-                if act == NNC_ACT_RELU:
-                    v = 0 if v < 0 else v
-                elif act == NNC_ACT_CLAMP:
-                    v = lo if v < lo else v
-                    v = hi if v > hi else v
-                y[j] = v
-            if act >= NNC_ACT_HSWISH:
-                if real is float:
-                    nnc_act_f32(op, cv.isa, y, y, o, 0.0, 0.0)
-                else:
-                    nnc_act_f64(op, cv.isa, y, y, o, 0.0, 0.0)
-            y += os_w
-            if res != NULL:
-                res += rs_w
-
-
-cdef inline void _copy(real* dst, const real* src, Py_ssize_t n) noexcept nogil:
-    """memcpy, but a loop for the short runs of thin inputs (3 channels: a call per 12 bytes
-    would cost more than the copy)."""
-    cdef Py_ssize_t i
-    if n >= 16:
-        memcpy(dst, src, n * sizeof(real))
-        return
-    for i in range(n):
-        dst[i] = src[i]
-
-
-cdef void _im2col(const conv_t* cv, real* patch, Py_ssize_t r0, Py_ssize_t r1,
-                  Py_ssize_t g) noexcept nogil:
-    """patch[(r - r0) * wo + q, (i, j, c)] = x[n, oh*sh - pt + i, q*sw - pl + j, g*cg + c], or
-    0 in the padding. The geometry is copied into locals first: extensions build with
-    -fno-strict-aliasing, so each store into the patch would otherwise reload every field."""
-    cdef Py_ssize_t r, q, i, j, ih, iw, oh
-    cdef Py_ssize_t cg = cv.cg, run = cv.kw * cv.cg, k = cv.k, wo = cv.wo, ho = cv.ho
-    cdef Py_ssize_t h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw, sh = cv.sh, sw = cv.sw
-    cdef Py_ssize_t pt = cv.pt, pl = cv.pl, xs_n = cv.xs_n, xs_h = cv.xs_h, xs_w = cv.xs_w
-    cdef real* dst
-    cdef const real* row
-    cdef const real* xg = <const real*>cv.x + g * cg
-    # A kernel row's kw pixels are one contiguous run when channels fill the pixel stride.
-    cdef bint whole = cv.groups == 1 and xs_w == cv.c
-    for r in range(r0, r1):
-        oh = r % ho
-        for q in range(wo):
-            dst = patch + ((r - r0) * wo + q) * k
-            iw = q * sw - pl
-            for i in range(kh):
-                ih = oh * sh - pt + i
-                if ih < 0 or ih >= h:
-                    memset(dst, 0, run * sizeof(real))
-                    dst += run
-                    continue
-                row = xg + (r // ho) * xs_n + ih * xs_h
-                if whole and iw >= 0 and iw + kw <= wd:
-                    _copy(dst, row + iw * xs_w, run)
-                    dst += run
-                    continue
-                for j in range(kw):
-                    if iw + j < 0 or iw + j >= wd:
-                        memset(dst, 0, cg * sizeof(real))
-                    else:
-                        _copy(dst, row + (iw + j) * xs_w, cg)
-                    dst += cg
-
-
-cdef int _part_im2col(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
-                      void* context) noexcept nogil:
-    cdef Py_ssize_t m = (r1 - r0) * cv.wo, r, g
-    cdef real* patch = <real*>nnc_workspace(context, m * cv.k * sizeof(real))
-    cdef bint even = _rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
-    if patch == NULL:
-        return NNC_OOM
-    for g in range(cv.groups):
-        _im2col(cv, patch, r0, r1, g)
-        if even:
-            _gemm(cv, patch, cv.k, m, g, _out_row(cv, y0, r0), cv.os_w)
-        else:
-            for r in range(r0, r1):
-                _gemm(cv, patch + (r - r0) * cv.wo * cv.k, cv.k, cv.wo, g,
-                      _out_row(cv, y0, r), cv.os_w)
-    return NNC_SUCCESS
-
-
-cdef void _part_pointwise(const conv_t* cv, real* y0, Py_ssize_t r0,
-                          Py_ssize_t r1) noexcept nogil:
-    cdef Py_ssize_t r, g
-    cdef real* x
-    cdef bint even = (_rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
-                      and _rows_even(r0, r1, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w))
-    for g in range(cv.groups):
-        if even:
-            x = <real*>cv.x + (r0 // cv.ho) * cv.xs_n + (r0 % cv.ho) * cv.xs_h + g * cv.cg
-            _gemm(cv, x, cv.xs_w, (r1 - r0) * cv.wo, g, _out_row(cv, y0, r0), cv.os_w)
-            continue
-        for r in range(r0, r1):
-            x = <real*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h + g * cv.cg
-            _gemm(cv, x, cv.xs_w, cv.wo, g, _out_row(cv, y0, r), cv.os_w)
-
-
-cdef void _part_depthwise(const conv_t* cv, real* y0, Py_ssize_t r0,
-                          Py_ssize_t r1) noexcept nogil:
-    """out[n, oh, q, c] = sum over taps of x[n, ih, iw, c] * w[c, i, j, 0]: a direct loop,
-    innermost over channels, contiguous in x, out and the weights, which the caller laid out
-    tap by tap ([kh * kw, C], in cv.patch) so that loop vectorises. Locals, not fields, in the
-    loops (the build's -fno-strict-aliasing would reload every field after each store)."""
-    cdef Py_ssize_t r, q, i, j, ih, iw, oh, ch, c = cv.c, kw = cv.kw, kh = cv.kh
-    cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl, h = cv.h, wd = cv.wd
-    cdef Py_ssize_t ho = cv.ho, wo = cv.wo, os_w = cv.os_w, xs_h = cv.xs_h, xs_w = cv.xs_w
-    cdef real* y
-    cdef const real* src
-    cdef const real* row
-    cdef const real* wt
-    cdef const real* taps = <const real*>cv.patch
-    for r in range(r0, r1):
-        oh = r % ho
-        row = <const real*>cv.x + (r // ho) * cv.xs_n
-        y = _out_row(cv, y0, r)
-        for q in range(wo):
-            for ch in range(c):
-                y[ch] = 0
-            for i in range(kh):
-                ih = oh * sh - pt + i
-                if ih < 0 or ih >= h:
-                    continue
-                for j in range(kw):
-                    iw = q * sw - pl + j
-                    if iw < 0 or iw >= wd:
-                        continue
-                    src = row + ih * xs_h + iw * xs_w
-                    wt = taps + (i * kw + j) * c
-                    for ch in range(c):
-                        y[ch] = y[ch] + src[ch] * wt[ch]
-            y += os_w
-
-
-cdef void _part_depthwise_f32(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1,
-                              bint epilogue) noexcept nogil:
-    """Rows r0..r1 of a float32 depthwise convolution through nnc's own kernel
-    (cmd/convolution/depthwise_kernel.h): vectorised over channels at the ISA the call chose,
-    the 3x3 weights in registers, with ``epilogue`` the bias and activation applied before the
-    store (no second pass)."""
-    cdef nnc_dw_t d
-    cdef nnc_epilogue_t ep
-    d.x, d.xs_n, d.xs_h, d.xs_w = <const float*>cv.x, cv.xs_n, cv.xs_h, cv.xs_w
-    d.h, d.w, d.c = cv.h, cv.wd, cv.c
-    d.y, d.ys_n, d.ys_h, d.ys_w = <float*>cv.out, cv.os_n, cv.os_h, cv.os_w
-    d.ho, d.wo = cv.ho, cv.wo
-    d.kh, d.kw, d.sh, d.sw, d.pt, d.pl = cv.kh, cv.kw, cv.sh, cv.sw, cv.pt, cv.pl
-    d.taps, d.finite = <const float*>cv.patch, cv.finite
-    ep.bias = <const float*>cv.bias if epilogue else NULL
-    ep.residual, ep.ldr = NULL, 0
-    ep.act = cv.act if epilogue else NNC_ACT_NONE
-    ep.lo, ep.hi = cv.lo, cv.hi
-    nnc_dw_rows(cv.isa, &d, r0, r1, &ep)
-
-
-cdef void _taps_first(const conv_t* cv, real* out) noexcept nogil:
-    """out[tap, c] = w[c, tap]: a depthwise convolution's weights, tap by tap."""
-    cdef Py_ssize_t ch, t, taps = cv.kh * cv.kw
-    cdef const real* w = <const real*>cv.w
-    for ch in range(cv.c):
-        for t in range(taps):
-            out[t * cv.c + ch] = w[ch * taps + t]
-
-
-cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
-    cdef const conv_t* cv = <const conv_t*>arg
-    cdef Py_ssize_t r0 = part * cv.rows_per_part
-    cdef Py_ssize_t r1 = min(r0 + cv.rows_per_part, cv.rows)
-    cdef int rc = NNC_SUCCESS
-    if cv.dtype == NNC_32F:
-        rc = _part_typed(cv, <float*>cv.out, r0, r1, context)
-    else:
-        rc = _part_typed(cv, <double*>cv.out, r0, r1, context)
-    return rc
-
-
-cdef int _part_typed(const conv_t* cv, real* y0, Py_ssize_t r0, Py_ssize_t r1,
-                     void* context) noexcept nogil:
-    cdef int rc = NNC_SUCCESS
-    cdef bint fused = False             # the whole epilogue already applied
-    if cv.depthwise:
-        if real is float:
-            # The kernel's epilogue has no residual: with one, the whole epilogue (bias,
-            # residual, activation, in that order) is the separate pass below.
-            fused = cv.residual == NULL
-            _part_depthwise_f32(cv, r0, r1, fused)
-        else:
-            _part_depthwise(cv, y0, r0, r1)
-    elif cv.pointwise:
-        _part_pointwise(cv, y0, r0, r1)
-    else:
-        rc = _part_im2col(cv, y0, r0, r1, context)
-    if rc == NNC_SUCCESS and not fused and _has_epilogue(cv):
-        _epilogue(cv, y0, r0, r1, 0, cv.o)
-    return rc
-
-
-cdef int _channel_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
-    """Output channels [part * chunk, ...) of every pixel: for convolutions with too few
-    output rows to split (17x17 and 8x8 layers), the caller made all the patches once."""
-    cdef const conv_t* cv = <const conv_t*>arg
-    cdef Py_ssize_t c0 = part * cv.chunk
-    cdef Py_ssize_t c1 = min(c0 + cv.chunk, cv.o)
-    if cv.dtype == NNC_32F:
-        _channels_typed(cv, <float*>cv.out, c0, c1)
-    else:
-        _channels_typed(cv, <double*>cv.out, c0, c1)
-    return NNC_SUCCESS
-
-
-cdef void _channels_typed(const conv_t* cv, real* y0, Py_ssize_t c0,
-                          Py_ssize_t c1) noexcept nogil:
-    cdef Py_ssize_t r
-    cdef const real* a
-    cdef bint even = _rows_even(0, cv.rows, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
-    if cv.patch != NULL:
-        if even:
-            _gemm_cols(cv, <const real*>cv.patch, cv.k, cv.rows * cv.wo, c0, c1 - c0, y0,
-                       cv.os_w)
-        else:
-            for r in range(cv.rows):
-                _gemm_cols(cv, <const real*>cv.patch + r * cv.wo * cv.k, cv.k, cv.wo, c0,
-                           c1 - c0, _out_row(cv, y0, r), cv.os_w)
-    else:
-        even = even and _rows_even(0, cv.rows, cv.ho, cv.wo, cv.xs_n, cv.xs_h, cv.xs_w)
-        for r in range(cv.rows if not even else 1):
-            a = <const real*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h
-            _gemm_cols(cv, a, cv.xs_w, cv.rows * cv.wo if even else cv.wo, c0, c1 - c0,
-                       _out_row(cv, y0, r), cv.os_w)
-    if _has_epilogue(cv):
-        _epilogue(cv, y0, 0, cv.rows, c0, c1)
-
-
-cdef int _split_channels(conv_t* cv, int width, Py_ssize_t itemsize, void* ctx) noexcept nogil:
-    """Too few output rows for ``width`` parts: copy every patch once (on the caller, into its
-    workspace, which no part touches), then split the output channels."""
-    cdef Py_ssize_t m = cv.rows * cv.wo
-    cv.patch = NULL
-    if not cv.pointwise:
-        cv.patch = <const char*>nnc_workspace(ctx, m * cv.k * itemsize)
-        if cv.patch == NULL:
-            return NNC_OOM
-        if cv.dtype == NNC_32F:
-            _im2col(cv, <float*>cv.patch, 0, cv.rows, 0)
-        else:
-            _im2col(cv, <double*>cv.patch, 0, cv.rows, 0)
-    # Chunks of whole 16-channel blocks (full vectors in the epilogue, aligned GEMM panels).
-    cv.chunk = ((cv.o + width - 1) // width + 15) // 16 * 16
-    return nnc_parallel_for((cv.o + cv.chunk - 1) // cv.chunk, _channel_part, cv, ctx)
-
-
-cdef void _empty_sums(const conv_t* cv, real* y0) noexcept nogil:
-    """Every sum empty: y = act(0 + bias + residual). With the residual y itself, y's value
-    is the residual: 0 + bias is added to it in place (the same additions, in the epilogue's
-    order), then the activation."""
-    cdef Py_ssize_t r, q, j
-    cdef real* y
-    cdef conv_t act_only
-    cdef bint aliased = cv.residual == <const char*>cv.out
-    for r in range(cv.rows):
-        for q in range(cv.wo):
-            y = _out_row(cv, y0, r) + q * cv.os_w
-            for j in range(cv.o):
-                if not aliased:
-                    y[j] = 0
-                elif cv.bias != NULL:
-                    y[j] = (0 + (<const real*>cv.bias)[j]) + y[j]
-                else:
-                    y[j] = 0 + y[j]
-    if aliased:
-        act_only = cv[0]
-        act_only.bias = act_only.residual = NULL
-        if _has_epilogue(&act_only):
-            _epilogue(&act_only, y0, 0, cv.rows, 0, cv.o)
-    elif _has_epilogue(cv):
-        _epilogue(cv, y0, 0, cv.rows, 0, cv.o)
-
-
-cdef inline size_t _align64(size_t n) noexcept nogil:
-    return (n + 63) & ~(<size_t>63)
-
-
 cdef inline size_t _rows_bytes(const conv_t* cv, Py_ssize_t m) noexcept nogil:
     """Scratch a packed part of m pixels takes after cv.skip: its A-row pointers (taps of
     them a pixel), then (but pointwise and indirect) its patch, or its pixels' copies."""
     if cv.copy_pixels:
-        return _align64(m * sizeof(float*)) + m * (cv.k + PIXEL_PAD) * sizeof(float)
+        return align64(m * sizeof(float*)) + m * (cv.k + PIXEL_PAD) * sizeof(float)
     if cv.indirect == INDIRECT_RUNS:
         # The copies of edge windows: edge_q pixels of each output row, kh runs each.
-        return (_align64(m * cv.taps * sizeof(float*))
+        return (align64(m * cv.taps * sizeof(float*))
                 + (m // cv.wo) * cv.edge_q * cv.k * sizeof(float))
-    return (_align64(m * cv.taps * sizeof(float*))
+    return (align64(m * cv.taps * sizeof(float*))
             + (0 if cv.pointwise or cv.indirect else m * cv.k * sizeof(float)))
 
 
@@ -681,7 +250,7 @@ cdef void _tap_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g
                     const float** rows, Py_ssize_t ts) noexcept nogil:
     """rows[t * ts + i]: tap t (t = i * kw + j, the patches' order) of output pixel i of rows
     r0..r1: the input pixel under it at group g's channels, or zeros in the padding. The
-    geometry is copied into locals first (see _im2col)."""
+    geometry is copied into locals first (see im2col)."""
     cdef Py_ssize_t r, q, i = 0, ti, tj, ih, iw, oh, t
     cdef Py_ssize_t ho = cv.ho, wo = cv.wo, h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw
     cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl
@@ -711,7 +280,7 @@ cdef void _run_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, const float*
     """rows[t * ts + i]: kernel row t of output pixel i of rows r0..r1 (groups = 1, pixels
     contiguous): the kw * c floats of input under it, zeros above or below the image, or, for
     a window crossing the left or right edge, a copy with the padding's zeros in edges (kh *
-    kw * c floats each such pixel: edge_q of them an output row). Locals as in _im2col."""
+    kw * c floats each such pixel: edge_q of them an output row). Locals as in im2col."""
     cdef Py_ssize_t r, q, i = 0, t, tj, ih, iw, oh
     cdef Py_ssize_t ho = cv.ho, wo = cv.wo, h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw
     cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl, c = cv.c
@@ -767,19 +336,19 @@ cdef void _packed_rows(const conv_t* cv, const float** rows, Py_ssize_t ts, Py_s
     ep.act = cv.act
     ep.lo = cv.lo
     ep.hi = cv.hi
-    if (_rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
+    if (rows_even(r0, r1, cv.ho, cv.wo, cv.os_n, cv.os_h, cv.os_w)
             and (cv.residual == NULL
-                 or _rows_even(r0, r1, cv.ho, cv.wo, cv.rs_n, cv.rs_h, cv.rs_w))):
+                 or rows_even(r0, r1, cv.ho, cv.wo, cv.rs_n, cv.rs_h, cv.rs_w))):
         ep.residual = _residual_row(cv, r0, g)
         nnc_sgemm_packed_ahead(cv.isa, 0, (r1 - r0) * cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
-                               rows, ts, bp, _out_row(cv, y0, r0) + g * cv.og, cv.os_w, &ep,
+                               rows, ts, bp, out_row(cv, y0, r0) + g * cv.og, cv.os_w, &ep,
                                cv.ahead)
         return
     for r in range(r0, r1):
         ep.residual = _residual_row(cv, r, g)
         nnc_sgemm_packed_ahead(cv.isa, 0, cv.wo, c0, c1, cv.og, cv.kt, cv.taps,
                                rows + (r - r0) * cv.wo, ts, bp,
-                               _out_row(cv, y0, r) + g * cv.og, cv.os_w, &ep, cv.ahead)
+                               out_row(cv, y0, r) + g * cv.og, cv.os_w, &ep, cv.ahead)
 
 
 cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
@@ -797,7 +366,7 @@ cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     if scratch == NULL:
         return NNC_OOM
     rows = <const float**>(scratch + cv.skip)
-    patch = <float*>(scratch + cv.skip + _align64(most * cv.taps * sizeof(float*)))
+    patch = <float*>(scratch + cv.skip + align64(most * cv.taps * sizeof(float*)))
     if not cv.pointwise and not cv.indirect:
         for i in range(m):
             rows[i] = patch + i * cv.k
@@ -811,7 +380,7 @@ cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
         elif cv.indirect:
             _tap_rows(cv, r0, r1, g, rows, m)
         else:
-            _im2col(cv, patch, r0, r1, g)
+            im2col(cv, patch, r0, r1, g)
         _packed_rows(cv, rows, m, r0, r1, g, 0, cv.og)
     return NNC_SUCCESS
 
@@ -834,8 +403,8 @@ cdef int _im2col_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
     """Rows [part * rows_per_part, ...) of every pixel's patch (one group) into cv.patch."""
     cdef const conv_t* cv = <const conv_t*>arg
     cdef Py_ssize_t r0 = part * cv.rows_per_part
-    _im2col(cv, <float*>cv.patch + r0 * cv.wo * cv.k, r0, min(r0 + cv.rows_per_part, cv.rows),
-            0)
+    im2col(cv, <float*>cv.patch + r0 * cv.wo * cv.k, r0, min(r0 + cv.rows_per_part, cv.rows),
+           0)
     return NNC_SUCCESS
 
 
@@ -894,7 +463,7 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
         cv.packed = <const float*>constant_pack(
             w, key, (cv.groups * cv.gfloats + 1) * sizeof(float), _pack_weights, cv)
     cv.skip = (0 if cv.packed != NULL
-               else _align64((cv.groups * cv.gfloats + 1) * sizeof(float)))
+               else align64((cv.groups * cv.gfloats + 1) * sizeof(float)))
     # The whole size first: parts run on this thread ask for no more, so nothing moves.
     need = cv.skip + (_rows_bytes(cv, m) if by_channels
                       else _rows_bytes(cv, cv.rows_per_part * cv.wo))
@@ -913,16 +482,16 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
     cv.rowp = <const float**>(scratch + cv.skip)
     if cv.copy_pixels:
         _pixel_copies(cv, 0, cv.rows, cv.rowp,
-                      <float*>(scratch + cv.skip + _align64(m * sizeof(float*))))
+                      <float*>(scratch + cv.skip + align64(m * sizeof(float*))))
     elif cv.pointwise:
         _pixel_rows(cv, 0, cv.rows, 0, cv.rowp)
     elif cv.indirect == INDIRECT_RUNS:
         _run_rows(cv, 0, cv.rows, cv.rowp, m,
-                  <float*>(scratch + cv.skip + _align64(m * cv.taps * sizeof(float*))))
+                  <float*>(scratch + cv.skip + align64(m * cv.taps * sizeof(float*))))
     elif cv.indirect:
         _tap_rows(cv, 0, cv.rows, 0, cv.rowp, m)
     else:
-        patch = <float*>(scratch + cv.skip + _align64(m * sizeof(float*)))
+        patch = <float*>(scratch + cv.skip + align64(m * sizeof(float*)))
         cv.patch = <const char*>patch
         # The patches are a copy at memory speed: split too when they are large.
         cv.rows_per_part = cv.rows
@@ -1011,9 +580,9 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         # No input channels: every sum is empty (BLAS refuses K = 0 with lda 0), so the output
         # is the bias, through the ReLU.
         if dtype == NNC_32F:
-            _empty_sums(&cv, <float*>cv.out)
+            empty_sums(&cv, <float*>cv.out)
         else:
-            _empty_sums(&cv, <double*>cv.out)
+            empty_sums(&cv, <double*>cv.out)
         return NNC_SUCCESS
     cv.pointwise = (cv.kh == 1 and cv.kw == 1 and cv.sh == 1 and cv.sw == 1 and cv.pt == 0
                     and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0)
@@ -1065,24 +634,14 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             # Too few pixels for each part to be a GEMM worth the name (17x17, 8x8).
             if packed:
                 return _conv_packed(&cv, 0, True, width, ctx)
-            return _split_channels(&cv, width, itemsize, ctx)
+            return split_channels(&cv, width, itemsize, ctx)
         # A few parts: a multiple of the width, so no thread waits at the end for a lone part.
         parts = (parts + width - 1) // width * width
     cv.rows_per_part = (cv.rows + parts - 1) // parts
     parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
     if packed:
         return _conv_packed(&cv, parts, False, width, ctx)
-    if cv.depthwise:
-        # The weights tap by tap, in the caller's workspace: depthwise parts take none of their
-        # own, so this stays valid while they run.
-        cv.patch = <const char*>nnc_workspace(ctx, cv.kh * cv.kw * cv.c * itemsize)
-        if cv.patch == NULL:
-            return NNC_OOM
-        if dtype == NNC_32F:
-            cv.finite = nnc_dw_taps(<const float*>cv.w, cv.c, cv.kh * cv.kw, <float*>cv.patch)
-        else:
-            _taps_first(&cv, <double*>cv.patch)
-    return nnc_parallel_for(parts, _part, &cv, ctx)
+    return conv_unpacked(&cv, parts, itemsize, ctx)
 
 
 def _accept(Cmd cmd, list inputs, list outputs):

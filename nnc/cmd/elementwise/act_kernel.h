@@ -130,7 +130,10 @@ static inline double nnc_log1p_unit_f64(double e)
     return e * p;
 }
 
-static inline float nnc_swish_f32(float x)
+/* Always inlined: sgemm_kernel.h's tiles apply it in their epilogue, and gcc's growth limits
+ * once left it out of line in CONVOLUTION's extension, a copy compiled for the baseline ISA
+ * (no FMA) whose bits differ from the SWISH command's (tests/cmd/test_conv_swish.py). */
+static inline __attribute__((always_inline)) float nnc_swish_f32(float x)
 {
     float y = x * nnc_sigmoid_f32(x);
     return x == -INFINITY ? -0.0f : y;
@@ -200,7 +203,8 @@ static inline double nnc_hard_sigmoid_f64(double x, double alpha, double beta)
     return v > 1.0 ? 1.0 : v;
 }
 
-static inline float nnc_hard_swish_f32(float x)
+/* Always inlined, as nnc_swish_f32 (above) and for its reason. */
+static inline __attribute__((always_inline)) float nnc_hard_swish_f32(float x)
 {
     float r = x + 3.0f;
     r = r < 0.0f ? 0.0f : r;
