@@ -22,7 +22,11 @@ A model an exporter refuses is reported and skipped.
   largest |output| of onnxruntime (the issue's bar is 1e-5);
 - unless ``--no-time``, times in interleaved rounds (medians): nnc sequential (``g.run()``), nnc
   on the rank schedule (a second session with ``schedule="rank"``), onnxruntime (default graph
-  optimisations), and OpenVINO when it is installed, each with T intra-op threads.
+  optimisations), and OpenVINO when it is installed, each with T intra-op threads; before each
+  timed run it sleeps ``--pause`` seconds and makes one untimed run (``_util.measure_rounds``),
+  so one runtime's threads still spinning after its run do not take the core the next one's
+  helpers need (without a pause onnxruntime's spinning worker made nnc's MobileNet-V3 small
+  take 3.1 ms where alone it takes 1.8).
 
 Without torch (``--export``) or a ``--dir`` with models, it says so and exits with status 2.
 """
@@ -106,7 +110,7 @@ def _peers(path, feeds, threads):
     return peers, ov
 
 
-def check(path, threads, repeat, timed, log=print):
+def check(path, threads, repeat, timed, log=print, pause=0.1):
     """One model file's row."""
     import nnc
     import nnc.onnx
@@ -137,7 +141,7 @@ def check(path, threads, repeat, timed, log=print):
                "ort": lambda: peers["ort"].run(None, feeds)}
         if ov is not None:
             fns["ov"] = ov
-        samples = _util.measure_interleaved(fns, repeat)
+        samples, _ = _util.measure_rounds(fns, repeat, pause=pause)
     finally:
         nnc.set_intra_op_threads(before)
     med = {k: _util.median(v) for k, v in samples.items()}
@@ -189,6 +193,9 @@ def main(argv=None):
     p.add_argument("--exporters", default=",".join(EXPORTERS), help="ts, dynamo or both")
     p.add_argument("--dir", help="check and time the models in DIR")
     p.add_argument("--threads", type=int, default=2, help="nnc's and the peers' threads")
+    p.add_argument("--pause", type=float, default=0.1,
+                   help="seconds of sleep before each timed run (default 0.1): spinning "
+                        "thread pools go idle")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     p.add_argument("--no-time", action="store_true", help="load and compare only")
     a = p.parse_args(argv)
@@ -207,8 +214,8 @@ def main(argv=None):
         raise SystemExit(2)
     from benchmarks import _util
 
-    rows = [check(f, a.threads, a.repeat, not a.no_time) for f in files]
-    report = {"threads": a.threads, "repeat": a.repeat, "rows": rows}
+    rows = [check(f, a.threads, a.repeat, not a.no_time, pause=a.pause) for f in files]
+    report = {"threads": a.threads, "repeat": a.repeat, "pause_s": a.pause, "rows": rows}
     _util.publish(report, "zoo", render, a.json, packages=("numpy", "onnx", "onnxruntime"))
 
 

@@ -220,6 +220,45 @@ def test_attention_layout_views_go_to_blas_without_copies():
     run_all([qt, kt], want, "float32", d, transpose_b=True)
 
 
+@pytest.mark.parametrize("a_shape, bias_shape", [
+    ((197, 1, 64), (40,)),              # a transformer's [tokens, batch = 1, features]
+    ((3, 5, 1, 64), (3, 5, 1, 40)),     # two axes fold, a bias per entry (rows of it)
+    ((6, 9, 64), (6, 1, 40)),           # rows of 9 continue evenly; a bias per entry
+    ((4, 7, 64), (4, 7, 40)),           # a bias per row (the epilogue's residual)
+], ids=["tokens_batch", "two_axes", "bias_per_entry", "bias_per_row"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_batches_that_continue_the_rows_are_one_product(kernel_isa, a_shape, bias_shape,
+                                                         dtype):
+    """With one w, batch axes whose entries continue a's and the output's rows evenly fold
+    into M (one GEMM instead of one per entry, each streaming all of w): the result is the
+    definition, and in float32 the bits of the same product written as one 2-D call."""
+    rng = np.random.default_rng(31)
+    a = rng.uniform(-1, 1, a_shape).astype(dtype)
+    w = rng.uniform(-1, 1, (64, 40)).astype(dtype)
+    bias = rng.uniform(-1, 1, bias_shape).astype(dtype)
+    want = definition(a, w, bias, False, False)
+    run_all([a, w, bias], want, dtype, 64)
+    if dtype == "float32" and len(bias_shape) == 1:
+        flat = np.full((a.size // 64, 40), np.nan, np.float32)
+        nnc.cmd_exec(nnc.Cmd("GEMM", backend="CPU_OPT"), [a.reshape(-1, 64), w, bias], [flat])
+        out = np.full(want.shape, np.nan, np.float32)
+        nnc.cmd_exec(nnc.Cmd("GEMM", backend="CPU_OPT"), [a, w, bias], [out])
+        np.testing.assert_array_equal(out.reshape(flat.shape).view(np.int32), flat.view(np.int32))
+
+
+def test_batches_whose_rows_do_not_continue_stay_batches():
+    """a's entries are slices of a wider buffer (a gap between them): no fold, the same
+    result."""
+    rng = np.random.default_rng(32)
+    buf = rng.uniform(-1, 1, (5, 4, 70)).astype(np.float32)
+    a = nnc.Tensor(buf).view((5, 3, 64), 0, (280, 70, 1))
+    w = rng.uniform(-1, 1, (64, 24)).astype(np.float32)
+    want = definition(buf[:, :3, :64], w, None, False, False)
+    out = np.full(want.shape, np.nan, np.float32)
+    nnc.cmd_exec(nnc.Cmd("GEMM", backend="CPU_OPT"), [a, nnc.Tensor(w)], [nnc.Tensor(out)])
+    assert_dot_close(out, want, "float32", 64, buf, w)
+
+
 @pytest.mark.parametrize("a_shape, w_shape, bias_shape, out_shape, fragment", [
     ((2, 3, 4, 5), (3, 3, 5, 6), None, (2, 3, 4, 6), "batch sizes differ"),
     ((2, 3, 4, 5), (2, 5, 6), None, (2, 3, 4, 6), "batch sizes differ"),

@@ -246,6 +246,8 @@ cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
                 return NNC_INVALID
         if not _batch_strides(b, b_lead, g, g.bias_bs):
             return NNC_INVALID
+    if a.ndim > 1 and g.w_shared:
+        _fold_batch(g)
     if not (g.m <= 2147483647 and g.n <= 2147483647 and g.k <= 2147483647):
         return NNC_INVALID
     # K = 0 multiplies nothing (the output is the bias or 0): a and w are never read.
@@ -257,6 +259,29 @@ cdef int _plan(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             and op_out.trans == BLAS_NO_TRANS):
         return NNC_INVALID
     return NNC_SUCCESS
+
+
+cdef void _fold_batch(gemm_t* g) noexcept nogil:
+    """With one w for the whole batch, the innermost batch axes whose entries continue a's,
+    the output's and the bias's rows evenly become rows of one product: a [197, 1, 768] a
+    (a transformer's [tokens, batch, features]) is one 197-row GEMM, not 197 one-row ones that
+    each stream all of w (ViT-B/16's QKV projections ran at 77 GFLOP/s on 2 threads so).
+    Each output is the same dot product in the same order either way."""
+    cdef int d
+    cdef Py_ssize_t a_sm, o_sm, bias_sm
+    while g.nb > 0:
+        d = g.nb - 1
+        # A single row has no row stride of its own: the batch axis gives it.
+        a_sm = g.a_bs[d] if g.m == 1 else g.a_sm
+        o_sm = g.o_bs[d] if g.m == 1 else g.o_sm
+        bias_sm = g.bias_bs[d] if g.m == 1 and g.bias_sm == 0 else g.bias_sm
+        if (g.a_bs[d] == 0 or g.a_bs[d] != g.m * a_sm or g.o_bs[d] != g.m * o_sm
+                or (g.bias != NULL and g.bias_bs[d] != g.m * bias_sm)):
+            return
+        g.m *= g.bdim[d]
+        g.a_sm, g.o_sm, g.bias_sm = a_sm, o_sm, bias_sm
+        g.batch //= g.bdim[d]
+        g.nb -= 1
 
 
 cdef inline void _entry(const gemm_t* g, Py_ssize_t bi, Py_ssize_t* off) noexcept nogil:
