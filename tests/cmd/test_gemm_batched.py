@@ -246,6 +246,22 @@ def test_batches_that_continue_the_rows_are_one_product(kernel_isa, a_shape, bia
         np.testing.assert_array_equal(out.reshape(flat.shape).view(np.int32), flat.view(np.int32))
 
 
+def test_one_row_entries_that_overlap_stay_batches():
+    """[B, 1, K] entries K/2 apart (a sliding window view): as rows they would overlap, which
+    BLAS cannot take, so CPU_OPT keeps them as batch entries and still accepts them."""
+    rng = np.random.default_rng(33)
+    buf = rng.uniform(-1, 1, 16 * 32 + 64).astype(np.float32)
+    a = nnc.Tensor(buf).view((17, 1, 64), 0, (32, 64, 1))
+    w = rng.uniform(-1, 1, (64, 24)).astype(np.float32)
+    windows = np.stack([buf[i * 32:i * 32 + 64] for i in range(17)])[:, None, :]
+    want = definition(windows, w, None, False, False)
+    cmd = nnc.Cmd("GEMM")
+    out = nnc.Tensor(np.full(want.shape, np.nan, np.float32))
+    assert nnc.cmd.command.cmd_backends_for(cmd, [a, nnc.Tensor(w)], [out])[0].name == "CPU_OPT"
+    nnc.cmd_exec(nnc.Cmd("GEMM", backend="CPU_OPT"), [a, nnc.Tensor(w)], [out])
+    assert_dot_close(out.numpy(), want, "float32", 64, buf, w)
+
+
 def test_batches_whose_rows_do_not_continue_stay_batches():
     """a's entries are slices of a wider buffer (a gap between them): no fold, the same
     result."""

@@ -269,6 +269,7 @@ cdef void _fold_batch(gemm_t* g) noexcept nogil:
     Each output is the same dot product in the same order either way."""
     cdef int d
     cdef Py_ssize_t a_sm, o_sm, bias_sm
+    cdef operand_t op
     while g.nb > 0:
         d = g.nb - 1
         # A single row has no row stride of its own: the batch axis gives it.
@@ -277,6 +278,10 @@ cdef void _fold_batch(gemm_t* g) noexcept nogil:
         bias_sm = g.bias_bs[d] if g.m == 1 and g.bias_sm == 0 else g.bias_sm
         if (g.a_bs[d] == 0 or g.a_bs[d] != g.m * a_sm or g.o_bs[d] != g.m * o_sm
                 or (g.bias != NULL and g.bias_bs[d] != g.m * bias_sm)):
+            return
+        # Rows that overlap (a window view) or outgrow BLAS's int stay batches.
+        if (g.m * g.bdim[d] > 2147483647 or o_sm < g.n
+                or (g.k > 0 and not _operand(g.m * g.bdim[d], g.k, a_sm, g.a_sk, &op))):
             return
         g.m *= g.bdim[d]
         g.a_sm, g.o_sm, g.bias_sm = a_sm, o_sm, bias_sm
