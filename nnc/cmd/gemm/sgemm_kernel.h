@@ -222,6 +222,17 @@ static const float nnc_sgemm_zeros[NNC_SGEMM_ZEROS] = {0};
     float* c, ptrdiff_t ldc, ptrdiff_t m0, ptrdiff_t n0, int mr, int nr,                      \
     const nnc_epilogue_t* ep, const char* pf, ptrdiff_t pfn
 
+/* One line of the tiles' fetch ahead (NNC_TILE_PARAMS' pf, pfn) towards L2, a k step's share:
+ * a hint, it never faults. */
+static inline __attribute__((always_inline)) void nnc_tile_fetch(const char** pf,
+                                                                 ptrdiff_t* pfn) {
+    if (*pfn > 0) {
+        __builtin_prefetch(*pf, 0, 2);
+        *pf += 64;
+        (*pfn)--;
+    }
+}
+
 /* A tile's row pointers for one tap (rows past mr repeat row mr - 1); whether every one is
  * nnc_sgemm_zeros, so the tap can be skipped. */
 static inline __attribute__((always_inline)) int nnc_tap_rows(
@@ -276,11 +287,7 @@ static inline __attribute__((always_inline)) void nnc_tile_base(
             if (NV == 2)
                 memcpy(&b1, bp + 4, 16);
             bp += 4 * NV;
-            if (pfn > 0) {
-                __builtin_prefetch(pf, 0, 2);
-                pf += 64;
-                pfn--;
-            }
+            nnc_tile_fetch(&pf, &pfn);
             NNC_UNROLL
             for (i = 0; i < MR; i++) {
                 float x = row[i][kk];
@@ -376,11 +383,7 @@ static inline __attribute__((always_inline)) NNC_AVX2 void nnc_tile_avx2(
             __m256 b0 = _mm256_loadu_ps(bp), b1 = NV == 2 ? _mm256_loadu_ps(bp + 8)
                                                          : _mm256_setzero_ps();
             bp += 8 * NV;
-            if (pfn > 0) {
-                __builtin_prefetch(pf, 0, 2);
-                pf += 64;
-                pfn--;
-            }
+            nnc_tile_fetch(&pf, &pfn);
             NNC_UNROLL
             for (i = 0; i < MR; i++) {
                 __m256 x = _mm256_broadcast_ss(row[i] + kk);
@@ -485,11 +488,7 @@ static inline __attribute__((always_inline)) NNC_AVX512 void nnc_tile_avx512(
             __m512 b0 = _mm512_loadu_ps(bp), b1 = NV == 2 ? _mm512_loadu_ps(bp + 16)
                                                          : _mm512_setzero_ps();
             bp += 16 * NV;
-            if (pfn > 0) {
-                __builtin_prefetch(pf, 0, 2);
-                pf += 64;
-                pfn--;
-            }
+            nnc_tile_fetch(&pf, &pfn);
             NNC_UNROLL
             for (i = 0; i < MR; i++) {
                 __m512 x = _mm512_set1_ps(row[i][kk]);
