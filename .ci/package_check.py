@@ -16,7 +16,6 @@ wheel_problems).
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import json
 import os

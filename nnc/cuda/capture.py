@@ -349,11 +349,13 @@ def capture(graph, stream=None, warmup=True):
     on the same tensors (``stream``: a GPU nnc.Stream; None: a new ``nnc.Stream("gpu")``).
 
     Nothing runs during capture itself. With ``warmup`` (the default, as Nimble does) the
-    graph first runs once, eagerly, so every kernel is compiled and loaded and every staging
-    buffer exists before capture: module loading and allocation are not stream work, and in a
-    capturing thread they may be refused. The run's host bookkeeping (its finish, which
-    moves failures to ``stream`` and marks the graph idle) runs once, at capture, not on every
-    replay: a replay is device work only.
+    graph first runs once, eagerly, so every kernel is compiled and loaded, every cuDNN plan
+    is timed and every staging buffer exists before capture: none of that is stream work, and
+    a capturing thread may not allocate. Kernel modules and each stream's library handles and
+    workspace are the exceptions nnc makes mid-capture (driver.capture_relaxed): a loop's or
+    branch's body is captured on streams of its own, which no warm-up used. The run's host
+    bookkeeping (its finish, which moves failures to ``stream`` and marks the graph idle) runs
+    once, at capture, not on every replay: a replay is device work only.
 
     While and case..of nodes (nested too) become CUDA conditional nodes when their expression
     is an :class:`nnc.Compare` of the loop count or of a one-element GPU tensor: one replay

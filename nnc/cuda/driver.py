@@ -21,6 +21,7 @@ Everything here is written against the documented call sequences but has only ru
 fake driver on machines without a GPU; docs/gpu.md lists what a GPU run must still confirm.
 """
 
+import contextlib
 import threading
 
 import numpy as np
@@ -28,8 +29,8 @@ import numpy as np
 from nnc import cuda as _detect
 from nnc.base.core import CUDAError, StreamError
 
-__all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "cuda_stream",
-           "device", "driver", "driver_version"]
+__all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "capture_relaxed", "check",
+           "cuda_stream", "device", "driver", "driver_version"]
 
 _driver = None                      # the cuda.bindings.driver module (or a test's fake)
 _lock = threading.Lock()
@@ -69,6 +70,29 @@ def check(result, what):
     if len(result) == 1:
         return None
     return result[1] if len(result) == 2 else tuple(result[1:])
+
+
+@contextlib.contextmanager
+def capture_relaxed():
+    """While this thread captures a CUDA graph, let it make the calls capture refuses
+    (loading a module, allocating a stream's library handle or workspace): CUDA's
+    thread-local mode refuses them with
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, so the first use of a
+    stream during a capture (a conditional body's own stream always is) could not make its
+    cuBLAS handle (CUBLAS_STATUS_NOT_INITIALIZED on the H200). Inside this scope the thread's
+    mode is relaxed (cuThreadExchangeStreamCaptureMode), as CUDA's own libraries do around
+    their lazy allocations; nnc's streams are non-blocking, so no legacy-stream call a
+    library makes can join the capture. Outside a capture it changes nothing."""
+    if getattr(_tls, "deferred", None) is None:
+        yield
+        return
+    cu = driver()
+    old = check(cu.cuThreadExchangeStreamCaptureMode(
+        cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED), "cuThreadExchangeStreamCaptureMode")
+    try:
+        yield
+    finally:
+        check(cu.cuThreadExchangeStreamCaptureMode(old), "cuThreadExchangeStreamCaptureMode")
 
 
 class Resource:
@@ -175,7 +199,8 @@ class Device:
             if module is None:
                 cubin = nvrtc.compile_cubin(nvrtc.kernel_source(file), self.arch, file)
                 self.make_current()
-                module = check(driver().cuModuleLoadData(cubin), "cuModuleLoadData")
+                with capture_relaxed():     # a kernel first launched mid-capture
+                    module = check(driver().cuModuleLoadData(cubin), "cuModuleLoadData")
                 self._modules[file] = module
             f = check(driver().cuModuleGetFunction(module, kernel.encode()),
                       f"cuModuleGetFunction({kernel})")
@@ -300,7 +325,8 @@ class CudaStream(Resource):
             if state is None:
                 if self.handle is None:
                     raise CUDAError(f"{self!r} is closed")
-                state = self._libraries[key] = make()
+                with capture_relaxed():
+                    state = self._libraries[key] = make()
             return state
 
     def close(self):

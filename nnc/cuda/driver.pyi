@@ -3,6 +3,7 @@ and stream capture. Driver handles (CUdevice, CUstream, ...) are cuda.bindings o
 ``Any`` here: cuda-bindings is an optional dependency."""
 
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
@@ -12,8 +13,8 @@ import numpy.typing as npt
 from nnc.graph.graph import Graph
 from nnc.stream.stream import Stream
 
-__all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "check", "cuda_stream",
-           "device", "driver", "driver_version"]
+__all__ = ["CudaEvent", "CudaGraph", "CudaStream", "Device", "Resource", "capture_relaxed", "check",
+           "cuda_stream", "device", "driver", "driver_version"]
 
 class _Closable(Protocol):
     def close(self) -> None: ...
@@ -23,6 +24,7 @@ _C = TypeVar("_C", bound=_Closable)
 def driver() -> ModuleType: ...
 def check(result: Sequence[Any], what: str) -> Any: ...
 def driver_version() -> tuple[int, int]: ...
+def capture_relaxed() -> AbstractContextManager[None]: ...
 
 class Resource:
     handle: Any

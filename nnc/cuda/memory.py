@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from nnc.base.core import CUDAError, TensorError
-from nnc.cuda.driver import Resource, check, device, driver
+from nnc.cuda.driver import Resource, capture_relaxed, check, device, driver
 
 __all__ = ["DeviceBuffer", "PinnedBuffer", "copy", "empty", "fill_zero", "from_numpy",
            "pinned", "to_host", "workspace"]
@@ -68,7 +68,8 @@ class _Workspace:
         with self._lock:
             if self.buf is None or self.buf.nbytes < nbytes:
                 # Whole MiBs, so a few growing requests settle quickly.
-                grown = DeviceBuffer(self.device, -(-nbytes // (1 << 20)) << 20)
+                with capture_relaxed():         # a plan needing more, first met mid-capture
+                    grown = DeviceBuffer(self.device, -(-nbytes // (1 << 20)) << 20)
                 if self.buf is not None:
                     self.retired.append(self.buf)
                 self.buf = grown

@@ -7,6 +7,7 @@ import gc
 
 import numpy as np
 import pytest
+from fakes import cublas as fake_cublas
 from fakes.cuda_driver import install, real
 
 import nnc
@@ -294,3 +295,56 @@ def test_a_failure_inside_a_body_ends_the_capture(fake, monkeypatch):
     cg.replay(s)
     s.wait()
     assert cg.while_count(body) == 3
+
+
+def test_cublas_in_a_captured_body_makes_its_handles_on_the_body_streams(fake, monkeypatch):
+    """A body is captured on streams of its own, which no warm-up ever used: the first GEMM
+    there makes its cuBLAS handle mid-capture. The capture refused that allocation (on an
+    H200: CUBLAS_STATUS_NOT_INITIALIZED, then a crash ending the capture); the handle is now
+    made with the thread's capture mode relaxed, and the loop matches the CPU."""
+    blas = fake_cublas.install(monkeypatch, fake)
+    cpu, cbody, cx = power_loop(False, iters=10, streams=2)
+    cpu.run()
+    g, body, x = power_loop(True, iters=10, streams=2)
+    nnc.static_schedule(g, stream_type="gpu")
+    s = nnc.Stream("gpu")
+    g.run(stream=s)                     # the warm-up's handles are on other streams
+    s.wait()
+    warm = set(blas.handles)
+    del blas.calls[:]
+    cg = cgraph.capture(g, s, warmup=False)
+    assert fake.capture_invalidated is None
+    made = set(blas.handles) - warm
+    assert len(made) == 1               # one more handle: the body's GEMM stream's
+    assert fake.calls.count("cuThreadExchangeStreamCaptureMode") >= 2   # relaxed, restored
+    # The body's GEMM was captured once, through cuBLAS, with the new handle (replays rerun it).
+    assert [h for _, h, _ in blas.calls] == list(made)
+    nnc.cmd_exec(nnc.Cmd("DATA_TRANSFER"), [X0.copy()], [x])
+    cg.replay(s)
+    s.wait()
+    np.testing.assert_allclose(x.numpy(), cx.numpy(), rtol=1e-5, atol=1e-6)
+    assert cg.while_count(body) == 10
+
+
+def test_cublas_in_a_captured_branch(fake, monkeypatch):
+    fake_cublas.install(monkeypatch, fake)
+    a = np.arange(4, dtype=np.float32).reshape(2, 2)
+    outs = []
+    for gpu in (False, True):
+        x, w = _t(np.array([[-1.0, 2.0]], np.float32), gpu), _t(a, gpu)
+        y = _t(np.zeros((1, 2), np.float32), gpu)
+        flag = _t(np.array([-1.0], np.float32), gpu)
+        g, b = nnc.Graph(), nnc.Graph()
+        b.exec(nnc.Cmd("GEMM"), [x, w], [y])
+        c = g.case_of([flag], [])
+        g.set_case_of_expr(c, nnc.Compare(0, "<", 0.0), -1)
+        g.set_case_of(c, b, 0)
+        if gpu:
+            cg, s = capture(g)
+            cg.replay(s)
+            s.wait()
+        else:
+            g.run()
+        outs.append(y.numpy())
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6)
+    np.testing.assert_allclose(outs[0], np.array([[-1.0, 2.0]]) @ a, rtol=1e-6)

@@ -501,7 +501,9 @@ def test_fake_surface_exists_on_the_real_frontend():
 def test_graphs_record_on_the_real_frontend(bias, relu, ps):
     # The real frontend records nnc's graph without a driver (building it needs one): every
     # call and keyword describe() makes is the real API's.
-    key = ("<f4", 2, 7, 6, 4, 4, 6, 3, 3, 2, 4, 6, ps, (2, 1), (1, 0, 2, 1), bias, relu)
+    # The geometry key: dtype, precision, n, h, w, c, x's pixel stride, o, kh, kw, c/groups,
+    # ho, wo, y's pixel stride, strides, paddings, bias, relu (cudnn.geometry's order).
+    key = ("<f4", "ieee", 2, 7, 6, 4, 4, 6, 3, 3, 2, 4, 6, ps, (2, 1), (1, 0, 2, 1), bias, relu)
     g, x, w, b, y = cudnn_conv.describe(real_cudnn, key)
     assert list(x.dim) == [2, 4, 7, 6] and list(x.stride) == [168, 1, 24, 4]
     assert list(w.dim) == [6, 2, 3, 3] and list(w.stride) == [18, 1, 6, 2]

@@ -436,21 +436,22 @@ def test_capture_records_and_replay_reruns(env):
 
 
 def test_capture_refuses_unsafe_calls_and_the_stream_recovers(fake):
-    # As CUDA in thread-local capture mode: loading a module (or allocating) on the capturing
-    # thread is refused and invalidates the capture. capture(warmup=False) on a kernel never
-    # loaded hits exactly that; it must raise CUDAError, not record a broken graph.
+    # As CUDA in thread-local capture mode: allocating on the capturing thread is refused and
+    # invalidates the capture; it must raise CUDAError, not record a broken graph. Loading a
+    # kernel's module is refused the same way, so nnc loads one first needed mid-capture with
+    # the thread's mode relaxed (capture(warmup=False) on a kernel never loaded).
     x = gpu(np.ones(3, np.float32))
     s = nnc.Stream("gpu")
-    cmd = nnc.Cmd("EWEXP")
-    g = nnc.Graph()
-    g.exec(cmd, [x], [x])
     with pytest.raises(nnc.CUDAError, match="CAPTURE"):
-        cgraph.capture(g, s, warmup=False)
+        drv.CudaGraph.capture(s, lambda: nnc.Tensor.empty((4,), device="gpu"))
     assert fake.capturing is None                     # capture ended
-    cg = cgraph.capture(g, s)                         # with warm-up: loaded before capture
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("EWEXP"), [x], [x])
+    cg = cgraph.capture(g, s, warmup=False)
+    assert fake.capture_invalidated is None
     cg.replay(s)
     s.wait()
-    np.testing.assert_allclose(x.numpy(), np.exp(np.exp(np.ones(3))), rtol=1e-6)
+    np.testing.assert_allclose(x.numpy(), np.exp(np.ones(3)), rtol=1e-6)
     # Another thread may allocate while this one captures (thread-local mode); a tensor that
     # dies on the capturing thread is freed once the capture has ended, not during it.
     live = len(fake.buffers)

@@ -141,7 +141,8 @@ class FakeCublas:
 
     def create(self):
         self._real("create")
-        self._unsafe_in_capture("cublasCreate", ALLOC_FAILED)
+        # What cuBLAS 13 answered on an H200 when a capture refused its allocation.
+        self._unsafe_in_capture("cublasCreate", NOT_INITIALIZED)
         if self._ctx() is None:
             raise cuBLASError(NOT_INITIALIZED)
         self._next += 16

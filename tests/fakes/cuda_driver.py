@@ -127,6 +127,9 @@ class FakeDriver:
         (tests/fakes/cublas.py, fakes/cudnn_frontend.py) ask it for their allocating calls too."""
         if self.capturing is None or threading.get_ident() != self.capture_thread:
             return None
+        relaxed = real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        if getattr(self._current, "mode", None) == relaxed:
+            return None                 # cuThreadExchangeStreamCaptureMode relaxed this thread
         self.capture_invalidated = self.capture_invalidated or name
         return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
 
@@ -339,6 +342,12 @@ class FakeDriver:
             self.capture_invalidated = None
         self.capture_stack.append((int(s), g))
         return self.ok()
+
+    def cuThreadExchangeStreamCaptureMode(self, mode):
+        # The calling thread's interaction mode (GLOBAL until changed); returns the old one.
+        old = getattr(self._current, "mode", real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL)
+        self._current.mode = real.CUstreamCaptureMode(int(mode))
+        return self.ok(old)
 
     def cuStreamBeginCapture(self, s, mode):
         g = self._id()
