@@ -1,8 +1,9 @@
 """Inception-V3's convolution shapes at one thread: nnc's CPU_OPT against a plain BLAS GEMM;
-MobileNet-V2's depthwise layers against ONNX Runtime.
+MobileNet-V2's or EfficientNet-B0's depthwise layers against ONNX Runtime.
 
     python -m benchmarks.conv [--json] [--repeat R] [--size S] [--limit N] [--no-limits]
-    python -m benchmarks.conv --depthwise [--json] [--repeat R] [--limit N] [--no-limits]
+    python -m benchmarks.conv --depthwise [--net mobilenet_v2|efficientnet] [--json] [--repeat R]
+                              [--limit N] [--no-limits]
     python -m benchmarks.conv --epilogue [--json] [--repeat R]
 
 For every distinct CONVOLUTION shape of nnc's Inception-V3 graph (``nnc.models.inception`` at
@@ -32,12 +33,15 @@ and so is the whole network's, which is also given over the SGEMM peak (``--no-l
 the measurement and the fractions).
 
 ``--depthwise``: MobileNet-V2's depthwise layers instead (224x224 input, batch 1, 3x3 windows,
-padding 1, groups = C = O, bias), which move more bytes than they compute. For each, at one
+padding 1, groups = C = O, bias), which move more bytes than they compute; with ``--net
+efficientnet``, EfficientNet-B0's (3x3 and 5x5 windows, padding 1 and 2). For each, at one
 thread and in interleaved rounds: ``nnc``, the command pinned to CPU_OPT in a one-node graph
 (as a network runs it: ``cmd_exec`` would add its Python checks, as long as the smallest layers
 take), at the kernel ISA nnc dispatched, which the report names; ``ort``, ONNX Runtime when
 installed: a one-node Conv with ``group`` = C on the same data in NCHW (its own layout), one
-intra-op thread. Each is reported as GFLOP/s (2*9 per output element) and as effective GB/s:
+intra-op thread. The weights are frozen, as ``nnc.onnx.load`` and ``nnc.models`` freeze
+them (their tap-by-tap copy is made once). Each is reported as GFLOP/s (2*k*k per output
+element) and as effective GB/s:
 the bytes a pass must move (input + output + weights + bias) over its time, against the
 measured copy bandwidth (read + write, the same way of counting). One timed sample is as many
 calls as take about a millisecond, so each runtime's per-call overhead is included but the
@@ -60,11 +64,18 @@ WINOGRAD = "CPU_OPT_WINOGRAD"
 TOL_WINOGRAD = 1e-3   # max|winograd - CPU_OPT| / max|CPU_OPT|
 TOL_ORT = 1e-4        # max|ort - nnc| / max|nnc| on the depthwise layers
 
-# MobileNet-V2's depthwise layers at 224x224: (input size, channels, stride, how many).
-MOBILENET_V2_DEPTHWISE = [
-    (112, 32, 1, 1), (112, 96, 2, 1), (56, 144, 1, 1), (56, 144, 2, 1), (28, 192, 1, 2),
-    (28, 192, 2, 1), (14, 384, 1, 4), (14, 576, 1, 2), (14, 576, 2, 1), (7, 960, 1, 3),
-]
+# Depthwise layers at 224x224: (input size, channels, window, stride, how many).
+DEPTHWISE = {
+    "mobilenet_v2": [
+        (112, 32, 3, 1, 1), (112, 96, 3, 2, 1), (56, 144, 3, 1, 1), (56, 144, 3, 2, 1),
+        (28, 192, 3, 1, 2), (28, 192, 3, 2, 1), (14, 384, 3, 1, 4), (14, 576, 3, 1, 2),
+        (14, 576, 3, 2, 1), (7, 960, 3, 1, 3)],
+    "efficientnet": [
+        (112, 32, 3, 1, 1), (112, 96, 3, 2, 1), (56, 144, 3, 1, 1), (56, 144, 5, 2, 1),
+        (28, 240, 5, 1, 1), (28, 240, 3, 2, 1), (14, 480, 3, 1, 2), (14, 480, 5, 1, 1),
+        (14, 672, 5, 1, 2), (14, 672, 5, 2, 1), (7, 1152, 5, 1, 3), (7, 1152, 3, 1, 1)],
+}
+DEPTHWISE_NAMES = {"mobilenet_v2": "MobileNet-V2", "efficientnet": "EfficientNet-B0"}
 
 
 def conv_shapes(size):
@@ -258,9 +269,10 @@ def _ort_depthwise(x, w, bias, stride):
         return None, f"not installed ({e.name})"
     c = x.shape[-1]
     x_nchw = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
-    w_oihw = np.ascontiguousarray(w.transpose(0, 3, 1, 2))        # [C, 1, 3, 3]
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, kernel_shape=[3, 3],
-                            pads=[1, 1, 1, 1], strides=[stride, stride])
+    w_oihw = np.ascontiguousarray(w.transpose(0, 3, 1, 2))        # [C, 1, k, k]
+    k = w.shape[1]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, kernel_shape=[k, k],
+                            pads=[k // 2] * 4, strides=[stride, stride])
     graph = helper.make_graph(
         [node], "depthwise",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_nchw.shape))],
@@ -279,20 +291,21 @@ def _calls_per_sample(fn, seconds=1e-3):
     return max(1, int(seconds / max(time.perf_counter() - t0, 1e-9)))
 
 
-def measure_depthwise(size, c, stride, count, repeat, rng):
-    ho = (size + 2 - 3) // stride + 1
-    flop = 2.0 * ho * ho * c * 9
-    nbytes = 4 * (size * size * c + ho * ho * c + 9 * c + c)
+def measure_depthwise(size, c, k, stride, count, repeat, rng):
+    ho = (size + 2 * (k // 2) - k) // stride + 1
+    flop = 2.0 * ho * ho * c * k * k
+    nbytes = 4 * (size * size * c + ho * ho * c + k * k * c + c)
     xa = rng.standard_normal((1, size, size, c)).astype(np.float32)
-    wa = (rng.standard_normal((c, 3, 3, 1)) / 3).astype(np.float32)
+    wa = (rng.standard_normal((c, k, k, 1)) / k).astype(np.float32)
     ba = rng.standard_normal(c).astype(np.float32)
     x, w, bias = nnc.Tensor(xa), nnc.Tensor(wa), nnc.Tensor(ba)
     y = nnc.Tensor.zeros((1, ho, ho, c), dtype="float32")
     # A one-node graph, as a network runs the layer: cmd_exec would add its Python checks
     # (tens of microseconds, as much as the smallest layers take).
     g = nnc.Graph()
-    g.exec(nnc.Cmd("CONVOLUTION", backend="CPU_OPT", stride=stride, padding=1, groups=c),
+    g.exec(nnc.Cmd("CONVOLUTION", backend="CPU_OPT", stride=stride, padding=k // 2, groups=c),
            [x, w, bias], [y])
+    g.freeze()
     one = {"nnc": g.run}
     ort, why = _ort_depthwise(xa, wa, ba, stride)
     err = None
@@ -315,7 +328,8 @@ def measure_depthwise(size, c, stride, count, repeat, rng):
                                         repeat)
     sec = {k: _util.median(v) / calls[k] for k, v in samples.items()}
     return {
-        "shape": f"{size}x{size}x{c} 3x3/{stride} p1 -> {ho}x{ho}x{c}", "count": count,
+        "shape": f"{size}x{size}x{c} {k}x{k}/{stride} p{k // 2} -> {ho}x{ho}x{c}",
+        "count": count,
         "gflop": flop / 1e9, "mbytes": nbytes / 1e6,
         "ms": {k: v * 1e3 for k, v in sec.items()},
         "gflops": {k: flop / v / 1e9 for k, v in sec.items()},
@@ -325,10 +339,11 @@ def measure_depthwise(size, c, stride, count, repeat, rng):
     }
 
 
-def run_depthwise(repeat, limit=None, seed=0, say=print, limits=True):
-    """MobileNet-V2's depthwise layers (module docstring); ``limits`` as for ``run``."""
+def run_depthwise(repeat, limit=None, seed=0, say=print, limits=True, net="mobilenet_v2"):
+    """A network's depthwise layers (``net``: a key of DEPTHWISE; module docstring);
+    ``limits`` as for ``run``."""
 
-    layers = MOBILENET_V2_DEPTHWISE[:limit] if limit else MOBILENET_V2_DEPTHWISE
+    layers = DEPTHWISE[net][:limit] if limit else DEPTHWISE[net]
     if limits is True:
         say("  measuring the machine's limits")
         limits = _limits.measure_limits(threads=(1,))
@@ -339,8 +354,8 @@ def run_depthwise(repeat, limit=None, seed=0, say=print, limits=True):
     rng = np.random.default_rng(seed)
     rows = []
     try:
-        for i, (size, c, stride, count) in enumerate(layers):
-            rows.append(measure_depthwise(size, c, stride, count, repeat, rng))
+        for i, (size, c, k, stride, count) in enumerate(layers):
+            rows.append(measure_depthwise(size, c, k, stride, count, repeat, rng))
             rows[-1]["of_bandwidth"] = {k: v / bandwidth for k, v in rows[-1]["gbs"].items()} \
                 if bandwidth else None
             say(f"  {i + 1}/{len(layers)} {rows[-1]['shape']}")
@@ -354,7 +369,8 @@ def run_depthwise(repeat, limit=None, seed=0, say=print, limits=True):
     bad = [r["shape"] for r in rows if r["ort_rel_err"] is not None
            and not r["ort_rel_err"] <= TOL_ORT]
     return {
-        "mode": "depthwise", "repeat": repeat, "shapes": len(rows), "isa": isa.get_cpu_isa(),
+        "mode": "depthwise", "net": net, "repeat": repeat, "shapes": len(rows),
+        "isa": isa.get_cpu_isa(),
         "rows": rows, "limits": limits, "bandwidth_gbs": bandwidth,
         "total_ms": {"nnc": total("nnc"), "ort": total("ort")},
         "ort_tolerance": TOL_ORT, "ort_errors_ok": not bad, "ort_errors_bad": bad,
@@ -363,7 +379,7 @@ def run_depthwise(repeat, limit=None, seed=0, say=print, limits=True):
 
 def render_depthwise(r):
     ort = any("ort" in x["ms"] for x in r["rows"])
-    head = ["layer (HxWxC 3x3/stride)", "x", "nnc ms", "nnc GF/s", "nnc GB/s"]
+    head = ["layer (HxWxC kxk/stride)", "x", "nnc ms", "nnc GF/s", "nnc GB/s"]
     if ort:
         head += ["ort ms", "ort GF/s", "ort GB/s", "nnc/ort"]
     if r["bandwidth_gbs"]:
@@ -385,7 +401,8 @@ def render_depthwise(r):
         body.append(line)
     t = r["total_ms"]
     why = r["rows"][0]["ort"] if r["rows"] else "ok"
-    out = [f"MobileNet-V2 224 depthwise layers, 1 thread, float32, bias, median of "
+    name = DEPTHWISE_NAMES[r.get("net", "mobilenet_v2")]
+    out = [f"{name} 224 depthwise layers, 1 thread, float32, bias, frozen weights, median of "
            f"{r['repeat']} interleaved rounds; nnc kernel ISA {r['isa']}; nnc NHWC, "
            f"onnxruntime NCHW" + ("" if ort else f" (onnxruntime {why})"),
            _limits.describe(r["limits"]) if r["limits"] else "limits: not measured (--no-limits)",
@@ -479,7 +496,9 @@ def main(argv=None):
     p.add_argument("--no-limits", action="store_true",
                    help="skip measuring the machine's peaks and bandwidth (a few seconds)")
     p.add_argument("--depthwise", action="store_true",
-                   help="MobileNet-V2's depthwise layers against ONNX Runtime instead")
+                   help="a network's depthwise layers against ONNX Runtime instead")
+    p.add_argument("--net", choices=sorted(DEPTHWISE), default="mobilenet_v2",
+                   help="whose depthwise layers (with --depthwise; default mobilenet_v2)")
     p.add_argument("--epilogue", action="store_true",
                    help="MobileNet-V3 layers: fused HardSwish / SiLU against a separate node")
     a = p.parse_args(argv)
@@ -491,7 +510,7 @@ def main(argv=None):
         _util.publish(report, "conv", render_epilogue, a.json)
         return 0 if report["same_bits"] else 1
     if a.depthwise:
-        report = run_depthwise(a.repeat, a.limit, say=say, limits=not a.no_limits)
+        report = run_depthwise(a.repeat, a.limit, say=say, limits=not a.no_limits, net=a.net)
         _util.publish(report, "conv", render_depthwise, a.json,
                       packages=("numpy", "onnxruntime"))
         return 0 if report["ort_errors_ok"] else 1

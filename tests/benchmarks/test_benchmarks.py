@@ -291,6 +291,16 @@ def test_conv_benchmark_depthwise_smoke():
     assert r["ort_errors_ok"]
 
 
+def test_conv_benchmark_depthwise_efficientnet_5x5_smoke():
+    r = _bench("benchmarks.conv", "--depthwise", "--net", "efficientnet", "--limit", "4",
+               "--repeat", "1", "--no-limits")
+    assert r["net"] == "efficientnet" and r["shapes"] == 4
+    five = r["rows"][3]
+    # EfficientNet-B0's first 5x5 layer: 56x56x144, stride 2, padding 2 -> 28x28: 2*25 a value
+    assert five["shape"] == "56x56x144 5x5/2 p2 -> 28x28x144"
+    assert five["gflop"] == pytest.approx(2 * 25 * 28 * 28 * 144 / 1e9)
+    assert r["ort_errors_ok"]
+
 def _unbuilt_checkout(tmp_path):
     """A clone's root whose nnc/ was never built (its Python files, no compiled module), and a
     site folder holding this checkout's built nnc, as a wheel install would: the project's

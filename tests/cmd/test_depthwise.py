@@ -129,3 +129,83 @@ def test_depthwise_same_bits_in_any_split(threads, kernel_isa):
     finally:
         nnc.set_intra_op_threads(None)
         cpu_opt._tune(*old)
+
+
+# 5x5 windows on the AVX-512 register kernel: rows of several groups of four pixels, edge
+# groups, stride 2, a map narrower than the window's reach (7x7, where most pixels are edges).
+WIDE_GEOMETRIES = [
+    ((1, 14, 13), (5, 5), 1, 2),
+    ((2, 12, 17), (5, 5), 2, 2),
+    ((1, 7, 7), (5, 5), 1, 2),
+    ((1, 11, 10), (5, 5), 2, (1, 2, 2, 1)),
+    ((1, 9, 40), (5, 5), 1, 0),                 # no padding, a row of 36 pixels: two blocks
+]
+
+
+@pytest.mark.parametrize("shape, k, stride, padding", WIDE_GEOMETRIES)
+def test_depthwise_5x5_matches_cpu_ref_at_every_isa(shape, k, stride, padding, kernel_isa):
+    rng = np.random.default_rng(5)
+    for c in (5, 16, 33, 240):
+        x, w, bias = operands(rng, shape, k, c)
+        for b, act in [(None, None), (bias, "relu"), (bias, "swish")]:
+            want = depthwise(x, w, b, stride, padding, "CPU_REF", act)
+            got = depthwise(x, w, b, stride, padding, "CPU_OPT", act)
+            close_dot(got, want.astype(np.float64), "float32", 25, x, w, bias=b)
+
+
+@pytest.mark.parametrize("k", [(3, 3), (5, 5)])
+def test_depthwise_same_bits_in_any_split_5x5(k, kernel_isa):
+    """Every pixel sums its taps in one order wherever it lies in a row's groups of four, so
+    one row per part gives the bits of the whole call."""
+    rng = np.random.default_rng(4)
+    x, w, bias = operands(rng, (1, 15, 19), k, 35)
+    whole = depthwise(x, w, bias, 1, k[0] // 2, "CPU_OPT", "relu")
+    old = cpu_opt._tune(1 << 19, 1, 0)
+    nnc.set_intra_op_threads(2)
+    try:
+        for _ in range(3):
+            split = depthwise(x, w, bias, 1, k[0] // 2, "CPU_OPT", "relu")
+            np.testing.assert_array_equal(split, whole)
+    finally:
+        nnc.set_intra_op_threads(None)
+        cpu_opt._tune(*old)
+
+
+@pytest.mark.parametrize("k", [(3, 3), (5, 5)])
+def test_frozen_depthwise_weights_are_laid_out_once(k, kernel_isa):
+    """Frozen weights' tap-by-tap copy is made on the first run and kept (Graph.memory counts
+    it); the results are those of laying them out per call, infinite weights included (the
+    kept copy remembers that not every weight is finite: the padding's 0 * inf is NaN)."""
+    rng = np.random.default_rng(8)
+    for bad in (False, True):
+        x, w, bias = operands(rng, (1, 9, 9), k, 40)
+        if bad:
+            w[7, 0, 0, 0] = np.inf                      # a corner tap: meets the padding
+        y = np.zeros((1, 9, 9, 40), np.float32)
+        g = nnc.Graph()
+        g.exec(nnc.Cmd("CONVOLUTION", groups=40, padding=k[0] // 2, backend="CPU_OPT"),
+               [x, w, bias], [y])
+        g.run()
+        want = y.copy()
+        assert g.memory()["packed_bytes"] == 0
+        g.freeze()
+        for _ in range(2):
+            y[...] = -1
+            g.run()
+            np.testing.assert_array_equal(y, want)
+        assert g.memory()["packed_bytes"] >= 40 * k[0] * k[1] * 4
+        assert np.isnan(y[0, 0, 0, 7]) == bad
+
+
+def test_unfrozen_depthwise_weights_changed_between_runs_are_read_again(kernel_isa):
+    rng = np.random.default_rng(9)
+    x, w, bias = operands(rng, (1, 8, 8), (5, 5), 24)
+    wt = nnc.Tensor(w)
+    y = nnc.Tensor.zeros((1, 8, 8, 24), dtype="float32")
+    g = nnc.Graph()
+    g.exec(nnc.Cmd("CONVOLUTION", groups=24, padding=2, backend="CPU_OPT"), [x, wt, bias], [y])
+    g.run()
+    wt.numpy()[...] *= 2
+    g.run()
+    want = depthwise(x, wt.numpy(), bias, 1, 2, "CPU_REF")
+    close_dot(y.numpy(), want.astype(np.float64), "float32", 25, x, wt.numpy(), bias=bias)

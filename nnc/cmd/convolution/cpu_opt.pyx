@@ -103,7 +103,8 @@ cdef Py_ssize_t _pointwise_parts = 2
 
 cdef enum:
     # The packed-weight layout's version, in the cache key of frozen weights' packed copies
-    # (2: a flag after the panels says whether every weight is finite).
+    # (2: a flag after the panels says whether every weight is finite). Each family keeping
+    # copies has its own (GEMM's 3, Winograd's U 4, depthwise taps 5): keys never collide.
     PACK_FORMAT = 2
 
 # float32 convolutions take their A rows by pointer from the input (an indirect convolution,

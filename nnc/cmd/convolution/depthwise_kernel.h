@@ -381,6 +381,30 @@ NNC_DW_RUN3(avx2)
 
 #define NNC_DW_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 
+/* A vector of channels [ch, ch + 16) at x, under mask m where masked (the channel tail). */
+static inline __attribute__((always_inline)) NNC_DW_AVX512 __m512 nnc_dw_ld512(
+        const float* x, __mmask16 m, const int masked) {
+    return masked ? _mm512_maskz_loadu_ps(m, x) : _mm512_loadu_ps(x);
+}
+
+/* Bias and activation on v, channels [ch, ch + 16), stored at o (masked: the channel tail). */
+static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_store512(
+        __m512 v, ptrdiff_t ch, float* o, const nnc_epilogue_t* ep, __mmask16 m,
+        const int masked) {
+    if (ep->bias != NULL)
+        v = _mm512_add_ps(v, nnc_dw_ld512(ep->bias + ch, m, masked));
+    if (ep->act == NNC_ACT_RELU)
+        v = _mm512_max_ps(_mm512_setzero_ps(), v);
+    else if (ep->act == NNC_ACT_CLAMP)
+        v = _mm512_min_ps(_mm512_set1_ps(ep->hi), _mm512_max_ps(_mm512_set1_ps(ep->lo), v));
+    else if (ep->act >= NNC_ACT_HSWISH)
+        v = nnc_act_v16(ep->act, v);
+    if (masked)
+        _mm512_mask_storeu_ps(o, m, v);
+    else
+        _mm512_storeu_ps(o, v);
+}
+
 /* The last c - ch0 (< 16) channels of a pixel, masked, summed as the whole vectors are. */
 static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_pixel_tail512(
         const nnc_dw_t* d, const float* xb, ptrdiff_t ih0, ptrdiff_t iw0, int i0, int i1,
@@ -396,15 +420,7 @@ static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_pixel_tai
             acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p), _mm512_maskz_loadu_ps(m, wt),
                                   acc);
     }
-    if (ep->bias != NULL)
-        acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, ep->bias + ch0));
-    if (ep->act == NNC_ACT_RELU)
-        acc = _mm512_max_ps(_mm512_setzero_ps(), acc);
-    else if (ep->act == NNC_ACT_CLAMP)
-        acc = _mm512_min_ps(_mm512_set1_ps(ep->hi), _mm512_max_ps(_mm512_set1_ps(ep->lo), acc));
-    else if (ep->act >= NNC_ACT_HSWISH)
-        acc = nnc_act_v16(ep->act, acc);
-    _mm512_mask_storeu_ps(y + ch0, m, acc);
+    nnc_dw_store512(acc, ch0, y + ch0, ep, m, 1);
 }
 
 static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_run3_tail512(
@@ -437,15 +453,7 @@ static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_run3_tail
             v = _mm512_add_ps(v, a[1]);
         if (NR > 2)
             v = _mm512_add_ps(v, a[2]);
-        if (ep->bias != NULL)
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, ep->bias + ch0));
-        if (ep->act == NNC_ACT_RELU)
-            v = _mm512_max_ps(_mm512_setzero_ps(), v);
-        else if (ep->act == NNC_ACT_CLAMP)
-            v = _mm512_min_ps(_mm512_set1_ps(ep->hi), _mm512_max_ps(_mm512_set1_ps(ep->lo), v));
-        else if (ep->act >= NNC_ACT_HSWISH)
-            v = nnc_act_v16(ep->act, v);
-        _mm512_mask_storeu_ps(y + q * ys_w + ch0, m, v);
+        nnc_dw_store512(v, ch0, y + q * ys_w + ch0, ep, m, 1);
     }
 }
 
@@ -481,6 +489,154 @@ NNC_DW_RUN3(avx512)
 #undef ACT
 #undef TAIL_PIXEL
 #undef TAIL_RUN3
+
+/* One output row of a 5-wide window over NR (1..5) input rows, AVX-512 only: x0 is row 0's
+ * input at image column 0, rows xs_h floats apart, columns xs_w apart; output pixel q's window
+ * starts at column q * SW - pl (SW: 1 or 2); taps holds the rows' weights ([5 * NR, c]); pixel
+ * q's output at y + q * ys_w, for q in [0, wo). Its 32 registers hold a channel vector's 5 * NR
+ * weight vectors for the whole row. Where four pixels' windows lie inside the image (columns
+ * [q0, q1)), they go at once: each input under them is loaded once and multiplied into every
+ * pixel whose window holds it (8 loads for 20 multiply-adds a row at stride 1, 11 at stride
+ * 2), where the pixel path loads a weight and an input per tap and is bound by loads (2.3x
+ * onnxruntime's time on EfficientNet's 28x28 5x5 layers). Other groups (edges, a row's last
+ * pixels) load their columns outside the image as zeros (a masked load), whose products add
+ * nothing: the
+ * weights are finite here (nnc_dw_rows sends other weights to nnc_dw_pixel_padded), and a sum
+ * that starts at +0 is never -0, so adding +-0 leaves it as leaving the tap out would. Every
+ * pixel sums its taps column by column, each column's rows top to bottom, wherever it lies:
+ * every split gives the same bits. Channels past the last whole vector run the same code under
+ * a mask. */
+/* Four pixels whose windows lie inside the image, from x (the first's tap (0, 0)). One column
+ * pointer walks the columns; the rows are fixed offsets from it. */
+static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_run5_four(
+        const int NR, const int SW, const __m512* w, const float* x, ptrdiff_t xs_h,
+        ptrdiff_t xs_w, __m512* acc, __mmask16 m, const int masked) {
+    int k, col, i;
+    NNC_UNROLL
+    for (i = 0; i < 4; i++)
+        acc[i] = _mm512_setzero_ps();
+    NNC_UNROLL
+    for (col = 0; col < SW * 3 + 5; col++, x += xs_w) {
+        /* Opaque to the optimiser: otherwise gcc keeps a base address per column and row (40
+         * of them), spills them and reloads one per load. */
+        __asm__("" : "+r"(x));
+        NNC_UNROLL
+        for (k = 0; k < NR; k++) {
+            const __m512 v = nnc_dw_ld512(x + k * xs_h, m, masked);
+            NNC_UNROLL
+            for (i = 0; i < 4; i++) {
+                const int j = col - SW * i;
+                if (j >= 0 && j < 5)
+                    acc[i] = _mm512_fmadd_ps(v, w[5 * k + j], acc[i]);
+            }
+        }
+    }
+}
+
+/* P (1..4) pixels, the first's window starting at column iw0, columns outside [0, wimg) read
+ * as zeros: the edges, and a row's last pixels. As nnc_dw_run5_four, with a mask per column. */
+static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_run5_edge(
+        const int NR, const int SW, const int P, const __m512* w, const float* x0,
+        ptrdiff_t iw0, ptrdiff_t wimg, ptrdiff_t xs_h, ptrdiff_t xs_w, __m512* acc,
+        __mmask16 m) {
+    int k, col, i;
+    NNC_UNROLL
+    for (i = 0; i < P; i++)
+        acc[i] = _mm512_setzero_ps();
+    NNC_UNROLL
+    for (col = 0; col < SW * (P - 1) + 5; col++) {
+        const ptrdiff_t iw = iw0 + col;
+        const int inside = iw >= 0 && iw < wimg;
+        const __mmask16 mc = inside ? m : (__mmask16)0;
+        const float* x = x0 + (inside ? iw : 0) * xs_w;
+        NNC_UNROLL
+        for (k = 0; k < NR; k++) {
+            const __m512 v = _mm512_maskz_loadu_ps(mc, x + k * xs_h);
+            NNC_UNROLL
+            for (i = 0; i < P; i++) {
+                const int j = col - SW * i;
+                if (j >= 0 && j < 5)
+                    acc[i] = _mm512_fmadd_ps(v, w[5 * k + j], acc[i]);
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_run5_vec(
+        const int NR, const int SW, const float* x0, ptrdiff_t xs_h, ptrdiff_t xs_w,
+        ptrdiff_t wimg, ptrdiff_t pl, ptrdiff_t qa, ptrdiff_t qb, ptrdiff_t q0, ptrdiff_t q1,
+        const float* taps, ptrdiff_t c, ptrdiff_t ch, float* y, ptrdiff_t ys_w,
+        const nnc_epilogue_t* ep, __mmask16 m, const int masked) {
+    __m512 w[25], acc[4];
+    ptrdiff_t q = qa;
+    int t, i;
+    NNC_UNROLL
+    for (t = 0; t < 5 * NR; t++)
+        w[t] = nnc_dw_ld512(taps + t * c + ch, m, masked);
+    x0 += ch;
+    while (q < qb) {
+        const int p = qb - q < 4 ? (int)(qb - q) : 4;
+        if (p == 4 && q >= q0 && q + 4 <= q1)
+            nnc_dw_run5_four(NR, SW, w, x0 + (q * SW - pl) * xs_w, xs_h, xs_w, acc, m, masked);
+        else if (p == 4)
+            nnc_dw_run5_edge(NR, SW, 4, w, x0, q * SW - pl, wimg, xs_h, xs_w, acc, m);
+        else if (p == 3)
+            nnc_dw_run5_edge(NR, SW, 3, w, x0, q * SW - pl, wimg, xs_h, xs_w, acc, m);
+        else if (p == 2)
+            nnc_dw_run5_edge(NR, SW, 2, w, x0, q * SW - pl, wimg, xs_h, xs_w, acc, m);
+        else
+            nnc_dw_run5_edge(NR, SW, 1, w, x0, q * SW - pl, wimg, xs_h, xs_w, acc, m);
+        for (i = 0; i < p; i++)
+            nnc_dw_store512(acc[i], ch, y + (q + i) * ys_w + ch, ep, m, masked);
+        q += p;
+    }
+}
+
+static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_run5_body(
+        const int NR, const int SW, const float* x0, ptrdiff_t xs_h, ptrdiff_t xs_w,
+        ptrdiff_t wimg, ptrdiff_t pl, ptrdiff_t wo, ptrdiff_t q0, ptrdiff_t q1,
+        const float* taps, ptrdiff_t c, float* y, ptrdiff_t ys_w, const nnc_epilogue_t* ep) {
+    ptrdiff_t qa, qb, ch;
+    /* Blocks of pixels, as the 3-wide run: the block's input columns stay in L1 while each
+     * channel vector walks them. */
+    for (qa = 0; qa < wo; qa = qb) {
+        qb = wo - qa < NNC_DW_BLOCK ? wo : qa + NNC_DW_BLOCK;
+        for (ch = 0; ch + 16 <= c; ch += 16)
+            nnc_dw_run5_vec(NR, SW, x0, xs_h, xs_w, wimg, pl, qa, qb, q0, q1, taps, c, ch, y,
+                            ys_w, ep, (__mmask16)0xffff, 0);
+        if (ch < c)
+            nnc_dw_run5_vec(NR, SW, x0, xs_h, xs_w, wimg, pl, qa, qb, q0, q1, taps, c, ch, y,
+                            ys_w, ep, (__mmask16)((1u << (c - ch)) - 1u), 1);
+    }
+}
+
+#define NNC_DW_RUN5_CASE(NR)                                                                  \
+    case NR:                                                                                  \
+        if (sw == 1)                                                                          \
+            nnc_dw_run5_body(NR, 1, x0, xs_h, xs_w, wimg, pl, wo, q0, q1, taps, c, y, ys_w,   \
+                             ep);                                                             \
+        else                                                                                  \
+            nnc_dw_run5_body(NR, 2, x0, xs_h, xs_w, wimg, pl, wo, q0, q1, taps, c, y, ys_w,   \
+                             ep);                                                             \
+        break;
+
+/* nr window rows inside the image (1..5), column stride sw (1 or 2: nnc_dw_rows runs other
+ * strides on the pixel path); [q0, q1) the pixels whose windows lie inside the image's
+ * columns (nnc_dw_rows's interior). */
+static NNC_DW_AVX512 void nnc_dw_run5_avx512(
+        int nr, int sw, const float* x0, ptrdiff_t xs_h, ptrdiff_t xs_w, ptrdiff_t wimg,
+        ptrdiff_t pl, ptrdiff_t wo, ptrdiff_t q0, ptrdiff_t q1, const float* taps, ptrdiff_t c,
+        float* y, ptrdiff_t ys_w, const nnc_epilogue_t* ep) {
+    switch (nr) {
+    NNC_DW_RUN5_CASE(5)
+    NNC_DW_RUN5_CASE(4)
+    NNC_DW_RUN5_CASE(3)
+    NNC_DW_RUN5_CASE(2)
+    default:
+        NNC_DW_RUN5_CASE(1)
+    }
+}
+#undef NNC_DW_RUN5_CASE
 
 #endif /* NNC_SGEMM_X86 */
 
@@ -551,6 +707,13 @@ static void nnc_dw_rows(int isa, const nnc_dw_t* d, ptrdiff_t r0, ptrdiff_t r1,
         /* The window's rows inside the image: [i0, i1), possibly none. */
         const int i0 = (int)nnc_dw_clamp(-ih0, 0, kh);
         const int i1 = (int)nnc_dw_clamp(h - ih0, i0, kh);
+#ifdef NNC_SGEMM_X86
+        if (isa >= 2 && kw == 5 && sw <= 2 && i1 > i0 && i1 - i0 <= 5) {
+            nnc_dw_run5_avx512(i1 - i0, (int)sw, xb + (ih0 + i0) * xs_h, xs_h, xs_w, w, pl, wo,
+                               q0, q1, d->taps + i0 * 5 * c, c, yr, ys_w, ep);
+            continue;
+        }
+#endif
         for (q = 0; q < q0; q++)
             nnc_dw_edge(pixel, d, xb, ih0, i0, i1, q, yr + q * ys_w, ep);
         if (kw == 3 && i1 > i0 && i1 - i0 <= 3 && q1 > q0) {

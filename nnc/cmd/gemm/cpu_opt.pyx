@@ -404,8 +404,11 @@ cdef int _part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
 
 
 cdef enum:
-    # The packed-weight layout's version in frozen weights' cache key (the convolution's is 1).
-    PACK_FORMAT = 2
+    # The packed-weight layout's version in frozen weights' cache key (nnc.tensor.constant):
+    # each family that keeps copies has its own, so two layouts never share a key even where
+    # their other fields happen to agree (the convolution's panels are 2, Winograd's U 4,
+    # depthwise taps 5).
+    PACK_FORMAT = 3
 
 
 cdef void _pack_w(void* arg, void* dst) noexcept nogil:
