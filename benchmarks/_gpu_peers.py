@@ -19,6 +19,13 @@ GPU.
   with ``device="cuda:N"``: inputs and outputs bound to device memory (IOBinding), TF32 off
   (the session's provider options are read back into the report).
 
+``precision`` "fp16": every peer runs the network in float16. The torch peers build their
+step from float16 weights and a float16 input (``TorchEager(dtype="float16")``: what
+``model.half()`` does to a module), in the same memory format and modes; torch's float32
+settings stay as in "fp32" (TF32 off: they govern float32 math only, and none is left). The
+onnxruntime peer runs ``float16_model(model)``: the same ONNX model with its float32
+initializers, input and outputs stored as float16.
+
 PyTorch settings, the same for every torch column and recorded in the report as torch
 reports them after they are set (``torch_precision``): channels_last activations and
 convolution weights, ``torch.inference_mode`` (``torch.no_grad`` for the compiled step),
@@ -45,7 +52,7 @@ PEERS = ("torch_eager", "torch_cuda_graphs", "torch_compile_max_autotune",
          "torch_compile_reduce_overhead", "ort_cuda")
 COMPILE_MODES = {"torch_compile_max_autotune": "max-autotune",
                  "torch_compile_reduce_overhead": "reduce-overhead"}
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "fp16")
 COMPILE_BUDGET = 300.0      # seconds for a torch.compile peer's compile and warm-up calls
 WARMUP_CALLS = 20           # at most, before a compiled step counts as warm
 
@@ -108,9 +115,10 @@ def _tf32_in_use(read):
 
 
 def configure_torch(cudnn_benchmark=True, precision="fp32"):
-    """Set the PyTorch settings above (process-wide), ``precision`` "fp32" (TF32 off) or
-    "tf32" (on, for convolutions and matrix products); returns the settings as torch reports
-    them afterwards, with torch's versions."""
+    """Set the PyTorch settings above (process-wide), ``precision`` "fp32" (TF32 off), "tf32"
+    (on, for convolutions and matrix products) or "fp16" (TF32 off, as for "fp32": the float16
+    network has no float32 math for it to govern); returns the settings as torch reports them
+    afterwards, with torch's versions and the dtype the peers run in."""
     import torch
 
     if precision not in PRECISIONS:
@@ -130,7 +138,47 @@ def configure_torch(cudnn_benchmark=True, precision="fp32"):
             "cudnn": torch.backends.cudnn.version(),
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
             "precision": precision, "precision_read_back": read, "tf32": _tf32_in_use(read),
-            "memory_format": "channels_last", "mode": "inference_mode"}
+            "dtype": dtype_of(precision), "memory_format": "channels_last",
+            "mode": "inference_mode"}
+
+
+def dtype_of(precision):
+    """The dtype the network's tensors have under ``precision`` (TF32 is float32 storage)."""
+    return "float16" if precision == "fp16" else "float32"
+
+
+def float16_model(model):
+    """A copy of ONNX ``model`` in float16: its float32 initializers, inputs, outputs and
+    value_info entries stored as float16 (NumPy's rounding to nearest); every operator then
+    runs on float16 tensors. NotImplementedError naming what it cannot convert: a node that
+    makes or converts to a dtype of its own (an attribute holding a tensor, a graph or a
+    dtype), or a sparse initializer."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    if len(g.sparse_initializer):
+        raise NotImplementedError("float16_model: the model has sparse initializers")
+    typed = {onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS,
+             onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
+             onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS}
+    for node in g.node:
+        for a in node.attribute:
+            if a.type in typed or a.name in ("to", "dtype"):
+                raise NotImplementedError(f"float16_model: {node.op_type} node {node.name!r} "
+                                          f"has attribute {a.name!r}, which sets a dtype or "
+                                          "holds a tensor or graph of its own")
+    for i, t in enumerate(g.initializer):
+        if t.data_type == TensorProto.FLOAT:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(t).astype(np.float16), t.name))
+    for v in [*g.input, *g.output, *g.value_info]:
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    return m
 
 
 class TorchGraphs:
@@ -138,7 +186,7 @@ class TorchGraphs:
 
     def __init__(self, eager, warmup=3):
         torch = self.torch = eager.torch
-        self.device = eager.device
+        self.device, self.dtype = eager.device, eager.dtype
         with torch.cuda.device(self.device):
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -159,8 +207,10 @@ class TorchGraphs:
         return [t.contiguous().cpu().numpy() for t in self.device_outputs]
 
     def describe(self):
+        half = ", float16" if self.dtype == "float16" else ""
         return (f"PyTorch {self.torch.__version__} torch.cuda.CUDAGraph replay of the eager step "
-                f"on {self.device} ({self.warmup} warm-up steps on a side stream, then capture)")
+                f"on {self.device}{half} ({self.warmup} warm-up steps on a side stream, then "
+                "capture)")
 
 
 class CompileDeadline(Exception):
@@ -213,6 +263,7 @@ class TorchCompiled:
     def __init__(self, eager, mode, budget=COMPILE_BUDGET):
         torch = self.torch = eager.torch
         self.device, self.mode, self.budget = eager.device, mode, budget
+        self.dtype = eager.dtype
         mark = getattr(torch._dynamo, "mark_static_address", None)
         if mark is not None:
             for t in eager.static:
@@ -256,14 +307,16 @@ class TorchCompiled:
 
     def info(self):
         """Compile cost and setup, for the report (never part of the timed rounds)."""
-        return {"mode": self.mode, "compile_s": self.compile_s, "first_call_s": self.first_call_s,
+        return {"mode": self.mode, "dtype": self.dtype or "float32", "compile_s": self.compile_s,
+                "first_call_s": self.first_call_s,
                 "warmup_calls": self.warmup_calls, "warm": self.warm,
                 "static_tensors": self.static, "compile_budget_s": self.budget}
 
     def describe(self):
         settled = "" if self.warm else ", the last still not as fast as the one before"
+        half = ", float16" if self.dtype == "float16" else ""
         return (f"PyTorch {self.torch.__version__} torch.compile(mode={self.mode!r}, "
-                f"dynamic=False, fullgraph=True) of the eager step on {self.device}, "
+                f"dynamic=False, fullgraph=True) of the eager step on {self.device}{half}, "
                 f"{self.static} weight/input tensors marked static; compile and warm-up "
                 f"{self.compile_s:.1f} s ({self.warmup_calls} calls{settled}), not timed")
 
@@ -321,7 +374,8 @@ def make_peers(model, feeds, ordinal, names=PEERS, cudnn_benchmark=True, say=Non
                 say(f"peers: PyTorch {t['torch']} (CUDA {t['torch_cuda']}, cuDNN {t['cudnn']}), "
                     f"cudnn.benchmark {'on' if t['cudnn_benchmark'] else 'off'}, {precision}: "
                     f"torch reports {t['precision_read_back']}")
-                eager = TorchEager(model, feeds, None, device=f"cuda:{ordinal}")
+                eager = TorchEager(model, feeds, None, device=f"cuda:{ordinal}",
+                                   dtype="float16" if precision == "fp16" else None)
                 eager()
             except NotImplementedError as e:
                 why = f"unsupported: {e}"
@@ -358,11 +412,15 @@ def make_peers(model, feeds, ordinal, names=PEERS, cudnn_benchmark=True, say=Non
             unavailable["ort_cuda"] = "onnxruntime is not installed"
         else:
             try:
+                if precision == "fp16":
+                    model, feeds = float16_model(model), {
+                        k: v.astype("float16") if v.dtype.kind == "f" else v
+                        for k, v in feeds.items()}
                 r = OrtRun(model, feeds, intra_op=1, device=f"cuda:{ordinal}")
                 r()
                 peers["ort_cuda"] = r
-                settings["ort_cuda"] = ort_settings(r)
-            except PeerUnavailableError as e:
+                settings["ort_cuda"] = {**ort_settings(r), "dtype": dtype_of(precision)}
+            except (PeerUnavailableError, NotImplementedError) as e:
                 unavailable["ort_cuda"] = str(e)
             except Exception as e:
                 unavailable["ort_cuda"] = _failed(e, say)

@@ -14,7 +14,10 @@ them to the host. ``step()`` is the loop alone, which benchmarks/_gpu_peers.py c
 CUDA graph; ``body()`` is that loop without ``torch.inference_mode``, which it hands to
 ``torch.compile``, and ``static`` lists every tensor the loop reads that is not computed by it
 (weights as prepared, inputs), which torch's CUDA-graph modes must be told never move. On the
-CPU a call also converts the outputs to NumPy, as it always did.
+CPU a call also converts the outputs to NumPy, as it always did. ``dtype="float16"`` runs the
+network in half precision (as ``model.half()`` would): every floating-point constant and input
+is converted once, on the way to the device; integer constants (Reshape's shape) stay as they
+are.
 
 Only the operators nnc's exports and ``nnc/models/onnx_zoo.py`` use are mapped; any other
 raises ``NotImplementedError`` naming it, and the benchmark reports the column as unsupported.
@@ -38,12 +41,13 @@ def _attrs(node):
 
 class TorchEager:
     """``model`` (an ONNX ModelProto) run op by op in PyTorch eager mode on ``device`` ("cpu",
-    "cuda" or "cuda:N"), with ``threads`` intra-op threads (None: leave torch's setting).
+    "cuda" or "cuda:N"), with ``threads`` intra-op threads (None: leave torch's setting), in
+    the model's own dtypes (``dtype`` None) or in float16 (``dtype="float16"``).
     ``feeds`` maps input names to NumPy arrays (copied once, to the device). On the CPU
     ``outputs`` holds the last run's outputs as NumPy arrays; ``fetch_outputs()`` returns them
     on any device."""
 
-    def __init__(self, model, feeds, threads, device="cpu"):
+    def __init__(self, model, feeds, threads, device="cpu", dtype=None):
         import numpy as np
         import onnx.numpy_helper
         import torch
@@ -53,10 +57,19 @@ class TorchEager:
         if threads is not None:
             torch.set_num_threads(threads)
         self.threads = threads
-        self.consts = {t.name: torch.from_numpy(np.array(onnx.numpy_helper.to_array(t)))
-                       .to(self.device) for t in model.graph.initializer}
-        self.inputs = {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device)
-                       for k, v in feeds.items()}
+        if dtype not in (None, "float16"):
+            raise ValueError(f"TorchEager: dtype must be None or 'float16', not {dtype!r}")
+        self.dtype = dtype
+        floats = torch.float16 if dtype == "float16" else None
+
+        def place(a):
+            t = torch.from_numpy(np.ascontiguousarray(a))
+            return t.to(self.device, floats) if floats and t.is_floating_point() else \
+                t.to(self.device)
+
+        self.consts = {t.name: place(np.array(onnx.numpy_helper.to_array(t)))
+                       for t in model.graph.initializer}
+        self.inputs = {k: place(v) for k, v in feeds.items()}
         # Every tensor body() reads and does not compute: the constants, the copies _compile
         # prepares from them (channels_last weights, transposed Gemm weights) and the inputs.
         # Each is allocated once and never written, so a CUDA graph may use it in place.
@@ -210,9 +223,10 @@ class TorchEager:
         return self.outputs
 
     def describe(self):
+        half = ", float16" if self.dtype == "float16" else ""
         if self.device.type == "cpu":
             threads = "torch's default" if self.threads is None else self.threads
-            return f"PyTorch {torch_version()} eager, channels_last, {threads} thread(s)"
+            return f"PyTorch {torch_version()} eager{half}, channels_last, {threads} thread(s)"
         bench = "on" if self.torch.backends.cudnn.benchmark else "off"
-        return (f"PyTorch {torch_version()} eager on {self.device}, channels_last, "
+        return (f"PyTorch {torch_version()} eager on {self.device}{half}, channels_last, "
                 f"inference_mode, cudnn.benchmark {bench}")

@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu [--json] [--quick] [--repeat R] [--budget S] [--size S]
                              [--kernels N] [--max-streams M] [--peers a,b,c]
-                             [--cudnn-benchmark {on,off}] [--precision {fp32,tf32}]
+                             [--cudnn-benchmark {on,off}] [--precision {fp32,tf32,fp16}]
                              [--compile-budget S] [--save DIR]
 
 nnc's side runs through ``nnc.cuda``: CPU-built graphs copied to the GPU with
@@ -39,7 +39,12 @@ the settings as torch reads them back afterwards, and onnxruntime's provider opt
 session reports them (TF32 off). nnc follows the same setting (``nnc.cuda.set_precision``
 "ieee" or "tf32": GPU_OPT's cuDNN and cuBLAS calls; GPU_REF's kernels stay float32), so the
 comparison is like with like. A configuration with TF32 on (a torch peer, or nnc's GPU_OPT
-set) is checked against ``TOLERANCE_TF32``.
+set) is checked against ``TOLERANCE_TF32``. ``--precision fp16`` runs Inception in float16:
+nnc's sets are built from ``to_gpu(..., dtype="float16")`` (nnc's precision stays "ieee",
+which float16 nodes ignore), the torch peers run float16 weights and input (TF32 off, as for
+fp32), onnxruntime the ONNX model converted to float16; (a) stays float32. nnc's float32
+replay of the main set (``inception_<set>_fp32_replay``) is timed in the same rounds, so the
+target "fp16 within tolerance and faster than fp32" is read in one process.
 
 Raw results: ``--save DIR`` (or the environment variable NNC_GPU_BENCH_SAVE=DIR) writes the
 whole report, samples included, to ``DIR/gpu-<UTC date and time>-<device name>.json``;
@@ -53,14 +58,16 @@ most 5 rounds, a 20 s budget.
 
 Checks (a failed one prints FAIL and makes the exit status 1): the logits of every nnc
 configuration (zeroed on the device before its checked run) and of every peer are within
-``TOLERANCE`` x max|logits| of nnc's CPU run of the same graph.
+``TOLERANCE`` x max|logits| of nnc's CPU run of the same graph (``TOLERANCE_TF32`` with TF32
+on, ``TOLERANCE_FP16`` for the float16 configurations of ``--precision fp16``).
 
 Targets (H100/H200; reported, never asserted): Inception-V3 with GPU_OPT, multi-stream
 >= 1.3x over one stream (both replayed, so the streams are what differs; the eager ratio is
 reported beside it); dispatch <= 5 us/node eager and <= 0.2 us/node replayed; replayed
 latency <= 1.2x PyTorch's with CUDA graphs; per launched op: eager dispatch
 <= 10 us per launched op with GPU_OPT and <= 5 with GPU_REF; replayed latency <= torch.compile
-"max-autotune"'s (and "reduce-overhead"'s) at the same precision. Without a GPU the benchmark prints
+"max-autotune"'s (and "reduce-overhead"'s) at the same precision; under fp16, the float16
+checks pass and the float16 replay beats the float32 one. Without a GPU the benchmark prints
 ``no GPU: <reason>`` (with ``--json``, ``{"gpu": null, "reason": ...}``), saves nothing and
 exits 0.
 """
@@ -77,6 +84,7 @@ import numpy as np
 
 import nnc
 from benchmarks import _util
+from benchmarks._gpu_fp16 import Fp32Replay
 from benchmarks._gpu_peers import COMPILE_BUDGET, COMPILE_MODES, PEERS, PRECISIONS, make_peers
 
 TARGET_MULTI_STREAM = 1.3
@@ -88,9 +96,14 @@ TARGET_VS_TORCH_COMPILE = 1.0
 TOLERANCE = 1e-3        # |logits - CPU logits| / max|CPU logits|
 # A torch peer with TF32 on: its convolutions round their inputs to 10 mantissa bits.
 TOLERANCE_TF32 = 1e-2
+# Inception-V3 in float16 (docs/gpu.md, "Precision: TF32 and float16"): weights, input and
+# every layer's output rounded to 10 mantissa bits, the errors compounding through the network.
+TOLERANCE_FP16 = 1e-2
 SAVE_ENV = "NNC_GPU_BENCH_SAVE"
 # --precision -> nnc.cuda.set_precision's value (GPU_OPT's convolutions and matrix products).
-NNC_PRECISION = {"fp32": "ieee", "tf32": "tf32"}
+NNC_PRECISION = {"fp32": "ieee", "tf32": "tf32", "fp16": "ieee"}
+# --precision -> the dtype of nnc's Inception copies (to_gpu's dtype; None keeps float32).
+NNC_DTYPE = {"fp32": None, "tf32": None, "fp16": "float16"}
 SETS = ("GPU_REF", "GPU_OPT")
 QUICK = {"size": 75, "repeat": 5, "kernels": 8, "budget": 20.0}
 PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "torch", "cuda-bindings",
@@ -160,12 +173,13 @@ def _independent_graph(n, size=4096):
     return g
 
 
-def _gpu_copy(cpu_graph, max_streams, pin_ref):
+def _gpu_copy(cpu_graph, max_streams, pin_ref, dtype=None):
     """A GPU copy of ``cpu_graph`` with its static schedule (``max_streams`` 0: no cap);
-    ``pin_ref``: every node that has a GPU_REF backend is pinned to it."""
+    ``pin_ref``: every node that has a GPU_REF backend is pinned to it; ``dtype`` "float16":
+    every floating-point tensor, the input's values included, converted on the way."""
     from nnc.cuda.capture import to_gpu
 
-    g, _ = to_gpu(cpu_graph)
+    g, _ = to_gpu(cpu_graph, dtype=dtype)
     if pin_ref:
         for e in g.execs:
             if e.backend != "GPU_REF" and "GPU_REF" in nnc.backends(e.cmd.name, device="gpu"):
@@ -304,12 +318,12 @@ class _Set:
                 per_node(lambda: self.cg.replay(s)))
 
 
-def _build_sets(cpu_graph, out_index, max_streams, s, checks, say):
-    """{set name: _Set}, and {set name: why it was skipped or failed}."""
+def _build_sets(cpu_graph, out_index, max_streams, s, checks, say, dtype=None):
+    """{set name: _Set}, and {set name: why it was skipped or failed}; ``dtype``: _gpu_copy's."""
     sets, skipped = {}, {}
     for name in SETS:
         try:
-            many = _gpu_copy(cpu_graph, max_streams, name == "GPU_REF")
+            many = _gpu_copy(cpu_graph, max_streams, name == "GPU_REF", dtype)
             if name == "GPU_OPT" and not any(e.backend == "GPU_OPT" for e in many.execs):
                 have = [c for c in nnc.commands() if "GPU_OPT" in nnc.backends(c, device="gpu")]
                 skipped[name] = ("skipped: no node's default backend is GPU_OPT (GPU_OPT "
@@ -318,7 +332,7 @@ def _build_sets(cpu_graph, out_index, max_streams, s, checks, say):
                                     "is not registered: its libraries are not importable)"))
                 say(f"{name}: {skipped[name]}")
                 continue
-            one = _gpu_copy(cpu_graph, 1, name == "GPU_REF")
+            one = _gpu_copy(cpu_graph, 1, name == "GPU_REF", dtype)
             sets[name] = _Set(name, one, many, s, out_index)
         except Exception as e:  # a set that cannot run is reported; the others still run
             import traceback
@@ -361,7 +375,13 @@ def _target(value, ok, **more):
     return {"value": value, "ok": ok if value is not None else None, **more}
 
 
-def _targets(sets, skipped, ratios, dispatch, launched, peers_missing, precision):
+def _why_no_ratio(sets, main, peers_missing, peer):
+    if main not in sets:
+        return f"inception_{main} did not run"
+    return peers_missing.get(peer, f"{peer} was not asked for (--peers)")
+
+
+def _targets(sets, skipped, ratios, dispatch, launched, peers_missing, precision, fp16=None):
     main = "GPU_OPT" if "GPU_OPT" in sets else "GPU_REF"
     out = {}
     key = f"inception multi-stream >= {TARGET_MULTI_STREAM}x over one stream (GPU_OPT)"
@@ -384,14 +404,27 @@ def _targets(sets, skipped, ratios, dispatch, launched, peers_missing, precision
         v = ratios[k]
         out[key] = _target(v, v <= TARGET_VS_TORCH_GRAPHS, set=main)
     else:
-        why = peers_missing.get("torch_cuda_graphs", f"inception_{main} did not run")
+        why = _why_no_ratio(sets, main, peers_missing, "torch_cuda_graphs")
         out[key] = _target(None, None, set=main, why=why)
     for name, limit in TARGET_EAGER_LAUNCHED_US.items():
         key = f"eager dispatch <= {limit} us/launched op ({name})"
         v = launched[name]["eager"] if name in launched else None
         out[key] = _target(v, v is not None and v <= limit, set=name,
                            **({} if name in sets else {"why": skipped.get(name, "not run")}))
-    like = {"nnc_precision": NNC_PRECISION[precision], "torch_precision": precision}
+    if precision == "fp16":
+        # fp16: {"within": every fp16 check of set main passed, "why": why the float32
+        # replay did not run, or None}.
+        key = f"fp16 within {TOLERANCE_FP16:g} and faster than fp32 (replayed)"
+        k = f"inception_{main}_fp32_replay / replay"
+        if k in ratios:
+            v = ratios[k]
+            out[key] = _target(v, fp16["within"] and v > 1.0, set=main, measure="replayed",
+                               within_tolerance=fp16["within"])
+        else:
+            out[key] = _target(None, None, set=main, within_tolerance=fp16["within"],
+                               why=fp16["why"] or f"inception_{main} did not run")
+    like = {"nnc_precision": NNC_PRECISION[precision], "nnc_dtype": NNC_DTYPE[precision]
+            or "float32", "torch_precision": precision}
     for peer, mode in COMPILE_MODES.items():
         key = (f"replay latency <= {TARGET_VS_TORCH_COMPILE}x torch.compile {mode} "
                f"({precision})")
@@ -400,7 +433,7 @@ def _targets(sets, skipped, ratios, dispatch, launched, peers_missing, precision
             v = ratios[k]
             out[key] = _target(v, v <= TARGET_VS_TORCH_COMPILE, set=main, **like)
         else:
-            why = peers_missing.get(peer, f"inception_{main} did not run")
+            why = _why_no_ratio(sets, main, peers_missing, peer)
             out[key] = _target(None, None, set=main, why=why, **like)
     return out
 
@@ -445,7 +478,18 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
                      if any(t is not None and t.data_ptr == m.logits.data_ptr
                             for t in e.outputs))
     say(f"Inception-V3 {size}x{size} batch 1: {len(cpu)} nodes ({fused} conv+ReLU fused)")
-    sets, skipped = _build_sets(cpu, out_index, max_streams, s, checks, say)
+    sets, skipped = _build_sets(cpu, out_index, max_streams, s, checks, say, NNC_DTYPE[precision])
+    main, fp32 = "GPU_OPT" if "GPU_OPT" in sets else "GPU_REF", None
+    if precision == "fp16" and main in sets:
+        try:
+            fp32 = Fp32Replay(_gpu_copy(cpu, max_streams, main == "GPU_REF"), out_index, s)
+        except Exception as e:  # reported; the fp16 configurations still run
+            import traceback
+
+            say("".join(traceback.format_exception(e)).rstrip())
+            fp32 = f"failed: {type(e).__name__}: {e}"
+            checks.append({"check": f"inception_{main}_fp32_replay runs", "ok": False,
+                           "error": fp32})
 
     # (d) peers
     if model is None:
@@ -462,6 +506,8 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
     fns = {"independent_1_stream": _run(ind_one, s), "independent_n_streams": _run(ind_many, s)}
     for st in sets.values():
         fns.update(st.fns())
+    if isinstance(fp32, Fp32Replay):
+        fns[f"inception_{main}_fp32_replay"] = fp32
     fns.update(found)
     rounds, per_round = _estimate_rounds(fns, repeat, budget, sets)
     say(f"timing {len(fns)} configurations: {rounds} round(s) of about {per_round:.3f} s")
@@ -478,8 +524,17 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
     implementations = {name: _implementations(st.many) for name, st in sets.items()}
 
     nnc_tf32 = precision == "tf32"      # GPU_OPT's library calls; GPU_REF stays float32
-    errors = {name: st.check(want, checks, TOLERANCE_TF32 if nnc_tf32 and name == "GPU_OPT"
-                             else TOLERANCE) for name, st in sets.items()}
+    fp16 = precision == "fp16"          # both sets, every tensor
+    errors = {name: st.check(want, checks, TOLERANCE_FP16 if fp16 else TOLERANCE_TF32
+                             if nnc_tf32 and name == "GPU_OPT" else TOLERANCE)
+              for name, st in sets.items()}
+    fp16_within = all(c["ok"] for c in checks if c["check"].startswith(f"inception_{main}_")
+                      and "_fp32_replay" not in c["check"])
+    if isinstance(fp32, Fp32Replay):
+        diff, rel = fp32.check(want, _rel_err)
+        checks.append({"check": f"inception_{main}_fp32_replay logits within {TOLERANCE:g} of "
+                       "the CPU's", "ok": rel <= TOLERANCE, "max_abs_error": diff,
+                       "rel_error": rel})
     peer_report = {}
     for name in peers:
         if name not in found:
@@ -489,9 +544,9 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
         diff, rel = _rel_err(p.fetch_outputs()[0], want)
         tf32 = name.startswith("torch_") and any((peer_settings["torch"] or {})
                                                   .get("tf32", {}).values())
-        tol = TOLERANCE_TF32 if tf32 else TOLERANCE
+        tol = TOLERANCE_FP16 if fp16 else TOLERANCE_TF32 if tf32 else TOLERANCE
         checks.append({"check": f"{name} logits within {tol:g} of nnc's CPU run"
-                       + (" (TF32 on)" if tf32 else ""),
+                       + (" (float16)" if fp16 else " (TF32 on)" if tf32 else ""),
                        "ok": rel <= tol, "max_abs_error": diff, "rel_error": rel})
         peer_report[name] = {"status": "ok", "describe": p.describe(), "max_abs_error": diff,
                              "rel_error": rel, "tolerance": tol,
@@ -508,6 +563,9 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
                                                          f"{k}_replay")
         for p in found:
             ratios[f"{k}_replay / {p}"] = _ratio(samples, f"{k}_replay", p)
+    if isinstance(fp32, Fp32Replay):
+        k = f"inception_{main}"
+        ratios[f"{k}_fp32_replay / replay"] = _ratio(samples, f"{k}_fp32_replay", f"{k}_replay")
     return {
         "benchmark": "gpu",
         "gpu": dev["name"],
@@ -516,8 +574,12 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
         "settings": {"size": size, "kernels": kernels, "repeat": repeat, "rounds": rounds,
                      "budget_s": budget, "max_streams": max_streams, "peers": list(peers),
                      "tolerance": TOLERANCE, "tolerance_tf32": TOLERANCE_TF32,
+                     "tolerance_fp16": TOLERANCE_FP16,
                      "compile_budget_s": compile_budget,
                      "precision": {"requested": precision, "nnc": nnc_cuda.precision(),
+                                   "nnc_dtype": {n: str(st.out["many"].dtype)
+                                                 for n, st in sets.items()},
+                                   "torch_dtype": (peer_settings["torch"] or {}).get("dtype"),
                                    "torch_tf32": (peer_settings["torch"] or {}).get("tf32"),
                                    "ort_cuda_tf32": (peer_settings["ort_cuda"] or {}).get("tf32")},
                      "torch": peer_settings["torch"], "ort_cuda": peer_settings["ort_cuda"]},
@@ -528,6 +590,7 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
                             "streams": st.many.schedule.stream_count,
                             "signals": st.many.schedule.signal_count,
                             "launched_ops": launched[name]["launched_ops"],
+                            "dtype": str(st.out["many"].dtype),
                             "implementations": implementations[name][0],
                             "implementation_nodes": implementations[name][1],
                             "max_abs_error": errors[name]} for name, st in sets.items()}
@@ -540,7 +603,9 @@ def run(size=299, repeat=50, kernels=64, budget=120.0, max_streams=0, peers=PEER
         "dispatch_us_per_node": dispatch,
         "dispatch_us_per_launched_op": launched,
         "checks": checks,
-        "targets": _targets(sets, skipped, ratios, dispatch, launched, missing, precision),
+        "targets": _targets(sets, skipped, ratios, dispatch, launched, missing, precision,
+                            {"within": fp16_within, "why": fp32 if isinstance(fp32, str)
+                             else None}),
         "seconds": {"setup": t_setup, "total": time.perf_counter() - t_start},
         "ok": all(c["ok"] for c in checks),
     }
@@ -579,7 +644,8 @@ def render(r):
            f"{r['inception']['nodes']} nodes; {r['settings']['kernels']} independent kernels "
            f"on {r['independent']['streams']} streams; {r['settings']['rounds']} round(s)"]
     prec = r["settings"]["precision"]
-    out.append(f"precision {prec['requested']}: nnc {prec['nnc']}, torch TF32 (read back) "
+    out.append(f"precision {prec['requested']}: nnc {prec['nnc']} on tensors "
+               f"{prec.get('nnc_dtype')}, torch {prec.get('torch_dtype')} with TF32 (read back) "
                f"{prec['torch_tf32']}, onnxruntime CUDA TF32 (read back) "
                f"{prec['ort_cuda_tf32']}")
     for name, st in r["inception"]["sets"].items():
@@ -626,8 +692,9 @@ def main(argv=None):
     p.add_argument("--cudnn-benchmark", choices=("on", "off"), default="on",
                    help="torch.backends.cudnn.benchmark for the PyTorch peers (default on)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="the PyTorch peers' float32 math: fp32 (TF32 off, the default) or tf32 "
-                   "(TF32 on for convolutions and matrix products); nnc computes in float32")
+                   help="fp32 (TF32 off, the default), tf32 (TF32 on for convolutions and "
+                   "matrix products: the PyTorch peers, nnc's GPU_OPT) or fp16 (Inception in "
+                   "float16 for nnc and every peer)")
     p.add_argument("--compile-budget", type=float, default=COMPILE_BUDGET,
                    help="seconds for each torch.compile peer's compile and warm-up calls "
                    f"(default {COMPILE_BUDGET:g}); past it the peer is unavailable")

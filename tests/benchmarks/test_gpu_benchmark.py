@@ -41,7 +41,8 @@ PEERS = {"torch_eager", "torch_cuda_graphs", "ort_cuda"} | COMPILE_PEERS
 
 
 def _targets(precision):
-    return {"inception multi-stream >= 1.3x over one stream (GPU_OPT)",
+    fp16 = {"fp16 within 0.01 and faster than fp32 (replayed)"} if precision == "fp16" else set()
+    return fp16 | {"inception multi-stream >= 1.3x over one stream (GPU_OPT)",
             "eager dispatch <= 5.0 us/node", "replay dispatch <= 0.2 us/node",
             "replay latency <= 1.2x PyTorch CUDA graphs",
             "eager dispatch <= 10.0 us/launched op (GPU_OPT)",
@@ -75,7 +76,10 @@ def _check_common(r, precision="fp32"):
             assert per_op[what] == pytest.approx(per_node[what] * 204 / 110)
     prec = r["settings"]["precision"]
     assert prec["requested"] == precision and "note" not in prec
-    assert prec["nnc"] == {"fp32": "ieee", "tf32": "tf32"}[precision]
+    assert prec["nnc"] == {"fp32": "ieee", "tf32": "tf32", "fp16": "ieee"}[precision]
+    # the tensors nnc's sets ran, read from their GPU copies
+    dtype = "float16" if precision == "fp16" else "float32"
+    assert set(prec["nnc_dtype"].values()) == {dtype} and ref["dtype"] == dtype
     assert r["settings"]["compile_budget_s"] > 0
     assert CONFIGS <= set(r["ms"]) and all(v > 0 for v in r["ms"].values())
     assert all(len(v) == r["settings"]["rounds"] for v in r["samples_ms"].values())
@@ -83,7 +87,8 @@ def _check_common(r, precision="fp32"):
     assert "inception_GPU_REF_1_stream / streams" in r["ratios"]
     assert set(r["dispatch_us_per_node"]["GPU_REF"]) == {"eager", "replay"}
     assert all(c["ok"] for c in r["checks"])
-    assert all(c["max_abs_error"] < 1e-4 for c in r["checks"] if "(TF32 on)" not in c["check"])
+    assert all(c["max_abs_error"] < 1e-4 for c in r["checks"]
+               if "(TF32 on)" not in c["check"] and "within 0.01" not in c["check"])
     assert set(r["targets"]) == _targets(precision)
     for t in r["targets"].values():
         assert set(t) >= {"value", "ok", "set"}
@@ -92,6 +97,7 @@ def _check_common(r, precision="fp32"):
     for mode in ("max-autotune", "reduce-overhead"):
         t = r["targets"][f"replay latency <= 1.0x torch.compile {mode} ({precision})"]
         assert t["nnc_precision"] == prec["nnc"] and t["torch_precision"] == precision
+        assert t["nnc_dtype"] == dtype
 
 
 def test_gpu_benchmark_quick_on_the_fake(fake, capsys, tmp_path, monkeypatch):
@@ -167,9 +173,121 @@ def test_gpu_benchmark_times_a_gpu_opt_set():
     assert r["targets"]["replay dispatch <= 0.2 us/node"]["set"] == "GPU_OPT"
 
 
+def test_gpu_benchmark_fp16_on_the_fake(tmp_path):
+    """--precision fp16: both sets built from float16 copies and checked against the float16
+    tolerance; nnc's float32 replay timed beside them (and checked against the float32 one)
+    for the target; the peers ran in float16 or say why not; the saved file says fp16."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "fakes" / "gpu_bench.py"), "--gpu-opt",
+                        "--quick", "--json", "--repeat", "1", "--kernels", "2", "--precision",
+                        "fp16", "--peers", "torch_eager,ort_cuda", "--save", str(tmp_path)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    _check_common(r, "fp16")
+    assert r["settings"]["tolerance_fp16"] == 0.01
+    assert r["settings"]["precision"]["nnc_dtype"] == {"GPU_REF": "float16",
+                                                      "GPU_OPT": "float16"}
+    assert r["inception"]["sets"]["GPU_OPT"]["dtype"] == "float16"
+    nnc_checks = [c for c in r["checks"] if c["check"].startswith("inception_")]
+    assert len(nnc_checks) == 9
+    for c in nnc_checks[:8]:        # every configuration of both sets: the float16 tolerance
+        assert c["ok"] and c["check"].endswith("logits within 0.01 of the CPU's")
+        assert 0 < c["rel_error"] <= 1e-2
+    fp32 = nnc_checks[8]
+    assert fp32["check"] == "inception_GPU_OPT_fp32_replay logits within 0.001 of the CPU's"
+    assert fp32["ok"] and fp32["max_abs_error"] < 1e-4
+    assert "inception_GPU_OPT_fp32_replay" in r["ms"]
+    t = r["targets"]["fp16 within 0.01 and faster than fp32 (replayed)"]
+    assert t["set"] == "GPU_OPT" and t["within_tolerance"] is True
+    assert t["value"] == r["ratios"]["inception_GPU_OPT_fp32_replay / replay"] > 0
+    assert t["ok"] == (t["value"] > 1)
+    assert set(r["peers"]) == {"torch_eager", "ort_cuda"}
+    for peer in r["peers"].values():
+        if peer["status"] == "ok":      # PyTorch on a real GPU beside the fake: in float16
+            assert peer["tolerance"] == 0.01 and "float16" in peer["describe"]
+            assert r["settings"]["torch"]["dtype"] == "float16"
+            assert r["settings"]["torch"]["tf32"] == {"conv": False, "matmul": False}
+        else:
+            assert peer["status"].startswith("unavailable: ") and len(peer["status"]) > 20
+    saved = list(tmp_path.iterdir())
+    assert len(saved) == 1 and r["saved"] == str(saved[0])
+    assert json.loads(saved[0].read_text())["settings"]["precision"]["requested"] == "fp16"
+    assert "precision fp16: nnc ieee on tensors {'GPU_REF': 'float16', 'GPU_OPT': " \
+        "'float16'}" in p.stdout
+
+
+def test_gpu_benchmark_fp16_fails_a_wrong_value(fake, capsys, monkeypatch):
+    """A float16 copy whose classifier weights are 10% off fails its checks (FAIL, exit 1);
+    the float32 replay beside it still passes, so the fp16 target says it is not within."""
+    import numpy as np
+
+    from benchmarks import gpu as bench
+
+    copy = bench._gpu_copy
+
+    def wrong_gemm_weight(cpu_graph, max_streams, pin_ref, dtype=None):
+        g = copy(cpu_graph, max_streams, pin_ref, dtype)
+        if dtype == "float16":
+            w = next(e for e in g.execs if e.cmd.name == "GEMM").inputs[1]
+            nnc.cmd_exec(nnc.Cmd("DATA_TRANSFER"), [(w.numpy() * 1.1).astype(np.float16)], [w])
+        return g
+
+    monkeypatch.setattr(bench, "_gpu_copy", wrong_gemm_weight)
+    assert bench.main(["--quick", "--json", "--repeat", "1", "--kernels", "2", "--precision",
+                       "fp16", "--peers", ""]) == 1
+    out = capsys.readouterr().out
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["ok"] is False
+    bad = [c for c in r["checks"] if not c["ok"]]
+    assert [c["check"] for c in bad] == [f"inception_GPU_REF_{k} logits within 0.01 of the CPU's"
+                                         for k in ("1_stream", "streams", "replay",
+                                                   "1_stream_replay")]
+    assert all(c["rel_error"] > 1e-2 for c in bad)
+    assert "FAIL: inception_GPU_REF_replay logits within 0.01" in out
+    assert "ok: inception_GPU_REF_fp32_replay logits within 0.001" in out
+    t = r["targets"]["fp16 within 0.01 and faster than fp32 (replayed)"]
+    assert t["within_tolerance"] is False and t["ok"] is False and t["value"] > 0
+
+
+def test_float16_model_runs_in_onnxruntime():
+    """The fp16 onnxruntime peer's model: Inception's ONNX export with float16 initializers,
+    input and outputs, run here on onnxruntime's CPU provider, within the float16 tolerance;
+    a node that sets a dtype of its own is refused with its name."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    import numpy as np
+    import onnx
+
+    import nnc.onnx
+    from benchmarks._gpu_peers import float16_model
+    from nnc.models.inception import build_inception_v3_model
+    from nnc.models.peers import OrtRun
+
+    m = build_inception_v3_model(size=75)
+    model = nnc.onnx.save(m.graph, None, inputs=[m.input], outputs=[m.logits, m.output])
+    m.graph.run()
+    want = m.logits.numpy().astype(np.float64)
+    half = float16_model(model)
+    assert {t.data_type for t in model.graph.initializer} == {onnx.TensorProto.FLOAT,
+                                                             onnx.TensorProto.INT64}
+    assert {t.data_type for t in half.graph.initializer} == {onnx.TensorProto.FLOAT16,
+                                                            onnx.TensorProto.INT64}
+    r = OrtRun(half, {half.graph.input[0].name: m.input.numpy().astype(np.float16)}, intra_op=1)
+    r()
+    got = r.fetch_outputs()[0]
+    assert got.dtype == np.float16
+    err = np.abs(got.astype(np.float64) - want).max() / np.abs(want).max()
+    assert 0 < err <= 1e-2, err
+    cast = onnx.helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT, name="c")
+    model.graph.node.append(cast)
+    with pytest.raises(NotImplementedError, match="Cast node 'c' has attribute 'to'"):
+        float16_model(model)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--peers", "tf"], "unknown peers ['tf']"),
-    (["--precision", "fp16"], "argument --precision: invalid choice: 'fp16'"),
+    (["--precision", "bf16"], "argument --precision: invalid choice: 'bf16'"),
     (["--compile-budget", "0"], "--compile-budget a finite number above 0"),
     (["--compile-budget", "inf"], "--compile-budget a finite number above 0"),
 ])
@@ -338,6 +456,14 @@ def test_torch_eager_keeps_its_cpu_behaviour():
     for t in [*t2.consts.values(), *t2.inputs.values()]:
         assert sum(t is s for s in t2.static) == 1
     assert len({id(s) for s in t2.static}) == len(t2.static)
+    # dtype="float16" (the fp16 peers): floating-point weights and inputs converted once
+    import torch
+
+    h = TorchEager(model, feeds, 1, dtype="float16")
+    assert {t.dtype for t in [*h.consts.values(), *h.inputs.values()]} == {torch.float16}
+    assert "float16" in h.describe()
+    with pytest.raises(ValueError, match="dtype must be None or 'float16'"):
+        TorchEager(model, feeds, 1, dtype="bfloat16")
 
 
 def test_gpu_loop_nnc_variants_on_the_fake(fake):

@@ -4,7 +4,8 @@ its own: a smoke test of the whole benchmark on a machine without a GPU.
     python tests/fakes/gpu_bench.py [--gpu-opt] [benchmarks.gpu arguments...]
 
 ``--gpu-opt`` first registers a stand-in GPU_OPT backend for MAX_POOL, AVG_POOL and
-CONVOLUTION (GPU_REF's own kernels under the other name, preferred by priority; cuDNN's
+CONVOLUTION in float16, float32 and float64 (GPU_REF's own kernels under the other name,
+preferred by priority; cuDNN's
 GPU_OPT CONVOLUTION is replaced, as the fake driver's pointers must never reach it), so the
 benchmark's GPU_OPT set is built, pinned apart from GPU_REF, timed and checked, and a stand-in
 ``nnc.cuda.cudnn_conv.implementation`` that names each convolution "cudnn fused" when it fuses
@@ -54,7 +55,7 @@ def register_stand_in_gpu_opt():
                           ("AVG_POOL", pool_body("avg_pool")),
                           ("CONVOLUTION", conv_body)):
         nnc.register_backend(command, "GPU_OPT", runner.runner(body, name="GPU_OPT"),
-                             datatypes=runner.FLOAT_TYPES, accept=runner.window_accept,
+                             datatypes=runner.GPU_TYPES, accept=runner.window_accept,
                              device="gpu", priority=16, replace=True)
     cudnn_conv.implementation = stand_in_implementation
 
