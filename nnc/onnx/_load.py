@@ -1,9 +1,9 @@
 """nnc.onnx.load: an ONNX model -> an nnc concrete graph with its input and output tensors.
 
-One file of ~840 lines because its passes share one loader object (values, layouts, aliases,
+One file of ~870 lines because its passes share one loader object (values, layouts, aliases,
 placements, buffers); what each operator becomes is already apart (``_ops``), as are the plan
-of shortcuts added in place (``_residual``) and reading the model's tensors and external data
-(``_read``).
+of shortcuts added in place (``_residual``), the runs of nodes that are one command
+(``_patterns``) and reading the model's tensors and external data (``_read``).
 
 Three passes over the (topologically sorted) ONNX nodes:
 
@@ -50,6 +50,7 @@ from nnc.onnx._ops import (
 )
 from nnc.onnx._ops_math import MATH_OPS
 from nnc.onnx._ops_misc import MISC_OPS, check_misc
+from nnc.onnx._patterns import biased_matmul, gelu_of
 from nnc.onnx._read import _err, _external_read, _memory_bytes, tensor_array
 from nnc.onnx._residual import ResidualPlanner
 from nnc.tensor.tensor import Tensor
@@ -387,6 +388,7 @@ class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
         Mul alone (and no graph output): the Mul becomes one SWISH / HARD_SWISH of x and the
         Sigmoid is skipped, so the activation can run in place on a convolution's output and
         Graph.simplify fold it there (EfficientNet's and MobileNet-V3's exports spell them so).
+        Likewise GELU spelled out as x * 0.5 * (1 + erf(x / sqrt 2)) (nnc.onnx._patterns).
         Fills ``self.products``: Mul node index -> (x, nnc command)."""
         self.products = {}
         producer, readers = {}, defaultdict(int)
@@ -410,12 +412,40 @@ class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
                     self.products[k] = (x, act)
                     self.skip.add(j)
                     break
+        # x * 0.5 * (1 + erf(x / sqrt 2)): one GELU at the last Mul (nnc.onnx._patterns).
+        for k, n in enumerate(self.nodes):
+            if k in self.skip or k in self.products or n.op_type != "Mul":
+                continue
+            found = gelu_of(k, self.nodes, self.skip, self.consts, producer,
+                            lambda name: readers[name] == 1 and name not in outs)
+            if found is not None:
+                self.products[k] = (found[0], "GELU")
+                self.skip.update(found[1])
+        # MatMul + Add of a constant bias row: one GEMM with the bias, at the Add.
+        self.biased = {}
+        for k, n in enumerate(self.nodes):
+            if k in self.skip or n.op_type != "Add":
+                continue
+            found = biased_matmul(k, self.nodes, self.skip, self.consts, producer,
+                                  lambda name: readers[name] == 1 and name not in outs,
+                                  self.shapes)
+            if found is not None:
+                self.biased[k] = (self.nodes[found[0]], found[1])
+                self.skip.add(found[0])
 
     def _emit_product(self, k, n, a):
         """Mul node k recognised by _activation_products: its activation of x."""
         x, name = self.products[k]
         t, deps = self.get(x, self.layout[n.output[0]])
         self._write(n, Cmd(name), [t], deps)
+
+    def _emit_biased(self, k, n, a):
+        """Add node k recognised by _activation_products: its MatMul's GEMM with the bias."""
+        mm, b_name = self.biased[k]
+        x, deps = self.get(mm.input[0], "plain")
+        w, d = self.get(mm.input[1], "plain")
+        bias = self.constant(np.asarray(self.consts[b_name], np.float64).reshape(-1))
+        self._write(n, Cmd("GEMM"), [x, w, bias], deps + d)
 
     def _fold_constants(self):
         """Constant nodes, and Add/Mul/Reshape/Flatten/Identity/Transpose of constants only,
@@ -790,6 +820,7 @@ class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
                 self.at(n)
                 try:
                     emit = (self._emit_product if j in self.products
+                            else self._emit_biased if j in self.biased
                             else getattr(self, "_op_" + n.op_type))
                     emit(j, n, self.attrs[j])
                 except NNCError as e:
