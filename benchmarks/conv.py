@@ -1,9 +1,9 @@
 """Inception-V3's convolution shapes at one thread: nnc's CPU_OPT against a plain BLAS GEMM;
-MobileNet-V2's or EfficientNet-B0's depthwise layers against ONNX Runtime.
+MobileNet-V2's, EfficientNet-B0's or ConvNeXt-T's depthwise layers against ONNX Runtime.
 
     python -m benchmarks.conv [--json] [--repeat R] [--size S] [--limit N] [--no-limits]
-    python -m benchmarks.conv --depthwise [--net mobilenet_v2|efficientnet] [--json] [--repeat R]
-                              [--limit N] [--no-limits]
+    python -m benchmarks.conv --depthwise [--net mobilenet_v2|efficientnet|convnext] [--json]
+                              [--repeat R] [--limit N] [--no-limits]
     python -m benchmarks.conv --epilogue [--json] [--repeat R]
 
 For every distinct CONVOLUTION shape of nnc's Inception-V3 graph (``nnc.models.inception`` at
@@ -34,7 +34,8 @@ the measurement and the fractions).
 
 ``--depthwise``: MobileNet-V2's depthwise layers instead (224x224 input, batch 1, 3x3 windows,
 padding 1, groups = C = O, bias), which move more bytes than they compute; with ``--net
-efficientnet``, EfficientNet-B0's (3x3 and 5x5 windows, padding 1 and 2). For each, at one
+efficientnet``, EfficientNet-B0's (3x3 and 5x5 windows, padding 1 and 2), with ``--net
+convnext``, ConvNeXt-T's (7x7, padding 3). For each, at one
 thread and in interleaved rounds: ``nnc``, the command pinned to CPU_OPT in a one-node graph
 (as a network runs it: ``cmd_exec`` would add its Python checks, as long as the smallest layers
 take), at the kernel ISA nnc dispatched, which the report names; ``ort``, ONNX Runtime when
@@ -74,8 +75,10 @@ DEPTHWISE = {
         (112, 32, 3, 1, 1), (112, 96, 3, 2, 1), (56, 144, 3, 1, 1), (56, 144, 5, 2, 1),
         (28, 240, 5, 1, 1), (28, 240, 3, 2, 1), (14, 480, 3, 1, 2), (14, 480, 5, 1, 1),
         (14, 672, 5, 1, 2), (14, 672, 5, 2, 1), (7, 1152, 5, 1, 3), (7, 1152, 3, 1, 1)],
+    "convnext": [(56, 96, 7, 1, 3), (28, 192, 7, 1, 3), (14, 384, 7, 1, 9), (7, 768, 7, 1, 3)],
 }
-DEPTHWISE_NAMES = {"mobilenet_v2": "MobileNet-V2", "efficientnet": "EfficientNet-B0"}
+DEPTHWISE_NAMES = {"mobilenet_v2": "MobileNet-V2", "efficientnet": "EfficientNet-B0",
+                   "convnext": "ConvNeXt-T"}
 
 
 def conv_shapes(size):

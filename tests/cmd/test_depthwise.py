@@ -131,30 +131,34 @@ def test_depthwise_same_bits_in_any_split(threads, kernel_isa):
         cpu_opt._tune(*old)
 
 
-# 5x5 windows on the AVX-512 register kernel: rows of several groups of four pixels, edge
-# groups, stride 2, a map narrower than the window's reach (7x7, where most pixels are edges).
+# 5x5 and 7x7 windows on the kernels that take four pixels at once: rows of several groups,
+# edge groups, stride 2, a map narrower than the window's reach (7x7, mostly edges).
 WIDE_GEOMETRIES = [
     ((1, 14, 13), (5, 5), 1, 2),
     ((2, 12, 17), (5, 5), 2, 2),
     ((1, 7, 7), (5, 5), 1, 2),
     ((1, 11, 10), (5, 5), 2, (1, 2, 2, 1)),
     ((1, 9, 40), (5, 5), 1, 0),                 # no padding, a row of 36 pixels: two blocks
+    ((1, 13, 15), (7, 7), 1, 3),                # ConvNeXt's 7x7
+    ((1, 12, 17), (7, 7), 2, 3),
+    ((1, 9, 44), (7, 7), 1, 0),
 ]
 
 
 @pytest.mark.parametrize("shape, k, stride, padding", WIDE_GEOMETRIES)
-def test_depthwise_5x5_matches_cpu_ref_at_every_isa(shape, k, stride, padding, kernel_isa):
+def test_depthwise_wide_windows_match_cpu_ref_at_every_isa(shape, k, stride, padding,
+                                                          kernel_isa):
     rng = np.random.default_rng(5)
     for c in (5, 16, 33, 240):
         x, w, bias = operands(rng, shape, k, c)
         for b, act in [(None, None), (bias, "relu"), (bias, "swish")]:
             want = depthwise(x, w, b, stride, padding, "CPU_REF", act)
             got = depthwise(x, w, b, stride, padding, "CPU_OPT", act)
-            close_dot(got, want.astype(np.float64), "float32", 25, x, w, bias=b)
+            close_dot(got, want.astype(np.float64), "float32", k[0] * k[1], x, w, bias=b)
 
 
-@pytest.mark.parametrize("k", [(3, 3), (5, 5)])
-def test_depthwise_same_bits_in_any_split_5x5(k, kernel_isa):
+@pytest.mark.parametrize("k", [(3, 3), (5, 5), (7, 7)])
+def test_depthwise_same_bits_in_any_split_wide(k, kernel_isa):
     """Every pixel sums its taps in one order wherever it lies in a row's groups of four, so
     one row per part gives the bits of the whole call."""
     rng = np.random.default_rng(4)

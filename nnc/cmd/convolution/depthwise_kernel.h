@@ -288,72 +288,84 @@ static inline __attribute__((always_inline)) void nnc_dw_run3_tail(
             nnc_dw_run3_body_##S(1, rows, xs_w, step, n, taps, c, y, ys_w, ep);               \
     }
 
-/* The interior of a row of a 5-wide window at stride SW (1 or 2), for the ISAs with too few
- * registers to keep 25 weight vectors (AVX2's 16, the baseline's): pixels [q0, q1) in groups of
- * four, the input under a group loaded once per window row and multiplied into every pixel
- * whose window holds it, with that row's five weight vectors in registers (8 input and 5
- * weight loads for 20 multiply-adds at stride 1, where the pixel path makes two loads a
- * multiply-add). Each pixel sums its taps row by row, left to right, into one accumulator per
- * channel vector, as nnc_dw_pixel_* does, so the bits are the pixel path's; channels past the
- * last whole vector, and the pixels left over after the groups, take that path. */
-#define NNC_DW_RUN5R(S)                                                                       \
-    static inline __attribute__((always_inline)) NNC_DW_ATTR void nnc_dw_group5_##S(         \
-            const int SW, const nnc_dw_t* d, const float* x, int nr, const float* wt,        \
-            float* y, const nnc_epilogue_t* ep, ptrdiff_t ch) {                               \
+/* The interior of a row of a KW-wide window (5 or 7) at stride SW (1 or 2), where the weights
+ * do not all fit in registers (a 7x7 window anywhere; a 5x5 one on AVX2's 16 registers and the
+ * baseline's): pixels [q0, q1) in groups of four, the input under a group loaded once per
+ * window row and multiplied into every pixel whose window holds it, with that row's KW weight
+ * vectors in registers (at stride 1, 10 input and 7 weight loads for 28 multiply-adds, where
+ * the pixel path makes two loads a multiply-add: ConvNeXt's 7x7 layers, EfficientNet's 5x5).
+ * Each pixel sums its taps row by row, left to right, into one accumulator per channel vector,
+ * as nnc_dw_pixel_* does, so the bits are the pixel path's; channels past the last whole
+ * vector, and the pixels left over after the groups, take that path. */
+#define NNC_DW_RUNK(S)                                                                        \
+    static inline __attribute__((always_inline)) NNC_DW_ATTR void nnc_dw_groupk_##S(         \
+            const int SW, const int KW, const int G, const nnc_dw_t* d, const float* x,       \
+            int nr, const float* wt, float* y, const nnc_epilogue_t* ep, ptrdiff_t ch) {      \
         const ptrdiff_t c = d->c, xs_h = d->xs_h, xs_w = d->xs_w, ys_w = d->ys_w;            \
-        V acc[4];                                                                             \
+        V acc[8];                                                                             \
         int k, col, i;                                                                        \
         NNC_UNROLL                                                                            \
-        for (i = 0; i < 4; i++)                                                               \
+        for (i = 0; i < G; i++)                                                               \
             acc[i] = ZERO;                                                                    \
-        for (k = 0; k < nr; k++, x += xs_h, wt += 5 * c) {                                    \
-            V wv[5];                                                                          \
+        for (k = 0; k < nr; k++, x += xs_h, wt += KW * c) {                                   \
+            V wv[7];                                                                          \
             NNC_UNROLL                                                                        \
-            for (i = 0; i < 5; i++)                                                           \
+            for (i = 0; i < KW; i++)                                                          \
                 wv[i] = LD(wt + i * c);                                                       \
             NNC_UNROLL                                                                        \
-            for (col = 0; col < SW * 3 + 5; col++) {                                          \
+            for (col = 0; col < SW * (G - 1) + KW; col++) {                                   \
                 const V v = LD(x + col * xs_w);                                               \
                 NNC_UNROLL                                                                    \
-                for (i = 0; i < 4; i++) {                                                     \
+                for (i = 0; i < G; i++) {                                                     \
                     const int j = col - SW * i;                                               \
-                    if (j >= 0 && j < 5)                                                      \
+                    if (j >= 0 && j < KW)                                                     \
                         acc[i] = FMA(v, wv[j], acc[i]);                                       \
                 }                                                                             \
             }                                                                                 \
         }                                                                                     \
         NNC_UNROLL                                                                            \
-        for (i = 0; i < 4; i++)                                                               \
+        for (i = 0; i < G; i++)                                                               \
             nnc_dw_out_##S(ep, acc[i], ch, y + i * ys_w + ch);                                \
     }                                                                                         \
-    static inline __attribute__((always_inline)) NNC_DW_ATTR void nnc_dw_run5r_body_##S(     \
-            const int SW, const nnc_dw_t* d, const float* xb, ptrdiff_t ih0, int i0, int i1,  \
-            ptrdiff_t q0, ptrdiff_t q1, float* yr, const nnc_epilogue_t* ep) {                \
+    static inline __attribute__((always_inline)) NNC_DW_ATTR void nnc_dw_runk_body_##S(      \
+            const int SW, const int KW, const nnc_dw_t* d, const float* xb, ptrdiff_t ih0,    \
+            int i0, int i1, ptrdiff_t q0, ptrdiff_t q1, float* yr, const nnc_epilogue_t* ep) { \
         const ptrdiff_t c = d->c, xs_w = d->xs_w, ys_w = d->ys_w, pl = d->pl;                 \
         const ptrdiff_t cv = c / W * W, n = (q1 - q0) / 4 * 4;                                \
         const float* x0 = xb + (ih0 + i0) * d->xs_h;                                          \
-        const float* wt = d->taps + i0 * 5 * c;                                               \
+        const float* wt = d->taps + i0 * KW * c;                                              \
         ptrdiff_t b0, b1, q, ch;                                                              \
         for (b0 = q0; b0 < q0 + n; b0 = b1) {                                                 \
             b1 = b0 + NNC_DW_BLOCK < q0 + n ? b0 + NNC_DW_BLOCK : q0 + n;                     \
-            for (ch = 0; ch < cv; ch += W)                                                    \
-                for (q = b0; q < b1; q += 4)                                                  \
-                    nnc_dw_group5_##S(SW, d, x0 + (q * SW - pl) * xs_w + ch, i1 - i0, wt + ch, \
-                                      yr + q * ys_w, ep, ch);                                 \
+            for (ch = 0; ch < cv; ch += W) {                                                  \
+                /* Eight pixels a group where the registers hold their accumulators (more     \
+                 * chains in flight, fewer loads per multiply-add), then four. */             \
+                for (q = b0; NNC_DW_GROUP8 && q + 8 <= b1; q += 8)                            \
+                    nnc_dw_groupk_##S(SW, KW, 8, d, x0 + (q * SW - pl) * xs_w + ch, i1 - i0,  \
+                                      wt + ch, yr + q * ys_w, ep, ch);                        \
+                for (; q < b1; q += 4)                                                        \
+                    nnc_dw_groupk_##S(SW, KW, 4, d, x0 + (q * SW - pl) * xs_w + ch, i1 - i0,  \
+                                      wt + ch, yr + q * ys_w, ep, ch);                        \
+            }                                                                                 \
             if (cv < c)                                                                       \
                 for (q = b0; q < b1; q++)                                                     \
-                    TAIL_PIXEL(d, xb, ih0, q * SW - pl, i0, i1, 0, 5, cv, yr + q * ys_w, ep); \
+                    TAIL_PIXEL(d, xb, ih0, q * SW - pl, i0, i1, 0, KW, cv, yr + q * ys_w, ep); \
         }                                                                                     \
         for (q = q0 + n; q < q1; q++)                                                         \
-            nnc_dw_pixel_##S(d, xb, ih0, q * SW - pl, i0, i1, 0, 5, yr + q * ys_w, ep);       \
+            nnc_dw_pixel_##S(d, xb, ih0, q * SW - pl, i0, i1, 0, KW, yr + q * ys_w, ep);      \
     }                                                                                         \
-    static NNC_DW_ATTR void nnc_dw_run5r_##S(const nnc_dw_t* d, const float* xb, ptrdiff_t ih0, \
-                                             int i0, int i1, ptrdiff_t q0, ptrdiff_t q1,      \
-                                             float* yr, const nnc_epilogue_t* ep) {           \
-        if (d->sw == 1)                                                                       \
-            nnc_dw_run5r_body_##S(1, d, xb, ih0, i0, i1, q0, q1, yr, ep);                     \
+    /* d->kw 5 or 7, d->sw 1 or 2. */                                                         \
+    static NNC_DW_ATTR void nnc_dw_runk_##S(const nnc_dw_t* d, const float* xb, ptrdiff_t ih0, \
+                                            int i0, int i1, ptrdiff_t q0, ptrdiff_t q1,       \
+                                            float* yr, const nnc_epilogue_t* ep) {            \
+        if (d->kw == 5 && d->sw == 1)                                                         \
+            nnc_dw_runk_body_##S(1, 5, d, xb, ih0, i0, i1, q0, q1, yr, ep);                   \
+        else if (d->kw == 5)                                                                  \
+            nnc_dw_runk_body_##S(2, 5, d, xb, ih0, i0, i1, q0, q1, yr, ep);                   \
+        else if (d->sw == 1)                                                                  \
+            nnc_dw_runk_body_##S(1, 7, d, xb, ih0, i0, i1, q0, q1, yr, ep);                   \
         else                                                                                  \
-            nnc_dw_run5r_body_##S(2, d, xb, ih0, i0, i1, q0, q1, yr, ep);                     \
+            nnc_dw_runk_body_##S(2, 7, d, xb, ih0, i0, i1, q0, q1, yr, ep);                   \
     }
 
 /* ---- baseline: 4 floats in GCC vector extensions ---- */
@@ -395,9 +407,10 @@ static inline nnc_dw_v4f nnc_dw_min4(nnc_dw_v4f a, nnc_dw_v4f v) {
 #define ACT(act, v) nnc_act_v4(act, v)
 #define TAIL_PIXEL nnc_dw_pixel_tail
 #define TAIL_RUN3 nnc_dw_run3_tail
+#define NNC_DW_GROUP8 0
 NNC_DW_PIXEL(base)
 NNC_DW_RUN3(base)
-NNC_DW_RUN5R(base)
+NNC_DW_RUNK(base)
 #undef NNC_DW_ATTR
 #undef V
 #undef W
@@ -435,7 +448,7 @@ NNC_DW_RUN5R(base)
 #define TAIL_RUN3 nnc_dw_run3_tail
 NNC_DW_PIXEL(avx2)
 NNC_DW_RUN3(avx2)
-NNC_DW_RUN5R(avx2)
+NNC_DW_RUNK(avx2)
 #undef NNC_DW_ATTR
 #undef V
 #undef W
@@ -547,8 +560,11 @@ static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_run3_tail
 #define ACT(act, v) nnc_act_v16(act, v)
 #define TAIL_PIXEL nnc_dw_pixel_tail512
 #define TAIL_RUN3 nnc_dw_run3_tail512
+#undef NNC_DW_GROUP8
+#define NNC_DW_GROUP8 1                 /* 32 registers: 7 weights and 8 accumulators fit */
 NNC_DW_PIXEL(avx512)
 NNC_DW_RUN3(avx512)
+NNC_DW_RUNK(avx512)
 #undef NNC_DW_ATTR
 #undef V
 #undef W
@@ -714,13 +730,14 @@ static NNC_DW_AVX512 void nnc_dw_run5_avx512(
 #undef NNC_DW_RUN5_CASE
 
 #endif /* NNC_SGEMM_X86 */
+#undef NNC_DW_GROUP8
 
 typedef void (*nnc_dw_pixel_f)(const nnc_dw_t* d, const float* xb, ptrdiff_t ih0,
                                ptrdiff_t iw0, int i0, int i1, int j0, int j1, float* y,
                                const nnc_epilogue_t* ep);
-typedef void (*nnc_dw_run5r_f)(const nnc_dw_t* d, const float* xb, ptrdiff_t ih0, int i0,
-                               int i1, ptrdiff_t q0, ptrdiff_t q1, float* yr,
-                               const nnc_epilogue_t* ep);
+typedef void (*nnc_dw_runk_f)(const nnc_dw_t* d, const float* xb, ptrdiff_t ih0, int i0,
+                              int i1, ptrdiff_t q0, ptrdiff_t q1, float* yr,
+                              const nnc_epilogue_t* ep);
 typedef void (*nnc_dw_run3_f)(int nr, const float* const* rows, ptrdiff_t xs_w,
                               ptrdiff_t step, ptrdiff_t n, const float* taps, ptrdiff_t c,
                               float* y, ptrdiff_t ys_w, const nnc_epilogue_t* ep);
@@ -748,7 +765,7 @@ static void nnc_dw_rows(int isa, const nnc_dw_t* d, ptrdiff_t r0, ptrdiff_t r1,
     static const nnc_epilogue_t none = {NULL, NULL, 0, NNC_ACT_NONE, 0.0f, 0.0f};
     nnc_dw_pixel_f pixel = nnc_dw_pixel_base;
     nnc_dw_run3_f run3 = nnc_dw_run3_base;
-    nnc_dw_run5r_f run5r = nnc_dw_run5r_base;
+    nnc_dw_runk_f runk = nnc_dw_runk_base;
     const ptrdiff_t kh = d->kh, kw = d->kw, sh = d->sh, sw = d->sw, pt = d->pt, pl = d->pl;
     const ptrdiff_t h = d->h, w = d->w, c = d->c, ho = d->ho, wo = d->wo;
     const ptrdiff_t xs_h = d->xs_h, xs_w = d->xs_w, ys_w = d->ys_w;
@@ -757,11 +774,11 @@ static void nnc_dw_rows(int isa, const nnc_dw_t* d, ptrdiff_t r0, ptrdiff_t r1,
     if (isa >= 2) {
         pixel = nnc_dw_pixel_avx512;
         run3 = nnc_dw_run3_avx512;
-        run5r = NULL;                   /* nnc_dw_run5_avx512 instead, below */
+        runk = nnc_dw_runk_avx512;      /* 5x5: nnc_dw_run5_avx512 first, below */
     } else if (isa == 1) {
         pixel = nnc_dw_pixel_avx2;
         run3 = nnc_dw_run3_avx2;
-        run5r = nnc_dw_run5r_avx2;
+        runk = nnc_dw_runk_avx2;
     }
 #else
     (void)isa;
@@ -804,8 +821,8 @@ static void nnc_dw_rows(int isa, const nnc_dw_t* d, ptrdiff_t r0, ptrdiff_t r1,
                 rows[k] = xb + (ih0 + i0 + k) * xs_h + (q0 * sw - pl) * xs_w;
             run3(i1 - i0, rows, xs_w, sw * xs_w, q1 - q0, d->taps + i0 * 3 * c, c,
                  yr + q0 * ys_w, ys_w, ep);
-        } else if (run5r != NULL && kw == 5 && sw <= 2 && i1 > i0) {
-            run5r(d, xb, ih0, i0, i1, q0, q1, yr, ep);
+        } else if ((kw == 5 || kw == 7) && sw <= 2 && i1 > i0) {
+            runk(d, xb, ih0, i0, i1, q0, q1, yr, ep);
         } else {
             for (q = q0; q < q1; q++)
                 pixel(d, xb, ih0, q * sw - pl, i0, i1, 0, (int)kw, yr + q * ys_w, ep);
