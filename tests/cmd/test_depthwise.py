@@ -88,27 +88,51 @@ def test_depthwise_nan_and_infinities_as_cpu_ref(kernel_isa):
                       x[np.isfinite(x)], w[np.isfinite(w)], bias=bias)
 
 
-def test_depthwise_strided_views_write_only_their_channels(kernel_isa):
+@pytest.mark.parametrize("k", [5, 7])
+def test_depthwise_wide_windows_nan_and_infinite_inputs_as_cpu_ref(k, kernel_isa):
+    """Finite weights (the kernels that read the columns outside the image as zeros): NaN and
+    infinities in the input reach exactly the outputs whose windows hold them, as CPU_REF's."""
+    rng = np.random.default_rng(12)
+    for c in (5, 17, 40):
+        x, w, bias = operands(rng, (1, 11, 13), (k, k), c)
+        x[0, 0, 0, :] = np.nan
+        x[0, 5, 6, c // 2] = np.inf
+        x[0, 10, 12, -1] = -np.inf
+        x[0, 4, 0, 0] = np.inf
+        for stride in (1, 2):
+            with np.errstate(invalid="ignore"):
+                want = depthwise(x, w, bias, stride, k // 2, "CPU_REF")
+            got = depthwise(x, w, bias, stride, k // 2, "CPU_OPT")
+            assert np.isnan(want).any() and np.isinf(want).any()
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+            np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+            finite = np.isfinite(want)
+            close_dot(got[finite], want[finite].astype(np.float64), "float32", k * k,
+                      x[np.isfinite(x)], w, bias=bias)
+
+@pytest.mark.parametrize("k", [3, 5, 7])
+def test_depthwise_strided_views_write_only_their_channels(k, kernel_isa):
     """The input a window of a wider image (pixel and row strides past its channels), the
     output a channel slice of a concat buffer: the kernel reads and writes through the
-    strides and leaves the buffer's other channels alone."""
+    strides and leaves the buffer's other channels alone (every window width's path)."""
     rng = np.random.default_rng(2)
     for c in (17, 32):
-        n, h, wd, extra = 2, 8, 9, 5
+        n, h, wd, extra = 2, 8, 13, 5
         big = rng.standard_normal((n, h + 2, wd + 3, c + extra)).astype(np.float32)
         sw_, sh_, sn_ = c + extra, (wd + 3) * (c + extra), (h + 2) * (wd + 3) * (c + extra)
         x = nnc.Tensor(big).view((n, h, wd, c), sh_ + 2 * sw_ + 2, (sn_, sh_, sw_, 1))
         xc = np.ascontiguousarray(big[:, 1:h + 1, 2:wd + 2, 2:c + 2])
-        w = rng.standard_normal((c, 3, 3, 1)).astype(np.float32)
+        w = rng.standard_normal((c, k, k, 1)).astype(np.float32)
         bias = rng.standard_normal(c).astype(np.float32)
         for stride in (1, 2):
-            want = depthwise(xc, w, bias, stride, 1, "CPU_REF", "relu")
+            want = depthwise(xc, w, bias, stride, k // 2, "CPU_REF", "relu")
             ho, wo = want.shape[1:3]
             cat = np.full((n, ho, wo, c + 7), -7.0, np.float32)
             out = nnc.Tensor(cat).view((n, ho, wo, c), 3,
                                        (ho * wo * (c + 7), wo * (c + 7), c + 7, 1))
-            depthwise(x, w, bias, stride, 1, "CPU_OPT", "relu", out=out)
-            close_dot(cat[..., 3:c + 3], want.astype(np.float64), "float32", 9, xc, w,
+            depthwise(x, w, bias, stride, k // 2, "CPU_OPT", "relu", out=out)
+            close_dot(cat[..., 3:c + 3], want.astype(np.float64), "float32", k * k, xc, w,
                       bias=bias)
             assert (cat[..., :3] == -7).all() and (cat[..., c + 3:] == -7).all()
 
@@ -142,6 +166,8 @@ WIDE_GEOMETRIES = [
     ((1, 13, 15), (7, 7), 1, 3),                # ConvNeXt's 7x7
     ((1, 12, 17), (7, 7), 2, 3),
     ((1, 9, 44), (7, 7), 1, 0),
+    ((1, 10, 14), (5, 7), 1, (2, 3)),          # windows that are not square
+    ((1, 13, 11), (7, 5), 2, (3, 2)),
 ]
 
 
