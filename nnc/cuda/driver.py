@@ -74,15 +74,15 @@ def check(result, what):
 
 @contextlib.contextmanager
 def capture_relaxed():
-    """While this thread captures a CUDA graph, let it make the calls capture refuses
-    (loading a module, allocating a stream's library handle or workspace): CUDA's
-    thread-local mode refuses them with
-    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, so the first use of a
-    stream during a capture (a conditional body's own stream always is) could not make its
-    cuBLAS handle (CUBLAS_STATUS_NOT_INITIALIZED on the H200). Inside this scope the thread's
-    mode is relaxed (cuThreadExchangeStreamCaptureMode), as CUDA's own libraries do around
-    their lazy allocations; nnc's streams are non-blocking, so no legacy-stream call a
-    library makes can join the capture. Outside a capture it changes nothing."""
+    """While this thread captures a CUDA graph, let it make the calls capture refuses (loading
+    a module, allocating a stream's library handle or workspace). CUDA's thread-local mode
+    refuses them with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, so a
+    stream first used during a capture (a conditional body's own stream always is) could not
+    make its cuBLAS handle (CUBLAS_STATUS_NOT_INITIALIZED on an H200). Inside this scope the
+    thread's mode is relaxed (cuThreadExchangeStreamCaptureMode), as CUDA's own libraries do
+    around their lazy allocations; nnc's streams are non-blocking, so no legacy-stream call a
+    library makes can join the capture. Other threads are not restricted by a thread-local
+    capture, and outside a capture this changes nothing."""
     if getattr(_tls, "deferred", None) is None:
         yield
         return
