@@ -7,7 +7,8 @@ has already matched them with ``axes``). Axes of input size 1 are dropped, and n
 of one kind merged, so any reduction becomes blocks [kept, reduced, kept, ...]; the innermost
 block is a contiguous run of the input, either reduced into one output element (trailing axes:
 rows) or added element by element into a run of the output (middle axes, e.g. H and W of an NHWC
-image for a global average pool: a loop gcc vectorises). An odometer walks the outer blocks.
+image for a global average pool: float32 in vectors at cpu_isa()'s level, reduce_kernel.h's
+nnc_red_colsum_f32, with the scalar loop's bits). An odometer walks the outer blocks.
 
 SUM, MEAN, PROD and NORM2 (the sum of squares, then its square root) accumulate in double (one
 rounding at the end, as CPU_REF); MAX and MIN work in the dtype and let NaN win, as np.max and
@@ -46,6 +47,7 @@ cdef extern from "cmd/reduce/reduce_kernel.h":
                          Py_ssize_t n) noexcept nogil
     double nnc_red_row_f64(int is_max, const double* p, Py_ssize_t n, double m) noexcept nogil
     void nnc_red_col_f64(int is_max, double* m, const double* p, Py_ssize_t n) noexcept nogil
+    void nnc_red_colsum_f32(int isa, double* a, const float* p, Py_ssize_t n) noexcept nogil
 
 # The blocks of one reduction: sizes, whether each is reduced, and each block's step in the
 # output (0 for reduced blocks).
@@ -198,6 +200,8 @@ cdef void _walk(const real* x, Py_ssize_t count, const plan_t* pl, double* acc, 
                     a[j] += <double>p[j] * p[j]
         elif red_last:
             acc[off] += _row_sum(p, L)
+        elif real is float:
+            nnc_red_colsum_f32(isa, acc + off, p, L)
         else:
             a = acc + off
             for j in range(L):

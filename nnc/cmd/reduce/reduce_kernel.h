@@ -165,6 +165,49 @@ static void nnc_red_col_f32(int isa, int is_max, float* m, const float* p, ptrdi
 #endif
 }
 
+/* a[j] += p[j] for j < n: a float32 row added into double accumulators (REDUCE_SUM and
+ * REDUCE_MEAN over an outer axis: an NHWC image's global average pool, the squeeze of a
+ * squeeze-and-excitation block). Each float converts to double exactly and is added once, in
+ * the scalar loop's order, so every level gives the scalar loop's bits; the baseline build
+ * converts two floats an instruction (SSE2), which held a pool to 10-14 GB/s. */
+#ifdef NNC_RED_X86
+/* One ISA's loop: W floats a step, converted half by half (HALF floats to a double vector DV). */
+#define NNC_RED_COLSUM(ISA, TARGET, W, HALF, DV, CVT, LDF, LDD, STD, ADD)                       \
+    TARGET static void nnc_red_colsum_f32_##ISA(double* a, const float* p, ptrdiff_t n)     \
+    {                                                                                       \
+        ptrdiff_t j = 0;                                                                    \
+        for (; j + W <= n; j += W) {                                                        \
+            DV lo = CVT(LDF(p + j)), hi = CVT(LDF(p + j + HALF));                           \
+            STD(a + j, ADD(LDD(a + j), lo));                                                \
+            STD(a + j + HALF, ADD(LDD(a + j + HALF), hi));                                  \
+        }                                                                                   \
+        for (; j < n; j++)                                                                  \
+            a[j] += p[j];                                                                   \
+    }
+NNC_RED_COLSUM(avx512, NNC_RED_TARGET_AVX512, 16, 8, __m512d, _mm512_cvtps_pd, _mm256_loadu_ps,
+               _mm512_loadu_pd, _mm512_storeu_pd, _mm512_add_pd)
+NNC_RED_COLSUM(avx2, NNC_RED_TARGET_AVX2, 8, 4, __m256d, _mm256_cvtps_pd, _mm_loadu_ps,
+               _mm256_loadu_pd, _mm256_storeu_pd, _mm256_add_pd)
+#undef NNC_RED_COLSUM
+#endif
+
+static void nnc_red_colsum_f32(int isa, double* a, const float* p, ptrdiff_t n)
+{
+#ifdef NNC_RED_X86
+    if (isa >= 2) {
+        nnc_red_colsum_f32_avx512(a, p, n);
+        return;
+    }
+    if (isa == 1) {
+        nnc_red_colsum_f32_avx2(a, p, n);
+        return;
+    }
+#endif
+    (void)isa;
+    for (ptrdiff_t j = 0; j < n; j++)
+        a[j] += p[j];
+}
+
 static double nnc_red_row_f64(int is_max, const double* p, ptrdiff_t n, double m)
 {
     return is_max ? nnc_red_row_max_f64_scalar(p, n, m) : nnc_red_row_min_f64_scalar(p, n, m);
