@@ -400,6 +400,10 @@ class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
             for o in n.output:
                 producer[o] = k
         outs = {v.name for v in self.src.graph.output}
+
+        def single(name):               # read by one node alone, and no graph output
+            return readers[name] == 1 and name not in outs
+
         for k, n in enumerate(self.nodes):
             if (k in self.skip or n.op_type != "Mul" or n.domain not in ("", "ai.onnx")
                     or len(n.input) != 2 or n.input[0] == n.input[1]):
@@ -407,8 +411,7 @@ class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
             for x, s in (n.input, n.input[::-1]):
                 j = producer.get(s)
                 act = None if j is None else _product_command(self.nodes[j], self.attrs[j])
-                if (act and x not in self.consts and self.nodes[j].input[0] == x
-                        and readers[s] == 1 and s not in outs):
+                if act and x not in self.consts and self.nodes[j].input[0] == x and single(s):
                     self.products[k] = (x, act)
                     self.skip.add(j)
                     break
@@ -416,8 +419,7 @@ class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
         for k, n in enumerate(self.nodes):
             if k in self.skip or k in self.products or n.op_type != "Mul":
                 continue
-            found = gelu_of(k, self.nodes, self.skip, self.consts, producer,
-                            lambda name: readers[name] == 1 and name not in outs)
+            found = gelu_of(k, self.nodes, self.skip, self.consts, producer, single)
             if found is not None:
                 self.products[k] = (found[0], "GELU")
                 self.skip.update(found[1])
@@ -426,8 +428,7 @@ class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
         for k, n in enumerate(self.nodes):
             if k in self.skip or n.op_type != "Add":
                 continue
-            found = biased_matmul(k, self.nodes, self.skip, self.consts, producer,
-                                  lambda name: readers[name] == 1 and name not in outs,
+            found = biased_matmul(k, self.nodes, self.skip, self.consts, producer, single,
                                   self.shapes)
             if found is not None:
                 self.biased[k] = (self.nodes[found[0]], found[1])

@@ -475,18 +475,12 @@ static inline __attribute__((always_inline)) NNC_DW_AVX512 __m512 nnc_dw_ld512(
     return masked ? _mm512_maskz_loadu_ps(m, x) : _mm512_loadu_ps(x);
 }
 
-/* Bias and activation on v, channels [ch, ch + 16), stored at o (masked: the channel tail). */
+/* Bias and activation on v, channels [ch, ch + 16), stored at o (masked: the channel tail;
+ * m is all ones otherwise). The GEMM tiles' epilogue: a depthwise call's residual is NULL. */
 static inline __attribute__((always_inline)) NNC_DW_AVX512 void nnc_dw_store512(
         __m512 v, ptrdiff_t ch, float* o, const nnc_epilogue_t* ep, __mmask16 m,
         const int masked) {
-    if (ep->bias != NULL)
-        v = _mm512_add_ps(v, nnc_dw_ld512(ep->bias + ch, m, masked));
-    if (ep->act == NNC_ACT_RELU)
-        v = _mm512_max_ps(_mm512_setzero_ps(), v);
-    else if (ep->act == NNC_ACT_CLAMP)
-        v = _mm512_min_ps(_mm512_set1_ps(ep->hi), _mm512_max_ps(_mm512_set1_ps(ep->lo), v));
-    else if (ep->act >= NNC_ACT_HSWISH)
-        v = nnc_act_v16(ep->act, v);
+    v = nnc_ep_avx512(ep, v, 0, ch, m);
     if (masked)
         _mm512_mask_storeu_ps(o, m, v);
     else
