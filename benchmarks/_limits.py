@@ -16,10 +16,11 @@ from nnc.models.limits import (
     measure_limits,
     openblas_core,
     peak_gflops,
+    read_bandwidth_gbs,
     sgemm_gflops,
     x_limit,
 )
 
 __all__ = ["ISA_FEATURES", "bandwidth_gbs", "cpu_features", "cpu_model", "describe",
-           "graph_gflop", "measure_limits", "openblas_core", "peak_gflops", "sgemm_gflops",
-           "x_limit"]
+           "graph_gflop", "measure_limits", "openblas_core", "peak_gflops", "read_bandwidth_gbs",
+           "sgemm_gflops", "x_limit"]

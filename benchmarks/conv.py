@@ -5,6 +5,7 @@ MobileNet-V2's, EfficientNet-B0's or ConvNeXt-T's depthwise layers against ONNX 
     python -m benchmarks.conv --depthwise [--net mobilenet_v2|efficientnet|convnext] [--json]
                               [--repeat R] [--limit N] [--no-limits]
     python -m benchmarks.conv --epilogue [--json] [--repeat R]
+    python -m benchmarks.conv --few-pixel [--size S] [--threads T] [--json] [--repeat R]
 
 For every distinct CONVOLUTION shape of nnc's Inception-V3 graph (``nnc.models.inception`` at
 ``--size``, default 299, batch 1, float32, NHWC), on preallocated contiguous tensors:
@@ -47,8 +48,20 @@ the bytes a pass must move (input + output + weights + bias) over its time, agai
 measured copy bandwidth (read + write, the same way of counting). One timed sample is as many
 calls as take about a millisecond, so each runtime's per-call overhead is included but the
 timer's resolution is not.
+
+``--few-pixel``: Inception-V3's few-pixel layers in the network itself (``--size``, default 75:
+the convolutions whose maps are 3x3 or 1x1, 66 of 94, which hold 83 of its 95 MB of weights and
+compute little per weight), which stream their weights from memory as a run meets them. Each
+round runs ``Graph.profile(1)`` (the nodes in a run's order, each timed, helpers spinning as in
+a run) once at each thread count (1 and ``--threads``, default 2), interleaved; a node's time is
+the median over the rounds. A layer's bytes are the packed weights its kernel must read (taps
+that meet the image for at least one output pixel: a 3x3 over a 1x1 map reads its centre tap
+only) plus the bias; GB/s = the layers' bytes over their summed time, against the read
+bandwidth T threads reach at once (``_limits.read_bandwidth_gbs``), measured first in this
+process. Target: at least 80 % of that bandwidth.
 """
 
+import statistics
 import sys
 import time
 from collections import OrderedDict
@@ -492,9 +505,123 @@ def render_epilogue(r):
                       _util.table(head, body)])
 
 
+FEW_PIXELS = 9          # a few-pixel layer's output pixels at most (3x3 maps and smaller)
+FEW_TARGET = 0.8        # of the read bandwidth at the same thread count
+
+
+def _taps_read(x_shape, w_shape, out_shape, stride, pad):
+    """How many of a convolution's kh*kw taps meet the image for at least one output pixel
+    (the taps its kernel reads weights for: the others only ever see the padding)."""
+    _, h, wd, _ = x_shape
+    _, kh, kw, _ = w_shape
+    _, ho, wo, _ = out_shape
+
+    def hits(k, size, n_out, s, p):
+        return sum(any(0 <= o * s - p + i < size for o in range(n_out)) for i in range(k))
+
+    return hits(kh, h, ho, stride[0], pad[0]) * hits(kw, wd, wo, stride[1], pad[1])
+
+
+def run_few_pixel(size, repeat, threads=2, seed=0, say=print):
+    """Inception-V3's few-pixel layers at ``size`` (module docstring); ``threads``: the second
+    thread count (the first is 1)."""
+    from nnc.models.inception import build_inception_v3_model
+
+    counts = [1] if threads <= 1 else [1, int(threads)]
+    say("  measuring the read bandwidth at " + " and ".join(map(str, counts)) + " threads")
+    bandwidth = {t: _limits.read_bandwidth_gbs(t) for t in counts}
+    m = build_inception_v3_model(size=size, seed=seed)
+    g = m.graph
+    before = nnc.get_intra_op_threads()
+    times = {t: {} for t in counts}
+    try:
+        for t in counts:
+            nnc.set_intra_op_threads(t)
+            g.run()
+            g.run()
+        for r in range(repeat):
+            for t in counts:
+                nnc.set_intra_op_threads(t)
+                for e, sec in g.profile(1):
+                    times[t].setdefault(e.index, []).append(sec)
+            say(f"  round {r + 1}/{repeat}")
+    finally:
+        nnc.set_intra_op_threads(before)
+    layers = []
+    for e in g.topsort():
+        if e.cmd.name != "CONVOLUTION":
+            continue
+        x, w, out = e.inputs[0], e.inputs[1], e.outputs[0]
+        n, ho, wo, o = out.shape
+        if ho * wo > FEW_PIXELS:
+            continue
+        p = e.cmd.params
+        taps = _taps_read(x.shape, w.shape, out.shape, p["stride"], p["padding"])
+        o, kh, kw, cg = w.shape
+        layers.append({
+            "name": e.name, "pixels": n * ho * wo, "taps": taps, "window": kh * kw,
+            "weight_bytes": o * kh * kw * cg * 4, "read_bytes": (o * taps * cg + o) * 4,
+            "us": {str(t): statistics.median(times[t][e.index]) * 1e6 for t in counts},
+        })
+    network = {str(t): sum(statistics.median(v) for v in times[t].values()) * 1e3
+               for t in counts}
+    total = {}
+    for t in counts:
+        sec = sum(x["us"][str(t)] for x in layers) / 1e6
+        read = sum(x["read_bytes"] for x in layers)
+        gbs = read / sec / 1e9 if sec else None
+        total[str(t)] = {"ms": sec * 1e3, "gbs": gbs, "bandwidth_gbs": bandwidth[t],
+                         "of_bandwidth": gbs / bandwidth[t] if gbs else None}
+    return {
+        "mode": "few_pixel", "size": size, "repeat": repeat, "threads": counts,
+        "isa": isa.get_cpu_isa(), "few_pixels": FEW_PIXELS, "target": FEW_TARGET,
+        "layers": layers, "network_ms": network, "total": total,
+        "weight_bytes": sum(x["weight_bytes"] for x in layers),
+        "read_bytes": sum(x["read_bytes"] for x in layers),
+        "met": all(v["of_bandwidth"] is not None and v["of_bandwidth"] >= FEW_TARGET
+                   for k, v in total.items() if k != "1" or len(counts) == 1),
+    }
+
+
+def render_few_pixel(r):
+    counts = r["threads"]
+    blocks = OrderedDict()
+    for x in r["layers"]:
+        b = blocks.setdefault(x["name"].split("/")[0], {"n": 0, "read": 0, "us": {}})
+        b["n"] += 1
+        b["read"] += x["read_bytes"]
+        for t in counts:
+            b["us"][t] = b["us"].get(t, 0.0) + x["us"][str(t)]
+    head = ["block", "layers", "MB read"]
+    for t in counts:
+        head += [f"{t}T us", f"{t}T GB/s"]
+    body = []
+    for name, b in blocks.items():
+        line = [name, b["n"], f"{b['read'] / 1e6:.2f}"]
+        for t in counts:
+            line += [f"{b['us'][t]:.0f}", f"{b['read'] / b['us'][t] / 1e3:.1f}"]
+        body.append(line)
+    out = [f"Inception-V3 {r['size']}x{r['size']}: its {len(r['layers'])} convolutions of at most "
+           f"{r['few_pixels']} output pixels in the network's run (Graph.profile, medians of "
+           f"{r['repeat']} interleaved rounds); nnc kernel ISA {r['isa']}; weights "
+           f"{r['weight_bytes'] / 1e6:.1f} MB, of which the kernels read "
+           f"{r['read_bytes'] / 1e6:.1f} MB (taps that meet the image)",
+           _util.table(head, body)]
+    for t in counts:
+        v = r["total"][str(t)]
+        out.append(f"{t} thread{'s' if t > 1 else ''}: {v['ms']:.2f} ms, "
+                   f"{_util.fmt(v['gbs'])} GB/s = {100 * v['of_bandwidth']:.0f} % of the "
+                   f"{_util.fmt(v['bandwidth_gbs'])} GB/s {t} thread{'s' if t > 1 else ''} read "
+                   f"(whole network's nodes {r['network_ms'][str(t)]:.2f} ms)")
+    out.append(f"target: >= {100 * r['target']:.0f} % of the read bandwidth at "
+               f"{counts[-1]} threads: {'met' if r['met'] else 'MISSED'}")
+    return "\n".join(out)
+
+
 def main(argv=None):
     p = _util.parser("Inception-V3 convolution shapes: CPU_OPT vs plain GEMM", repeat=7)
-    p.add_argument("--size", type=int, default=299, help="Inception-V3 input size (>= 75)")
+    p.add_argument("--size", type=int, default=None,
+                   help="Inception-V3 input size (>= 75; default 299, 75 with --few-pixel)")
     p.add_argument("--limit", type=int, default=None, help="only the first N shapes")
     p.add_argument("--no-limits", action="store_true",
                    help="skip measuring the machine's peaks and bandwidth (a few seconds)")
@@ -504,7 +631,21 @@ def main(argv=None):
                    help="whose depthwise layers (with --depthwise; default mobilenet_v2)")
     p.add_argument("--epilogue", action="store_true",
                    help="MobileNet-V3 layers: fused HardSwish / SiLU against a separate node")
+    p.add_argument("--few-pixel", action="store_true",
+                   help="Inception-V3's 3x3 and 1x1 maps in the network: weights streamed "
+                        "against the read bandwidth (--size defaults to 75)")
+    p.add_argument("--threads", type=int, default=2,
+                   help="with --few-pixel: the thread count beside 1 (default 2)")
     a = p.parse_args(argv)
+    if a.size is None:
+        a.size = 75 if a.few_pixel else 299
+    if a.few_pixel:
+        if a.size < 75 or a.repeat < 1 or a.threads < 1:
+            p.error("--size must be at least 75, --repeat and --threads at least 1")
+        say = (lambda *x: print(*x, file=sys.stderr)) if a.json else print
+        report = run_few_pixel(a.size, a.repeat, a.threads, say=say)
+        _util.publish(report, "conv", render_few_pixel, a.json)
+        return 0
     if a.size < 75 or a.repeat < 1 or (a.limit is not None and a.limit < 1):
         p.error("--size must be at least 75, --repeat and --limit at least 1")
     say = (lambda *x: print(*x, file=sys.stderr)) if a.json else print

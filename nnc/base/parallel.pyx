@@ -85,6 +85,37 @@ cdef extern from *:
     void _pause "nnc__pause"() noexcept nogil
 
 
+# A helper that joins a job on the caller's own CPU moves itself off it. Why: a pool thread
+# woken for a run is placed by the kernel, often on the waker's CPU (wake-affine), and a helper
+# there only takes turns with the caller while the other core idles; the kernel's balancing
+# did not part them for whole benchmark runs (Inception-V3 at 75x75, runs alternating between
+# 1 and 2 intra-op threads: 5.3 ms at both in about one process of three, 3.6-4.0 ms at 2
+# otherwise). Allowed everywhere but that CPU for a moment, the thread is migrated at once;
+# then its mask is put back as it was (which moves nothing).
+cdef extern from *:
+    """
+    #ifdef __linux__
+    #include <sched.h>
+    static int nnc__cpu_now(void) { return sched_getcpu(); }
+    static void nnc__move_off(int cpu) {
+        cpu_set_t was, other;
+        if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(was), &was) != 0
+                || !CPU_ISSET(cpu, &was) || CPU_COUNT(&was) < 2)
+            return;
+        other = was;
+        CPU_CLR(cpu, &other);
+        if (sched_setaffinity(0, sizeof(other), &other) == 0)
+            sched_setaffinity(0, sizeof(was), &was);
+    }
+    #else
+    static int nnc__cpu_now(void) { return -1; }
+    static void nnc__move_off(int cpu) { (void)cpu; }
+    #endif
+    """
+    int _cpu_now "nnc__cpu_now"() noexcept nogil
+    void _move_off "nnc__move_off"(int cpu) noexcept nogil
+
+
 # One nnc_parallel_for call, on its caller's stack. fn/arg/parts never change; next and rc are
 # atomics any participant updates; room, inside and link are written under _lock (inside
 # atomically too, so the caller may watch it without the lock). The caller unlinks the job and
@@ -97,6 +128,7 @@ ctypedef struct job_t:
     int rc                              # first failure, or 0
     int room                            # helpers that may still join; 0 once closed
     int inside                          # helpers running parts of this job now
+    int cpu                             # the CPU the caller posted it from (-1: unknown)
     pthread_cond_t done                 # the caller waits here for inside == 0
     job_t* link                         # next open job
 
@@ -143,6 +175,8 @@ cdef int parallel_ready() except -1:
 
 # Wake a job's helpers late when a pool thread spins (see the module's docstring); 0: at once.
 cdef bint _late_wake = True
+# A helper joining on its caller's CPU moves off it (_move_off); off: A/B runs.
+cdef bint _move_apart = True
 # parallel_probe(late_wake=True): post the job as if a spinner had taken every wake-up.
 cdef bint _probe_late = False
 
@@ -154,6 +188,25 @@ def _set_late_wake(bint on):
     old = _late_wake
     _late_wake = on
     return old
+
+
+def _set_move_apart(bint on):
+    """Whether a helper that joins a job on its caller's CPU moves off it (for A/B runs and
+    tests); returns the previous setting."""
+    global _move_apart
+    old = _move_apart
+    _move_apart = on
+    return old
+
+
+def _move_off_now():
+    """Move the calling thread off the CPU it runs on, as a helper on its caller's CPU does;
+    returns (CPU before, CPU after), -1 where unknown (for tests)."""
+    cdef int before = _cpu_now(), after
+    with nogil:
+        _move_off(before)
+        after = _cpu_now()
+    return before, after
 
 
 cdef void parallel_install(parallel_wake_f wake, parallel_helpers_f helpers) noexcept nogil:
@@ -298,6 +351,8 @@ cdef bint parallel_help(void* context) noexcept nogil:
         _add_int(&_open, -1)
     j.inside += 1
     pthread_mutex_unlock(&_lock)
+    if _move_apart and j.cpu >= 0 and _cpu_now() == j.cpu:
+        _move_off(j.cpu)
     _run_parts(j, context)
     pthread_mutex_lock(&_lock)
     _add_int(&j.inside, -1)
@@ -364,6 +419,7 @@ cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
         return j.rc
     j.room = helpers
     j.inside = 0
+    j.cpu = _cpu_now()
     pthread_cond_init(&j.done, NULL)
     pthread_mutex_lock(&_lock)
     j.link = _jobs

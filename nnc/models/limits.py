@@ -16,7 +16,10 @@ how far a runtime is from the hardware. ``python -m nnc demo --streams`` and the
   untimed round warms up, then rounds run for ``seconds`` (at least ``rounds``); the best counts;
 - the memory bandwidth, one thread: a NumPy copy of ``nbytes`` (far larger than any L3 cache),
   counted as the bytes read plus the bytes written, and a read-only reduction (``max``) over the
-  same bytes; the best of ``rounds`` after a warm-up that also faults the pages in;
+  same bytes; the best of ``rounds`` after a warm-up that also faults the pages in
+  (``read_bandwidth_gbs(T)``, outside ``measure_limits``: T threads reducing their own share of
+  the bytes at once, the memory's rate for T cores, which a benchmark of T threads compares
+  with);
 - the CPU model, the ISA features it reports (``/proc/cpuinfo``), nnc's OpenBLAS build string
   and the core its run-time dispatch chose, and ``OPENBLAS_CORETYPE`` when the environment sets
   it (a pin to an older core, ``Haswell`` on an AVX-512 machine, slows OpenBLAS; the reports
@@ -34,6 +37,7 @@ import gc
 import math
 import os
 import platform
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -144,6 +148,41 @@ def bandwidth_gbs(nbytes=256 << 20, rounds=5):
     copy_s = _best_seconds(lambda: np.copyto(dst, src), rounds)
     read_s = _best_seconds(src.max, rounds)
     return {"copy": 2.0 * src.nbytes / copy_s / 1e9, "read": src.nbytes / read_s / 1e9}
+
+
+def read_bandwidth_gbs(threads, nbytes=256 << 20, rounds=5):
+    """Bytes read per second, in GB/s, by ``threads`` threads at once, each max-reducing its
+    own ``nbytes / threads`` (NumPy lets go of the GIL in the reduction): what several cores
+    together draw from memory, which one thread alone does not reach."""
+    threads = int(threads)
+    if threads < 1 or nbytes < 4 * threads or rounds < 1:
+        raise ValueError("read_bandwidth_gbs: threads, rounds and nbytes / threads must be "
+                         "positive")
+    if threads == 1:
+        return bandwidth_gbs(nbytes, rounds)["read"]
+    parts = [np.ones(nbytes // 4 // threads, np.float32) for _ in range(threads)]
+
+    def once():
+        start = threading.Barrier(threads + 1)
+        done = []
+
+        def reduce(a):
+            start.wait()
+            a.max()
+            done.append(time.perf_counter())
+
+        pool = [threading.Thread(target=reduce, args=(a,)) for a in parts]
+        for t in pool:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in pool:
+            t.join()
+        return max(done) - t0
+
+    once()
+    seconds = min(once() for _ in range(rounds))
+    return sum(a.nbytes for a in parts) / seconds / 1e9
 
 
 def measure_limits(threads=(1, 2), seconds=0.5, n=1024, nbytes=256 << 20):

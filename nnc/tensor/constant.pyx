@@ -38,34 +38,133 @@ from nnc.base.sync cimport (
 cdef extern from "<stdlib.h>" nogil:
     void* aligned_alloc(size_t alignment, size_t size)
 
-# A packed copy of 2 MiB or more starts on a 2 MiB boundary and asks for transparent huge
-# pages over its whole 2 MiB spans (the tail stays in small pages, so no memory is wasted).
-# Kernels stream such copies once a run (ResNet-50's 7x7 layers: 8 MB of weights for 49
-# pixels), and with 4 KiB pages each panel spans dozens of pages whose TLB misses stall the
-# loads and stop the kernel's prefetches (measured: 83 -> 91 GFLOP/s on those layers, cold).
+# Packed copies sit on transparent huge pages. Kernels stream them once a run (ResNet-50's 7x7
+# layers: 8 MB of weights for 49 pixels; Inception-V3's 3x3 and 1x1 maps at 75x75: 57 MB for 9
+# pixels or 1), and with 4 KiB pages each panel spans dozens of pages whose TLB misses stall the
+# loads and stop the kernel's and the hardware's prefetches (measured: 83 -> 91 GFLOP/s on
+# ResNet-50's 7x7 layers, cold; Inception-V3 at 75x75 12-15 % faster once its copies of 64 KiB
+# to 2 MiB sat on huge pages too).
+# - A copy of 2 MiB or more starts on a 2 MiB boundary and asks for huge pages over its whole
+#   2 MiB spans (the tail stays in small pages, so no memory is wasted).
+# - A copy of 64 KiB up to 2 MiB is carved from a shared *chunk*: NNC_CHUNK bytes on a 2 MiB
+#   boundary, huge pages asked for over all of it, copies placed one after another on 4 KiB
+#   boundaries. A chunk's pages are faulted in as copies touch them, so a chunk costs its used
+#   part rounded up to one huge page, not its size. A chunk keeps a count of the copies in it
+#   and is freed when the last one goes, except the newest, which is reused from its start
+#   (copies of freed models do not pile up; a chunk some copies still hold keeps its holes).
+# - Smaller copies: aligned_alloc (a huge page would be mostly empty, and they are cached).
 # Where the system has no such pages (or THP is "never"), madvise fails or does nothing.
 cdef extern from *:
     """
+    #include <pthread.h>
     #include <stdlib.h>
     #ifdef __linux__
     #include <sys/mman.h>
     #endif
-    enum { NNC_HUGE_PAGE = 2 << 20 };
+    enum { NNC_HUGE_PAGE = 2 << 20, NNC_CHUNK_MIN = 64 << 10, NNC_CHUNK = 32 << 20,
+           NNC_CHUNK_ALIGN = 4096 };
     static int nnc_huge_pages = 1;
-    static void* nnc_packed_alloc(size_t nbytes) {
-        void* mem = NULL;
-        if (nbytes < NNC_HUGE_PAGE || !nnc_huge_pages)
-            return aligned_alloc(64, (nbytes + 63) / 64 * 64);
-        if (posix_memalign(&mem, NNC_HUGE_PAGE, nbytes) != 0)
-            return NULL;
+
+    /* A chunk of copies. Invariant (under nnc_chunk_mutex): used <= NNC_CHUNK; live is the
+     * number of copies in [lo, lo + used) not yet freed; the list's head is the newest. */
+    typedef struct nnc_chunk {
+        struct nnc_chunk* next;
+        char* lo;
+        size_t used;
+        size_t live;
+    } nnc_chunk_t;
+    static nnc_chunk_t* nnc_chunks = NULL;
+    static pthread_mutex_t nnc_chunk_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+    static void nnc_huge_advise(void* mem, size_t nbytes) {
     #if defined(__linux__) && defined(MADV_HUGEPAGE)
         madvise(mem, nbytes / NNC_HUGE_PAGE * NNC_HUGE_PAGE, MADV_HUGEPAGE);
+    #else
+        (void)mem; (void)nbytes;
     #endif
+    }
+
+    static void* nnc_chunk_alloc(size_t nbytes) {
+        nnc_chunk_t* c;
+        void* mem = NULL;
+        nbytes = (nbytes + NNC_CHUNK_ALIGN - 1) / NNC_CHUNK_ALIGN * NNC_CHUNK_ALIGN;
+        pthread_mutex_lock(&nnc_chunk_mutex);
+        c = nnc_chunks;
+        if (c == NULL || NNC_CHUNK - c->used < nbytes) {
+            c = (nnc_chunk_t*)calloc(1, sizeof(nnc_chunk_t));
+            if (c == NULL || posix_memalign(&mem, NNC_HUGE_PAGE, NNC_CHUNK) != 0) {
+                free(c);
+                pthread_mutex_unlock(&nnc_chunk_mutex);
+                return NULL;
+            }
+            nnc_huge_advise(mem, NNC_CHUNK);
+            c->lo = (char*)mem;
+            c->next = nnc_chunks;
+            nnc_chunks = c;
+        }
+        mem = c->lo + c->used;
+        c->used += nbytes;
+        c->live++;
+        pthread_mutex_unlock(&nnc_chunk_mutex);
         return mem;
+    }
+
+    static void* nnc_packed_alloc(size_t nbytes) {
+        void* mem = NULL;
+        if (nbytes < NNC_CHUNK_MIN || !nnc_huge_pages)
+            return aligned_alloc(64, (nbytes + 63) / 64 * 64);
+        if (nbytes < NNC_HUGE_PAGE)
+            return nnc_chunk_alloc(nbytes);
+        if (posix_memalign(&mem, NNC_HUGE_PAGE, nbytes) != 0)
+            return NULL;
+        nnc_huge_advise(mem, nbytes);
+        return mem;
+    }
+
+    /* Frees what nnc_packed_alloc returned: a copy in a chunk leaves it (the chunk goes with
+     * its last copy, the newest one is reused), any other is free()d. */
+    static void nnc_packed_free(void* mem) {
+        nnc_chunk_t** link;
+        nnc_chunk_t* c;
+        if (mem == NULL)
+            return;
+        pthread_mutex_lock(&nnc_chunk_mutex);
+        for (link = &nnc_chunks; (c = *link) != NULL; link = &c->next) {
+            if ((char*)mem >= c->lo && (char*)mem < c->lo + NNC_CHUNK) {
+                if (--c->live == 0) {
+                    if (c == nnc_chunks) {
+                        c->used = 0;
+                    } else {
+                        *link = c->next;
+                        free(c->lo);
+                        free(c);
+                    }
+                }
+                pthread_mutex_unlock(&nnc_chunk_mutex);
+                return;
+            }
+        }
+        pthread_mutex_unlock(&nnc_chunk_mutex);
+        free(mem);
+    }
+
+    /* Chunks alive, copies in them, bytes carved from them (for tests). */
+    static void nnc_chunk_stats(size_t* chunks, size_t* live, size_t* used) {
+        nnc_chunk_t* c;
+        *chunks = *live = *used = 0;
+        pthread_mutex_lock(&nnc_chunk_mutex);
+        for (c = nnc_chunks; c != NULL; c = c->next) {
+            (*chunks)++;
+            *live += c->live;
+            *used += c->used;
+        }
+        pthread_mutex_unlock(&nnc_chunk_mutex);
     }
     """
     int nnc_huge_pages
     void* nnc_packed_alloc(size_t nbytes) nogil
+    void nnc_packed_free(void* mem) nogil
+    void nnc_chunk_stats(size_t* chunks, size_t* live, size_t* used) nogil
 
 cdef enum:
     _ALIGN = 64
@@ -230,7 +329,7 @@ cdef void _unregister(frozen_t* r) noexcept nogil:
     pthread_mutex_unlock(&_mutex)
     while p != NULL:
         nxt = p.next
-        free(p.mem)
+        nnc_packed_free(p.mem)
         free(p)
         p = nxt
 
@@ -309,13 +408,21 @@ cdef object frozen_array(object array, object dtype=None):
 
 
 def _huge_pages(on=None):
-    """Whether packed copies of 2 MiB or more ask for huge pages (for A/B runs; copies made
+    """Whether packed copies of 64 KiB or more go on huge pages (for A/B runs; copies made
     before keep theirs); returns the previous setting."""
     global nnc_huge_pages
     old = bool(nnc_huge_pages)
     if on is not None:
         nnc_huge_pages = 1 if on else 0
     return old
+
+
+def _chunk_stats():
+    """``(chunks, copies, bytes)``: the chunks packed copies of 64 KiB to 2 MiB are carved
+    from, the copies in them, the bytes carved (for tests)."""
+    cdef size_t chunks, live, used
+    nnc_chunk_stats(&chunks, &live, &used)
+    return int(chunks), int(live), int(used)
 
 
 def frozen_copy(array, dtype=None):

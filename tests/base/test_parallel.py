@@ -66,15 +66,49 @@ def test_a_job_left_to_a_spinner_that_never_joins_wakes_a_helper_late():
     assert rc == -1 and ran_by[5] != 0
 
 
-def test_late_wake_ups_can_be_turned_off():
-    from nnc.base.parallel import _set_late_wake
+@pytest.mark.parametrize("setter", ["_set_late_wake", "_set_move_apart"])
+def test_late_wake_ups_and_moving_apart_can_be_turned_off(setter):
+    from nnc.base import parallel
 
-    assert _set_late_wake(False) is True
+    turn = getattr(parallel, setter)
+    assert turn(False) is True
     try:
         rc, ran_by = parallel_probe(16, 0.002)
         assert rc == 0 and all(ran_by) and len(set(ran_by)) >= 2
     finally:
-        assert _set_late_wake(True) is False
+        assert turn(True) is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="moving a thread between CPUs needs Linux and two allowed CPUs")
+def test_a_helper_on_its_callers_cpu_moves_off_it_and_keeps_its_mask():
+    """What a helper joining a job on the caller's CPU does (nnc/base/parallel.pyx): it runs on
+    another CPU at once, and its affinity mask is the one it had. In a thread of its own, with
+    the process's mask untouched, and with a mask narrowed to two CPUs."""
+    from nnc.base.parallel import _move_off_now
+
+    out, errors = [], []
+
+    def move(narrow):
+        try:
+            tid = threading.get_native_id()
+            if narrow:
+                os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+            mask = os.sched_getaffinity(0)
+            for _ in range(5):
+                before, after = _move_off_now()
+                out.append((before, after, os.sched_getaffinity(tid) == mask, after in mask))
+        except BaseException as e:
+            errors.append(repr(e))
+
+    for narrow in (False, True):
+        t = threading.Thread(target=move, args=(narrow,))
+        t.start()
+        t.join(DEADLINE)
+        assert not t.is_alive()
+    assert not errors and len(out) == 10, errors
+    for before, after, same_mask, allowed in out:
+        assert before >= 0 and after != before and same_mask and allowed, out
 
 
 def test_one_intra_op_thread_runs_every_part_on_the_caller():

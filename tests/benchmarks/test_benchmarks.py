@@ -47,6 +47,21 @@ def test_measure_rounds_rotates_and_times_every_callable():
     assert "".join(calls) == "abc" + "aabbcc" + "bbccaa"
 
 
+def test_sched_bound_is_the_one_thread_run_spread_over_the_cores():
+    from benchmarks.streams import _sched_bound
+
+    summary = {"samples_ms": {"seq1": [100.0, 90.0, 120.0], "seq1_tuned": [95.0, 99.0, 110.0],
+                              "seq2": [52.0, 50.0, 60.0], "sched": [51.0, 49.0, 70.0]},
+               "quiet_rounds": [0, 1, 2], "best": {"sequential": "seq2"}}
+    # per round: 52 / (95 / 2), 50 / (90 / 2), 60 / (110 / 2); the median
+    assert _sched_bound(summary, 2) == pytest.approx(sorted([104 / 95, 100 / 90, 120 / 110])[1])
+    summary["quiet_rounds"] = [1]
+    assert _sched_bound(summary, 2) == pytest.approx(100 / 90)
+    assert _sched_bound(summary, 1) is None
+    del summary["samples_ms"]["seq1"], summary["samples_ms"]["seq1_tuned"]
+    assert _sched_bound(summary, 2) is None
+
+
 @pytest.fixture(scope="module")
 def streams_report():
     return _bench("benchmarks.streams", "--size", "75", "--models", "inception_v3",
@@ -65,7 +80,14 @@ def test_streams_benchmark_smoke(streams_report):
     assert row["best"]["sequential"].startswith("seq")
     assert row["best"]["scheduled"].startswith("sched")
     assert row["x_best_seq"][row["best"]["sequential"]] == 1.0
-    assert "scheduled >= 1.0x best sequential" in row["targets"]
+    target = row["targets"]["scheduled >= 1.0x best sequential"]
+    # the most a schedule could gain: the best one-thread run spread over the T cores
+    if t > 1:
+        one = [k for k in ("seq1", "seq1_tuned") if k in row["samples_ms"]]
+        best = row["best"]["sequential"]
+        want = [row["samples_ms"][best][i] / (min(row["samples_ms"][k][i] for k in one) / t)
+                for i in row["quiet_rounds"]]
+        assert target["bound"] == pytest.approx(sorted(want)[len(want) // 2]) and len(want) == 1
     # autotune's moves are reported with the intra-op setting they were timed at; each tuned
     # copy's output is checked against the untuned graph's
     tuned = {k for k in row["ms"] if k.endswith("_tuned")}
@@ -232,6 +254,39 @@ def test_conv_benchmark_without_limits():
     r = _bench("benchmarks.conv", "--size", "75", "--limit", "1", "--repeat", "1", "--no-limits")
     assert r["limits"] is None and r["peak_gflops"] is None and r["network_of_peak"] is None
     assert r["rows"][0]["of_peak"] is None
+
+
+def test_conv_benchmark_few_pixel_smoke():
+    r = _bench("benchmarks.conv", "--few-pixel", "--repeat", "1")
+    assert r["mode"] == "few_pixel" and r["size"] == 75 and r["threads"] == [1, 2]
+    # Inception-V3 at 75x75: Mixed_6a's 3x3/2 convolutions onwards, 3x3 and 1x1 maps
+    assert len(r["layers"]) == 66
+    by_name = {x["name"]: x for x in r["layers"]}
+    # Mixed_7c/branch3x3dbl_2: a 3x3 (pad 1) over a 1x1 map reads only its centre tap
+    x = by_name["Mixed_7c/branch3x3dbl_2"]
+    assert (x["pixels"], x["window"], x["taps"]) == (1, 9, 1)
+    assert x["read_bytes"] == 4 * (384 * 448 + 384) and x["weight_bytes"] == 4 * 384 * 9 * 448
+    # a 1x7 over a 3x3 map: 5 of its 7 taps meet the image for some output pixel
+    x = by_name["Mixed_6b/branch7x7_2"]
+    assert (x["pixels"], x["window"], x["taps"]) == (9, 7, 5)
+    assert r["read_bytes"] == sum(x["read_bytes"] for x in r["layers"])
+    for t in ("1", "2"):
+        v = r["total"][t]
+        assert v["ms"] == pytest.approx(sum(x["us"][t] for x in r["layers"]) / 1e3)
+        assert v["gbs"] == pytest.approx(r["read_bytes"] / v["ms"] / 1e6)
+        assert v["of_bandwidth"] == pytest.approx(v["gbs"] / v["bandwidth_gbs"])
+        assert r["network_ms"][t] > v["ms"]
+    assert r["met"] == (r["total"]["2"]["of_bandwidth"] >= r["target"])
+
+
+def test_read_bandwidth_with_threads_is_positive_and_refuses_nonsense():
+    from nnc.models import limits
+
+    assert limits.read_bandwidth_gbs(2, nbytes=16 << 20, rounds=1) > 0
+    assert limits.read_bandwidth_gbs(1, nbytes=16 << 20, rounds=1) > 0
+    for bad in (dict(threads=0), dict(threads=2, nbytes=4), dict(threads=1, rounds=0)):
+        with pytest.raises(ValueError):
+            limits.read_bandwidth_gbs(**bad)
 
 
 def test_pool_benchmark_smoke():

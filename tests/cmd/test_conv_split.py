@@ -19,6 +19,10 @@ CASES = {
     "rows_pointwise_28x28": ((1, 28, 28, 32), (72, 1, 1, 32), {}),
     "rows_3x3_35x35": ((1, 35, 35, 24), (40, 3, 3, 24), {"padding": 1}),
     "rows_depthwise_28x28": ((1, 28, 28, 48), (48, 3, 3, 1), {"padding": 1, "groups": 48}),
+    # 9 pixels, one tile: 7 panels (6 full, a half) as whole panels at widths 2 and 3; 5
+    # panels at width 3 (fewer than two a thread) by blocks of rows again.
+    "whole_panels_pointwise_3x3": ((1, 3, 3, 256), (200, 1, 1, 256), {}),
+    "whole_panels_3x3_3x3": ((1, 3, 3, 64), (160, 3, 3, 64), {"padding": 1}),
 }
 
 

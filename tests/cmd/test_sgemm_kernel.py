@@ -61,6 +61,20 @@ def test_tile_edges_match_float64(kernel_isa, o, c, k, hw, relu, with_bias, seed
     close_dot(out, want, "float32", k[0] * k[1] * c, x, w, bias=bias)
 
 
+@pytest.mark.parametrize("pixels", range(1, 26))
+def test_every_row_count_of_a_tile_matches_float64(kernel_isa, pixels):
+    """1 to 25 pixels: every count of rows a block's last tile may hold at every level (the
+    9-row tile of a 3x3 map on AVX-512 among them), each on a full and a half panel."""
+    rng = np.random.default_rng(pixels)
+    x = rng.standard_normal((1, 1, pixels, 40)).astype(np.float32)
+    w = rng.standard_normal((48, 1, 1, 40)).astype(np.float32)
+    bias = rng.standard_normal(48).astype(np.float32)
+    want = conv64(x, w, bias, (1, 1), (0, 0, 0, 0), 1, relu=True)
+    out = np.full(want.shape, np.nan, np.float32)
+    run_conv(x, w, bias, out, activation="relu")
+    close_dot(out, want, "float32", 40, x, w, bias=bias)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape, wshape, params", [
     # Each above CPU_OPT's 4M multiply-adds, so two threads split it.

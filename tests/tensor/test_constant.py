@@ -130,6 +130,110 @@ def test_a_pack_of_two_mib_or_more_starts_on_a_huge_page_boundary():
     assert constant.packed_nbytes(a) == (3 << 20) + (2 << 20) - 64 + (3 << 20)
 
 
+def test_packs_of_64_kib_to_2_mib_share_huge_page_chunks_freed_with_their_last_copy():
+    """Copies of 64 KiB up to 2 MiB are carved from shared chunks on a 2 MiB boundary, 4 KiB
+    apart, each with its own bytes; a chunk goes with its last copy (the newest is reused from
+    its start), and a copy that does not fit starts a new one. Smaller copies, and copies made
+    with huge pages off, are not in chunks. In a fresh interpreter: the chunks are global."""
+    out = run_isolated("""
+        import gc
+        import numpy as np
+        from nnc.tensor import constant
+        rng = np.random.default_rng(1)
+        assert constant._chunk_stats() == (0, 0, 0)
+        src = rng.integers(0, 256, 4 << 20, dtype=np.uint8)
+        a = constant.frozen_copy(src)
+        sizes = [64 << 10, (1 << 20) + 5, (2 << 20) - 64, 100 << 10]
+        got = []
+        for key, n in enumerate(sizes):
+            at, calls, packed = constant._pack_test(a, key, n)
+            assert calls == 1 and packed == bytes(~src[:n] & 0xFF), (key, n)
+            got.append(at[0])
+        assert all(g % 4096 == 0 for g in got), got
+        assert got[1] == got[0] + (64 << 10)             # one after another in the chunk
+        assert got[0] % (2 << 20) == 0                   # the chunk starts on a huge page
+        chunks, live, used = constant._chunk_stats()
+        assert (chunks, live) == (1, 4), (chunks, live)
+        small, _, _ = constant._pack_test(a, 10, (64 << 10) - 64)    # below the chunks
+        old = constant._huge_pages(False)
+        try:
+            plain, _, packed = constant._pack_test(a, 11, 1 << 20)   # huge pages off
+            assert packed == bytes(~src[:1 << 20] & 0xFF)
+        finally:
+            constant._huge_pages(old)
+        assert constant._chunk_stats()[:2] == (1, 4)
+        # Each copy still holds its own bytes after the others were made.
+        for key, n in enumerate(sizes):
+            at, calls, packed = constant._pack_test(a, key, n)
+            assert calls == 0 and at[0] == got[key] and packed == bytes(~src[:n] & 0xFF)
+        # Enough copies from another block to fill the first chunk and start a second.
+        b = constant.frozen_copy(src[::-1])
+        for key in range(20):
+            at, calls, packed = constant._pack_test(b, key, (2 << 20) - 4096)
+            assert calls == 1 and packed == bytes(~src[::-1][:(2 << 20) - 4096] & 0xFF)
+        chunks, live, used = constant._chunk_stats()
+        assert chunks == 2 and live == 24, (chunks, live)
+        del a                   # the older chunk keeps b's copies: it stays
+        gc.collect()
+        assert constant._chunk_stats()[:2] == (2, 20)
+        del b                   # the older goes, the newest stays, emptied for reuse
+        gc.collect()
+        assert constant._chunk_stats() == (1, 0, 0), constant._chunk_stats()
+        c = constant.frozen_copy(src)
+        at, calls, packed = constant._pack_test(c, 0, 64 << 10)
+        assert constant._chunk_stats() == (1, 1, 64 << 10)
+        print(constant.frozen_count())
+    """)
+    assert out.split() == ["1"]
+
+
+def test_chunked_packs_made_by_threads_at_once_keep_their_own_bytes():
+    """Sixteen Python threads each pack copies of their own frozen block, of sizes that land in
+    the shared chunks, at once (constant_pack runs without the GIL): every copy holds its own
+    bytes, none overlaps another, and freeing every block frees every chunk but the newest."""
+    out = run_isolated("""
+        import gc
+        import threading
+        import numpy as np
+        from nnc.tensor import constant
+        rng = np.random.default_rng(2)
+        blocks = [constant.frozen_copy(rng.integers(0, 256, 1 << 20, dtype=np.uint8))
+                  for _ in range(16)]
+        results, errors = {}, []
+
+        def work(i):
+            try:
+                for key in range(6):
+                    n = (64 << 10) + 4096 * ((i * 7 + key * 13) % 200)
+                    at, calls, packed = constant._pack_test(blocks[i], key, n)
+                    want = bytes(~np.asarray(blocks[i])[:n] & 0xFF)
+                    assert calls == 1 and packed == want, (i, key)
+                    results[(i, key)] = (at[0], n)
+            except BaseException as e:
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors and len(results) == 96, errors
+        spans = sorted(results.values())
+        for (a0, n0), (a1, _) in zip(spans, spans[1:]):
+            assert a0 + n0 <= a1, (a0, n0, a1)
+        for (i, key), (at, n) in results.items():        # nobody wrote over anybody
+            again, calls, packed = constant._pack_test(blocks[i], key, n)
+            assert calls == 0 and again[0] == at
+            assert packed == bytes(~np.asarray(blocks[i])[:n] & 0xFF)
+        assert constant._chunk_stats()[1] == 96
+        del blocks
+        gc.collect()
+        chunks, live, used = constant._chunk_stats()
+        print(chunks, live, used)
+    """)
+    assert out.split() == ["1", "0", "0"]
+
+
 def test_pack_of_memory_that_is_not_frozen_is_null():
     got, calls, packed = constant._pack_test(np.ones(8, np.float32), 1, 32)
     assert got == [0] and calls == 0 and packed is None
