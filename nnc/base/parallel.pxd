@@ -48,6 +48,14 @@ cdef int parallel_ready() except -1
 # through a Run): a thread that sleeps is woken too late for the next command where the OS or a
 # VM takes a while to wake an idle core. begin wakes the helpers at once (their wake-up overlaps
 # the run's first nodes) and says whether it counted; end takes what begin returned.
+# Around a pool thread's work (serving a stream, running a job; helping with parts counts
+# itself): counted as working on its CPU, after moving off it if another nnc thread works there
+# and a CPU where none does is allowed (docs/threading.md). Nested calls count once.
+cdef void parallel_busy_enter() noexcept nogil
+cdef void parallel_busy_leave() noexcept nogil
+# A pool thread about to spin: off a CPU where an nnc thread works, as above.
+cdef void parallel_spin_apart() noexcept nogil
+
 cdef bint parallel_run_begin() noexcept nogil
 cdef void parallel_run_end(bint counted) noexcept nogil
 # Some synchronous run that may split commands is in progress (a racy read: a hint to spin).

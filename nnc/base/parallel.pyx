@@ -85,35 +85,111 @@ cdef extern from *:
     void _pause "nnc__pause"() noexcept nogil
 
 
-# A helper that joins a job on the caller's own CPU moves itself off it. Why: a pool thread
-# woken for a run is placed by the kernel, often on the waker's CPU (wake-affine), and a helper
-# there only takes turns with the caller while the other core idles; the kernel's balancing
-# did not part them for whole benchmark runs (Inception-V3 at 75x75, runs alternating between
-# 1 and 2 intra-op threads: 5.3 ms at both in about one process of three, 3.6-4.0 ms at 2
-# otherwise). Allowed everywhere but that CPU for a moment, the thread is migrated at once;
-# then its mask is put back as it was (which moves nothing).
+# Threads of nnc that work on one CPU only take turns, however many cores idle. The kernel
+# places a thread when it wakes, often on its waker's CPU (wake-affine): a pool thread woken for
+# a run lands beside the thread that woke it, and its balancing did not part them for whole
+# benchmark runs (Inception-V3 at 75x75, runs alternating between 1 and 2 intra-op threads: 5.3
+# ms at both in about one process of three, 3.6-4.0 ms at 2 otherwise; its scheduled runs
+# bimodal, 3.3-3.5 or 5.3-6.2 ms). So each CPU has a count of nnc's threads working on it: the
+# caller of a synchronous run for the run, a command's caller while its parts run, a pool thread
+# while it serves a stream, runs a job or helps with parts. A pool thread about to work, or to
+# spin, on a CPU another one works on moves to a CPU none works on, if it may run on one: allowed
+# only those for a moment, it is migrated at once; then its affinity mask is put back as it was
+# (which moves nothing). The counts are hints, read and written with relaxed atomics: a thread
+# the kernel migrates while it works leaves its count behind until it stops or, for a run's
+# caller, until its next split command counts it where it runs then.
 cdef extern from *:
     """
     #ifdef __linux__
     #include <sched.h>
+    #include <string.h>
+    static int nnc__busy[CPU_SETSIZE];          /* nnc's working threads per CPU */
+    static __thread int nnc__busy_cpu = -1;     /* where this thread counted itself, or -1 */
+    static __thread int nnc__busy_depth = 0;    /* nested enters on this thread */
     static int nnc__cpu_now(void) { return sched_getcpu(); }
+    static int nnc__busy_at(int cpu) {
+        return cpu >= 0 && cpu < CPU_SETSIZE
+               ? __atomic_load_n(&nnc__busy[cpu], __ATOMIC_RELAXED) : 0;
+    }
+    /* Move the calling thread off cpu onto one where no nnc thread works (none allowed: stay). */
     static void nnc__move_off(int cpu) {
-        cpu_set_t was, other;
+        cpu_set_t was, idle;
+        int i, any = 0;
         if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(was), &was) != 0
-                || !CPU_ISSET(cpu, &was) || CPU_COUNT(&was) < 2)
+                || CPU_COUNT(&was) < 2)
             return;
-        other = was;
-        CPU_CLR(cpu, &other);
-        if (sched_setaffinity(0, sizeof(other), &other) == 0)
+        CPU_ZERO(&idle);
+        for (i = 0; i < CPU_SETSIZE; i++) {
+            if (i != cpu && CPU_ISSET(i, &was) && nnc__busy_at(i) == 0) {
+                CPU_SET(i, &idle);
+                any = 1;
+            }
+        }
+        if (any && sched_setaffinity(0, sizeof(idle), &idle) == 0)
             sched_setaffinity(0, sizeof(was), &was);
     }
+    static void nnc__busy_enter(int move) {
+        int cpu;
+        if (nnc__busy_depth++ > 0) {
+            /* Already counted (a run's caller at each of its commands): where it runs now,
+             * since the kernel may have migrated it since. */
+            cpu = sched_getcpu();
+            if (cpu >= 0 && cpu < CPU_SETSIZE && cpu != nnc__busy_cpu) {
+                __atomic_add_fetch(&nnc__busy[cpu], 1, __ATOMIC_RELAXED);
+                if (nnc__busy_cpu >= 0)
+                    __atomic_sub_fetch(&nnc__busy[nnc__busy_cpu], 1, __ATOMIC_RELAXED);
+                nnc__busy_cpu = cpu;
+            }
+            return;
+        }
+        cpu = sched_getcpu();
+        if (move && nnc__busy_at(cpu) > 0) {
+            nnc__move_off(cpu);
+            cpu = sched_getcpu();
+        }
+        if (cpu < 0 || cpu >= CPU_SETSIZE)
+            cpu = -1;
+        else
+            __atomic_add_fetch(&nnc__busy[cpu], 1, __ATOMIC_RELAXED);
+        nnc__busy_cpu = cpu;
+    }
+    static void nnc__busy_leave(void) {
+        if (nnc__busy_depth <= 0 || --nnc__busy_depth > 0)
+            return;
+        if (nnc__busy_cpu >= 0)
+            __atomic_sub_fetch(&nnc__busy[nnc__busy_cpu], 1, __ATOMIC_RELAXED);
+        nnc__busy_cpu = -1;
+    }
+    static void nnc__spin_apart(void) {
+        int cpu = sched_getcpu();
+        if (nnc__busy_at(cpu) > 0)
+            nnc__move_off(cpu);
+    }
+    /* In a forked child only the forking thread lives: nobody else works anywhere. */
+    static void nnc__busy_after_fork(void) {
+        memset(nnc__busy, 0, sizeof(nnc__busy));
+        nnc__busy_cpu = -1;
+    }
     #else
+    enum { CPU_SETSIZE = 0 };
     static int nnc__cpu_now(void) { return -1; }
+    static int nnc__busy_at(int cpu) { (void)cpu; return 0; }
     static void nnc__move_off(int cpu) { (void)cpu; }
+    static void nnc__busy_enter(int move) { (void)move; }
+    static void nnc__busy_leave(void) {}
+    static void nnc__spin_apart(void) {}
+    static void nnc__busy_after_fork(void) {}
     #endif
     """
+    enum:
+        CPU_SETSIZE
     int _cpu_now "nnc__cpu_now"() noexcept nogil
+    int _busy_at "nnc__busy_at"(int cpu) noexcept nogil
     void _move_off "nnc__move_off"(int cpu) noexcept nogil
+    void _busy_enter "nnc__busy_enter"(int move) noexcept nogil
+    void _busy_leave "nnc__busy_leave"() noexcept nogil
+    void _spin_apart "nnc__spin_apart"() noexcept nogil
+    void _busy_after_fork "nnc__busy_after_fork"() noexcept nogil
 
 
 # One nnc_parallel_for call, on its caller's stack. fn/arg/parts never change; next and rc are
@@ -128,7 +204,6 @@ ctypedef struct job_t:
     int rc                              # first failure, or 0
     int room                            # helpers that may still join; 0 once closed
     int inside                          # helpers running parts of this job now
-    int cpu                             # the CPU the caller posted it from (-1: unknown)
     pthread_cond_t done                 # the caller waits here for inside == 0
     job_t* link                         # next open job
 
@@ -175,7 +250,7 @@ cdef int parallel_ready() except -1:
 
 # Wake a job's helpers late when a pool thread spins (see the module's docstring); 0: at once.
 cdef bint _late_wake = True
-# A helper joining on its caller's CPU moves off it (_move_off); off: A/B runs.
+# A pool thread about to work or spin where another nnc thread works moves off it; off: A/B runs.
 cdef bint _move_apart = True
 # parallel_probe(late_wake=True): post the job as if a spinner had taken every wake-up.
 cdef bint _probe_late = False
@@ -191,8 +266,8 @@ def _set_late_wake(bint on):
 
 
 def _set_move_apart(bint on):
-    """Whether a helper that joins a job on its caller's CPU moves off it (for A/B runs and
-    tests); returns the previous setting."""
+    """Whether a pool thread about to work or spin on a CPU where another nnc thread works
+    moves off it (for A/B runs and tests); returns the previous setting."""
     global _move_apart
     old = _move_apart
     _move_apart = on
@@ -238,6 +313,7 @@ cdef void parallel_after_fork() noexcept nogil:
     _runs = 0
     _stream_runs = 0
     _started = False
+    _busy_after_fork()
 
 
 cdef int parallel_threads() noexcept nogil:
@@ -270,12 +346,34 @@ cdef inline bint _run_begin(int* runs) noexcept nogil:
 
 
 cdef bint parallel_run_begin() noexcept nogil:
-    return _run_begin(&_runs)
+    if not _run_begin(&_runs):
+        return False
+    _busy_enter(False)                  # the caller works here for the whole run
+    return True
 
 
 cdef void parallel_run_end(bint counted) noexcept nogil:
     if counted:
+        _busy_leave()
         _add_int(&_runs, -1)
+
+
+cdef void parallel_busy_enter() noexcept nogil:
+    _busy_enter(_move_apart)
+
+
+cdef void parallel_busy_leave() noexcept nogil:
+    _busy_leave()
+
+
+cdef void parallel_spin_apart() noexcept nogil:
+    if _move_apart:
+        _spin_apart()
+
+
+def _busy_counts():
+    """{CPU: nnc threads counted working there} for the CPUs with any (for tests)."""
+    return {i: _busy_at(i) for i in range(CPU_SETSIZE) if _busy_at(i)}
 
 
 cdef bint parallel_runs_active() noexcept nogil:
@@ -351,9 +449,9 @@ cdef bint parallel_help(void* context) noexcept nogil:
         _add_int(&_open, -1)
     j.inside += 1
     pthread_mutex_unlock(&_lock)
-    if _move_apart and j.cpu >= 0 and _cpu_now() == j.cpu:
-        _move_off(j.cpu)
+    _busy_enter(_move_apart)
     _run_parts(j, context)
+    _busy_leave()
     pthread_mutex_lock(&_lock)
     _add_int(&j.inside, -1)
     if j.inside == 0:
@@ -419,18 +517,19 @@ cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
         return j.rc
     j.room = helpers
     j.inside = 0
-    j.cpu = _cpu_now()
     pthread_cond_init(&j.done, NULL)
     pthread_mutex_lock(&_lock)
     j.link = _jobs
     _jobs = &j
     _add_int(&_open, 1)
     pthread_mutex_unlock(&_lock)
+    _busy_enter(False)                  # helpers on this CPU move off it
     deferred = helpers if _probe_late else _wake(helpers, _late_wake)
     if deferred == 0:
         _run_parts(&j, context)
     else:
         _run_parts_late_wake(&j, context, deferred)
+    _busy_leave()
     pthread_mutex_lock(&_lock)
     _close(&j)
     if j.inside > 0 and _wait_spin > 0:

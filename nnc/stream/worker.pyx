@@ -51,7 +51,8 @@ from nnc.base.sync cimport (
 from nnc.base.parallel import parallel_install_starter
 
 from nnc.base.parallel cimport (
-    nnc_context_free, nnc_stream_context_t, parallel_after_fork, parallel_help, parallel_install,
+    nnc_context_free, nnc_stream_context_t, parallel_after_fork, parallel_busy_enter,
+    parallel_busy_leave, parallel_help, parallel_install,
     parallel_pending, parallel_runs_active, parallel_set_spin, parallel_set_width,
     parallel_stream_runs_active,
 )
@@ -604,7 +605,9 @@ cdef void _pool_main() noexcept nogil:
             pthread_mutex_unlock(&_pool.lock)
             if wake:
                 _wake_one()
+            parallel_busy_enter()
             _serve(s)
+            parallel_busy_leave()
             worked, spun_out = True, False
             pthread_mutex_lock(&_pool.lock)
             continue
@@ -619,7 +622,9 @@ cdef void _pool_main() noexcept nogil:
             pthread_mutex_unlock(&_pool.lock)
             if wake:
                 _wake_one()
+            parallel_busy_enter()
             job.run(job, &helper)
+            parallel_busy_leave()
             worked, spun_out = True, False
             pthread_mutex_lock(&_pool.lock)
             _pool.busy -= 1

@@ -16,7 +16,7 @@ import os
 from nnc.base.core import NNCError
 
 from nnc.base.parallel cimport (
-    parallel_pending, parallel_runs_active, parallel_stream_runs_active,
+    parallel_pending, parallel_runs_active, parallel_spin_apart, parallel_stream_runs_active,
 )
 from nnc.base.sync cimport (
     mono_now, mutex_init_spinning, pthread_cond_init, pthread_cond_signal, pthread_mutex_lock,
@@ -146,6 +146,8 @@ cdef bint pool_spin() noexcept nogil:
     cdef double stream_end = start + max(pool_spin_seconds, STREAM_RUN_SPIN)
     cdef double now
     cdef int _turn
+    # Spinning beside a working nnc thread would take turns with it (nnc.base.parallel).
+    parallel_spin_apart()
     while True:
         for _turn in range(64):
             if (_peek(&pool.ready_head) != NULL or _peek(<void**>&pool.job_head) != NULL

@@ -322,6 +322,43 @@ def test_a_splitting_run_keeps_helpers_spinning_only_while_it_runs():
         nnc.set_intra_op_threads(None)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU counts need sched_getcpu")
+def test_threads_count_themselves_working_on_their_cpu_only_while_they_work():
+    """A synchronous run's caller counts itself on its CPU for the run (at intra-op > 1), a pool
+    thread for the stream it serves; nobody is counted once they are done, however a run ends,
+    and a forked child starts with no count (nnc/base/parallel.pyx, moving apart)."""
+    from nnc.base import parallel
+
+    seen = []
+
+    def look(ins, outs):
+        seen.append((os.sched_getaffinity(0), parallel._busy_counts()))
+
+    g = nnc.Graph()
+    g.exec(nnc.Cmd.custom(look))
+    nnc.set_intra_op_threads(2)
+    g.run()
+    (_, counts), = seen
+    assert sum(counts.values()) >= 1                    # the caller, at least
+    assert parallel._busy_counts() == {}
+    s = nnc.Stream("cpu")
+    g.run(stream=s)
+    assert s.wait(DEADLINE)
+    assert sum(seen[-1][1].values()) >= 1               # the pool thread serving s
+    deadline = time.monotonic() + DEADLINE
+    while parallel._busy_counts() and time.monotonic() < deadline:
+        time.sleep(0.001)                               # it leaves right after its last task
+    assert parallel._busy_counts() == {}
+    _, bad = _probe_graphs(lambda: None, KeyboardInterrupt("from a command"))
+    with pytest.raises(KeyboardInterrupt):
+        bad.run()
+    assert parallel._busy_counts() == {}
+    nnc.set_intra_op_threads(1)
+    seen.clear()
+    g.run()
+    assert seen[0][1] == {}                             # not a splitting run: not counted
+
+
 def test_a_run_on_a_cpu_stream_counts_itself_until_its_last_task():
     """g.run(stream=s) at intra-op > 1 counts a CPU-stream run in progress from its enqueue to
     its last task (pool threads spin for its parts), however its nodes end; at intra-op 1 it
@@ -383,7 +420,8 @@ def test_a_stream_run_waiting_for_a_signal_does_not_keep_a_core_spinning():
 @pytest.mark.skipif(sys.platform != "linux", reason="fork")
 def test_a_child_forked_during_a_splitting_run_does_not_inherit_it():
     """A fork while another thread's g.run() keeps helpers spinning: the child's count of runs
-    in progress starts at 0 (a run of a thread that is gone would keep its pool spinning)."""
+    in progress starts at 0 (a run of a thread that is gone would keep its pool spinning), and
+    so do its counts of threads working on each CPU."""
     from nnc.base import parallel
 
     inside, release = threading.Event(), threading.Event()
@@ -399,10 +437,13 @@ def test_a_child_forked_during_a_splitting_run_does_not_inherit_it():
     runner.start()
     try:
         assert inside.wait(DEADLINE) and parallel._runs_in_progress() == 1
+        linux = sys.platform.startswith("linux")
+        assert not linux or sum(parallel._busy_counts().values()) == 1   # the run's caller
         r, wfd = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.write(wfd, b"1" if parallel._runs_in_progress() == 0 else b"0")
+            clean = parallel._runs_in_progress() == 0 and parallel._busy_counts() == {}
+            os.write(wfd, b"1" if clean else b"0")
             os._exit(0)
         os.close(wfd)
         _, status = os.waitpid(pid, 0)
