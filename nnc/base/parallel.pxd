@@ -40,14 +40,6 @@ ctypedef int (*nnc_part_f)(void* arg, Py_ssize_t part, void* context) noexcept n
 cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
                           void* context) noexcept nogil
 
-# With the GIL, before a synchronous run: start the pool once, so idle threads can help.
-cdef int parallel_ready() except -1
-
-# Around a synchronous run (g.run()) whose commands may split: while one is in progress, idle pool
-# threads spin for parts instead of sleeping between commands (as ONNX Runtime's workers spin
-# through a Run): a thread that sleeps is woken too late for the next command where the OS or a
-# VM takes a while to wake an idle core. begin wakes the helpers at once (their wake-up overlaps
-# the run's first nodes) and says whether it counted; end takes what begin returned.
 # Around a pool thread's work (serving a stream, running a job; helping with parts counts
 # itself): counted as working on its CPU, after moving off it if another nnc thread works there
 # and a CPU where none does is allowed (docs/threading.md). Nested calls count once.
@@ -56,6 +48,15 @@ cdef void parallel_busy_leave() noexcept nogil
 # A pool thread about to spin: off a CPU where an nnc thread works, as above.
 cdef void parallel_spin_apart() noexcept nogil
 
+# With the GIL, before a synchronous run: start the pool once, so idle threads can help.
+cdef int parallel_ready() except -1
+
+# Around a synchronous run (g.run()) whose commands may split: while one is in progress, idle pool
+# threads spin for parts instead of sleeping between commands (as ONNX Runtime's workers spin
+# through a Run): a thread that sleeps is woken too late for the next command where the OS or a
+# VM takes a while to wake an idle core. begin wakes the helpers at once (their wake-up overlaps
+# the run's first nodes) and says whether it counted; end takes what begin returned. A counted
+# run's caller is counted as working on its CPU meanwhile (parallel_busy_enter, without moving).
 cdef bint parallel_run_begin() noexcept nogil
 cdef void parallel_run_end(bint counted) noexcept nogil
 # Some synchronous run that may split commands is in progress (a racy read: a hint to spin).

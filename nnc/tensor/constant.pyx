@@ -148,6 +148,12 @@ cdef extern from *:
         free(mem);
     }
 
+    /* In a forked child only the forking thread lives: a lock another thread held at the fork
+     * would never be released (the list is consistent: it changes in a few stores). */
+    static void nnc_chunk_after_fork(void) {
+        pthread_mutex_init(&nnc_chunk_mutex, NULL);
+    }
+
     /* Chunks alive, copies in them, bytes carved from them (for tests). */
     static void nnc_chunk_stats(size_t* chunks, size_t* live, size_t* used) {
         nnc_chunk_t* c;
@@ -165,6 +171,9 @@ cdef extern from *:
     void* nnc_packed_alloc(size_t nbytes) nogil
     void nnc_packed_free(void* mem) nogil
     void nnc_chunk_stats(size_t* chunks, size_t* live, size_t* used) nogil
+    void nnc_chunk_after_fork() nogil
+    int pthread_atfork(void (*prepare)() noexcept nogil, void (*parent)() noexcept nogil,
+                       void (*child)() noexcept nogil) nogil
 
 cdef enum:
     _ALIGN = 64
@@ -199,6 +208,17 @@ cdef Py_ssize_t _count = 0
 cdef Py_ssize_t _cap = 0
 pthread_mutex_init(&_mutex, NULL)
 pthread_cond_init(&_made, NULL)
+
+
+cdef void _after_fork_child() noexcept nogil:
+    """In a forked child: the registry's and the chunks' locks as new (a thread that held one
+    at the fork is gone; what they guard changes only in short critical sections)."""
+    pthread_mutex_init(&_mutex, NULL)
+    pthread_cond_init(&_made, NULL)
+    nnc_chunk_after_fork()
+
+
+pthread_atfork(NULL, NULL, _after_fork_child)
 
 
 cdef inline size_t _rounded(size_t nbytes) noexcept nogil:

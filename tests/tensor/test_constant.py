@@ -234,6 +234,62 @@ def test_chunked_packs_made_by_threads_at_once_keep_their_own_bytes():
     assert out.split() == ["1", "0", "0"]
 
 
+def test_a_child_forked_while_threads_pack_can_pack_and_free():
+    """Forks while other threads make and free packed copies (chunked and not): each child
+    makes and frees copies of its own, so the locks a packing thread held at the fork do not
+    stay held in the child; every child exits within its deadline."""
+    out = run_isolated("""
+        import gc
+        import os
+        import threading
+        import time
+        import numpy as np
+        from nnc.tensor import constant
+        stop = threading.Event()
+
+        def churn(seed):
+            rng = np.random.default_rng(seed)
+            key = 0
+            while not stop.is_set():
+                a = constant.frozen_copy(rng.integers(0, 256, 1 << 18, dtype=np.uint8))
+                for n in (1 << 10, 80 << 10, 200 << 10):
+                    key += 1
+                    constant._pack_test(a, key, n)
+                del a
+
+        threads = [threading.Thread(target=churn, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        ok = 0
+        for _ in range(20):
+            time.sleep(0.005)
+            pid = os.fork()
+            if pid == 0:
+                b = constant.frozen_copy(np.arange(1 << 18, dtype=np.uint8))
+                got, calls, packed = constant._pack_test(b, 1, 100 << 10)
+                good = calls == 1 and packed == bytes(~np.arange(100 << 10, dtype=np.uint8))
+                del b
+                gc.collect()
+                os._exit(0 if good else 3)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.01)
+            else:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise SystemExit("a forked child hung")
+            ok += os.waitstatus_to_exitcode(status) == 0
+        stop.set()
+        for t in threads:
+            t.join(30)
+        print(ok)
+    """)
+    assert out.split() == ["20"]
+
+
 def test_pack_of_memory_that_is_not_frozen_is_null():
     got, calls, packed = constant._pack_test(np.ones(8, np.float32), 1, 32)
     assert got == [0] and calls == 0 and packed is None
