@@ -72,7 +72,7 @@ def _null_driver_class():
         def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
             return self.ok()
 
-        def _run(self, fn):
+        def _run(self, fn, stream):
             # Stream work (the fake libraries' computation, copies) does nothing, captured or
             # not; a replayed graph is therefore empty too.
             pass

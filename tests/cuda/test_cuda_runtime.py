@@ -729,3 +729,33 @@ def test_gpu_tensor_as_expression_input_is_refused(fake):
     with pytest.raises(nnc.GraphError, match="a Python expression.s inputs must be host tensors"):
         g.run(stream=s)
     s.wait()
+
+
+def test_the_fake_captures_only_the_streams_in_a_capture(fake):
+    """As CUDA, on which threads sharing a GPU rely: while one stream captures, work enqueued
+    on another stream runs at once (a fake that recorded it into the open capture gave another
+    thread's eager convolutions wrong results); a stream joins the capture by waiting on an
+    event recorded on a member, and leaves it when the capture ends."""
+    f = fake
+    f.cuCtxSetCurrent(f.cuDevicePrimaryCtxRetain(f.cuDeviceGet(0)[1])[1])
+    a, b, c = (f.cuStreamCreate(0)[1] for _ in range(3))
+    ev = f.cuEventCreate(0)[1]
+    buf = np.zeros(16, np.uint8)
+    ptr = buf.ctypes.data
+    none = real.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+    assert f.cuStreamBeginCapture(a, 0)[0] == 0
+    f.cuMemsetD8Async(ptr, 1, 4, b)                     # not in the capture: runs now
+    f.cuMemsetD8Async(ptr + 4, 2, 4, a)                 # the capturing stream: recorded
+    assert buf[:8].tolist() == [1] * 4 + [0] * 4
+    assert f.cuStreamGetCaptureInfo(b)[1] == none
+    assert f.cuStreamGetCaptureInfo(a)[1] != none
+    f.cuEventRecord(ev, a)
+    f.cuStreamWaitEvent(c, ev, 0)                       # c joins the capture
+    f.cuMemsetD8Async(ptr + 8, 3, 4, c)
+    assert buf[8:12].tolist() == [0] * 4 and f.cuStreamGetCaptureInfo(c)[1] != none
+    err, graph = f.cuStreamEndCapture(a)
+    assert err == 0
+    f.cuMemsetD8Async(ptr + 12, 4, 4, c)                # the capture ended: runs now
+    assert buf[12:].tolist() == [4] * 4 and f.cuStreamGetCaptureInfo(c)[1] == none
+    f.cuGraphLaunch(f.cuGraphInstantiate(graph, 0)[1], a)
+    assert buf.tolist() == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4

@@ -278,7 +278,7 @@ class FakeCublas:
                     acc = acc + be * cv
                 cv[...] = acc
 
-        self.driver._run(run)
+        self.driver._run(run, st.stream)
 
 
 def install(monkeypatch, fake_driver):

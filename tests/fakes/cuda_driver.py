@@ -73,6 +73,12 @@ class FakeDriver:
         # Open captures, innermost last: (stream id, graph id). A stream capturing into a body
         # graph (cuStreamBeginCaptureToGraph) records there until its cuStreamEndCapture.
         self.capture_stack = []
+        # CUDA's membership of a capture: the streams that began one, and the streams that
+        # joined it by waiting on an event recorded on a member (cross-stream capture). Work
+        # on any other stream runs at once, whichever thread launches it, while a capture is
+        # open (another thread's stream is not captured).
+        self.capture_joined = set()
+        self.captured_events = set()    # events last recorded on a member stream
         self.capture_thread = None      # the thread that began the capture (thread-local mode)
         self.capture_invalidated = None  # the unsafe call that broke the capture, if any
         self.graphs = {}                # id -> list of deferred calls
@@ -138,9 +144,15 @@ class FakeDriver:
         """The list of calls the innermost open capture records, or None."""
         return self.graphs[self.capture_stack[-1][1]] if self.capture_stack else None
 
-    def _run(self, fn):
-        # Stream work runs at once, unless a stream is capturing: then it becomes a graph node.
-        if self.capturing is not None:
+    def _member(self, s):
+        """Whether stream s belongs to an open capture (began one, or joined one)."""
+        s = int(s)
+        return any(st == s for st, _ in self.capture_stack) or s in self.capture_joined
+
+    def _run(self, fn, stream):
+        # Stream work runs at once, unless its stream belongs to an open capture: then it
+        # becomes a node of the innermost capture's graph.
+        if self.capturing is not None and self._member(stream):
             self.capturing.append(fn)
         else:
             fn()
@@ -241,28 +253,28 @@ class FakeDriver:
         del self.buffers[int(ptr)]
         return self.ok()
 
-    def _copy(self, dst, src, n):
-        self._run(lambda: ctypes.memmove(int(dst), int(src), n))
+    def _copy(self, dst, src, n, stream):
+        self._run(lambda: ctypes.memmove(int(dst), int(src), n), stream)
         return self.ok()
 
     def cuMemcpyHtoDAsync(self, dst, src, n, stream):
-        return self._copy(dst, src, n)
+        return self._copy(dst, src, n, stream)
 
     def cuMemcpyDtoHAsync(self, dst, src, n, stream):
-        return self._copy(dst, src, n)
+        return self._copy(dst, src, n, stream)
 
     def cuMemcpyDtoDAsync(self, dst, src, n, stream):
-        return self._copy(dst, src, n)
+        return self._copy(dst, src, n, stream)
 
     def cuMemcpyPeerAsync(self, dst, dctx, src, sctx, n, stream):
         # The driver reads each side's device from the context it is given: a context that
         # does not hold that memory is an invalid argument.
         if self.mem_context(int(dst)) != int(dctx) or self.mem_context(int(src)) != int(sctx):
             return (real.CUresult.CUDA_ERROR_INVALID_VALUE,)
-        return self._copy(dst, src, n)
+        return self._copy(dst, src, n, stream)
 
     def cuMemsetD8Async(self, ptr, value, n, stream):
-        self._run(lambda: ctypes.memset(int(ptr), value, n))
+        self._run(lambda: ctypes.memset(int(ptr), value, n), stream)
         return self.ok()
 
     # -- streams, events, capture
@@ -278,7 +290,7 @@ class FakeDriver:
     def _captured(self, s, name):
         """CUDA's rule: synchronising or querying a stream that is capturing is illegal, from
         any thread, and invalidates the capture."""
-        if any(st == int(s) for st, _ in self.capture_stack):
+        if self._member(s):
             self.capture_invalidated = self.capture_invalidated or name
             return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
         return None
@@ -307,7 +319,7 @@ class FakeDriver:
             self.busy = False
             cfn(data)
 
-        self._run(lambda: threading.Thread(target=later).start())
+        self._run(lambda: threading.Thread(target=later).start(), s)
         return self.ok()
 
     def cuEventCreate(self, flags):
@@ -320,7 +332,14 @@ class FakeDriver:
         return self.ok()
 
     def cuEventRecord(self, e, s):
-        return self._same_ctx(e, s) or self.ok()
+        bad = self._same_ctx(e, s)
+        if bad:
+            return bad
+        if self.capture_stack and self._member(s):
+            self.captured_events.add(int(e))
+        else:
+            self.captured_events.discard(int(e))
+        return self.ok()
 
     def cuEventQuery(self, e):
         return self.ok()
@@ -332,6 +351,8 @@ class FakeDriver:
         return self.ok()
 
     def cuStreamWaitEvent(self, s, e, flags):
+        if self.capture_stack and int(e) in self.captured_events:
+            self.capture_joined.add(int(s))     # waiting on a captured event joins the capture
         return self.ok()
 
     def _begin(self, s, g):
@@ -366,6 +387,8 @@ class FakeDriver:
         _, g = self.capture_stack.pop()
         if not self.capture_stack:
             self.capture_thread = None
+            self.capture_joined.clear()
+            self.captured_events.clear()
             if self.capture_invalidated:
                 return (real.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None)
         return self.ok(self._h("CUgraph", g))
@@ -374,7 +397,7 @@ class FakeDriver:
         # CUDA 13's form: status, id, graph, dependencies, edge data, count. Dependencies are
         # not modelled (recorded calls run in order): one stand-in node.
         status = real.CUstreamCaptureStatus
-        if not self.capture_stack:
+        if not self.capture_stack or not self._member(s):
             return self.ok(status.CU_STREAM_CAPTURE_STATUS_NONE, 0, None, [], [], 0)
         g = self.capture_stack[-1][1]
         return self.ok(status.CU_STREAM_CAPTURE_STATUS_ACTIVE, g, self._h("CUgraph", g),
@@ -521,7 +544,7 @@ class FakeDriver:
             del keep[:0]    # keep the copies alive as long as this launch may run
 
         try:
-            self._run(run)
+            self._run(run, stream)
         except _Fault:
             return (real.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,)
         return self.ok()

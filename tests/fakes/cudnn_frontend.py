@@ -425,7 +425,7 @@ class _Graph:
             with fake.lock:
                 fake.now += plan.cost * 1e-6
 
-        drv._run(run)
+        drv._run(run, handle.stream)
 
 
 def _inside(drv, ptr, nbytes, what):
