@@ -18,7 +18,8 @@ import enum
 
 import numpy as np
 
-from .cuda_driver import _arr, _driver_library_present
+from .cuda_driver import _driver_library_present
+from .cuda_kernels import _arr
 
 try:
     from nvmath.bindings import cublas as real

@@ -27,7 +27,7 @@ import weakref
 
 import numpy as np
 
-from .cuda_driver import _arr
+from .cuda_kernels import _arr
 
 
 class data_type(enum.Enum):  # noqa: N801  (the frontend's names)
