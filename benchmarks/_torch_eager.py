@@ -25,10 +25,11 @@ raises ``NotImplementedError`` naming it, and the benchmark reports the column a
 
 
 def torch_version():
-    """torch's version string, or None when ``import torch`` fails."""
+    """torch's version string, or None when ``import torch`` fails (not installed, or installed
+    broken: a missing shared library raises OSError, not ImportError)."""
     try:
         import torch
-    except ImportError:
+    except Exception:  # noqa: BLE001 - any failure to import means the column is left out
         return None
     return str(torch.__version__)
 

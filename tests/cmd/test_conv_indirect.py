@@ -115,18 +115,18 @@ def test_fetching_next_panels_ahead_leaves_the_bits(kernel_isa, case):
     ins = _inputs(xs, ws, oshape, True)
     size = nnc.get_num_threads()
     old = cpu_opt._tune(1 << 19, 512, split_macs=0)
-    was = cpu_opt._tune_prefetch(False)
+    was = cpu_opt._switch("prefetch", False)
     try:
         nnc.set_num_threads(2)
         want = _run(ins, oshape, params, "auto", 1)
-        cpu_opt._tune_prefetch(True)
+        cpu_opt._switch("prefetch", True)
         for threads in (1, 2, 3):
             nnc.set_num_threads(threads)
             got = _run(ins, oshape, params, "auto", threads)
             np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32),
                                           err_msg=f"{threads} thread(s)")
     finally:
-        cpu_opt._tune_prefetch(was)
+        cpu_opt._switch("prefetch", was)
         cpu_opt._tune(*old)
         nnc.set_num_threads(size)
 
@@ -151,12 +151,12 @@ def test_pixels_4k_apart_copied_apart_give_the_same_bits(kernel_isa, shape, o, s
     res = rng.standard_normal(oshape).astype(np.float32)
     size = nnc.get_num_threads()
     old = cpu_opt._tune(1 << 19, 512, split_macs=0)
-    was = cpu_opt._tune_copies(False)
+    was = cpu_opt._switch("copies", False)
     got = {}
     try:
         nnc.set_num_threads(2)
         for copies in (False, True):
-            cpu_opt._tune_copies(copies)
+            cpu_opt._switch("copies", copies)
             for threads in (1, 2):
                 nnc.set_intra_op_threads(threads)
                 for part_bytes in (1 << 19, 1 << 12):
@@ -167,7 +167,7 @@ def test_pixels_4k_apart_copied_apart_give_the_same_bits(kernel_isa, shape, o, s
                     got[copies, threads, part_bytes] = out.numpy().view(np.int32).copy()
     finally:
         nnc.set_intra_op_threads(None)
-        cpu_opt._tune_copies(was)
+        cpu_opt._switch("copies", was)
         cpu_opt._tune(*old)
         nnc.set_num_threads(size)
     want = got[False, 1, 1 << 19]

@@ -23,6 +23,10 @@ CASES = {
     # panels at width 3 (fewer than two a thread) by blocks of rows again.
     "whole_panels_pointwise_3x3": ((1, 3, 3, 256), (200, 1, 1, 256), {}),
     "whole_panels_3x3_3x3": ((1, 3, 3, 64), (160, 3, 3, 64), {"padding": 1}),
+    # 49 pixels, weights outweighing them: one block of rows in the tiles (nnc_sgemm_block_rows)
+    "one_row_block_pointwise_7x7": ((1, 7, 7, 96), (600, 1, 1, 96), {}),
+    # 196 pixels, 40 channels: blocks of 48 rows, the short last one joined to the one before
+    "joined_row_block_pointwise_14x14": ((1, 14, 14, 64), (40, 1, 1, 64), {}),
 }
 
 
@@ -41,17 +45,24 @@ def _conv(backend, ins, oshape, threads, **params):
     return wide[..., 5:5 + oshape[3]].copy()
 
 
-@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_every_cut_gives_the_uncut_bits(kernel_isa, case, residual):
-    xs, ws, params = CASES[case]
-    rng = np.random.default_rng(7)
+def _inputs(case, seed, residual=False):
+    """The case's input, weights, bias (and residual), and the output's shape."""
+    xs, ws, _ = CASES[case]
+    rng = np.random.default_rng(seed)
     oshape = xs[:3] + (ws[0],)
     ins = [rng.standard_normal(xs).astype(np.float32),
            rng.standard_normal(ws).astype(np.float32),
            rng.standard_normal(ws[0]).astype(np.float32)]
     if residual:
         ins.append(rng.standard_normal(oshape).astype(np.float32))
+    return ins, oshape
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_cut_gives_the_uncut_bits(kernel_isa, case, residual):
+    xs, ws, params = CASES[case]
+    ins, oshape = _inputs(case, 7, residual)
     size = nnc.get_num_threads()
     old = cpu_opt._tune(1 << 19, 512, split_macs=0)      # every size is worth splitting
     try:
@@ -68,3 +79,34 @@ def test_every_cut_gives_the_uncut_bits(kernel_isa, case, residual):
     ref = _conv("CPU_REF", ins, oshape, None, **params)
     k = ws[1] * ws[2] * ws[3]
     np.testing.assert_allclose(whole, ref, rtol=1e-5, atol=k * 4e-6)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_row_blocks_and_cut_rules_keep_the_bits(kernel_isa, case):
+    """How the tiles block their rows (one block where the weights outweigh the rows, a short
+    last block joined), whether a few-pixel layer is cut by rows or channels, and into how many
+    blocks of rows a channel cut goes change which rows share a pass over a panel, never a
+    sum's order: the bits are those of the old rules."""
+    params = CASES[case][2]
+    ins, oshape = _inputs(case, 11)
+    size = nnc.get_num_threads()
+    old = cpu_opt._tune(1 << 19, 512, split_macs=0)
+    blocks, by_size = cpu_opt._switch("row_blocks"), cpu_opt._switch("rows_by_size")
+    per_thread = cpu_opt._switch("block_per_thread")
+    try:
+        outs = []
+        for on in (True, False):
+            cpu_opt._switch("row_blocks", on)
+            cpu_opt._switch("rows_by_size", on)
+            cpu_opt._switch("block_per_thread", on)
+            for width in (1, 2):
+                nnc.set_num_threads(width)
+                outs.append(_conv("CPU_OPT", ins, oshape, width, **params))
+    finally:
+        cpu_opt._tune(*old)
+        cpu_opt._switch("row_blocks", blocks)
+        cpu_opt._switch("rows_by_size", by_size)
+        cpu_opt._switch("block_per_thread", per_thread)
+        nnc.set_num_threads(size)
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out.view(np.int32), outs[0].view(np.int32))

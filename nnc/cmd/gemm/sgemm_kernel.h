@@ -16,9 +16,10 @@
  * baseline 4x8 in GCC vector extensions (SSE2 on x86-64, NEON on arm64). A packed copy is
  * only valid for the NR it was packed with (nnc_sgemm_nr).
  *
- * Loop order: blocks of MC rows; in each, every panel; in each panel, every MR-row tile over the
- * whole K (measured: no K blocking is fastest for these K <= ~4k, as the panel, K*NR*4 bytes,
- * stays in L2 while MC rows of A pass through L1/L2).
+ * Loop order: blocks of rows (MC, or all of them where the weights outweigh A:
+ * nnc_sgemm_block_rows); in each, every panel; in each panel, every MR-row tile over the whole
+ * K (measured: no K blocking is fastest for these K <= ~4k, as the panel, K*NR*4 bytes, stays
+ * in L2 while a block's rows of A pass through L1/L2).
  *
  * Static functions only: the header is compiled into each extension that uses it, each kernel
  * variant under its own target attribute, so the extension stays baseline x86-64. */
@@ -590,6 +591,37 @@ static inline nnc_tile_f nnc_sgemm_tile(int isa, int rem, int half) {
     return rem > 1 ? nnc_tile_base_4x1 : nnc_tile_base_1x1;
 }
 
+/* How a call's rows are blocked (nnc_sgemm_packed_ahead): each block of rows runs over every
+ * panel of the call's columns, so every block after the first reads the weights again. With
+ * blocks of NNC_SGEMM_MC rows, a 7x7 map's 49 pixels were a block of 48 and one of 1 whose
+ * single-row tiles re-read every panel from memory (weights cold, 1 thread, AVX-512, Xeon:
+ * 49 x 512 x 2048 at 114 GFLOP/s, 133 as one block; ResNet-50 at 1 thread 5 % faster with
+ * both rules below, each alone 3 and 5 %; 2 threads, whose parts are one panel, unchanged).
+ * So:
+ * - a call whose weights outweigh its A rows (columns >= 2 x rows) and whose A rows fit in
+ *   about half an L2 (1 MiB) runs as one block: the weights stream once and A stays in L2
+ *   (ResNet-50's 14x14 and 7x7 layers at one thread; the few-pixel layers);
+ * - else blocks of NNC_SGEMM_MC rows (A's block stays in L1/L2 while the panels, small next to
+ *   A, pass: 56x56 maps lost 20 % as one block), a short last block (under half of one)
+ *   joined to the one before.
+ * The blocking changes which rows share a pass over a panel, never a sum's order: the bits do
+ * not depend on it. 0: blocks of NNC_SGEMM_MC as before (A/B runs, tests). */
+static int nnc_sgemm_row_blocks = 1;
+
+/* Set nnc_sgemm_row_blocks (this extension's copy); returns the previous setting. */
+static inline int nnc_sgemm_set_row_blocks(int on) {
+    int old = nnc_sgemm_row_blocks;
+    nnc_sgemm_row_blocks = on != 0;
+    return old;
+}
+
+static inline ptrdiff_t nnc_sgemm_block_rows(ptrdiff_t rows, ptrdiff_t cols, ptrdiff_t k) {
+    if (nnc_sgemm_row_blocks && cols >= 2 * rows && rows > 0
+            && rows * k * (ptrdiff_t)sizeof(float) <= (1 << 20))
+        return rows;
+    return NNC_SGEMM_MC;
+}
+
 /* C rows m0..m1 (row m at c + m * ldc), columns n0..n1, of A times the packed B of N columns
  * and taps * kt rows (all of it: panel p at packed + p * NR * taps * kt), through the epilogue
  * ep (NULL: none; its bias and residual are indexed by absolute m and n). A is given by
@@ -606,12 +638,15 @@ static void nnc_sgemm_packed_ahead(int isa, ptrdiff_t m0, ptrdiff_t m1, ptrdiff_
                                    nnc_rows_t a, ptrdiff_t ts, const float* packed, float* c,
                                    ptrdiff_t ldc, const nnc_epilogue_t* ep, int ahead) {
     const ptrdiff_t nr = nnc_sgemm_nr(isa), mr = nnc_sgemm_mr(isa), k = kt * taps;
+    const ptrdiff_t mc = nnc_sgemm_block_rows(m1 - m0, n1 - n0, k);
     ptrdiff_t b0, b1, col, m;
 #ifndef NNC_SGEMM_X86
     isa = 0;
 #endif
-    for (b0 = m0; b0 < m1; b0 += NNC_SGEMM_MC) {
-        b1 = b0 + NNC_SGEMM_MC < m1 ? b0 + NNC_SGEMM_MC : m1;
+    for (b0 = m0; b0 < m1; b0 = b1) {
+        b1 = b0 + mc < m1 ? b0 + mc : m1;
+        if (nnc_sgemm_row_blocks && m1 - b1 < mc / 2)
+            b1 = m1;                     /* a short last block joins this one */
         for (col = n0; col < n1; col += nr) {
             const float* panel = packed + (col / nr) * nr * k;
             int w = (int)(n1 - col < nr ? n1 - col : nr);

@@ -20,9 +20,11 @@ cdef extern from "cmd/gemm/sgemm_kernel.h" nogil:
 
     ctypedef const float** nnc_rows_t
 
-    # Rows per block of the tiles' loops (nnc_sgemm_packed_taps).
+    # Rows per block of the tiles' loops (nnc_sgemm_packed_taps), where the weights do not
+    # outweigh the rows (nnc_sgemm_block_rows); nnc_sgemm_set_row_blocks(0): always (A/B runs).
     enum:
         NNC_SGEMM_MC
+    int nnc_sgemm_set_row_blocks(int on)   # returns the previous setting
 
     # Padding's zeros a tile may skip (the weights must be finite); NNC_SGEMM_ZEROS floats.
     enum:
