@@ -642,7 +642,34 @@ class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
                     mine.add(r)
                 plan.append((i, offset, ok))
                 offset += self.shapes[i][axis]
+            span = None if mine else self._placed_run(plan, iaxis, lay)
+            if (span is not None and self.root(out) not in self.placement
+                    and self.root(out) not in group_out
+                    and not any(self.root(v) == self.root(out) for v in self.alias)):
+                # Every input already sits, in order and back to back, in one later Concat's
+                # buffer (DenseNet: each layer's Concat is a prefix of its block's last one,
+                # so it was copied whole for every layer): this Concat is that range of the
+                # buffer, a view, and copies nothing. Nothing may write in place over it, as
+                # the range holds the later Concat's inputs.
+                self.placement[self.root(out)] = span
+                plan = [(i, offset, True) for i, offset, _ in plan]
             self.concat_plan[k] = (iaxis, plan)
+
+    def _placed_run(self, plan, iaxis, lay):
+        """(buffer, axis, offset) when every input of a Concat's ``plan`` is already placed in
+        the same buffer along ``iaxis``, each at the Concat's own offset plus one base, in
+        ``lay``; else None."""
+        base, parent = None, None
+        for i, offset, placed in plan:
+            r = self.root(i)
+            if placed or i in self.consts or r not in self.placement or self.layout.get(i) != lay:
+                return None
+            where, axis, at = self.placement[r]
+            if parent is None:
+                parent, base = where, at - offset
+            if where != parent or axis != iaxis or at - offset != base:
+                return None
+        return None if parent is None else (parent, iaxis, base)
 
     def _views(self):
         """Each value a Reshape, Flatten or view operator makes -> the value it views."""

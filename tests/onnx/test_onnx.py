@@ -147,7 +147,48 @@ def test_bn_not_folded_when_conv_output_is_shared():
              h.make_node("Add", ["n", "c"], ["y"])]
     loaded = check(model(nodes, {"x": [1, 3, 5, 5]}, {"y": None}, inits))
     assert loaded.folded == []
-    assert {"MUL", "ADD"} <= set(commands(loaded))
+    # The image's BN is a depthwise 1x1 convolution (weight scale, bias shift): one pass.
+    bn = [e for e in loaded.graph.topsort() if e.cmd.name == "CONVOLUTION"
+          and e.cmd.params["groups"] == c]
+    assert len(bn) == 1 and bn[0].inputs[1].shape == (c, 1, 1, 1)
+
+
+def test_bn_relu_after_concat_reads_slices_of_the_last_concat():
+    """DenseNet's pattern: each layer's Concat is a prefix of the block's last one, read by a
+    BN and a ReLU. The Concats are views of one buffer (no copies), the BN a depthwise 1x1
+    convolution that reads the view, the ReLU folded into it by Graph.simplify; results as
+    onnxruntime's, at every layer."""
+    c, grow, layers = 8, 4, 3
+    rng = np.random.default_rng(3)
+    inits = {"w_stem": rng.standard_normal((c, 3, 1, 1)).astype(np.float32)}
+    nodes = [h.make_node("Conv", ["x", "w_stem"], ["x0"])]
+    feats, outs = ["x0"], {}
+    for i in range(layers):
+        cin = c + grow * i
+        for name, v in (("g", rng.uniform(0.5, 1.5, cin)), ("b", rng.normal(0, 0.1, cin)),
+                        ("m", rng.normal(0, 0.1, cin)), ("v", rng.uniform(0.5, 1.5, cin))):
+            inits[f"{name}{i}"] = v.astype(np.float32)
+        inits[f"w{i}"] = rng.standard_normal((grow, cin, 3, 3)).astype(np.float32)
+        cat = f"cat{i}" if i else "x0"
+        if i:
+            nodes.append(h.make_node("Concat", list(feats), [cat], axis=1))
+        nodes += [h.make_node("BatchNormalization", [cat, f"g{i}", f"b{i}", f"m{i}", f"v{i}"],
+                              [f"n{i}"]),
+                  h.make_node("Relu", [f"n{i}"], [f"r{i}"]),
+                  h.make_node("Conv", [f"r{i}", f"w{i}"], [f"f{i}"], pads=[1, 1, 1, 1])]
+        feats.append(f"f{i}")
+        outs[f"r{i}"] = None                # every layer's activations are checked too
+    nodes.append(h.make_node("Concat", list(feats), ["y"], axis=1))
+    outs["y"] = None
+    loaded = check(model(nodes, {"x": [1, 3, 6, 6]}, outs, inits))
+    assert "DATA_TRANSFER" not in commands(loaded)
+    m2 = model(nodes, {"x": [1, 3, 6, 6]}, {"y": None}, inits)
+    loaded = check(m2)
+    assert "DATA_TRANSFER" not in commands(loaded)
+    assert loaded.graph.simplify() == layers  # each ReLU into its BN's convolution
+    feeds = {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}
+    for got, want in zip(nnc_run(loaded, feeds), ort_run(m2, feeds)):
+        close(got, want)
 
 
 @pytest.mark.parametrize("opset,attrs,ins", [
