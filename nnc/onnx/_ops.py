@@ -522,13 +522,13 @@ class OpEmitter(MiscEmitter, NormEmitter, MathEmitter, ConvtEmitter):
         x, deps = self.get(n.input[0], lay)
         gamma, beta, mean, var = (self.consts[i].astype(np.float64) for i in n.input[1:5])
         s = gamma / np.sqrt(var + a.get("epsilon", 1e-5))
-        if lay == "nhwc" and self.dtype == np.float32 and s.shape == (x.shape[3],):
+        if lay == "nhwc" and np.dtype(self.dtype) == np.float32 and s.shape == (x.shape[3],):
             # An image's BN as a depthwise 1x1 CONVOLUTION, weight s and bias beta - mean * s:
             # one pass (MUL then ADD were two, and a ReLU after it a third that
             # Graph.simplify now folds in), and it reads any pixel strides, so a slice of a
             # Concat's buffer needs no copy (DenseNet's BN -> ReLU after each Concat, as
-            # onnxruntime runs it too). The sum is x * s + b with one rounding (an FMA)
-            # where MUL then ADD rounded twice.
+            # onnxruntime runs it too). The same two roundings as MUL then ADD: x * s, then
+            # + b (the depthwise kernel adds the bias after the taps' sum).
             c = x.shape[3]
             self._write(n, Cmd("CONVOLUTION", groups=c),
                         [x, self.constant(s.reshape(c, 1, 1, 1)),
