@@ -1,8 +1,9 @@
 """nnc.onnx.load: an ONNX model -> an nnc concrete graph with its input and output tensors.
 
 One file of ~870 lines because its passes share one loader object (values, layouts, aliases,
-placements, buffers); what each operator becomes is already apart (``_ops``), as are the plan
-of shortcuts added in place (``_residual``), the runs of nodes that are one command
+placements, buffers); what each operator becomes is already apart (``_ops``), as are the
+placement of Concat inputs in their Concat's buffer (``_concat``), the plan of shortcuts added
+in place (``_residual``), the runs of nodes that are one command
 (``_patterns``) and reading the model's tensors and external data (``_read``).
 
 Three passes over the (topologically sorted) ONNX nodes:
@@ -34,6 +35,7 @@ import numpy as np
 from nnc.base.core import NNCError
 from nnc.cmd.command import Cmd
 from nnc.graph.graph import Graph
+from nnc.onnx._concat import ConcatPlanner
 from nnc.onnx._fold import SAME_LAYOUT_VIEWS, ViewEmitter, fold
 from nnc.onnx._ops import (
     BROADCAST,
@@ -270,7 +272,9 @@ def _product_command(node, attrs):
 _INT_OUTPUTS = {7: "int64", 6: "int32", 2: "uint8"}
 
 
-class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
+class _Loader(OpEmitter, ViewEmitter, ConcatPlanner, ResidualPlanner):
+    strided_writers = _STRIDED_WRITERS  # operators whose output may be a slice (ConcatPlanner)
+
     def __init__(self, onnx, model, input_shapes, dtype, base_dir, max_bytes, freeze):
         self.onnx = onnx
         self.freeze = freeze  # constants go to frozen memory (OpEmitter.constant)
@@ -613,63 +617,6 @@ class _Loader(OpEmitter, ViewEmitter, ResidualPlanner):
         while v in self.alias:
             v = self.alias[v]
         return v
-
-    # -- pass 2: zero-copy Concat placement --------------------------------------------------
-    def _place(self):
-        self.placement = {}  # root value -> (concat output, internal axis, offset)
-        self.concat_plan = {}  # node index -> [(input, offset, placed)]
-        group_out = {self.root(o) for o in self.graph_outputs}
-        for k in range(len(self.nodes) - 1, -1, -1):
-            n = self.nodes[k]
-            if k in self.skip or n.op_type != "Concat":
-                continue
-            self.at(n)
-            out = n.output[0]
-            lay = self.layout[out]
-            nd = len(self.shapes[out])
-            axis = self.attrs[k]["axis"] % nd
-            iaxis = TO_NHWC.index(axis) if lay == "nhwc" else axis
-            offset, plan, mine = 0, [], set()
-            for i in n.input:
-                r = self.root(i)
-                p = self.producer.get(r)
-                ok = (i not in self.consts and p is not None and r not in self.placement
-                      and r not in mine and r != self.root(out) and r not in group_out
-                      and self.nodes[p].op_type in _STRIDED_WRITERS
-                      and self.layout.get(r) == lay and self.layout.get(i) == lay)
-                if ok:
-                    self.placement[r] = (out, iaxis, offset)
-                    mine.add(r)
-                plan.append((i, offset, ok))
-                offset += self.shapes[i][axis]
-            span = None if mine else self._placed_run(plan, iaxis, lay)
-            if (span is not None and self.root(out) not in self.placement
-                    and self.root(out) not in group_out
-                    and not any(self.root(v) == self.root(out) for v in self.alias)):
-                # Every input already sits, in order and back to back, in one later Concat's
-                # buffer (DenseNet: each layer's Concat is a prefix of its block's last one,
-                # so it was copied whole for every layer): this Concat is that range of the
-                # buffer, a view, and copies nothing. Nothing may write in place over it, as
-                # the range holds the later Concat's inputs.
-                self.placement[self.root(out)] = span
-                plan = [(i, offset, True) for i, offset, _ in plan]
-            self.concat_plan[k] = (iaxis, plan)
-
-    def _placed_run(self, plan, iaxis, lay):
-        """(buffer, axis, offset) when every input of a Concat's ``plan`` is already placed in
-        the same buffer along ``iaxis``, each at the Concat's own offset plus one base, in
-        ``lay``; else None."""
-        base, parent = None, None
-        for i, offset, placed in plan:
-            r = self.root(i)
-            if placed or i in self.consts or r not in self.placement or self.layout.get(i) != lay:
-                return None
-            where, axis, at = self.placement[r]
-            if parent is None:
-                parent, base = where, at - offset
-            if where != parent or axis != iaxis or at - offset != base:
-                return None
-        return None if parent is None else (parent, iaxis, base)
 
     def _views(self):
         """Each value a Reshape, Flatten or view operator makes -> the value it views."""

@@ -569,7 +569,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef nnc_tensor_t* r
     cdef nnc_tensor_t* y
     cdef int d, dtype, itemsize
-    cdef Py_ssize_t part_pixels, parts, i
+    cdef Py_ssize_t part_pixels, parts, even_parts, i
     cdef int width
     cdef bint packed
     if not conv_operands_ok(inputs, n_in, outputs, n_out):
@@ -676,9 +676,11 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             part_pixels = max(part_pixels, _part_bytes // (cv.k * itemsize))
         parts = (cv.rows + max(1, part_pixels // cv.wo) - 1) // max(1, part_pixels // cv.wo)
     if width > 1 and parts < SPLIT_EVEN * width:
+        # A few parts: a multiple of the width, so no thread waits at the end for a lone part.
+        even_parts = (parts + width - 1) // width * width
         if (cv.rows * cv.wo < _part_pixels * width and cv.groups == 1 and cv.o >= 2 * 16
                 and not (packed and _rows_by_size and cv.rows * cv.wo > cv.o
-                         and _rows_even(cv.rows, (parts + width - 1) // width * width, width))):
+                         and _rows_even(cv.rows, even_parts, width))):
             # Too few pixels for each part to be a GEMM worth the name (17x17, 8x8); with
             # nnc's own tiles, only where the weights outweigh the A rows (output channels >=
             # pixels): cut by rows each thread reads all the weights and half the rows, cut by
@@ -691,8 +693,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             if packed:
                 return _conv_packed(&cv, 0, True, width, ctx)
             return split_channels(&cv, width, itemsize, ctx)
-        # A few parts: a multiple of the width, so no thread waits at the end for a lone part.
-        parts = (parts + width - 1) // width * width
+        parts = even_parts
     cv.rows_per_part = (cv.rows + parts - 1) // parts
     parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
     if packed:
