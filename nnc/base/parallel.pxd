@@ -36,9 +36,17 @@ ctypedef int (*nnc_part_f)(void* arg, Py_ssize_t part, void* context) noexcept n
 # Run fn(arg, p, context) for every p in [0, parts), on the calling thread and on up to
 # ``intra_op_threads - 1`` idle pool threads; returns once every part has run: 0, or the first
 # failure's status (parts not yet started are then skipped). The caller's ``context`` runs its
-# own parts, so the caller must not hold memory of its workspace across this call.
+# own parts, so the caller must not hold memory of its workspace across this call. Parts are
+# taken from both ends: the caller runs 0, 1, 2, ..., helpers parts - 1, parts - 2, ..., so
+# where parts are ranges of rows in order, the caller keeps the first rows of one command
+# after another (those it wrote last stay in its core's cache) and a helper the last ones.
 cdef int nnc_parallel_for(Py_ssize_t parts, nnc_part_f fn, void* arg,
                           void* context) noexcept nogil
+# The same with parts taken in turn, lowest first, by every thread: for parts meant to be
+# taken at about the same time by different threads (a convolution's blocks of rows of one
+# weight panel, adjacent, read while the panel is in cache).
+cdef int nnc_parallel_for_in_turn(Py_ssize_t parts, nnc_part_f fn, void* arg,
+                                  void* context) noexcept nogil
 
 # Around a pool thread's work (serving a stream, running a job; helping with parts counts
 # itself): counted as working on its CPU, after moving off it if another nnc thread works there

@@ -111,6 +111,45 @@ def test_a_helper_on_its_callers_cpu_moves_off_it_and_keeps_its_mask():
         assert before >= 0 and after != before and same_mask and allowed, out
 
 
+def test_the_caller_takes_parts_from_the_first_and_helpers_from_the_last():
+    """nnc_parallel_for: the caller runs parts 0, 1, 2, ... and helpers the last ones first,
+    so the caller's parts are a prefix and the helpers' the rest (parts are rows in order: the
+    caller keeps the top of the image from one command to the next, a helper the bottom);
+    nnc_parallel_for_in_turn: everyone from the lowest, so a helper joining while the caller
+    runs part 0 takes part 1."""
+    me = threading.get_ident()
+    helped = interleaved = 0
+    for _ in range(10):
+        rc, ran_by = parallel_probe(16, 0.002)
+        assert rc == 0 and all(ran_by)
+        mine = [i for i, t in enumerate(ran_by) if t == me]
+        assert mine == list(range(len(mine)))
+        helped += len(mine) < 16
+        rc, ran_by = parallel_probe(16, 0.002, in_turn=True)
+        assert rc == 0 and all(ran_by)
+        mine = [i for i, t in enumerate(ran_by) if t == me]
+        assert mine and mine[0] == 0
+        interleaved += mine != list(range(len(mine)))
+    assert helped and interleaved
+
+
+def test_helpers_from_the_last_part_can_be_turned_off():
+    from nnc.base.parallel import _set_two_ended
+
+    me = threading.get_ident()
+    old = _set_two_ended(False)
+    try:
+        seen = False
+        for _ in range(10):
+            rc, ran_by = parallel_probe(16, 0.002)
+            assert rc == 0 and all(ran_by)
+            mine = [i for i, t in enumerate(ran_by) if t == me]
+            seen = seen or mine != list(range(len(mine)))
+        assert seen
+    finally:
+        assert _set_two_ended(old) is False
+
+
 def test_one_intra_op_thread_runs_every_part_on_the_caller():
     nnc.set_intra_op_threads(1)
     assert nnc.get_intra_op_threads() == 1

@@ -158,6 +158,8 @@ def test_transpose(dtype, shape, params):
 @pytest.mark.parametrize("rows,cols", [
     (1, 5), (3, 70), (4, 4), (7, 9), (8, 8), (9, 33), (32, 32), (33, 65), (64, 100), (70, 64),
     (300, 40), (523, 17),                       # more than one tile of 256 rows x 16 columns
+    (2, 8), (2, 17), (3, 16), (3, 1000), (5, 43), (6, 24), (8, 3), (17, 2), (1000, 3), (43, 5),
+    (9, 7), (16, 6),                            # 2-7 rows or columns: 8 at a time
 ])
 def test_transpose_kernel_levels(kernel_isa, rows, cols):
     """transpose_kernel.h's register blocks (8 x 8 AVX2, 4 x 4 SSE2) and their edges, at every

@@ -27,6 +27,8 @@ CASES = {
     "one_row_block_pointwise_7x7": ((1, 7, 7, 96), (600, 1, 1, 96), {}),
     # 196 pixels, 40 channels: blocks of 48 rows, the short last one joined to the one before
     "joined_row_block_pointwise_14x14": ((1, 14, 14, 64), (40, 1, 1, 64), {}),
+    # 14 rows, 96 channels (3 panels): by rows in one part a thread (four parts are uneven)
+    "row_halves_pointwise_14x14": ((1, 14, 14, 120), (96, 1, 1, 120), {}),
 }
 
 
@@ -91,22 +93,38 @@ def test_row_blocks_and_cut_rules_keep_the_bits(kernel_isa, case):
     ins, oshape = _inputs(case, 11)
     size = nnc.get_num_threads()
     old = cpu_opt._tune(1 << 19, 512, split_macs=0)
-    blocks, by_size = cpu_opt._switch("row_blocks"), cpu_opt._switch("rows_by_size")
-    per_thread = cpu_opt._switch("block_per_thread")
+    rules = ("row_blocks", "rows_by_size", "block_per_thread", "fewer_row_parts")
+    was = {name: cpu_opt._switch(name) for name in rules}
     try:
         outs = []
         for on in (True, False):
-            cpu_opt._switch("row_blocks", on)
-            cpu_opt._switch("rows_by_size", on)
-            cpu_opt._switch("block_per_thread", on)
+            for name in rules:
+                cpu_opt._switch(name, on)
             for width in (1, 2):
                 nnc.set_num_threads(width)
                 outs.append(_conv("CPU_OPT", ins, oshape, width, **params))
     finally:
         cpu_opt._tune(*old)
-        cpu_opt._switch("row_blocks", blocks)
-        cpu_opt._switch("rows_by_size", by_size)
-        cpu_opt._switch("block_per_thread", per_thread)
+        for name, on in was.items():
+            cpu_opt._switch(name, on)
         nnc.set_num_threads(size)
     for out in outs[1:]:
         np.testing.assert_array_equal(out.view(np.int32), outs[0].view(np.int32))
+
+
+@pytest.mark.parametrize("rows,parts,width,want", [
+    (28, 4, 2, 4),      # 7 rows a part
+    (8, 4, 2, 4),
+    (14, 4, 2, 2),      # 4 + 4 | 4 + 2 is uneven, 7 | 7 is not
+    (7, 4, 2, 0),       # 2 + 2 | 2 + 1 and 4 | 3: a channel cut
+    (17, 4, 2, 0),      # 5 + 5 | 5 + 2 and 9 | 8
+    (12, 6, 3, 6),
+    (15, 6, 3, 3),      # 3 + 3 + 3 | 3 + 3 + 0 against 5 | 5 | 5
+])
+def test_a_few_pixel_layer_tries_fewer_row_parts_before_a_channel_cut(rows, parts, width, want):
+    assert cpu_opt._row_parts_for(rows, parts, width) == want
+    old = cpu_opt._switch("fewer_row_parts", False)
+    try:
+        assert cpu_opt._row_parts_for(rows, parts, width) == (want if want == parts else 0)
+    finally:
+        cpu_opt._switch("fewer_row_parts", old)

@@ -56,7 +56,7 @@ from libc.string cimport memcpy, memset
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
 from nnc.base.parallel cimport (
-    nnc_parallel_for, nnc_workspace, parallel_threads, parallel_width,
+    nnc_parallel_for, nnc_parallel_for_in_turn, nnc_workspace, parallel_threads, parallel_width,
 )
 from nnc.cmd.command cimport (ACTIVATION_CLAMP, ACTIVATION_HARD_SWISH, ACTIVATION_RELU,
                               ACTIVATION_SWISH, Cmd, nnc_cmd_param_t, register_c_backend)
@@ -143,6 +143,9 @@ cdef bint _block_per_thread = True
 # Whether a split few-pixel layer whose pixels fit one tile takes whole panels as parts
 # (_conv_packed); off: A/B runs, tests (_switch).
 cdef bint _whole_tile_parts = True
+# Whether a few-pixel layer whose rows do not cut evenly into its usual parts tries fewer
+# (down to one a thread) before it falls back to a channel cut (_row_parts); off: A/B runs.
+cdef bint _fewer_row_parts = True
 
 # What an indirect convolution's taps in the padding point at when a weight is infinite or
 # NaN (never written): unlike nnc_sgemm_zeros, tiles multiply these (0 * inf is NaN).
@@ -185,8 +188,10 @@ def _switch(name, on=None):
     least a block of rows a thread), "row_blocks" (this extension's tiles run a call whose
     weights outweigh its rows as one block of rows, and join a short last block to the one
     before: nnc_sgemm_block_rows), "copies" (a 1x1 convolution's pixels a multiple of 4 KiB
-    apart are copied apart)."""
+    apart are copied apart), "fewer_row_parts" (a few-pixel layer whose rows do not cut evenly
+    into its usual parts tries fewer, down to one a thread, before a channel cut)."""
     global _prefetch, _whole_tile_parts, _rows_by_size, _block_per_thread, _copy_pixels
+    global _fewer_row_parts
     cdef bint old
     if name == "row_blocks":
         old = nnc_sgemm_set_row_blocks(1)
@@ -194,7 +199,7 @@ def _switch(name, on=None):
         return old
     olds = {"prefetch": _prefetch, "whole_tile_parts": _whole_tile_parts,
             "rows_by_size": _rows_by_size, "block_per_thread": _block_per_thread,
-            "copies": _copy_pixels}
+            "copies": _copy_pixels, "fewer_row_parts": _fewer_row_parts}
     if name not in olds:
         raise ValueError(f"no switch {name!r}; the switches: {sorted(olds) + ['row_blocks']}")
     if on is not None:
@@ -206,6 +211,8 @@ def _switch(name, on=None):
             _rows_by_size = bool(on)
         elif name == "block_per_thread":
             _block_per_thread = bool(on)
+        elif name == "fewer_row_parts":
+            _fewer_row_parts = bool(on)
         else:
             _copy_pixels = bool(on)
     return olds[name]
@@ -549,7 +556,7 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
         blocks = 1
     cv.rows_per_part = (cv.rows + blocks - 1) // blocks
     blocks = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
-    return nnc_parallel_for(panels * blocks, _channel_part_packed, cv, ctx)
+    return nnc_parallel_for_in_turn(panels * blocks, _channel_part_packed, cv, ctx)
 
 
 cdef bint _rows_even(Py_ssize_t rows, Py_ssize_t parts, int width) noexcept nogil:
@@ -558,6 +565,28 @@ cdef bint _rows_even(Py_ssize_t rows, Py_ssize_t parts, int width) noexcept nogi
     cdef Py_ssize_t per = (rows + parts - 1) // parts
     cdef Py_ssize_t cut = (rows + per - 1) // per
     return ((cut + width - 1) // width) * per * width * 20 <= rows * 21
+
+
+cdef Py_ssize_t _row_parts(Py_ssize_t rows, Py_ssize_t parts, int width) noexcept nogil:
+    """How many parts of whole rows a few-pixel layer is cut into: ``parts`` (a multiple of
+    ``width``) if they cut evenly (_rows_even), else the most of fewer multiples of the width,
+    down to one part a thread, that do (_fewer_row_parts); 0 if none does. 14 rows in four
+    parts are 4 + 4 | 4 + 2, in two 7 | 7: MnasNet's and MobileNet-V2's 14x14 1x1 layers of
+    64-96 output channels ran cut by channels instead, whose 2-3 panels do not split evenly
+    over 2 threads (MnasNet's 576 -> 96 at 101 us; by rows in two parts 70 us, Xeon)."""
+    cdef Py_ssize_t p = parts
+    while p >= width and p > 0:
+        if _rows_even(rows, p, width):
+            return p
+        if not _fewer_row_parts:
+            break
+        p -= width
+    return 0
+
+
+def _row_parts_for(rows, parts, width):
+    """_row_parts, for tests."""
+    return _row_parts(rows, parts, width)
 
 
 cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
@@ -569,9 +598,9 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     cdef nnc_tensor_t* r
     cdef nnc_tensor_t* y
     cdef int d, dtype, itemsize
-    cdef Py_ssize_t part_pixels, parts, even_parts, i
+    cdef Py_ssize_t part_pixels, parts, even_parts, row_parts, i
     cdef int width
-    cdef bint packed
+    cdef bint packed, few
     if not conv_operands_ok(inputs, n_in, outputs, n_out):
         return NNC_INVALID
     x, w, y = inputs[0], inputs[1], outputs[0]
@@ -678,9 +707,9 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
     if width > 1 and parts < SPLIT_EVEN * width:
         # A few parts: a multiple of the width, so no thread waits at the end for a lone part.
         even_parts = (parts + width - 1) // width * width
-        if (cv.rows * cv.wo < _part_pixels * width and cv.groups == 1 and cv.o >= 2 * 16
-                and not (packed and _rows_by_size and cv.rows * cv.wo > cv.o
-                         and _rows_even(cv.rows, even_parts, width))):
+        few = cv.rows * cv.wo < _part_pixels * width and cv.groups == 1 and cv.o >= 2 * 16
+        row_parts = _row_parts(cv.rows, even_parts, width) if few else 0
+        if few and not (packed and _rows_by_size and cv.rows * cv.wo > cv.o and row_parts):
             # Too few pixels for each part to be a GEMM worth the name (17x17, 8x8); with
             # nnc's own tiles, only where the weights outweigh the A rows (output channels >=
             # pixels): cut by rows each thread reads all the weights and half the rows, cut by
@@ -693,7 +722,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             if packed:
                 return _conv_packed(&cv, 0, True, width, ctx)
             return split_channels(&cv, width, itemsize, ctx)
-        parts = even_parts
+        parts = row_parts if row_parts else even_parts
     cv.rows_per_part = (cv.rows + parts - 1) // parts
     parts = (cv.rows + cv.rows_per_part - 1) // cv.rows_per_part
     if packed:
