@@ -175,6 +175,33 @@ def test_transpose_kernel_levels(kernel_isa, rows, cols):
     assert run("TRANSPOSE", "CPU_OPT", [empty], (2, cols, 0), perm=(0, 2, 1)).size == 0
 
 
+@pytest.mark.parametrize("shape", [(3, 3, 1000), (2, 1000, 3), (1, 300, 40), (4, 33, 65),
+                                   (5, 7, 9), (1, 2, 17), (1, 523, 17), (1, 17, 523)])
+def test_transpose_cut_into_parts_gives_every_value_in_its_place(kernel_isa, shape):
+    """A float32 transpose cut over the pool's threads (every size cut: _tune(0)) by ranges of
+    rows or columns, batched or not, at pool widths 2 and 3: NumPy's bits, NaN payloads
+    included; and a network's input (224 x 224 x 3 to NHWC) at the default size rule."""
+    from nnc.cmd.transpose import cpu_opt as transpose_opt
+
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x.view(np.uint32).flat[::5] = 0x7FC04321
+    want = np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
+    size = nnc.get_num_threads()
+    old = transpose_opt._tune(0)
+    try:
+        for width in (2, 3):
+            nnc.set_num_threads(width)
+            got = run("TRANSPOSE", "CPU_OPT", [x], want.shape, perm=(0, 2, 1))
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        transpose_opt._tune(old)
+        image = RNG.standard_normal((1, 3, 224, 224)).astype(np.float32)
+        got = run("TRANSPOSE", "CPU_OPT", [image], (1, 224, 224, 3), perm=(0, 2, 3, 1))
+        np.testing.assert_array_equal(got, image.transpose(0, 2, 3, 1))
+    finally:
+        transpose_opt._tune(old)
+        nnc.set_num_threads(size)
+
+
 def test_transpose_bad_params():
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(nnc.CommandError, match="exactly one"):

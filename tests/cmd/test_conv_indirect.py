@@ -79,18 +79,15 @@ def _inputs(xs, ws, oshape, residual, seed=3):
     return ins
 
 
-@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_every_path_gives_the_same_bits(kernel_isa, case, residual):
-    xs, ws, params = CASES[case]
-    oshape = _out_shape(xs, ws, params)
-    ins = _inputs(xs, ws, oshape, residual)
+def _paths_agree(ins, oshape, params, paths):
+    """Each of ``paths`` at 1 and 2 threads, every size split (a pool of 2), gives the bits of
+    im2col on one thread; returns those."""
     size = nnc.get_num_threads()
     old = cpu_opt._tune(1 << 19, 512, split_macs=0)      # every size is worth splitting
     try:
         nnc.set_num_threads(2)
         want = _run(ins, oshape, params, "im2col", 1)
-        for path in PATHS:
+        for path in paths:
             for threads in (1, 2):
                 got = _run(ins, oshape, params, path, threads)
                 np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32),
@@ -98,11 +95,49 @@ def test_every_path_gives_the_same_bits(kernel_isa, case, residual):
     finally:
         cpu_opt._tune(*old)
         nnc.set_num_threads(size)
+    return want
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_path_gives_the_same_bits(kernel_isa, case, residual):
+    xs, ws, params = CASES[case]
+    oshape = _out_shape(xs, ws, params)
+    ins = _inputs(xs, ws, oshape, residual)
+    want = _paths_agree(ins, oshape, params, PATHS)
     ref = nnc.Tensor.zeros(oshape, dtype="float32")
     nnc.cmd_exec(nnc.Cmd("CONVOLUTION", backend="CPU_REF", activation="relu", **params), ins,
                  [ref])
     k = ws[1] * ws[2] * ws[3]
     np.testing.assert_allclose(want, ref.numpy(), rtol=1e-5, atol=k * 4e-6)
+
+
+def _random_geometries(n, seed=29):
+    """n (input shape, weight shape, params) with any window, stride and padding on small
+    images: windows inside, across either edge, or wider than the image."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        h, w = (int(v) for v in rng.integers(1, 10, 2))
+        kh, kw = (int(v) for v in rng.integers(1, 6, 2))
+        sh, sw = (int(v) for v in rng.integers(1, 4, 2))
+        pt, pl, pb, pr = (int(v) for v in rng.integers(0, 4, 4))
+        if h + pt + pb < kh or w + pl + pr < kw:
+            continue
+        c = int(rng.choice([3, 4, 8]))
+        o = int(rng.integers(8, 41))
+        out.append(((1, h, w, c), (o, kh, kw, c),
+                    {"stride": (sh, sw), "padding": (pt, pl, pb, pr)}))
+    return out
+
+
+@pytest.mark.parametrize("case", _random_geometries(80))
+def test_random_geometries_give_the_im2col_bits(case):
+    """The row pointers of both indirect paths (the span of columns whose window lies in the
+    image, the rest zeros or copies) against the copied patches, bit for bit."""
+    xs, ws, params = case
+    oshape = _out_shape(xs, ws, params)
+    _paths_agree(_inputs(xs, ws, oshape, False), oshape, params, ("taps", "runs"))
 
 
 @pytest.mark.parametrize("case", ["few_pixels_by_channels", "3x3_p1_panels", "1x1_stride2",

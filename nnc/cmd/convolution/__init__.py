@@ -1,8 +1,9 @@
 """Layer 2 command, the convolution family: this module (the definition and CPU_REF), cpu_opt.pyx
 (CPU_OPT: float32 on nnc's GEMM tiles over packed weights; conv_unpacked.pyx its depthwise path on
 depthwise_kernel.h and float64 on OpenBLAS; conv_patches.pyx the im2col patches both copy;
-conv_geometry.pxd the call's geometry), winograd.pyx (CPU_OPT_WINOGRAD); gpu/ (layer 3, never
-imported from here): GPU_REF and GPU_OPT through cuDNN, registered by nnc.cuda.builtins.
+conv_rows.pyx the float32 A rows by pointer; conv_geometry.pxd the call's geometry),
+winograd.pyx (CPU_OPT_WINOGRAD); gpu/ (layer 3, never imported from here): GPU_REF and GPU_OPT
+through cuDNN, registered by nnc.cuda.builtins.
 
 CONVOLUTION, NHWC (NNC: cmd/convolution/ccv_nnc_conv_cpu_ref.c, cpu_opt/_ccv_nnc_conv_cpu_opt.c).
 An image command: NCHW tensors (x [N, C, H, W], w [O, C // groups, kh, kw], out and residual

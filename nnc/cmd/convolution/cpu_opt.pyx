@@ -3,7 +3,7 @@
 This module checks the call, describes it (conv_t, conv_geometry.pxd), plans its parts and runs
 float32 on nnc's tiles, the hot path, whole (its A rows by pointer included); the float64 and
 depthwise paths are in conv_unpacked.pyx, the im2col patches both copy in conv_patches.pyx, the
-kernels themselves in the headers.
+A rows by pointer in conv_rows.pyx, the kernels themselves in the headers.
 
 NNC: cmd/convolution/cpu_opt/_ccv_nnc_conv_cpu_opt.c, which packs input patches into scratch
 memory and multiplies them with the weights, split across threads by output rows. Here:
@@ -51,7 +51,6 @@ Weights are [O, kh, kw, C/groups] (NNC's layout), i.e. one [O, K] row-major matr
 with K ordered (i, j, c), the order each patch row is copied in. Part sizes were chosen by
 sweeping them (``_tune``) over Inception-V3's layers."""
 
-from libc.string cimport memcpy, memset
 
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
@@ -64,6 +63,7 @@ from nnc.cmd.convolution.conv_geometry cimport (INDIRECT_NONE, INDIRECT_RUNS, IN
                                                 SPLIT_EVEN, align64, conv_t, out_row,
                                                 rows_even)
 from nnc.cmd.convolution.conv_patches cimport im2col
+from nnc.cmd.convolution.conv_rows cimport PIXEL_PAD, pixel_copies, pixel_rows, run_rows, tap_rows
 from nnc.cmd.convolution.conv_unpacked cimport conv_unpacked, empty_sums, split_channels
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_HSWISH, NNC_ACT_NONE,
@@ -123,9 +123,8 @@ cdef enum:
 cdef Py_ssize_t _indirect_min_cg = 4
 cdef int _runs = 1
 # A 1x1 convolution's pixels a multiple of 4 KiB apart are copied PIXEL_PAD floats apart when
-# all the copies take at most _copy_bytes (_pixel_copies); _copy_pixels off: A/B runs, tests.
-cdef enum:
-    PIXEL_PAD = 16
+# all the copies take at most _copy_bytes (conv_rows.pyx, pixel_copies); _copy_pixels off: A/B
+# runs, tests.
 cdef Py_ssize_t _copy_bytes = 4 << 20
 cdef bint _copy_pixels = True
 # Whether the float32 tiles fetch each next weight panel ahead (nnc_sgemm_packed_ahead).
@@ -245,106 +244,6 @@ cdef inline size_t _rows_bytes(const conv_t* cv, Py_ssize_t m) noexcept nogil:
             + (0 if cv.pointwise or cv.indirect else m * cv.k * sizeof(float)))
 
 
-cdef void _pixel_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g,
-                      const float** rows) noexcept nogil:
-    """rows[i]: the input pixel of output pixel i of rows r0..r1, at group g's channels
-    (pointwise: A is the input itself, any pixel strides)."""
-    cdef Py_ssize_t r, q, i = 0
-    cdef const float* px
-    for r in range(r0, r1):
-        px = <const float*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.xs_h + g * cv.cg
-        for q in range(cv.wo):
-            rows[i] = px + q * cv.xs_w
-            i += 1
-
-
-cdef void _pixel_copies(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, const float** rows,
-                        float* buf) noexcept nogil:
-    """A 1x1 convolution's A rows (no padding, one group, any stride): copies of the input
-    pixels under output pixels r0..r1 in buf, k + PIXEL_PAD floats apart.
-    A tile reads its MR rows a k step at a time; rows a multiple of 4 KiB apart (1024 or 2048
-    channels, or slices of such a Concat) all fall in one L1 set, more of them than its ways,
-    and evict each other every step: copied apart, ResNet-50's K = 1024 and 2048 layers went
-    from 104 to 114 GFLOP/s (AVX-512) and 95 to 98 (AVX2). Same values, same sums."""
-    cdef Py_ssize_t r, q, i = 0
-    cdef const float* px
-    cdef float* dst
-    for r in range(r0, r1):
-        px = <const float*>cv.x + (r // cv.ho) * cv.xs_n + (r % cv.ho) * cv.sh * cv.xs_h
-        for q in range(cv.wo):
-            dst = buf + i * (cv.k + PIXEL_PAD)
-            memcpy(dst, px + q * cv.sw * cv.xs_w, cv.k * sizeof(float))
-            rows[i] = dst
-            i += 1
-
-
-cdef void _tap_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g,
-                    const float** rows, Py_ssize_t ts) noexcept nogil:
-    """rows[t * ts + i]: tap t (t = i * kw + j, the patches' order) of output pixel i of rows
-    r0..r1: the input pixel under it at group g's channels, or zeros in the padding. The
-    geometry is copied into locals first (see im2col)."""
-    cdef Py_ssize_t r, q, i = 0, ti, tj, ih, iw, oh, t
-    cdef Py_ssize_t ho = cv.ho, wo = cv.wo, h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw
-    cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl
-    cdef Py_ssize_t xs_n = cv.xs_n, xs_h = cv.xs_h, xs_w = cv.xs_w
-    cdef const float* xg = <const float*>cv.x + g * cv.cg
-    cdef const float* img
-    cdef const float* zeros = cv.zeros
-    for r in range(r0, r1):
-        oh = r % ho
-        img = xg + (r // ho) * xs_n
-        for q in range(wo):
-            t = 0
-            for ti in range(kh):
-                ih = oh * sh - pt + ti
-                for tj in range(kw):
-                    iw = q * sw - pl + tj
-                    if ih < 0 or ih >= h or iw < 0 or iw >= wd:
-                        rows[t * ts + i] = zeros
-                    else:
-                        rows[t * ts + i] = img + ih * xs_h + iw * xs_w
-                    t += 1
-            i += 1
-
-
-cdef void _run_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, const float** rows,
-                    Py_ssize_t ts, float* edges) noexcept nogil:
-    """rows[t * ts + i]: kernel row t of output pixel i of rows r0..r1 (groups = 1, pixels
-    contiguous): the kw * c floats of input under it, zeros above or below the image, or, for
-    a window crossing the left or right edge, a copy with the padding's zeros in edges (kh *
-    kw * c floats each such pixel: edge_q of them an output row). Locals as in im2col."""
-    cdef Py_ssize_t r, q, i = 0, t, tj, ih, iw, oh
-    cdef Py_ssize_t ho = cv.ho, wo = cv.wo, h = cv.h, wd = cv.wd, kh = cv.kh, kw = cv.kw
-    cdef Py_ssize_t sh = cv.sh, sw = cv.sw, pt = cv.pt, pl = cv.pl, c = cv.c
-    cdef Py_ssize_t xs_n = cv.xs_n, xs_h = cv.xs_h, run = cv.kt
-    cdef const float* img
-    cdef const float* src
-    cdef const float* zeros = cv.zeros
-    cdef bint inside
-    for r in range(r0, r1):
-        oh = r % ho
-        img = <const float*>cv.x + (r // ho) * xs_n
-        for q in range(wo):
-            iw = q * sw - pl
-            inside = iw >= 0 and iw + kw <= wd
-            for t in range(kh):
-                ih = oh * sh - pt + t
-                if ih < 0 or ih >= h:
-                    rows[t * ts + i] = zeros
-                elif inside:
-                    rows[t * ts + i] = img + ih * xs_h + iw * c
-                else:
-                    src = img + ih * xs_h
-                    for tj in range(kw):
-                        if iw + tj < 0 or iw + tj >= wd:
-                            memset(edges + tj * c, 0, c * sizeof(float))
-                        else:
-                            memcpy(edges + tj * c, src + (iw + tj) * c, c * sizeof(float))
-                    rows[t * ts + i] = edges
-                    edges += run
-            i += 1
-
-
 cdef inline const float* _residual_row(
         const conv_t* cv, Py_ssize_t r, Py_ssize_t g) noexcept nogil:
     """Row r of the residual at group g's channels, or NULL without one."""
@@ -404,13 +303,13 @@ cdef int _part_packed(void* arg, Py_ssize_t part, void* context) noexcept nogil:
             rows[i] = patch + i * cv.k
     for g in range(cv.groups):
         if cv.copy_pixels:
-            _pixel_copies(cv, r0, r1, rows, patch)
+            pixel_copies(cv, r0, r1, rows, patch)
         elif cv.pointwise:
-            _pixel_rows(cv, r0, r1, g, rows)
+            pixel_rows(cv, r0, r1, g, rows)
         elif cv.indirect == INDIRECT_RUNS:
-            _run_rows(cv, r0, r1, rows, m, patch)
+            run_rows(cv, r0, r1, rows, m, patch)
         elif cv.indirect:
-            _tap_rows(cv, r0, r1, g, rows, m)
+            tap_rows(cv, r0, r1, g, rows, m)
         else:
             im2col(cv, patch, r0, r1, g)
         _packed_rows(cv, rows, m, r0, r1, g, 0, cv.og)
@@ -513,15 +412,15 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
         return nnc_parallel_for(parts, _part_packed, cv, ctx)
     cv.rowp = <const float**>(scratch + cv.skip)
     if cv.copy_pixels:
-        _pixel_copies(cv, 0, cv.rows, cv.rowp,
-                      <float*>(scratch + cv.skip + align64(m * sizeof(float*))))
+        pixel_copies(cv, 0, cv.rows, cv.rowp,
+                     <float*>(scratch + cv.skip + align64(m * sizeof(float*))))
     elif cv.pointwise:
-        _pixel_rows(cv, 0, cv.rows, 0, cv.rowp)
+        pixel_rows(cv, 0, cv.rows, 0, cv.rowp)
     elif cv.indirect == INDIRECT_RUNS:
-        _run_rows(cv, 0, cv.rows, cv.rowp, m,
-                  <float*>(scratch + cv.skip + align64(m * cv.taps * sizeof(float*))))
+        run_rows(cv, 0, cv.rows, cv.rowp, m,
+                 <float*>(scratch + cv.skip + align64(m * cv.taps * sizeof(float*))))
     elif cv.indirect:
-        _tap_rows(cv, 0, cv.rows, 0, cv.rowp, m)
+        tap_rows(cv, 0, cv.rows, 0, cv.rowp, m)
     else:
         patch = <float*>(scratch + cv.skip + align64(m * sizeof(float*)))
         cv.patch = <const char*>patch
@@ -674,7 +573,7 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         width = 1
     packed = dtype == NNC_32F and not cv.depthwise
     cv.indirect, cv.taps, cv.kt, cv.edge_q = INDIRECT_NONE, 1, cv.k, 0
-    # Pixels a multiple of 4 KiB apart are copied apart (_pixel_copies) where all the copies
+    # Pixels a multiple of 4 KiB apart are copied apart (pixel_copies) where all the copies
     # stay small: a few-pixel layer split by channels copies every pixel once up front.
     cv.copy_pixels = (_copy_pixels and packed and cv.kh == 1 and cv.kw == 1 and cv.groups == 1
                       and cv.pt == 0 and cv.pl == 0 and p.pad[2] == 0 and p.pad[3] == 0

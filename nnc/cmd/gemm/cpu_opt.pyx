@@ -487,7 +487,7 @@ cdef void _copied_rows(const gemm_t* g, const float* a, Py_ssize_t m, Py_ssize_t
                        float* copy, nnc_epilogue_t* ep) noexcept nogil:
     """_part_packed's product for rows of a a multiple of 4 KiB apart, a block of the tiles'
     rows at a time over copies k + ROW_PAD floats apart. Such rows share one L1 set and evict
-    each other at every k step of a tile (the convolution's _pixel_copies): ViT's K = 3072
+    each other at every k step of a tile (the convolution's pixel_copies): ViT's K = 3072
     product ran at 88 GFLOP/s so, 102 over copies. Same values, same sums."""
     cdef Py_ssize_t b = 0, i, mb
     while b < m:

@@ -15,6 +15,7 @@ from nnc.base.core cimport (
     NNC_8U, NNC_16F, NNC_32F, NNC_32S, NNC_64F, NNC_64S, NNC_INVALID, NNC_MAX_DIM, NNC_SUCCESS,
 )
 from nnc.base.isa cimport cpu_isa
+from nnc.base.parallel cimport nnc_parallel_for, parallel_width
 from nnc.cmd.command cimport nnc_cmd_param_t, register_c_backend
 from nnc.cmd.cpu_check cimport tensor_plain
 from nnc.tensor.tensor cimport TENSOR_FORMAT_NCHW, TENSOR_FORMAT_NHWC, nnc_tensor_t
@@ -26,6 +27,62 @@ ctypedef fused real:
 cdef extern from "cmd/transpose/transpose_kernel.h":
     void nnc_transpose_f32(int isa, float* y, const float* x, Py_ssize_t batch, Py_ssize_t rows,
                            Py_ssize_t cols) noexcept nogil
+    void nnc_transpose_f32_range(int isa, float* y, const float* x, Py_ssize_t rows,
+                                 Py_ssize_t cols, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
+    bint nnc_transpose_by_rows(int isa, Py_ssize_t rows, Py_ssize_t cols) noexcept nogil
+
+# A float32 transpose of at least this many bytes is cut into parts over the pool's threads:
+# it moves every byte once, so it is memory-bound, and the network's input (224 x 224 x 3 to
+# NHWC: 0.6 MB) ran alone on the caller while the helpers spun.
+cdef Py_ssize_t _split_bytes = 256 << 10
+
+
+ctypedef struct _tr_t:
+    float* y
+    const float* x
+    Py_ssize_t rows, cols
+    Py_ssize_t per_matrix               # parts of one matrix
+    Py_ssize_t span                     # rows (nnc_transpose_by_rows) or columns of x a part
+    Py_ssize_t n                        # rows or columns of x a matrix
+    int isa
+
+
+cdef int _tr_part(void* arg, Py_ssize_t part, void* context) noexcept nogil:
+    """One range of rows or columns of one matrix (parts numbered matrix by matrix, in order)."""
+    cdef const _tr_t* t = <const _tr_t*>arg
+    cdef Py_ssize_t b = part // t.per_matrix, lo = (part % t.per_matrix) * t.span
+    cdef Py_ssize_t size = t.rows * t.cols
+    nnc_transpose_f32_range(t.isa, t.y + b * size, t.x + b * size, t.rows, t.cols, lo,
+                            min(lo + t.span, t.n))
+    return NNC_SUCCESS
+
+
+cdef int _transpose_f32_split(float* y, const float* x, Py_ssize_t batch, Py_ssize_t rows,
+                              Py_ssize_t cols, void* ctx) noexcept nogil:
+    """y[b, c, r] = x[b, r, c], cut into about two parts a pool thread when large (the same
+    values land in the same places whatever the cut)."""
+    cdef _tr_t t
+    cdef int width = parallel_width()
+    t.isa = cpu_isa()
+    if width <= 1 or batch * rows * cols * <Py_ssize_t>sizeof(float) < _split_bytes:
+        nnc_transpose_f32(t.isa, y, x, batch, rows, cols)
+        return NNC_SUCCESS
+    t.y, t.x, t.rows, t.cols = y, x, rows, cols
+    t.n = rows if nnc_transpose_by_rows(t.isa, rows, cols) else cols
+    # Parts of at least 64 rows or columns; a batch of many matrices is cut by matrices.
+    t.per_matrix = max(1, min(t.n // 64, (2 * width + batch - 1) // batch))
+    t.span = (t.n + t.per_matrix - 1) // t.per_matrix
+    t.per_matrix = (t.n + t.span - 1) // t.span
+    return nnc_parallel_for(batch * t.per_matrix, _tr_part, &t, ctx)
+
+
+def _tune(split_bytes):
+    """Set the smallest float32 transpose cut into parts (for A/B runs and tests); returns the
+    previous value."""
+    global _split_bytes
+    old = _split_bytes
+    _split_bytes = max(0, split_bytes)
+    return old
 
 # Tiles are 32 x 32 (the literal 32 in the loops: Cython needs a constant step to make a C
 # loop): 8 KiB of doubles per side, so both tiles stay in L1 while one is read by rows and the
@@ -151,7 +208,8 @@ cdef int transpose_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in
     else:
         return NNC_INVALID
     if x.datatype == NNC_32F:
-        _transpose(<float*>y.data, <const float*>x.data, size[0], size[1], size[2])
+        return _transpose_f32_split(<float*>y.data, <const float*>x.data, size[0], size[1],
+                                    size[2], ctx)
     else:
         _transpose(<double*>y.data, <const double*>x.data, size[0], size[1], size[2])
     return NNC_SUCCESS
@@ -238,7 +296,7 @@ cdef int format_transform_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, i
     cdef nnc_tensor_t* x
     cdef nnc_tensor_t* y
     cdef int perm[NNC_MAX_DIM]
-    cdef int k, nd
+    cdef int k, nd, rc
     cdef Py_ssize_t batch, rows, cols
     if n_out > n_in:
         return NNC_INVALID
@@ -261,7 +319,10 @@ cdef int format_transform_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, i
         else:
             rows, cols = x.dim[nd - 3], x.dim[nd - 2] * x.dim[nd - 1]
         if x.datatype == NNC_32F:
-            _transpose(<float*>y.data, <const float*>x.data, batch, rows, cols)
+            rc = _transpose_f32_split(<float*>y.data, <const float*>x.data, batch, rows, cols,
+                                      ctx)
+            if rc != NNC_SUCCESS:
+                return rc
         else:
             _transpose(<double*>y.data, <const double*>x.data, batch, rows, cols)
     return NNC_SUCCESS

@@ -92,10 +92,11 @@ NNC_TR_TARGET_AVX2 static inline void nnc_tr_8x8(float* y, ptrdiff_t ldy, const 
  * would pass the end of y, are left to the element loop). The element loop alone moved
  * 224 x 224 x 3 in 100 us. */
 NNC_TR_TARGET_AVX2 static void nnc_tr_few_rows_avx2(float* y, const float* x, ptrdiff_t rows,
-                                                   ptrdiff_t cols)
+                                                   ptrdiff_t cols, ptrdiff_t c_lo,
+                                                   ptrdiff_t c_hi)
 {
-    ptrdiff_t c = 0;
-    for (; c + 8 <= cols && (c + 7) * rows + 8 <= rows * cols; c += 8) {
+    ptrdiff_t c = c_lo;
+    for (; c + 8 <= c_hi && (c + 7) * rows + 8 <= rows * c_hi; c += 8) {
         __m256 r[8];
         for (int i = 0; i < 8; i++)
             r[i] = i < rows ? _mm256_loadu_ps(x + i * cols + c) : _mm256_setzero_ps();
@@ -103,7 +104,7 @@ NNC_TR_TARGET_AVX2 static void nnc_tr_few_rows_avx2(float* y, const float* x, pt
         for (int j = 0; j < 8; j++)
             _mm256_storeu_ps(y + (c + j) * rows, r[j]);
     }
-    nnc_tr_edge_f32(y, x, rows, cols, 0, rows, c, cols);
+    nnc_tr_edge_f32(y, x, rows, cols, 0, rows, c, c_hi);
 }
 
 /* Fewer than 8 columns (2-7: NHWC to NCHW of a few channels): 8 rows at a time, each read as
@@ -111,10 +112,11 @@ NNC_TR_TARGET_AVX2 static void nnc_tr_few_rows_avx2(float* y, const float* x, pt
  * reads would pass the end of x, are left to the element loop), transposed as one 8 x 8
  * block, and the first `cols` rows of the result stored whole. */
 NNC_TR_TARGET_AVX2 static void nnc_tr_few_cols_avx2(float* y, const float* x, ptrdiff_t rows,
-                                                   ptrdiff_t cols)
+                                                   ptrdiff_t cols, ptrdiff_t r_lo,
+                                                   ptrdiff_t r_hi)
 {
-    ptrdiff_t r0 = 0;
-    for (; r0 + 8 <= rows && (r0 + 7) * cols + 8 <= rows * cols; r0 += 8) {
+    ptrdiff_t r0 = r_lo;
+    for (; r0 + 8 <= r_hi && (r0 + 7) * cols + 8 <= rows * cols; r0 += 8) {
         __m256 r[8];
         for (int i = 0; i < 8; i++)
             r[i] = _mm256_loadu_ps(x + (r0 + i) * cols);
@@ -122,7 +124,7 @@ NNC_TR_TARGET_AVX2 static void nnc_tr_few_cols_avx2(float* y, const float* x, pt
         for (int j = 0; j < cols; j++)
             _mm256_storeu_ps(y + j * rows + r0, r[j]);
     }
-    nnc_tr_edge_f32(y, x, rows, cols, r0, rows, 0, cols);
+    nnc_tr_edge_f32(y, x, rows, cols, r0, r_hi, 0, cols);
 }
 #endif
 
@@ -140,23 +142,25 @@ static inline void nnc_tr_4x4(float* y, ptrdiff_t ldy, const float* x, ptrdiff_t
 }
 #endif
 
-/* One matrix in tiles of blocks of B x B (B = 8: AVX2, 4: SSE2), BLOCK(y, ldy, x, ldx) moving one
- * block; the edges element by element. */
+/* Columns [c_lo, c_hi) of one matrix (rows c_lo..c_hi-1 of y), every row, in tiles of blocks
+ * of B x B (B = 8: AVX2, 4: SSE2), BLOCK(y, ldy, x, ldx) moving one block; the edges element by
+ * element. */
 #define NNC_TR_MATRIX(NAME, TARGET, B, BLOCK)                                                  \
-    TARGET static void NAME(float* y, const float* x, ptrdiff_t rows, ptrdiff_t cols)       \
+    TARGET static void NAME(float* y, const float* x, ptrdiff_t rows, ptrdiff_t cols,        \
+                            ptrdiff_t c_lo, ptrdiff_t c_hi)                                  \
     {                                                                                        \
-        ptrdiff_t rb = rows - rows % (B), cb = cols - cols % (B);                           \
+        ptrdiff_t rb = rows - rows % (B), cb = c_hi - (c_hi - c_lo) % (B);                  \
         for (ptrdiff_t r0 = 0; r0 < rb; r0 += NNC_TR_TILE_R) {                               \
             ptrdiff_t r1 = r0 + NNC_TR_TILE_R < rb ? r0 + NNC_TR_TILE_R : rb;                \
-            for (ptrdiff_t c0 = 0; c0 < cb; c0 += NNC_TR_TILE_C) {                           \
+            for (ptrdiff_t c0 = c_lo; c0 < cb; c0 += NNC_TR_TILE_C) {                        \
                 ptrdiff_t c1 = c0 + NNC_TR_TILE_C < cb ? c0 + NNC_TR_TILE_C : cb;            \
                 for (ptrdiff_t r = r0; r < r1; r += (B))                                     \
                     for (ptrdiff_t c = c0; c < c1; c += (B))                                 \
                         BLOCK(y + c * rows + r, rows, x + r * cols + c, cols);              \
             }                                                                                \
         }                                                                                    \
-        nnc_tr_edge_f32(y, x, rows, cols, 0, rb, cb, cols);                                  \
-        nnc_tr_edge_f32(y, x, rows, cols, rb, rows, 0, cols);                                \
+        nnc_tr_edge_f32(y, x, rows, cols, 0, rb, cb, c_hi);                                  \
+        nnc_tr_edge_f32(y, x, rows, cols, rb, rows, c_lo, c_hi);                             \
     }
 
 #ifdef NNC_TR_X86
@@ -166,34 +170,49 @@ NNC_TR_MATRIX(nnc_tr_matrix_avx2, NNC_TR_TARGET_AVX2, 8, nnc_tr_8x8)
 NNC_TR_MATRIX(nnc_tr_matrix_sse2, , 4, nnc_tr_4x4)
 #endif
 
-/* y[b, c, r] = x[b, r, c]; isa is nnc/base/isa.pxd's level (0 baseline, 1 AVX2, 2 AVX-512). */
+/* Whether nnc_transpose_f32_range cuts a matrix of rows x cols by rows of x (2-7 columns at
+ * AVX2 and above), else by columns of x. */
+static inline int nnc_transpose_by_rows(int isa, ptrdiff_t rows, ptrdiff_t cols)
+{
+    return isa >= 1 && cols >= 2 && cols < 8 && rows >= 8;
+}
+
+/* One [rows, cols] matrix, y[c, r] = x[r, c], for x's rows [lo, hi) (every column) if
+ * nnc_transpose_by_rows, else for x's columns [lo, hi) (every row): ranges that do not overlap
+ * write disjoint parts of y, so they may run at once. isa is nnc/base/isa.pxd's level (0
+ * baseline, 1 AVX2, 2 AVX-512). */
+static void nnc_transpose_f32_range(int isa, float* y, const float* x, ptrdiff_t rows,
+                                    ptrdiff_t cols, ptrdiff_t lo, ptrdiff_t hi)
+{
+#ifdef NNC_TR_X86
+    if (nnc_transpose_by_rows(isa, rows, cols)) {
+        nnc_tr_few_cols_avx2(y, x, rows, cols, lo, hi);
+        return;
+    }
+    if (isa >= 1 && rows >= 2 && rows < 8 && cols >= 8) {
+        nnc_tr_few_rows_avx2(y, x, rows, cols, lo, hi);
+        return;
+    }
+    if (isa >= 1) {
+        nnc_tr_matrix_avx2(y, x, rows, cols, lo, hi);
+        return;
+    }
+#endif
+#if defined(__x86_64__)
+    nnc_tr_matrix_sse2(y, x, rows, cols, lo, hi);
+#else
+    (void)isa;
+    nnc_tr_edge_f32(y, x, rows, cols, 0, rows, lo, hi);
+#endif
+}
+
+/* y[b, c, r] = x[b, r, c] for `batch` matrices, whole. */
 static void nnc_transpose_f32(int isa, float* y, const float* x, ptrdiff_t batch,
                               ptrdiff_t rows, ptrdiff_t cols)
 {
-    for (ptrdiff_t b = 0; b < batch; b++) {
-        float* yb = y + b * rows * cols;
-        const float* xb = x + b * rows * cols;
-#ifdef NNC_TR_X86
-        if (isa >= 1 && rows >= 2 && rows < 8 && cols >= 8) {
-            nnc_tr_few_rows_avx2(yb, xb, rows, cols);
-            continue;
-        }
-        if (isa >= 1 && cols >= 2 && cols < 8 && rows >= 8) {
-            nnc_tr_few_cols_avx2(yb, xb, rows, cols);
-            continue;
-        }
-        if (isa >= 1) {
-            nnc_tr_matrix_avx2(yb, xb, rows, cols);
-            continue;
-        }
-#endif
-#if defined(__x86_64__)
-        nnc_tr_matrix_sse2(yb, xb, rows, cols);
-#else
-        (void)isa;
-        nnc_tr_edge_f32(yb, xb, rows, cols, 0, rows, 0, cols);
-#endif
-    }
+    ptrdiff_t n = nnc_transpose_by_rows(isa, rows, cols) ? rows : cols;
+    for (ptrdiff_t b = 0; b < batch; b++)
+        nnc_transpose_f32_range(isa, y + b * rows * cols, x + b * rows * cols, rows, cols, 0, n);
 }
 
 #endif
