@@ -29,6 +29,8 @@ CASES = {
     "joined_row_block_pointwise_14x14": ((1, 14, 14, 64), (40, 1, 1, 64), {}),
     # 14 rows, 96 channels (3 panels): by rows in one part a thread (four parts are uneven)
     "row_halves_pointwise_14x14": ((1, 14, 14, 120), (96, 1, 1, 120), {}),
+    # 196 pixels, 256 channels: by rows all the same, each part 98 pixels (a block of tiles)
+    "block_row_parts_3x3_14x14": ((1, 14, 14, 32), (256, 3, 3, 32), {"padding": 1}),
 }
 
 
@@ -93,7 +95,8 @@ def test_row_blocks_and_cut_rules_keep_the_bits(kernel_isa, case):
     ins, oshape = _inputs(case, 11)
     size = nnc.get_num_threads()
     old = cpu_opt._tune(1 << 19, 512, split_macs=0)
-    rules = ("row_blocks", "rows_by_size", "block_per_thread", "fewer_row_parts")
+    rules = ("row_blocks", "rows_by_size", "block_per_thread", "fewer_row_parts",
+             "block_row_parts")
     was = {name: cpu_opt._switch(name) for name in rules}
     try:
         outs = []

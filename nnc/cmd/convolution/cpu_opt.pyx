@@ -67,7 +67,7 @@ from nnc.cmd.convolution.conv_rows cimport PIXEL_PAD, pixel_copies, pixel_rows, 
 from nnc.cmd.convolution.conv_unpacked cimport conv_unpacked, empty_sums, split_channels
 from nnc.cmd.cpu_check cimport conv_operands_ok, fits_int, tensor_views
 from nnc.cmd.gemm.sgemm_kernel cimport (NNC_ACT_CLAMP, NNC_ACT_HSWISH, NNC_ACT_NONE,
-                                        NNC_ACT_RELU, NNC_ACT_SILU, NNC_SGEMM_ZEROS,
+                                        NNC_ACT_RELU, NNC_ACT_SILU, NNC_SGEMM_MC, NNC_SGEMM_ZEROS,
                                         nnc_epilogue_t, nnc_sgemm_set_row_blocks, nnc_sgemm_zeros,
                                         nnc_sgemm_mr, nnc_sgemm_nr, nnc_sgemm_pack_groups,
                                         nnc_sgemm_packed_ahead, nnc_sgemm_packed_floats)
@@ -145,6 +145,9 @@ cdef bint _whole_tile_parts = True
 # Whether a few-pixel layer whose rows do not cut evenly into its usual parts tries fewer
 # (down to one a thread) before it falls back to a channel cut (_row_parts); off: A/B runs.
 cdef bint _fewer_row_parts = True
+# Whether a few-pixel layer whose row parts would each hold a block of tile rows (at least
+# NNC_SGEMM_MC pixels) is cut by rows even where its weights outweigh its A rows; off: A/B runs.
+cdef bint _block_row_parts = True
 
 # What an indirect convolution's taps in the padding point at when a weight is infinite or
 # NaN (never written): unlike nnc_sgemm_zeros, tiles multiply these (0 * inf is NaN).
@@ -188,9 +191,11 @@ def _switch(name, on=None):
     weights outweigh its rows as one block of rows, and join a short last block to the one
     before: nnc_sgemm_block_rows), "copies" (a 1x1 convolution's pixels a multiple of 4 KiB
     apart are copied apart), "fewer_row_parts" (a few-pixel layer whose rows do not cut evenly
-    into its usual parts tries fewer, down to one a thread, before a channel cut)."""
+    into its usual parts tries fewer, down to one a thread, before a channel cut),
+    "block_row_parts" (a few-pixel layer whose row parts each hold a block of tile rows is cut
+    by rows even where its weights outweigh its A rows)."""
     global _prefetch, _whole_tile_parts, _rows_by_size, _block_per_thread, _copy_pixels
-    global _fewer_row_parts
+    global _fewer_row_parts, _block_row_parts
     cdef bint old
     if name == "row_blocks":
         old = nnc_sgemm_set_row_blocks(1)
@@ -198,7 +203,8 @@ def _switch(name, on=None):
         return old
     olds = {"prefetch": _prefetch, "whole_tile_parts": _whole_tile_parts,
             "rows_by_size": _rows_by_size, "block_per_thread": _block_per_thread,
-            "copies": _copy_pixels, "fewer_row_parts": _fewer_row_parts}
+            "copies": _copy_pixels, "fewer_row_parts": _fewer_row_parts,
+            "block_row_parts": _block_row_parts}
     if name not in olds:
         raise ValueError(f"no switch {name!r}; the switches: {sorted(olds) + ['row_blocks']}")
     if on is not None:
@@ -212,6 +218,8 @@ def _switch(name, on=None):
             _block_per_thread = bool(on)
         elif name == "fewer_row_parts":
             _fewer_row_parts = bool(on)
+        elif name == "block_row_parts":
+            _block_row_parts = bool(on)
         else:
             _copy_pixels = bool(on)
     return olds[name]
@@ -608,7 +616,9 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
         even_parts = (parts + width - 1) // width * width
         few = cv.rows * cv.wo < _part_pixels * width and cv.groups == 1 and cv.o >= 2 * 16
         row_parts = _row_parts(cv.rows, even_parts, width) if few else 0
-        if few and not (packed and _rows_by_size and cv.rows * cv.wo > cv.o and row_parts):
+        if few and not (packed and _rows_by_size and row_parts and (
+                cv.rows * cv.wo > cv.o or (_block_row_parts and cv.rows * cv.wo
+                                           >= row_parts * NNC_SGEMM_MC))):
             # Too few pixels for each part to be a GEMM worth the name (17x17, 8x8); with
             # nnc's own tiles, only where the weights outweigh the A rows (output channels >=
             # pixels): cut by rows each thread reads all the weights and half the rows, cut by
@@ -617,7 +627,11 @@ cdef int conv_opt(const nnc_cmd_param_t* p, nnc_tensor_t** inputs, int n_in,
             # GFLOP/s against a channel cut of one block of rows, and the network 2 % faster
             # against one of a block a thread (_block_per_thread). Rows only where they cut
             # evenly: 17 rows as 5 + 5 | 5 + 2 left a thread idle for a sixth of the layer
-            # (Inception-V3 at 299 6 % slower).
+            # (Inception-V3 at 299 6 % slower). Rows too where each part holds a block of tile
+            # rows (NNC_SGEMM_MC pixels), whatever the weights (_block_row_parts): a channel cut
+            # of a block a thread reads every panel on each thread as well, and ResNet-50's
+            # 14x14 layers (7 | 7 rows) ran 2 % faster by rows (the network, Xeon); 8x8 maps
+            # (Inception-V3) cut so would be parts of a tile or two, and stay cut by channels.
             if packed:
                 return _conv_packed(&cv, 0, True, width, ctx)
             return split_channels(&cv, width, itemsize, ctx)
