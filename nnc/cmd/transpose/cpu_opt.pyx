@@ -6,7 +6,9 @@ float32/float64 on these tiles).
 Every permutation that moves one block of adjacent axes past another (NCHW -> NHWC is
 [N, C, H*W] -> [N, H*W, C], NHWC -> NCHW the reverse, a matrix transpose [R, S] -> [S, R]) is
 this loop; the family module (__init__.py) finds that form and falls back to NumPy otherwise. Both
-arrays are C-contiguous and distinct (TRANSPOSE is never in place).
+arrays are C-contiguous and distinct (TRANSPOSE is never in place). A float32 transpose of 256 KB
+or more is cut over the pool's threads (nnc_parallel_for) into ranges of one matrix's columns of
+x (rows of y; rows of x for 2-7 columns), which write disjoint parts of y.
 """
 
 from libc.string cimport memcpy
