@@ -51,7 +51,6 @@ Weights are [O, kh, kw, C/groups] (NNC's layout), i.e. one [O, K] row-major matr
 with K ordered (i, j, c), the order each patch row is copied in. Part sizes were chosen by
 sweeping them (``_tune``) over Inception-V3's layers."""
 
-
 from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.base.isa cimport cpu_isa
 from nnc.base.parallel cimport (
