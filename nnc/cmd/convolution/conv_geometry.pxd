@@ -1,7 +1,7 @@
 # The geometry of one CONVOLUTION CPU_OPT call (conv_t) and what the modules that run it share:
 # cpu_opt.pyx (the backend: plans the parts; float32 on the packed tiles), conv_unpacked.pyx
-# (float64 and depthwise) and conv_patches.pyx (im2col). Inline only: nothing to build or
-# import.
+# (float64 and depthwise), conv_patches.pyx (im2col) and conv_rows.pyx (A rows by pointer);
+# floor_div serves CONVOLUTION_TRANSPOSE's bands too. Inline only: nothing to build or import.
 
 ctypedef fused real:
     float
@@ -87,6 +87,12 @@ cdef inline bint rows_even(Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t ho, Py_ssize
 cdef inline real* out_row(const conv_t* cv, real* y0, Py_ssize_t r) noexcept nogil:
     """Output row r (image r // ho, row r % ho); y0 is cv.out, typed."""
     return y0 + (r // cv.ho) * cv.os_n + (r % cv.ho) * cv.os_h
+
+
+cdef inline Py_ssize_t floor_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    """a / b rounded down for b > 0 and a of either sign (C division truncates towards zero);
+    rounded up is -floor_div(-a, b)."""
+    return a // b if a >= 0 else -((-a + b - 1) // b)
 
 
 cdef inline size_t align64(size_t n) noexcept nogil:

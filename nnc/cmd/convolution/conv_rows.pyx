@@ -6,7 +6,7 @@ im2col patch would hold them, so every form gives the patches' bits (conv_patche
 
 from libc.string cimport memcpy, memset
 
-from nnc.cmd.convolution.conv_geometry cimport conv_t
+from nnc.cmd.convolution.conv_geometry cimport conv_t, floor_div
 
 
 cdef void pixel_rows(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t g,
@@ -42,20 +42,10 @@ cdef void pixel_copies(const conv_t* cv, Py_ssize_t r0, Py_ssize_t r1, const flo
             i += 1
 
 
-cdef inline Py_ssize_t _ceil_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
-    """ceil(a / b) for b > 0 and a of either sign (C division truncates toward zero)."""
-    return (a + b - 1) // b if a >= 0 else -((-a) // b)
-
-
-cdef inline Py_ssize_t _floor_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
-    """floor(a / b) for b > 0 and a of either sign."""
-    return a // b if a >= 0 else -((-a + b - 1) // b)
-
-
 cdef inline void _q_span(Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t sw, Py_ssize_t wo,
                          Py_ssize_t* q0, Py_ssize_t* q1) noexcept nogil:
     """The output columns q in [0, wo) with lo <= q * sw <= hi, as [q0, q1) (q0 == q1: none)."""
-    cdef Py_ssize_t a = min(wo, max(0, _ceil_div(lo, sw))), b = min(wo, _floor_div(hi, sw) + 1)
+    cdef Py_ssize_t a = min(wo, max(0, -floor_div(-lo, sw))), b = min(wo, floor_div(hi, sw) + 1)
     q0[0] = a
     q1[0] = max(a, b)
 

@@ -26,6 +26,7 @@ from nnc.base.core cimport NNC_32F, NNC_64F, NNC_INVALID, NNC_OOM, NNC_SUCCESS
 from nnc.base.openblas cimport BLAS_NO_TRANS, nnc_dgemm, nnc_sgemm
 from nnc.base.parallel cimport nnc_parallel_for, nnc_workspace, parallel_width
 from nnc.cmd.command cimport Cmd, nnc_cmd_param_t, register_c_backend
+from nnc.cmd.convolution.conv_geometry cimport floor_div
 from nnc.cmd.cpu_check cimport _channels_last, fits_int, tensor_views
 from nnc.tensor.tensor cimport nnc_tensor_t
 
@@ -60,11 +61,6 @@ ctypedef struct convt_t:
     Py_ssize_t k                        # kh * kw * og: one input pixel's column row
     Py_ssize_t bands                    # parts per image
     Py_ssize_t band_rows                # output rows per band (the last may have fewer)
-
-
-cdef inline Py_ssize_t _floor_div(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
-    """a // b rounded down for b > 0 (C division truncates towards zero)."""
-    return a // b if a >= 0 else -((-a + b - 1) // b)
 
 
 cdef void _fill(const convt_t* cv, real* y, Py_ssize_t r0, Py_ssize_t r1) noexcept nogil:
@@ -136,8 +132,8 @@ cdef int _band(const convt_t* cv, Py_ssize_t part, void* context, real* _type) n
     if cv.cg == 0:
         return NNC_SUCCESS              # no input channels: the bias alone
     # The input rows with a tap in [r0, r1): ih * sh - pt + i * dh in it for some i < kh.
-    ih0 = max(0, -_floor_div(-(r0 + cv.pt - (cv.kh - 1) * cv.dh), cv.sh))
-    ih1 = min(cv.h, _floor_div(r1 - 1 + cv.pt, cv.sh) + 1)
+    ih0 = max(0, -floor_div(-(r0 + cv.pt - (cv.kh - 1) * cv.dh), cv.sh))
+    ih1 = min(cv.h, floor_div(r1 - 1 + cv.pt, cv.sh) + 1)
     if ih0 >= ih1:
         return NNC_SUCCESS
     m = (ih1 - ih0) * cv.wd

@@ -465,7 +465,7 @@ cdef int _conv_packed(conv_t* cv, Py_ssize_t parts, bint by_channels, int width,
     return nnc_parallel_for_in_turn(panels * blocks, _channel_part_packed, cv, ctx)
 
 
-cdef bint _rows_even(Py_ssize_t rows, Py_ssize_t parts, int width) noexcept nogil:
+cdef bint _cuts_evenly(Py_ssize_t rows, Py_ssize_t parts, int width) noexcept nogil:
     """Whether rows cut into about ``parts`` parts of whole rows, claimed by ``width``
     threads, give no thread more than 5 % over an even share."""
     cdef Py_ssize_t per = (rows + parts - 1) // parts
@@ -475,14 +475,14 @@ cdef bint _rows_even(Py_ssize_t rows, Py_ssize_t parts, int width) noexcept nogi
 
 cdef Py_ssize_t _row_parts(Py_ssize_t rows, Py_ssize_t parts, int width) noexcept nogil:
     """How many parts of whole rows a few-pixel layer is cut into: ``parts`` (a multiple of
-    ``width``) if they cut evenly (_rows_even), else the most of fewer multiples of the width,
+    ``width``) if they cut evenly (_cuts_evenly), else the most of fewer multiples of the width,
     down to one part a thread, that do (_fewer_row_parts); 0 if none does. 14 rows in four
     parts are 4 + 4 | 4 + 2, in two 7 | 7: MnasNet's and MobileNet-V2's 14x14 1x1 layers of
     64-96 output channels ran cut by channels instead, whose 2-3 panels do not split evenly
     over 2 threads (MnasNet's 576 -> 96 at 101 us; by rows in two parts 70 us, Xeon)."""
     cdef Py_ssize_t p = parts
     while p >= width and p > 0:
-        if _rows_even(rows, p, width):
+        if _cuts_evenly(rows, p, width):
             return p
         if not _fewer_row_parts:
             break
